@@ -1,0 +1,47 @@
+/* qlab: entry point and subcommand dispatch. */
+#include <gsl/gsl_errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+
+static const ql_cli_command commands[] = {
+    {"version", ql_cmd_version, "print the qlab version and commit"},
+};
+
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: qlab <command> [options]\n\n"
+                 "qlab: a testbed for LLM weight-quantization accuracy experiments.\n\n"
+                 "commands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\nRun 'qlab <command> --help' for the options of a command.\n"
+                 "Exit codes: 0 success, 1 runtime error, 2 usage error.\n");
+}
+
+int main(int argc, char **argv)
+{
+    /* GSL's default handler aborts; qlab reports errors through statuses instead. */
+    gsl_set_error_handler_off();
+    if (argc < 2) {
+        usage(stderr);
+        return QL_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return QL_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0)
+        return ql_cmd_version(1, argv + 1);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "qlab: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return QL_EXIT_USAGE;
+}

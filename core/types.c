@@ -1,0 +1,103 @@
+#include "types.h"
+
+#include <stdio.h>
+#include <strings.h>
+
+#define N_ENTRIES (sizeof traits / sizeof traits[0])
+
+/* Block sizes and bytes per block as ggml-common.h defines them. The function
+ * columns are filled by the format modules (quant_*.c). */
+static const ql_type_traits traits[] = {
+    /* name      type              blk  bytes gguf  storage           imat  grids quantize dequantize */
+    {"F32",     QL_TYPE_F32,      1,   4,   true, QL_TYPE_F32,      false, false, NULL, NULL},
+    {"F16",     QL_TYPE_F16,      1,   2,   true, QL_TYPE_F16,      false, false, NULL, NULL},
+    {"BF16",    QL_TYPE_BF16,     1,   2,   true, QL_TYPE_BF16,     false, false, NULL, NULL},
+    {"Q4_0",    QL_TYPE_Q4_0,     32,  18,  true, QL_TYPE_Q4_0,     false, false, NULL, NULL},
+    {"Q4_1",    QL_TYPE_Q4_1,     32,  20,  true, QL_TYPE_Q4_1,     false, false, NULL, NULL},
+    {"Q5_0",    QL_TYPE_Q5_0,     32,  22,  true, QL_TYPE_Q5_0,     false, false, NULL, NULL},
+    {"Q5_1",    QL_TYPE_Q5_1,     32,  24,  true, QL_TYPE_Q5_1,     false, false, NULL, NULL},
+    {"Q8_0",    QL_TYPE_Q8_0,     32,  34,  true, QL_TYPE_Q8_0,     false, false, NULL, NULL},
+    {"Q8_1",    QL_TYPE_Q8_1,     32,  36,  true, QL_TYPE_Q8_1,     false, false, NULL, NULL},
+    {"Q2_K",    QL_TYPE_Q2_K,     256, 84,  true, QL_TYPE_Q2_K,     false, false, NULL, NULL},
+    {"Q3_K",    QL_TYPE_Q3_K,     256, 110, true, QL_TYPE_Q3_K,     false, false, NULL, NULL},
+    {"Q4_K",    QL_TYPE_Q4_K,     256, 144, true, QL_TYPE_Q4_K,     false, false, NULL, NULL},
+    {"Q5_K",    QL_TYPE_Q5_K,     256, 176, true, QL_TYPE_Q5_K,     false, false, NULL, NULL},
+    {"Q6_K",    QL_TYPE_Q6_K,     256, 210, true, QL_TYPE_Q6_K,     false, false, NULL, NULL},
+    {"Q8_K",    QL_TYPE_Q8_K,     256, 292, true, QL_TYPE_Q8_K,     false, false, NULL, NULL},
+    {"IQ2_XXS", QL_TYPE_IQ2_XXS,  256, 66,  true, QL_TYPE_IQ2_XXS,  true,  true,  NULL, NULL},
+    {"IQ2_XS",  QL_TYPE_IQ2_XS,   256, 74,  true, QL_TYPE_IQ2_XS,   true,  true,  NULL, NULL},
+    {"IQ2_S",   QL_TYPE_IQ2_S,    256, 82,  true, QL_TYPE_IQ2_S,    false, true,  NULL, NULL},
+    {"IQ3_XXS", QL_TYPE_IQ3_XXS,  256, 98,  true, QL_TYPE_IQ3_XXS,  false, true,  NULL, NULL},
+    {"IQ3_S",   QL_TYPE_IQ3_S,    256, 110, true, QL_TYPE_IQ3_S,    false, true,  NULL, NULL},
+    {"IQ1_S",   QL_TYPE_IQ1_S,    256, 50,  true, QL_TYPE_IQ1_S,    true,  true,  NULL, NULL},
+    {"IQ1_M",   QL_TYPE_IQ1_M,    256, 56,  true, QL_TYPE_IQ1_M,    false, true,  NULL, NULL},
+    {"IQ4_NL",  QL_TYPE_IQ4_NL,   32,  18,  true, QL_TYPE_IQ4_NL,   false, false, NULL, NULL},
+    {"IQ4_XS",  QL_TYPE_IQ4_XS,   256, 136, true, QL_TYPE_IQ4_XS,   false, false, NULL, NULL},
+    {"TQ1_0",   QL_TYPE_TQ1_0,    256, 54,  true, QL_TYPE_TQ1_0,    false, false, NULL, NULL},
+    {"TQ2_0",   QL_TYPE_TQ2_0,    256, 66,  true, QL_TYPE_TQ2_0,    false, false, NULL, NULL},
+    {"I8",      QL_TYPE_I8,       1,   1,   true, QL_TYPE_I8,       false, false, NULL, NULL},
+    {"I16",     QL_TYPE_I16,      1,   2,   true, QL_TYPE_I16,      false, false, NULL, NULL},
+    {"I32",     QL_TYPE_I32,      1,   4,   true, QL_TYPE_I32,      false, false, NULL, NULL},
+    {"I64",     QL_TYPE_I64,      1,   8,   true, QL_TYPE_I64,      false, false, NULL, NULL},
+    {"F64",     QL_TYPE_F64,      1,   8,   true, QL_TYPE_F64,      false, false, NULL, NULL},
+    {"INT8_ROW", QL_TYPE_INT8_ROW, 0,  2,   false, QL_TYPE_INT8_ROW, false, false, NULL, NULL},
+    {"Q8_0_XC", QL_TYPE_Q8_0_XC,  32,  34,  false, QL_TYPE_Q8_0,    false, false, NULL, NULL},
+};
+
+const ql_type_traits *ql_type_get(int32_t type)
+{
+    for (size_t i = 0; i < N_ENTRIES; i++)
+        if ((int32_t)traits[i].type == type)
+            return &traits[i];
+    return NULL;
+}
+
+const ql_type_traits *ql_type_by_name(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < N_ENTRIES; i++)
+        if (strcasecmp(traits[i].name, name) == 0)
+            return &traits[i];
+    return NULL;
+}
+
+const char *ql_type_name(int32_t type)
+{
+    static _Thread_local char buf[32];
+    const ql_type_traits *t = ql_type_get(type);
+    if (t)
+        return t->name;
+    snprintf(buf, sizeof buf, "type id %d", (int)type);
+    return buf;
+}
+
+size_t ql_row_size(int32_t type, int64_t n_per_row)
+{
+    const ql_type_traits *t = ql_type_get(type);
+    if (!t || n_per_row <= 0)
+        return 0;
+    if (t->block_size == 0)
+        return t->type_size + (size_t)n_per_row;
+    if (n_per_row % t->block_size != 0)
+        return 0;
+    return (size_t)(n_per_row / t->block_size) * t->type_size;
+}
+
+double ql_type_bpw(int32_t type)
+{
+    const ql_type_traits *t = ql_type_get(type);
+    if (!t)
+        return 0.0;
+    if (t->block_size == 0)
+        return 8.0;
+    return 8.0 * (double)t->type_size / (double)t->block_size;
+}
+
+int ql_type_list(const ql_type_traits **out, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < N_ENTRIES && n < max; i++)
+        out[n++] = &traits[i];
+    return n;
+}

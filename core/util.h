@@ -1,0 +1,46 @@
+/* qlab: small shared helpers: whole-file reads, SHA-256, strict number parsing,
+ * time, and the thread count used by every parallel loop. */
+#ifndef QL_UTIL_H
+#define QL_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/* Reads a whole file into a NUL-terminated heap buffer (caller frees). */
+ql_status ql_file_read_all(const char *path, char **out, size_t *len, ql_error *err);
+
+/* Writes a buffer to path atomically (temp file + rename). */
+ql_status ql_file_write_all(const char *path, const void *data, size_t len, ql_error *err);
+
+bool ql_file_exists(const char *path);
+
+/* Lower-case hex SHA-256 (65 bytes with NUL). */
+void ql_sha256_hex(const void *data, size_t len, char out[65]);
+ql_status ql_sha256_file(const char *path, char out[65], ql_error *err);
+
+/* Strict parsers: the whole string must be a number in range; no atoi. */
+bool ql_parse_i64(const char *s, int64_t *out);
+bool ql_parse_int(const char *s, int *out);
+bool ql_parse_double(const char *s, double *out);
+
+/* Monotonic seconds. */
+double ql_now(void);
+
+/* Wall-clock time as "YYYY-MM-DDTHH:MM:SSZ" (UTC). */
+void ql_utc_timestamp(char out[32]);
+
+/* Threads used by qlab's parallel loops and by OpenBLAS. Default: all cores.
+ * Results never depend on the thread count. */
+void ql_threads_set(int n);
+int ql_threads_get(void);
+
+/* Copies at most size-1 bytes and always terminates; returns strlen(src). */
+size_t ql_strlcpy(char *dst, const char *src, size_t size);
+
+/* Duplicates a string (NULL on allocation failure). */
+char *ql_strdup(const char *s);
+
+#endif

@@ -1,0 +1,79 @@
+#include "qltest.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ql_config.h"
+
+int qlt_failures = 0;
+int qlt_checks = 0;
+
+static const char *join(const char *base, const char *rel)
+{
+    static _Thread_local char bufs[8][4096];
+    static _Thread_local int next = 0;
+    char *b = bufs[next++ % 8];
+    snprintf(b, 4096, "%s/%s", base, rel);
+    return b;
+}
+
+const char *qlt_shared(const char *rel)
+{
+    const char *env = getenv("QLAB_SHARED");
+    if (env && *env)
+        return join(env, rel);
+    return join(QL_SOURCE_ROOT "/../shared", rel);
+}
+
+const char *qlt_source(const char *rel)
+{
+    return join(QL_SOURCE_ROOT, rel);
+}
+
+const char *qlt_tmpdir(void)
+{
+    static char dir[256];
+    if (!dir[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/qltest.XXXXXX", base && *base ? base : "/tmp");
+        if (!mkdtemp(dir)) {
+            perror("mkdtemp");
+            exit(1);
+        }
+    }
+    return dir;
+}
+
+void qlt_skip(const char *reason)
+{
+    printf("SKIP: %s\n", reason);
+    exit(QLT_SKIP);
+}
+
+void *qlt_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "cannot open %s\n", path);
+        exit(1);
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "cannot read %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return buf;
+}
+
+int qlt_done(void)
+{
+    printf("%d checks, %d failed\n", qlt_checks, qlt_failures);
+    return qlt_failures ? 1 : 0;
+}
