@@ -101,3 +101,14 @@ int ql_type_list(const ql_type_traits **out, int max)
         out[n++] = &traits[i];
     return n;
 }
+
+ql_status ql_type_prepare(int32_t type, ql_error *err)
+{
+    const ql_type_traits *t = ql_type_get(type);
+    if (!t)
+        return ql_error_set(err, QL_EINVAL, "unknown type id %d", (int)type);
+    if (!t->needs_grids)
+        return QL_OK;
+    return ql_error_set(err, QL_EUNSUPPORTED, "%s: the IQ lattice formats are not implemented yet",
+                        t->name);
+}

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "error.h"
+
 typedef enum {
     QL_TYPE_F32 = 0,
     QL_TYPE_F16 = 1,
@@ -88,6 +90,11 @@ size_t ql_row_size(int32_t type, int64_t n_per_row);
 
 /* Bits per weight of a full block (8 * type_size / block_size). */
 double ql_type_bpw(int32_t type);
+
+/* Loads whatever tables a type needs before its quantize/dequantize functions may
+ * be called (the IQ lattice codebooks); a no-op for the other types. Errors say
+ * which file is missing. Thread-safe. */
+ql_status ql_type_prepare(int32_t type, ql_error *err);
 
 /* Every known type in table order, for listings: returns the count. */
 int ql_type_list(const ql_type_traits **out, int max);
