@@ -22,9 +22,9 @@ typedef struct {
     int dim;
     int code_bits;
     int n_levels;
-    int n_shells;         /* distinct distances kept per neighbour list (ggml's "nwant") */
-    bool signed_values;   /* decode bytes are int8 (IQ1), else uint8 magnitudes */
-    bool needs_signs;     /* the formats decode signs through ksigns/kmask */
+    int n_shells;       /* distinct distances kept per neighbour list (ggml's "nwant") */
+    bool signed_values; /* decode bytes are int8 (IQ1), else uint8 magnitudes */
+    bool needs_signs;   /* the formats decode signs through ksigns/kmask */
 } family_spec;
 
 static const family_spec families[QL_IQ_GRID_COUNT] = {
@@ -32,20 +32,20 @@ static const family_spec families[QL_IQ_GRID_COUNT] = {
                             8, 2, 3, 2, false, true},
     [QL_IQ_GRID_IQ2_XS] = {"IQ2_XS", "iq-grids/iq2xs_grid", 64, "iq-grids/kgrid_2bit_512", 512, 8,
                            2, 3, 2, false, true},
-    [QL_IQ_GRID_IQ2_S] = {"IQ2_S", "iq-grids/iq2s_grid", 64, "iq-grids/kgrid_2bit_1024", 1024, 8,
-                          2, 3, 1, false, true},
-    [QL_IQ_GRID_IQ1_S] = {"IQ1_S/IQ1_M", "iq-grids/iq1s_grid", 64, "iq-grids/kgrid_1bit_2048",
-                          2048, 8, 2, 3, 3, true, false},
-    [QL_IQ_GRID_IQ3_XXS] = {"IQ3_XXS", "iq-grids/iq3xxs_grid", 32, "iq-grids/kgrid_256", 256, 4,
-                            3, 8, 2, false, true},
-    [QL_IQ_GRID_IQ3_S] = {"IQ3_S", "iq-grids/iq3s_grid", 32, "iq-grids/kgrid_512", 512, 4, 3, 8,
-                          3, false, true},
+    [QL_IQ_GRID_IQ2_S] = {"IQ2_S", "iq-grids/iq2s_grid", 64, "iq-grids/kgrid_2bit_1024", 1024, 8, 2,
+                          3, 1, false, true},
+    [QL_IQ_GRID_IQ1_S] = {"IQ1_S/IQ1_M", "iq-grids/iq1s_grid", 64, "iq-grids/kgrid_1bit_2048", 2048,
+                          8, 2, 3, 3, true, false},
+    [QL_IQ_GRID_IQ3_XXS] = {"IQ3_XXS", "iq-grids/iq3xxs_grid", 32, "iq-grids/kgrid_256", 256, 4, 3,
+                            8, 2, false, true},
+    [QL_IQ_GRID_IQ3_S] = {"IQ3_S", "iq-grids/iq3s_grid", 32, "iq-grids/kgrid_512", 512, 4, 3, 8, 3,
+                          false, true},
 };
 
 #define SIGNS_TABLE "iq-grids/ksigns_iq2xs"
 #define MASKS_TABLE "iq-grids/kmask_iq2xs"
-#define N_SIGNS 128
-#define N_MASKS 8
+#define N_SIGNS     128
+#define N_MASKS     8
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(const ql_iq_grid *) loaded[QL_IQ_GRID_COUNT];
@@ -133,8 +133,8 @@ static ql_status read_table(const char *name, int count, int bits, uint64_t *out
         out[n++] = v;
     }
     if (n != count)
-        st = ql_error_set(err, QL_EFORMAT, "%s: table %s has %d values, expected %d", path, name,
-                          n, count);
+        st = ql_error_set(err, QL_EFORMAT, "%s: table %s has %d values, expected %d", path, name, n,
+                          count);
 out:
     free(text);
     return st;
@@ -312,19 +312,18 @@ static ql_status build_family(const family_spec *f, ql_iq_grid **out, ql_error *
         for (int k = 0; k < dim; k++) {
             unsigned l = (unsigned)(codes[j] >> (f->code_bits * k)) & digit_mask;
             if (l >= (unsigned)f->n_levels) {
-                st = ql_error_set(err, QL_EFORMAT,
-                                  "table %s: entry %d (code %llu): coordinate %d has level %u, "
-                                  "the lattice has %d levels",
-                                  f->code_table, j, (unsigned long long)codes[j], k, l,
-                                  f->n_levels);
+                st =
+                    ql_error_set(err, QL_EFORMAT,
+                                 "table %s: entry %d (code %llu): coordinate %d has level %u, "
+                                 "the lattice has %d levels",
+                                 f->code_table, j, (unsigned long long)codes[j], k, l, f->n_levels);
                 goto fail;
             }
             lattice[(size_t)j * (size_t)dim + (size_t)k] = (uint8_t)(2 * l + 1);
         }
         if (map[codes[j]] >= 0) {
             st = ql_error_set(err, QL_EFORMAT, "table %s: entries %d and %d are the same code %llu",
-                              f->code_table, (int)map[codes[j]], j,
-                              (unsigned long long)codes[j]);
+                              f->code_table, (int)map[codes[j]], j, (unsigned long long)codes[j]);
             goto fail;
         }
         map[codes[j]] = j;
@@ -344,12 +343,12 @@ static ql_status build_family(const family_spec *f, ql_iq_grid **out, ql_error *
             if (level_byte[l] == -1000)
                 level_byte[l] = v;
             if (level_byte[l] != v) {
-                st = ql_error_set(err, QL_EFORMAT,
-                                  "table %s: entry %d (0x%0*llx), byte %d is %d, but lattice "
-                                  "level %d (from %s) decodes to %d elsewhere",
-                                  f->decode_table, j, f->decode_bits / 4,
-                                  (unsigned long long)dec[j], k, v, l, f->code_table,
-                                  level_byte[l]);
+                st =
+                    ql_error_set(err, QL_EFORMAT,
+                                 "table %s: entry %d (0x%0*llx), byte %d is %d, but lattice "
+                                 "level %d (from %s) decodes to %d elsewhere",
+                                 f->decode_table, j, f->decode_bits / 4, (unsigned long long)dec[j],
+                                 k, v, l, f->code_table, level_byte[l]);
                 goto fail;
             }
             values[(size_t)j * (size_t)dim + (size_t)k] = (uint8_t)byte;

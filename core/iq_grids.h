@@ -46,18 +46,18 @@ typedef enum {
 #define QL_IQ_MAP_UNREACHABLE INT32_MIN
 
 typedef struct {
-    const char *name;          /* "IQ2_XXS", for messages */
-    int n_points;              /* grid points */
-    int dim;                   /* coordinates per point: 8 or 4 */
-    int code_bits;             /* bits per coordinate in a lattice code: 2 or 3 */
-    int n_levels;              /* lattice levels per coordinate: 3 or 8 */
-    int32_t map_size;          /* codes 0 .. map_size-1 */
-    const uint8_t *values;     /* n_points x dim decode bytes (see above) */
-    const uint8_t *lattice;    /* n_points x dim coordinates 2l+1 */
-    const int32_t *map;        /* map_size entries */
+    const char *name;           /* "IQ2_XXS", for messages */
+    int n_points;               /* grid points */
+    int dim;                    /* coordinates per point: 8 or 4 */
+    int code_bits;              /* bits per coordinate in a lattice code: 2 or 3 */
+    int n_levels;               /* lattice levels per coordinate: 3 or 8 */
+    int32_t map_size;           /* codes 0 .. map_size-1 */
+    const uint8_t *values;      /* n_points x dim decode bytes (see above) */
+    const uint8_t *lattice;     /* n_points x dim coordinates 2l+1 */
+    const int32_t *map;         /* map_size entries */
     const uint16_t *neighbours; /* count, indices, count, indices, ... */
-    const uint8_t *signs;      /* ksigns_iq2xs: 128 entries, 7 sign bits + parity; NULL for IQ1 */
-    const uint8_t *masks;      /* kmask_iq2xs: 8 entries, 1 << i; NULL for IQ1 */
+    const uint8_t *signs;       /* ksigns_iq2xs: 128 entries, 7 sign bits + parity; NULL for IQ1 */
+    const uint8_t *masks;       /* kmask_iq2xs: 8 entries, 1 << i; NULL for IQ1 */
 } ql_iq_grid;
 
 /* Loads a codebook (and the sign tables its formats use) unless already loaded.

@@ -20,11 +20,11 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "qlab's IQ blocks assume little-endian");
 
 /* Groups whose largest magnitude is below these are stored as zero (ggml's values). */
-#define GROUP_EPS 1e-15f
+#define GROUP_EPS         1e-15f
 #define GROUP_EPS_IQ3_XXS 1e-8f
-#define GROUP_EPS_IQ2_S 1e-8f
-#define GROUP_EPS_IQ1_M 1e-7f
-#define GROUP_EPS_IQ1_S 1e-12f
+#define GROUP_EPS_IQ2_S   1e-8f
+#define GROUP_EPS_IQ1_M   1e-7f
+#define GROUP_EPS_IQ1_S   1e-12f
 
 /* The IQ1 grids are {-1,0,1}^8 shifted by +-1/8. */
 #define IQ1_DELTA 0.125f
@@ -236,13 +236,13 @@ typedef enum {
 typedef enum {
     ON_GRID_TRUE,  /* on-grid flags start true for each scale group */
     ON_GRID_FALSE, /* ... start false (IQ3_S) */
-    ON_GRID_KEEP,  /* ... keep the previous group's flags (IQ3_XXS; ggml leaves them as they were) */
+    ON_GRID_KEEP, /* ... keep the previous group's flags (IQ3_XXS; ggml leaves them as they were) */
 } on_grid_init;
 
 typedef struct {
-    int n;         /* weights per scale group: 32 or 16 */
-    int is_lo;     /* scale trials is = is_lo .. is_hi, */
-    float step;    /* inverse scale (2 n_levels - 1 + is * step) / max */
+    int n;        /* weights per scale group: 32 or 16 */
+    int n_trials; /* scale trials is = -n_trials .. n_trials, */
+    float step;   /* inverse scale (2 n_levels - 1 + is * step) / max */
     refine_mode refine;
     on_grid_init init;
 } search_spec;
@@ -263,7 +263,7 @@ static float search_scale(const ql_iq_grid *g, const search_spec *sp, const floa
         for (int k = 0; k < ng; ++k)
             on_grid[k] = sp->init == ON_GRID_TRUE;
     float best = 0;
-    for (int is = sp->is_lo; is <= -sp->is_lo; ++is) {
+    for (int is = -sp->n_trials; is <= sp->n_trials; ++is) {
         float id = (2 * kmax - 1 + is * sp->step) / max;
         float this_scale = 1 / id;
         for (int k = 0; k < ng; ++k) {
@@ -397,7 +397,7 @@ static float sane_scale(float scale)
 static void quantize_row_iq2_xxs(const ql_iq_grid *g, const float *x, ql_block_iq2_xxs *y,
                                  int64_t n, const float *imatrix)
 {
-    static const search_spec spec = {32, -6, 0.1f, REFINE_ALWAYS, ON_GRID_TRUE};
+    static const search_spec spec = {32, 6, 0.1f, REFINE_ALWAYS, ON_GRID_TRUE};
     const int kmax = 3;
     float scales[QL_QK_K / 32], weight[32], waux[32], xval[32];
     int8_t L[32] = {0};
@@ -475,10 +475,10 @@ size_t ql_quantize_iq2_xxs(const float *src, void *dst, int64_t nrows, int64_t n
 /* IQ2_XS                                                                      */
 /* ------------------------------------------------------------------------- */
 
-static void quantize_row_iq2_xs(const ql_iq_grid *g, const float *x, ql_block_iq2_xs *y,
-                                int64_t n, const float *imatrix)
+static void quantize_row_iq2_xs(const ql_iq_grid *g, const float *x, ql_block_iq2_xs *y, int64_t n,
+                                const float *imatrix)
 {
-    static const search_spec spec = {16, -9, 0.1f, REFINE_OFF_GRID_ONLY, ON_GRID_TRUE};
+    static const search_spec spec = {16, 9, 0.1f, REFINE_OFF_GRID_ONLY, ON_GRID_TRUE};
     const int kmax = 3;
     float scales[QL_QK_K / 16], weight[16], waux[16], xval[16];
     int8_t L[16] = {0};
@@ -506,8 +506,8 @@ static void quantize_row_iq2_xs(const ql_iq_grid *g, const float *x, ql_block_iq
                 memset(L, 0, sizeof L);
                 continue;
             }
-            float scale = search_scale(g, &spec, xval, weight, waux, max, max / (2 * kmax - 1), L,
-                                       on_grid);
+            float scale =
+                search_scale(g, &spec, xval, weight, waux, max, max / (2 * kmax - 1), L, on_grid);
             if (scale < 0) {
                 scale = -scale;
                 for (int k = 0; k < 2; ++k)
@@ -554,7 +554,7 @@ size_t ql_quantize_iq2_xs(const float *src, void *dst, int64_t nrows, int64_t n_
 static void quantize_row_iq2_s(const ql_iq_grid *g, const float *x, ql_block_iq2_s *y, int64_t n,
                                const float *imatrix)
 {
-    static const search_spec spec = {16, -9, 0.1f, REFINE_OFF_GRID_ONLY, ON_GRID_TRUE};
+    static const search_spec spec = {16, 9, 0.1f, REFINE_OFF_GRID_ONLY, ON_GRID_TRUE};
     const int kmax = 3;
     float scales[QL_QK_K / 16], weight[16], waux[16], xval[16];
     int8_t L[16] = {0};
@@ -585,8 +585,8 @@ static void quantize_row_iq2_s(const ql_iq_grid *g, const float *x, ql_block_iq2
                 scales[ib] = 0;
                 continue;
             }
-            float scale = search_scale(g, &spec, xval, weight, waux, max, max / (2 * kmax - 1), L,
-                                       on_grid);
+            float scale =
+                search_scale(g, &spec, xval, weight, waux, max, max / (2 * kmax - 1), L, on_grid);
             if (scale < 0) {
                 scale = -scale;
                 for (int k = 0; k < 2; ++k)
@@ -645,7 +645,7 @@ static void weights_or_squares(const float *x, const float *qw, float sigma2, in
 static void quantize_row_iq3_xxs(const ql_iq_grid *g, const float *x, ql_block_iq3_xxs *y,
                                  int64_t n, const float *imatrix)
 {
-    static const search_spec spec = {32, -15, 0.2f, REFINE_OFF_GRID_ONLY, ON_GRID_KEEP};
+    static const search_spec spec = {32, 15, 0.2f, REFINE_OFF_GRID_ONLY, ON_GRID_KEEP};
     const int kmax = 8;
     float scales[QL_QK_K / 32], weight[32], waux[32], xval[32];
     int8_t L[32] = {0};
@@ -660,8 +660,8 @@ static void quantize_row_iq3_xxs(const ql_iq_grid *g, const float *x, ql_block_i
         float max_scale = 0;
         for (int ib = 0; ib < QL_QK_K / 32; ++ib) {
             const float *xb = xbl + 32 * ib;
-            weights_or_squares(xb, imatrix ? imatrix + QL_QK_K * ibl + 32 * ib : NULL, sigma2,
-                               32, weight);
+            weights_or_squares(xb, imatrix ? imatrix + QL_QK_K * ibl + 32 * ib : NULL, sigma2, 32,
+                               weight);
             for (int i = 0; i < 32; ++i)
                 waux[i] = sqrtf(weight[i]);
             for (int k = 0; k < 4; ++k)
@@ -674,8 +674,8 @@ static void quantize_row_iq3_xxs(const ql_iq_grid *g, const float *x, ql_block_i
                 memset(L, 0, sizeof L);
                 continue;
             }
-            float scale = search_scale(g, &spec, xval, weight, waux, max, max / (2 * kmax - 1), L,
-                                       on_grid);
+            float scale =
+                search_scale(g, &spec, xval, weight, waux, max, max / (2 * kmax - 1), L, on_grid);
             if (scale < 0) {
                 scale = -scale;
                 for (int k = 0; k < 4; ++k)
@@ -724,7 +724,7 @@ size_t ql_quantize_iq3_xxs(const float *src, void *dst, int64_t nrows, int64_t n
 static void quantize_row_iq3_s(const ql_iq_grid *g, const float *x, ql_block_iq3_s *y, int64_t n,
                                const float *imatrix)
 {
-    static const search_spec spec = {32, -9, 0.2f, REFINE_ALL_IF_OFF, ON_GRID_FALSE};
+    static const search_spec spec = {32, 9, 0.2f, REFINE_ALL_IF_OFF, ON_GRID_FALSE};
     const int kmax = 8;
     float scales[QL_QK_K / 32], weight[32], waux[32], xval[32];
     int8_t L[32] = {0};
@@ -743,8 +743,8 @@ static void quantize_row_iq3_s(const ql_iq_grid *g, const float *x, ql_block_iq3
         int n_stored = 0;
         for (int ib = 0; ib < QL_QK_K / 32; ++ib) {
             const float *xb = xbl + 32 * ib;
-            weights_or_squares(xb, imatrix ? imatrix + QL_QK_K * ibl + 32 * ib : NULL, sigma2,
-                               32, weight);
+            weights_or_squares(xb, imatrix ? imatrix + QL_QK_K * ibl + 32 * ib : NULL, sigma2, 32,
+                               weight);
             for (int i = 0; i < 32; ++i)
                 waux[i] = sqrtf(weight[i]);
             for (int k = 0; k < 4; ++k)
@@ -756,8 +756,8 @@ static void quantize_row_iq3_s(const ql_iq_grid *g, const float *x, ql_block_iq3
                 scales[ib] = 0;
                 continue;
             }
-            float scale = search_scale(g, &spec, xval, weight, waux, max, max / (2 * kmax - 1), L,
-                                       on_grid);
+            float scale =
+                search_scale(g, &spec, xval, weight, waux, max, max / (2 * kmax - 1), L, on_grid);
             if (scale < 0) {
                 scale = -scale;
                 for (int k = 0; k < 4; ++k)
@@ -960,8 +960,8 @@ static void quantize_row_iq1_s(const ql_iq_grid *g, const float *x, ql_block_iq1
             bool all_on_grid = true;
             const float *xx = best_shift == 1 ? iq1_plus : iq1_minus;
             for (int k = 0; k < BS / 8; ++k)
-                index[k] = (uint16_t)iq1_grid_index(g, L + 8 * k, xb + 8 * k, weight + 8 * k,
-                                                    scale, xx, &all_on_grid);
+                index[k] = (uint16_t)iq1_grid_index(g, L + 8 * k, xb + 8 * k, weight + 8 * k, scale,
+                                                    xx, &all_on_grid);
             if (!all_on_grid) {
                 float sumqx = 0, sumq2 = 0;
                 for (int k = 0; k < BS / 8; ++k) {
@@ -1123,9 +1123,8 @@ static void quantize_row_iq1_m(const ql_iq_grid *g, const float *x, ql_block_iq1
             }
             bool all_on_grid = true;
             for (int k = 0; k < BS / 8; ++k)
-                index[k] = (uint16_t)iq1_grid_index(g, L + 8 * k, xb + 8 * k, weight + 8 * k,
-                                                    scale, iq1m_shift_values(k, best_k),
-                                                    &all_on_grid);
+                index[k] = (uint16_t)iq1_grid_index(g, L + 8 * k, xb + 8 * k, weight + 8 * k, scale,
+                                                    iq1m_shift_values(k, best_k), &all_on_grid);
             if (!all_on_grid) {
                 float sumqx = 0, sumq2 = 0;
                 for (int k = 0; k < BS / 8; ++k) {
@@ -1264,8 +1263,8 @@ void ql_dequantize_iq2_s(const void *src, float *dst, int64_t nrows, int64_t n_p
             db[1] = d * (0.5f + (float)(x[i].scales[ib] >> 4)) * 0.25f;
             for (int l = 0; l < 4; ++l) {
                 int gi = x[i].qs[4 * ib + l] | ((x[i].qh[ib] << (8 - 2 * l)) & 0x300);
-                put_signed8(dst + 8 * l, db[l / 2], g->values + (size_t)gi * 8,
-                            signs[4 * ib + l], g->masks);
+                put_signed8(dst + 8 * l, db[l / 2], g->values + (size_t)gi * 8, signs[4 * ib + l],
+                            g->masks);
             }
             dst += 32;
         }
@@ -1315,8 +1314,10 @@ void ql_dequantize_iq3_s(const void *src, float *dst, int64_t nrows, int64_t n_p
             const uint8_t qh = x[i].qh[ib];
             const uint8_t *signs = x[i].signs + 4 * ib;
             for (int l = 0; l < 4; ++l) {
-                const uint8_t *g1 = g->values + (size_t)(qs[2 * l + 0] | ((qh << (8 - 2 * l)) & 256)) * 4;
-                const uint8_t *g2 = g->values + (size_t)(qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)) * 4;
+                const uint8_t *g1 =
+                    g->values + (size_t)(qs[2 * l + 0] | ((qh << (8 - 2 * l)) & 256)) * 4;
+                const uint8_t *g2 =
+                    g->values + (size_t)(qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)) * 4;
                 for (int j = 0; j < 4; ++j) {
                     dst[j + 0] = db * g1[j] * (signs[l] & g->masks[j + 0] ? -1.f : 1.f);
                     dst[j + 4] = db * g2[j] * (signs[l] & g->masks[j + 4] ? -1.f : 1.f);
@@ -1370,10 +1371,9 @@ void ql_dequantize_iq1_m(const void *src, float *dst, int64_t nrows, int64_t n_p
             const uint8_t *qh = x[i].qh + 2 * ib;
             int gi[4] = {qs[0] | ((qh[0] << 8) & 0x700), qs[1] | ((qh[0] << 4) & 0x700),
                          qs[2] | ((qh[1] << 8) & 0x700), qs[3] | ((qh[1] << 4) & 0x700)};
-            float delta[4] = {qh[0] & 0x08 ? -IQ1_DELTA : IQ1_DELTA,
-                              qh[0] & 0x80 ? -IQ1_DELTA : IQ1_DELTA,
-                              qh[1] & 0x08 ? -IQ1_DELTA : IQ1_DELTA,
-                              qh[1] & 0x80 ? -IQ1_DELTA : IQ1_DELTA};
+            float delta[4] = {
+                qh[0] & 0x08 ? -IQ1_DELTA : IQ1_DELTA, qh[0] & 0x80 ? -IQ1_DELTA : IQ1_DELTA,
+                qh[1] & 0x08 ? -IQ1_DELTA : IQ1_DELTA, qh[1] & 0x80 ? -IQ1_DELTA : IQ1_DELTA};
             for (int l = 0; l < 4; ++l) {
                 const float dl = l < 2 ? dl1 : dl2;
                 const uint8_t *gv = g->values + (size_t)gi[l] * 8;
@@ -1393,13 +1393,25 @@ ql_status ql_iq_prepare(int32_t type, ql_error *err)
 {
     ql_iq_grid_id id;
     switch (type) {
-    case QL_TYPE_IQ2_XXS: id = QL_IQ_GRID_IQ2_XXS; break;
-    case QL_TYPE_IQ2_XS: id = QL_IQ_GRID_IQ2_XS; break;
-    case QL_TYPE_IQ2_S: id = QL_IQ_GRID_IQ2_S; break;
-    case QL_TYPE_IQ3_XXS: id = QL_IQ_GRID_IQ3_XXS; break;
-    case QL_TYPE_IQ3_S: id = QL_IQ_GRID_IQ3_S; break;
+    case QL_TYPE_IQ2_XXS:
+        id = QL_IQ_GRID_IQ2_XXS;
+        break;
+    case QL_TYPE_IQ2_XS:
+        id = QL_IQ_GRID_IQ2_XS;
+        break;
+    case QL_TYPE_IQ2_S:
+        id = QL_IQ_GRID_IQ2_S;
+        break;
+    case QL_TYPE_IQ3_XXS:
+        id = QL_IQ_GRID_IQ3_XXS;
+        break;
+    case QL_TYPE_IQ3_S:
+        id = QL_IQ_GRID_IQ3_S;
+        break;
     case QL_TYPE_IQ1_S:
-    case QL_TYPE_IQ1_M: id = QL_IQ_GRID_IQ1_S; break;
+    case QL_TYPE_IQ1_M:
+        id = QL_IQ_GRID_IQ1_S;
+        break;
     default:
         return ql_error_set(err, QL_EINVAL, "%s is not an IQ lattice type", ql_type_name(type));
     }

@@ -52,60 +52,60 @@
 /* ---- block layouts (as ggml-common.h; multi-byte fields little-endian) ---- */
 
 typedef struct {
-    uint16_t d;      /* fp16 super-block scale */
-    uint8_t qs[64];  /* per 32 weights, 8 bytes: 4 grid indices (8 bits each, one per 8
-                        weights), then a uint32: 4 x 7 sign bits, bits 28..31 the scale s
-                        (weight = d (0.5 + s) / 4 * grid byte * sign) */
+    uint16_t d;     /* fp16 super-block scale */
+    uint8_t qs[64]; /* per 32 weights, 8 bytes: 4 grid indices (8 bits each, one per 8
+                       weights), then a uint32: 4 x 7 sign bits, bits 28..31 the scale s
+                       (weight = d (0.5 + s) / 4 * grid byte * sign) */
 } ql_block_iq2_xxs;
 _Static_assert(sizeof(ql_block_iq2_xxs) == 66, "IQ2_XXS block is 66 bytes");
 
 typedef struct {
-    uint16_t d;         /* fp16 super-block scale */
-    uint16_t qs[32];    /* per 8 weights: bits 0..8 grid index, bits 9..15 sign code
-                           (7 bits + implied parity through ksigns) */
-    uint8_t scales[8];  /* per 32 weights: low nibble scale of the first 16, high of the second */
+    uint16_t d;        /* fp16 super-block scale */
+    uint16_t qs[32];   /* per 8 weights: bits 0..8 grid index, bits 9..15 sign code
+                          (7 bits + implied parity through ksigns) */
+    uint8_t scales[8]; /* per 32 weights: low nibble scale of the first 16, high of the second */
 } ql_block_iq2_xs;
 _Static_assert(sizeof(ql_block_iq2_xs) == 74, "IQ2_XS block is 74 bytes");
 
 typedef struct {
-    uint16_t d;         /* fp16 super-block scale */
-    uint8_t qs[64];     /* [0..31] low 8 bits of the grid index per 8 weights;
-                           [32..63] 8 sign bits per 8 weights (bit j: weight j negative) */
-    uint8_t qh[8];      /* per 32 weights: 2 high index bits for each of its 4 groups */
-    uint8_t scales[8];  /* per 32 weights: two 4-bit scales (16 weights each) */
+    uint16_t d;        /* fp16 super-block scale */
+    uint8_t qs[64];    /* [0..31] low 8 bits of the grid index per 8 weights;
+                          [32..63] 8 sign bits per 8 weights (bit j: weight j negative) */
+    uint8_t qh[8];     /* per 32 weights: 2 high index bits for each of its 4 groups */
+    uint8_t scales[8]; /* per 32 weights: two 4-bit scales (16 weights each) */
 } ql_block_iq2_s;
 _Static_assert(sizeof(ql_block_iq2_s) == 82, "IQ2_S block is 82 bytes");
 
 typedef struct {
-    uint16_t d;      /* fp16 super-block scale */
-    uint8_t qs[96];  /* [0..63] grid index per 4 weights; [64..95] per 32 weights a uint32:
-                        4 x 7 sign bits, bits 28..31 the scale s (d (0.5 + s) / 2) */
+    uint16_t d;     /* fp16 super-block scale */
+    uint8_t qs[96]; /* [0..63] grid index per 4 weights; [64..95] per 32 weights a uint32:
+                       4 x 7 sign bits, bits 28..31 the scale s (d (0.5 + s) / 2) */
 } ql_block_iq3_xxs;
 _Static_assert(sizeof(ql_block_iq3_xxs) == 98, "IQ3_XXS block is 98 bytes");
 
 typedef struct {
-    uint16_t d;         /* fp16 super-block scale */
-    uint8_t qs[64];     /* low 8 bits of the 9-bit grid index per 4 weights */
-    uint8_t qh[8];      /* bit 8 of the grid index, one bit per 4 weights */
-    uint8_t signs[32];  /* one sign bit per weight */
-    uint8_t scales[4];  /* per 64 weights: two 4-bit scales s (d (1 + 2 s)) */
+    uint16_t d;        /* fp16 super-block scale */
+    uint8_t qs[64];    /* low 8 bits of the 9-bit grid index per 4 weights */
+    uint8_t qh[8];     /* bit 8 of the grid index, one bit per 4 weights */
+    uint8_t signs[32]; /* one sign bit per weight */
+    uint8_t scales[4]; /* per 64 weights: two 4-bit scales s (d (1 + 2 s)) */
 } ql_block_iq3_s;
 _Static_assert(sizeof(ql_block_iq3_s) == 110, "IQ3_S block is 110 bytes");
 
 typedef struct {
-    uint16_t d;      /* fp16 super-block scale */
-    uint8_t qs[32];  /* low 8 bits of the 11-bit grid index per 8 weights */
-    uint16_t qh[8];  /* per 32 weights: bits 0..11 the 3 high index bits of its 4 groups,
-                        bits 12..14 scale s (d (2 s + 1)), bit 15 shift sign (-1/8 if set) */
+    uint16_t d;     /* fp16 super-block scale */
+    uint8_t qs[32]; /* low 8 bits of the 11-bit grid index per 8 weights */
+    uint16_t qh[8]; /* per 32 weights: bits 0..11 the 3 high index bits of its 4 groups,
+                       bits 12..14 scale s (d (2 s + 1)), bit 15 shift sign (-1/8 if set) */
 } ql_block_iq1_s;
 _Static_assert(sizeof(ql_block_iq1_s) == 50, "IQ1_S block is 50 bytes");
 
 typedef struct {
-    uint8_t qs[32];     /* low 8 bits of the 11-bit grid index per 8 weights */
-    uint8_t qh[16];     /* per 16 weights: bits 0..2 / 4..6 high index bits of its two
-                           groups, bit 3 / bit 7 their shift sign (-1/8 if set) */
-    uint8_t scales[8];  /* 4 x uint16: bits 0..11 four 3-bit scales (one per 16 weights),
-                           bits 12..15 one nibble of the fp16 super-block scale */
+    uint8_t qs[32];    /* low 8 bits of the 11-bit grid index per 8 weights */
+    uint8_t qh[16];    /* per 16 weights: bits 0..2 / 4..6 high index bits of its two
+                          groups, bit 3 / bit 7 their shift sign (-1/8 if set) */
+    uint8_t scales[8]; /* 4 x uint16: bits 0..11 four 3-bit scales (one per 16 weights),
+                          bits 12..15 one nibble of the fp16 super-block scale */
 } ql_block_iq1_m;
 _Static_assert(sizeof(ql_block_iq1_m) == 56, "IQ1_M block is 56 bytes");
 

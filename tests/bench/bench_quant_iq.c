@@ -31,14 +31,17 @@ static double normal(void)
 
 int main(void)
 {
-    static const char *names[] = {"IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_S", "IQ1_M"};
+    static const char *names[] = {"IQ3_S",   "IQ3_XXS", "IQ2_S", "IQ2_XS",
+                                  "IQ2_XXS", "IQ1_S",   "IQ1_M"};
     float *x = malloc(sizeof(float) * ROWS * COLS), *y = malloc(sizeof(float) * ROWS * COLS);
     float *imat = malloc(sizeof(float) * COLS);
-    void *q = malloc((size_t)ROWS * COLS); /* more than any IQ type needs (<= 3.5 bits per weight) */
+    void *q =
+        malloc((size_t)ROWS * COLS); /* more than any IQ type needs (<= 3.5 bits per weight) */
     if (!x || !y || !imat || !q)
         return 1;
     for (int i = 0; i < ROWS * COLS; i++) {
-        double g = normal(), s = (normal() * normal() + normal() * normal() + normal() * normal()) / 3;
+        double g = normal(),
+               s = (normal() * normal() + normal() * normal() + normal() * normal()) / 3;
         x[i] = (float)(0.02 * g / sqrt(fabs(s) + 0.05));
     }
     for (int j = 0; j < COLS; j++)

@@ -22,10 +22,10 @@
 #include "util.h"
 
 static const char *const table_files[] = {
-    "iq2xxs_grid.txt",     "iq2xs_grid.txt",       "iq2s_grid.txt",       "iq3xxs_grid.txt",
-    "iq3s_grid.txt",       "iq1s_grid.txt",        "ksigns_iq2xs.txt",    "kmask_iq2xs.txt",
-    "kgrid_2bit_256.txt",  "kgrid_2bit_512.txt",   "kgrid_2bit_1024.txt", "kgrid_1bit_2048.txt",
-    "kgrid_256.txt",       "kgrid_512.txt",
+    "iq2xxs_grid.txt",    "iq2xs_grid.txt",     "iq2s_grid.txt",       "iq3xxs_grid.txt",
+    "iq3s_grid.txt",      "iq1s_grid.txt",      "ksigns_iq2xs.txt",    "kmask_iq2xs.txt",
+    "kgrid_2bit_256.txt", "kgrid_2bit_512.txt", "kgrid_2bit_1024.txt", "kgrid_1bit_2048.txt",
+    "kgrid_256.txt",      "kgrid_512.txt",
 };
 #define N_TABLES (sizeof table_files / sizeof table_files[0])
 
@@ -37,7 +37,8 @@ static int dist2(const ql_iq_grid *g, int32_t code, int j)
 {
     int s = 0;
     for (int k = 0; k < g->dim; k++) {
-        int pos = 2 * (int)(((uint32_t)code >> (g->code_bits * k)) & ((1u << g->code_bits) - 1)) + 1;
+        int pos =
+            2 * (int)(((uint32_t)code >> (g->code_bits * k)) & ((1u << g->code_bits) - 1)) + 1;
         int d = g->lattice[(size_t)j * (size_t)g->dim + (size_t)k] - pos;
         s += d * d;
     }
@@ -55,8 +56,8 @@ static void check_maps(const ql_iq_grid *g, int max_shells)
             code |= ((g->lattice[(size_t)j * (size_t)g->dim + (size_t)k] - 1) / 2)
                     << (g->code_bits * k);
         if (g->map[code] != j && bad++ < 3)
-            CHECK_MSG(false, "%s: grid point %d has code %d mapping to %d", g->name, j,
-                      (int)code, (int)g->map[code]);
+            CHECK_MSG(false, "%s: grid point %d has code %d mapping to %d", g->name, j, (int)code,
+                      (int)g->map[code]);
     }
     int n_off = 0;
     for (int32_t code = 0; code < g->map_size; code++) {
@@ -85,9 +86,8 @@ static void check_maps(const ql_iq_grid *g, int max_shells)
 
 static void real_tables_load(void)
 {
-    static const int32_t types[] = {QL_TYPE_IQ2_XXS, QL_TYPE_IQ2_XS, QL_TYPE_IQ2_S,
-                                    QL_TYPE_IQ3_XXS, QL_TYPE_IQ3_S,  QL_TYPE_IQ1_S,
-                                    QL_TYPE_IQ1_M};
+    static const int32_t types[] = {QL_TYPE_IQ2_XXS, QL_TYPE_IQ2_XS, QL_TYPE_IQ2_S, QL_TYPE_IQ3_XXS,
+                                    QL_TYPE_IQ3_S,   QL_TYPE_IQ1_S,  QL_TYPE_IQ1_M};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         ql_error err;
         ql_status st = ql_type_prepare(types[i], &err);
@@ -107,7 +107,8 @@ static void real_tables_load(void)
     }
     /* Spot values of the decode tables: the first IQ2 point is all 8s, the first
      * IQ1 point all -1s, the second IQ3_S point ends in a 3. */
-    const ql_iq_grid *g2 = ql_iq_grid_get(QL_IQ_GRID_IQ2_XXS), *g1 = ql_iq_grid_get(QL_IQ_GRID_IQ1_S);
+    const ql_iq_grid *g2 = ql_iq_grid_get(QL_IQ_GRID_IQ2_XXS),
+                     *g1 = ql_iq_grid_get(QL_IQ_GRID_IQ1_S);
     const ql_iq_grid *g3 = ql_iq_grid_get(QL_IQ_GRID_IQ3_S);
     if (g2 && g1 && g3) {
         CHECK_EQ_INT(g2->values[0], 8);
@@ -130,38 +131,104 @@ typedef enum { T_NONE, T_REMOVE, T_REPLACE, T_DELETE_LAST, T_APPEND, T_SWAP } ta
 
 typedef struct {
     const char *name;
-    const char *file;   /* table file to tamper with */
+    const char *file; /* table file to tamper with */
     tamper_kind kind;
-    int line;           /* 1-based line of the file (T_REPLACE; T_SWAP swaps line and line+1) */
-    const char *text;   /* replacement or appended line */
-    int32_t type;       /* type whose preparation is checked */
+    int line;         /* 1-based line of the file (T_REPLACE; T_SWAP swaps line and line+1) */
+    const char *text; /* replacement or appended line */
+    int32_t type;     /* type whose preparation is checked */
     ql_status want;
     const char *msg[3]; /* substrings the error must contain */
 } scenario;
 
 static const scenario scenarios[] = {
     {"complete", NULL, T_NONE, 0, NULL, QL_TYPE_IQ2_XXS, QL_OK, {NULL}},
-    {"missing", "iq2xxs_grid.txt", T_REMOVE, 0, NULL, QL_TYPE_IQ2_XXS, QL_ENOTFOUND,
+    {"missing",
+     "iq2xxs_grid.txt",
+     T_REMOVE,
+     0,
+     NULL,
+     QL_TYPE_IQ2_XXS,
+     QL_ENOTFOUND,
      {"loading the IQ2_XXS codebook", "iq-grids/iq2xxs_grid", "not found"}},
-    {"missing-signs", "ksigns_iq2xs.txt", T_REMOVE, 0, NULL, QL_TYPE_IQ3_S, QL_ENOTFOUND,
+    {"missing-signs",
+     "ksigns_iq2xs.txt",
+     T_REMOVE,
+     0,
+     NULL,
+     QL_TYPE_IQ3_S,
+     QL_ENOTFOUND,
      {"loading the IQ3_S codebook", "iq-grids/ksigns_iq2xs", "not found"}},
-    {"short", "kgrid_2bit_512.txt", T_DELETE_LAST, 0, NULL, QL_TYPE_IQ2_XS, QL_EFORMAT,
+    {"short",
+     "kgrid_2bit_512.txt",
+     T_DELETE_LAST,
+     0,
+     NULL,
+     QL_TYPE_IQ2_XS,
+     QL_EFORMAT,
      {"kgrid_2bit_512.txt", "has 511 values, expected 512", NULL}},
-    {"long", "kgrid_256.txt", T_APPEND, 0, "4000", QL_TYPE_IQ3_XXS, QL_EFORMAT,
+    {"long",
+     "kgrid_256.txt",
+     T_APPEND,
+     0,
+     "4000",
+     QL_TYPE_IQ3_XXS,
+     QL_EFORMAT,
      {"kgrid_256.txt:258:", "more than the expected 256", NULL}},
-    {"bad-number", "iq3s_grid.txt", T_REPLACE, 6, "0x0101zz03", QL_TYPE_IQ3_S, QL_EFORMAT,
+    {"bad-number",
+     "iq3s_grid.txt",
+     T_REPLACE,
+     6,
+     "0x0101zz03",
+     QL_TYPE_IQ3_S,
+     QL_EFORMAT,
      {"iq3s_grid.txt:6:", "'0x0101zz03' is not an unsigned 32-bit value", NULL}},
-    {"negative", "iq3xxs_grid.txt", T_REPLACE, 2, "-4", QL_TYPE_IQ3_XXS, QL_EFORMAT,
+    {"negative",
+     "iq3xxs_grid.txt",
+     T_REPLACE,
+     2,
+     "-4",
+     QL_TYPE_IQ3_XXS,
+     QL_EFORMAT,
      {"iq3xxs_grid.txt:2:", "'-4' is not an unsigned 32-bit value", NULL}},
-    {"too-wide", "kgrid_2bit_1024.txt", T_REPLACE, 3, "70000", QL_TYPE_IQ2_S, QL_EFORMAT,
+    {"too-wide",
+     "kgrid_2bit_1024.txt",
+     T_REPLACE,
+     3,
+     "70000",
+     QL_TYPE_IQ2_S,
+     QL_EFORMAT,
      {"kgrid_2bit_1024.txt:3:", "not an unsigned 16-bit value", NULL}},
-    {"level", "kgrid_2bit_256.txt", T_REPLACE, 3, "3", QL_TYPE_IQ2_XXS, QL_EFORMAT,
+    {"level",
+     "kgrid_2bit_256.txt",
+     T_REPLACE,
+     3,
+     "3",
+     QL_TYPE_IQ2_XXS,
+     QL_EFORMAT,
      {"kgrid_2bit_256", "entry 1 (code 3)", "has level 3, the lattice has 3 levels"}},
-    {"duplicate", "kgrid_1bit_2048.txt", T_REPLACE, 3, "0", QL_TYPE_IQ1_M, QL_EFORMAT,
+    {"duplicate",
+     "kgrid_1bit_2048.txt",
+     T_REPLACE,
+     3,
+     "0",
+     QL_TYPE_IQ1_M,
+     QL_EFORMAT,
      {"loading the IQ1_S/IQ1_M codebook", "entries 0 and 1 are the same code 0", NULL}},
-    {"shuffled", "iq2s_grid.txt", T_SWAP, 3, NULL, QL_TYPE_IQ2_S, QL_EFORMAT,
+    {"shuffled",
+     "iq2s_grid.txt",
+     T_SWAP,
+     3,
+     NULL,
+     QL_TYPE_IQ2_S,
+     QL_EFORMAT,
      {"table iq-grids/iq2s_grid: entry 1", "decodes to", NULL}},
-    {"signs", "ksigns_iq2xs.txt", T_REPLACE, 5, "131", QL_TYPE_IQ2_XS, QL_EFORMAT,
+    {"signs",
+     "ksigns_iq2xs.txt",
+     T_REPLACE,
+     5,
+     "131",
+     QL_TYPE_IQ2_XS,
+     QL_EFORMAT,
      {"ksigns_iq2xs: entry 3 is 131, expected 3", NULL, NULL}},
 };
 #define N_SCENARIOS (sizeof scenarios / sizeof scenarios[0])
@@ -283,8 +350,8 @@ static void build_tree(const scenario *s, char *root, size_t rsize)
             col[4] = bytes;
         }
         for (int c = 0; c < nc; c++)
-            o += (size_t)snprintf(out + o, mlen + 256 - o, "%s%s", col[c],
-                                  c + 1 < nc ? "\t" : "\n");
+            o +=
+                (size_t)snprintf(out + o, mlen + 256 - o, "%s%s", col[c], c + 1 < nc ? "\t" : "\n");
     }
     snprintf(p, sizeof p, "%s/datasets/manifest.tsv", root);
     write_or_die(p, out, o);

@@ -18,9 +18,8 @@ enum { ROWS = 16, COLS = 1024 };
 
 static void prepare_all(void)
 {
-    static const int32_t types[] = {QL_TYPE_IQ2_XXS, QL_TYPE_IQ2_XS, QL_TYPE_IQ2_S,
-                                    QL_TYPE_IQ3_XXS, QL_TYPE_IQ3_S,  QL_TYPE_IQ1_S,
-                                    QL_TYPE_IQ1_M};
+    static const int32_t types[] = {QL_TYPE_IQ2_XXS, QL_TYPE_IQ2_XS, QL_TYPE_IQ2_S, QL_TYPE_IQ3_XXS,
+                                    QL_TYPE_IQ3_S,   QL_TYPE_IQ1_S,  QL_TYPE_IQ1_M};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         ql_error err;
         ql_status st = ql_type_prepare(types[i], &err);
@@ -56,8 +55,8 @@ static void iq2_xxs_block(void)
 {
     ql_block_iq2_xxs b;
     memset(&b, 0, sizeof b);
-    b.d = 0x3c00; /* 1.0 */
-    b.qs[1] = 1;  /* second 8 of the first 32: grid point 1 */
+    b.d = 0x3c00;                          /* 1.0 */
+    b.qs[1] = 1;                           /* second 8 of the first 32: grid point 1 */
     uint32_t w = 1u | 3u << 14 | 3u << 28; /* signs: group 0 code 1, group 2 code 3; s = 3 */
     memcpy(b.qs + 4, &w, 4);
     float y[QL_QK_K];
@@ -72,10 +71,10 @@ static void iq2_xs_block(void)
 {
     ql_block_iq2_xs b;
     memset(&b, 0, sizeof b);
-    b.d = 0x4000;                          /* 2.0 */
-    b.qs[0] = (uint16_t)(256 | 2u << 9);   /* grid 256, sign code 2 */
-    b.qs[2] = 1;                           /* grid 1 in the second 16 */
-    b.scales[0] = 0x51;                    /* first 16: s = 1, second 16: s = 5 */
+    b.d = 0x4000;                        /* 2.0 */
+    b.qs[0] = (uint16_t)(256 | 2u << 9); /* grid 256, sign code 2 */
+    b.qs[2] = 1;                         /* grid 1 in the second 16 */
+    b.scales[0] = 0x51;                  /* first 16: s = 1, second 16: s = 5 */
     float y[QL_QK_K];
     ql_dequantize_iq2_xs(&b, y, 1, QL_QK_K);
     /* db = 2 (0.5 + 1) / 4 = 0.75 and 2 (0.5 + 5) / 4 = 2.75. */
@@ -88,11 +87,11 @@ static void iq2_s_block(void)
 {
     ql_block_iq2_s b;
     memset(&b, 0, sizeof b);
-    b.d = 0x3800;          /* 0.5 */
-    b.qs[1] = 1;           /* group 1: low index bits 1 */
-    b.qh[0] = 2 << 2;      /* group 1: high index bits 2 -> index 513 */
-    b.qs[32 + 1] = 0x81;   /* group 1: weights 0 and 7 negative */
-    b.scales[0] = 0x02;    /* first 16: s = 2 -> db = 0.5 (2.5) / 4 = 0.3125 */
+    b.d = 0x3800;        /* 0.5 */
+    b.qs[1] = 1;         /* group 1: low index bits 1 */
+    b.qh[0] = 2 << 2;    /* group 1: high index bits 2 -> index 513 */
+    b.qs[32 + 1] = 0x81; /* group 1: weights 0 and 7 negative */
+    b.scales[0] = 0x02;  /* first 16: s = 2 -> db = 0.5 (2.5) / 4 = 0.3125 */
     float y[QL_QK_K];
     ql_dequantize_iq2_s(&b, y, 1, QL_QK_K);
     static const int pos[] = {0, 7, 8, 9, 11, 12, 15, 16};
@@ -104,9 +103,9 @@ static void iq3_xxs_block(void)
 {
     ql_block_iq3_xxs b;
     memset(&b, 0, sizeof b);
-    b.d = 0x3c00;                 /* 1.0 */
-    b.qs[0] = 1;                  /* first 4: grid point 1 */
-    uint32_t w = 3u | 2u << 28;   /* group 0 sign code 3 (weights 0, 1 negative); s = 2 */
+    b.d = 0x3c00;               /* 1.0 */
+    b.qs[0] = 1;                /* first 4: grid point 1 */
+    uint32_t w = 3u | 2u << 28; /* group 0 sign code 3 (weights 0, 1 negative); s = 2 */
     memcpy(b.qs + 64, &w, 4);
     float y[QL_QK_K];
     ql_dequantize_iq3_xxs(&b, y, 1, QL_QK_K);
@@ -120,11 +119,11 @@ static void iq3_s_block(void)
 {
     ql_block_iq3_s b;
     memset(&b, 0, sizeof b);
-    b.d = 0x3c00;      /* 1.0 */
-    b.qh[0] = 1;       /* first 4 of the first 32: index bit 8 -> grid 256 */
-    b.qs[1] = 1;       /* second 4: grid 1 */
-    b.signs[0] = 0x11; /* weights 0 and 4 negative */
-    b.qs[8] = 1;       /* first 4 of the second 32: grid 1 */
+    b.d = 0x3c00;       /* 1.0 */
+    b.qh[0] = 1;        /* first 4 of the first 32: index bit 8 -> grid 256 */
+    b.qs[1] = 1;        /* second 4: grid 1 */
+    b.signs[0] = 0x11;  /* weights 0 and 4 negative */
+    b.qs[8] = 1;        /* first 4 of the second 32: grid 1 */
     b.scales[0] = 0x31; /* first 32: s = 1 (db = 3), second 32: s = 3 (db = 7) */
     float y[QL_QK_K];
     ql_dequantize_iq3_s(&b, y, 1, QL_QK_K);
@@ -144,8 +143,8 @@ static void iq1_s_block(void)
     ql_dequantize_iq1_s(&b, y, 1, QL_QK_K);
     /* dl (v - 1/8): 2.5 * 0.875, 2.5 * -1.125, 2.5 * -0.125. Next 32: dl = 0.5, +1/8. */
     static const int pos[] = {0, 1, 8, 9, 10, 13, 16, 32};
-    static const float want[] = {2.1875f, -2.8125f, -2.8125f, -0.3125f, 2.1875f,
-                                 -2.8125f, -2.8125f, -0.4375f};
+    static const float want[] = {2.1875f, -2.8125f, -2.8125f, -0.3125f,
+                                 2.1875f, -2.8125f, -2.8125f, -0.4375f};
     expect_values("IQ1_S", y, pos, want, 8);
 }
 
@@ -157,13 +156,13 @@ static void iq1_m_block(void)
      * of scales; group scales 1 (dl = 1.5) and 2 (dl = 2.5) for the first 32. */
     uint16_t sc[4] = {1 | 2 << 3, 0x0000, 0x8000, 0x3000};
     memcpy(b.scales, sc, sizeof sc);
-    b.qs[0] = 1;       /* group 0: grid 1 */
-    b.qh[0] = 0x18;    /* group 0 shift -1/8 (bit 3); group 1 high index bits 1 -> grid 256 */
+    b.qs[0] = 1;    /* group 0: grid 1 */
+    b.qh[0] = 0x18; /* group 0 shift -1/8 (bit 3); group 1 high index bits 1 -> grid 256 */
     float y[QL_QK_K];
     ql_dequantize_iq1_m(&b, y, 1, QL_QK_K);
     static const int pos[] = {0, 1, 8, 9, 10, 13, 16, 32};
-    static const float want[] = {1.3125f, -1.6875f, -1.3125f, 0.1875f, 1.6875f,
-                                 -1.3125f, -2.1875f, -0.4375f};
+    static const float want[] = {1.3125f, -1.6875f, -1.3125f, 0.1875f,
+                                 1.6875f, -1.3125f, -2.1875f, -0.4375f};
     expect_values("IQ1_M", y, pos, want, 8);
 }
 
@@ -198,9 +197,9 @@ static const struct {
     const char *name;
     double rmse_imat, rmse_noimat; /* ggml's gauss512 rmse; 0 = ggml refuses */
 } quality[] = {
-    {"IQ3_S", 0.141460003, 0.165399195},  {"IQ3_XXS", 0.194579995, 0.216256627},
-    {"IQ2_S", 0.26108949, 0.267360149},   {"IQ2_XS", 0.321788095, 0},
-    {"IQ2_XXS", 0.361378567, 0},          {"IQ1_S", 0.499513008, 0},
+    {"IQ3_S", 0.141460003, 0.165399195}, {"IQ3_XXS", 0.194579995, 0.216256627},
+    {"IQ2_S", 0.26108949, 0.267360149},  {"IQ2_XS", 0.321788095, 0},
+    {"IQ2_XXS", 0.361378567, 0},         {"IQ1_S", 0.499513008, 0},
     {"IQ1_M", 0.481311354, 0.596001342},
 };
 
