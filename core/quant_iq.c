@@ -43,7 +43,7 @@ static inline int iround(float f)
     return (i & 0x007fffff) - 0x00400000;
 }
 
-/* ggml's MAX/MIN: a NaN second operand loses, a NaN first operand wins. */
+/* ggml's MAX: a > b ? a : b, so a NaN second operand wins and a NaN first one loses. */
 static inline float fmax_ggml(float a, float b)
 {
     return a > b ? a : b;
@@ -95,7 +95,7 @@ static void check_shape(int64_t nrows, int64_t n_per_row)
     QL_ASSERT(nrows >= 0 && n_per_row > 0 && n_per_row % QL_QK_K == 0);
 }
 
-/* Squared row statistics of a super-block: sum of x^2. */
+/* Sum of squares of a super-block's 256 values, in index order. */
 static float sum_squares(const float *x)
 {
     float s = 0;
