@@ -910,9 +910,9 @@ out:
 
 void ql_store_metrics_init(ql_store_metrics *m)
 {
-    double *f = (double *)m;
+    const double nan = (double)NAN;
     for (size_t i = 0; i < N_METRIC_COLS; i++)
-        f[i] = NAN;
+        memcpy((char *)m + metric_cols[i].offset, &nan, sizeof nan);
 }
 
 void ql_store_timing_init(ql_store_timing *t)
