@@ -27,6 +27,28 @@ struct ql_store {
 
 /* ================================================================ schema */
 
+/* The columns of the results views after run_id and sweep (aliases r, c, mo, d, m). */
+#define RESULT_COLUMNS                                                                             \
+    "       c.hash AS config_hash, c.canonical,\n"                                                 \
+    "       c.weight_type, c.act_mode, c.outlier_ratio, c.head_type, c.embd_type, c.kv_type,\n"    \
+    "       c.imatrix, c.budget,\n"                                                                \
+    "       mo.name AS model, mo.sha256 AS model_sha256, d.name AS dataset,\n"                     \
+    "       d.sha256 AS dataset_sha256, r.ctx, r.chunks,\n"                                        \
+    "       m.ppl, m.ppl_err, m.ppl_ref, m.ppl_ref_err, m.ppl - m.ppl_ref AS d_ppl,\n"             \
+    "       m.ln_ppl_ratio, m.ln_ppl_ratio_err,\n"                                                 \
+    "       m.kld_mean, m.kld_mean_err, m.kld_median, m.kld_p90, m.kld_p99, m.kld_p999,\n"         \
+    "       m.kld_max, m.dp_mean, m.dp_rms, m.dp_min, m.dp_max, m.max_abs_prob_err,\n"             \
+    "       m.top1_agree, m.n_tokens, m.rmse, m.max_err, m.imatrix_err, m.imatrix_err_rel,\n"      \
+    "       m.bytes, m.bpw, m.bytes_body, m.bpw_body, m.gguf_bytes, m.zlib_bytes, m.params,\n"     \
+    "       m.params_body,\n"                                                                      \
+    "       r.seconds, r.quantize_seconds, r.ref_seconds, r.quant_seconds, r.threads, r.host,\n"   \
+    "       r.finished, r.qlab_version, r.qlab_commit, r.metrics_version, r.imatrix_sha256\n"
+#define RESULT_JOINS                                                                               \
+    "JOIN configs c ON c.id = r.config_id\n"                                                       \
+    "JOIN models mo ON mo.id = r.model_id\n"                                                       \
+    "JOIN datasets d ON d.id = r.dataset_id\n"                                                     \
+    "JOIN metrics m ON m.run_id = r.id\n"
+
 /* Version 1. Conventions: ids are INTEGER PRIMARY KEY; natural keys (sha256,
  * hash, the run identity) are UNIQUE so shard databases can be merged by them;
  * a NULL measurement means "not measured". */
@@ -161,35 +183,18 @@ static const char *const schema_v1[] = {
     "    CHECK (fallback = (used_type <> requested_type)),\n"
     "    CHECK (fallback = (fallback_reason IS NOT NULL))\n"
     ");\n",
-    "\n"
-    "-- One row per finished run: config axes, model/text, metrics and provenance.\n"
+    /* results and sweep_results share their columns (RESULT_COLUMNS) so that a
+     * report can read either; they differ in where `sweep` comes from. */
+    "-- One row per finished run: config axes, model/text, metrics and provenance;\n"
+    "-- sweep is the sweep that last ran it.\n"
     "CREATE VIEW results AS\n"
-    "SELECT r.id AS run_id, r.sweep, c.hash AS config_hash, c.canonical,\n"
-    "       c.weight_type, c.act_mode, c.outlier_ratio, c.head_type, c.embd_type, c.kv_type,\n"
-    "       c.imatrix, c.budget,\n"
-    "       mo.name AS model, mo.sha256 AS model_sha256, d.name AS dataset,\n"
-    "       d.sha256 AS dataset_sha256, r.ctx, r.chunks,\n"
-    "       m.ppl, m.ppl_err, m.ppl_ref, m.ppl_ref_err, m.ppl - m.ppl_ref AS d_ppl,\n"
-    "       m.ln_ppl_ratio, m.ln_ppl_ratio_err,\n"
-    "       m.kld_mean, m.kld_mean_err, m.kld_median, m.kld_p90, m.kld_p99, m.kld_p999,\n"
-    "       m.kld_max, m.dp_mean, m.dp_rms, m.dp_min, m.dp_max, m.max_abs_prob_err,\n"
-    "       m.top1_agree, m.n_tokens, m.rmse, m.max_err, m.imatrix_err, m.imatrix_err_rel,\n"
-    "       m.bytes, m.bpw, m.bytes_body, m.bpw_body, m.gguf_bytes, m.zlib_bytes, m.params,\n"
-    "       m.params_body,\n"
-    "       r.seconds, r.quantize_seconds, r.ref_seconds, r.quant_seconds, r.threads, r.host,\n"
-    "       r.finished, r.qlab_version, r.qlab_commit, r.metrics_version, r.imatrix_sha256\n"
-    "FROM runs r\n"
-    "JOIN configs c ON c.id = r.config_id\n"
-    "JOIN models mo ON mo.id = r.model_id\n"
-    "JOIN datasets d ON d.id = r.dataset_id\n"
-    "JOIN metrics m ON m.run_id = r.id\n"
-    "WHERE r.status = 'done';\n",
-    "\n"
-    "-- results once per sweep that includes the run (a run shared by two sweeps\n"
-    "-- appears under both; filter with WHERE sweep = '...').\n"
+    "SELECT r.id AS run_id, r.sweep,\n" RESULT_COLUMNS "FROM runs r\n" RESULT_JOINS
+    "WHERE r.status = 'done'",
+    "-- results once per sweep that includes the run, also when an earlier sweep ran\n"
+    "-- it (filter with WHERE sweep = '...').\n"
     "CREATE VIEW sweep_results AS\n"
-    "SELECT s.sweep AS sweep, res.*\n"
-    "FROM sweep_runs s JOIN results res ON res.run_id = s.run_id;\n",
+    "SELECT r.id AS run_id, s.sweep,\n" RESULT_COLUMNS
+    "FROM sweep_runs s JOIN runs r ON r.id = s.run_id\n" RESULT_JOINS "WHERE r.status = 'done'",
     "\n"
     "-- Every run whatever its status, with its provenance and error.\n"
     "CREATE VIEW run_log AS\n"

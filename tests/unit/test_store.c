@@ -133,6 +133,16 @@ static void test_schema(void)
                           "'tensor_results')"),
                  5);
 
+    /* The two results views have the same columns, none of them twice. */
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM pragma_table_info('results') a JOIN "
+                          "pragma_table_info('sweep_results') b ON a.cid = b.cid AND "
+                          "a.name = b.name"),
+                 qint(db, "SELECT count(*) FROM pragma_table_info('sweep_results')"));
+    CHECK_EQ_INT(qint(db, "SELECT count(DISTINCT name) = count(*) FROM "
+                          "pragma_table_info('sweep_results')"),
+                 1);
+    CHECK(qint(db, "SELECT count(*) FROM pragma_table_info('results')") > 50);
+
     /* The metric columns of the C struct are exactly the table's, in order. */
     const char *const *names;
     size_t n = ql_store_metric_columns(&names);
