@@ -7,6 +7,8 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
+    {"query", ql_cmd_query, "read-only SQL or a named query on the results database"},
+    {"sweep", ql_cmd_sweep, "expand a sweep file into configs (--list)"},
     {"version", ql_cmd_version, "print the qlab version and commit"},
 };
 
