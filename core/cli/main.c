@@ -7,6 +7,7 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
+    {"tokenize", ql_cmd_tokenize, "tokenize a text with a model's tokenizer (as llama.cpp)"},
     {"version", ql_cmd_version, "print the qlab version and commit"},
 };
 
