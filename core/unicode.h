@@ -8,6 +8,12 @@
  *   White_Space property (the set Python's `regex` module matches with \s, which is
  *   what llama.cpp's generated tables hold): U+0009..U+000D, U+0085 and the Z*
  *   categories.
+ *   Unicode version: Debian bookworm's libutf8proc 2.8.0 implements Unicode 15.0; its
+ *   category groups equal Python's 15.0 tables at every code point, and its White_Space
+ *   set equals llama.cpp's. llama.cpp's tables, generated with Python, may be 15.1: then
+ *   627 code points differ (CJK Extension I, U+2EBF0..U+2EE5D, letters there and
+ *   unassigned here; U+2FFC..U+2FFF and U+31EF, symbols there), so text containing them
+ *   can split differently. No golden text contains them.
  * - GPT-2's byte-to-unicode table maps every byte to a printable code point so that
  *   byte-level BPE vocabularies can be stored as text. */
 #ifndef QL_UNICODE_H
