@@ -75,8 +75,8 @@ ql_status ql_pretok_init(ql_pretok *p, const char *name, ql_error *err);
 ql_status ql_pretok_init_regex_only(ql_pretok *p, const char *name, ql_error *err);
 void ql_pretok_deinit(ql_pretok *p);
 
-/* Space-separated list of the pre-tokenizer names qlab supports. */
-const char *ql_pretok_names(void);
+/* Writes the space-separated list of the pre-tokenizer names qlab supports. */
+void ql_pretok_names(char *out, size_t size);
 
 /* One symbol of the merge loops: a run of bytes of the working text, linked to its
  * neighbours (llama.cpp's llm_symbol). A symbol merged into its left neighbour has n = 0. */

@@ -79,21 +79,16 @@ static bool name_in_list(const char *list, const char *name)
     return false;
 }
 
-const char *ql_pretok_names(void)
+void ql_pretok_names(char *out, size_t size)
 {
-    static char all[512];
-    static bool done;
-    if (!done) {
-        size_t used = 0;
-        for (size_t i = 0; i < N_PRE_DEFS; i++) {
-            int w =
-                snprintf(all + used, sizeof all - used, "%s%s", used ? " " : "", pre_defs[i].names);
-            if (w > 0 && (size_t)w < sizeof all - used)
-                used += (size_t)w;
-        }
-        done = true;
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < N_PRE_DEFS; i++) {
+        int w = snprintf(out + used, size - used, "%s%s", used ? " " : "", pre_defs[i].names);
+        if (w < 0 || (size_t)w >= size - used)
+            break;
+        used += (size_t)w;
     }
-    return all;
 }
 
 static ql_status pretok_build(ql_pretok *p, const char *name, bool hand_written, ql_error *err)
@@ -104,11 +99,14 @@ static ql_status pretok_build(ql_pretok *p, const char *name, bool hand_written,
     for (size_t i = 0; i < N_PRE_DEFS && !def; i++)
         if (name_in_list(pre_defs[i].names, key))
             def = &pre_defs[i];
-    if (!def)
+    if (!def) {
+        char known[512];
+        ql_pretok_names(known, sizeof known);
         return ql_error_set(err, QL_EUNSUPPORTED,
                             "tokenizer.ggml.pre '%s' is not a pre-tokenizer qlab knows "
                             "(known: %s)",
-                            key, ql_pretok_names());
+                            key, known);
+    }
     ql_strlcpy(p->name, key, sizeof p->name);
     p->ignore_merges = def->ignore_merges;
     p->add_bos = def->add_bos;
