@@ -4,6 +4,7 @@
 
 int ql_cmd_query(int argc, char **argv);
 int ql_cmd_sweep(int argc, char **argv);
+int ql_cmd_tokenize(int argc, char **argv);
 int ql_cmd_version(int argc, char **argv);
 
 #endif
