@@ -561,7 +561,8 @@ static ql_status put_num(ql_table *t, double v, num_style style, int decimals, d
     }
 }
 
-static ql_status md_table(const group *g, FILE *out, ql_error *err)
+/* Writes the group's table; *shown gets a bit (1 << M_...) per metric column shown. */
+static ql_status md_table(const group *g, FILE *out, unsigned *shown, ql_error *err)
 {
     ql_table_column cols[QL_AXIS_COUNT + N_M];
     for (int a = 0; a < QL_AXIS_COUNT; a++)
@@ -604,9 +605,12 @@ static ql_status md_table(const group *g, FILE *out, ql_error *err)
         for (int a = 1; a < QL_AXIS_COUNT; a++)
             ql_table_hide(t, (size_t)a, !g->varies[a]);
         /* Size and bpw stay even when unknown; empty metric columns go. */
-        for (int m = M_PPL; m < N_M; m++)
-            ql_table_hide(t, (size_t)(QL_AXIS_COUNT + m),
-                          ql_table_col_empty(t, (size_t)(QL_AXIS_COUNT + m)));
+        for (int m = 0; m < N_M; m++) {
+            bool empty = m >= M_PPL && ql_table_col_empty(t, (size_t)(QL_AXIS_COUNT + m));
+            ql_table_hide(t, (size_t)(QL_AXIS_COUNT + m), empty);
+            if (!empty)
+                *shown |= 1u << m;
+        }
         ql_table_write_md(t, out, NULL_TEXT);
     }
     ql_table_free(t);
@@ -710,13 +714,20 @@ static void md_failures(const group *g, FILE *out)
     }
 }
 
-static const char legend[] =
-    "bpw and size: the quantized weights of the whole model (F32 norms included). "
-    "PPL ± its standard error; ΔPPL = PPL − reference PPL. "
-    "KLD: KL(reference ‖ quantized) per scored token in nats, mean and 99th percentile. "
-    "top-1: tokens whose most likely next token is the reference's. "
-    "max |Δp|: the largest change of any token's probability. "
-    "imatrix err: Σ I·(w − ŵ)² / Σ I·w² over the quantized weights.\n";
+/* What the columns mean, one sentence per metric shown (as bit 1 << M_...). */
+static const struct {
+    unsigned columns;
+    const char *text;
+} legend[] = {
+    {1u << M_BPW | 1u << M_SIZE,
+     "bpw and size: the quantized weights of the whole model (F32 norms included)."},
+    {1u << M_PPL | 1u << M_DPPL, "PPL ± its standard error; ΔPPL = PPL − reference PPL."},
+    {1u << M_KLD | 1u << M_KLD_P99,
+     "KLD: KL(reference ‖ quantized) per scored token in nats, mean and 99th percentile."},
+    {1u << M_TOP1, "top-1: tokens whose most likely next token is the reference's."},
+    {1u << M_MAXDP, "max |Δp|: the largest change of any token's probability."},
+    {1u << M_IMAT, "imatrix err: Σ I·(w − ŵ)² / Σ I·w² over the quantized weights."},
+};
 
 static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
 {
@@ -725,6 +736,7 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
     if (rc)
         return rc;
     fprintf(d.f, "## Sweep %s\n", c->sweep);
+    unsigned shown = 0;
     for (size_t i = 0; i < ng && !rc; i++) {
         const group *g = &gs[i];
         if (ng > 1)
@@ -734,7 +746,7 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
         md_summary(g, d.f);
         fputc('\n', d.f);
         if (g->nrows)
-            rc = md_table(g, d.f, err);
+            rc = md_table(g, d.f, &shown, err);
         else
             fprintf(d.f, "No finished configs.\n");
         md_failures(g, d.f);
@@ -743,7 +755,14 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
         doc_discard(&d);
         return rc;
     }
-    fprintf(d.f, "\n%s", legend);
+    const char *sep = "\n";
+    for (size_t i = 0; i < sizeof legend / sizeof legend[0]; i++)
+        if (shown & legend[i].columns) {
+            fprintf(d.f, "%s%s", sep, legend[i].text);
+            sep = " ";
+        }
+    if (shown)
+        fputc('\n', d.f);
     return doc_save(c, &d, "report.md", err);
 }
 
@@ -1346,12 +1365,12 @@ ql_status ql_report_write(ql_store *s, const ql_report_options *opt, ql_report_s
     ctx c = {.store = s, .db = ql_store_handle(s), .opt = opt, .sum = summary};
     if (opt->tensors) {
         size_t n = strlen(opt->tensors);
-        bool hex = n >= 4 && n <= 64;
+        bool hex = n >= 1 && n <= 64;
         for (size_t i = 0; i < n && hex; i++)
             hex = strchr("0123456789abcdefABCDEF", opt->tensors[i]) != NULL;
         if (!hex)
             return ql_error_set(err, QL_EINVAL,
-                                "--tensors '%s': give 4 to 64 hex digits of a config hash (see "
+                                "--tensors '%s': not a config hash prefix (hex digits; see "
                                 "'qlab query configs')",
                                 opt->tensors);
     }

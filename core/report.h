@@ -56,7 +56,7 @@
 typedef struct {
     const char *sweep;   /* only this sweep; NULL = every sweep in the store */
     const char *out_dir; /* files go to out_dir/<sweep>/, created as needed */
-    const char *tensors; /* config hash prefix (>= 4 hex digits) for the per-tensor
+    const char *tensors; /* config hash prefix (1 to 64 hex digits) for the per-tensor
                             plot; NULL = the default choice */
     bool plots;          /* run gnuplot; false = tables and plot data only */
     FILE *log;           /* one line per file written; NULL = quiet */

@@ -66,6 +66,9 @@ int ql_cmd_report(int argc, char **argv)
             return ql_cli_usage("report", "%s needs a value", a);
         *target = argv[i];
     }
+    if (opt.tensors && strlen(opt.tensors) < 4)
+        return ql_cli_usage("report", "--tensors: give at least 4 hex digits of the config hash "
+                                      "(see 'qlab query configs')");
 
     ql_error err;
     ql_error_clear(&err);
