@@ -16,6 +16,8 @@
 #ifndef QL_REPORT_FIXTURE_H
 #define QL_REPORT_FIXTURE_H
 
+#include <stdbool.h>
+
 #include "error.h"
 
 #define QLT_REPORT_CTX     64
@@ -23,7 +25,8 @@
 #define QLT_REPORT_TOKENS  31 /* scored tokens per chunk at ctx 64: positions 32..62 */
 #define QLT_REPORT_FAILURE "quantize: blk.0.ffn_down.weight (IQ4_NL): not implemented yet"
 
-/* Creates the database at path (which must not exist). */
-ql_status qlt_report_fixture(const char *path, ql_error *err);
+/* Creates the database at path (which must not exist); without chunks, the runs
+ * have no per-chunk sums (as in a database of a runner that does not record them). */
+ql_status qlt_report_fixture(const char *path, bool chunks, ql_error *err);
 
 #endif

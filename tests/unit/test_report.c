@@ -66,7 +66,7 @@ static ql_store *open_fixture(const char *path)
     ql_error err;
     ql_store *s = NULL;
     if (!ql_file_exists(path))
-        CHECK_OK(qlt_report_fixture(path, &err), &err);
+        CHECK_OK(qlt_report_fixture(path, true, &err), &err);
     ql_store_options ro = {.readonly = true};
     CHECK_OK(ql_store_open(path, &ro, &s, &err), &err);
     if (!s)
