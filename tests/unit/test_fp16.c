@@ -109,7 +109,7 @@ static void fp16_edges(void)
     CHECK_EQ_INT(ql_fp32_to_fp16(0x1p-24f), 0x0001); /* smallest subnormal */
     CHECK_EQ_INT(ql_fp32_to_fp16(0x1p-25f), 0x0000); /* tie between 0 and 2^-24: even */
     CHECK_EQ_INT(ql_fp32_to_fp16(0x1.8p-25f), 0x0001);
-    CHECK_EQ_INT(ql_fp32_to_fp16(0x3p-25f), 0x0002);        /* 1.5 units: tie to even 2 */
+    CHECK_EQ_INT(ql_fp32_to_fp16(0x3p-25f), 0x0002); /* 1.5 units: tie to even 2 */
     CHECK_EQ_INT(ql_fp32_to_fp16(1.0f + 0x1p-11f), 0x3c00); /* tie, even mantissa stays */
     CHECK_EQ_INT(ql_fp32_to_fp16(1.0f + 0x3p-11f), 0x3c02); /* tie, odd mantissa rounds up */
     CHECK_EQ_INT(ql_fp32_to_fp16(-0.0f), 0x8000);
