@@ -3,6 +3,7 @@
 #define QL_COMMANDS_H
 
 int ql_cmd_query(int argc, char **argv);
+int ql_cmd_report(int argc, char **argv);
 int ql_cmd_sweep(int argc, char **argv);
 int ql_cmd_tokenize(int argc, char **argv);
 int ql_cmd_version(int argc, char **argv);
