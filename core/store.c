@@ -13,10 +13,6 @@
 #include "types.h"
 #include "util.h"
 
-/* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a
- * results database from any other SQLite file. */
-#define QL_STORE_APPLICATION_ID 0x716c6162
-
 struct ql_store {
     sqlite3 *db;
     char path[QL_PATH_MAX];

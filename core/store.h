@@ -38,6 +38,9 @@
 #define QL_STORE_SCHEMA_VERSION  2
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
+/* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a
+ * results database from any other SQLite file. */
+#define QL_STORE_APPLICATION_ID 0x716c6162
 
 typedef struct ql_store ql_store;
 

@@ -7,6 +7,7 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
+    {"merge", ql_cmd_merge, "fold shard results databases into one (by run identity)"},
     {"query", ql_cmd_query, "read-only SQL or a named query on the results database"},
     {"report", ql_cmd_report, "format-comparison tables and plots from the results database"},
     {"sweep", ql_cmd_sweep, "expand a sweep file into configs (--list)"},
