@@ -26,6 +26,8 @@
 
 #define QL_GGUF_MAX_DIMS 4
 #define QL_GGUF_DEFAULT_ALIGNMENT 32
+/* Deepest array nesting the reader and writer accept (real files nest at most twice). */
+#define QL_GGUF_MAX_ARRAY_DEPTH 8
 
 typedef enum {
     QL_GGUF_UINT8 = 0,
@@ -140,6 +142,11 @@ const char *ql_gguf_get_str(const ql_gguf *g, const char *key, ql_error *err);
 const ql_gguf_array *ql_gguf_get_arr(const ql_gguf *g, const char *key, ql_gguf_vtype elem,
                                      ql_error *err);
 
+/* True when qlab knows the byte layout of a GGUF tensor type id (block size and
+ * bytes per block), so its size can be computed. Unknown ids, and qlab's own
+ * in-memory schemes, are shown as "type id N". */
+bool ql_gguf_type_known(int32_t type);
+
 /* Number of elements of a tensor (product of ne). */
 int64_t ql_gguf_tensor_nelements(const ql_gguf_tensor *t);
 
@@ -152,9 +159,15 @@ const char *ql_gguf_vtype_name(int32_t t);
 /* Size in bytes of a scalar value type (0 for STRING/ARRAY/unknown). */
 size_t ql_gguf_vtype_size(int32_t t);
 
-/* Deep copy / free of a value (for the writer and for tools that edit metadata). */
+/* Deep copy / free of a value (for the writer and for tools that edit metadata).
+ * The copy checks the source first (QL_EINVAL for an unknown type, an array of
+ * arrays whose elements are not arrays, a bool other than 0/1, nesting deeper
+ * than QL_GGUF_MAX_ARRAY_DEPTH); on error dst is left empty. */
 ql_status ql_gguf_value_copy(ql_gguf_value *dst, const ql_gguf_value *src, ql_error *err);
 void ql_gguf_value_deinit(ql_gguf_value *v);
+
+/* Deep equality: same type, same elements; numbers compared bitwise. */
+bool ql_gguf_value_equal(const ql_gguf_value *a, const ql_gguf_value *b);
 
 /* ---------------------------------------------------------------------------
  * Writer: metadata and tensor infos first, then tensor data streamed one tensor
