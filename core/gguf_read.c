@@ -635,8 +635,8 @@ static ql_status check_data(cursor *c, ql_gguf *g)
         return QL_OK;
     if (data > g->file_size)
         return fail(c, c->off,
-                    "tensor data would start at offset %llu (after padding to %llu), past the "
-                    "end of the file (%llu bytes)",
+                    "tensor data would start at offset %llu (padded to a multiple of %llu), "
+                    "past the end of the file (%llu bytes)",
                     (unsigned long long)data, (unsigned long long)g->alignment,
                     (unsigned long long)g->file_size);
     uint64_t avail = g->file_size - data;
