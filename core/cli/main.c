@@ -7,6 +7,7 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
+    {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
     {"inspect", ql_cmd_inspect, "validate a GGUF file and list its keys and tensors"},
     {"version", ql_cmd_version, "print the qlab version and commit"},
 };
