@@ -3,6 +3,7 @@
 #define QL_COMMANDS_H
 
 int ql_cmd_data(int argc, char **argv);
+int ql_cmd_imatrix_convert(int argc, char **argv);
 int ql_cmd_inspect(int argc, char **argv);
 int ql_cmd_version(int argc, char **argv);
 
