@@ -49,8 +49,8 @@ static ql_status parse_line(char *line, const char *path, int lineno, ql_data_en
                             path, lineno, nc, nc == 8 ? " or more" : "");
     memset(e, 0, sizeof *e);
     if (!cols[0][0] || !take(e->name, sizeof e->name, cols[0]))
-        return ql_error_set(err, QL_EFORMAT, "%s:%d: name is empty or longer than %zu bytes",
-                            path, lineno, sizeof e->name - 1);
+        return ql_error_set(err, QL_EFORMAT, "%s:%d: name is empty or longer than %zu bytes", path,
+                            lineno, sizeof e->name - 1);
     if (strcmp(cols[1], "model") != 0 && strcmp(cols[1], "text") != 0 &&
         strcmp(cols[1], "table") != 0)
         return ql_error_set(err, QL_EFORMAT,
@@ -72,8 +72,8 @@ static ql_status parse_line(char *line, const char *path, int lineno, ql_data_en
                             lineno, e->name, cols[3]);
     ql_strlcpy(e->sha256, cols[3], sizeof e->sha256);
     if (!ql_parse_i64(cols[4], &e->bytes) || e->bytes < 0)
-        return ql_error_set(err, QL_EFORMAT, "%s:%d: '%s': bytes '%s' is not a size", path,
-                            lineno, e->name, cols[4]);
+        return ql_error_set(err, QL_EFORMAT, "%s:%d: '%s': bytes '%s' is not a size", path, lineno,
+                            e->name, cols[4]);
     if (!take(e->source, sizeof e->source, cols[5]) ||
         !take(e->license, sizeof e->license, cols[6]))
         return ql_error_set(err, QL_EFORMAT, "%s:%d: '%s': source or license too long", path,
@@ -117,8 +117,8 @@ static ql_status parse_manifest(const char *path, ql_error *err)
                 goto out_entries;
             for (int i = 0; i < n; i++)
                 if (strcmp(es[i].name, es[n].name) == 0) {
-                    st = ql_error_set(err, QL_EFORMAT, "%s:%d: duplicate name '%s'", path,
-                                      lineno, es[n].name);
+                    st = ql_error_set(err, QL_EFORMAT, "%s:%d: duplicate name '%s'", path, lineno,
+                                      es[n].name);
                     goto out_entries;
                 }
             n++;
@@ -306,10 +306,9 @@ ql_status ql_data_verify(const ql_data_entry *e, bool force, char *path_out, siz
         ql_strlcpy(real, found, sizeof real);
     if (force || !already_verified(cache, real, e->sha256, &sb)) {
         if ((int64_t)sb.st_size != e->bytes)
-            return ql_error_set(err, QL_EFORMAT,
-                                "%s: %s '%s' is %lld bytes, the manifest says %lld (sha256 %s)",
-                                found, e->kind, e->name, (long long)sb.st_size,
-                                (long long)e->bytes, e->sha256);
+            return ql_error_set(
+                err, QL_EFORMAT, "%s: %s '%s' is %lld bytes, the manifest says %lld (sha256 %s)",
+                found, e->kind, e->name, (long long)sb.st_size, (long long)e->bytes, e->sha256);
         char sha[65];
         ql_status st = ql_sha256_file(found, sha, err);
         if (st)

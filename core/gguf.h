@@ -24,7 +24,7 @@
 
 #include "error.h"
 
-#define QL_GGUF_MAX_DIMS 4
+#define QL_GGUF_MAX_DIMS          4
 #define QL_GGUF_DEFAULT_ALIGNMENT 32
 /* Deepest array nesting the reader and writer accept (real files nest at most twice). */
 #define QL_GGUF_MAX_ARRAY_DEPTH 8
@@ -190,13 +190,12 @@ ql_status ql_gguf_writer_set_u32(ql_gguf_writer *w, const char *key, uint32_t v,
 ql_status ql_gguf_writer_set_i32(ql_gguf_writer *w, const char *key, int32_t v, ql_error *err);
 ql_status ql_gguf_writer_set_f32(ql_gguf_writer *w, const char *key, float v, ql_error *err);
 ql_status ql_gguf_writer_set_bool(ql_gguf_writer *w, const char *key, bool v, ql_error *err);
-ql_status ql_gguf_writer_set_str(ql_gguf_writer *w, const char *key, const char *v,
-                                 ql_error *err);
+ql_status ql_gguf_writer_set_str(ql_gguf_writer *w, const char *key, const char *v, ql_error *err);
 /* Array of scalars (elem not STRING/ARRAY), n elements packed in data. */
 ql_status ql_gguf_writer_set_arr(ql_gguf_writer *w, const char *key, ql_gguf_vtype elem,
                                  const void *data, uint64_t n, ql_error *err);
-ql_status ql_gguf_writer_set_str_arr(ql_gguf_writer *w, const char *key,
-                                     const char *const *strs, uint64_t n, ql_error *err);
+ql_status ql_gguf_writer_set_str_arr(ql_gguf_writer *w, const char *key, const char *const *strs,
+                                     uint64_t n, ql_error *err);
 /* Copies every key of a reader (except general.alignment). */
 ql_status ql_gguf_writer_copy_kvs(ql_gguf_writer *w, const ql_gguf *src, ql_error *err);
 bool ql_gguf_writer_remove_kv(ql_gguf_writer *w, const char *key);

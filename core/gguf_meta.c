@@ -49,18 +49,36 @@ static bool int_value(const ql_gguf_value *v, bool *neg, uint64_t *mag)
 {
     *neg = false;
     switch (v->type) {
-    case QL_GGUF_UINT8: *mag = v->v.u8; return true;
-    case QL_GGUF_UINT16: *mag = v->v.u16; return true;
-    case QL_GGUF_UINT32: *mag = v->v.u32; return true;
-    case QL_GGUF_UINT64: *mag = v->v.u64; return true;
-    case QL_GGUF_INT8: *neg = v->v.i8 < 0; *mag = (uint64_t)(*neg ? -(int64_t)v->v.i8 : v->v.i8); return true;
-    case QL_GGUF_INT16: *neg = v->v.i16 < 0; *mag = (uint64_t)(*neg ? -(int64_t)v->v.i16 : v->v.i16); return true;
-    case QL_GGUF_INT32: *neg = v->v.i32 < 0; *mag = (uint64_t)(*neg ? -(int64_t)v->v.i32 : v->v.i32); return true;
+    case QL_GGUF_UINT8:
+        *mag = v->v.u8;
+        return true;
+    case QL_GGUF_UINT16:
+        *mag = v->v.u16;
+        return true;
+    case QL_GGUF_UINT32:
+        *mag = v->v.u32;
+        return true;
+    case QL_GGUF_UINT64:
+        *mag = v->v.u64;
+        return true;
+    case QL_GGUF_INT8:
+        *neg = v->v.i8 < 0;
+        *mag = (uint64_t)(*neg ? -(int64_t)v->v.i8 : v->v.i8);
+        return true;
+    case QL_GGUF_INT16:
+        *neg = v->v.i16 < 0;
+        *mag = (uint64_t)(*neg ? -(int64_t)v->v.i16 : v->v.i16);
+        return true;
+    case QL_GGUF_INT32:
+        *neg = v->v.i32 < 0;
+        *mag = (uint64_t)(*neg ? -(int64_t)v->v.i32 : v->v.i32);
+        return true;
     case QL_GGUF_INT64:
         *neg = v->v.i64 < 0;
         *mag = *neg ? (uint64_t)(-(v->v.i64 + 1)) + 1u : (uint64_t)v->v.i64;
         return true;
-    default: return false;
+    default:
+        return false;
     }
 }
 
@@ -82,8 +100,8 @@ bool ql_gguf_get_u32(const ql_gguf *g, const char *key, uint32_t *out, ql_error 
     if (!int_value(&kv->value, &neg, &mag))
         return type_mismatch(g, kv, "an integer", err);
     if (neg || mag > UINT32_MAX) {
-        ql_error_set(err, QL_EFORMAT, "%s: key '%s' = %s%llu is out of range for u32", g->path,
-                     key, neg ? "-" : "", (unsigned long long)mag);
+        ql_error_set(err, QL_EFORMAT, "%s: key '%s' = %s%llu is out of range for u32", g->path, key,
+                     neg ? "-" : "", (unsigned long long)mag);
         return false;
     }
     *out = (uint32_t)mag;
@@ -314,7 +332,8 @@ bool ql_gguf_value_equal(const ql_gguf_value *a, const ql_gguf_value *b)
     case QL_GGUF_STRING:
         return a->v.str.len == b->v.str.len &&
                (a->v.str.len == 0 || memcmp(a->v.str.ptr, b->v.str.ptr, a->v.str.len) == 0);
-    case QL_GGUF_BOOL: return a->v.b == b->v.b;
+    case QL_GGUF_BOOL:
+        return a->v.b == b->v.b;
     case QL_GGUF_ARRAY: {
         const ql_gguf_array *x = &a->v.arr, *y = &b->v.arr;
         if (x->elem_type != y->elem_type || x->n != y->n)

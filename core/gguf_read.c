@@ -165,16 +165,21 @@ size_t ql_gguf_vtype_size(int32_t t)
     switch (t) {
     case QL_GGUF_UINT8:
     case QL_GGUF_INT8:
-    case QL_GGUF_BOOL: return 1;
+    case QL_GGUF_BOOL:
+        return 1;
     case QL_GGUF_UINT16:
-    case QL_GGUF_INT16: return 2;
+    case QL_GGUF_INT16:
+        return 2;
     case QL_GGUF_UINT32:
     case QL_GGUF_INT32:
-    case QL_GGUF_FLOAT32: return 4;
+    case QL_GGUF_FLOAT32:
+        return 4;
     case QL_GGUF_UINT64:
     case QL_GGUF_INT64:
-    case QL_GGUF_FLOAT64: return 8;
-    default: return 0;
+    case QL_GGUF_FLOAT64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -234,8 +239,7 @@ static ql_status read_array(cursor *c, ql_gguf_array *a)
         return st;
     uint64_t min_elem = min_elem_size(et);
     if (n > remaining(c) / min_elem)
-        return fail(c, at,
-                    "array of %llu %s elements needs at least %llu bytes, only %llu left",
+        return fail(c, at, "array of %llu %s elements needs at least %llu bytes, only %llu left",
                     (unsigned long long)n, ql_gguf_vtype_name((int32_t)et),
                     (unsigned long long)(n > UINT64_MAX / min_elem ? UINT64_MAX : n * min_elem),
                     (unsigned long long)remaining(c));
@@ -285,8 +289,10 @@ static ql_status read_value(cursor *c, ql_gguf_value *v, uint32_t type)
         return fail(c, at, "unknown value type %u, expected 0..%d", type, QL_GGUF_VTYPE_COUNT - 1);
     v->type = (ql_gguf_vtype)type;
     switch (type) {
-    case QL_GGUF_STRING: return read_string(c, &v->v.str, "string value");
-    case QL_GGUF_ARRAY: return read_array(c, &v->v.arr);
+    case QL_GGUF_STRING:
+        return read_string(c, &v->v.str, "string value");
+    case QL_GGUF_ARRAY:
+        return read_array(c, &v->v.arr);
     case QL_GGUF_BOOL: {
         uint8_t b;
         ql_status st = read_bytes(c, &b, 1, "bool value");
@@ -297,7 +303,8 @@ static ql_status read_value(cursor *c, ql_gguf_value *v, uint32_t type)
         v->v.b = b != 0;
         return QL_OK;
     }
-    default: return read_bytes(c, &v->v, ql_gguf_vtype_size((int32_t)type), "scalar value");
+    default:
+        return read_bytes(c, &v->v, ql_gguf_vtype_size((int32_t)type), "scalar value");
     }
 }
 
@@ -461,8 +468,7 @@ static ql_status parse_kvs(cursor *c, ql_gguf *g, uint64_t n_kv)
             return fail(c, kv->offset, "empty key, expected a name such as 'general.name'");
         set_ctx(c, "key", key.ptr, key.len);
         if (strlen(key.ptr) != key.len)
-            return fail(c, kv->offset, "key contains a NUL byte at position %zu",
-                        strlen(key.ptr));
+            return fail(c, kv->offset, "key contains a NUL byte at position %zu", strlen(key.ptr));
         uint32_t type;
         if ((st = read_u32(c, &type, "value type")))
             return st;

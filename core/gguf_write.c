@@ -134,7 +134,7 @@ ql_status ql_gguf_writer_set_kv(ql_gguf_writer *w, const char *key, const ql_ggu
 }
 
 #define SCALAR_SETTER(fn, ctype, vtype, field)                                                     \
-    ql_status fn(ql_gguf_writer *w, const char *key, ctype v, ql_error *err)                      \
+    ql_status fn(ql_gguf_writer *w, const char *key, ctype v, ql_error *err)                       \
     {                                                                                              \
         ql_gguf_value val;                                                                         \
         memset(&val, 0, sizeof val);                                                               \
@@ -148,8 +148,7 @@ SCALAR_SETTER(ql_gguf_writer_set_i32, int32_t, QL_GGUF_INT32, i32)
 SCALAR_SETTER(ql_gguf_writer_set_f32, float, QL_GGUF_FLOAT32, f32)
 SCALAR_SETTER(ql_gguf_writer_set_bool, bool, QL_GGUF_BOOL, b)
 
-ql_status ql_gguf_writer_set_str(ql_gguf_writer *w, const char *key, const char *v,
-                                 ql_error *err)
+ql_status ql_gguf_writer_set_str(ql_gguf_writer *w, const char *key, const char *v, ql_error *err)
 {
     ql_gguf_value val;
     memset(&val, 0, sizeof val);
@@ -163,8 +162,8 @@ ql_status ql_gguf_writer_set_arr(ql_gguf_writer *w, const char *key, ql_gguf_vty
                                  const void *data, uint64_t n, ql_error *err)
 {
     if (ql_gguf_vtype_size(elem) == 0)
-        return ql_error_set(err, QL_EINVAL, "key '%s': array element type %s is not a scalar",
-                            key, ql_gguf_vtype_name(elem));
+        return ql_error_set(err, QL_EINVAL, "key '%s': array element type %s is not a scalar", key,
+                            ql_gguf_vtype_name(elem));
     ql_gguf_value val;
     memset(&val, 0, sizeof val);
     val.type = QL_GGUF_ARRAY;
@@ -174,8 +173,8 @@ ql_status ql_gguf_writer_set_arr(ql_gguf_writer *w, const char *key, ql_gguf_vty
     return ql_gguf_writer_set_kv(w, key, &val, err);
 }
 
-ql_status ql_gguf_writer_set_str_arr(ql_gguf_writer *w, const char *key,
-                                     const char *const *strs, uint64_t n, ql_error *err)
+ql_status ql_gguf_writer_set_str_arr(ql_gguf_writer *w, const char *key, const char *const *strs,
+                                     uint64_t n, ql_error *err)
 {
     ql_gguf_str *s = calloc(n ? n : 1, sizeof *s);
     if (!s)
@@ -206,14 +205,12 @@ ql_status ql_gguf_writer_copy_kvs(ql_gguf_writer *w, const ql_gguf *src, ql_erro
 }
 
 ql_status ql_gguf_writer_add_tensor(ql_gguf_writer *w, const char *name, uint32_t n_dims,
-                                    const int64_t *ne, int32_t type, uint64_t nbytes,
-                                    ql_error *err)
+                                    const int64_t *ne, int32_t type, uint64_t nbytes, ql_error *err)
 {
     if (!name)
         return ql_error_set(err, QL_EINVAL, "tensor without a name");
     if (w->f)
-        return ql_error_set(err, QL_EINVAL, "tensor '%s' added after the header was written",
-                            name);
+        return ql_error_set(err, QL_EINVAL, "tensor '%s' added after the header was written", name);
     size_t len = strlen(name);
     if (len == 0 || len > 63)
         return ql_error_set(err, QL_EINVAL,
@@ -225,8 +222,7 @@ ql_status ql_gguf_writer_add_tensor(ql_gguf_writer *w, const char *name, uint32_
         if (strcmp(w->t[i].name, name) == 0)
             return ql_error_set(err, QL_EINVAL, "duplicate tensor name '%s'", name);
     if (type < 0)
-        return ql_error_set(err, QL_EINVAL, "tensor '%s': type id %d is negative", name,
-                            (int)type);
+        return ql_error_set(err, QL_EINVAL, "tensor '%s': type id %d is negative", name, (int)type);
     /* The same limits the reader enforces: dimensions >= 0, element count in int64. */
     int64_t nel = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
@@ -235,8 +231,7 @@ ql_status ql_gguf_writer_add_tensor(ql_gguf_writer *w, const char *name, uint32_
                                 (long long)ne[d]);
         if (ne[d] != 0 && nel > INT64_MAX / ne[d])
             return ql_error_set(err, QL_EINVAL,
-                                "tensor '%s': the product of the dimensions overflows int64",
-                                name);
+                                "tensor '%s': the product of the dimensions overflows int64", name);
         nel *= ne[d];
     }
     const ql_type_traits *tr = ql_type_get(type);
@@ -247,11 +242,10 @@ ql_status ql_gguf_writer_add_tensor(ql_gguf_writer *w, const char *name, uint32_
     if (ql_gguf_type_known(type)) {
         if (ne[0] % tr->block_size != 0)
             return ql_error_set(err, QL_EINVAL,
-                                "tensor '%s' (%s): row length %lld is not a multiple of %lld",
-                                name, tr->name, (long long)ne[0], (long long)tr->block_size);
+                                "tensor '%s' (%s): row length %lld is not a multiple of %lld", name,
+                                tr->name, (long long)ne[0], (long long)tr->block_size);
         /* nel < 2^63 and type_size / block_size <= 8 bytes per element: no overflow. */
-        uint64_t need = nel == 0 ? 0
-                                 : (uint64_t)(nel / tr->block_size) * (uint64_t)tr->type_size;
+        uint64_t need = nel == 0 ? 0 : (uint64_t)(nel / tr->block_size) * (uint64_t)tr->type_size;
         if (need != nbytes)
             return ql_error_set(err, QL_EINVAL,
                                 "tensor '%s' (%s): %llu bytes given, the shape needs %llu", name,
@@ -318,7 +312,9 @@ static void put_str(sink *s, const char *p, uint64_t len)
 static void put_value(sink *s, const ql_gguf_value *v)
 {
     switch (v->type) {
-    case QL_GGUF_STRING: put_str(s, v->v.str.ptr, v->v.str.len); break;
+    case QL_GGUF_STRING:
+        put_str(s, v->v.str.ptr, v->v.str.len);
+        break;
     case QL_GGUF_ARRAY: {
         const ql_gguf_array *a = &v->v.arr;
         put_u32(s, (uint32_t)a->elem_type);
@@ -341,7 +337,9 @@ static void put_value(sink *s, const ql_gguf_value *v)
         put(s, &b, 1);
         break;
     }
-    default: put(s, &v->v, ql_gguf_vtype_size(v->type)); break;
+    default:
+        put(s, &v->v, ql_gguf_vtype_size(v->type));
+        break;
     }
 }
 

@@ -65,9 +65,8 @@ ql_status ql_imatrix_add_entry(ql_imatrix *im, const char *name, int64_t n_value
         *out = NULL;
     size_t len = strlen(name);
     if (len == 0 || len > QL_IMATRIX_NAME_MAX)
-        return ql_error_set(err, QL_EINVAL,
-                            "imatrix entry name '%s' is %zu bytes, expected 1..%d", name, len,
-                            QL_IMATRIX_NAME_MAX);
+        return ql_error_set(err, QL_EINVAL, "imatrix entry name '%s' is %zu bytes, expected 1..%d",
+                            name, len, QL_IMATRIX_NAME_MAX);
     if (n_mat < 1 || n_values < n_mat || n_values % n_mat != 0 ||
         n_values > (int64_t)(SIZE_MAX / 2 / sizeof(float)))
         return ql_error_set(err, QL_EINVAL,
@@ -148,8 +147,19 @@ ql_status ql_imatrix_set_chunk_size(ql_imatrix *im, int64_t chunk_size, ql_error
                                     "entry '%s': %lld chunks of %lld tokens overflow the count",
                                     e->name, (long long)e->counts[m], (long long)chunk_size);
     }
-    /* Single-precision product, as llama-imatrix computes it when it loads a .dat. */
+    /* Single-precision product, as llama-imatrix computes it when it loads a .dat;
+     * a product that overflows would make a file no reader accepts. */
     const float scale = (float)chunk_size;
+    for (int64_t i = 0; i < im->n_entries; i++) {
+        const ql_imatrix_entry *e = &im->entries[i];
+        for (int64_t j = 0; j < e->n_values; j++)
+            if (isinf(e->sums[j] * scale) || (e->in_sum && isinf(e->in_sum[j] * scale)))
+                return ql_error_set(err, QL_EFORMAT,
+                                    "%s: entry '%s': value %lld (%g) times the chunk size %lld "
+                                    "overflows single precision",
+                                    im->path ? im->path : "imatrix", e->name, (long long)j,
+                                    (double)e->sums[j], (long long)chunk_size);
+    }
     for (int64_t i = 0; i < im->n_entries; i++) {
         ql_imatrix_entry *e = &im->entries[i];
         for (int64_t j = 0; j < e->n_values; j++)
@@ -306,9 +316,9 @@ static ql_status read_dat(const uint8_t *p, size_t size, const char *path, ql_im
         if (nval < 1)
             return dfail(&c, at_ncall + 4, "value count is %d, expected at least 1", (int)nval);
         if ((uint64_t)nval > (c.size - c.off) / 4)
-            return dfail(&c, c.off,
-                         "truncated file: %d values need %llu bytes, only %llu left", (int)nval,
-                         (unsigned long long)nval * 4u, (unsigned long long)(c.size - c.off));
+            return dfail(&c, c.off, "truncated file: %d values need %llu bytes, only %llu left",
+                         (int)nval, (unsigned long long)nval * 4u,
+                         (unsigned long long)(c.size - c.off));
         if (ql_imatrix_find(im, name))
             return dfail(&c, at, "duplicate entry (also an earlier entry)");
         ql_imatrix_entry *e;
@@ -318,8 +328,8 @@ static ql_status read_dat(const uint8_t *p, size_t size, const char *path, ql_im
         int64_t bad;
         if (bad_value(e->sums, nval, &bad))
             return dfail(&c, c.off + 4u * (uint64_t)bad,
-                         "value %lld is %g, expected a finite sum of squares >= 0",
-                         (long long)bad, (double)e->sums[bad]);
+                         "value %lld is %g, expected a finite sum of squares >= 0", (long long)bad,
+                         (double)e->sums[bad]);
         c.off += (uint64_t)nval * 4u;
         /* Counts in chunks: llama-quantize divides the stored values by ncall; an
          * ncall of 0 means the values are used as they are, i.e. a count of 1. */
@@ -385,8 +395,9 @@ static bool strip_suffix(const char *s, const char *suffix, char *out, size_t si
 static ql_status check_f32(const ql_gguf *g, const ql_gguf_tensor *t, ql_error *err)
 {
     if (t->type != QL_TYPE_F32)
-        return ql_error_set(err, QL_EFORMAT, "%s: offset %llu: tensor '%s' has type %s, expected F32",
-                            g->path, (unsigned long long)t->info_offset, t->name,
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: offset %llu: tensor '%s' has type %s, expected F32", g->path,
+                            (unsigned long long)t->info_offset, t->name,
                             ql_gguf_type_known(t->type) ? ql_type_name(t->type) : "unknown");
     return QL_OK;
 }
@@ -397,13 +408,13 @@ static unsigned long long value_offset(const ql_gguf *g, const ql_gguf_tensor *t
     return (unsigned long long)(g->data_offset + t->offset + 4u * (uint64_t)j);
 }
 
-static ql_status read_gguf_entry(const ql_gguf *g, const gentry *ge, ql_imatrix *im,
-                                 ql_error *err)
+static ql_status read_gguf_entry(const ql_gguf *g, const gentry *ge, ql_imatrix *im, ql_error *err)
 {
     ql_status st;
     if (!ge->in_sum2 || !ge->counts) {
-        const ql_gguf_tensor *have = ge->in_sum2 ? ge->in_sum2 : ge->counts ? ge->counts
-                                                                            : ge->in_sum;
+        const ql_gguf_tensor *have = ge->in_sum2  ? ge->in_sum2
+                                     : ge->counts ? ge->counts
+                                                  : ge->in_sum;
         return ql_error_set(err, QL_EFORMAT,
                             "%s: offset %llu: tensor '%s': entry '%s' has no '%s.%s' tensor "
                             "(expected both .in_sum2 and .counts)",
@@ -420,15 +431,15 @@ static ql_status read_gguf_entry(const ql_gguf *g, const gentry *ge, ql_imatrix 
                             "%s: offset %llu: tensor '%s': entry '%s': '.in_sum2' has %lld values "
                             "and '.counts' %lld; expected a positive multiple (ne = [values, "
                             "matrices] and [1, matrices])",
-                            g->path, (unsigned long long)ge->counts->info_offset,
-                            ge->counts->name, ge->name, (long long)nval, (long long)n_mat);
+                            g->path, (unsigned long long)ge->counts->info_offset, ge->counts->name,
+                            ge->name, (long long)nval, (long long)n_mat);
     if (ge->in_sum && ql_gguf_tensor_nelements(ge->in_sum) != nval)
         return ql_error_set(err, QL_EFORMAT,
                             "%s: offset %llu: tensor '%s': entry '%s': '.in_sum' has %lld values, "
                             "'.in_sum2' %lld",
-                            g->path, (unsigned long long)ge->in_sum->info_offset,
-                            ge->in_sum->name, ge->name,
-                            (long long)ql_gguf_tensor_nelements(ge->in_sum), (long long)nval);
+                            g->path, (unsigned long long)ge->in_sum->info_offset, ge->in_sum->name,
+                            ge->name, (long long)ql_gguf_tensor_nelements(ge->in_sum),
+                            (long long)nval);
     ql_imatrix_entry *e;
     if ((st = ql_imatrix_add_entry(im, ge->name, nval, n_mat, ge->in_sum != NULL, &e, err)))
         return ql_error_prefix(err, "%s: ", g->path);
@@ -483,21 +494,20 @@ static ql_status read_gguf(const ql_gguf *g, ql_imatrix *im, ql_error *err)
     const char *need[] = {"imatrix.datasets", "imatrix.chunk_count", "imatrix.chunk_size"};
     for (int i = 0; i < 3; i++)
         if (!ql_gguf_find_kv(g, need[i]))
-            return ql_error_set(err, QL_EFORMAT, "%s: key '%s' is missing (an imatrix GGUF has "
-                                                 "imatrix.datasets, imatrix.chunk_count and "
-                                                 "imatrix.chunk_size)",
+            return ql_error_set(err, QL_EFORMAT,
+                                "%s: key '%s' is missing (an imatrix GGUF has "
+                                "imatrix.datasets, imatrix.chunk_count and "
+                                "imatrix.chunk_size)",
                                 g->path, need[i]);
     const ql_gguf_kv *dkv = ql_gguf_find_kv(g, "imatrix.datasets");
     if (dkv->value.type != QL_GGUF_ARRAY || dkv->value.v.arr.elem_type != QL_GGUF_STRING)
-        return ql_error_set(err, QL_EFORMAT,
-                            "%s: offset %llu: key 'imatrix.datasets' has type %s%s%s, expected "
-                            "arr[str]",
-                            g->path, (unsigned long long)dkv->offset,
-                            ql_gguf_vtype_name(dkv->value.type),
-                            dkv->value.type == QL_GGUF_ARRAY ? " of " : "",
-                            dkv->value.type == QL_GGUF_ARRAY
-                                ? ql_gguf_vtype_name(dkv->value.v.arr.elem_type)
-                                : "");
+        return ql_error_set(
+            err, QL_EFORMAT,
+            "%s: offset %llu: key 'imatrix.datasets' has type %s%s%s, expected "
+            "arr[str]",
+            g->path, (unsigned long long)dkv->offset, ql_gguf_vtype_name(dkv->value.type),
+            dkv->value.type == QL_GGUF_ARRAY ? " of " : "",
+            dkv->value.type == QL_GGUF_ARRAY ? ql_gguf_vtype_name(dkv->value.v.arr.elem_type) : "");
     const ql_gguf_array *ds = &dkv->value.v.arr;
     uint32_t chunk_count = 0, chunk_size = 0;
     const char *ukeys[] = {"imatrix.chunk_count", "imatrix.chunk_size"};
@@ -505,9 +515,9 @@ static ql_status read_gguf(const ql_gguf *g, ql_imatrix *im, ql_error *err)
     for (int i = 0; i < 2; i++) {
         const ql_gguf_kv *kv = ql_gguf_find_kv(g, ukeys[i]);
         if (kv->value.type != QL_GGUF_UINT32)
-            return ql_error_set(err, QL_EFORMAT, "%s: offset %llu: key '%s' has type %s, expected u32",
-                                g->path, (unsigned long long)kv->offset, ukeys[i],
-                                ql_gguf_vtype_name(kv->value.type));
+            return ql_error_set(
+                err, QL_EFORMAT, "%s: offset %llu: key '%s' has type %s, expected u32", g->path,
+                (unsigned long long)kv->offset, ukeys[i], ql_gguf_vtype_name(kv->value.type));
         *uvals[i] = kv->value.v.u32;
     }
     if (chunk_size == 0)
@@ -547,8 +557,9 @@ static ql_status read_gguf(const ql_gguf *g, ql_imatrix *im, ql_error *err)
             k++;
         if (k == n)
             ql_strlcpy(ge[n++].name, name, sizeof ge[0].name);
-        const ql_gguf_tensor **slot =
-            kind == 0 ? &ge[k].in_sum2 : kind == 1 ? &ge[k].counts : &ge[k].in_sum;
+        const ql_gguf_tensor **slot = kind == 0   ? &ge[k].in_sum2
+                                      : kind == 1 ? &ge[k].counts
+                                                  : &ge[k].in_sum;
         *slot = t; /* tensor names are unique, so a slot is filled once */
     }
     if (n == 0) {
@@ -567,8 +578,8 @@ out:
 
 /* ========================================================================= */
 
-ql_status ql_imatrix_read_buffer(const void *buf, size_t size, const char *name,
-                                 ql_imatrix **out, ql_error *err)
+ql_status ql_imatrix_read_buffer(const void *buf, size_t size, const char *name, ql_imatrix **out,
+                                 ql_error *err)
 {
     *out = NULL;
     ql_imatrix *im;
@@ -666,8 +677,9 @@ static ql_status write_dat(const ql_imatrix *im, const char *path, ql_error *err
     for (int64_t i = 0; i < im->n_entries; i++) {
         const ql_imatrix_entry *e = &im->entries[i];
         if (e->n_values > INT32_MAX) {
-            st = ql_error_set(err, QL_EINVAL, "%s: entry '%s' has %lld values, more than .dat "
-                                              "holds",
+            st = ql_error_set(err, QL_EINVAL,
+                              "%s: entry '%s' has %lld values, more than .dat "
+                              "holds",
                               path, e->name, (long long)e->n_values);
             goto out;
         }
@@ -678,8 +690,8 @@ static ql_status write_dat(const ql_imatrix *im, const char *path, ql_error *err
         if (max_count == 0)
             continue;
         /* ncall: chunks behind the entry, rounded up so a partial chunk is not a zero. */
-        int64_t ncall = im->chunk_size > 0 ? (max_count + im->chunk_size - 1) / im->chunk_size
-                                           : max_count;
+        int64_t ncall =
+            im->chunk_size > 0 ? (max_count + im->chunk_size - 1) / im->chunk_size : max_count;
         if (ncall > INT32_MAX) {
             st = ql_error_set(err, QL_EINVAL, "%s: entry '%s': %lld calls overflow .dat's int32",
                               path, e->name, (long long)ncall);
@@ -750,8 +762,7 @@ static ql_status write_gguf(const ql_imatrix *im, const char *path, ql_error *er
     if (st)
         return st;
     if ((st = ql_gguf_writer_set_str(w, "general.type", "imatrix", err)) ||
-        (st = ql_gguf_writer_set_str_arr(w, "imatrix.datasets",
-                                         (const char *const *)im->datasets,
+        (st = ql_gguf_writer_set_str_arr(w, "imatrix.datasets", (const char *const *)im->datasets,
                                          (uint64_t)im->n_datasets, err)) ||
         (st = ql_gguf_writer_set_u32(w, "imatrix.chunk_count", (uint32_t)im->chunk_count, err)) ||
         (st = ql_gguf_writer_set_u32(w, "imatrix.chunk_size", (uint32_t)im->chunk_size, err)))

@@ -99,8 +99,8 @@ ql_status ql_imatrix_set_chunk_size(ql_imatrix *im, int64_t chunk_size, ql_error
 ql_status ql_imatrix_read(const char *path, ql_imatrix **out, ql_error *err);
 
 /* The same over a caller's buffer; name is used in messages. */
-ql_status ql_imatrix_read_buffer(const void *buf, size_t size, const char *name,
-                                 ql_imatrix **out, ql_error *err);
+ql_status ql_imatrix_read_buffer(const void *buf, size_t size, const char *name, ql_imatrix **out,
+                                 ql_error *err);
 
 /* Writes im to path (atomically: temporary file, then rename). GGUF needs the
  * chunk size (call ql_imatrix_set_chunk_size() for a .dat-born imatrix). .dat

@@ -116,8 +116,9 @@ static int cmd_verify(int argc, char **argv)
             const ql_data_entry *e = ql_data_find(argv[i], &err);
             if (!e) {
                 printf("FAILED   %s\n", argv[i]);
-                fprintf(stderr, "qlab: error: '%s' is not a name in the data manifest (see "
-                                "'qlab data list')\n",
+                fprintf(stderr,
+                        "qlab: error: '%s' is not a name in the data manifest (see "
+                        "'qlab data list')\n",
                         argv[i]);
                 failed++;
                 continue;

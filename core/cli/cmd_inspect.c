@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "commands.h"
 
-#define DEFAULT_MAX_ARRAY 8
+#define DEFAULT_MAX_ARRAY  8
 #define DEFAULT_MAX_STRING 200
 /* "all" on the command line. */
 #define NO_LIMIT INT64_MAX
@@ -118,19 +118,43 @@ static void print_string(printer *p, const char *s, uint64_t len)
 static void print_scalar(printer *p, ql_gguf_vtype t, const void *v)
 {
     switch (t) {
-    case QL_GGUF_UINT8: fprintf(p->out, "%u", (unsigned)*(const uint8_t *)v); break;
-    case QL_GGUF_INT8: fprintf(p->out, "%d", (int)*(const int8_t *)v); break;
-    case QL_GGUF_UINT16: fprintf(p->out, "%u", (unsigned)*(const uint16_t *)v); break;
-    case QL_GGUF_INT16: fprintf(p->out, "%d", (int)*(const int16_t *)v); break;
-    case QL_GGUF_UINT32: fprintf(p->out, "%lu", (unsigned long)*(const uint32_t *)v); break;
-    case QL_GGUF_INT32: fprintf(p->out, "%ld", (long)*(const int32_t *)v); break;
-    case QL_GGUF_UINT64: fprintf(p->out, "%llu", (unsigned long long)*(const uint64_t *)v); break;
-    case QL_GGUF_INT64: fprintf(p->out, "%lld", (long long)*(const int64_t *)v); break;
+    case QL_GGUF_UINT8:
+        fprintf(p->out, "%u", (unsigned)*(const uint8_t *)v);
+        break;
+    case QL_GGUF_INT8:
+        fprintf(p->out, "%d", (int)*(const int8_t *)v);
+        break;
+    case QL_GGUF_UINT16:
+        fprintf(p->out, "%u", (unsigned)*(const uint16_t *)v);
+        break;
+    case QL_GGUF_INT16:
+        fprintf(p->out, "%d", (int)*(const int16_t *)v);
+        break;
+    case QL_GGUF_UINT32:
+        fprintf(p->out, "%lu", (unsigned long)*(const uint32_t *)v);
+        break;
+    case QL_GGUF_INT32:
+        fprintf(p->out, "%ld", (long)*(const int32_t *)v);
+        break;
+    case QL_GGUF_UINT64:
+        fprintf(p->out, "%llu", (unsigned long long)*(const uint64_t *)v);
+        break;
+    case QL_GGUF_INT64:
+        fprintf(p->out, "%lld", (long long)*(const int64_t *)v);
+        break;
     /* %.9g and %.17g print the shortest forms that read back to the same float/double. */
-    case QL_GGUF_FLOAT32: fprintf(p->out, "%.9g", (double)*(const float *)v); break;
-    case QL_GGUF_FLOAT64: fprintf(p->out, "%.17g", *(const double *)v); break;
-    case QL_GGUF_BOOL: fputs(*(const uint8_t *)v ? "true" : "false", p->out); break;
-    default: fputs("?", p->out); break;
+    case QL_GGUF_FLOAT32:
+        fprintf(p->out, "%.9g", (double)*(const float *)v);
+        break;
+    case QL_GGUF_FLOAT64:
+        fprintf(p->out, "%.17g", *(const double *)v);
+        break;
+    case QL_GGUF_BOOL:
+        fputs(*(const uint8_t *)v ? "true" : "false", p->out);
+        break;
+    default:
+        fputs("?", p->out);
+        break;
     }
 }
 
@@ -169,22 +193,27 @@ static void print_array(printer *p, const ql_gguf_array *a)
         shown++;
     }
     if (shown < a->n)
-        fprintf(p->out, "%s... (%llu more)", shown ? ", " : "",
-                (unsigned long long)(a->n - shown));
+        fprintf(p->out, "%s... (%llu more)", shown ? ", " : "", (unsigned long long)(a->n - shown));
     fputc(']', p->out);
 }
 
 static void print_value(printer *p, const ql_gguf_value *v)
 {
     switch (v->type) {
-    case QL_GGUF_STRING: print_string(p, v->v.str.ptr, v->v.str.len); break;
-    case QL_GGUF_ARRAY: print_array(p, &v->v.arr); break;
+    case QL_GGUF_STRING:
+        print_string(p, v->v.str.ptr, v->v.str.len);
+        break;
+    case QL_GGUF_ARRAY:
+        print_array(p, &v->v.arr);
+        break;
     case QL_GGUF_BOOL: {
         uint8_t b = v->v.b ? 1 : 0;
         print_scalar(p, v->type, &b);
         break;
     }
-    default: print_scalar(p, v->type, &v->v); break;
+    default:
+        print_scalar(p, v->type, &v->v);
+        break;
     }
 }
 
@@ -248,7 +277,8 @@ static void print_totals(FILE *out, const ql_gguf *g)
     }
     if (n_types == 1)
         fprintf(out, " (all %s)",
-                ql_gguf_type_known(type_ids[0]) ? ql_type_name(type_ids[0]) : "of one unknown type");
+                ql_gguf_type_known(type_ids[0]) ? ql_type_name(type_ids[0])
+                                                : "of one unknown type");
     fputc('\n', out);
 
     if (n_unknown) {
@@ -384,8 +414,8 @@ static void print_keys(printer *p, const ql_gguf *g)
         print_name(p, kv->key, wkey);
         fprintf(out, "  %-14s ", type);
         /* Nested arrays multiply: N elements at each level could mean N^8 lines. */
-        p->budget = p->max_array >= 1000000 ? INT64_MAX
-                                            : (p->max_array + 1) * (p->max_array + 1) * 4;
+        p->budget =
+            p->max_array >= 1000000 ? INT64_MAX : (p->max_array + 1) * (p->max_array + 1) * 4;
         print_value(p, &kv->value);
         fputc('\n', out);
     }

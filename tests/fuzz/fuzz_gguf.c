@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "types.h"
 
 #define FUZZ_NAME "fuzz-input.gguf"
 
@@ -58,6 +59,16 @@ static void exercise(const ql_gguf *g)
         check(ql_gguf_tensor_shape(t, shape) == t->n_dims, "shape has n_dims entries");
         check(ql_gguf_tensor_nelements(t) >= 0, "element count fits int64");
         check(t->offset % g->alignment == 0, "offset aligned");
+        if (ql_gguf_type_known(t->type)) {
+            /* nbytes = elements / block size x bytes per block, computed without overflow. */
+            const ql_type_traits *tr = ql_type_get(t->type);
+            unsigned __int128 want = (unsigned __int128)(uint64_t)ql_gguf_tensor_nelements(t) /
+                                     (unsigned __int128)tr->block_size * tr->type_size;
+            check(want == t->nbytes, "tensor byte size matches its shape and type");
+            check(t->data != NULL, "a tensor of a known type has data");
+        } else {
+            check(t->data == NULL && t->nbytes == 0, "unknown types have no size and no data");
+        }
         if (t->data && t->nbytes) {
             const uint8_t *p = t->data;
             sink ^= p[0];
@@ -75,8 +86,8 @@ static void exercise(const ql_gguf *g)
         const ql_gguf_tensor *t = &g->tensors[i];
         if (!ql_gguf_type_known(t->type))
             continue;
-        check(ql_gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, t->nbytes,
-                                        &err) == QL_OK,
+        check(ql_gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, t->nbytes, &err) ==
+                  QL_OK,
               "writer takes the tensors");
     }
     (void)ql_gguf_writer_file_size(w);

@@ -75,7 +75,7 @@ enum { V_U8 = 0, V_U32 = 4, V_I32 = 5, V_F32 = 6, V_BOOL = 7, V_STR = 8, V_ARR =
 enum { T_F32 = 0, T_Q8_0 = 8 };
 
 #define MAX_KV 8
-#define MAX_T 4
+#define MAX_T  4
 
 typedef struct {
     char name[80];

@@ -64,8 +64,8 @@ int main(void)
     CHECK_EQ_INT(dst->n_tensors, src->n_tensors);
     for (int64_t i = 0; i < src->n_tensors && i < dst->n_tensors; i++) {
         const ql_gguf_tensor *a = &src->tensors[i], *b = &dst->tensors[i];
-        CHECK_MSG(strcmp(a->name, b->name) == 0, "tensor %lld: '%s' vs '%s'", (long long)i,
-                  a->name, b->name);
+        CHECK_MSG(strcmp(a->name, b->name) == 0, "tensor %lld: '%s' vs '%s'", (long long)i, a->name,
+                  b->name);
         CHECK_EQ_INT(a->type, b->type);
         CHECK_EQ_INT(a->n_dims, b->n_dims);
         for (int d = 0; d < QL_GGUF_MAX_DIMS; d++)
@@ -93,8 +93,7 @@ int main(void)
     }
     CHECK_OK(ql_gguf_writer_begin(w, out2, &err), &err);
     for (int64_t i = 0; i < dst->n_tensors; i++)
-        CHECK_OK(ql_gguf_writer_write_tensor(w, dst->tensors[i].data, dst->tensors[i].nbytes,
-                                             &err),
+        CHECK_OK(ql_gguf_writer_write_tensor(w, dst->tensors[i].data, dst->tensors[i].nbytes, &err),
                  &err);
     CHECK_OK(ql_gguf_writer_finish(w, &err), &err);
     ql_gguf_writer_free(w);

@@ -280,8 +280,7 @@ int main(void)
     CHECK(ql_gguf_writer_add_tensor(w, "d0", 0, ne, QL_TYPE_F32, 0, &err) == QL_EINVAL);
     CHECK(ql_gguf_writer_add_tensor(w, "d5", 5, ne, QL_TYPE_F32, 0, &err) == QL_EINVAL);
     CHECK(ql_gguf_writer_add_tensor(w, "neg.type", 1, ne, -1, 128, &err) == QL_EINVAL);
-    CHECK(ql_gguf_writer_add_tensor(w, "int8row", 2, ne, QL_TYPE_INT8_ROW, 68, &err) ==
-              QL_EINVAL &&
+    CHECK(ql_gguf_writer_add_tensor(w, "int8row", 2, ne, QL_TYPE_INT8_ROW, 68, &err) == QL_EINVAL &&
           strstr(err.msg, "not a GGUF type"));
     CHECK(ql_gguf_writer_add_tensor(w, "bytes", 2, ne, QL_TYPE_F32, 255, &err) == QL_EINVAL &&
           strstr(err.msg, "255 bytes given, the shape needs 256"));

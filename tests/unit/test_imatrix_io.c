@@ -86,8 +86,7 @@ static int check_against_tsv(const ql_imatrix *im, const char *tsv_path)
                 bad++;
             p = *end == ',' ? end + 1 : end;
         }
-        CHECK_MSG(bad == 0, "'%s': %lld of %lld values differ", name, (long long)bad,
-                  (long long)n);
+        CHECK_MSG(bad == 0, "'%s': %lld of %lld values differ", name, (long long)bad, (long long)n);
     }
     free(w);
     free(text);
@@ -238,8 +237,8 @@ static void builder_tests(void)
     CHECK_OK(st, &err);
     if (!st) {
         const ql_imatrix_entry *x = ql_imatrix_find(g, "blk.1.ffn_up_exps.weight");
-        CHECK(x && x->n_mat == 3 && x->n_values == 12 && x->counts[1] == 0 &&
-              x->counts[2] == 60 && x->in_sum && x->in_sum[11] == 5.5f);
+        CHECK(x && x->n_mat == 3 && x->n_values == 12 && x->counts[1] == 0 && x->counts[2] == 60 &&
+              x->in_sum && x->in_sum[11] == 5.5f);
         CHECK(g->n_datasets == 2 && strcmp(g->datasets[1], "b.txt") == 0);
         CHECK_EQ_INT(g->chunk_size, 100);
         float w2[12];
@@ -274,8 +273,7 @@ static void builder_tests(void)
         CHECK_OK(ql_imatrix_weights(d, "blk.1.ffn_up_exps.weight", 12, w2, &err), &err);
         for (int j = 0; j < 12; j++)
             CHECK_MSG(fabs((double)w2[j] - (double)w[j]) <= ROUNDTRIP_REL_TOL * (double)w[j],
-                      "value %d: %.9g vs %.9g",
-                      j, (double)w2[j], (double)w[j]);
+                      "value %d: %.9g vs %.9g", j, (double)w2[j], (double)w[j]);
         ql_imatrix_free(d);
     }
 
@@ -321,8 +319,8 @@ static void builder_tests(void)
     CHECK(strcmp(ql_imatrix_format_name(QL_IMATRIX_GGUF), "gguf") == 0);
 
     /* An old .dat without the trailer (chunk count, dataset) still reads. */
-    static const unsigned char old[] = {1, 0, 0, 0, 1, 0, 0, 0, 'w', 2, 0, 0, 0, 1, 0, 0, 0,
-                                        0, 0, 0x80, 0x40};
+    static const unsigned char old[] = {1, 0, 0, 0, 1, 0, 0, 0, 'w',  2,   0,
+                                        0, 0, 1, 0, 0, 0, 0, 0, 0x80, 0x40};
     CHECK_OK(ql_imatrix_read_buffer(old, sizeof old, "old.dat", &im, &err), &err);
     if (im) {
         CHECK(im->n_entries == 1 && im->chunk_count == 0 && im->n_datasets == 0);
@@ -331,9 +329,23 @@ static void builder_tests(void)
         CHECK(one == 2.0f); /* 4.0 stored, ncall 2 */
         ql_imatrix_free(im);
     }
+    /* A stored value that would overflow once scaled to tokens is refused, not
+     * turned into an infinity that no reader accepts. */
+    unsigned char big[sizeof old];
+    memcpy(big, old, sizeof old);
+    float huge = 3e38f;
+    memcpy(big + 17, &huge, 4);
+    CHECK_OK(ql_imatrix_read_buffer(big, sizeof big, "big.dat", &im, &err), &err);
+    if (im) {
+        st = ql_imatrix_set_chunk_size(im, 512, &err);
+        CHECK(st == QL_EFORMAT && strstr(err.msg, "big.dat: entry 'w'") &&
+              strstr(err.msg, "overflows"));
+        CHECK_EQ_INT(im->chunk_size, 0);
+        ql_imatrix_free(im);
+    }
     /* ncall 0: llama-quantize uses the stored values as they are. */
-    static const unsigned char zero_call[] = {1, 0, 0, 0, 1, 0, 0, 0, 'w', 0, 0, 0, 0, 1, 0, 0, 0,
-                                              0, 0, 0x80, 0x40};
+    static const unsigned char zero_call[] = {1, 0, 0, 0, 1, 0, 0, 0, 'w',  0,   0,
+                                              0, 0, 1, 0, 0, 0, 0, 0, 0x80, 0x40};
     CHECK_OK(ql_imatrix_read_buffer(zero_call, sizeof zero_call, "z.dat", &im, &err), &err);
     if (im) {
         float v;

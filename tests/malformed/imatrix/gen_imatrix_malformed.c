@@ -95,12 +95,12 @@ static void g_write(const char *file, const gtensor *ts, int nt, const char *ski
         die(err.msg);
     const char *ds[] = {"calib.txt"};
     uint32_t ds_u32[] = {7};
-    ql_status st = ql_gguf_writer_set_str(w, "general.type", general_type ? general_type : "imatrix",
-                                          &err);
+    ql_status st =
+        ql_gguf_writer_set_str(w, "general.type", general_type ? general_type : "imatrix", &err);
     if (!st && (!skip_key || strcmp(skip_key, "imatrix.datasets") != 0))
-        st = datasets_as_u32 ? ql_gguf_writer_set_arr(w, "imatrix.datasets", QL_GGUF_UINT32,
-                                                      ds_u32, 1, &err)
-                             : ql_gguf_writer_set_str_arr(w, "imatrix.datasets", ds, 1, &err);
+        st = datasets_as_u32
+                 ? ql_gguf_writer_set_arr(w, "imatrix.datasets", QL_GGUF_UINT32, ds_u32, 1, &err)
+                 : ql_gguf_writer_set_str_arr(w, "imatrix.datasets", ds, 1, &err);
     if (!st && (!skip_key || strcmp(skip_key, "imatrix.chunk_count") != 0))
         st = ql_gguf_writer_set_u32(w, "imatrix.chunk_count", 10, &err);
     if (!st && (!skip_key || strcmp(skip_key, "imatrix.chunk_size") != 0))
