@@ -34,6 +34,16 @@ unset QLAB_DATA QLAB_MIRROR
 "$qlab" data verify a >/dev/null 2>&1 && ok "qlab verifies the fetched file" || bad "qlab verify a"
 
 rm -rf "$t/root/datasets/cache"
+# qlab data with the cache gone: list says missing; verify without names lists the
+# missing entries but passes, verify of a named missing entry fails with the places looked.
+"$qlab" data list >"$t/log" 2>&1 && grep -q '^a .* missing' "$t/log" && ok "data list: missing" ||
+    { bad "data list"; cat "$t/log"; }
+"$qlab" data verify >"$t/log" 2>&1 && grep -q '^missing  a' "$t/log" &&
+    ok "data verify: missing entries do not fail" || { bad "data verify (all)"; cat "$t/log"; }
+"$qlab" data verify a >"$t/log" 2>&1
+[ $? -eq 1 ] && grep -q "looked in:" "$t/log" && grep -q "datasets/fetch.sh a" "$t/log" &&
+    ok "data verify NAME: missing fails and says where it looked" ||
+    { bad "data verify a (missing)"; cat "$t/log"; }
 if "$fetch" wrong >"$t/log" 2>&1; then bad "sha256 mismatch accepted"; else
     grep -q "expected 11 bytes, sha256 $zero" "$t/log" && ok "sha256 mismatch reported" ||
         { bad "mismatch message"; cat "$t/log"; }
