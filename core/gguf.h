@@ -9,12 +9,19 @@
  * A string is u64 length + bytes (no NUL). An array is u32 element type + u64 count +
  * elements; arrays may nest.
  *
- * The reader memory-maps the file and validates everything before it allocates:
- * counts against the bytes left, string lengths, dimension products, alignment,
- * tensor data inside the file, duplicate keys and names, row length against the
- * type's block size. Metadata is copied into the ql_gguf structure (NUL-terminated
- * strings, aligned arrays); tensor data is not copied: ql_gguf_tensor.data points
- * into the mapping and stays valid until ql_gguf_close(). */
+ * The reader memory-maps the file and never allocates from a count it has not
+ * checked against the bytes left (the key and tensor tables grow as records are
+ * parsed). It checks string lengths, value and element types, array nesting
+ * (QL_GGUF_MAX_ARRAY_DEPTH), bools, general.alignment (u32, power of two), tensor
+ * names (1..63 bytes, unique), dimensions (1..4, each >= 0, product and byte size
+ * without overflow), row length against the type's block size, offsets aligned,
+ * tensor data inside the file and not overlapping, unique keys. Errors read
+ * "<file>: offset <n>: <key or tensor>: <problem>, expected <x>, got <y>".
+ * Metadata is copied into the ql_gguf structure (NUL-terminated strings, aligned
+ * arrays); tensor data is not copied: ql_gguf_tensor.data points into the mapping
+ * and stays valid until ql_gguf_close(). Tensors of a type qlab does not know keep
+ * their shape and offset, with nbytes 0 and data NULL. Reader and writer keep no
+ * global state: different objects may be used from different threads. */
 #ifndef QL_GGUF_H
 #define QL_GGUF_H
 
