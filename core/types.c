@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <strings.h>
 
+#include "quant_int8row.h"
 #include "quant_iq4.h"
 #include "quant_k.h"
 #include "quant_legacy.h"
@@ -45,8 +46,9 @@ static const ql_type_traits traits[] = {
     {"I32",     QL_TYPE_I32,      1,   4,   true, QL_TYPE_I32,      false, false, NULL, NULL},
     {"I64",     QL_TYPE_I64,      1,   8,   true, QL_TYPE_I64,      false, false, NULL, NULL},
     {"F64",     QL_TYPE_F64,      1,   8,   true, QL_TYPE_F64,      false, false, NULL, NULL},
-    {"INT8_ROW", QL_TYPE_INT8_ROW, 0,  2,   false, QL_TYPE_INT8_ROW, false, false, NULL, NULL},
-    {"Q8_0_XC", QL_TYPE_Q8_0_XC,  32,  34,  false, QL_TYPE_Q8_0,    false, false, NULL, NULL},
+    {"INT8_ROW", QL_TYPE_INT8_ROW, 0,  2,   false, QL_TYPE_INT8_ROW, false, false, ql_quantize_int8_row, ql_dequantize_int8_row},
+    /* Q8_0_XC needs the outlier columns: quantize with ql_quant_q8_0_xc (quant_xc.h). */
+    {"Q8_0_XC", QL_TYPE_Q8_0_XC,  32,  34,  false, QL_TYPE_Q8_0,    false, false, NULL, ql_dequantize_q8_0},
 };
 
 const ql_type_traits *ql_type_get(int32_t type)
