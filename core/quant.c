@@ -68,7 +68,7 @@ ql_status ql_quant_tensor(int32_t type, const float *src, int64_t nrows, int64_t
     const int64_t chunk = ql_quant_chunk_rows(n_per_row);
     const int64_t n_chunks = (nrows + chunk - 1) / chunk;
     const ql_quantize_fn fn = tr->quantize;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ql_threads_get())
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ql_threads_get()) if (n_chunks > 1)
     for (int64_t c = 0; c < n_chunks; c++) {
         const int64_t r0 = c * chunk;
         const int64_t nr = nrows - r0 < chunk ? nrows - r0 : chunk;
@@ -96,7 +96,7 @@ ql_status ql_dequant_tensor(int32_t type, const void *src, size_t src_size, int6
     const int64_t chunk = ql_quant_chunk_rows(n_per_row);
     const int64_t n_chunks = (nrows + chunk - 1) / chunk;
     const ql_dequantize_fn fn = tr->dequantize;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ql_threads_get())
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ql_threads_get()) if (n_chunks > 1)
     for (int64_t c = 0; c < n_chunks; c++) {
         const int64_t r0 = c * chunk;
         const int64_t nr = nrows - r0 < chunk ? nrows - r0 : chunk;
@@ -362,7 +362,7 @@ ql_status ql_weight_error_add(ql_weight_error *e, const float *w, const float *w
     err_part *parts = calloc(n_chunks ? (size_t)n_chunks : 1, sizeof *parts);
     if (!parts)
         return ql_error_set(err, QL_ENOMEM, "weight error: out of memory");
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ql_threads_get())
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ql_threads_get()) if (n_chunks > 1)
     for (int64_t c = 0; c < n_chunks; c++) {
         const int64_t r1 = (c + 1) * chunk < nrows ? (c + 1) * chunk : nrows;
         err_part s = {0, 0, 0, 0, 0};

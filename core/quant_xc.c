@@ -148,7 +148,7 @@ ql_status ql_quant_q8_0_xc(const float *src, int64_t nrows, int64_t n_per_row,
 
     int64_t blocks = 0, outlier_blocks = 0, exact_blocks = 0, approx_blocks = 0;
 #pragma omp parallel for schedule(dynamic, 16) num_threads(ql_threads_get()) \
-    reduction(+ : blocks, outlier_blocks, exact_blocks, approx_blocks)
+    reduction(+ : blocks, outlier_blocks, exact_blocks, approx_blocks) if (nrows > 16)
     for (int64_t r = 0; r < nrows; r++) {
         ql_xc_stats s = {0, 0, 0, 0};
         ql_quantize_row_q8_0_xc(src + r * n_per_row,

@@ -2,6 +2,8 @@
 #ifndef QL_COMMANDS_H
 #define QL_COMMANDS_H
 
+int ql_cmd_bench(int argc, char **argv);
+int ql_cmd_quantize(int argc, char **argv);
 int ql_cmd_version(int argc, char **argv);
 
 #endif

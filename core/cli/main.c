@@ -7,6 +7,8 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
+    {"bench", ql_cmd_bench, "measure kernel throughput (bench quant: quantize/dequantize MB/s)"},
+    {"quantize", ql_cmd_quantize, "write a GGUF model in another weight type (llama.cpp-exact)"},
     {"version", ql_cmd_version, "print the qlab version and commit"},
 };
 
