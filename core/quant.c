@@ -22,8 +22,8 @@ int64_t ql_quant_chunk_rows(int64_t n_per_row)
 
 /* Shared checks of ql_quant_tensor / ql_dequant_tensor: the row size of the type. */
 static ql_status check_shape(const ql_type_traits *tr, int32_t type, int64_t nrows,
-                             int64_t n_per_row, size_t buf_size, size_t *row_size,
-                             const char *what, ql_error *err)
+                             int64_t n_per_row, size_t buf_size, size_t *row_size, const char *what,
+                             ql_error *err)
 {
     if (!tr)
         return ql_error_set(err, QL_EINVAL, "%s: unknown type id %d", what, (int)type);
@@ -33,8 +33,8 @@ static ql_status check_shape(const ql_type_traits *tr, int32_t type, int64_t nro
     *row_size = ql_row_size(type, n_per_row);
     if (*row_size == 0)
         return ql_error_set(err, QL_EINVAL,
-                            "%s %s: row length %lld is not a multiple of the block size %lld",
-                            what, tr->name, (long long)n_per_row, (long long)tr->block_size);
+                            "%s %s: row length %lld is not a multiple of the block size %lld", what,
+                            tr->name, (long long)n_per_row, (long long)tr->block_size);
     if (type == QL_TYPE_INT8_ROW && !ql_int8row_row_ok(n_per_row))
         return ql_error_set(err, QL_EUNSUPPORTED,
                             "%s INT8_ROW: rows of %lld values are longer than the percentile "
@@ -84,8 +84,7 @@ ql_status ql_dequant_tensor(int32_t type, const void *src, size_t src_size, int6
 {
     const ql_type_traits *tr = ql_type_get(type);
     size_t row_size;
-    ql_status st =
-        check_shape(tr, type, nrows, n_per_row, src_size, &row_size, "dequantize", err);
+    ql_status st = check_shape(tr, type, nrows, n_per_row, src_size, &row_size, "dequantize", err);
     if (st)
         return st;
     if (!tr->dequantize)
@@ -152,9 +151,15 @@ static bool ends_with(const char *s, const char *suffix)
 static bool never_quantized(const char *name)
 {
     static const char *const contains[] = {
-        "_norm.weight",          "ffn_gate_inp.weight",      "ssm_conv1d.weight",
-        "time_mix_first.weight", "time_mix_w1.weight",       "time_mix_w2.weight",
-        "time_mix_decay_w1.weight", "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight",
+        "_norm.weight",
+        "ffn_gate_inp.weight",
+        "ssm_conv1d.weight",
+        "time_mix_first.weight",
+        "time_mix_w1.weight",
+        "time_mix_w2.weight",
+        "time_mix_decay_w1.weight",
+        "time_mix_decay_w2.weight",
+        "time_mix_lerp_fused.weight",
         "attn_rel_b.weight",
     };
     if (!ends_with(name, "weight"))
@@ -271,8 +276,8 @@ ql_status ql_quant_plan_tensor(const ql_quant_config *cfg, const char *name, uin
         used = QL_TYPE_F16;
         out->fallback = QL_FALLBACK_SMALL_TENSOR;
         snprintf(out->reason, sizeof out->reason,
-                 "INT8_ROW keeps tensors of <= %d values as F16 (%lld values)",
-                 QL_INT8ROW_KEEP_MAX, (long long)n_values);
+                 "INT8_ROW keeps tensors of <= %d values as F16 (%lld values)", QL_INT8ROW_KEEP_MAX,
+                 (long long)n_values);
     } else if (used == QL_TYPE_INT8_ROW && !ql_int8row_row_ok(out->n_per_row)) {
         return ql_error_set(err, QL_EUNSUPPORTED,
                             "tensor '%s': INT8_ROW rows of %lld values are not supported", name,
@@ -282,8 +287,7 @@ ql_status ql_quant_plan_tensor(const ql_quant_config *cfg, const char *name, uin
         const ql_type_traits *nt = ql_type_get(next);
         int n = snprintf(out->reason, sizeof out->reason,
                          "row length %lld is not a multiple of %lld (%s): %s",
-                         (long long)out->n_per_row, (long long)tr->block_size, tr->name,
-                         nt->name);
+                         (long long)out->n_per_row, (long long)tr->block_size, tr->name, nt->name);
         if (next != QL_TYPE_F16 && out->n_per_row % nt->block_size != 0) {
             snprintf(out->reason + n, sizeof out->reason - (size_t)n,
                      ", not a multiple of %lld either: F16", (long long)nt->block_size);
@@ -350,9 +354,8 @@ typedef struct {
     double sse, sum_sq, max_abs, w_sse, w_sum_sq;
 } err_part;
 
-ql_status ql_weight_error_add(ql_weight_error *e, const float *w, const float *w_hat,
-                              int64_t nrows, int64_t n_per_row, const float *col_weight,
-                              ql_error *err)
+ql_status ql_weight_error_add(ql_weight_error *e, const float *w, const float *w_hat, int64_t nrows,
+                              int64_t n_per_row, const float *col_weight, ql_error *err)
 {
     if (nrows < 0 || n_per_row <= 0)
         return ql_error_set(err, QL_EINVAL, "weight error: invalid shape %lld x %lld",

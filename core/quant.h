@@ -69,7 +69,7 @@ typedef struct {
     int32_t embd_type;
 } ql_quant_config;
 
-#define QL_QUANT_NAME_MAX 256
+#define QL_QUANT_NAME_MAX   256
 #define QL_QUANT_REASON_MAX 192
 
 typedef struct {
@@ -79,11 +79,11 @@ typedef struct {
     int64_t n_per_row;            /* ne[0] */
     int64_t nrows;                /* product of the other dims */
     ql_tensor_role role;
-    int32_t requested;            /* type the config asks for this tensor */
-    int32_t used;                 /* type actually written */
-    ql_fallback_kind fallback;    /* NONE when used is what the role asked for */
+    int32_t requested;                /* type the config asks for this tensor */
+    int32_t used;                     /* type actually written */
+    ql_fallback_kind fallback;        /* NONE when used is what the role asked for */
     char reason[QL_QUANT_REASON_MAX]; /* why used != requested ("" otherwise) */
-    uint64_t bytes;               /* size of the tensor in the used type */
+    uint64_t bytes;                   /* size of the tensor in the used type */
 } ql_quant_plan_entry;
 
 /* True when type may be requested as a weight type: a GGUF weight format qlab can
@@ -103,9 +103,9 @@ typedef struct {
     int64_t n;
     ql_quant_plan_entry *entries;
     int64_t n_fallback;
-    uint64_t bytes;        /* sum of entries[].bytes */
-    int64_t params;        /* sum of values */
-    uint64_t body_bytes;   /* bytes of everything except the head and the embeddings */
+    uint64_t bytes;      /* sum of entries[].bytes */
+    int64_t params;      /* sum of values */
+    uint64_t body_bytes; /* bytes of everything except the head and the embeddings */
     int64_t body_params;
 } ql_quant_plan;
 
@@ -124,22 +124,21 @@ const char *ql_tensor_role_name(ql_tensor_role role);
  * imatrix_err = sum_rows sum_j I_j (w - w^)^2 and its reference sum_rows sum_j I_j w^2
  * are accumulated too (DESIGN.md section 4). Sums are in double. */
 typedef struct {
-    int64_t n;          /* values compared */
-    double sse;         /* sum (w - w^)^2 */
-    double sum_sq;      /* sum w^2 */
-    double max_abs;     /* max |w - w^| */
-    bool weighted;      /* the imatrix terms below are valid */
-    double w_sse;       /* sum_rows sum_j I_j (w - w^)^2 */
-    double w_sum_sq;    /* sum_rows sum_j I_j w^2 */
+    int64_t n;       /* values compared */
+    double sse;      /* sum (w - w^)^2 */
+    double sum_sq;   /* sum w^2 */
+    double max_abs;  /* max |w - w^| */
+    bool weighted;   /* the imatrix terms below are valid */
+    double w_sse;    /* sum_rows sum_j I_j (w - w^)^2 */
+    double w_sum_sq; /* sum_rows sum_j I_j w^2 */
 } ql_weight_error;
 
 /* Adds a tensor (or part of one) to e. col_weight: n_per_row weights or NULL. The
  * rows are reduced in fixed chunks in parallel and the chunk sums added in order,
  * so the result does not depend on the thread count. e->weighted stays true only
  * while every added part had weights. */
-ql_status ql_weight_error_add(ql_weight_error *e, const float *w, const float *w_hat,
-                              int64_t nrows, int64_t n_per_row, const float *col_weight,
-                              ql_error *err);
+ql_status ql_weight_error_add(ql_weight_error *e, const float *w, const float *w_hat, int64_t nrows,
+                              int64_t n_per_row, const float *col_weight, ql_error *err);
 
 /* Adds b into a (model totals). */
 void ql_weight_error_merge(ql_weight_error *a, const ql_weight_error *b);

@@ -24,7 +24,7 @@
 
 /* The clip percentile (of |w| per row) and the small-tensor threshold of the challenge. */
 #define QL_INT8ROW_CLIP_PERCENTILE 99.99984
-#define QL_INT8ROW_KEEP_MAX 65536
+#define QL_INT8ROW_KEEP_MAX        65536
 
 /* The quantile needs the top (n - floor(q*(n-1))) magnitudes of a row; the kernels keep
  * them in a fixed array of this many entries, which covers rows of up to about
@@ -44,8 +44,8 @@ void ql_dequantize_int8_row(const void *src, float *dst, int64_t nrows, int64_t 
 
 /* One quantized tensor as qlab holds it in memory, for the size count below. */
 typedef struct {
-    int32_t type;       /* any type with a row size; INT8_ROW is serialized planar */
-    const void *data;   /* nrows * ql_row_size(type, n_per_row) bytes */
+    int32_t type;     /* any type with a row size; INT8_ROW is serialized planar */
+    const void *data; /* nrows * ql_row_size(type, n_per_row) bytes */
     int64_t nrows;
     int64_t n_per_row;
 } ql_zlib_tensor;

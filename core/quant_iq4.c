@@ -15,7 +15,7 @@
 #include "quant_k.h"
 
 #define IQ4_BLOCK 32
-#define IQ4_NTRY 7
+#define IQ4_NTRY  7
 
 static inline int imax(int a, int b)
 {
@@ -29,8 +29,8 @@ static inline int imin(int a, int b)
 
 /* Quantizes one super-block of sbs values (32 for IQ4_NL, 256 for IQ4_XS). scales_h
  * and scales_l are NULL for IQ4_NL. qw: sbs importance weights or NULL. */
-static void iq4_superblock(int sbs, const float *x, uint16_t *dh, uint8_t *q4,
-                           uint16_t *scales_h, uint8_t *scales_l, const float *qw)
+static void iq4_superblock(int sbs, const float *x, uint16_t *dh, uint8_t *q4, uint16_t *scales_h,
+                           uint8_t *scales_l, const float *qw)
 {
     const int8_t *values = ql_iq4nl_values;
     float scales[QL_QK_K / IQ4_BLOCK], weight[IQ4_BLOCK];

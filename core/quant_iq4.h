@@ -20,8 +20,8 @@
 #define QL_QK4_NL 32
 
 typedef struct {
-    uint16_t d;      /* fp16 scale */
-    uint8_t qs[16];  /* 32 x 4-bit table indices */
+    uint16_t d;     /* fp16 scale */
+    uint8_t qs[16]; /* 32 x 4-bit table indices */
 } ql_block_iq4_nl;
 _Static_assert(sizeof(ql_block_iq4_nl) == 18, "IQ4_NL block is 18 bytes");
 

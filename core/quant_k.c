@@ -197,8 +197,8 @@ static void q2_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
 size_t ql_quantize_q2_K(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q2_K),
-                         q2_K_row_ref, q2_K_row_impl);
+    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q2_K), q2_K_row_ref,
+                         q2_K_row_impl);
 }
 
 void ql_dequantize_q2_K(const void *src, float *y, int64_t nrows, int64_t n_per_row)
@@ -325,8 +325,8 @@ static void q3_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
 size_t ql_quantize_q3_K(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q3_K),
-                         q3_K_row_ref, q3_K_row_impl);
+    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q3_K), q3_K_row_ref,
+                         q3_K_row_impl);
 }
 
 void ql_dequantize_q3_K(const void *src, float *y, int64_t nrows, int64_t n_per_row)
@@ -397,8 +397,8 @@ static void qk45_scales_ref(const float *x, int nmax, float rmin, int nstep, uin
 
 /* Weighted search of ggml's Q4_K/Q5_K impl: make_qkx3_quants per sub-block, then the
  * scales and mins quantized by make_qp_quants under the sub-block weight sums. */
-static void qk45_scales_impl(const float *x, const float *qw, int nmax, uint16_t *d,
-                             uint16_t *dmin, uint8_t *packed, uint8_t *L)
+static void qk45_scales_impl(const float *x, const float *qw, int nmax, uint16_t *d, uint16_t *dmin,
+                             uint8_t *packed, uint8_t *L)
 {
     uint8_t Laux[32], ls[8], lm[8];
     float weights[32], sw[QL_QK_K / 32], mins[QL_QK_K / 32], scales[QL_QK_K / 32];
@@ -507,8 +507,8 @@ static void q4_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
 size_t ql_quantize_q4_K(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q4_K),
-                         q4_K_row_ref, q4_K_row_impl);
+    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q4_K), q4_K_row_ref,
+                         q4_K_row_impl);
 }
 
 void ql_dequantize_q4_K(const void *src, float *y, int64_t nrows, int64_t n_per_row)
@@ -560,8 +560,8 @@ static void q5_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
 size_t ql_quantize_q5_K(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q5_K),
-                         q5_K_row_ref, q5_K_row_impl);
+    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q5_K), q5_K_row_ref,
+                         q5_K_row_impl);
 }
 
 void ql_dequantize_q5_K(const void *src, float *y, int64_t nrows, int64_t n_per_row)
@@ -661,8 +661,8 @@ static void q6_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
 size_t ql_quantize_q6_K(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q6_K),
-                         q6_K_row_ref, q6_K_row_impl);
+    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q6_K), q6_K_row_ref,
+                         q6_K_row_impl);
 }
 
 void ql_dequantize_q6_K(const void *src, float *y, int64_t nrows, int64_t n_per_row)

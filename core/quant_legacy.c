@@ -40,8 +40,7 @@ static inline void put_u32le(uint8_t out[4], uint32_t v)
 
 static inline uint32_t get_u32le(const uint8_t in[4])
 {
-    return (uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 |
-           (uint32_t)in[3] << 24;
+    return (uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24;
 }
 
 /* Sum of squares of a whole row divided by its length: the sigma^2 of ggml's
@@ -215,8 +214,8 @@ static void q4_1_row_impl(const float *x, ql_block_q4_1 *y, int64_t n_per_row, c
         for (int j = 0; j < QL_QK4_1; ++j)
             weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
         float min;
-        float d = ql_make_qkx3_quants(QL_QK4_1, 15, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36,
-                                      false);
+        float d =
+            ql_make_qkx3_quants(QL_QK4_1, 15, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, false);
         y[ib].d = ql_fp32_to_fp16(d);
         y[ib].m = ql_fp32_to_fp16(-min);
         for (int j = 0; j < 16; ++j)
@@ -375,8 +374,8 @@ static void q5_1_row_impl(const float *x, ql_block_q5_1 *y, int64_t n_per_row, c
         for (int j = 0; j < QL_QK5_1; ++j)
             weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
         float min;
-        float d = ql_make_qkx3_quants(QL_QK5_1, 31, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36,
-                                      false);
+        float d =
+            ql_make_qkx3_quants(QL_QK5_1, 31, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, false);
         y[ib].d = ql_fp32_to_fp16(d);
         y[ib].m = ql_fp32_to_fp16(-min);
         for (int j = 0; j < QL_QK5_1; ++j)

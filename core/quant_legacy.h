@@ -34,43 +34,43 @@
 #define QL_QK8_1 32
 
 typedef struct {
-    uint16_t d;      /* fp16 scale */
-    uint8_t qs[16];  /* 32 x 4-bit levels q in [0,15]; value = d * (q - 8) */
+    uint16_t d;     /* fp16 scale */
+    uint8_t qs[16]; /* 32 x 4-bit levels q in [0,15]; value = d * (q - 8) */
 } ql_block_q4_0;
 _Static_assert(sizeof(ql_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 
 typedef struct {
-    uint16_t d;      /* fp16 scale */
-    uint16_t m;      /* fp16 minimum (offset) */
-    uint8_t qs[16];  /* 32 x 4-bit levels q in [0,15]; value = d * q + m */
+    uint16_t d;     /* fp16 scale */
+    uint16_t m;     /* fp16 minimum (offset) */
+    uint8_t qs[16]; /* 32 x 4-bit levels q in [0,15]; value = d * q + m */
 } ql_block_q4_1;
 _Static_assert(sizeof(ql_block_q4_1) == 20, "Q4_1 block is 20 bytes");
 
 typedef struct {
-    uint16_t d;      /* fp16 scale */
-    uint8_t qh[4];   /* bit j = 5th bit of element j (32 bits, little endian) */
-    uint8_t qs[16];  /* low 4 bits of the 32 levels q in [0,31]; value = d * (q - 16) */
+    uint16_t d;     /* fp16 scale */
+    uint8_t qh[4];  /* bit j = 5th bit of element j (32 bits, little endian) */
+    uint8_t qs[16]; /* low 4 bits of the 32 levels q in [0,31]; value = d * (q - 16) */
 } ql_block_q5_0;
 _Static_assert(sizeof(ql_block_q5_0) == 22, "Q5_0 block is 22 bytes");
 
 typedef struct {
-    uint16_t d;      /* fp16 scale */
-    uint16_t m;      /* fp16 minimum (offset) */
-    uint8_t qh[4];   /* bit j = 5th bit of element j */
-    uint8_t qs[16];  /* low 4 bits of the 32 levels q in [0,31]; value = d * q + m */
+    uint16_t d;     /* fp16 scale */
+    uint16_t m;     /* fp16 minimum (offset) */
+    uint8_t qh[4];  /* bit j = 5th bit of element j */
+    uint8_t qs[16]; /* low 4 bits of the 32 levels q in [0,31]; value = d * q + m */
 } ql_block_q5_1;
 _Static_assert(sizeof(ql_block_q5_1) == 24, "Q5_1 block is 24 bytes");
 
 typedef struct {
-    uint16_t d;      /* fp16 scale = max|x| / 127 */
-    int8_t qs[32];   /* signed levels q in [-127,127]; value = d * q */
+    uint16_t d;    /* fp16 scale = max|x| / 127 */
+    int8_t qs[32]; /* signed levels q in [-127,127]; value = d * q */
 } ql_block_q8_0;
 _Static_assert(sizeof(ql_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 
 typedef struct {
-    uint16_t d;      /* fp16 scale = max|x| / 127 */
-    uint16_t s;      /* fp16 of d * sum(qs): lets a dot product with Q4_1/Q5_1 apply m */
-    int8_t qs[32];   /* signed levels q in [-127,127]; value = d * q */
+    uint16_t d;    /* fp16 scale = max|x| / 127 */
+    uint16_t s;    /* fp16 of d * sum(qs): lets a dot product with Q4_1/Q5_1 apply m */
+    int8_t qs[32]; /* signed levels q in [-127,127]; value = d * q */
 } ql_block_q8_1;
 _Static_assert(sizeof(ql_block_q8_1) == 36, "Q8_1 block is 36 bytes");
 

@@ -21,12 +21,12 @@ bool ql_quant_llama_ftype(int32_t type, uint32_t *ftype)
         int32_t type;
         uint32_t ftype;
     } map[] = {
-        {QL_TYPE_F32, 0},      {QL_TYPE_F16, 1},      {QL_TYPE_Q4_0, 2},    {QL_TYPE_Q4_1, 3},
-        {QL_TYPE_Q8_0, 7},     {QL_TYPE_Q5_0, 8},     {QL_TYPE_Q5_1, 9},    {QL_TYPE_Q2_K, 10},
-        {QL_TYPE_Q3_K, 11},    {QL_TYPE_Q4_K, 14},    {QL_TYPE_Q5_K, 16},   {QL_TYPE_Q6_K, 18},
-        {QL_TYPE_IQ2_XXS, 19}, {QL_TYPE_IQ2_XS, 20},  {QL_TYPE_IQ3_XXS, 23}, {QL_TYPE_IQ1_S, 24},
-        {QL_TYPE_IQ4_NL, 25},  {QL_TYPE_IQ3_S, 26},   {QL_TYPE_IQ2_S, 29},  {QL_TYPE_IQ4_XS, 30},
-        {QL_TYPE_IQ1_M, 31},   {QL_TYPE_BF16, 32},    {QL_TYPE_TQ1_0, 36},  {QL_TYPE_TQ2_0, 37},
+        {QL_TYPE_F32, 0},      {QL_TYPE_F16, 1},     {QL_TYPE_Q4_0, 2},     {QL_TYPE_Q4_1, 3},
+        {QL_TYPE_Q8_0, 7},     {QL_TYPE_Q5_0, 8},    {QL_TYPE_Q5_1, 9},     {QL_TYPE_Q2_K, 10},
+        {QL_TYPE_Q3_K, 11},    {QL_TYPE_Q4_K, 14},   {QL_TYPE_Q5_K, 16},    {QL_TYPE_Q6_K, 18},
+        {QL_TYPE_IQ2_XXS, 19}, {QL_TYPE_IQ2_XS, 20}, {QL_TYPE_IQ3_XXS, 23}, {QL_TYPE_IQ1_S, 24},
+        {QL_TYPE_IQ4_NL, 25},  {QL_TYPE_IQ3_S, 26},  {QL_TYPE_IQ2_S, 29},   {QL_TYPE_IQ4_XS, 30},
+        {QL_TYPE_IQ1_M, 31},   {QL_TYPE_BF16, 32},   {QL_TYPE_TQ1_0, 36},   {QL_TYPE_TQ2_0, 37},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
         if (map[i].type == type) {
@@ -88,8 +88,8 @@ static ql_status check_plan(const ql_gguf *g, const ql_quant_plan *p, ql_error *
         const ql_type_traits *tr = ql_type_get(e->used);
         if (!tr->quantize)
             return ql_error_set(err, QL_EUNSUPPORTED,
-                                "%s: tensor '%s': qlab cannot quantize to %s yet", g->path,
-                                t->name, tr->name);
+                                "%s: tensor '%s': qlab cannot quantize to %s yet", g->path, t->name,
+                                tr->name);
         ql_status st = ql_type_prepare(e->used, err);
         if (st)
             return ql_error_prefix(err, "%s: tensor '%s': ", g->path, t->name);
@@ -100,8 +100,7 @@ static ql_status check_plan(const ql_gguf *g, const ql_quant_plan *p, ql_error *
 /* Quantizes one tensor into q (and measures its error when e_out is set). */
 static ql_status quantize_one(const ql_gguf_tensor *t, const ql_quant_plan_entry *e,
                               const ql_quant_model_opts *opts, float *f32, void *q, size_t q_cap,
-                              float *deq, ql_weight_error *e_out, bool *used_imatrix,
-                              ql_error *err)
+                              float *deq, ql_weight_error *e_out, bool *used_imatrix, ql_error *err)
 {
     const int64_t npr = e->n_per_row, nrows = e->nrows;
     const int64_t rows_per_mat = e->ne[1], n_mats = e->ne[2] * e->ne[3];
@@ -139,9 +138,8 @@ static ql_status quantize_one(const ql_gguf_tensor *t, const ql_quant_plan_entry
     return QL_OK;
 }
 
-ql_status ql_quant_model(const char *in_path, const char *out_path,
-                         const ql_quant_model_opts *opts, ql_quant_model_report **report,
-                         ql_error *err)
+ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_quant_model_opts *opts,
+                         ql_quant_model_report **report, ql_error *err)
 {
     *report = NULL;
     const ql_quant_config *cfg = &opts->cfg;
@@ -198,8 +196,8 @@ ql_status ql_quant_model(const char *in_path, const char *out_path,
     if ((st = ql_gguf_writer_alloc(&w, err)) ||
         (st = ql_gguf_writer_set_alignment(w, g->alignment, err)) ||
         (st = ql_gguf_writer_copy_kvs(w, g, err)) ||
-        (st = ql_gguf_writer_set_u32(w, "general.quantization_version", QL_GGML_QNT_VERSION,
-                                     err)) ||
+        (st =
+             ql_gguf_writer_set_u32(w, "general.quantization_version", QL_GGML_QNT_VERSION, err)) ||
         (st = ql_gguf_writer_set_u32(w, "general.file_type", ftype, err)))
         goto out;
     for (int64_t i = 0; i < r->plan->n; i++) {

@@ -26,18 +26,18 @@ typedef struct {
     ql_quant_config cfg;
     ql_imatrix_lookup_fn imatrix; /* NULL: no importance weights (ggml's reference path) */
     void *imatrix_ctx;
-    bool stats;                   /* measure the per-tensor weight error */
-    bool quiet;                   /* no progress line */
+    bool stats; /* measure the per-tensor weight error */
+    bool quiet; /* no progress line */
 } ql_quant_model_opts;
 
 typedef struct {
-    ql_quant_plan *plan;        /* one entry per tensor, file order */
-    ql_weight_error *errors;    /* per tensor when opts.stats, else NULL */
-    ql_weight_error total;      /* all tensors (when opts.stats) */
-    ql_weight_error body;       /* all but the head and the embeddings (when opts.stats) */
-    bool *has_imatrix;          /* per tensor: importance weights were used */
-    uint32_t file_type;         /* general.file_type written */
-    uint64_t file_size;         /* bytes of the written file */
+    ql_quant_plan *plan;     /* one entry per tensor, file order */
+    ql_weight_error *errors; /* per tensor when opts.stats, else NULL */
+    ql_weight_error total;   /* all tensors (when opts.stats) */
+    ql_weight_error body;    /* all but the head and the embeddings (when opts.stats) */
+    bool *has_imatrix;       /* per tensor: importance weights were used */
+    uint32_t file_type;      /* general.file_type written */
+    uint64_t file_size;      /* bytes of the written file */
     double seconds;
 } ql_quant_model_report;
 
@@ -48,9 +48,8 @@ bool ql_quant_llama_ftype(int32_t type, uint32_t *ftype);
 /* Quantizes in_path into out_path. Errors name the file and tensor. INT8_ROW and
  * Q8_0_XC are refused (they are not GGUF types). On success *report (free with
  * ql_quant_model_report_free) describes what was written. */
-ql_status ql_quant_model(const char *in_path, const char *out_path,
-                         const ql_quant_model_opts *opts, ql_quant_model_report **report,
-                         ql_error *err);
+ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_quant_model_opts *opts,
+                         ql_quant_model_report **report, ql_error *err);
 
 void ql_quant_model_report_free(ql_quant_model_report *r);
 

@@ -92,8 +92,8 @@ static block_choice choose_scale(const float *x, const uint8_t *is_outlier, uint
     return BLOCK_APPROX;
 }
 
-void ql_quantize_row_q8_0_xc(const float *x, ql_block_q8_0 *y, int64_t n,
-                             const uint8_t *is_outlier, ql_xc_stats *stats)
+void ql_quantize_row_q8_0_xc(const float *x, ql_block_q8_0 *y, int64_t n, const uint8_t *is_outlier,
+                             ql_xc_stats *stats)
 {
     for (int64_t b = 0; b < n / QL_QK8_0; b++, x += QL_QK8_0, is_outlier += QL_QK8_0) {
         uint16_t h = 0;

@@ -44,8 +44,8 @@ typedef struct {
 
 /* Quantizes one row of n values (a multiple of 32). is_outlier: n flags, nonzero for
  * outlier columns. stats (may be NULL) is incremented. No allocation. */
-void ql_quantize_row_q8_0_xc(const float *x, ql_block_q8_0 *y, int64_t n,
-                             const uint8_t *is_outlier, ql_xc_stats *stats);
+void ql_quantize_row_q8_0_xc(const float *x, ql_block_q8_0 *y, int64_t n, const uint8_t *is_outlier,
+                             ql_xc_stats *stats);
 
 /* Quantizes a row-major (nrows, n_per_row) matrix; outlier_cols lists column indices
  * (any order, duplicates allowed) in [0, n_per_row). dst must hold dst_size >=

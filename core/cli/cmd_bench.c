@@ -69,8 +69,8 @@ typedef struct {
 static ql_status run_quant(const bench_ctx *c, ql_error *err)
 {
     if (c->tr->type == QL_TYPE_Q8_0_XC)
-        return ql_quant_q8_0_xc(c->x, c->rows, c->cols, c->outliers, c->n_outliers, c->q,
-                                c->q_size, NULL, err);
+        return ql_quant_q8_0_xc(c->x, c->rows, c->cols, c->outliers, c->n_outliers, c->q, c->q_size,
+                                NULL, err);
     return ql_quant_tensor(c->tr->type, c->x, c->rows, c->cols, c->imat, c->q, c->q_size, NULL,
                            err);
 }
@@ -194,8 +194,16 @@ static int bench_quant(int argc, char **argv)
         if ((!tr->quantize && !xc) || !tr->dequantize || ql_row_size(tr->type, cols) == 0 ||
             !type_selected(types, tr->name))
             continue;
-        bench_ctx c = {tr, x, with_imat ? imat : NULL, rows, cols, q,
-                       ql_row_size(tr->type, cols) * (size_t)rows, y, outliers, n_out};
+        bench_ctx c = {tr,
+                       x,
+                       with_imat ? imat : NULL,
+                       rows,
+                       cols,
+                       q,
+                       ql_row_size(tr->type, cols) * (size_t)rows,
+                       y,
+                       outliers,
+                       n_out};
         double r[4];
         for (int k = 0; k < 4 && rc == QL_EXIT_OK; k++)
             if (measure(&c, k >= 2, k % 2 ? threads : 1, min_seconds, &r[k], &err))

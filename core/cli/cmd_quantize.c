@@ -57,8 +57,8 @@ static int parse_type(const char *opt, const char *val, bool allow_same, int32_t
         return 0;
     }
     if (!ql_quant_is_weight_type(t->type)) {
-        ql_cli_usage("quantize", "%s %s: not a weight type (activation or integer format)",
-                     opt, t->name);
+        ql_cli_usage("quantize", "%s %s: not a weight type (activation or integer format)", opt,
+                     t->name);
         return 0;
     }
     *out = t->type;
@@ -139,8 +139,8 @@ int ql_cmd_quantize(int argc, char **argv)
 {
     const char *paths[2] = {NULL, NULL};
     int n_paths = 0;
-    ql_quant_model_opts opts = {{QL_TYPE_INVALID, QL_TYPE_INVALID, QL_TYPE_INVALID}, NULL,
-                                NULL, false, false};
+    ql_quant_model_opts opts = {
+        {QL_TYPE_INVALID, QL_TYPE_INVALID, QL_TYPE_INVALID}, NULL, NULL, false, false};
     bool have_type = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

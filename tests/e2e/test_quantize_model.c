@@ -50,11 +50,13 @@ static void compare_with_reference(const char *model, const char *dir, int k)
     char ref_path[4096 + 64], out_path[4096];
     snprintf(ref_path, sizeof ref_path, "%s/%s", dir, refs[k].file);
     snprintf(out_path, sizeof out_path, "%s/ref%d.gguf", qlt_tmpdir(), k);
-    ql_quant_model_opts opts = {{ql_type_by_name(refs[k].type)->type,
-                                 refs[k].head ? ql_type_by_name(refs[k].head)->type
-                                              : QL_TYPE_INVALID,
-                                 QL_TYPE_INVALID},
-                                NULL, NULL, false, true};
+    ql_quant_model_opts opts = {
+        {ql_type_by_name(refs[k].type)->type,
+         refs[k].head ? ql_type_by_name(refs[k].head)->type : QL_TYPE_INVALID, QL_TYPE_INVALID},
+        NULL,
+        NULL,
+        false,
+        true};
     ql_quant_model_report *r = NULL;
     ql_error err;
     ql_status st = ql_quant_model(model, out_path, &opts, &r, &err);
@@ -80,7 +82,8 @@ static void compare_with_reference(const char *model, const char *dir, int k)
             continue;
         CHECK_MSG(a->type == b->type, "%s: %s is %s in qlab's file, %s in llama.cpp's",
                   refs[k].file, a->name, ql_type_name(a->type), ql_type_name(b->type));
-        if (a->type == b->type && a->nbytes == b->nbytes && memcmp(a->data, b->data, a->nbytes) == 0)
+        if (a->type == b->type && a->nbytes == b->nbytes &&
+            memcmp(a->data, b->data, a->nbytes) == 0)
             same++;
         else
             CHECK_MSG(false, "%s: tensor %s: bytes differ from llama-quantize's", refs[k].file,
@@ -105,8 +108,8 @@ static void q4_0_report_and_errors(const char *model)
 {
     char out_path[4096];
     snprintf(out_path, sizeof out_path, "%s/q4_0.gguf", qlt_tmpdir());
-    ql_quant_model_opts opts = {{QL_TYPE_Q4_0, QL_TYPE_INVALID, QL_TYPE_INVALID}, NULL, NULL,
-                                true, true};
+    ql_quant_model_opts opts = {
+        {QL_TYPE_Q4_0, QL_TYPE_INVALID, QL_TYPE_INVALID}, NULL, NULL, true, true};
     ql_quant_model_report *r = NULL;
     ql_error err;
     ql_status st = ql_quant_model(model, out_path, &opts, &r, &err);
@@ -157,8 +160,8 @@ static void refused_types(const char *model)
 {
     char out_path[4096];
     snprintf(out_path, sizeof out_path, "%s/refused.gguf", qlt_tmpdir());
-    ql_quant_model_opts opts = {{QL_TYPE_INT8_ROW, QL_TYPE_INVALID, QL_TYPE_INVALID}, NULL, NULL,
-                                false, true};
+    ql_quant_model_opts opts = {
+        {QL_TYPE_INT8_ROW, QL_TYPE_INVALID, QL_TYPE_INVALID}, NULL, NULL, false, true};
     ql_quant_model_report *r = NULL;
     ql_error err;
     CHECK_EQ_INT(ql_quant_model(model, out_path, &opts, &r, &err), QL_EINVAL);

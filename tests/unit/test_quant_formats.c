@@ -94,10 +94,10 @@ static const struct {
     const char *type;
     double max_rel_rmse;
 } bounds[] = {
-    {"F32", 0.0},     {"F16", 3e-4},    {"BF16", 2.5e-3}, {"Q8_0", 7e-3},  {"Q8_1", 7e-3},
-    {"Q8_K", 9e-3},   {"Q6_K", 0.023},  {"Q5_K", 0.047},  {"Q5_1", 0.05},  {"Q5_0", 0.055},
-    {"Q4_K", 0.095},  {"Q4_1", 0.1},    {"Q4_0", 0.11},   {"IQ4_NL", 0.1}, {"IQ4_XS", 0.1},
-    {"Q3_K", 0.2},    {"Q2_K", 0.39},   {"TQ1_0", 1.04},  {"TQ2_0", 1.04}, {"INT8_ROW", 0.0105},
+    {"F32", 0.0},    {"F16", 3e-4},   {"BF16", 2.5e-3}, {"Q8_0", 7e-3},  {"Q8_1", 7e-3},
+    {"Q8_K", 9e-3},  {"Q6_K", 0.023}, {"Q5_K", 0.047},  {"Q5_1", 0.05},  {"Q5_0", 0.055},
+    {"Q4_K", 0.095}, {"Q4_1", 0.1},   {"Q4_0", 0.11},   {"IQ4_NL", 0.1}, {"IQ4_XS", 0.1},
+    {"Q3_K", 0.2},   {"Q2_K", 0.39},  {"TQ1_0", 1.04},  {"TQ2_0", 1.04}, {"INT8_ROW", 0.0105},
 };
 
 static void round_trip_bounds(void)
@@ -126,8 +126,8 @@ static void round_trip_bounds(void)
             ql_weight_error e = {0};
             CHECK_OK(ql_weight_error_add(&e, x, y, R, C, NULL, &err), &err);
             double rel = ql_weight_error_rmse(&e) / sqrt(e.sum_sq / (double)e.n);
-            CHECK_MSG(rel <= bounds[i].max_rel_rmse, "%s%s: relative rmse %.4g > %.4g",
-                      tr->name, with_imat ? " (imatrix)" : "", rel, bounds[i].max_rel_rmse);
+            CHECK_MSG(rel <= bounds[i].max_rel_rmse, "%s%s: relative rmse %.4g > %.4g", tr->name,
+                      with_imat ? " (imatrix)" : "", rel, bounds[i].max_rel_rmse);
         }
     }
     free(x);
@@ -187,8 +187,7 @@ static void tensor_api_errors(void)
     CHECK_EQ_INT(ql_quant_tensor(12345, x, 1, 64, NULL, q, sizeof q, NULL, &err), QL_EINVAL);
     CHECK(strstr(err.msg, "unknown type") != NULL);
     /* 48 values do not split into 32-value blocks. */
-    CHECK_EQ_INT(ql_quant_tensor(QL_TYPE_Q4_0, x, 1, 48, NULL, q, sizeof q, NULL, &err),
-                 QL_EINVAL);
+    CHECK_EQ_INT(ql_quant_tensor(QL_TYPE_Q4_0, x, 1, 48, NULL, q, sizeof q, NULL, &err), QL_EINVAL);
     CHECK(strstr(err.msg, "row length 48") != NULL);
     /* 2 rows of Q8_0 need 68 bytes. */
     CHECK_EQ_INT(ql_quant_tensor(QL_TYPE_Q8_0, x, 2, 32, NULL, q, 67, NULL, &err), QL_EINVAL);
@@ -198,8 +197,7 @@ static void tensor_api_errors(void)
     CHECK(strstr(err.msg, "outlier") != NULL);
     CHECK_EQ_INT(ql_dequant_tensor(QL_TYPE_Q4_K, q, sizeof q, 1, 64, y, &err), QL_EINVAL);
     CHECK_EQ_INT(ql_dequant_tensor(QL_TYPE_Q4_0, q, 10, 1, 64, y, &err), QL_EINVAL);
-    CHECK_EQ_INT(ql_quant_tensor(QL_TYPE_F16, x, -1, 64, NULL, q, sizeof q, NULL, &err),
-                 QL_EINVAL);
+    CHECK_EQ_INT(ql_quant_tensor(QL_TYPE_F16, x, -1, 64, NULL, q, sizeof q, NULL, &err), QL_EINVAL);
 }
 
 int main(void)

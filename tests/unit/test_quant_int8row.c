@@ -108,8 +108,8 @@ static void clip_matches_full_sort(void)
         float w = rank - (float)lo_i, lo = a[lo_i], hi = a[hi_i];
         float want = w < 0.5f ? lo + w * (hi - lo) : hi - (hi - lo) * (1.0f - w);
         CHECK(ql_int8row_row_ok(n));
-        CHECK_MSG(ql_int8row_clip(x, n) == want, "n=%lld: clip %.9g, sort gives %.9g",
-                  (long long)n, (double)ql_int8row_clip(x, n), (double)want);
+        CHECK_MSG(ql_int8row_clip(x, n) == want, "n=%lld: clip %.9g, sort gives %.9g", (long long)n,
+                  (double)ql_int8row_clip(x, n), (double)want);
         free(x);
         free(a);
     }

@@ -24,7 +24,8 @@ static ql_quant_plan_entry plan(int32_t wt, int32_t head, int32_t embd, const ch
 
 static void roles_and_overrides(void)
 {
-    ql_quant_plan_entry e = plan(QL_TYPE_Q4_0, NONE, NONE, "blk.0.attn_norm.weight", 1, 64, 1, true);
+    ql_quant_plan_entry e =
+        plan(QL_TYPE_Q4_0, NONE, NONE, "blk.0.attn_norm.weight", 1, 64, 1, true);
     CHECK_EQ_INT(e.role, QL_ROLE_VECTOR);
     CHECK_EQ_INT(e.used, QL_TYPE_F32);
     CHECK_EQ_INT(e.fallback, QL_FALLBACK_NONE);
@@ -63,7 +64,8 @@ static void roles_and_overrides(void)
 static void row_length_fallbacks(void)
 {
     /* stories260K's ffn_down: 172 values per row. */
-    ql_quant_plan_entry e = plan(QL_TYPE_Q4_0, NONE, NONE, "blk.0.ffn_down.weight", 2, 172, 64, true);
+    ql_quant_plan_entry e =
+        plan(QL_TYPE_Q4_0, NONE, NONE, "blk.0.ffn_down.weight", 2, 172, 64, true);
     CHECK_EQ_INT(e.requested, QL_TYPE_Q4_0);
     CHECK_EQ_INT(e.used, QL_TYPE_F16);
     CHECK_EQ_INT(e.fallback, QL_FALLBACK_ROW_LENGTH);
@@ -73,7 +75,7 @@ static void row_length_fallbacks(void)
     static const struct {
         int32_t want, got;
     } map64[] = {
-        {QL_TYPE_Q2_K, QL_TYPE_IQ4_NL},  {QL_TYPE_Q3_K, QL_TYPE_IQ4_NL},
+        {QL_TYPE_Q2_K, QL_TYPE_IQ4_NL},   {QL_TYPE_Q3_K, QL_TYPE_IQ4_NL},
         {QL_TYPE_IQ4_XS, QL_TYPE_IQ4_NL}, {QL_TYPE_IQ3_S, QL_TYPE_IQ4_NL},
         {QL_TYPE_IQ1_M, QL_TYPE_IQ4_NL},  {QL_TYPE_Q4_K, QL_TYPE_Q5_0},
         {QL_TYPE_Q5_K, QL_TYPE_Q5_1},     {QL_TYPE_Q6_K, QL_TYPE_Q8_0},
@@ -104,7 +106,8 @@ static void row_length_fallbacks(void)
 static void int8_row_rules(void)
 {
     /* 256 x 256 = 65,536 values: kept as F16. */
-    ql_quant_plan_entry e = plan(QL_TYPE_INT8_ROW, NONE, NONE, "blk.0.attn_q.weight", 2, 256, 256, true);
+    ql_quant_plan_entry e =
+        plan(QL_TYPE_INT8_ROW, NONE, NONE, "blk.0.attn_q.weight", 2, 256, 256, true);
     CHECK_EQ_INT(e.used, QL_TYPE_F16);
     CHECK_EQ_INT(e.fallback, QL_FALLBACK_SMALL_TENSOR);
     e = plan(QL_TYPE_INT8_ROW, NONE, NONE, "blk.0.attn_q.weight", 2, 256, 257, true);
