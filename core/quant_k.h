@@ -24,32 +24,34 @@
 
 typedef struct {
     uint8_t scales[16]; /* per 16-value sub-block: low nibble sc, high nibble mn */
-    uint8_t qs[64];     /* 2-bit levels: byte l of 32-byte group g holds values
-                           g*128 + l + 32*k in bits 2k..2k+1, k = 0..3 */
-    uint16_t d;         /* fp16 super-block scale of the sc */
-    uint16_t dmin;      /* fp16 super-block scale of the mn */
+    /* 2-bit levels: byte l of 32-byte group g holds values 128g + l + 32k in bits
+     * 2k..2k+1, k = 0..3. */
+    uint8_t qs[64];
+    uint16_t d;    /* fp16 super-block scale of the sc */
+    uint16_t dmin; /* fp16 super-block scale of the mn */
 } ql_block_q2_K;
 _Static_assert(sizeof(ql_block_q2_K) == 84, "Q2_K block is 84 bytes");
 
 typedef struct {
-    uint8_t hmask[32]; /* high (3rd) bit of the levels: bit b of byte m = value 32*b + m */
+    uint8_t hmask[32]; /* high (3rd) bit of the levels: bit b of byte m = value 32b + m */
     uint8_t qs[64];    /* low 2 bits, same layout as Q2_K */
-    uint8_t scales[QL_K_SCALE_SIZE]; /* 16 six-bit scales (biased by 32): low nibbles in bytes 0..7
-                           (sub-block j in byte j%8, nibble j/8), high 2 bits in bytes
-                           8..11 (sub-block j in byte 8 + j%4, bits 2*(j/4)) */
-    uint16_t d;                      /* fp16 super-block scale */
+    /* 16 six-bit scales biased by 32: low nibbles in bytes 0..7 (sub-block j in byte
+     * j%8, nibble j/8), high 2 bits in bytes 8..11 (byte 8 + j%4, bits 2*(j/4)). */
+    uint8_t scales[QL_K_SCALE_SIZE];
+    uint16_t d; /* fp16 super-block scale */
 } ql_block_q3_K;
 _Static_assert(sizeof(ql_block_q3_K) == 110, "Q3_K block is 110 bytes");
 
 typedef struct {
-    uint16_t d;                      /* fp16 super-block scale of the sc */
-    uint16_t dmin;                   /* fp16 super-block scale of the mn */
-    uint8_t scales[QL_K_SCALE_SIZE]; /* 8 six-bit sc and 8 six-bit mn: sub-blocks 0..3 in the low 6
-                           bits of bytes 0..3 (sc) and 4..7 (mn); sub-blocks 4..7 as nibbles of
-                           bytes 8..11 (sc low, mn high) with their top 2 bits in the top bits of
-                           bytes 0..3 (sc) and 4..7 (mn) */
-    uint8_t qs[128]; /* 4-bit levels: 32-byte group g holds values 64g + l (low nibble) and
-                        64g + 32 + l (high nibble) */
+    uint16_t d;    /* fp16 super-block scale of the sc */
+    uint16_t dmin; /* fp16 super-block scale of the mn */
+    /* 8 six-bit sc and 8 six-bit mn: sub-blocks 0..3 in the low 6 bits of bytes 0..3
+     * (sc) and 4..7 (mn); sub-blocks 4..7 as nibbles of bytes 8..11 (sc low, mn high)
+     * with their top 2 bits in the top bits of bytes 0..3 (sc) and 4..7 (mn). */
+    uint8_t scales[QL_K_SCALE_SIZE];
+    /* 4-bit levels: 32-byte group g holds values 64g + l (low nibble) and 64g + 32 + l
+     * (high nibble). */
+    uint8_t qs[128];
 } ql_block_q4_K;
 _Static_assert(sizeof(ql_block_q4_K) == 144, "Q4_K block is 144 bytes");
 
@@ -63,11 +65,12 @@ typedef struct {
 _Static_assert(sizeof(ql_block_q5_K) == 176, "Q5_K block is 176 bytes");
 
 typedef struct {
-    uint8_t ql[128];   /* low 4 bits: for half h (128 values), byte 64h + l holds values
-                          128h + l (low nibble) and 128h + 64 + l (high); byte 64h + 32 + l
-                          holds 128h + 32 + l and 128h + 96 + l */
-    uint8_t qh[64];    /* high 2 bits: byte 32h + l holds values 128h + l + 32k in bits
-                          2k..2k+1, k = 0..3 */
+    /* Low 4 bits: for half h (128 values), byte 64h + l holds values 128h + l (low
+     * nibble) and 128h + 64 + l (high); byte 64h + 32 + l holds 128h + 32 + l and
+     * 128h + 96 + l. */
+    uint8_t ql[128];
+    /* High 2 bits: byte 32h + l holds values 128h + l + 32k in bits 2k..2k+1. */
+    uint8_t qh[64];
     int8_t scales[16]; /* signed 8-bit scale per 16-value sub-block */
     uint16_t d;        /* fp16 super-block scale */
 } ql_block_q6_K;

@@ -38,8 +38,9 @@ typedef struct {
     int64_t blocks;         /* blocks written */
     int64_t outlier_blocks; /* blocks with at least one nonzero outlier weight */
     int64_t exact_blocks;   /* ... whose chosen scale reproduces an outlier exactly */
-    int64_t approx_blocks;  /* ... where no admissible candidate was exact (the block is
-                               the best approximate candidate or plain Q8_0) */
+    /* ... where no admissible candidate was exact: the block holds the best approximate
+     * candidate or plain Q8_0. */
+    int64_t approx_blocks;
 } ql_xc_stats;
 
 /* Quantizes one row of n values (a multiple of 32). is_outlier: n flags, nonzero for
