@@ -4,6 +4,8 @@
 
 int ql_cmd_bench(int argc, char **argv);
 int ql_cmd_quantize(int argc, char **argv);
+int ql_cmd_query(int argc, char **argv);
+int ql_cmd_sweep(int argc, char **argv);
 int ql_cmd_version(int argc, char **argv);
 
 #endif
