@@ -62,6 +62,11 @@ ql_status ql_quant_tensor(int32_t type, const float *src, int64_t nrows, int64_t
     if (!tr->quantize)
         return ql_error_set(err, QL_EUNSUPPORTED, "quantize %s: qlab cannot produce this type",
                             tr->name);
+    if (tr->requires_imatrix && !imatrix)
+        return ql_error_set(err, QL_EINVAL,
+                            "quantize %s: needs an importance matrix (ggml refuses to quantize it "
+                            "without one)",
+                            tr->name);
     if ((st = ql_type_prepare(type, err)))
         return st;
 

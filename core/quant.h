@@ -28,8 +28,12 @@
 /* Quantizes src (nrows x n_per_row floats) to type into dst (dst_size bytes, at least
  * nrows * ql_row_size(type, n_per_row)). imatrix: n_per_row importance weights, or
  * NULL for ggml's reference quantizer. Errors: unknown type, a type qlab cannot
- * produce (Q8_0_XC needs ql_quant_q8_0_xc), a row that does not split into blocks,
- * a short buffer. *written (may be NULL) receives the byte count. */
+ * produce (Q8_0_XC needs ql_quant_q8_0_xc), a type that requires an imatrix
+ * (IQ2_XXS, IQ2_XS, IQ1_S) without one, a row that does not split into blocks, a
+ * short buffer. *written (may be NULL) receives the byte count.
+ * The chunks are ceil(16384 / n_per_row) rows, the chunks llama-quantize hands to
+ * ggml_quantize_chunk when it runs with two or more threads. That matters for IQ1_S
+ * and IQ1_M, whose quantizers carry state from row to row within one call. */
 ql_status ql_quant_tensor(int32_t type, const float *src, int64_t nrows, int64_t n_per_row,
                           const float *imatrix, void *dst, size_t dst_size, size_t *written,
                           ql_error *err);

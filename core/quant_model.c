@@ -73,7 +73,8 @@ static bool is_float(int32_t t)
 }
 
 /* Validates every tensor of the plan against its source before anything is written. */
-static ql_status check_plan(const ql_gguf *g, const ql_quant_plan *p, ql_error *err)
+static ql_status check_plan(const ql_gguf *g, const ql_quant_plan *p,
+                            const ql_quant_model_opts *opts, ql_error *err)
 {
     for (int64_t i = 0; i < p->n; i++) {
         const ql_gguf_tensor *t = &g->tensors[i];
@@ -90,6 +91,13 @@ static ql_status check_plan(const ql_gguf *g, const ql_quant_plan *p, ql_error *
             return ql_error_set(err, QL_EUNSUPPORTED,
                                 "%s: tensor '%s': qlab cannot quantize to %s yet", g->path, t->name,
                                 tr->name);
+        if (tr->requires_imatrix &&
+            !(opts->imatrix &&
+              opts->imatrix(opts->imatrix_ctx, t->name, e->n_per_row, e->ne[2] * e->ne[3])))
+            return ql_error_set(err, QL_EINVAL,
+                                "%s: tensor '%s': %s needs an importance matrix (ggml refuses to "
+                                "quantize it without one)",
+                                g->path, t->name, tr->name);
         ql_status st = ql_type_prepare(e->used, err);
         if (st)
             return ql_error_prefix(err, "%s: tensor '%s': ", g->path, t->name);
@@ -138,6 +146,21 @@ static ql_status quantize_one(const ql_gguf_tensor *t, const ql_quant_plan_entry
     return QL_OK;
 }
 
+/* Error statistics of a tensor written in its source type (w^ = w). */
+static ql_status copy_stats(const ql_gguf_tensor *t, const ql_quant_plan_entry *e, float *f32,
+                            ql_weight_error *e_out, ql_error *err)
+{
+    const float *src = t->data;
+    if (t->type != QL_TYPE_F32) {
+        ql_status st =
+            ql_dequant_tensor(t->type, t->data, t->nbytes, e->nrows, e->n_per_row, f32, err);
+        if (st)
+            return st;
+        src = f32;
+    }
+    return ql_weight_error_add(e_out, src, src, e->nrows, e->n_per_row, NULL, err);
+}
+
 ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_quant_model_opts *opts,
                          ql_quant_model_report **report, ql_error *err)
 {
@@ -167,7 +190,7 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
         goto out;
     if ((st = ql_quant_plan_build(g, cfg, &r->plan, err)))
         goto out;
-    if ((st = check_plan(g, r->plan, err)))
+    if ((st = check_plan(g, r->plan, opts, err)))
         goto out;
 
     /* Work buffers sized for the largest tensor. */
@@ -215,15 +238,17 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
         const ql_quant_plan_entry *e = &r->plan->entries[i];
         const void *bytes = t->data;
         ql_weight_error *te = opts->stats ? &r->errors[i] : NULL;
-        if (t->type != e->used || te) {
+        if (t->type != e->used) {
             st = quantize_one(t, e, opts, f32, q, (size_t)max_bytes, deq, te, &r->has_imatrix[i],
                               err);
-            if (st) {
-                ql_error_prefix(err, "%s: tensor '%s' (%s): ", in_path, e->name,
-                                ql_type_name(e->used));
-                goto out;
-            }
             bytes = q;
+        } else if (te) {
+            /* Copied unchanged: zero error, but count its values and their magnitude. */
+            st = copy_stats(t, e, f32, te, err);
+        }
+        if (st) {
+            ql_error_prefix(err, "%s: tensor '%s' (%s): ", in_path, e->name, ql_type_name(e->used));
+            goto out;
         }
         if ((st = ql_gguf_writer_write_tensor(w, bytes, e->bytes, err)))
             goto out;

@@ -194,16 +194,20 @@ static int bench_quant(int argc, char **argv)
         if ((!tr->quantize && !xc) || !tr->dequantize || ql_row_size(tr->type, cols) == 0 ||
             !type_selected(types, tr->name))
             continue;
-        bench_ctx c = {tr,
-                       x,
-                       with_imat ? imat : NULL,
-                       rows,
-                       cols,
-                       q,
-                       ql_row_size(tr->type, cols) * (size_t)rows,
-                       y,
-                       outliers,
-                       n_out};
+        /* Types ggml cannot quantize without importance weights always get them. */
+        const bool imat_used = with_imat || tr->requires_imatrix;
+        bench_ctx c = {
+            .tr = tr,
+            .x = x,
+            .imat = imat_used ? imat : NULL,
+            .rows = rows,
+            .cols = cols,
+            .q = q,
+            .q_size = ql_row_size(tr->type, cols) * (size_t)rows,
+            .y = y,
+            .outliers = outliers,
+            .n_outliers = n_out,
+        };
         double r[4];
         for (int k = 0; k < 4 && rc == QL_EXIT_OK; k++)
             if (measure(&c, k >= 2, k % 2 ? threads : 1, min_seconds, &r[k], &err))
@@ -211,7 +215,8 @@ static int bench_quant(int argc, char **argv)
         if (rc != QL_EXIT_OK)
             goto out;
         double bits = 8.0 * (double)c.q_size / (double)n;
-        printf("%-9s %7.3f %11.1f %11.1f %11.1f %11.1f\n", tr->name, bits, r[0], r[1], r[2], r[3]);
+        printf("%-9s %7.3f %11.1f %11.1f %11.1f %11.1f%s\n", tr->name, bits, r[0], r[1], r[2], r[3],
+               imat_used && !with_imat ? "  (with imatrix: required)" : "");
         fflush(stdout);
     }
 out:

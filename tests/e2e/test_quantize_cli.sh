@@ -40,6 +40,12 @@ check 2 "Q8_0_XC refused" "$qlab" quantize "$model" "$tmp/x.gguf" --type Q8_0_XC
 has "$tmp/err" "outlier columns" "Q8_0_XC reason"
 check 2 "Q8_K refused" "$qlab" quantize "$model" "$tmp/x.gguf" --type Q8_K
 check 2 "unknown type" "$qlab" quantize "$model" "$tmp/x.gguf" --type Q9_9
+# stories260K's rows (64, 172) all fall back from IQ2_XXS to IQ4_NL / F16, so no tensor
+# ends up needing the importance matrix IQ2_XXS requires: the file is written.
+check 0 "IQ2_XXS falls back everywhere" "$qlab" quantize "$model" "$tmp/iq.gguf" \
+    --type IQ2_XXS --quiet
+has "$tmp/out" "fallbacks: 37 of 48" "IQ2_XXS fallbacks"
+has "$tmp/out" "general.file_type 19" "file type IQ2_XXS"
 check 2 "missing --type" "$qlab" quantize "$model" "$tmp/x.gguf"
 check 2 "missing output" "$qlab" quantize "$model" --type Q4_0
 check 1 "missing input file" "$qlab" quantize "$tmp/none.gguf" "$tmp/x.gguf" --type Q4_0
@@ -49,6 +55,7 @@ has "$tmp/err" "qlab: error: .*none.gguf" "error names the file"
 # bench quant: one row per implemented type (tiny matrix, one run each).
 check 0 "bench quant" "$qlab" bench quant --rows 4 --cols 256 --min-seconds 0 --threads 2
 for t in F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K \
+         IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M \
          IQ4_NL IQ4_XS TQ1_0 TQ2_0 INT8_ROW Q8_0_XC; do
     has "$tmp/out" "^$t " "bench row for $t"
 done
