@@ -2,15 +2,19 @@
  *
  * Tensors are row-major matrices of nrows x n_per_row floats (ggml order: n_per_row =
  * ne[0], the innermost dimension; nrows = ne[1] * ne[2] * ne[3]). Quantizing and
- * dequantizing split the rows into fixed chunks processed by ql_threads_get() OpenMP
- * threads; every format quantizes rows independently, so the bytes never depend on
- * the thread count.
+ * dequantizing split the rows into chunks fixed by the row length alone, processed by
+ * ql_threads_get() OpenMP threads, so the bytes never depend on the thread count.
  *
  * The type policy (DESIGN.md section 3) decides the type each tensor of a model is
  * written in, from its name, shape and the requested types, and records every
  * fallback with its reason. It follows llama.cpp's llama-quantize (src/llama-quant.cpp,
  * b4747) where that applies: which tensors are quantized at all, and the fallback
- * chain for rows that do not split into the type's blocks. */
+ * chain for rows that do not split into the type's blocks. Unlike llama-quantize, the
+ * head and the embeddings take the weight type unless overridden: its per-tensor
+ * choices (Q6_K or Q8_0 for output.weight, the K-mix bumps of attn_v/ffn_down)
+ * belong to its named mixes, while an experiment axis wants one type everywhere.
+ * head_type = Q8_0 reproduces llama-quantize's head on models whose rows do not
+ * split into 256-value blocks. */
 #ifndef QL_QUANT_H
 #define QL_QUANT_H
 
