@@ -19,9 +19,9 @@ static const char *const usage_text =
     "\n"
     "Quantize and dequantize throughput of every implemented type, in MB/s of f32 input\n"
     "(1 MB = 10^6 bytes), single-threaded and with N threads (default: all cores), on a\n"
-    "fixed synthetic R x C matrix (default 256 x 4096: Student-t-like values, every 128th\n"
+    "fixed synthetic R x C matrix (default 128 x 4096: Student-t-like values, every 128th\n"
     "column 20x larger). Each figure is the best of repeated runs lasting >= S seconds\n"
-    "in total (default 0.25).\n"
+    "in total (default 0.05).\n"
     "\n"
     "  --imatrix      time the importance-weighted search (synthetic weights)\n"
     "  --types LIST   only these types (comma separated, e.g. Q4_0,Q4_K,INT8_ROW)\n"
@@ -118,10 +118,10 @@ static bool type_selected(const char *list, const char *name)
 
 static int bench_quant(int argc, char **argv)
 {
-    int rows = 256, cols = 4096, threads = ql_threads_get();
+    int rows = 128, cols = 4096, threads = ql_threads_get();
     bool with_imat = false;
     const char *types = NULL;
-    double min_seconds = 0.25;
+    double min_seconds = 0.05;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
