@@ -6,6 +6,7 @@ int ql_cmd_bench(int argc, char **argv);
 int ql_cmd_quantize(int argc, char **argv);
 int ql_cmd_query(int argc, char **argv);
 int ql_cmd_sweep(int argc, char **argv);
+int ql_cmd_tokenize(int argc, char **argv);
 int ql_cmd_version(int argc, char **argv);
 
 #endif
