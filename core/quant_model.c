@@ -1,6 +1,7 @@
 /* Quantizing a GGUF model file. See quant_model.h. */
 #include "quant_model.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +121,13 @@ static ql_status quantize_one(const ql_gguf_tensor *t, const ql_quant_plan_entry
             return st;
         src = f32;
     }
+    /* ggml's quantizers assume finite input (some assert); llama.cpp's loader rejects
+     * such weights too, so report the first one. */
+    for (int64_t i = 0; i < nrows * npr; i++)
+        if (!isfinite(src[i]))
+            return ql_error_set(err, QL_EFORMAT, "weight at row %lld, column %lld is %s",
+                                (long long)(i / npr), (long long)(i % npr),
+                                isnan(src[i]) ? "NaN" : "infinite");
     const float *imat = NULL;
     if (opts->imatrix && e->used != t->type)
         imat = opts->imatrix(opts->imatrix_ctx, t->name, npr, n_mats);

@@ -6,7 +6,8 @@
  * general.quantization_version = 2 and general.file_type set to llama.cpp's
  * LLAMA_FTYPE for the weight type. Peak memory: about three float copies of the
  * largest tensor plus its quantized bytes. Optionally measures each tensor's error
- * (dequantized vs source), weighted per input column by an importance vector. */
+ * (dequantized vs source), weighted per input column by an importance vector.
+ * Non-finite weights in a tensor to be quantized are an error naming its position. */
 #ifndef QL_QUANT_MODEL_H
 #define QL_QUANT_MODEL_H
 

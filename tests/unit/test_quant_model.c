@@ -174,6 +174,27 @@ int main(void)
         opts.imatrix = NULL;
     }
 
+    /* Non-finite weights are reported with their position. */
+    char nan_path[4096];
+    snprintf(nan_path, sizeof nan_path, "%s/nan.gguf", qlt_tmpdir());
+    {
+        ql_gguf_writer *w;
+        CHECK_OK(ql_gguf_writer_alloc(&w, &err), &err);
+        int64_t ne[2] = {32, 2};
+        float v[64] = {0};
+        v[40] = NAN;
+        CHECK_OK(
+            ql_gguf_writer_add_tensor(w, "blk.0.attn_q.weight", 2, ne, QL_TYPE_F32, sizeof v, &err),
+            &err);
+        CHECK_OK(ql_gguf_writer_begin(w, nan_path, &err), &err);
+        CHECK_OK(ql_gguf_writer_write_tensor(w, v, sizeof v, &err), &err);
+        CHECK_OK(ql_gguf_writer_finish(w, &err), &err);
+        ql_gguf_writer_free(w);
+    }
+    opts.cfg.weight_type = QL_TYPE_Q8_0;
+    CHECK_EQ_INT(ql_quant_model(nan_path, out, &opts, &r, &err), QL_EFORMAT);
+    CHECK(strstr(err.msg, "row 1, column 8 is NaN") && strstr(err.msg, "attn_q"));
+
     /* A tensor that is already quantized cannot be requantized. */
     opts.cfg.weight_type = QL_TYPE_Q4_0;
     CHECK_EQ_INT(ql_quant_model(bad, out, &opts, &r, &err), QL_EUNSUPPORTED);
