@@ -7,6 +7,8 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
+    {"bench", ql_cmd_bench, "measure kernel throughput (bench quant: quantize/dequantize MB/s)"},
+    {"quantize", ql_cmd_quantize, "write a GGUF model in another weight type (llama.cpp-exact)"},
     {"query", ql_cmd_query, "read-only SQL or a named query on the results database"},
     {"report", ql_cmd_report, "format-comparison tables and plots from the results database"},
     {"sweep", ql_cmd_sweep, "expand a sweep file into configs (--list)"},
