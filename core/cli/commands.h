@@ -3,10 +3,15 @@
 #define QL_COMMANDS_H
 
 int ql_cmd_merge(int argc, char **argv);
+int ql_cmd_bench(int argc, char **argv);
+int ql_cmd_quantize(int argc, char **argv);
 int ql_cmd_query(int argc, char **argv);
 int ql_cmd_report(int argc, char **argv);
 int ql_cmd_sweep(int argc, char **argv);
 int ql_cmd_tokenize(int argc, char **argv);
+int ql_cmd_data(int argc, char **argv);
+int ql_cmd_imatrix_convert(int argc, char **argv);
+int ql_cmd_inspect(int argc, char **argv);
 int ql_cmd_version(int argc, char **argv);
 
 #endif

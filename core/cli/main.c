@@ -8,6 +8,11 @@
 
 static const ql_cli_command commands[] = {
     {"merge", ql_cmd_merge, "fold shard results databases into one (by run identity)"},
+    {"bench", ql_cmd_bench, "measure kernel throughput (bench quant: quantize/dequantize MB/s)"},
+    {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
+    {"imatrix-convert", ql_cmd_imatrix_convert, "convert an imatrix between .dat and GGUF"},
+    {"inspect", ql_cmd_inspect, "validate a GGUF file and list its keys and tensors"},
+    {"quantize", ql_cmd_quantize, "write a GGUF model in another weight type (llama.cpp-exact)"},
     {"query", ql_cmd_query, "read-only SQL or a named query on the results database"},
     {"report", ql_cmd_report, "format-comparison tables and plots from the results database"},
     {"sweep", ql_cmd_sweep, "expand a sweep file into configs (--list)"},
@@ -23,7 +28,7 @@ static void usage(FILE *out)
                  "qlab: a testbed for LLM weight-quantization accuracy experiments.\n\n"
                  "commands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\nRun 'qlab <command> --help' for the options of a command.\n"
                  "Exit codes: 0 success, 1 runtime error, 2 usage error.\n");
 }
