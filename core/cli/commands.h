@@ -2,8 +2,8 @@
 #ifndef QL_COMMANDS_H
 #define QL_COMMANDS_H
 
-int ql_cmd_merge(int argc, char **argv);
 int ql_cmd_bench(int argc, char **argv);
+int ql_cmd_merge(int argc, char **argv);
 int ql_cmd_quantize(int argc, char **argv);
 int ql_cmd_query(int argc, char **argv);
 int ql_cmd_report(int argc, char **argv);
