@@ -41,7 +41,7 @@ END
 status=0
 while IFS='	' read -r name sql; do
     for db in a b; do
-        eval "path=\$$db"
+        if [ "$db" = a ]; then path=$a; else path=$b; fi
         if ! "$qlab" query --db "$path" --csv "$sql" >"$tmp/$name.$db" 2>"$tmp/err"; then
             echo "compare_results: $path: $name: $(cat "$tmp/err")"
             exit 1

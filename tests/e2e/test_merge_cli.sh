@@ -73,7 +73,7 @@ db="$tmp/merged-3.db"
 before=$(cksum <"$db")
 expect 0 "merge the same shards again" "$qlab" merge "$db" "$tmp/shard-0-of-3.db" "$tmp/shard-1-of-3.db" "$tmp/shard-2-of-3.db"
 has "$tmp/out" "merged 3 databases into $db: 0 runs added, 0 replaced" "nothing added the second time"
-[ "$before" = "$(cksum <"$db")" ] && ok "database file unchanged by a second merge" || bad "second merge changed the file"
+if [ "$before" = "$(cksum <"$db")" ]; then ok "database file unchanged by a second merge"; else bad "second merge changed the file"; fi
 
 # Mismatched model or text: refused, output untouched, new output not created.
 fixture --shard 1/2 --model-b "$tmp/other-model.db"
@@ -82,9 +82,9 @@ expect 1 "shard on another model refused" "$qlab" merge "$db" "$tmp/other-model.
 has "$tmp/err" "qlab: error: $tmp/other-model.db: sweep 'shards' used model fixture-model-b (sha256 222222222222...) but $db has model fixture-model (sha256 111111111111...)" "model mismatch named"
 expect 1 "shard on another text refused" "$qlab" merge "$db" "$tmp/other-text.db"
 has "$tmp/err" "sweep 'shards' used text fixture-text (sha256 444444444444...) but $db has text fixture-text (sha256 333333333333...)" "text mismatch named"
-[ "$before" = "$(cksum <"$db")" ] && ok "refused merges left the output unchanged" || bad "a refused merge changed the output"
+if [ "$before" = "$(cksum <"$db")" ]; then ok "refused merges left the output unchanged"; else bad "a refused merge changed the output"; fi
 expect 1 "mismatch between inputs refused" "$qlab" merge "$tmp/new.db" "$tmp/shard-0-of-4.db" "$tmp/other-model.db"
-[ -e "$tmp/new.db" ] && bad "a refused merge created its output" || ok "a refused merge creates no output"
+if [ -e "$tmp/new.db" ]; then bad "a refused merge created its output"; else ok "a refused merge creates no output"; fi
 
 # Usage and input errors.
 expect 2 "merge without arguments" "$qlab" merge
