@@ -358,6 +358,7 @@ static void test_idempotent(void)
     /* Provenance may differ (shard 1 ran with other threads and timings than the
      * single process): the output's is kept and nothing is written. */
     const char *single = make_single("idem-single.db");
+    free(before.bytes);
     before = take(single);
     CHECK_OK(merge(single, in + 1, 1, mc, &err), &err);
     CHECK_EQ_INT(mc[0].kept, mc[0].runs);
