@@ -284,8 +284,11 @@ static ql_status create_temp_tables(merger *m, ql_error *err)
         if ((rc = run_sql(m, b.text, 0, "creating the staging tables", err)))
             return rc;
         b.len = 0;
-        sb_add(&b, "CREATE INDEX temp.s_%s_by_src ON s_%s (src, %s)", tables[t].name,
-               tables[t].name, tables[t].id);
+        /* Child rows are looked up by run and key when runs are compared (the key
+         * columns are NOT NULL, so `=` finds them through this index). */
+        sb_add(&b, "CREATE INDEX temp.s_%s_by_src ON s_%s (src, %s%s%s)", tables[t].name,
+               tables[t].name, tables[t].id, tables[t].key ? ", " : "",
+               tables[t].key ? tables[t].key : "");
         if ((rc = run_sql(m, b.text, 0, "creating the staging tables", err)))
             return rc;
     }
@@ -592,16 +595,17 @@ static ql_status map_runs(merger *m, int64_t src, ql_error *err)
 {
     static const char *const map[] = {
         "DELETE FROM temp.km",
+        /* Scalar subqueries rather than joins: they pin the plan to one index
+         * lookup per run (the staging tables have no statistics). */
         "INSERT INTO temp.km (in_id, config_id, model_id, dataset_id, ctx, chunks, in_status,"
-        " in_mv) SELECT r.id, oc.id, om.id, od.id, r.ctx, r.chunks, r.status, r.metrics_version"
-        " FROM temp.s_runs r"
-        " JOIN temp.s_configs c ON c.src = r.src AND c.id = r.config_id"
-        " JOIN main.configs oc ON oc.hash = c.hash"
-        " JOIN temp.s_models mo ON mo.src = r.src AND mo.id = r.model_id"
-        " JOIN main.models om ON om.sha256 = mo.sha256"
-        " JOIN temp.s_datasets d ON d.src = r.src AND d.id = r.dataset_id"
-        " JOIN main.datasets od ON od.sha256 = d.sha256"
-        " WHERE r.src = ?1",
+        " in_mv) SELECT r.id,"
+        " (SELECT oc.id FROM temp.s_configs c JOIN main.configs oc ON oc.hash = c.hash"
+        "  WHERE c.src = r.src AND c.id = r.config_id),"
+        " (SELECT om.id FROM temp.s_models mo JOIN main.models om ON om.sha256 = mo.sha256"
+        "  WHERE mo.src = r.src AND mo.id = r.model_id),"
+        " (SELECT od.id FROM temp.s_datasets d JOIN main.datasets od ON od.sha256 = d.sha256"
+        "  WHERE d.src = r.src AND d.id = r.dataset_id),"
+        " r.ctx, r.chunks, r.status, r.metrics_version FROM temp.s_runs r WHERE r.src = ?1",
         "UPDATE temp.km SET (out_id, out_status, out_mv) = (SELECT o.id, o.status,"
         " o.metrics_version FROM main.runs o WHERE o.config_id = km.config_id"
         " AND o.model_id = km.model_id AND o.dataset_id = km.dataset_id AND o.ctx = km.ctx"
@@ -613,8 +617,8 @@ static ql_status map_runs(merger *m, int64_t src, ql_error *err)
             return rc;
     int64_t lost;
     if ((rc = query_int(m,
-                        "SELECT (SELECT count(*) FROM temp.s_runs WHERE src = ?1)"
-                        " - (SELECT count(*) FROM temp.km)",
+                        "SELECT count(*) FROM temp.km WHERE config_id IS NULL"
+                        " OR model_id IS NULL OR dataset_id IS NULL",
                         src, &lost, "mapping runs", err)))
         return rc;
     if (lost != 0)
@@ -743,8 +747,10 @@ static ql_status check_children(merger *m, int t, int64_t src, ql_error *err)
                side ? " UNION ALL " : "", h, tables[t].key, have, name, h, h,
                side == 0 ? "k.in_id AND s.src = ?1" : "k.out_id");
         sb_add(&q,
-               " WHERE " BOTH_DONE " AND NOT EXISTS (SELECT 1 FROM %s%s %s WHERE %s.run_id = %s",
-               lack, name, l, l, side == 0 ? "k.out_id" : "k.in_id AND s.src = ?1");
+               " WHERE " BOTH_DONE " AND NOT EXISTS (SELECT 1 FROM %s%s %s WHERE %s.run_id = %s"
+               " AND %s.%s = %s.%s",
+               lack, name, l, l, side == 0 ? "k.out_id" : "k.in_id AND s.src = ?1", l,
+               tables[t].key, h, tables[t].key);
         for (int i = 0; i < c->n; i++)
             if (strcmp(c->name[i], "run_id") != 0)
                 sb_add(&q, " AND %s.%s IS %s.%s", l, c->name[i], h, c->name[i]);

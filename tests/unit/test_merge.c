@@ -828,6 +828,61 @@ static void test_faults(void)
     free(start.bytes);
 }
 
+/* Thousands of runs, and thousands of tensors in some: every step of the merge is an index
+ * lookup per row (a plan that scans per row took minutes here). Merged twice, so
+ * the comparison of runs done on both sides runs over all of them. */
+static void test_large(void)
+{
+    enum { EXTRA_RUNS = 2000, TENSORS = 2000, N = 2 };
+    const char *in[N];
+    ql_error err;
+    for (int k = 0; k < N; k++) {
+        in[k] = tmp_db("large-%d.db", k);
+        qlt_shard_spec spec;
+        qlt_shard_spec_init(&spec);
+        spec.shard = (ql_shard){k, N};
+        make_shard(in[k], &spec);
+        char sql[2048];
+        snprintf(sql, sizeof sql,
+                 "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < %d)"
+                 " INSERT INTO tensor_errors (run_id, tensor, layer, requested_type, used_type,"
+                 " fallback, n_rows, n_cols, params, bytes, rmse)"
+                 " SELECT r.id, 'blk.' || n.i || '.ffn_up.weight', n.i, 'Q8_0', 'Q8_0', 0, 64,"
+                 " 64, 4096, 100, n.i / 1024.0 FROM runs r, n;"
+                 "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < %d)"
+                 " INSERT INTO configs (hash, canonical, weight_type, act_mode, outlier_ratio,"
+                 " head_type, embd_type, kv_type, imatrix, budget)"
+                 " SELECT printf('%%064d', i * %d + %d), 'synthetic ' || (i * %d + %d), 'Q8_0',"
+                 " 'f32', 0, 'same', 'same', 'f32', 'none', 'none' FROM n;"
+                 "INSERT INTO runs (config_id, model_id, dataset_id, ctx, chunks, sweep, status,"
+                 " started, finished, qlab_version, qlab_commit, metrics_version)"
+                 " SELECT c.id, 1, 1, 64, 3, 'shards', 'done', 's', 'f', 'v', 'c', 1"
+                 " FROM configs c WHERE c.canonical LIKE 'synthetic %%';"
+                 "INSERT INTO metrics (run_id, ppl) SELECT id, id / 8.0 FROM runs"
+                 " WHERE id NOT IN (SELECT run_id FROM metrics);"
+                 "INSERT INTO sweep_runs SELECT 'shards', id FROM runs"
+                 " WHERE id NOT IN (SELECT run_id FROM sweep_runs);",
+                 TENSORS - 1, EXTRA_RUNS - 1, N, k, N, k);
+        sqlite3 *db;
+        CHECK(sqlite3_open(in[k], &db) == SQLITE_OK);
+        CHECK_MSG(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
+        sqlite3_close(db);
+    }
+    const char *out = tmp_db("large-out.db");
+    ql_merge_counts mc[N];
+    CHECK_OK(merge(out, in, N, mc, &err), &err);
+    CHECK_EQ_INT(mc[0].added + mc[1].added, QLT_SHARD_CONFIGS + N * EXTRA_RUNS);
+    snapshot before = take(out);
+    double t = ql_now();
+    CHECK_OK(merge(out, in, N, mc, &err), &err);
+    CHECK_EQ_INT(mc[0].kept + mc[1].kept, QLT_SHARD_CONFIGS + N * EXTRA_RUNS);
+    check_untouched(out, &before, "merging large shards again");
+    free(before.bytes);
+    if (getenv("QLT_VERBOSE"))
+        fprintf(stderr, "large: comparing %d runs (%d with %d tensors): %.2f s\n",
+                QLT_SHARD_CONFIGS + N * EXTRA_RUNS, QLT_SHARD_CONFIGS, TENSORS + 2, ql_now() - t);
+}
+
 static void timed(const char *name, void (*fn)(void))
 {
     double t = ql_now();
@@ -846,6 +901,7 @@ int main(void)
     timed("bad_inputs", test_bad_inputs);
     timed("v1_input", test_v1_input);
     timed("fixture_databases", test_fixture_databases);
+    timed("large", test_large);
     timed("faults", test_faults);
     return qlt_done();
 }
