@@ -29,7 +29,7 @@ struct ql_forward {
     float *xq;     /* (n, max_in) transformed product input */
     float *rope;   /* (n, n_rot) cos, sin pairs per position */
     float *scores; /* (n_head, max_ctx) one probability row per head */
-    double *acc;   /* (n_head, head_dim) accumulators of the V product */
+    float *kt;     /* (n_head_kv, head_dim, max_ctx) keys transposed per kv head */
 
     /* K/V cache per layer: (n_layer, max_ctx, n_head_kv * head_dim) */
     float *k_cache;
@@ -77,11 +77,11 @@ ql_status ql_forward_alloc(ql_forward **out, const ql_hparams *hp, int max_ctx, 
     fw->xq = alloc_floats(n * fw->max_in, sizeof(float));
     fw->rope = alloc_floats(n * hp->n_rot, sizeof(float));
     fw->scores = alloc_floats((int64_t)hp->n_head * n, sizeof(float));
-    fw->acc = alloc_floats((int64_t)hp->n_head * hp->head_dim, sizeof(double));
+    fw->kt = alloc_floats(KD * n, sizeof(float));
     fw->k_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
     fw->v_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
     if (!fw->x || !fw->xb || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj || !fw->hg ||
-        !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->acc || !fw->k_cache ||
+        !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->kt || !fw->k_cache ||
         !fw->v_cache) {
         ql_forward_free(fw);
         return ql_error_set(err, QL_ENOMEM, "forward: out of memory for a context of %d tokens",
@@ -108,7 +108,7 @@ void ql_forward_free(ql_forward *fw)
     free(fw->xq);
     free(fw->rope);
     free(fw->scores);
-    free(fw->acc);
+    free(fw->kt);
     free(fw->k_cache);
     free(fw->v_cache);
     free(fw);
@@ -190,23 +190,27 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
         lin->act(lin->act_ctx, lin, x, fw->xq, n_tok);
         in = fw->xq;
     }
-    /* y (n_tok, n_out) = in (n_tok, n_in) @ W^T, W (n_out, n_in) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)lin->n_out,
-                (int)lin->n_in, 1.0f, in, (int)lin->n_in, lin->w, (int)lin->n_in, 0.0f, y,
-                (int)lin->n_out);
+    /* y (n_tok, n_out) = in (n_tok, n_in) @ W^T, W (n_out, n_in). OpenBLAS threads the
+     * product over blocks of y; each value's sum over n_in stays in one thread, so the
+     * result does not depend on the thread count (checked by tests/unit/test_forward.c). */
+    const int64_t n_in = lin->n_in, n_out = lin->n_out;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)n_out, (int)n_in, 1.0f,
+                in, (int)n_in, lin->w, (int)n_in, 0.0f, y, (int)n_out);
     if (lin->b)
         for (int64_t t = 0; t < n_tok; t++)
-            for (int64_t o = 0; o < lin->n_out; o++)
-                y[t * lin->n_out + o] += lin->b[o];
+            for (int64_t o = 0; o < n_out; o++)
+                y[t * n_out + o] += lin->b[o];
 }
 
 /* ------------------------------------------------------------------------ */
 /* Blocks                                                                     */
+/* The element-wise blocks (norms, RoPE, SwiGLU) take a few percent of the time and
+ * run serially: waking OpenMP's pool between two OpenBLAS calls costs more, as both
+ * pools busy-wait for a while after their work. */
 
 /* out (n, d) = x / sqrt(mean(x^2) + eps) * w, per row; sums in double as ggml does. */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps)
 {
-#pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < n; t++) {
         const float *xr = x + t * d;
         float *o = out + t * d;
@@ -245,7 +249,6 @@ static void rope_table(float *tab, const ql_hparams *hp, const float *freq_facto
 static void rope(float *x, const float *tab, const ql_hparams *hp, int64_t n, int n_heads)
 {
     const int hd = hp->head_dim, half = hp->n_rot / 2;
-#pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < n; t++) {
         const float *c = tab + t * hp->n_rot;
         for (int h = 0; h < n_heads; h++) {
@@ -269,32 +272,45 @@ static void head_norm(float *x, const float *w, const ql_hparams *hp, int64_t n,
 
 /* Causal grouped-query attention for the chunk's queries q (n, n_head*hd) at positions
  * pos0.., over cached keys/values kc, vc (pos0+n, n_head_kv*hd); out (n, n_head*hd).
- * Query head h reads kv head h / (n_head / n_head_kv). Parallel over heads: each head
- * owns its probability row and accumulators, so results do not depend on threads. */
+ * Query head h reads kv head g = h / (n_head / n_head_kv). Keys are first transposed
+ * per kv head to kt (n_head_kv, hd, n_kv), so the scores of a query are a sum over d
+ * of contiguous rows: vectorizable, in a fixed order. Parallel over heads with OpenMP
+ * (no BLAS calls inside: OpenBLAS's pthreads build serializes concurrent calls); each
+ * head owns its probability row, so results do not depend on the thread count. */
 static void attention(ql_forward *fw, float *out, const float *q, const float *kc,
                       const float *vc, int pos0, int64_t n)
 {
     const ql_hparams *hp = &fw->hp;
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const int64_t QD = (int64_t)hp->n_head * hd, KD = (int64_t)hp->n_head_kv * hd;
+    const int64_t n_ctx = pos0 + n, M = fw->max_ctx;
     const float scale = 1.0f / sqrtf((float)hd);
     const ql_attn_rounding *r = &fw->rounding;
+    for (int g = 0; g < hp->n_head_kv; g++)
+        for (int64_t j = 0; j < n_ctx; j++)
+            for (int d = 0; d < hd; d++)
+                fw->kt[((int64_t)g * hd + d) * M + j] = kc[j * KD + (int64_t)g * hd + d];
+
 #pragma omp parallel for schedule(static)
     for (int h = 0; h < hp->n_head; h++) {
-        float *p = fw->scores + (int64_t)h * fw->max_ctx;
-        double *acc = fw->acc + (int64_t)h * hd;
-        const int64_t kvo = (int64_t)(h / group) * hd;
+        float *p = fw->scores + (int64_t)h * M;
+        const int64_t g = h / group;
+        const float *kt = fw->kt + g * hd * M;
         for (int64_t t = 0; t < n; t++) {
             const float *qt = q + t * QD + (int64_t)h * hd;
             const int64_t n_kv = pos0 + t + 1; /* causal: positions 0..pos0+t */
-            /* scores (n_kv,) = K q * scale, then softmax with max subtraction */
+            /* p (n_kv,) = K q * scale, then softmax: max subtracted, sum in double */
+            for (int64_t j = 0; j < n_kv; j++)
+                p[j] = 0.0f;
+            for (int d = 0; d < hd; d++) {
+                const float qd = qt[d];
+                const float *kd = kt + (int64_t)d * M;
+                for (int64_t j = 0; j < n_kv; j++)
+                    p[j] += qd * kd[j];
+            }
             float max = -INFINITY;
             for (int64_t j = 0; j < n_kv; j++) {
-                const float *kj = kc + j * KD + kvo;
-                double dot = 0.0;
-                for (int d = 0; d < hd; d++)
-                    dot += (double)(qt[d] * kj[d]);
-                p[j] = (float)dot * scale;
+                p[j] *= scale;
                 if (p[j] > max)
                     max = p[j];
             }
@@ -308,17 +324,16 @@ static void attention(ql_forward *fw, float *out, const float *q, const float *k
                 p[j] *= inv;
             if (r->round_p)
                 r->round_p(r->ctx, p, 1, n_kv);
-            /* out (hd,) = sum_j p_j v_j */
-            for (int d = 0; d < hd; d++)
-                acc[d] = 0.0;
-            for (int64_t j = 0; j < n_kv; j++) {
-                const float *vj = vc + j * KD + kvo;
-                for (int d = 0; d < hd; d++)
-                    acc[d] += (double)(p[j] * vj[d]);
-            }
+            /* o (hd,) = sum_j p_j v_j */
             float *o = out + t * QD + (int64_t)h * hd;
             for (int d = 0; d < hd; d++)
-                o[d] = (float)acc[d];
+                o[d] = 0.0f;
+            for (int64_t j = 0; j < n_kv; j++) {
+                const float pj = p[j];
+                const float *vj = vc + j * KD + g * hd;
+                for (int d = 0; d < hd; d++)
+                    o[d] += pj * vj[d];
+            }
         }
     }
 }
@@ -326,7 +341,6 @@ static void attention(ql_forward *fw, float *out, const float *q, const float *k
 /* h (n, n_ff) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
 static void swiglu(float *gate, const float *up, int64_t n)
 {
-#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i];
         gate[i] = (g / (1.0f + expf(-g))) * up[i];

@@ -2,6 +2,10 @@
 #ifndef QL_COMMANDS_H
 #define QL_COMMANDS_H
 
+int ql_cmd_bench(int argc, char **argv);
+int ql_cmd_eval(int argc, char **argv);
+int ql_cmd_generate(int argc, char **argv);
+int ql_cmd_synth(int argc, char **argv);
 int ql_cmd_version(int argc, char **argv);
 
 #endif

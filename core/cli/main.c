@@ -7,6 +7,8 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
+    {"bench", ql_cmd_bench, "measure the speed of the reference forward pass"},
+    {"synth", ql_cmd_synth, "write a synthetic llama-architecture model"},
     {"version", ql_cmd_version, "print the qlab version and commit"},
 };
 
