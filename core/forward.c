@@ -11,6 +11,12 @@
 #include "types.h"
 #include "util.h"
 
+/* Products and attention below this many multiply-adds run on one thread. Thread
+ * pools hand work over by busy-waiting; for sub-millisecond pieces of work on a
+ * loaded machine (parallel sweep shards, other jobs) that waiting costs up to ten
+ * times the work itself, while the gain when idle is small. */
+#define SERIAL_MACS (4 * 1024 * 1024)
+
 struct ql_forward {
     ql_hparams hp;
     int max_ctx;
@@ -192,10 +198,17 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
     }
     /* y (n_tok, n_out) = in (n_tok, n_in) @ W^T, W (n_out, n_in). OpenBLAS threads the
      * product over blocks of y; each value's sum over n_in stays in one thread, so the
-     * result does not depend on the thread count (checked by tests/unit/test_forward.c). */
+     * result does not depend on the thread count (checked by tests/unit/test_synth.c).
+     * Small products run on one thread: see SERIAL_MACS. */
     const int64_t n_in = lin->n_in, n_out = lin->n_out;
+    const bool serial = n_tok * n_in * n_out < SERIAL_MACS;
+    const int blas_threads = serial ? openblas_get_num_threads() : 0;
+    if (serial && blas_threads > 1)
+        openblas_set_num_threads(1);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)n_out, (int)n_in, 1.0f,
                 in, (int)n_in, lin->w, (int)n_in, 0.0f, y, (int)n_out);
+    if (serial && blas_threads > 1)
+        openblas_set_num_threads(blas_threads);
     if (lin->b)
         for (int64_t t = 0; t < n_tok; t++)
             for (int64_t o = 0; o < n_out; o++)
@@ -291,7 +304,8 @@ static void attention(ql_forward *fw, float *out, const float *q, const float *k
             for (int d = 0; d < hd; d++)
                 fw->kt[((int64_t)g * hd + d) * M + j] = kc[j * KD + (int64_t)g * hd + d];
 
-#pragma omp parallel for schedule(static)
+    const int64_t work = (int64_t)hp->n_head * n * (n_ctx - n / 2) * hd * 2;
+#pragma omp parallel for schedule(static) if (work >= SERIAL_MACS)
     for (int h = 0; h < hp->n_head; h++) {
         float *p = fw->scores + (int64_t)h * M;
         const int64_t g = h / group;

@@ -112,6 +112,8 @@ static void run_chunk(const ql_model *m, ql_forward *fw, const ql_weights *w, co
     CHECK_OK(ql_forward_run(fw, w, t, n, 0, 0, out, &err), &err);
 }
 
+/* On stories260K most products run serially (SERIAL_MACS); test_synth.c checks the
+ * threaded paths on a larger model. */
 static void test_determinism(const ql_model *m)
 {
     enum { N = 128 };

@@ -162,6 +162,29 @@ static void test_small(void)
     free(logits);
     free(cs.sumsq);
     ql_forward_free(fw);
+
+    /* Determinism across runs and thread counts, on products large enough to be
+     * threaded (stories260K's are small enough to run serially). */
+    enum { N = 128 };
+    CHECK_OK(ql_forward_alloc(&fw, &m->hp, N, &err), &err);
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 53 + 1) % 512);
+    const size_t sz = (size_t)N * 512;
+    float *a = malloc(sz * sizeof *a), *b = malloc(sz * sizeof *b), *c = malloc(sz * sizeof *c);
+    const int saved = ql_threads_get();
+    ql_threads_set(1);
+    CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, a, &err), &err);
+    CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, b, &err), &err);
+    ql_threads_set(2);
+    CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, c, &err), &err);
+    ql_threads_set(saved);
+    CHECK_MSG(memcmp(a, b, sz * sizeof *a) == 0, "two runs differ");
+    CHECK_MSG(memcmp(a, c, sz * sizeof *a) == 0, "1 and 2 threads differ");
+    free(a);
+    free(b);
+    free(c);
+    ql_forward_free(fw);
     ql_model_free(m);
 
     /* F16 weights, padded vocabulary */
