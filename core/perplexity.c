@@ -33,6 +33,22 @@ ql_status ql_ppl_data_from_tokens(ql_ppl_data *d, const int32_t *tokens, int64_t
     return QL_OK;
 }
 
+ql_status ql_ppl_data_from_text(ql_ppl_data *d, const ql_tokenizer *tok, const char *text,
+                                size_t len, int ctx, int64_t max_chunks, ql_error *err)
+{
+    memset(d, 0, sizeof *d);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    bool add_bos = ql_tokenizer_adds_bos(tok);
+    ql_status st = ql_tokenize(tok, text, len, add_bos, &ids, &n, err);
+    if (st)
+        return st;
+    st = ql_ppl_data_from_tokens(d, ids, n, add_bos ? ql_tokenizer_bos(tok) : -1, ctx,
+                                 max_chunks, err);
+    free(ids);
+    return st;
+}
+
 void ql_ppl_data_deinit(ql_ppl_data *d)
 {
     free(d->tokens);

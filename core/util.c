@@ -221,3 +221,20 @@ char *ql_strdup(const char *s)
         memcpy(d, s, n);
     return d;
 }
+
+int ql_format_double(double v, char *buf, size_t size)
+{
+    if (isnan(v))
+        return snprintf(buf, size, "nan");
+    if (isinf(v))
+        return snprintf(buf, size, v > 0 ? "inf" : "-inf");
+    if (v == 0.0)
+        return snprintf(buf, size, "0");
+    char tmp[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        if (strtod(tmp, NULL) == v)
+            break;
+    }
+    return snprintf(buf, size, "%s", tmp);
+}

@@ -43,4 +43,10 @@ size_t ql_strlcpy(char *dst, const char *src, size_t size);
 /* Duplicates a string (NULL on allocation failure). */
 char *ql_strdup(const char *s);
 
+/* Shortest "%.Ng" spelling of a finite v that reads back as exactly v ("3", "0.1",
+ * "2.5e-07"); -0 is written "0", non-finite values "nan", "inf", "-inf". Used
+ * wherever a number is stored as text or compared as text (config canonical
+ * forms, query output). Returns the length snprintf would write. */
+int ql_format_double(double v, char *buf, size_t size);
+
 #endif

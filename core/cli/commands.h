@@ -5,7 +5,10 @@
 int ql_cmd_bench(int argc, char **argv);
 int ql_cmd_eval(int argc, char **argv);
 int ql_cmd_generate(int argc, char **argv);
+int ql_cmd_query(int argc, char **argv);
+int ql_cmd_sweep(int argc, char **argv);
 int ql_cmd_synth(int argc, char **argv);
+int ql_cmd_tokenize(int argc, char **argv);
 int ql_cmd_version(int argc, char **argv);
 
 #endif

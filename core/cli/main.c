@@ -8,7 +8,12 @@
 
 static const ql_cli_command commands[] = {
     {"bench", ql_cmd_bench, "measure the speed of the reference forward pass"},
+    {"eval", ql_cmd_eval, "perplexity of a model on a text (llama-perplexity protocol)"},
+    {"generate", ql_cmd_generate, "greedy decoding from a prompt (sanity tool)"},
+    {"query", ql_cmd_query, "read-only SQL or a named query on the results database"},
+    {"sweep", ql_cmd_sweep, "expand a sweep file into configs (--list)"},
     {"synth", ql_cmd_synth, "write a synthetic llama-architecture model"},
+    {"tokenize", ql_cmd_tokenize, "tokenize a text with a model's tokenizer (as llama.cpp)"},
     {"version", ql_cmd_version, "print the qlab version and commit"},
 };
 
