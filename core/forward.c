@@ -58,8 +58,7 @@ ql_status ql_forward_alloc(ql_forward **out, const ql_hparams *hp, int max_ctx, 
 {
     *out = NULL;
     if (max_ctx <= 0)
-        return ql_error_set(err, QL_EINVAL, "forward: context length %d must be positive",
-                            max_ctx);
+        return ql_error_set(err, QL_EINVAL, "forward: context length %d must be positive", max_ctx);
     ql_forward *fw = calloc(1, sizeof *fw);
     if (!fw)
         return ql_error_set(err, QL_ENOMEM, "out of memory");
@@ -87,8 +86,7 @@ ql_status ql_forward_alloc(ql_forward **out, const ql_hparams *hp, int max_ctx, 
     fw->k_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
     fw->v_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
     if (!fw->x || !fw->xb || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj || !fw->hg ||
-        !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->kt || !fw->k_cache ||
-        !fw->v_cache) {
+        !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->kt || !fw->k_cache || !fw->v_cache) {
         ql_forward_free(fw);
         return ql_error_set(err, QL_ENOMEM, "forward: out of memory for a context of %d tokens",
                             max_ctx);
@@ -194,8 +192,8 @@ ql_status ql_forward_set_kv_type(ql_forward *fw, int32_t type, ql_error *err)
     if (type == QL_TYPE_F16) {
         /* ggml's CPU path with an f16 cache: K and V stored as f16; K·Q converts the
          * query to f16 (F16's dot type); V·P converts the probabilities to f16. */
-        ql_attn_rounding r = {.round_k = round_f16, .round_v = round_f16,
-                              .round_q = round_f16, .round_p = round_f16};
+        ql_attn_rounding r = {
+            .round_k = round_f16, .round_v = round_f16, .round_q = round_f16, .round_p = round_f16};
         ql_strlcpy(r.name, "f16", sizeof r.name);
         ql_forward_set_attn_rounding(fw, &r);
         return QL_OK;
@@ -312,8 +310,8 @@ static void head_norm(float *x, const float *w, const ql_hparams *hp, int64_t n,
  * of contiguous rows: vectorizable, in a fixed order. Parallel over heads with OpenMP
  * (no BLAS calls inside: OpenBLAS's pthreads build serializes concurrent calls); each
  * head owns its probability row, so results do not depend on the thread count. */
-static void attention(ql_forward *fw, float *out, const float *q, const float *kc,
-                      const float *vc, int pos0, int64_t n)
+static void attention(ql_forward *fw, float *out, const float *q, const float *kc, const float *vc,
+                      int pos0, int64_t n)
 {
     const ql_hparams *hp = &fw->hp;
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
@@ -400,8 +398,8 @@ static ql_status check_weights(const ql_forward *fw, const ql_weights *w, ql_err
         return ql_error_set(err, QL_EINVAL,
                             "forward: weight set (%d layers, embedding %lldx%lld) does not "
                             "match the model (%d layers, %dx%d)",
-                            w->n_layer, (long long)w->tok_embd.n_out,
-                            (long long)w->tok_embd.n_in, hp->n_layer, hp->n_vocab, hp->n_embd);
+                            w->n_layer, (long long)w->tok_embd.n_out, (long long)w->tok_embd.n_in,
+                            hp->n_layer, hp->n_vocab, hp->n_embd);
     for (int i = 0; i < w->n_lin; i++)
         if (!w->lin[i].w)
             return ql_error_set(err, QL_EINVAL, "forward: weight set has no data for '%s'",
@@ -415,11 +413,11 @@ ql_status ql_forward_run(ql_forward *fw, const ql_weights *w, const int32_t *tok
     const ql_hparams *hp = &fw->hp;
     if (n_tok <= 0 || pos0 < 0 || (int64_t)pos0 + n_tok > fw->max_ctx)
         return ql_error_set(err, QL_EINVAL,
-                            "forward: %d tokens at position %d do not fit the context of %d",
-                            n_tok, pos0, fw->max_ctx);
+                            "forward: %d tokens at position %d do not fit the context of %d", n_tok,
+                            pos0, fw->max_ctx);
     if (out_first < 0 || out_first >= n_tok)
-        return ql_error_set(err, QL_EINVAL, "forward: first output row %d outside 0..%d",
-                            out_first, n_tok - 1);
+        return ql_error_set(err, QL_EINVAL, "forward: first output row %d outside 0..%d", out_first,
+                            n_tok - 1);
     ql_status st = check_weights(fw, w, err);
     if (st)
         return st;
@@ -430,7 +428,8 @@ ql_status ql_forward_run(ql_forward *fw, const ql_weights *w, const int32_t *tok
     /* x (n, E) = token embeddings */
     for (int t = 0; t < n_tok; t++) {
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
-            return ql_error_set(err, QL_EINVAL, "forward: token id %d at position %d outside "
+            return ql_error_set(err, QL_EINVAL,
+                                "forward: token id %d at position %d outside "
                                 "the vocabulary (0..%d)",
                                 (int)tokens[t], pos0 + t, hp->n_vocab - 1);
         memcpy(fw->x + t * E, w->tok_embd.w + (int64_t)tokens[t] * E, (size_t)E * sizeof(float));

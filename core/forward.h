@@ -25,7 +25,8 @@
  *
  * Determinism: every output value is computed by one thread in a fixed order, and
  * the matrix products are checked to be independent of the thread count
- * (tests/unit/test_forward.c). All run state is allocated once by ql_forward_alloc().
+ * (tests/unit/test_synth.c, test_forward.c). All run state is allocated once by
+ * ql_forward_alloc().
  *
  * Threading contract: one ql_forward is used by one caller thread at a time; it
  * parallelizes internally (OpenMP over heads and rows, OpenBLAS in sgemm). */

@@ -15,9 +15,12 @@
 const char *ql_arch_name(ql_arch a)
 {
     switch (a) {
-    case QL_ARCH_LLAMA: return "llama";
-    case QL_ARCH_QWEN2: return "qwen2";
-    case QL_ARCH_QWEN3: return "qwen3";
+    case QL_ARCH_LLAMA:
+        return "llama";
+    case QL_ARCH_QWEN2:
+        return "qwen2";
+    case QL_ARCH_QWEN3:
+        return "qwen3";
     }
     return "?";
 }
@@ -157,20 +160,19 @@ static ql_status get_int(const ql_gguf *g, const char *arch, const char *suffix,
         if (e.status)
             return ql_error_set(err, e.status, "%s", e.msg);
         if (required)
-            return ql_error_set(err, QL_EFORMAT, "%s: required key '%s' is missing", g->path,
-                                key);
+            return ql_error_set(err, QL_EFORMAT, "%s: required key '%s' is missing", g->path, key);
         *out = def;
         return QL_OK;
     }
     if (v <= 0 || v > (1 << 30))
-        return ql_error_set(err, QL_EFORMAT, "%s: key '%s' = %lld is out of range (1..%d)",
-                            g->path, key, (long long)v, 1 << 30);
+        return ql_error_set(err, QL_EFORMAT, "%s: key '%s' = %lld is out of range (1..%d)", g->path,
+                            key, (long long)v, 1 << 30);
     *out = (int)v;
     return QL_OK;
 }
 
-static ql_status get_float(const ql_gguf *g, const char *arch, const char *suffix,
-                           bool required, float def, float *out, ql_error *err)
+static ql_status get_float(const ql_gguf *g, const char *arch, const char *suffix, bool required,
+                           float def, float *out, ql_error *err)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -180,8 +182,7 @@ static ql_status get_float(const ql_gguf *g, const char *arch, const char *suffi
         if (e.status)
             return ql_error_set(err, e.status, "%s", e.msg);
         if (required)
-            return ql_error_set(err, QL_EFORMAT, "%s: required key '%s' is missing", g->path,
-                                key);
+            return ql_error_set(err, QL_EFORMAT, "%s: required key '%s' is missing", g->path, key);
         *out = def;
     }
     return QL_OK;
@@ -192,10 +193,10 @@ static ql_status read_hparams(const ql_gguf *g, ql_hparams *hp, ql_error *err)
     memset(hp, 0, sizeof *hp);
     const char *arch = ql_gguf_get_str(g, "general.architecture", err);
     if (!arch)
-        return err && err->status ? err->status
-                                  : ql_error_set(err, QL_EFORMAT,
-                                                 "%s: key 'general.architecture' is missing",
-                                                 g->path);
+        return err && err->status
+                   ? err->status
+                   : ql_error_set(err, QL_EFORMAT, "%s: key 'general.architecture' is missing",
+                                  g->path);
     if (strcmp(arch, "llama") == 0)
         hp->arch = QL_ARCH_LLAMA;
     else if (strcmp(arch, "qwen2") == 0)
@@ -214,8 +215,8 @@ static ql_status read_hparams(const ql_gguf *g, ql_hparams *hp, ql_error *err)
         (st = get_int(g, arch, "embedding_length", true, 0, &hp->n_embd, err)) ||
         (st = get_int(g, arch, "feed_forward_length", true, 0, &hp->n_ff, err)) ||
         (st = get_int(g, arch, "attention.head_count", true, 0, &hp->n_head, err)) ||
-        (st = get_int(g, arch, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv,
-                      err)) ||
+        (st =
+             get_int(g, arch, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv, err)) ||
         (st = get_int(g, arch, "context_length", false, 0, &hp->n_ctx_train, err)) ||
         (st = get_float(g, arch, "attention.layer_norm_rms_epsilon", true, 0.0f, &hp->norm_eps,
                         err)) ||
@@ -310,8 +311,8 @@ static ql_status tensor_f32(const ql_gguf *g, const char *name, int64_t ne0, int
             return ql_error_set(err, QL_EFORMAT,
                                 "%s: tensor '%s' has shape %s, expected %lldx%lld (ggml ne)",
                                 g->path, name, got, (long long)ne0, (long long)ne1);
-        return ql_error_set(err, QL_EFORMAT, "%s: tensor '%s' has shape %s, expected %lld",
-                            g->path, name, got, (long long)ne0);
+        return ql_error_set(err, QL_EFORMAT, "%s: tensor '%s' has shape %s, expected %lld", g->path,
+                            name, got, (long long)ne0);
     }
     *type = t->type;
     int64_t rows = ne1 > 0 ? ne1 : 1;
@@ -324,8 +325,8 @@ static ql_status tensor_f32(const ql_gguf *g, const char *name, int64_t ne0, int
     bool direct = t->type == QL_TYPE_F16 || t->type == QL_TYPE_BF16;
     if (!t->data || !tr || (!direct && !tr->dequantize))
         return ql_error_set(err, QL_EUNSUPPORTED,
-                            "%s: tensor '%s' has type %s which qlab cannot read yet", g->path,
-                            name, ql_type_name(t->type));
+                            "%s: tensor '%s' has type %s which qlab cannot read yet", g->path, name,
+                            ql_type_name(t->type));
     float *f = malloc((size_t)n * sizeof *f);
     if (!f)
         return ql_error_set(err, QL_ENOMEM, "%s: out of memory for tensor '%s' (%lld values)",
@@ -356,8 +357,8 @@ static ql_status load_linear(const ql_gguf *g, ql_linear *lin, const char *name,
     snprintf(lin->name, sizeof lin->name, "%s.weight", name);
     lin->n_in = n_in;
     lin->n_out = n_out;
-    ql_status st = tensor_f32(g, lin->name, n_in, n_out, true, &lin->w, &lin->w_owned,
-                              &lin->src_type, err);
+    ql_status st =
+        tensor_f32(g, lin->name, n_in, n_out, true, &lin->w, &lin->w_owned, &lin->src_type, err);
     if (st || !bias)
         return st;
     char bname[112];
@@ -378,16 +379,14 @@ static ql_status load_vector(const ql_gguf *g, ql_weights *w, const char *name, 
     return st;
 }
 
-static ql_status load_weights(const ql_gguf *g, const ql_hparams *hp, ql_weights *w,
-                              ql_error *err)
+static ql_status load_weights(const ql_gguf *g, const ql_hparams *hp, ql_weights *w, ql_error *err)
 {
     const int64_t E = hp->n_embd, F = hp->n_ff, D = hp->head_dim;
     const int64_t QD = (int64_t)hp->n_head * D, KD = (int64_t)hp->n_head_kv * D;
     ql_status st;
     if ((st = load_linear(g, &w->tok_embd, "token_embd", E, hp->n_vocab, false, err)) ||
         (st = load_vector(g, w, "output_norm.weight", E, true, &w->output_norm, err)) ||
-        (st = load_vector(g, w, "rope_freqs.weight", hp->n_rot / 2, false, &w->rope_freqs,
-                          err)))
+        (st = load_vector(g, w, "rope_freqs.weight", hp->n_rot / 2, false, &w->rope_freqs, err)))
         return st;
     for (int l = 0; l < hp->n_layer; l++) {
         char n[64];

@@ -66,13 +66,13 @@ typedef void (*ql_act_fn)(void *ctx, const ql_linear *lin, const float *x, float
 
 /* A 2-D weight used as a product y = W x (+ b). */
 struct ql_linear {
-    char name[96];        /* GGUF tensor name, e.g. "blk.3.attn_q.weight" */
-    int64_t n_in;         /* row length (ggml ne[0]) */
-    int64_t n_out;        /* number of rows (ggml ne[1]) */
-    const float *w;       /* (n_out, n_in) row-major */
-    const float *b;       /* (n_out,) bias or NULL */
-    int32_t src_type;     /* ggml type the tensor had in the GGUF file */
-    ql_act_fn act;        /* NULL: the input is used as is (f32), at no cost */
+    char name[96];    /* GGUF tensor name, e.g. "blk.3.attn_q.weight" */
+    int64_t n_in;     /* row length (ggml ne[0]) */
+    int64_t n_out;    /* number of rows (ggml ne[1]) */
+    const float *w;   /* (n_out, n_in) row-major */
+    const float *b;   /* (n_out,) bias or NULL */
+    int32_t src_type; /* ggml type the tensor had in the GGUF file */
+    ql_act_fn act;    /* NULL: the input is used as is (f32), at no cost */
     void *act_ctx;
     /* private: heap copies this linear owns (freed with the weight set), NULL if borrowed */
     float *w_owned;
@@ -104,10 +104,10 @@ typedef struct {
  * index is what observers receive. */
 typedef struct {
     int n_layer;
-    int n_lin;              /* n_layer * QL_SITES_PER_LAYER + 1 */
-    ql_linear *lin;         /* (n_lin,) product sites */
-    ql_linear tok_embd;     /* (n_vocab, n_embd) lookup table, not a product site */
-    ql_layer_norms *norms;  /* (n_layer,) */
+    int n_lin;                /* n_layer * QL_SITES_PER_LAYER + 1 */
+    ql_linear *lin;           /* (n_lin,) product sites */
+    ql_linear tok_embd;       /* (n_vocab, n_embd) lookup table, not a product site */
+    ql_layer_norms *norms;    /* (n_layer,) */
     const float *output_norm; /* (n_embd,) */
     const float *rope_freqs;  /* (n_rot / 2,) per-pair frequency divisors (Llama 3), or NULL */
     /* private: heap arrays owned by the set besides the linears' own (1-D tensors) */

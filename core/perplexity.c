@@ -19,8 +19,7 @@ ql_status ql_ppl_data_from_tokens(ql_ppl_data *d, const int32_t *tokens, int64_t
                             (long long)n_tokens, ctx);
     d->tokens = malloc((size_t)n_tokens * sizeof *d->tokens);
     if (!d->tokens)
-        return ql_error_set(err, QL_ENOMEM, "out of memory for %lld tokens",
-                            (long long)n_tokens);
+        return ql_error_set(err, QL_ENOMEM, "out of memory for %lld tokens", (long long)n_tokens);
     memcpy(d->tokens, tokens, (size_t)n_tokens * sizeof *tokens);
     d->n_tokens = n_tokens;
     d->ctx = ctx;
@@ -43,8 +42,8 @@ ql_status ql_ppl_data_from_text(ql_ppl_data *d, const ql_tokenizer *tok, const c
     ql_status st = ql_tokenize(tok, text, len, add_bos, &ids, &n, err);
     if (st)
         return st;
-    st = ql_ppl_data_from_tokens(d, ids, n, add_bos ? ql_tokenizer_bos(tok) : -1, ctx,
-                                 max_chunks, err);
+    st = ql_ppl_data_from_tokens(d, ids, n, add_bos ? ql_tokenizer_bos(tok) : -1, ctx, max_chunks,
+                                 err);
     free(ids);
     return st;
 }
@@ -78,8 +77,8 @@ ql_status ql_ppl_run_chunk(ql_forward *fw, const ql_weights *w, const ql_ppl_dat
                            float *logits, ql_error *err)
 {
     if (i < 0 || i >= d->n_chunks)
-        return ql_error_set(err, QL_EINVAL, "perplexity: chunk %lld outside 0..%lld",
-                            (long long)i, (long long)d->n_chunks - 1);
+        return ql_error_set(err, QL_EINVAL, "perplexity: chunk %lld outside 0..%lld", (long long)i,
+                            (long long)d->n_chunks - 1);
     if (ql_forward_max_ctx(fw) < d->ctx)
         return ql_error_set(err, QL_EINVAL,
                             "perplexity: forward state holds %d tokens, chunks have %d",
@@ -127,8 +126,8 @@ double ql_nll_acc_ppl_err(const ql_nll_acc *a)
     return var > 0 ? exp(mean) * sqrt(var / (double)(a->n - 1)) : 0.0;
 }
 
-ql_status ql_ppl_eval(ql_forward *fw, const ql_weights *w, const ql_ppl_data *d,
-                      ql_ppl_chunk_fn cb, void *cb_ctx, ql_nll_acc *acc, ql_error *err)
+ql_status ql_ppl_eval(ql_forward *fw, const ql_weights *w, const ql_ppl_data *d, ql_ppl_chunk_fn cb,
+                      void *cb_ctx, ql_nll_acc *acc, ql_error *err)
 {
     memset(acc, 0, sizeof *acc);
     const int64_t V = ql_forward_hparams(fw)->n_vocab;
@@ -143,7 +142,8 @@ ql_status ql_ppl_eval(ql_forward *fw, const ql_weights *w, const ql_ppl_data *d,
         const int32_t *targets = ql_ppl_chunk_targets(d, i);
         for (int t = 0; t < d->n_scored; t++) {
             if (targets[t] < 0 || targets[t] >= V) {
-                st = ql_error_set(err, QL_EINVAL, "perplexity: target token %d outside the "
+                st = ql_error_set(err, QL_EINVAL,
+                                  "perplexity: target token %d outside the "
                                   "vocabulary (0..%lld)",
                                   (int)targets[t], (long long)V - 1);
                 goto out;

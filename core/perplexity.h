@@ -25,7 +25,7 @@
 #include "tokenizer.h"
 
 typedef struct {
-    int32_t *tokens;  /* the whole text's token ids (owned) */
+    int32_t *tokens; /* the whole text's token ids (owned) */
     int64_t n_tokens;
     int ctx;          /* chunk length */
     int64_t n_chunks; /* chunks evaluated: min(requested, n_tokens / ctx) */
@@ -86,7 +86,7 @@ typedef void (*ql_ppl_chunk_fn)(void *ctx, int64_t chunk, const float *logits,
 
 /* Runs every chunk and accumulates the NLL of its scored tokens into *acc (zeroed
  * first). cb (may be NULL) sees each chunk. */
-ql_status ql_ppl_eval(ql_forward *fw, const ql_weights *w, const ql_ppl_data *d,
-                      ql_ppl_chunk_fn cb, void *cb_ctx, ql_nll_acc *acc, ql_error *err);
+ql_status ql_ppl_eval(ql_forward *fw, const ql_weights *w, const ql_ppl_data *d, ql_ppl_chunk_fn cb,
+                      void *cb_ctx, ql_nll_acc *acc, ql_error *err);
 
 #endif

@@ -19,28 +19,28 @@
 /* Std gains per product: unit-variance outputs for Q/K/V/gate/up, a slower-growing
  * residual stream for the projections that write back to it, and logits with a
  * standard deviation of about 3 so next-token distributions are peaked. */
-#define GAIN_IN 1.0
-#define GAIN_OUT 0.5
+#define GAIN_IN   1.0
+#define GAIN_OUT  0.5
 #define GAIN_HEAD 3.0
 /* One hot input column per this many, scaled by HOT_MIN..HOT_MAX. */
 #define HOT_EVERY 128
-#define HOT_MIN 3.0
-#define HOT_MAX 8.0
+#define HOT_MIN   3.0
+#define HOT_MAX   8.0
 /* Massive residual channels: one per this many (clamped to 2..8), norm weights
  * MASSIVE_MIN..MASSIVE_MAX; the weight columns reading them are scaled by
  * MASSIVE_KEEP / norm weight, so their contribution stays a few typical columns. */
 #define MASSIVE_EVERY 128
-#define MASSIVE_MIN 20.0
-#define MASSIVE_MAX 60.0
-#define MASSIVE_KEEP 2.0
+#define MASSIVE_MIN   20.0
+#define MASSIVE_MAX   60.0
+#define MASSIVE_KEEP  2.0
 /* Norm weights elsewhere: 1 + NORM_JITTER * N(0, 1). */
-#define NORM_JITTER 0.1
-#define SYNTH_EPS 1e-5f
+#define NORM_JITTER     0.1
+#define SYNTH_EPS       1e-5f
 #define SYNTH_ROPE_BASE 10000.0f
 /* llama.cpp's token type for a reserved, never-produced token. */
 #define TOKEN_TYPE_UNUSED 5
 /* GGUF general.file_type values (llama_ftype). */
-#define FTYPE_ALL_F32 0
+#define FTYPE_ALL_F32    0
 #define FTYPE_MOSTLY_F16 1
 
 void ql_synth_defaults(ql_synth_opts *o)
@@ -71,7 +71,7 @@ int64_t ql_synth_n_params(const ql_synth_opts *o, int vocab)
 typedef struct {
     gsl_rng *rng;
     int n_massive;
-    int massive[8];  /* residual channels with massive activations */
+    int massive[8]; /* residual channels with massive activations */
 } synth_state;
 
 /* Student-t with unit variance. */
@@ -124,7 +124,7 @@ typedef struct {
     char name[64];
     int64_t ne0, ne1; /* ne1 = 0 for 1-D */
     tensor_kind kind;
-    int norm_ref;     /* index of the norm whose output this product reads, or -1 */
+    int norm_ref; /* index of the norm whose output this product reads, or -1 */
 } tensor_spec;
 
 static int build_specs(const ql_synth_opts *o, int vocab, tensor_spec *sp)
@@ -173,8 +173,7 @@ static int build_specs(const ql_synth_opts *o, int vocab, tensor_spec *sp)
 /* ------------------------------------------------------------------------ */
 /* Tokenizer keys                                                             */
 
-static ql_status copy_tokenizer(ql_gguf_writer *w, const ql_gguf *src, int *vocab,
-                                ql_error *err)
+static ql_status copy_tokenizer(ql_gguf_writer *w, const ql_gguf *src, int *vocab, ql_error *err)
 {
     const ql_gguf_array *toks = ql_gguf_get_arr(src, "tokenizer.ggml.tokens", QL_GGUF_STRING, err);
     const ql_gguf_array *scores =
@@ -234,10 +233,10 @@ static ql_status copy_tokenizer(ql_gguf_writer *w, const ql_gguf *src, int *voca
         ty[i] = TOKEN_TYPE_UNUSED;
     }
     if ((st = ql_gguf_writer_set_str_arr(w, "tokenizer.ggml.tokens", strs, (uint64_t)V, err)) ||
-        (st = ql_gguf_writer_set_arr(w, "tokenizer.ggml.scores", QL_GGUF_FLOAT32, sc,
-                                     (uint64_t)V, err)) ||
-        (st = ql_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", QL_GGUF_INT32, ty,
-                                     (uint64_t)V, err)))
+        (st = ql_gguf_writer_set_arr(w, "tokenizer.ggml.scores", QL_GGUF_FLOAT32, sc, (uint64_t)V,
+                                     err)) ||
+        (st = ql_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", QL_GGUF_INT32, ty, (uint64_t)V,
+                                     err)))
         goto out;
 out:
     free(strs);
@@ -305,14 +304,13 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
         (st = ql_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)o->dim, err)) ||
         (st = ql_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)o->layers, err)) ||
         (st = ql_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)o->ff, err)) ||
-        (st = ql_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)o->heads,
-                                     err)) ||
+        (st = ql_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)o->heads, err)) ||
         (st = ql_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads,
                                      err)) ||
         (st = ql_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)hd, err)) ||
         (st = ql_gguf_writer_set_f32(w, "llama.rope.freq_base", SYNTH_ROPE_BASE, err)) ||
-        (st = ql_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", SYNTH_EPS,
-                                     err)) ||
+        (st =
+             ql_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", SYNTH_EPS, err)) ||
         (st = ql_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)vocab, err)) ||
         (st = ql_gguf_writer_set_kv(w, "qlab.synth.seed", &seed_value, err)) ||
         (st = ql_gguf_writer_set_str(w, "qlab.synth.source_tokenizer", o->tokenizer_src, err)))
@@ -333,9 +331,9 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
         const int64_t elems = sp[i].ne0 * (is2d ? sp[i].ne1 : 1);
         if (elems > max_elems)
             max_elems = elems;
-        if ((st = ql_gguf_writer_add_tensor(w, sp[i].name, is2d ? 2 : 1, ne, type,
-                                            ql_row_size(type, sp[i].ne0) * (uint64_t)(elems / sp[i].ne0),
-                                            err)))
+        if ((st = ql_gguf_writer_add_tensor(
+                 w, sp[i].name, is2d ? 2 : 1, ne, type,
+                 ql_row_size(type, sp[i].ne0) * (uint64_t)(elems / sp[i].ne0), err)))
             goto out;
     }
     buf = malloc((size_t)max_elems * sizeof *buf);
@@ -369,10 +367,18 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
         const tensor_spec *t = &sp[i];
         const int64_t elems = t->ne0 * (t->ne1 > 0 ? t->ne1 : 1);
         switch (t->kind) {
-        case T_EMBD: gen_matrix(&s, buf, t->ne0, t->ne1, sqrt((double)t->ne0), NULL); break;
-        case T_HEAD: gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_HEAD, NULL); break;
-        case T_IN: gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_IN, norms[t->norm_ref]); break;
-        case T_OUT: gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_OUT, NULL); break;
+        case T_EMBD:
+            gen_matrix(&s, buf, t->ne0, t->ne1, sqrt((double)t->ne0), NULL);
+            break;
+        case T_HEAD:
+            gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_HEAD, NULL);
+            break;
+        case T_IN:
+            gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_IN, norms[t->norm_ref]);
+            break;
+        case T_OUT:
+            gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_OUT, NULL);
+            break;
         case T_NORM:
         case T_NORM_MASSIVE:
             gen_norm(&s, buf, elems, t->kind == T_NORM_MASSIVE);

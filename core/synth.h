@@ -27,12 +27,12 @@
 #include "error.h"
 
 typedef struct {
-    int dim;                   /* embedding length */
-    int ff;                    /* feed-forward length */
+    int dim; /* embedding length */
+    int ff;  /* feed-forward length */
     int layers;
     int heads;
     int kv_heads;
-    int vocab;                 /* 0: the tokenizer's size */
+    int vocab; /* 0: the tokenizer's size */
     uint64_t seed;
     int32_t type;              /* QL_TYPE_F32 or QL_TYPE_F16 for the 2-D weights */
     int ctx_train;             /* llama.context_length written to the file */

@@ -80,8 +80,7 @@ int ql_cmd_bench(int argc, char **argv)
     float *logits = NULL;
     int rc = QL_EXIT_RUNTIME;
     double t0 = ql_now();
-    if (ql_data_resolve(model_arg, path, sizeof path, NULL, &err) ||
-        ql_model_load(&m, path, &err))
+    if (ql_data_resolve(model_arg, path, sizeof path, NULL, &err) || ql_model_load(&m, path, &err))
         goto fail;
     const double t_load = ql_now() - t0;
     if (ql_forward_alloc(&fw, &m->hp, ctx, &err))

@@ -50,8 +50,8 @@ static void on_chunk(void *ctx, int64_t chunk, const float *logits, const int32_
     if (p->tty)
         ql_progress_update(&p->progress, (chunk + 1), note);
     else
-        fprintf(stderr, "chunk %lld/%lld: PPL %.6f\n", (long long)chunk + 1,
-                (long long)p->n_chunks, ql_nll_acc_ppl(running));
+        fprintf(stderr, "chunk %lld/%lld: PPL %.6f\n", (long long)chunk + 1, (long long)p->n_chunks,
+                ql_nll_acc_ppl(running));
 }
 
 int ql_cmd_eval(int argc, char **argv)
@@ -127,13 +127,13 @@ int ql_cmd_eval(int argc, char **argv)
     }
     if (ql_forward_alloc(&fw, &m->hp, ctx, &err) || ql_forward_set_kv_type(fw, kv_type, &err))
         goto fail;
-    fprintf(stderr, "model %s (%s, %.3fM params); text %s: %lld tokens, %lld chunks of %d, %d "
-                    "scored per chunk; K/V %s; %d threads\n",
+    fprintf(stderr,
+            "model %s (%s, %.3fM params); text %s: %lld tokens, %lld chunks of %d, %d "
+            "scored per chunk; K/V %s; %d threads\n",
             model_path, m->hp.arch_name, (double)m->n_params / 1e6, text_path,
             (long long)d.n_tokens, (long long)d.n_chunks, ctx, d.n_scored,
             ql_forward_attn_rounding_name(fw), ql_threads_get());
-    chunk_printer pr = {.n_chunks = d.n_chunks, .tty = isatty(STDERR_FILENO) == 1,
-                        .quiet = quiet};
+    chunk_printer pr = {.n_chunks = d.n_chunks, .tty = isatty(STDERR_FILENO) == 1, .quiet = quiet};
     ql_progress_begin(&pr.progress, "eval", "chunk", d.n_chunks, quiet || !pr.tty);
     ql_nll_acc acc;
     double t0 = ql_now();

@@ -94,8 +94,8 @@ int ql_cmd_generate(int argc, char **argv)
     int rc = QL_EXIT_RUNTIME;
     if (ql_data_resolve(model_arg, path, sizeof path, NULL, &err) ||
         ql_model_load(&m, path, &err) || ql_tokenizer_from_gguf(&tok, m->gguf, &err) ||
-        ql_tokenize(tok, prompt, strlen(prompt), ql_tokenizer_adds_bos(tok), &prompt_ids,
-                    &n_prompt, &err))
+        ql_tokenize(tok, prompt, strlen(prompt), ql_tokenizer_adds_bos(tok), &prompt_ids, &n_prompt,
+                    &err))
         goto fail;
     if (n_prompt == 0) {
         /* empty prompt and no BOS from the vocabulary: start from BOS anyway */

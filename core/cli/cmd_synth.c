@@ -11,18 +11,19 @@
 
 static void help(void)
 {
-    printf("usage: qlab synth -o OUT.gguf [--dim D] [--ff F] [--layers L] [--heads H]\n"
-           "                  [--kv-heads K] [--vocab V] [--seed S] [--type F32|F16]\n"
-           "                  [--ctx N] [--tokenizer MODEL]\n\n"
-           "Writes a deterministic synthetic llama-architecture model whose weights have the\n"
-           "statistics that make quantization hard: Student-t entries, a few input columns\n"
-           "with much larger norms, and norm weights that create a handful of massive\n"
-           "activation channels. The tokenizer is copied from MODEL (default stories260K,\n"
-           "512 tokens); a larger --vocab pads it with unused tokens. Row lengths that are\n"
-           "multiples of 256 let every K-quant apply.\n\n"
-           "Defaults: --dim 256 --ff 768 --layers 2 --heads 4 --kv-heads 2 --seed 1\n"
-           "--type F32 --ctx 2048 (about 2M parameters). A 30M model:\n"
-           "  qlab synth -o synth-30M.gguf --dim 512 --ff 1536 --layers 10 --heads 8 --kv-heads 4\n");
+    printf(
+        "usage: qlab synth -o OUT.gguf [--dim D] [--ff F] [--layers L] [--heads H]\n"
+        "                  [--kv-heads K] [--vocab V] [--seed S] [--type F32|F16]\n"
+        "                  [--ctx N] [--tokenizer MODEL]\n\n"
+        "Writes a deterministic synthetic llama-architecture model whose weights have the\n"
+        "statistics that make quantization hard: Student-t entries, a few input columns\n"
+        "with much larger norms, and norm weights that create a handful of massive\n"
+        "activation channels. The tokenizer is copied from MODEL (default stories260K,\n"
+        "512 tokens); a larger --vocab pads it with unused tokens. Row lengths that are\n"
+        "multiples of 256 let every K-quant apply.\n\n"
+        "Defaults: --dim 256 --ff 768 --layers 2 --heads 4 --kv-heads 2 --seed 1\n"
+        "--type F32 --ctx 2048 (about 2M parameters). A 30M model:\n"
+        "  qlab synth -o synth-30M.gguf --dim 512 --ff 1536 --layers 10 --heads 8 --kv-heads 4\n");
 }
 
 int ql_cmd_synth(int argc, char **argv)
@@ -70,8 +71,8 @@ int ql_cmd_synth(int argc, char **argv)
             o.type = t->type;
         } else
             return ql_cli_usage("synth", "unknown option '%s'", a);
-        if (ip && !ql_cli_parse_int_opt("synth", a, v, strcmp(a, "--vocab") == 0 ? 0 : 1,
-                                        1 << 20, ip))
+        if (ip &&
+            !ql_cli_parse_int_opt("synth", a, v, strcmp(a, "--vocab") == 0 ? 0 : 1, 1 << 20, ip))
             return QL_EXIT_USAGE;
     }
     if (!out)

@@ -20,10 +20,10 @@
 #define INCREMENTAL_TOL 1e-4
 
 /* Greedy continuation of BOS from stories260K.listing.txt. */
-static const int32_t golden_ids[] = {
-    1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395,
-    317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265,
-    282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352};
+static const int32_t golden_ids[] = {1,   403, 407, 261, 378, 432, 383, 286, 261, 376, 298,
+                                     315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410,
+                                     408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385,
+                                     328, 432, 358, 394, 261, 370, 432, 352};
 #define N_GOLDEN ((int)(sizeof golden_ids / sizeof golden_ids[0]))
 
 /* Top-5 logits listed after a prefix of length prefix_len. */
@@ -80,9 +80,9 @@ static void test_greedy_golden(const ql_model *m)
     for (int i = 0; i + 1 < N_GOLDEN; i++)
         CHECK_EQ_INT(argmax(all + (size_t)i * V, V), golden_ids[i + 1]);
     /* the last row agrees with the incremental run's last logits */
-    CHECK_OK(ql_forward_run(fw, m->weights, golden_ids, N_GOLDEN - 1, 0, N_GOLDEN - 2, logits,
-                            &err),
-             &err);
+    CHECK_OK(
+        ql_forward_run(fw, m->weights, golden_ids, N_GOLDEN - 1, 0, N_GOLDEN - 2, logits, &err),
+        &err);
     double maxd = 0;
     for (int v = 0; v < V; v++) {
         double d = fabs((double)logits[v] - (double)all[(size_t)(N_GOLDEN - 2) * V + v]);
@@ -249,10 +249,22 @@ typedef struct {
     int k, v, q;
     _Atomic int p; /* round_p runs concurrently, one call per head and query row */
 } round_count;
-static void count_k(void *c, float *x, int64_t r, int64_t l) { ((round_count *)c)->k++; }
-static void count_v(void *c, float *x, int64_t r, int64_t l) { ((round_count *)c)->v++; }
-static void count_q(void *c, float *x, int64_t r, int64_t l) { ((round_count *)c)->q++; }
-static void count_p(void *c, float *x, int64_t r, int64_t l) { ((round_count *)c)->p++; }
+static void count_k(void *c, float *x, int64_t r, int64_t l)
+{
+    ((round_count *)c)->k++;
+}
+static void count_v(void *c, float *x, int64_t r, int64_t l)
+{
+    ((round_count *)c)->v++;
+}
+static void count_q(void *c, float *x, int64_t r, int64_t l)
+{
+    ((round_count *)c)->q++;
+}
+static void count_p(void *c, float *x, int64_t r, int64_t l)
+{
+    ((round_count *)c)->p++;
+}
 
 /* The exact conversions, as a reference for the forward pass's fast f16 rounding. */
 static void exact_f16(void *ctx, float *x, int64_t n_rows, int64_t row_len)
@@ -281,8 +293,8 @@ static void test_kv_rounding(const ql_model *m)
     /* f16 rounding moves logits, but only a little */
     CHECK_MSG(maxd > 0 && maxd < 0.1, "f16 K/V changed logits by %g", maxd);
     /* the fast rounding equals the exact conversions bit for bit */
-    ql_attn_rounding ex = {.round_k = exact_f16, .round_v = exact_f16, .round_q = exact_f16,
-                           .round_p = exact_f16};
+    ql_attn_rounding ex = {
+        .round_k = exact_f16, .round_v = exact_f16, .round_q = exact_f16, .round_p = exact_f16};
     ql_forward_set_attn_rounding(fw, &ex);
     float *c = malloc((size_t)N * V * sizeof *c);
     run_chunk(m, fw, m->weights, t, N, c);
@@ -294,8 +306,8 @@ static void test_kv_rounding(const ql_model *m)
     CHECK(ql_forward_set_kv_type(fw, QL_TYPE_Q4_K, &err) == QL_EUNSUPPORTED);
 
     round_count rc = {0, 0, 0, 0};
-    ql_attn_rounding r = {.round_k = count_k, .round_v = count_v, .round_q = count_q,
-                          .round_p = count_p, .ctx = &rc};
+    ql_attn_rounding r = {
+        .round_k = count_k, .round_v = count_v, .round_q = count_q, .round_p = count_p, .ctx = &rc};
     ql_strlcpy(r.name, "count", sizeof r.name);
     ql_forward_set_attn_rounding(fw, &r);
     run_chunk(m, fw, m->weights, t, N, b);

@@ -16,14 +16,14 @@
 /* An edit of the source model: tensors to drop, retype or reshape, keys to change,
  * extra tensors to add (all filled with a constant). */
 typedef struct {
-    const char *drop;        /* tensor name to leave out */
-    const char *retype;      /* tensor name to write as retype_to */
+    const char *drop;   /* tensor name to leave out */
+    const char *retype; /* tensor name to write as retype_to */
     int32_t retype_to;
-    const char *reshape;     /* tensor name to write with reshape_ne1 rows */
+    const char *reshape; /* tensor name to write with reshape_ne1 rows */
     int64_t reshape_ne1;
-    const char *arch;        /* new general.architecture (keys renamed) */
-    const char *drop_key;    /* key suffix to leave out (after the arch prefix) */
-    const char *extra[16];   /* extra 1-D tensors "name:len" */
+    const char *arch;      /* new general.architecture (keys renamed) */
+    const char *drop_key;  /* key suffix to leave out (after the arch prefix) */
+    const char *extra[16]; /* extra 1-D tensors "name:len" */
     float extra_value;
 } edit;
 

@@ -104,13 +104,14 @@ static void test_small(void)
     CHECK_EQ_INT(m->hp.n_vocab, 512);
     CHECK_EQ_INT(m->n_params, ql_synth_n_params(&o, 512));
     /* the keys llama.cpp requires */
-    const char *keys[] = {"general.architecture", "general.file_type", "llama.context_length",
-                          "llama.embedding_length", "llama.block_count",
-                          "llama.feed_forward_length", "llama.attention.head_count",
-                          "llama.attention.head_count_kv", "llama.rope.dimension_count",
-                          "llama.attention.layer_norm_rms_epsilon", "tokenizer.ggml.model",
-                          "tokenizer.ggml.tokens", "tokenizer.ggml.scores",
-                          "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id"};
+    const char *keys[] = {"general.architecture",       "general.file_type",
+                          "llama.context_length",       "llama.embedding_length",
+                          "llama.block_count",          "llama.feed_forward_length",
+                          "llama.attention.head_count", "llama.attention.head_count_kv",
+                          "llama.rope.dimension_count", "llama.attention.layer_norm_rms_epsilon",
+                          "tokenizer.ggml.model",       "tokenizer.ggml.tokens",
+                          "tokenizer.ggml.scores",      "tokenizer.ggml.token_type",
+                          "tokenizer.ggml.bos_token_id"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CHECK_MSG(ql_gguf_find_kv(m->gguf, keys[i]) != NULL, "key %s missing", keys[i]);
 
