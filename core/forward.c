@@ -400,10 +400,23 @@ static ql_status check_weights(const ql_forward *fw, const ql_weights *w, ql_err
                             "match the model (%d layers, %dx%d)",
                             w->n_layer, (long long)w->tok_embd.n_out, (long long)w->tok_embd.n_in,
                             hp->n_layer, hp->n_vocab, hp->n_embd);
-    for (int i = 0; i < w->n_lin; i++)
-        if (!w->lin[i].w)
-            return ql_error_set(err, QL_EINVAL, "forward: weight set has no data for '%s'",
-                                w->lin[i].name);
+    const int64_t E = hp->n_embd, F = hp->n_ff, QD = (int64_t)hp->n_head * hp->head_dim,
+                  KD = (int64_t)hp->n_head_kv * hp->head_dim;
+    /* (n_in, n_out) per site kind, in ql_site_kind order */
+    const int64_t dims[QL_SITES_PER_LAYER][2] = {{E, QD}, {E, KD}, {E, KD}, {QD, E},
+                                                 {E, F},  {E, F},  {F, E}};
+    for (int i = 0; i < w->n_lin; i++) {
+        const ql_linear *l = &w->lin[i];
+        const bool head = i == w->n_lin - 1;
+        const int64_t in = head ? E : dims[i % QL_SITES_PER_LAYER][0];
+        const int64_t out = head ? hp->n_vocab : dims[i % QL_SITES_PER_LAYER][1];
+        if (!l->w || l->n_in != in || l->n_out != out)
+            return ql_error_set(err, QL_EINVAL,
+                                "forward: weight set site %d '%s' is %lldx%lld%s, the model "
+                                "needs %lldx%lld",
+                                i, l->name, (long long)l->n_in, (long long)l->n_out,
+                                l->w ? "" : " without data", (long long)in, (long long)out);
+    }
     return QL_OK;
 }
 

@@ -29,7 +29,8 @@
  * ql_forward_alloc().
  *
  * Threading contract: one ql_forward is used by one caller thread at a time; it
- * parallelizes internally (OpenMP over heads and rows, OpenBLAS in sgemm). */
+ * parallelizes internally (OpenMP over attention heads, OpenBLAS in sgemm); products
+ * and attention below a few million multiply-adds run on one thread. */
 #ifndef QL_FORWARD_H
 #define QL_FORWARD_H
 

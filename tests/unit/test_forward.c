@@ -335,6 +335,19 @@ static void test_errors(const ql_model *m)
     int32_t bad[2] = {1, 100000};
     CHECK(ql_forward_run(fw, m->weights, bad, 2, 0, 0, logits, &err) == QL_EINVAL);
     CHECK(strstr(err.msg, "100000") != NULL);
+    /* a weight set missing data, and one that does not fit the hyper-parameters */
+    ql_weights *ws;
+    CHECK_OK(ql_weights_copy(&ws, m->weights, &err), &err);
+    ws->lin[ql_site(1, QL_SITE_O)].w = NULL;
+    CHECK(ql_forward_run(fw, ws, t, 4, 0, 0, logits, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "'blk.1.attn_output.weight'") != NULL);
+    ql_weights_free(ws);
+    ql_forward_free(fw);
+    ql_hparams hp = m->hp;
+    hp.n_ff += 1;
+    CHECK_OK(ql_forward_alloc(&fw, &hp, 8, &err), &err);
+    CHECK(ql_forward_run(fw, m->weights, t, 4, 0, 0, logits, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "'blk.0.ffn_gate.weight' is 64x172, the model needs 64x173") != NULL);
     ql_forward_free(fw);
 }
 
