@@ -28,7 +28,18 @@
  * (tests/unit/test_synth.c, test_forward.c). All run state is allocated once by
  * ql_forward_alloc().
  *
- * Threading contract: one ql_forward is used by one caller thread at a time; it
+ * Using the seam (a quantized configuration, calibration):
+ *   ql_weights *ws;  ql_weights_copy(&ws, model->weights, &err);   // borrows everything
+ *   ql_linear *l = ql_weights_find(ws, "blk.0.ffn_down.weight");
+ *   ql_linear_set_weights(l, dequantized_copy, true);  // ws frees it
+ *   l->act = my_fake_quant;  l->act_ctx = &mode;       // x -> xq, NULL = f32
+ *   ql_forward_set_observer(fw, my_imatrix_observer, &stats);  // sees x of every site
+ *   ql_forward_run(fw, ws, tokens, n, 0, n / 2, logits, &err);
+ *   ql_weights_free(ws);
+ *
+ * Threading contract: one ql_forward is used by one caller thread at a time, and two
+ * passes must not run concurrently in one process (the pass adjusts OpenBLAS's global
+ * thread count around small products, and OpenBLAS serializes concurrent calls); it
  * parallelizes internally (OpenMP over attention heads, OpenBLAS in sgemm); products
  * and attention below a few million multiply-adds run on one thread. */
 #ifndef QL_FORWARD_H
