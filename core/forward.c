@@ -34,8 +34,7 @@ struct ql_forward {
     float *hu;     /* (n, n_ff) up */
     float *xq;     /* (n, max_in) transformed product input */
     float *rope;   /* (n, n_rot) cos, sin pairs per position */
-    float *scores; /* (n_head, max_ctx) one probability row per head */
-    float *kt;     /* (n_head_kv, head_dim, max_ctx) keys transposed per kv head */
+    float *scores; /* (n, max_ctx) scores, then probabilities, of one head */
 
     /* K/V cache per layer: (n_layer, max_ctx, n_head_kv * head_dim) */
     float *k_cache;
@@ -81,12 +80,11 @@ ql_status ql_forward_alloc(ql_forward **out, const ql_hparams *hp, int max_ctx, 
     fw->hu = alloc_floats(n * F, sizeof(float));
     fw->xq = alloc_floats(n * fw->max_in, sizeof(float));
     fw->rope = alloc_floats(n * hp->n_rot, sizeof(float));
-    fw->scores = alloc_floats((int64_t)hp->n_head * n, sizeof(float));
-    fw->kt = alloc_floats(KD * n, sizeof(float));
+    fw->scores = alloc_floats(n * n, sizeof(float));
     fw->k_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
     fw->v_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
     if (!fw->x || !fw->xb || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj || !fw->hg ||
-        !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->kt || !fw->k_cache || !fw->v_cache) {
+        !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->k_cache || !fw->v_cache) {
         ql_forward_free(fw);
         return ql_error_set(err, QL_ENOMEM, "forward: out of memory for a context of %d tokens",
                             max_ctx);
@@ -112,7 +110,6 @@ void ql_forward_free(ql_forward *fw)
     free(fw->xq);
     free(fw->rope);
     free(fw->scores);
-    free(fw->kt);
     free(fw->k_cache);
     free(fw->v_cache);
     free(fw);
@@ -205,6 +202,21 @@ ql_status ql_forward_set_kv_type(ql_forward *fw, int32_t type, ql_error *err)
 /* ------------------------------------------------------------------------ */
 /* The matmul seam                                                            */
 
+/* C (m, n) = alpha * A (m, k) B (k, n), row-major, A or B given transposed when
+ * ta / tb. Products below SERIAL_MACS run on one thread. */
+static void blas_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+                       const float *b, int ldb, float *c, int ldc)
+{
+    const bool serial = (int64_t)m * n * k < SERIAL_MACS;
+    const int threads = serial ? openblas_get_num_threads() : 0;
+    if (serial && threads > 1)
+        openblas_set_num_threads(1);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+    if (serial && threads > 1)
+        openblas_set_num_threads(threads);
+}
+
 void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const float *x, float *y,
                        int64_t n_tok)
 {
@@ -221,14 +233,8 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
      * result does not depend on the thread count (checked by tests/unit/test_synth.c).
      * Small products run on one thread: see SERIAL_MACS. */
     const int64_t n_in = lin->n_in, n_out = lin->n_out;
-    const bool serial = n_tok * n_in * n_out < SERIAL_MACS;
-    const int blas_threads = serial ? openblas_get_num_threads() : 0;
-    if (serial && blas_threads > 1)
-        openblas_set_num_threads(1);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)n_out, (int)n_in, 1.0f,
-                in, (int)n_in, lin->w, (int)n_in, 0.0f, y, (int)n_out);
-    if (serial && blas_threads > 1)
-        openblas_set_num_threads(blas_threads);
+    blas_sgemm(false, true, (int)n_tok, (int)n_out, (int)n_in, 1.0f, in, (int)n_in, lin->w,
+               (int)n_in, y, (int)n_out);
     if (lin->b)
         for (int64_t t = 0; t < n_tok; t++)
             for (int64_t o = 0; o < n_out; o++)
@@ -237,9 +243,9 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
 
 /* ------------------------------------------------------------------------ */
 /* Blocks                                                                     */
-/* The element-wise blocks (norms, RoPE, SwiGLU) take a few percent of the time and
- * run serially: waking OpenMP's pool between two OpenBLAS calls costs more, as both
- * pools busy-wait for a while after their work. */
+/* The element-wise blocks (norms, RoPE, softmax, SwiGLU) run serially: all threads
+ * of the pass are OpenBLAS's. A second pool (OpenMP) next to OpenBLAS's made both
+ * busy-wait against each other, slower on two cores than one thread. */
 
 /* out (n, d) = x / sqrt(mean(x^2) + eps) * w, per row; sums in double as ggml does. */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps)
@@ -305,70 +311,47 @@ static void head_norm(float *x, const float *w, const ql_hparams *hp, int64_t n,
 
 /* Causal grouped-query attention for the chunk's queries q (n, n_head*hd) at positions
  * pos0.., over cached keys/values kc, vc (pos0+n, n_head_kv*hd); out (n, n_head*hd).
- * Query head h reads kv head g = h / (n_head / n_head_kv). Keys are first transposed
- * per kv head to kt (n_head_kv, hd, n_kv), so the scores of a query are a sum over d
- * of contiguous rows: vectorizable, in a fixed order. Parallel over heads with OpenMP
- * (no BLAS calls inside: OpenBLAS's pthreads build serializes concurrent calls); each
- * head owns its probability row, so results do not depend on the thread count. */
+ * Query head h reads kv head g = h / (n_head / n_head_kv). Per head:
+ *   S (n, n_ctx) = Q_h K_g^T * scale               (sgemm)
+ *   P = causal softmax of S per row: max subtracted, sum in double, later positions 0
+ *   O_h (n, hd) = P V_g                             (sgemm)
+ * The products are threaded by OpenBLAS like every other product of the pass, so the
+ * pass has one thread pool; each value's sum stays in one thread, so results do not
+ * depend on the thread count. */
 static void attention(ql_forward *fw, float *out, const float *q, const float *kc, const float *vc,
                       int pos0, int64_t n)
 {
     const ql_hparams *hp = &fw->hp;
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const int64_t QD = (int64_t)hp->n_head * hd, KD = (int64_t)hp->n_head_kv * hd;
-    const int64_t n_ctx = pos0 + n, M = fw->max_ctx;
+    const int QD = hp->n_head * hd, KD = hp->n_head_kv * hd;
+    const int n_ctx = pos0 + (int)n, M = fw->max_ctx;
     const float scale = 1.0f / sqrtf((float)hd);
     const ql_attn_rounding *r = &fw->rounding;
-    for (int g = 0; g < hp->n_head_kv; g++)
-        for (int64_t j = 0; j < n_ctx; j++)
-            for (int d = 0; d < hd; d++)
-                fw->kt[((int64_t)g * hd + d) * M + j] = kc[j * KD + (int64_t)g * hd + d];
-
-    const int64_t work = (int64_t)hp->n_head * n * (n_ctx - n / 2) * hd * 2;
-#pragma omp parallel for schedule(static) if (work >= SERIAL_MACS)
+    float *s = fw->scores; /* (n, max_ctx) */
     for (int h = 0; h < hp->n_head; h++) {
-        float *p = fw->scores + (int64_t)h * M;
-        const int64_t g = h / group;
-        const float *kt = fw->kt + g * hd * M;
+        const int g = h / group;
+        blas_sgemm(false, true, (int)n, n_ctx, hd, scale, q + h * hd, QD, kc + g * hd, KD, s, M);
         for (int64_t t = 0; t < n; t++) {
-            const float *qt = q + t * QD + (int64_t)h * hd;
-            const int64_t n_kv = pos0 + t + 1; /* causal: positions 0..pos0+t */
-            /* p (n_kv,) = K q * scale, then softmax: max subtracted, sum in double */
-            for (int64_t j = 0; j < n_kv; j++)
-                p[j] = 0.0f;
-            for (int d = 0; d < hd; d++) {
-                const float qd = qt[d];
-                const float *kd = kt + (int64_t)d * M;
-                for (int64_t j = 0; j < n_kv; j++)
-                    p[j] += qd * kd[j];
-            }
+            float *p = s + t * M;
+            const int64_t len = pos0 + t + 1; /* causal: positions 0..pos0+t */
             float max = -INFINITY;
-            for (int64_t j = 0; j < n_kv; j++) {
-                p[j] *= scale;
+            for (int64_t j = 0; j < len; j++)
                 if (p[j] > max)
                     max = p[j];
-            }
             double sum = 0.0;
-            for (int64_t j = 0; j < n_kv; j++) {
+            for (int64_t j = 0; j < len; j++) {
                 p[j] = expf(p[j] - max);
                 sum += (double)p[j];
             }
             const float inv = (float)(1.0 / sum);
-            for (int64_t j = 0; j < n_kv; j++)
+            for (int64_t j = 0; j < len; j++)
                 p[j] *= inv;
             if (r->round_p)
-                r->round_p(r->ctx, p, 1, n_kv);
-            /* o (hd,) = sum_j p_j v_j */
-            float *o = out + t * QD + (int64_t)h * hd;
-            for (int d = 0; d < hd; d++)
-                o[d] = 0.0f;
-            for (int64_t j = 0; j < n_kv; j++) {
-                const float pj = p[j];
-                const float *vj = vc + j * KD + g * hd;
-                for (int d = 0; d < hd; d++)
-                    o[d] += pj * vj[d];
-            }
+                r->round_p(r->ctx, p, 1, len);
+            for (int64_t j = len; j < n_ctx; j++)
+                p[j] = 0.0f;
         }
+        blas_sgemm(false, false, (int)n, hd, n_ctx, 1.0f, s, M, vc + g * hd, KD, out + h * hd, QD);
     }
 }
 

@@ -39,9 +39,9 @@
  *
  * Threading contract: one ql_forward is used by one caller thread at a time, and two
  * passes must not run concurrently in one process (the pass adjusts OpenBLAS's global
- * thread count around small products, and OpenBLAS serializes concurrent calls); it
- * parallelizes internally (OpenMP over attention heads, OpenBLAS in sgemm); products
- * and attention below a few million multiply-adds run on one thread. */
+ * thread count around small products, and OpenBLAS serializes concurrent calls). It
+ * parallelizes internally with OpenBLAS's threads in every product, attention
+ * included; products below a few million multiply-adds run on one thread. */
 #ifndef QL_FORWARD_H
 #define QL_FORWARD_H
 
@@ -63,9 +63,9 @@ typedef void (*ql_matmul_observer)(void *ctx, int site, const ql_linear *lin, co
 typedef void (*ql_round_fn)(void *ctx, float *x, int64_t n_rows, int64_t row_len);
 
 /* Attention precision hooks; a NULL function leaves those values in f32. round_k,
- * round_v and round_q are called once per layer from the caller's thread; round_p is
- * called once per (head, query) row from the parallel attention loop, so it may run
- * concurrently and must not write shared state without synchronization. */
+ * round_v and round_q are called once per layer, round_p once per (head, query) row
+ * with that row's probabilities over positions 0..p. Hooks must be reentrant (no
+ * unsynchronized shared state): the pass may call them from several threads. */
 typedef struct {
     char name[16];       /* shown in messages: "f32", "f16", "q8_0" */
     ql_round_fn round_k; /* K rows (head_dim) entering the cache, after RoPE */
