@@ -191,12 +191,14 @@ static ql_status get_float(const ql_gguf *g, const char *arch, const char *suffi
 static ql_status read_hparams(const ql_gguf *g, ql_hparams *hp, ql_error *err)
 {
     memset(hp, 0, sizeof *hp);
-    const char *arch = ql_gguf_get_str(g, "general.architecture", err);
-    if (!arch)
-        return err && err->status
-                   ? err->status
-                   : ql_error_set(err, QL_EFORMAT, "%s: key 'general.architecture' is missing",
-                                  g->path);
+    ql_error e;
+    ql_error_clear(&e);
+    const char *arch = ql_gguf_get_str(g, "general.architecture", &e);
+    if (!arch) {
+        if (e.status)
+            return ql_error_set(err, e.status, "%s", e.msg);
+        return ql_error_set(err, QL_EFORMAT, "%s: key 'general.architecture' is missing", g->path);
+    }
     if (strcmp(arch, "llama") == 0)
         hp->arch = QL_ARCH_LLAMA;
     else if (strcmp(arch, "qwen2") == 0)

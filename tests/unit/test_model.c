@@ -23,6 +23,7 @@ typedef struct {
     int64_t reshape_ne1;
     const char *arch;      /* new general.architecture (keys renamed) */
     const char *drop_key;  /* key suffix to leave out (after the arch prefix) */
+    bool drop_arch;        /* leave out general.architecture */
     const char *extra[16]; /* extra 1-D tensors "name:len" */
     float extra_value;
 } edit;
@@ -37,6 +38,8 @@ static const char *variant(const ql_gguf *src, const edit *e, const char *name)
     for (int64_t i = 0; i < src->n_kv; i++) {
         const char *key = src->kv[i].key;
         char newkey[256];
+        if (e->drop_arch && strcmp(key, "general.architecture") == 0)
+            continue;
         if (e->arch && strncmp(key, "llama.", 6) == 0) {
             if (e->drop_key && strcmp(key + 6, e->drop_key) == 0)
                 continue;
@@ -190,6 +193,9 @@ int main(void)
                 NULL);
     edit e3 = {.drop_key = "attention.head_count"};
     expect_load(variant(src, &e3, "nokey"), QL_EFORMAT, "'llama.attention.head_count' is missing",
+                NULL);
+    edit e3b = {.drop_arch = true};
+    expect_load(variant(src, &e3b, "noarch"), QL_EFORMAT, "'general.architecture' is missing",
                 NULL);
     edit e4 = {.arch = "mamba"};
     expect_load(variant(src, &e4, "arch"), QL_EUNSUPPORTED, "architecture 'mamba'", NULL);
