@@ -17,6 +17,10 @@
  * times the work itself, while the gain when idle is small. */
 #define SERIAL_MACS (4 * 1024 * 1024)
 
+/* Queries per attention tile: the score buffer is (ATT_TILE, max_ctx), not
+ * (max_ctx, max_ctx), and later tiles skip the keys after their last query. */
+#define ATT_TILE 256
+
 struct ql_forward {
     ql_hparams hp;
     int max_ctx;
@@ -34,7 +38,7 @@ struct ql_forward {
     float *hu;     /* (n, n_ff) up */
     float *xq;     /* (n, max_in) transformed product input */
     float *rope;   /* (n, n_rot) cos, sin pairs per position */
-    float *scores; /* (n, max_ctx) scores, then probabilities, of one head */
+    float *scores; /* (ATT_TILE, max_ctx) scores, then probabilities, of one head */
 
     /* K/V cache per layer: (n_layer, max_ctx, n_head_kv * head_dim) */
     float *k_cache;
@@ -80,7 +84,7 @@ ql_status ql_forward_alloc(ql_forward **out, const ql_hparams *hp, int max_ctx, 
     fw->hu = alloc_floats(n * F, sizeof(float));
     fw->xq = alloc_floats(n * fw->max_in, sizeof(float));
     fw->rope = alloc_floats(n * hp->n_rot, sizeof(float));
-    fw->scores = alloc_floats(n * n, sizeof(float));
+    fw->scores = alloc_floats((n < ATT_TILE ? n : ATT_TILE) * n, sizeof(float));
     fw->k_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
     fw->v_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
     if (!fw->x || !fw->xb || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj || !fw->hg ||
@@ -311,10 +315,11 @@ static void head_norm(float *x, const float *w, const ql_hparams *hp, int64_t n,
 
 /* Causal grouped-query attention for the chunk's queries q (n, n_head*hd) at positions
  * pos0.., over cached keys/values kc, vc (pos0+n, n_head_kv*hd); out (n, n_head*hd).
- * Query head h reads kv head g = h / (n_head / n_head_kv). Per head:
- *   S (n, n_ctx) = Q_h K_g^T * scale               (sgemm)
+ * Query head h reads kv head g = h / (n_head / n_head_kv). Per head and tile of
+ * up to ATT_TILE queries:
+ *   S (nt, n_kv) = Q_h K_g^T * scale               (sgemm)
  *   P = causal softmax of S per row: max subtracted, sum in double, later positions 0
- *   O_h (n, hd) = P V_g                             (sgemm)
+ *   O_h (nt, hd) = P V_g                            (sgemm)
  * The products are threaded by OpenBLAS like every other product of the pass, so the
  * pass has one thread pool; each value's sum stays in one thread, so results do not
  * depend on the thread count. */
@@ -324,34 +329,42 @@ static void attention(ql_forward *fw, float *out, const float *q, const float *k
     const ql_hparams *hp = &fw->hp;
     const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const int QD = hp->n_head * hd, KD = hp->n_head_kv * hd;
-    const int n_ctx = pos0 + (int)n, M = fw->max_ctx;
+    const int M = fw->max_ctx;
     const float scale = 1.0f / sqrtf((float)hd);
     const ql_attn_rounding *r = &fw->rounding;
-    float *s = fw->scores; /* (n, max_ctx) */
+    float *s = fw->scores; /* (ATT_TILE, max_ctx) */
     for (int h = 0; h < hp->n_head; h++) {
         const int g = h / group;
-        blas_sgemm(false, true, (int)n, n_ctx, hd, scale, q + h * hd, QD, kc + g * hd, KD, s, M);
-        for (int64_t t = 0; t < n; t++) {
-            float *p = s + t * M;
-            const int64_t len = pos0 + t + 1; /* causal: positions 0..pos0+t */
-            float max = -INFINITY;
-            for (int64_t j = 0; j < len; j++)
-                if (p[j] > max)
-                    max = p[j];
-            double sum = 0.0;
-            for (int64_t j = 0; j < len; j++) {
-                p[j] = expf(p[j] - max);
-                sum += (double)p[j];
+        for (int t0 = 0; t0 < (int)n; t0 += ATT_TILE) {
+            const int nt = (int)n - t0 < ATT_TILE ? (int)n - t0 : ATT_TILE;
+            const int n_kv = pos0 + t0 + nt; /* positions the tile's last query sees */
+            /* S (nt, n_kv) = Q_h K_g^T * scale */
+            blas_sgemm(false, true, nt, n_kv, hd, scale, q + (int64_t)t0 * QD + h * hd, QD,
+                       kc + g * hd, KD, s, M);
+            for (int i = 0; i < nt; i++) {
+                float *p = s + (int64_t)i * M;
+                const int len = pos0 + t0 + i + 1; /* causal: positions 0..pos0+t */
+                float max = -INFINITY;
+                for (int j = 0; j < len; j++)
+                    if (p[j] > max)
+                        max = p[j];
+                double sum = 0.0;
+                for (int j = 0; j < len; j++) {
+                    p[j] = expf(p[j] - max);
+                    sum += (double)p[j];
+                }
+                const float inv = (float)(1.0 / sum);
+                for (int j = 0; j < len; j++)
+                    p[j] *= inv;
+                if (r->round_p)
+                    r->round_p(r->ctx, p, 1, len);
+                for (int j = len; j < n_kv; j++)
+                    p[j] = 0.0f;
             }
-            const float inv = (float)(1.0 / sum);
-            for (int64_t j = 0; j < len; j++)
-                p[j] *= inv;
-            if (r->round_p)
-                r->round_p(r->ctx, p, 1, len);
-            for (int64_t j = len; j < n_ctx; j++)
-                p[j] = 0.0f;
+            /* O_h (nt, hd) = P (nt, n_kv) V_g (n_kv, hd) */
+            blas_sgemm(false, false, nt, hd, n_kv, 1.0f, s, M, vc + g * hd, KD,
+                       out + (int64_t)t0 * QD + h * hd, QD);
         }
-        blas_sgemm(false, false, (int)n, hd, n_ctx, 1.0f, s, M, vc + g * hd, KD, out + h * hd, QD);
     }
 }
 

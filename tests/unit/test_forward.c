@@ -321,6 +321,31 @@ static void test_kv_rounding(const ql_model *m)
     ql_forward_free(fw);
 }
 
+/* A chunk longer than one attention tile (ATT_TILE = 256 queries) against the same
+ * tokens run in pieces through the K/V cache. */
+static void test_long_chunk(const ql_model *m)
+{
+    enum { N = 600, PIECE = 100 };
+    ql_error err;
+    ql_forward *fw;
+    CHECK_OK(ql_forward_alloc(&fw, &m->hp, N, &err), &err);
+    const int V = m->hp.n_vocab;
+    int32_t t[N];
+    make_tokens(t, N, V);
+    float *a = malloc((size_t)N * V * sizeof *a), *b = malloc((size_t)N * V * sizeof *b);
+    run_chunk(m, fw, m->weights, t, N, a);
+    for (int p = 0; p < N; p += PIECE)
+        CHECK_OK(ql_forward_run(fw, m->weights, t + p, PIECE, p, 0, b + (size_t)p * V, &err),
+                 &err);
+    double maxd = 0;
+    for (size_t i = 0; i < (size_t)N * V; i++)
+        maxd = fmax(maxd, fabs((double)a[i] - (double)b[i]));
+    CHECK_MSG(maxd <= INCREMENTAL_TOL, "long chunk vs pieces: max |diff| %g", maxd);
+    free(a);
+    free(b);
+    ql_forward_free(fw);
+}
+
 static void test_errors(const ql_model *m)
 {
     ql_error err;
@@ -370,6 +395,7 @@ int main(void)
     test_determinism(m);
     test_seam(m);
     test_kv_rounding(m);
+    test_long_chunk(m);
     test_errors(m);
     ql_model_free(m);
     return qlt_done();
