@@ -224,6 +224,36 @@ static const char *const schema_v1[] = {
     "WHERE r.status = 'done';\n",
 };
 
+/* Version 2: per-chunk sums of a run, for resampling analyses (paired bootstrap
+ * over chunks). A run has either no rows here or one per chunk 0..chunks-1. */
+static const char *const schema_v2[] = {
+    "CREATE TABLE chunk_metrics (\n"
+    "    run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    chunk       INTEGER NOT NULL CHECK (chunk >= 0), -- index in the text, < runs.chunks\n"
+    "    n_tokens    INTEGER NOT NULL CHECK (n_tokens > 0), -- scored tokens\n"
+    "    kld_sum     REAL,            -- sum of KL(p || q) over the scored tokens (nats)\n"
+    "    nll_sum     REAL,            -- sum of -log q(y)\n"
+    "    nll_ref_sum REAL,            -- sum of -log p(y)\n"
+    "    top1_count  INTEGER CHECK (top1_count BETWEEN 0 AND n_tokens),\n"
+    "    PRIMARY KEY (run_id, chunk)\n"
+    ") WITHOUT ROWID;\n",
+    "\n"
+    "-- Per-chunk means of finished runs with their config (pair two runs by chunk).\n"
+    "CREATE VIEW chunk_results AS\n"
+    "SELECT r.id AS run_id, c.hash AS config_hash, c.weight_type, c.act_mode, c.outlier_ratio,\n"
+    "       c.head_type, c.embd_type, c.kv_type, c.imatrix, c.budget, mo.name AS model,\n"
+    "       d.name AS dataset, r.ctx, r.chunks, k.chunk, k.n_tokens, k.kld_sum, k.nll_sum,\n"
+    "       k.nll_ref_sum, k.top1_count, k.kld_sum / k.n_tokens AS kld_mean,\n"
+    "       (k.nll_sum - k.nll_ref_sum) / k.n_tokens AS ln_ppl_ratio,\n"
+    "       1.0 * k.top1_count / k.n_tokens AS top1_agree\n"
+    "FROM chunk_metrics k\n"
+    "JOIN runs r ON r.id = k.run_id\n"
+    "JOIN configs c ON c.id = r.config_id\n"
+    "JOIN models mo ON mo.id = r.model_id\n"
+    "JOIN datasets d ON d.id = r.dataset_id\n"
+    "WHERE r.status = 'done';\n",
+};
+
 /* The metrics columns, in schema order, with their place in ql_store_metrics. */
 static const struct {
     const char *name;
@@ -415,8 +445,18 @@ static ql_status migrate_0_to_1(ql_store *s, ql_error *err)
     return QL_OK;
 }
 
+static ql_status migrate_1_to_2(ql_store *s, ql_error *err)
+{
+    for (size_t i = 0; i < sizeof schema_v2 / sizeof schema_v2[0]; i++) {
+        ql_status st = exec(s, schema_v2[i], "adding chunk_metrics (schema version 2)", err);
+        if (st)
+            return st;
+    }
+    return QL_OK;
+}
+
 typedef ql_status (*migration_fn)(ql_store *s, ql_error *err);
-static const migration_fn migrations[QL_STORE_SCHEMA_VERSION] = {migrate_0_to_1};
+static const migration_fn migrations[QL_STORE_SCHEMA_VERSION] = {migrate_0_to_1, migrate_1_to_2};
 
 static ql_status check_identity(ql_store *s, int64_t version, int64_t app_id, int64_t n_objects,
                                 ql_error *err)
@@ -880,8 +920,9 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
     } else {
         /* A retry: forget what the earlier attempt left. */
         static const char *const clear[] = {"DELETE FROM metrics WHERE run_id = ?1",
-                                            "DELETE FROM tensor_errors WHERE run_id = ?1"};
-        for (int i = 0; i < 2; i++) {
+                                            "DELETE FROM tensor_errors WHERE run_id = ?1",
+                                            "DELETE FROM chunk_metrics WHERE run_id = ?1"};
+        for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++) {
             if ((rc = prep(s, clear[i], &st, err)) || (rc = bind_count(s, st, 1, id, err)) ||
                 (rc = step_done(s, st, "clearing the earlier attempt", err)))
                 goto out;
@@ -1068,16 +1109,119 @@ out:
     return rc;
 }
 
+/* The chunk count of a run inside the current transaction. */
+static ql_status run_chunks(ql_store *s, int64_t run_id, int64_t *chunks, ql_error *err)
+{
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, "SELECT chunks FROM runs WHERE id = ?1", &st, err);
+    if (rc)
+        return rc;
+    if ((rc = bind_count(s, st, 1, run_id, err)))
+        goto out;
+    int r = step(s, st);
+    if (r == SQLITE_ROW)
+        *chunks = sqlite3_column_int64(st, 0);
+    else if (r == SQLITE_DONE)
+        rc = ql_error_set(err, QL_ENOTFOUND, "%s: no run %lld", s->path, (long long)run_id);
+    else
+        rc = db_fail(s, r, "reading the run's chunk count", err);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Checks the per-chunk records against the run before anything is written:
+ * one record per chunk 0..chunks-1, sane counts, token total = n_tokens. */
+static ql_status check_chunks(ql_store *s, int64_t run_id, int64_t chunks,
+                              const ql_store_chunk_metrics *ck, size_t n, double n_tokens,
+                              ql_error *err)
+{
+    if ((int64_t)n != chunks)
+        return ql_error_set(err, QL_EINVAL,
+                            "%s: run %lld: %zu per-chunk records for a run of %lld chunks (give "
+                            "none or one per chunk)",
+                            s->path, (long long)run_id, n, (long long)chunks);
+    unsigned char *seen = calloc(n, 1);
+    if (!seen)
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", s->path);
+    ql_status rc = QL_OK;
+    double total = 0.0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const ql_store_chunk_metrics *c = &ck[i];
+        if (c->chunk < 0 || (int64_t)c->chunk >= chunks)
+            rc = ql_error_set(err, QL_EINVAL, "%s: run %lld: chunk index %d is outside 0..%lld",
+                              s->path, (long long)run_id, (int)c->chunk, (long long)chunks - 1);
+        else if (seen[c->chunk]++)
+            rc = ql_error_set(err, QL_EINVAL, "%s: run %lld: chunk %d given twice", s->path,
+                              (long long)run_id, (int)c->chunk);
+        else if (c->n_tokens <= 0 || c->top1_count < -1 || c->top1_count > c->n_tokens)
+            rc = ql_error_set(err, QL_EINVAL,
+                              "%s: run %lld: chunk %d: n_tokens %lld must be > 0 and top1_count "
+                              "%lld within 0..n_tokens (or -1)",
+                              s->path, (long long)run_id, (int)c->chunk, (long long)c->n_tokens,
+                              (long long)c->top1_count);
+        total += (double)c->n_tokens;
+    }
+    free(seen);
+    if (!rc && !isnan(n_tokens) && total != n_tokens)
+        rc = ql_error_set(err, QL_EINVAL,
+                          "%s: run %lld: the chunks hold %.0f scored tokens, the metrics %.0f",
+                          s->path, (long long)run_id, total, n_tokens);
+    return rc;
+}
+
+static ql_status insert_chunk_metrics(ql_store *s, int64_t run_id, const ql_store_chunk_metrics *ck,
+                                      size_t n, ql_error *err)
+{
+    if (n == 0)
+        return QL_OK;
+    static const char sql[] =
+        "INSERT INTO chunk_metrics (run_id, chunk, n_tokens, kld_sum, nll_sum, nll_ref_sum,"
+        " top1_count) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, sql, &st, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const ql_store_chunk_metrics *c = &ck[i];
+        sqlite3_reset(st);
+        if ((rc = bind_count(s, st, 1, run_id, err)) ||
+            (rc = bind_count(s, st, 2, c->chunk, err)) ||
+            (rc = bind_count(s, st, 3, c->n_tokens, err)) ||
+            (rc = bind_real(s, st, 4, c->kld_sum, err)) ||
+            (rc = bind_real(s, st, 5, c->nll_sum, err)) ||
+            (rc = bind_real(s, st, 6, c->nll_ref_sum, err)) ||
+            (rc = bind_count(s, st, 7, c->top1_count, err)))
+            goto out;
+        if ((rc = step_done(s, st, "storing the chunk metrics", err))) {
+            ql_error_prefix(err, "chunk %d: ", (int)c->chunk);
+            goto out;
+        }
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
 ql_status ql_store_finish_run(ql_store *s, int64_t run_id, const ql_store_metrics *m,
                               const ql_store_tensor_error *te, size_t n_te,
                               const ql_store_timing *t, ql_error *err)
 {
+    ql_store_run_result r = {.metrics = m, .tensors = te, .n_tensors = n_te, .timing = t};
+    return ql_store_finish_run_result(s, run_id, &r, err);
+}
+
+ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_store_run_result *res,
+                                     ql_error *err)
+{
     ql_store_timing none;
+    const ql_store_timing *t = res->timing;
     if (!t) {
         ql_store_timing_init(&none);
         t = &none;
     }
     char status[16], now[32];
+    int64_t chunks = 0;
     sqlite3_stmt *st = NULL;
     ql_status rc = begin(s, err);
     if (rc)
@@ -1089,8 +1233,13 @@ ql_status ql_store_finish_run(ql_store *s, int64_t run_id, const ql_store_metric
                           (long long)run_id, status);
         goto out;
     }
-    if ((rc = insert_metrics(s, run_id, m, err)) ||
-        (rc = insert_tensor_errors(s, run_id, te, n_te, err)))
+    if (res->n_chunks > 0 && ((rc = run_chunks(s, run_id, &chunks, err)) ||
+                              (rc = check_chunks(s, run_id, chunks, res->chunks, res->n_chunks,
+                                                 res->metrics->n_tokens, err))))
+        goto out;
+    if ((rc = insert_metrics(s, run_id, res->metrics, err)) ||
+        (rc = insert_tensor_errors(s, run_id, res->tensors, res->n_tensors, err)) ||
+        (rc = insert_chunk_metrics(s, run_id, res->chunks, res->n_chunks, err)))
         goto out;
     ql_utc_timestamp(now);
     if ((rc = prep(s,

@@ -11,7 +11,8 @@
  *
  *   ql_store_find_done()   -> already done with this metrics version: skip it
  *   ql_store_begin_run()   -> status 'running' (commits at once)
- *   ql_store_finish_run()  -> metrics + tensor errors + status 'done', one transaction
+ *   ql_store_finish_run()  -> metrics + tensor errors (+ per-chunk sums) + status 'done',
+ *                             one transaction
  *   ql_store_fail_run()    -> status 'failed' with the error text
  *
  * A run left 'running' by a killed process, a 'failed' run and a 'done' run of an
@@ -31,8 +32,10 @@
 #include "config.h"
 #include "error.h"
 
-/* Version of the schema this qlab writes (PRAGMA user_version). */
-#define QL_STORE_SCHEMA_VERSION  1
+/* Version of the schema this qlab writes (PRAGMA user_version). History:
+ *   1  models, datasets, configs, runs, sweep_runs, metrics, tensor_errors + views
+ *   2  chunk_metrics (per-chunk sums of a run) and the chunk_results view */
+#define QL_STORE_SCHEMA_VERSION  2
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 
@@ -160,8 +163,44 @@ typedef struct {
 
 void ql_store_timing_init(ql_store_timing *t);
 
-/* Writes the metrics and tensor errors and marks the run done, all in one
- * transaction: on any error nothing of it is stored and the run stays 'running'. */
+/* Sums over the scored tokens of one chunk of the text (DESIGN.md section 4),
+ * so that an analysis can resample chunks: a paired bootstrap between two runs
+ * on the same text pairs their chunks by index. With t over the chunk's scored
+ * positions, p the reference and q the quantized distribution, y the next token:
+ *   kld_sum     = sum_t KL(p_t || q_t)            (nats)
+ *   nll_sum     = sum_t -log q_t(y_t)
+ *   nll_ref_sum = sum_t -log p_t(y_t)
+ *   top1_count  = #{t : argmax q_t = argmax p_t}
+ * NAN (or -1 for top1_count) = not measured, stored as NULL. */
+typedef struct {
+    int32_t chunk;    /* 0-based index of the chunk in the text, < the run's chunks */
+    int64_t n_tokens; /* scored tokens in the chunk, > 0 */
+    double kld_sum;
+    double nll_sum;
+    double nll_ref_sum;
+    int64_t top1_count; /* 0..n_tokens, or -1 */
+} ql_store_chunk_metrics;
+
+/* Everything a finished run stores. */
+typedef struct {
+    const ql_store_metrics *metrics;      /* required */
+    const ql_store_tensor_error *tensors; /* n_tensors records, or NULL when 0 */
+    size_t n_tensors;
+    /* Optional per-chunk sums: either none (n_chunks = 0) or one record for every
+     * chunk 0..chunks-1 of the run, in any order. When metrics->n_tokens is
+     * measured, the chunks' n_tokens must add up to it. */
+    const ql_store_chunk_metrics *chunks;
+    size_t n_chunks;
+    const ql_store_timing *timing; /* NULL = not measured */
+} ql_store_run_result;
+
+/* Writes the metrics, tensor errors and chunk sums and marks the run done, all
+ * in one transaction: on any error nothing of it is stored and the run stays
+ * 'running'. */
+ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_store_run_result *r,
+                                     ql_error *err);
+
+/* The same without per-chunk sums. */
 ql_status ql_store_finish_run(ql_store *s, int64_t run_id, const ql_store_metrics *m,
                               const ql_store_tensor_error *te, size_t n_te,
                               const ql_store_timing *t, ql_error *err);

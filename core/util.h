@@ -17,6 +17,9 @@ ql_status ql_file_write_all(const char *path, const void *data, size_t len, ql_e
 
 bool ql_file_exists(const char *path);
 
+/* Creates a directory and its missing parents (mkdir -p, mode 0777 & ~umask). */
+ql_status ql_make_dirs(const char *path, ql_error *err);
+
 /* Lower-case hex SHA-256 (65 bytes with NUL). */
 void ql_sha256_hex(const void *data, size_t len, char out[65]);
 ql_status ql_sha256_file(const char *path, char out[65], ql_error *err);
