@@ -282,6 +282,30 @@ int main(void)
     }
     ql_model_free(m3);
 
+    /* A file llama-quantize wrote: quantized tensors come through the type traits'
+     * dequantizers (Q4_0 body, F16 ffn_down, Q8_0 head) and stay close to the f32 file. */
+    const char *q4 = qlt_shared("golden/llamacpp-reference/quantized/stories260K-Q4_0.gguf");
+    ql_model *mq4 = NULL;
+    if (ql_file_exists(q4) && (mq4 = expect_load(q4, QL_OK, NULL, NULL)) != NULL) {
+        const ql_weights *a = m->weights, *b = mq4->weights;
+        CHECK_EQ_INT(b->lin[ql_site(0, QL_SITE_Q)].src_type, QL_TYPE_Q4_0);
+        CHECK_EQ_INT(b->lin[ql_site(0, QL_SITE_DOWN)].src_type, QL_TYPE_F16);
+        CHECK_EQ_INT(b->lin[ql_site_output(b)].src_type, QL_TYPE_Q8_0);
+        for (int s = 0; s < b->n_lin; s++) {
+            const ql_linear *x = &a->lin[s], *y = &b->lin[s];
+            double num = 0, den = 0;
+            for (int64_t i = 0; i < x->n_in * x->n_out; i++) {
+                double d = (double)x->w[i] - (double)y->w[i];
+                num += d * d;
+                den += (double)x->w[i] * (double)x->w[i];
+            }
+            /* 4-bit blocks of 32: relative RMS error around 0.1; 0.2 leaves margin */
+            CHECK_MSG(sqrt(num / den) < 0.2, "%s: relative RMS error %g", x->name,
+                      sqrt(num / den));
+        }
+    }
+    ql_model_free(mq4);
+
     ql_model_free(m);
     ql_gguf_close(src);
     return qlt_done();
