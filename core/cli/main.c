@@ -8,7 +8,6 @@
 
 static const ql_cli_command commands[] = {
     {"bench", ql_cmd_bench, "measure kernel throughput (bench quant: quantize/dequantize MB/s)"},
-    {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
     {"bench", ql_cmd_bench, "measure speed (bench quant: quantize MB/s; bench forward: tok/s)"},
     {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
     {"eval", ql_cmd_eval, "perplexity of a model on a text (llama-perplexity protocol)"},
