@@ -289,6 +289,7 @@ typedef struct {
     ql_store_metrics m;
     ql_store_tensor_error *te;
     size_t n_te;
+    char (*names)[QL_QUANT_NAME_MAX]; /* the records point here (the plan is freed first) */
     char (*reasons)[QL_QUANT_REASON_MAX];
     ql_store_chunk_metrics *chunks;
     ql_store_timing timing;
@@ -297,6 +298,7 @@ typedef struct {
 static void config_result_deinit(config_result *r)
 {
     free(r->te);
+    free(r->names);
     free(r->reasons);
     free(r->chunks);
     memset(r, 0, sizeof *r);
@@ -339,9 +341,10 @@ static ql_status build_weights(sweep_ctx *s, const ql_config *c, const ql_quant_
     if (st)
         return st;
     r->te = calloc((size_t)plan->n, sizeof *r->te);
+    r->names = calloc((size_t)plan->n, sizeof *r->names);
     r->reasons = calloc((size_t)plan->n, sizeof *r->reasons);
     ql_zlib_tensor *zt = calloc((size_t)plan->n, sizeof *zt);
-    if (!r->te || !r->reasons || !zt) {
+    if (!r->te || !r->names || !r->reasons || !zt) {
         free(zt);
         ql_weights_free(w);
         return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor records");
@@ -363,7 +366,8 @@ static ql_status build_weights(sweep_ctx *s, const ql_config *c, const ql_quant_
             continue;
         }
         ql_store_tensor_error *te = &r->te[r->n_te];
-        te->tensor = e->name;
+        ql_strlcpy(r->names[r->n_te], e->name, QL_QUANT_NAME_MAX);
+        te->tensor = r->names[r->n_te];
         te->requested_type = e->requested;
         te->used_type = e->used;
         ql_strlcpy(r->reasons[r->n_te], e->reason, QL_QUANT_REASON_MAX);
@@ -387,7 +391,7 @@ static ql_status build_weights(sweep_ctx *s, const ql_config *c, const ql_quant_
             zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, lin->w, e->nrows, e->n_per_row};
             continue;
         }
-        qtensor *qt;
+        qtensor *qt = NULL;
         st = get_qtensor(s, e, lin->w, im, &qt, &quant_seconds, err);
         if (st) {
             ql_error_prefix(err, "tensor '%s' (%s): ", e->name, ql_type_name(e->used));
@@ -695,7 +699,7 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
            (long long)sum->scored_tokens);
     printf("timing: reference pass %s%s; %zu quantized passes %s (forward %.1fs, %.2f "
            "reference-pass equivalents each)\n",
-           ref, ql_reference_from_cache(s->ref) ? " (loaded from cache)" : "", sum->n_run, cfg,
+           s->ref ? ref : "not needed", s->ref && ql_reference_from_cache(s->ref) ? " (loaded from cache)" : "", sum->n_run, cfg,
            sum->forward_seconds,
            sum->n_run && sum->ref_seconds > 0
                ? sum->forward_seconds / (double)sum->n_run / sum->ref_seconds
