@@ -18,6 +18,7 @@ static const ql_cli_command commands[] = {
     {"query", ql_cmd_query, "read-only SQL or a named query on the results database"},
     {"report", ql_cmd_report, "format-comparison tables and plots from the results database"},
     {"sweep", ql_cmd_sweep, "expand a sweep file into configs (--list)"},
+    {"sweep", ql_cmd_sweep, "run a sweep file into the results store (or --list its configs)"},
     {"synth", ql_cmd_synth, "write a synthetic llama-architecture model"},
     {"tokenize", ql_cmd_tokenize, "tokenize a text with a model's tokenizer (as llama.cpp)"},
     {"version", ql_cmd_version, "print the qlab version and commit"},
