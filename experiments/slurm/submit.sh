@@ -11,7 +11,7 @@
 #   experiments/slurm/submit.sh experiments/quick.sweep 4 results/qlab.db -- --cpus-per-task=8
 #
 # Environment: SHARD_DIR (default results/shards/<sweep name>), QLAB, LOCAL_DIR,
-# QLAB_CACHE_DIR (see sweep-array.sbatch and merge.sbatch).
+# CACHE_DIR, SWEEP_ARGS (see sweep-array.sbatch and merge.sbatch).
 set -eu
 
 usage() {

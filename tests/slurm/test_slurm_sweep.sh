@@ -71,8 +71,10 @@ echo "   up after $(elapsed)"
 echo "== submit: $shards shards + merge (afterok)"
 mkdir -p "$work/shards"
 # One CPU per task, so the four tasks share this machine's cores; the single
-# run used every core: results must not depend on the thread count.
-QLAB="$qlab" SHARD_DIR="$work/shards" LOCAL_DIR="$work" \
+# run used every core: results must not depend on the thread count. The shards
+# share the single run's reference cache ($work/cache, next to single.db), so
+# each must load the reference from it instead of computing it again.
+QLAB="$qlab" SHARD_DIR="$work/shards" LOCAL_DIR="$work" CACHE_DIR="$work/cache" \
     "$src/experiments/slurm/submit.sh" "$sweep" "$shards" "$work/merged.db" -- \
     --cpus-per-task=1 >"$work/submit.log" 2>&1 || {
     cat "$work/submit.log"
@@ -117,6 +119,12 @@ fi
 ntasks=$(grep -c ArrayTaskId "$work/job-$array")
 [ "$ntasks" -eq "$shards" ] || fail "the array ran $ntasks tasks, expected $shards"
 cat "$work"/shards/merge-*.out
+for f in "$work"/shards/sweep-*.out; do
+    grep -q "reference pass .*(loaded from cache)" "$f" ||
+        fail "$(basename "$f"): the shard did not load the reference from the shared cache: $(cat "$f")"
+done
+echo "   every shard loaded the reference from the shared cache; task 0 printed:"
+sed 's/^/   | /' "$work"/shards/sweep-*_0.out
 
 echo "== merged shards against the single-process run"
 sh "$src/tests/e2e/compare_results.sh" "$qlab" "$work/single.db" "$work/merged.db" ||
