@@ -5,8 +5,9 @@
 # waits for both with a bounded timeout, and checks that the merged database
 # holds the same results as a single-process run of the same sweep
 # (tests/e2e/compare_results.sh: configs, run status, metrics, tensor errors,
-# per-chunk sums, sweep memberships; provenance left out). The cluster is always
-# stopped.
+# per-chunk sums, sweep memberships; provenance left out), that the shards ran
+# their own configs and shared the reference cache, and that a failing shard
+# cancels the merge instead of letting it run. The cluster is always stopped.
 #
 # Skipped (exit 77, with the reason) when the Slurm or munge binaries are not
 # installed, when not root, or when the cluster cannot be started; never passed
@@ -85,15 +86,19 @@ array=$(sed -n 's/^array job \([0-9]*\):.*/\1/p' "$work/submit.log")
 merge=$(sed -n 's/^merge job \([0-9]*\) .*/\1/p' "$work/submit.log")
 if [ -z "$array" ] || [ -z "$merge" ]; then fail "no job ids in submit.sh's output"; fi
 
-waited=0
-while [ -n "$(squeue -h -j "$array,$merge" -o %i 2>/dev/null)" ]; do
-    if [ "$waited" -ge "$timeout" ]; then
-        squeue
-        fail "jobs still queued or running after ${timeout}s"
-    fi
-    sleep 1
-    waited=$((waited + 1))
-done
+# wait_jobs JOB...: polls squeue until the jobs have left the queue.
+wait_jobs() {
+    waited=0
+    while [ -n "$(squeue -h -j "$(echo "$@" | tr ' ' ,)" -o %i 2>/dev/null)" ]; do
+        if [ "$waited" -ge "$timeout" ]; then
+            squeue
+            fail "jobs still queued or running after ${timeout}s"
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+}
+wait_jobs "$array" "$merge"
 echo "   jobs finished after $(elapsed)"
 
 # Every array task and the merge completed with exit code 0.
@@ -138,6 +143,23 @@ while [ "$k" -lt "$shards" ]; do
     cmp -s "$work/want" "$work/got" || fail "shard-$k.db holds configs $(tr '\n' ' ' <"$work/got")but shard $k/$shards is $(tr '\n' ' ' <"$work/want")"
     k=$((k + 1))
 done
+# afterok: when a shard fails, the merge never runs (submit.sh passes
+# --kill-on-invalid-dep, so it is cancelled instead of pending for ever).
+echo "== a failing shard cancels the merge"
+QLAB="$qlab" SHARD_DIR="$work/failing" LOCAL_DIR="$work" CACHE_DIR="$work/cache" \
+    SWEEP_ARGS=--no-such-option "$src/experiments/slurm/submit.sh" "$sweep" 2 \
+    "$work/never.db" -- --cpus-per-task=1 >"$work/submit2.log" 2>&1 || {
+    cat "$work/submit2.log"
+    fail "submit.sh failed"
+}
+array2=$(sed -n 's/^array job \([0-9]*\):.*/\1/p' "$work/submit2.log")
+merge2=$(sed -n 's/^merge job \([0-9]*\) .*/\1/p' "$work/submit2.log")
+wait_jobs "$array2" "$merge2"
+state=$(scontrol -o show job "$merge2" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+[ "$state" = CANCELLED ] || fail "merge job $merge2 is '$state' after its shards failed, expected CANCELLED"
+[ ! -e "$work/never.db" ] || fail "the merge ran although its shards failed"
+echo "   shards failed, merge job $merge2 $state, no database written ($(elapsed))"
+
 "$qlab" query --db "$work/merged.db" \
     "SELECT config_hash, weight_type, head_type, ppl, kld_mean, top1_agree FROM results ORDER BY config_hash"
 echo "PASS after $(elapsed)"
