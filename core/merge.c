@@ -564,11 +564,11 @@ static ql_status check_sweeps(merger *m, int64_t src, ql_error *err)
     /* A setup of each side the other lacks; when one side's set is a subset of the
      * other's, its first setup stands in. Either way the two differ. */
     setup in, out;
-    bool found;
-    if ((rc = first_setup(m, "in_setup", "out_setup", sweep, &in, &found, err)) ||
-        (!found && (rc = first_setup(m, "in_setup", NULL, sweep, &in, &found, err))) ||
-        (rc = first_setup(m, "out_setup", "in_setup", sweep, &out, &found, err)) ||
-        (!found && (rc = first_setup(m, "out_setup", NULL, sweep, &out, &found, err))))
+    bool in_extra, out_extra, found;
+    if ((rc = first_setup(m, "in_setup", "out_setup", sweep, &in, &in_extra, err)) ||
+        (!in_extra && (rc = first_setup(m, "in_setup", NULL, sweep, &in, &found, err))) ||
+        (rc = first_setup(m, "out_setup", "in_setup", sweep, &out, &out_extra, err)) ||
+        (!out_extra && (rc = first_setup(m, "out_setup", NULL, sweep, &out, &found, err))))
         goto out;
     int64_t origin;
     if ((rc = query_first(m, "SELECT src FROM temp.sweep_origin WHERE sweep = ?1", 0, sweep, &st,
@@ -579,10 +579,19 @@ static ql_status check_sweeps(merger *m, int64_t src, ql_error *err)
     if ((rc = describe_setup(m, &in, &out, src, used, err)) ||
         (rc = describe_setup(m, &out, &in, -1, has, err)))
         goto out;
+    const char *in_name = m->in_paths[src], *out_name = db_name(m, origin);
+    char what[2 * DESCRIBE_MAX + 2 * QL_PATH_MAX];
+    if (in_extra && out_extra)
+        snprintf(what, sizeof what, "used %s but %s has %s", used, out_name, has);
+    else if (in_extra)
+        snprintf(what, sizeof what, "used %s, which the sweep in %s did not", used, out_name);
+    else
+        snprintf(what, sizeof what, "has no runs with %s, which the sweep in %s has", has,
+                 out_name);
     rc = ql_error_set(err, QL_EINVAL,
-                      "%s: sweep '%s' used %s but %s has %s; shards of one sweep must agree on "
-                      "model, text, ctx, chunks and metrics version; nothing was merged",
-                      m->in_paths[src], sweep, used, db_name(m, origin), has);
+                      "%s: sweep '%s' %s; shards of one sweep must agree on model, text, ctx, "
+                      "chunks and metrics version; nothing was merged",
+                      in_name, sweep, what);
 out:
     sqlite3_finalize(st);
     free(sweep);

@@ -441,6 +441,27 @@ static void test_refuse_other_setup(void)
         CHECK_OK(merge(out, &renamed, 1, NULL, &err), &err);
     }
 
+    /* One side's sweep ran on two models, the other's on one of them. */
+    const char *a = make_single("subset-a.db");
+    const char *ab = make_single("subset-ab.db");
+    qlt_shard_spec b;
+    qlt_shard_spec_init(&b);
+    b.model_sha = QLT_SHARD_MODEL_SHA_B;
+    b.model_name = "fixture-model-b";
+    make_shard(ab, &b);
+    snapshot a_before = take(a), ab_before = take(ab);
+    ql_error e;
+    CHECK(merge(a, &ab, 1, NULL, &e) == QL_EINVAL);
+    check_msg(&e, "sweep 'shards' used model fixture-model-b (sha256 222222222222...), which the "
+                  "sweep in");
+    check_untouched(a, &a_before, "a sweep on more models");
+    CHECK(merge(ab, &a, 1, NULL, &e) == QL_EINVAL);
+    check_msg(&e, "sweep 'shards' has no runs with model fixture-model-b (sha256 "
+                  "222222222222...), which the sweep in");
+    check_untouched(ab, &ab_before, "a sweep on fewer models");
+    free(a_before.bytes);
+    free(ab_before.bytes);
+
     /* Between two inputs, into an output that does not exist yet: the message
      * names the input the sweep came from, and no output is left behind. */
     const char *s0 = tmp_db("refuse-s0.db");
