@@ -1,0 +1,451 @@
+/* The fit error table on a small synthetic model written by the test (GSL random
+ * heavy-tailed weights): errors against an independent computation, exact bytes,
+ * candidate sets, importance sources, sampling, thread independence, the cache. */
+#include <gsl/gsl_errno.h>
+#include <gsl/gsl_randist.h>
+#include <gsl/gsl_rng.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fit.h"
+#include "fp16.h"
+#include "gguf.h"
+#include "qltest.h"
+#include "util.h"
+
+/* The table sums per-row errors in row order within a chunk and chunks in order;
+ * the reference below sums rows in one pass. Same numbers, possibly grouped
+ * differently: equal to a few ulps of the total. */
+#define ERR_REL_TOL 1e-12
+
+#define N_EMBD 256
+#define N_VOCAB 2100 /* > 1024 rows of 256: the embedding spans several row chunks */
+#define N_FF 96      /* not a multiple of 256: only 32-block types fit */
+#define N_EXPERT 4
+#define N_EXPERT_ROWS 64
+
+/* ---------------------------------------------------------------------------
+ * The fixture: a one-layer model plus an importance matrix */
+
+typedef struct {
+    const char *name;
+    int n_dims;
+    int64_t ne[3];
+    int32_t type;
+} spec;
+
+static const spec specs[] = {
+    {"token_embd.weight", 2, {N_EMBD, N_VOCAB, 1}, QL_TYPE_F16},
+    {"blk.0.attn_norm.weight", 1, {N_EMBD, 1, 1}, QL_TYPE_F32},
+    {"blk.0.attn_q.weight", 2, {N_EMBD, N_EMBD, 1}, QL_TYPE_BF16},
+    {"blk.0.attn_k.weight", 2, {N_EMBD, 64, 1}, QL_TYPE_F32},
+    {"blk.0.ffn_down.weight", 2, {N_FF, N_EMBD, 1}, QL_TYPE_F32},
+    {"blk.0.ffn_gate_inp.weight", 2, {N_EMBD, N_EXPERT, 1}, QL_TYPE_F32},
+    {"blk.0.ffn_up_exps.weight", 3, {N_EMBD, N_EXPERT_ROWS, N_EXPERT}, QL_TYPE_F32},
+    {"output_norm.weight", 1, {N_EMBD, 1, 1}, QL_TYPE_F32},
+    {"output.weight", 2, {N_EMBD, N_VOCAB, 1}, QL_TYPE_F32},
+};
+#define N_SPECS (int)(sizeof specs / sizeof specs[0])
+
+typedef struct {
+    const char *name;
+    int64_t n;
+    float *v;
+} imat_entry;
+
+static imat_entry imat[3];
+
+static const float *imat_lookup(void *user, const char *tensor, int64_t *n)
+{
+    (void)user;
+    for (int k = 0; k < 3; k++)
+        if (imat[k].v && strcmp(imat[k].name, tensor) == 0) {
+            *n = imat[k].n;
+            return imat[k].v;
+        }
+    return NULL;
+}
+
+static float weight_value(gsl_rng *r, int64_t col)
+{
+    /* Student-t with 5 degrees of freedom: heavy tails like trained weights; a few
+     * columns carry larger weights (the massive-activation channels). */
+    double v = 0.02 * gsl_ran_tdist(r, 5.0);
+    if (col % 61 == 7)
+        v *= 8.0;
+    return (float)v;
+}
+
+static char model_path[512];
+
+static ql_status write_model(ql_error *err)
+{
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(r, 4242);
+    snprintf(model_path, sizeof model_path, "%s/fit-model.gguf", qlt_tmpdir());
+    ql_gguf_writer *w = NULL;
+    ql_status st = ql_gguf_writer_alloc(&w, err);
+    if (st != QL_OK)
+        goto out;
+    ql_gguf_writer_set_str(w, "general.architecture", "llama", err);
+    ql_gguf_writer_set_u32(w, "llama.block_count", 1, err);
+    ql_gguf_writer_set_u32(w, "llama.embedding_length", N_EMBD, err);
+    ql_gguf_writer_set_u32(w, "llama.feed_forward_length", N_FF, err);
+    ql_gguf_writer_set_u32(w, "llama.attention.head_count", 4, err);
+    ql_gguf_writer_set_u32(w, "llama.attention.head_count_kv", 1, err);
+    ql_gguf_writer_set_u32(w, "llama.context_length", 512, err);
+    for (int i = 0; i < N_SPECS; i++) {
+        const spec *s = &specs[i];
+        int64_t n = s->ne[0] * s->ne[1] * s->ne[2];
+        if ((st = ql_gguf_writer_add_tensor(w, s->name, (uint32_t)s->n_dims, s->ne, s->type,
+                                            (uint64_t)n * (s->type == QL_TYPE_F32 ? 4 : 2),
+                                            err)) != QL_OK)
+            goto out;
+    }
+    if ((st = ql_gguf_writer_begin(w, model_path, err)) != QL_OK)
+        goto out;
+    for (int i = 0; i < N_SPECS && st == QL_OK; i++) {
+        const spec *s = &specs[i];
+        int64_t n = s->ne[0] * s->ne[1] * s->ne[2];
+        size_t es = s->type == QL_TYPE_F32 ? 4 : 2;
+        uint8_t *buf = malloc((size_t)n * es);
+        for (int64_t k = 0; k < n; k++) {
+            float v = s->n_dims == 1 ? (float)(1.0 + 0.5 * gsl_ran_gaussian(r, 1.0))
+                                     : weight_value(r, k % s->ne[0]);
+            if (s->type == QL_TYPE_F32) {
+                memcpy(buf + 4 * k, &v, 4);
+            } else {
+                uint16_t h = s->type == QL_TYPE_F16 ? ql_fp32_to_fp16(v) : ql_fp32_to_bf16(v);
+                memcpy(buf + 2 * k, &h, 2);
+            }
+        }
+        st = ql_gguf_writer_write_tensor(w, buf, (uint64_t)n * es, err);
+        free(buf);
+    }
+    if (st == QL_OK)
+        st = ql_gguf_writer_finish(w, err);
+    /* Importance: per-token mean squares, a few columns much larger. */
+    const char *names[3] = {"blk.0.attn_q.weight", "blk.0.ffn_down.weight",
+                            "blk.0.ffn_up_exps.weight"};
+    const int64_t lens[3] = {N_EMBD, N_FF, N_EMBD * N_EXPERT};
+    for (int k = 0; k < 3; k++) {
+        imat[k].name = names[k];
+        imat[k].n = lens[k];
+        imat[k].v = malloc(sizeof(float) * (size_t)lens[k]);
+        for (int64_t j = 0; j < lens[k]; j++)
+            imat[k].v[j] = (float)(gsl_ran_exponential(r, 1.0) * (j % 37 == 3 ? 50.0 : 1.0));
+    }
+out:
+    ql_gguf_writer_free(w);
+    gsl_rng_free(r);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------
+ * Reference computation: one row at a time, straight from the definition */
+
+static void row_f32(const ql_gguf_tensor *gt, int64_t row, float *out)
+{
+    const int64_t ne0 = gt->ne[0];
+    for (int64_t j = 0; j < ne0; j++) {
+        if (gt->type == QL_TYPE_F32) {
+            memcpy(&out[j], (const uint8_t *)gt->data + 4 * (row * ne0 + j), 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, (const uint8_t *)gt->data + 2 * (row * ne0 + j), 2);
+            out[j] = gt->type == QL_TYPE_F16 ? ql_fp16_to_fp32(h) : ql_bf16_to_fp32(h);
+        }
+    }
+}
+
+/* sum over the rows picked by the table's sampling rule of sum_j w_j (x - x^)^2,
+ * scaled by rows / sampled. quant_imat: per-row importance for the quantizer
+ * (stride ne0 per expert), weights: error weights (same layout) or NULL for the
+ * given constant. */
+static double reference_error(const ql_gguf_tensor *gt, int32_t type, int64_t sample,
+                              const float *quant_imat, const float *weights, float w_const)
+{
+    const ql_type_traits *tr = ql_type_get(type);
+    const int64_t ne0 = gt->ne[0], rows = ql_gguf_tensor_nelements(gt) / ne0;
+    const int64_t rows_per_expert = gt->n_dims >= 3 ? gt->ne[1] : rows;
+    const int64_t ns = sample > 0 && sample < rows ? sample : rows;
+    float *x = malloc(sizeof(float) * (size_t)ne0), *y = malloc(sizeof(float) * (size_t)ne0);
+    uint8_t *q = malloc(ql_row_size(type, ne0));
+    double total = 0;
+    for (int64_t k = 0; k < ns; k++) {
+        int64_t r = ns == rows ? k : (2 * k + 1) * rows / (2 * ns);
+        int64_t e = r / rows_per_expert;
+        row_f32(gt, r, x);
+        tr->quantize(x, q, 1, ne0, quant_imat ? quant_imat + e * ne0 : NULL);
+        tr->dequantize(q, y, 1, ne0);
+        double s = 0;
+        for (int64_t j = 0; j < ne0; j++) {
+            double d = (double)x[j] - (double)y[j];
+            double wj = weights ? (double)weights[e * ne0 + j] : (double)w_const;
+            s += wj * d * d;
+        }
+        total += s;
+    }
+    free(x);
+    free(y);
+    free(q);
+    return total * (double)rows / (double)ns;
+}
+
+static const ql_fit_tensor *find(const ql_fit_table *t, const char *name)
+{
+    for (int i = 0; i < t->n_tensors; i++)
+        if (strcmp(t->tensors[i].name, name) == 0)
+            return &t->tensors[i];
+    return NULL;
+}
+
+static const ql_fit_choice *choice_of(const ql_fit_tensor *ft, int32_t type)
+{
+    for (int c = 0; ft && c < ft->n_choices; c++)
+        if (ft->choices[c].type == type)
+            return &ft->choices[c];
+    return NULL;
+}
+
+static bool has_note(const ql_fit_table *t, const char *fragment)
+{
+    for (int i = 0; i < t->n_notes; i++)
+        if (strstr(t->notes[i], fragment))
+            return true;
+    return false;
+}
+
+static void check_error(const ql_fit_table *t, const ql_gguf *g, const char *name, int32_t type,
+                        int64_t sample, const float *quant_imat, const float *weights,
+                        float w_const)
+{
+    const ql_fit_choice *c = choice_of(find(t, name), type);
+    CHECK_MSG(c != NULL, "%s has no %s choice", name, ql_type_name(type));
+    if (!c)
+        return;
+    const ql_gguf_tensor *gt = ql_gguf_find_tensor(g, name);
+    double want = reference_error(gt, type, sample, quant_imat, weights, w_const);
+    CHECK_MSG(fabs(c->err - want) <= ERR_REL_TOL * want, "%s %s: table %.17g, reference %.17g",
+              name, ql_type_name(type), c->err, want);
+    CHECK_EQ_INT(c->bytes, (uint64_t)(ql_gguf_tensor_nelements(gt) / gt->ne[0]) *
+                               ql_row_size(type, gt->ne[0]));
+}
+
+/* ---------------------------------------------------------------------------
+ * Tests */
+
+static const char *const TYPES = "Q4_0,Q4_K,Q6_K,Q8_0,F16";
+
+static void test_table(const ql_gguf *g, const ql_fit_importance *imp)
+{
+    ql_error err;
+    ql_fit_options o;
+    ql_fit_options_init(&o);
+    o.types = TYPES;
+    o.sample_rows = 0; /* exact */
+    o.cache_dir = "";
+    o.quiet = true;
+    ql_fit_table *t = NULL;
+    CHECK_OK(ql_fit_table_compute(g, "0123", imp, &o, &t, &err), &err);
+    if (!t)
+        return;
+    CHECK_MSG(strcmp(t->types, "F16,Q4_0,Q8_0,Q4_K,Q6_K") == 0, "types %s", t->types);
+    /* Which tensors are assigned. */
+    CHECK(find(t, "token_embd.weight")->assigned);
+    CHECK(!find(t, "blk.0.attn_norm.weight")->assigned);
+    CHECK(!find(t, "blk.0.ffn_gate_inp.weight")->assigned);
+    CHECK(find(t, "blk.0.ffn_up_exps.weight")->assigned);
+    CHECK_EQ_INT(find(t, "blk.0.ffn_gate_inp.weight")->fixed_type, QL_TYPE_F32);
+    CHECK_EQ_INT(t->fixed_bytes, 4 * (N_EMBD + N_EMBD * N_EXPERT + N_EMBD));
+    CHECK_EQ_INT(t->assigned_params, 2 * N_EMBD * N_VOCAB + N_EMBD * N_EMBD + N_EMBD * 64 +
+                                         N_FF * N_EMBD + N_EMBD * N_EXPERT_ROWS * N_EXPERT);
+    /* Rows of 96 only take 32-block types. */
+    const ql_fit_tensor *down = find(t, "blk.0.ffn_down.weight");
+    CHECK_EQ_INT(down->n_choices, 3);
+    CHECK(choice_of(down, QL_TYPE_Q4_K) == NULL && choice_of(down, QL_TYPE_Q4_0) != NULL);
+    CHECK_EQ_INT(find(t, "blk.0.attn_q.weight")->n_choices, 5);
+    /* Choices sorted by bytes. */
+    for (int i = 0; i < t->n_tensors; i++)
+        for (int c = 1; c < t->tensors[i].n_choices; c++)
+            CHECK(t->tensors[i].choices[c - 1].bytes <= t->tensors[i].choices[c].bytes);
+    /* Importance sources. */
+    CHECK_EQ_INT(find(t, "token_embd.weight")->imp, QL_FIT_IMP_LOOKUP);
+    CHECK_EQ_INT(find(t, "output.weight")->imp, QL_FIT_IMP_OUTPUT_NORM);
+    CHECK_EQ_INT(find(t, "blk.0.attn_q.weight")->imp, QL_FIT_IMP_IMATRIX);
+    CHECK_EQ_INT(find(t, "blk.0.attn_k.weight")->imp, QL_FIT_IMP_UNIT);
+    CHECK(find(t, "blk.0.attn_q.weight")->quant_imatrix);
+    CHECK(!find(t, "output.weight")->quant_imatrix);
+
+    /* Errors against the definition, every importance source. */
+    float embd_w = (float)(1.0 / N_VOCAB);
+    const ql_gguf_tensor *norm = ql_gguf_find_tensor(g, "output_norm.weight");
+    float norm2[N_EMBD];
+    memcpy(norm2, norm->data, sizeof norm2);
+    for (int j = 0; j < N_EMBD; j++)
+        norm2[j] *= norm2[j];
+    static const int32_t all[] = {QL_TYPE_Q4_0, QL_TYPE_Q8_0, QL_TYPE_Q4_K, QL_TYPE_Q6_K,
+                                  QL_TYPE_F16};
+    for (size_t k = 0; k < 5; k++) {
+        check_error(t, g, "token_embd.weight", all[k], 0, NULL, NULL, embd_w);
+        check_error(t, g, "output.weight", all[k], 0, NULL, norm2, 0);
+        check_error(t, g, "blk.0.attn_q.weight", all[k], 0, imat[0].v, imat[0].v, 0);
+        check_error(t, g, "blk.0.attn_k.weight", all[k], 0, NULL, NULL, 1.0f);
+        check_error(t, g, "blk.0.ffn_up_exps.weight", all[k], 0, imat[2].v, imat[2].v, 0);
+    }
+    check_error(t, g, "blk.0.ffn_down.weight", QL_TYPE_Q4_0, 0, imat[1].v, imat[1].v, 0);
+    /* More bits, less error (BF16 to F16 only loses the f16 subnormal range). */
+    const ql_fit_tensor *q = find(t, "blk.0.attn_q.weight");
+    CHECK(choice_of(q, QL_TYPE_Q4_K)->err > choice_of(q, QL_TYPE_Q6_K)->err);
+    CHECK(choice_of(q, QL_TYPE_Q6_K)->err > choice_of(q, QL_TYPE_Q8_0)->err);
+    CHECK(choice_of(q, QL_TYPE_Q8_0)->err > 100 * choice_of(q, QL_TYPE_F16)->err);
+
+    /* Sampling: the table measures the rule's rows and scales. */
+    o.sample_rows = 100;
+    ql_fit_table *s = NULL;
+    CHECK_OK(ql_fit_table_compute(g, "0123", imp, &o, &s, &err), &err);
+    if (s) {
+        CHECK_EQ_INT(find(s, "token_embd.weight")->rows_measured, 100);
+        CHECK_EQ_INT(find(s, "blk.0.attn_k.weight")->rows_measured, 64);
+        check_error(s, g, "token_embd.weight", QL_TYPE_Q4_K, 100, NULL, NULL, embd_w);
+        check_error(s, g, "blk.0.ffn_up_exps.weight", QL_TYPE_Q4_0, 100, imat[2].v, imat[2].v,
+                    0);
+        check_error(s, g, "blk.0.attn_q.weight", QL_TYPE_Q6_K, 100, imat[0].v, imat[0].v, 0);
+        /* Rows are statistically alike: the estimate lands near the exact value. */
+        double est = choice_of(find(s, "output.weight"), QL_TYPE_Q4_K)->err;
+        double exact = choice_of(find(t, "output.weight"), QL_TYPE_Q4_K)->err;
+        CHECK_MSG(fabs(est / exact - 1) < 0.25, "sampled %g vs exact %g", est, exact);
+    }
+    ql_fit_table_free(s);
+
+    /* The thread count changes nothing. */
+    int threads = ql_threads_get();
+    ql_threads_set(1);
+    ql_fit_table *one = NULL;
+    o.sample_rows = 0;
+    CHECK_OK(ql_fit_table_compute(g, "0123", imp, &o, &one, &err), &err);
+    ql_threads_set(threads);
+    if (one)
+        for (int i = 0; i < t->n_tensors; i++)
+            for (int c = 0; c < t->tensors[i].n_choices; c++)
+                CHECK(memcmp(&t->tensors[i].choices[c].err, &one->tensors[i].choices[c].err,
+                             sizeof(double)) == 0);
+    ql_fit_table_free(one);
+    ql_fit_table_free(t);
+}
+
+static void test_no_imatrix_and_errors(const ql_gguf *g)
+{
+    ql_error err;
+    ql_fit_options o;
+    ql_fit_options_init(&o);
+    o.cache_dir = "";
+    o.quiet = true;
+    o.types = "IQ2_XXS,Q4_0,Q4_K,F16";
+    ql_fit_table *t = NULL;
+    CHECK_OK(ql_fit_table_compute(g, "0123", NULL, &o, &t, &err), &err);
+    if (t) {
+        CHECK_MSG(strcmp(t->imatrix_sha256, "none") == 0, "%s", t->imatrix_sha256);
+        CHECK_EQ_INT(find(t, "blk.0.attn_q.weight")->imp, QL_FIT_IMP_NONE);
+        CHECK_EQ_INT(find(t, "token_embd.weight")->imp, QL_FIT_IMP_LOOKUP);
+        CHECK_EQ_INT(find(t, "output.weight")->imp, QL_FIT_IMP_NONE);
+        CHECK(choice_of(find(t, "blk.0.attn_q.weight"), QL_TYPE_IQ2_XXS) == NULL);
+        CHECK_MSG(has_note(t, "IQ2_XXS"), "no note about IQ2_XXS");
+    }
+    ql_fit_table_free(t);
+    /* No candidate fits a tensor: the error names it. */
+    o.types = "Q4_K,Q6_K";
+    CHECK(ql_fit_table_compute(g, "0123", NULL, &o, &t, &err) == QL_EINVAL);
+    CHECK_MSG(strstr(err.msg, "blk.0.ffn_down.weight") && strstr(err.msg, "row length 96"), "%s",
+              err.msg);
+    o.types = "Q4_K,Q7_K";
+    CHECK(ql_fit_table_compute(g, "0123", NULL, &o, &t, &err) == QL_EINVAL);
+    CHECK_MSG(strstr(err.msg, "Q7_K"), "%s", err.msg);
+    o.types = "Q8_K";
+    CHECK(ql_fit_table_compute(g, "0123", NULL, &o, &t, &err) == QL_EINVAL);
+    o.types = " , ";
+    CHECK(ql_fit_table_compute(g, "0123", NULL, &o, &t, &err) == QL_EINVAL);
+    /* An imatrix entry of the wrong length. */
+    o.types = NULL;
+    float v[10] = {0};
+    imat_entry saved = imat[0];
+    imat[0].n = 10;
+    imat[0].v = v;
+    ql_fit_importance imp = {"feed", imat_lookup, NULL};
+    CHECK(ql_fit_table_compute(g, "0123", &imp, &o, &t, &err) == QL_EFORMAT);
+    CHECK_MSG(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "10 values"), "%s",
+              err.msg);
+    imat[0] = saved;
+}
+
+static void test_cache(const ql_gguf *g, const ql_fit_importance *imp)
+{
+    ql_error err;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/cache/nested", qlt_tmpdir());
+    ql_fit_options o;
+    ql_fit_options_init(&o);
+    o.types = TYPES;
+    o.cache_dir = dir;
+    o.quiet = true;
+    ql_fit_table *a = NULL, *b = NULL, *c = NULL;
+    CHECK_OK(ql_fit_table_compute(g, NULL, imp, &o, &a, &err), &err);
+    CHECK_OK(ql_fit_table_compute(g, NULL, imp, &o, &b, &err), &err);
+    if (a && b) {
+        CHECK(!a->from_cache && b->from_cache);
+        CHECK(ql_file_exists(a->cache_path));
+        CHECK_MSG(strcmp(a->model_sha256, b->model_sha256) == 0 && strlen(a->model_sha256) == 64,
+                  "%s", a->model_sha256);
+        for (int i = 0; i < a->n_tensors; i++)
+            for (int k = 0; k < a->tensors[i].n_choices; k++)
+                CHECK(memcmp(&a->tensors[i].choices[k], &b->tensors[i].choices[k],
+                             sizeof(ql_fit_choice)) == 0);
+        /* Damage the cache: recomputed, with a note, and rewritten. */
+        FILE *f = fopen(a->cache_path, "r+b");
+        fseek(f, 40, SEEK_SET);
+        fputc('#', f);
+        fclose(f);
+        CHECK_OK(ql_fit_table_compute(g, NULL, imp, &o, &c, &err), &err);
+        if (c) {
+            CHECK(!c->from_cache);
+            CHECK_MSG(has_note(c, "not usable"), "no note about the damaged cache");
+        }
+        ql_fit_table_free(c);
+        c = NULL;
+        CHECK_OK(ql_fit_table_compute(g, NULL, imp, &o, &c, &err), &err);
+        CHECK(c && c->from_cache);
+        ql_fit_table_free(c);
+        c = NULL;
+        /* Another imatrix identity or sampling: another cache file. */
+        ql_fit_importance other = *imp;
+        other.sha256 = "other";
+        CHECK_OK(ql_fit_table_compute(g, NULL, &other, &o, &c, &err), &err);
+        CHECK(c && !c->from_cache && strcmp(c->cache_path, a->cache_path) != 0);
+    }
+    ql_fit_table_free(a);
+    ql_fit_table_free(b);
+    ql_fit_table_free(c);
+}
+
+int main(void)
+{
+    gsl_set_error_handler_off();
+    const ql_type_traits *q4k = ql_type_get(QL_TYPE_Q4_K);
+    if (!q4k->quantize || !ql_type_get(QL_TYPE_F16)->quantize)
+        qlt_skip("the quantization formats are not implemented in this build");
+    ql_error err;
+    CHECK_OK(write_model(&err), &err);
+    ql_gguf *g = NULL;
+    CHECK_OK(ql_gguf_open(&g, model_path, &err), &err);
+    if (!g)
+        return qlt_done();
+    ql_fit_importance imp = {"imatrix-sha", imat_lookup, NULL};
+    test_table(g, &imp);
+    test_no_imatrix_and_errors(g);
+    test_cache(g, &imp);
+    ql_gguf_close(g);
+    for (int k = 0; k < 3; k++)
+        free(imat[k].v);
+    return qlt_done();
+}
