@@ -342,17 +342,19 @@ typedef struct {
     int *cur;            /* positions on the current path */
     int *best;           /* best assignment found */
     double best_err;
-    int64_t nodes, limit;
+    int64_t nodes;
+    int64_t work, limit; /* segments scanned by the bounds so far, and the cap */
     bool aborted;
 } bb_state;
 
-static double lp_bound(const bb_state *s, int d, uint64_t cap)
+static double lp_bound(bb_state *s, int d, uint64_t cap)
 {
     if (cap < s->suf_bytes[d])
         return INFINITY;
     uint64_t room = cap - s->suf_bytes[d];
     double e = s->suf_err[d];
     const problem *p = s->p;
+    s->work += p->n_seg;
     for (int k = 0; k < p->n_seg; k++) {
         const segment *g = &p->seg[k];
         if (s->depth_of[g->item] < d)
@@ -389,7 +391,8 @@ static void bb_dfs(bb_state *s, int d, uint64_t cap, double acc)
         double child = acc + e->err[k] + lp_bound(s, d + 1, cap - e->bytes[k]);
         if (child >= s->best_err - PRUNE_REL * s->best_err)
             continue;
-        if (++s->nodes > s->limit) {
+        s->nodes++;
+        if (s->work > s->limit) {
             s->aborted = true;
             return;
         }
@@ -447,6 +450,7 @@ static ql_status branch_and_bound(const problem *p, int64_t limit, int *pos,
         goto out;
     }
     if (limit > 0) {
+        s.work = 0;
         bb_dfs(&s, 0, p->capacity, 0.0);
         st->optimal = !s.aborted;
         memcpy(pos, s.best, sizeof(int) * (size_t)n);
@@ -468,7 +472,7 @@ out:
 void ql_fit_solve_options_init(ql_fit_solve_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->bb_node_limit = QL_FIT_BB_NODES;
+    o->bb_work_limit = QL_FIT_BB_WORK;
 }
 
 ql_status ql_fit_solve_items(const ql_fit_item *items, int n, uint64_t capacity,
@@ -509,7 +513,7 @@ ql_status ql_fit_solve_items(const ql_fit_item *items, int n, uint64_t capacity,
     if (!opt->no_exchange)
         exchange(&p, pos);
     totals(&p, pos, &used, &st.err_exchange);
-    rc = branch_and_bound(&p, opt->bb_node_limit, pos, &st, err);
+    rc = branch_and_bound(&p, opt->bb_work_limit, pos, &st, err);
     if (rc != QL_OK)
         goto out;
     totals(&p, pos, &st.bytes, &st.err);
@@ -708,9 +712,14 @@ void ql_fit_plan_print(FILE *out, const ql_fit_plan *p, const ql_fit_table *t)
     fprintf(out, "slack       %s\n", s);
     fprintf(out, "bpw         %.4f (assigned weights), %.4f (whole model)\n", p->bpw,
             p->bpw_all);
-    fprintf(out, "error       %.6g (lower bound %.6g; %s)\n", p->err, p->stats.lower_bound,
-            p->stats.optimal ? "proven optimal"
-                             : "branch and bound stopped at its node limit");
+    if (p->stats.optimal)
+        fprintf(out, "error       %.6g (proven optimal; LP lower bound %.6g)\n", p->err,
+                p->stats.lower_bound);
+    else
+        fprintf(out, "error       %.6g (within %.3g%% of the lower bound %.6g; branch and bound "
+                     "stopped at its work limit)\n",
+                p->err, p->err > 0 ? 100.0 * (p->err - p->stats.lower_bound) / p->err : 0.0,
+                p->stats.lower_bound);
     fprintf(out, "solver      lagrange %.6g -> greedy %.6g -> exchange %.6g -> final %.6g, "
                  "%lld B&B nodes, %.3f s\n",
             p->stats.err_lagrange, p->stats.err_greedy, p->stats.err_exchange, p->err,

@@ -137,7 +137,7 @@ static void test_against_exhaustive(void)
     ql_fit_solve_options full, relax;
     ql_fit_solve_options_init(&full);
     ql_fit_solve_options_init(&relax);
-    relax.bb_node_limit = 0; /* Lagrangian + greedy only */
+    relax.bb_work_limit = 0; /* Lagrangian + greedy only */
     relax.no_exchange = true;
     int checked = 0, infeasible = 0, relax_suboptimal = 0, not_proven = 0, mismatches = 0;
     /* The case: 4-6 tensors, 3 types; then wider ones. */
