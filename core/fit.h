@@ -317,4 +317,29 @@ void ql_fit_plan_print(FILE *out, const ql_fit_plan *p, const ql_fit_table *t);
  * llama.cpp itself guesses a file type from the dominant tensor type. */
 uint32_t ql_fit_plan_file_type(const ql_fit_plan *p);
 
+/* ---------------------------------------------------------------------------
+ * Writing and the one-call planner */
+
+/* Writes the mixed-precision GGUF of a plan: every key of the model copied (split
+ * keys dropped), general.file_type = ql_fit_plan_file_type(plan),
+ * general.quantization_version = 2, qlab.fit.budget_bytes and qlab.fit.imatrix
+ * added; tensors in model order, each quantized from its f32 source rows with its
+ * imatrix entry (per expert for 3-D expert tensors) exactly as the error table
+ * measured it, and streamed one at a time (peak memory: one quantized tensor).
+ * A tensor whose chosen type equals its source type is copied byte for byte.
+ * The file appears under out_path only when complete. */
+ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan,
+                       const ql_fit_importance *imp, const char *out_path, bool quiet,
+                       ql_error *err);
+
+/* Error table (cached) + budget + solver in one call: the library entry point for
+ * the sweep's `budget` axis. On success *table_out and *plan_out are set (free
+ * both; the plan's names point into the table) and ql_fit_plan_type() gives the
+ * type of every tensor. The budget is resolved against the table (bpw counts the
+ * assigned tensors, fixed tensors on top). */
+ql_status ql_fit_plan_model(const ql_gguf *model, const char *model_sha256,
+                            const ql_fit_importance *imp, const ql_fit_budget *budget,
+                            const ql_fit_options *opt, ql_fit_table **table_out,
+                            ql_fit_plan **plan_out, ql_error *err);
+
 #endif
