@@ -74,10 +74,11 @@ static ql_status parse_manifest(const char *path, ql_error *err)
         ql_strlcpy(e->file, cols[2], sizeof e->file);
         ql_strlcpy(e->sha256, cols[3], sizeof e->sha256);
         if (!ql_parse_i64(cols[4], &e->bytes) || strlen(e->sha256) != 64) {
+            ql_error_set(err, QL_EFORMAT, "%s:%d: bad bytes or sha256 column for '%s'", path,
+                         lineno, e->name);
             free(es);
             free(text);
-            return ql_error_set(err, QL_EFORMAT, "%s:%d: bad bytes or sha256 column for '%s'",
-                                path, lineno, e->name);
+            return QL_EFORMAT;
         }
         ql_strlcpy(e->source, cols[5], sizeof e->source);
         ql_strlcpy(e->license, cols[6], sizeof e->license);

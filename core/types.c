@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <strings.h>
 
+#include "quant_iq.h"
+
 #define N_ENTRIES (sizeof traits / sizeof traits[0])
 
 /* Block sizes and bytes per block as ggml-common.h defines them. The function
@@ -24,13 +26,13 @@ static const ql_type_traits traits[] = {
     {"Q5_K",    QL_TYPE_Q5_K,     256, 176, true, QL_TYPE_Q5_K,     false, false, NULL, NULL},
     {"Q6_K",    QL_TYPE_Q6_K,     256, 210, true, QL_TYPE_Q6_K,     false, false, NULL, NULL},
     {"Q8_K",    QL_TYPE_Q8_K,     256, 292, true, QL_TYPE_Q8_K,     false, false, NULL, NULL},
-    {"IQ2_XXS", QL_TYPE_IQ2_XXS,  256, 66,  true, QL_TYPE_IQ2_XXS,  true,  true,  NULL, NULL},
-    {"IQ2_XS",  QL_TYPE_IQ2_XS,   256, 74,  true, QL_TYPE_IQ2_XS,   true,  true,  NULL, NULL},
-    {"IQ2_S",   QL_TYPE_IQ2_S,    256, 82,  true, QL_TYPE_IQ2_S,    false, true,  NULL, NULL},
-    {"IQ3_XXS", QL_TYPE_IQ3_XXS,  256, 98,  true, QL_TYPE_IQ3_XXS,  false, true,  NULL, NULL},
-    {"IQ3_S",   QL_TYPE_IQ3_S,    256, 110, true, QL_TYPE_IQ3_S,    false, true,  NULL, NULL},
-    {"IQ1_S",   QL_TYPE_IQ1_S,    256, 50,  true, QL_TYPE_IQ1_S,    true,  true,  NULL, NULL},
-    {"IQ1_M",   QL_TYPE_IQ1_M,    256, 56,  true, QL_TYPE_IQ1_M,    false, true,  NULL, NULL},
+    {"IQ2_XXS", QL_TYPE_IQ2_XXS,  256, 66,  true, QL_TYPE_IQ2_XXS,  true,  true,  ql_quantize_iq2_xxs, ql_dequantize_iq2_xxs},
+    {"IQ2_XS",  QL_TYPE_IQ2_XS,   256, 74,  true, QL_TYPE_IQ2_XS,   true,  true,  ql_quantize_iq2_xs, ql_dequantize_iq2_xs},
+    {"IQ2_S",   QL_TYPE_IQ2_S,    256, 82,  true, QL_TYPE_IQ2_S,    false, true,  ql_quantize_iq2_s, ql_dequantize_iq2_s},
+    {"IQ3_XXS", QL_TYPE_IQ3_XXS,  256, 98,  true, QL_TYPE_IQ3_XXS,  false, true,  ql_quantize_iq3_xxs, ql_dequantize_iq3_xxs},
+    {"IQ3_S",   QL_TYPE_IQ3_S,    256, 110, true, QL_TYPE_IQ3_S,    false, true,  ql_quantize_iq3_s, ql_dequantize_iq3_s},
+    {"IQ1_S",   QL_TYPE_IQ1_S,    256, 50,  true, QL_TYPE_IQ1_S,    true,  true,  ql_quantize_iq1_s, ql_dequantize_iq1_s},
+    {"IQ1_M",   QL_TYPE_IQ1_M,    256, 56,  true, QL_TYPE_IQ1_M,    false, true,  ql_quantize_iq1_m, ql_dequantize_iq1_m},
     {"IQ4_NL",  QL_TYPE_IQ4_NL,   32,  18,  true, QL_TYPE_IQ4_NL,   false, false, NULL, NULL},
     {"IQ4_XS",  QL_TYPE_IQ4_XS,   256, 136, true, QL_TYPE_IQ4_XS,   false, false, NULL, NULL},
     {"TQ1_0",   QL_TYPE_TQ1_0,    256, 54,  true, QL_TYPE_TQ1_0,    false, false, NULL, NULL},
@@ -109,6 +111,5 @@ ql_status ql_type_prepare(int32_t type, ql_error *err)
         return ql_error_set(err, QL_EINVAL, "unknown type id %d", (int)type);
     if (!t->needs_grids)
         return QL_OK;
-    return ql_error_set(err, QL_EUNSUPPORTED, "%s: the IQ lattice formats are not implemented yet",
-                        t->name);
+    return ql_iq_prepare(type, err);
 }
