@@ -428,6 +428,220 @@ static void test_cache(const ql_gguf *g, const ql_fit_importance *imp)
     ql_fit_table_free(c);
 }
 
+/* ---------------------------------------------------------------------------
+ * The whole pipeline on a llama-shaped model: table, budget, plan, GGUF */
+
+#define L_EMBD 512
+#define L_FF 1024
+#define L_VOCAB 512
+#define L_LAYERS 2
+#define L_KV 256
+
+static char llama_path[512];
+static imat_entry limat[L_LAYERS * 7];
+static int n_limat;
+
+static const float *limat_lookup(void *user, const char *tensor, int64_t *n)
+{
+    (void)user;
+    for (int k = 0; k < n_limat; k++)
+        if (strcmp(limat[k].name, tensor) == 0) {
+            *n = limat[k].n;
+            return limat[k].v;
+        }
+    return NULL;
+}
+
+static ql_status write_llama(ql_error *err)
+{
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(r, 99);
+    snprintf(llama_path, sizeof llama_path, "%s/fit-llama.gguf", qlt_tmpdir());
+    ql_gguf_writer *w = NULL;
+    ql_status st = ql_gguf_writer_alloc(&w, err);
+    if (st != QL_OK)
+        goto out;
+    ql_gguf_writer_set_str(w, "general.architecture", "llama", err);
+    ql_gguf_writer_set_str(w, "general.name", "fit test model", err);
+    ql_gguf_writer_set_u32(w, "general.file_type", 32, err);
+    ql_gguf_writer_set_u32(w, "llama.block_count", L_LAYERS, err);
+    ql_gguf_writer_set_u32(w, "llama.embedding_length", L_EMBD, err);
+    ql_gguf_writer_set_u32(w, "llama.feed_forward_length", L_FF, err);
+    ql_gguf_writer_set_u32(w, "llama.attention.head_count", 8, err);
+    ql_gguf_writer_set_u32(w, "llama.attention.head_count_kv", 4, err);
+    ql_gguf_writer_set_u32(w, "llama.context_length", 1024, err);
+    /* name, ne0, ne1 (0 = 1-D) */
+    char names[64][64];
+    int64_t dims[64][2];
+    int n = 0;
+    snprintf(names[n], 64, "token_embd.weight");
+    dims[n][0] = L_EMBD, dims[n++][1] = L_VOCAB;
+    static const char *mats[7] = {"attn_q", "attn_k", "attn_v", "attn_output",
+                                  "ffn_gate", "ffn_up", "ffn_down"};
+    const int64_t mdims[7][2] = {{L_EMBD, L_EMBD}, {L_EMBD, L_KV}, {L_EMBD, L_KV},
+                                 {L_EMBD, L_EMBD}, {L_EMBD, L_FF}, {L_EMBD, L_FF},
+                                 {L_FF, L_EMBD}};
+    n_limat = 0;
+    for (int l = 0; l < L_LAYERS; l++) {
+        snprintf(names[n], 64, "blk.%d.attn_norm.weight", l);
+        dims[n][0] = L_EMBD, dims[n++][1] = 0;
+        for (int m = 0; m < 7; m++) {
+            snprintf(names[n], 64, "blk.%d.%s.weight", l, mats[m]);
+            dims[n][0] = mdims[m][0], dims[n][1] = mdims[m][1];
+            imat_entry *e = &limat[n_limat++];
+            e->name = ql_strdup(names[n]);
+            e->n = mdims[m][0];
+            e->v = malloc(sizeof(float) * (size_t)e->n);
+            for (int64_t j = 0; j < e->n; j++)
+                e->v[j] = (float)(gsl_ran_exponential(r, 1.0) * (j % 53 == 5 ? 30.0 : 1.0) *
+                                  (1.0 + l));
+            n++;
+        }
+        snprintf(names[n], 64, "blk.%d.ffn_norm.weight", l);
+        dims[n][0] = L_EMBD, dims[n++][1] = 0;
+    }
+    snprintf(names[n], 64, "output_norm.weight");
+    dims[n][0] = L_EMBD, dims[n++][1] = 0;
+    snprintf(names[n], 64, "output.weight");
+    dims[n][0] = L_EMBD, dims[n++][1] = L_VOCAB;
+    for (int i = 0; i < n && st == QL_OK; i++) {
+        const bool vec = dims[i][1] == 0;
+        int64_t ne[2] = {dims[i][0], vec ? 1 : dims[i][1]};
+        st = ql_gguf_writer_add_tensor(w, names[i], vec ? 1 : 2, ne,
+                                       vec ? QL_TYPE_F32 : QL_TYPE_BF16,
+                                       (uint64_t)(ne[0] * ne[1]) * (vec ? 4 : 2), err);
+    }
+    if (st == QL_OK)
+        st = ql_gguf_writer_begin(w, llama_path, err);
+    for (int i = 0; i < n && st == QL_OK; i++) {
+        const bool vec = dims[i][1] == 0;
+        int64_t cnt = dims[i][0] * (vec ? 1 : dims[i][1]);
+        uint8_t *buf = malloc((size_t)cnt * 4);
+        for (int64_t k = 0; k < cnt; k++) {
+            if (vec) {
+                float v = (float)(1.0 + 0.3 * gsl_ran_gaussian(r, 1.0));
+                memcpy(buf + 4 * k, &v, 4);
+            } else {
+                uint16_t h = ql_fp32_to_bf16(weight_value(r, k % dims[i][0]));
+                memcpy(buf + 2 * k, &h, 2);
+            }
+        }
+        st = ql_gguf_writer_write_tensor(w, buf, (uint64_t)cnt * (vec ? 4 : 2), err);
+        free(buf);
+    }
+    if (st == QL_OK)
+        st = ql_gguf_writer_finish(w, err);
+out:
+    ql_gguf_writer_free(w);
+    gsl_rng_free(r);
+    return st;
+}
+
+/* Budget use the fit must reach on this model (issue 9: at least 99.9%). */
+#define MIN_BUDGET_USE 0.999
+
+static void check_written(const char *path, const ql_gguf *src, const ql_fit_plan *p,
+                          const ql_fit_importance *imp)
+{
+    ql_error err;
+    ql_gguf *out = NULL;
+    CHECK_OK(ql_gguf_open(&out, path, &err), &err);
+    if (!out)
+        return;
+    CHECK_EQ_INT(out->n_tensors, src->n_tensors);
+    uint64_t total = 0;
+    for (int64_t i = 0; i < out->n_tensors && i < src->n_tensors; i++) {
+        const ql_gguf_tensor *t = &out->tensors[i];
+        CHECK_MSG(strcmp(t->name, p->tensors[i].name) == 0, "%s", t->name);
+        CHECK_MSG(t->type == p->tensors[i].type, "%s: %s written, %s planned", t->name,
+                  ql_type_name(t->type), ql_type_name(p->tensors[i].type));
+        CHECK_EQ_INT(t->nbytes, p->tensors[i].bytes);
+        total += t->nbytes;
+    }
+    CHECK_EQ_INT(total, p->bytes);
+    uint32_t ft = 0;
+    CHECK(ql_gguf_get_u32(out, "general.file_type", &ft, NULL) &&
+          ft == ql_fit_plan_file_type(p));
+    CHECK(strcmp(ql_gguf_get_str(out, "general.name", NULL), "fit test model") == 0);
+    int64_t budget = 0;
+    CHECK(ql_gguf_get_i64(out, "qlab.fit.budget_bytes", &budget, NULL) &&
+          (uint64_t)budget == p->budget);
+    /* The bytes are the quantizer's own, with the tensor's imatrix entry. */
+    const char *names[] = {"blk.1.ffn_down.weight", "blk.0.attn_k.weight", "output.weight",
+                           "blk.0.attn_norm.weight"};
+    for (size_t k = 0; k < 4; k++) {
+        const ql_gguf_tensor *st = ql_gguf_find_tensor(src, names[k]);
+        const ql_gguf_tensor *wt = ql_gguf_find_tensor(out, names[k]);
+        const int64_t ne0 = st->ne[0], rows = ql_gguf_tensor_nelements(st) / ne0;
+        float *x = malloc(sizeof(float) * (size_t)(rows * ne0));
+        uint8_t *q = malloc((size_t)wt->nbytes);
+        for (int64_t r = 0; r < rows; r++)
+            row_f32(st, r, x + r * ne0);
+        int64_t n = 0;
+        const float *v = imp->lookup(imp->user, names[k], &n);
+        ql_type_get(wt->type)->quantize(x, q, rows, ne0, v);
+        CHECK_MSG(memcmp(q, wt->data, (size_t)wt->nbytes) == 0, "%s: bytes differ from %s's "
+                  "quantizer", names[k], ql_type_name(wt->type));
+        free(x);
+        free(q);
+    }
+    ql_gguf_close(out);
+}
+
+static void test_fit_and_write(void)
+{
+    ql_error err;
+    CHECK_OK(write_llama(&err), &err);
+    ql_gguf *g = NULL;
+    CHECK_OK(ql_gguf_open(&g, llama_path, &err), &err);
+    if (!g)
+        return;
+    ql_fit_importance imp = {"llama-imatrix", limat_lookup, NULL};
+    ql_fit_options o;
+    ql_fit_options_init(&o);
+    o.cache_dir = "";
+    o.quiet = true;
+    const char *budgets[] = {"bpw:4.5", "bpw:3.3", "bpw:5.5", "bpw:6.1", "1500000"};
+    for (size_t k = 0; k < sizeof budgets / sizeof budgets[0]; k++) {
+        ql_fit_budget b;
+        CHECK_OK(ql_fit_parse_budget(budgets[k], &b, &err), &err);
+        ql_fit_table *t = NULL;
+        ql_fit_plan *p = NULL;
+        CHECK_OK(ql_fit_plan_model(g, NULL, &imp, &b, &o, &t, &p, &err), &err);
+        if (!p) {
+            ql_fit_table_free(t);
+            continue;
+        }
+        CHECK(p->bytes <= p->budget);
+        CHECK_MSG((double)p->bytes >= MIN_BUDGET_USE * (double)p->budget,
+                  "%s: %llu of %llu bytes used", budgets[k], (unsigned long long)p->bytes,
+                  (unsigned long long)p->budget);
+        printf("%-8s budget %9llu used %9llu (%.4f%%) bpw %.4f optimal %d\n", budgets[k],
+               (unsigned long long)p->budget, (unsigned long long)p->bytes,
+               100.0 * (double)p->bytes / (double)p->budget, p->bpw, (int)p->stats.optimal);
+        if (k == 0) {
+            char out[512];
+            snprintf(out, sizeof out, "%s/fit-out.gguf", qlt_tmpdir());
+            CHECK_OK(ql_fit_write(g, p, &imp, out, true, &err), &err);
+            check_written(out, g, p, &imp);
+        }
+        ql_fit_plan_free(p);
+        ql_fit_table_free(t);
+    }
+    /* Below the smallest feasible size: refused, naming it. */
+    ql_fit_budget b = {QL_FIT_BUDGET_BYTES, 1000, 0};
+    ql_fit_table *t = NULL;
+    ql_fit_plan *p = NULL;
+    CHECK(ql_fit_plan_model(g, NULL, &imp, &b, &o, &t, &p, &err) == QL_EINVAL);
+    CHECK_MSG(strstr(err.msg, "smallest feasible size"), "%s", err.msg);
+    CHECK(t == NULL && p == NULL);
+    ql_gguf_close(g);
+    for (int k = 0; k < n_limat; k++) {
+        free((char *)limat[k].name);
+        free(limat[k].v);
+    }
+}
+
 int main(void)
 {
     gsl_set_error_handler_off();
@@ -445,6 +659,7 @@ int main(void)
     test_no_imatrix_and_errors(g);
     test_cache(g, &imp);
     ql_gguf_close(g);
+    test_fit_and_write();
     for (int k = 0; k < 3; k++)
         free(imat[k].v);
     return qlt_done();
