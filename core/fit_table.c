@@ -597,12 +597,21 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
             w->cand[w->n_cand++] = set[k];
         }
         if (w->n_cand == 0) {
-            char list[512];
-            format_types(set, n_set, list, sizeof list);
+            /* Say for each requested type why it does not apply. */
+            char why[1024] = "";
+            size_t used = 0;
+            for (int k = 0; k < n_set && used < sizeof why; k++) {
+                const ql_type_traits *tr = ql_type_get(set[k]);
+                const char *r = !usable[table_rank(set[k])] ? "unavailable (see notes)"
+                                : ql_row_size(set[k], gt->ne[0]) == 0 ? "row length"
+                                                                       : "needs an imatrix entry";
+                used += (size_t)snprintf(why + used, sizeof why - used, "%s%s: %s",
+                                         k ? ", " : "", tr->name, r);
+            }
             rc = ql_error_set(err, QL_EINVAL,
-                              "tensor '%s' (row length %lld): none of the candidate types "
-                              "(%s) can store it; add F16 or a 32-block type",
-                              gt->name, (long long)gt->ne[0], list);
+                              "tensor '%s' (row length %lld): no candidate type applies (%s); "
+                              "add F16 or a 32-block type",
+                              gt->name, (long long)gt->ne[0], why);
             goto out;
         }
         w->chunk_rows = CHUNK_ELEMS / gt->ne[0] > 0 ? CHUNK_ELEMS / gt->ne[0] : 1;

@@ -357,7 +357,8 @@ static void test_no_imatrix_and_errors(const ql_gguf *g)
     /* No candidate fits a tensor: the error names it. */
     o.types = "Q4_K,Q6_K";
     CHECK(ql_fit_table_compute(g, "0123", NULL, &o, &t, &err) == QL_EINVAL);
-    CHECK_MSG(strstr(err.msg, "blk.0.ffn_down.weight") && strstr(err.msg, "row length 96"), "%s",
+    CHECK_MSG(strstr(err.msg, "blk.0.ffn_down.weight") && strstr(err.msg, "row length 96") &&
+                  strstr(err.msg, "Q6_K: row length"), "%s",
               err.msg);
     o.types = "Q4_K,Q7_K";
     CHECK(ql_fit_table_compute(g, "0123", NULL, &o, &t, &err) == QL_EINVAL);
@@ -431,14 +432,20 @@ static void test_cache(const ql_gguf *g, const ql_fit_importance *imp)
 /* ---------------------------------------------------------------------------
  * The whole pipeline on a llama-shaped model: table, budget, plan, GGUF */
 
-#define L_EMBD 512
-#define L_FF 1024
-#define L_VOCAB 512
-#define L_LAYERS 2
-#define L_KV 256
+/* Shapes of the llama-shaped model: small for the unit suite, larger for the slow
+ * suite (`test_fit_model full`). Every row length is a multiple of 256. */
+typedef struct {
+    int64_t embd, ff, vocab, kv;
+    int layers;
+} llama_shape;
 
+static const llama_shape unit_shape = {256, 768, 512, 256, 4};
+static const llama_shape full_shape = {1024, 2816, 4096, 256, 8};
+static llama_shape L;
+
+#define MAX_LAYERS 16
 static char llama_path[512];
-static imat_entry limat[L_LAYERS * 7];
+static imat_entry limat[MAX_LAYERS * 7];
 static int n_limat;
 
 static const float *limat_lookup(void *user, const char *tensor, int64_t *n)
@@ -464,27 +471,27 @@ static ql_status write_llama(ql_error *err)
     ql_gguf_writer_set_str(w, "general.architecture", "llama", err);
     ql_gguf_writer_set_str(w, "general.name", "fit test model", err);
     ql_gguf_writer_set_u32(w, "general.file_type", 32, err);
-    ql_gguf_writer_set_u32(w, "llama.block_count", L_LAYERS, err);
-    ql_gguf_writer_set_u32(w, "llama.embedding_length", L_EMBD, err);
-    ql_gguf_writer_set_u32(w, "llama.feed_forward_length", L_FF, err);
+    ql_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)L.layers, err);
+    ql_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)L.embd, err);
+    ql_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)L.ff, err);
     ql_gguf_writer_set_u32(w, "llama.attention.head_count", 8, err);
     ql_gguf_writer_set_u32(w, "llama.attention.head_count_kv", 4, err);
     ql_gguf_writer_set_u32(w, "llama.context_length", 1024, err);
     /* name, ne0, ne1 (0 = 1-D) */
-    char names[64][64];
-    int64_t dims[64][2];
+    char names[MAX_LAYERS * 9 + 3][64];
+    int64_t dims[MAX_LAYERS * 9 + 3][2];
     int n = 0;
     snprintf(names[n], 64, "token_embd.weight");
-    dims[n][0] = L_EMBD, dims[n++][1] = L_VOCAB;
+    dims[n][0] = L.embd, dims[n++][1] = L.vocab;
     static const char *mats[7] = {"attn_q", "attn_k", "attn_v", "attn_output",
                                   "ffn_gate", "ffn_up", "ffn_down"};
-    const int64_t mdims[7][2] = {{L_EMBD, L_EMBD}, {L_EMBD, L_KV}, {L_EMBD, L_KV},
-                                 {L_EMBD, L_EMBD}, {L_EMBD, L_FF}, {L_EMBD, L_FF},
-                                 {L_FF, L_EMBD}};
+    const int64_t mdims[7][2] = {{L.embd, L.embd}, {L.embd, L.kv}, {L.embd, L.kv},
+                                 {L.embd, L.embd}, {L.embd, L.ff}, {L.embd, L.ff},
+                                 {L.ff, L.embd}};
     n_limat = 0;
-    for (int l = 0; l < L_LAYERS; l++) {
+    for (int l = 0; l < L.layers; l++) {
         snprintf(names[n], 64, "blk.%d.attn_norm.weight", l);
-        dims[n][0] = L_EMBD, dims[n++][1] = 0;
+        dims[n][0] = L.embd, dims[n++][1] = 0;
         for (int m = 0; m < 7; m++) {
             snprintf(names[n], 64, "blk.%d.%s.weight", l, mats[m]);
             dims[n][0] = mdims[m][0], dims[n][1] = mdims[m][1];
@@ -498,12 +505,12 @@ static ql_status write_llama(ql_error *err)
             n++;
         }
         snprintf(names[n], 64, "blk.%d.ffn_norm.weight", l);
-        dims[n][0] = L_EMBD, dims[n++][1] = 0;
+        dims[n][0] = L.embd, dims[n++][1] = 0;
     }
     snprintf(names[n], 64, "output_norm.weight");
-    dims[n][0] = L_EMBD, dims[n++][1] = 0;
+    dims[n][0] = L.embd, dims[n++][1] = 0;
     snprintf(names[n], 64, "output.weight");
-    dims[n][0] = L_EMBD, dims[n++][1] = L_VOCAB;
+    dims[n][0] = L.embd, dims[n++][1] = L.vocab;
     for (int i = 0; i < n && st == QL_OK; i++) {
         const bool vec = dims[i][1] == 0;
         int64_t ne[2] = {dims[i][0], vec ? 1 : dims[i][1]};
@@ -537,8 +544,12 @@ out:
     return st;
 }
 
-/* Budget use the fit must reach on this model (issue 9: at least 99.9%). */
-#define MIN_BUDGET_USE 0.999
+/* Budget use the fit must reach. Issue 9 asks for 99.9% on a full model: the full
+ * shape (58 tensors of 0.26M-11.5M weights) must reach it. The unit shape has 30
+ * tensors of at most 0.4M weights, whose smallest type steps (2-9 KB) are 0.1-0.4%
+ * of its 1.3-2.8 MB budgets: the optimum may leave up to one step unused. */
+#define MIN_BUDGET_USE_FULL 0.999
+#define MIN_BUDGET_USE_UNIT 0.995
 
 static void check_written(const char *path, const ql_gguf *src, const ql_fit_plan *p,
                           const ql_fit_importance *imp)
@@ -588,9 +599,10 @@ static void check_written(const char *path, const ql_gguf *src, const ql_fit_pla
     ql_gguf_close(out);
 }
 
-static void test_fit_and_write(void)
+static void test_fit_and_write(const llama_shape *shape)
 {
     ql_error err;
+    L = *shape;
     CHECK_OK(write_llama(&err), &err);
     ql_gguf *g = NULL;
     CHECK_OK(ql_gguf_open(&g, llama_path, &err), &err);
@@ -599,9 +611,11 @@ static void test_fit_and_write(void)
     ql_fit_importance imp = {"llama-imatrix", limat_lookup, NULL};
     ql_fit_options o;
     ql_fit_options_init(&o);
-    o.cache_dir = "";
+    char cache[512];
+    snprintf(cache, sizeof cache, "%s/llama-cache", qlt_tmpdir());
+    o.cache_dir = cache; /* the first budget measures, the others read the cache */
     o.quiet = true;
-    const char *budgets[] = {"bpw:4.5", "bpw:3.3", "bpw:5.5", "bpw:6.1", "1500000"};
+    const char *budgets[] = {"bpw:4.5", "bpw:3.3", "bpw:5.5", "bpw:6.1", "bpw:2.9"};
     for (size_t k = 0; k < sizeof budgets / sizeof budgets[0]; k++) {
         ql_fit_budget b;
         CHECK_OK(ql_fit_parse_budget(budgets[k], &b, &err), &err);
@@ -613,12 +627,16 @@ static void test_fit_and_write(void)
             continue;
         }
         CHECK(p->bytes <= p->budget);
-        CHECK_MSG((double)p->bytes >= MIN_BUDGET_USE * (double)p->budget,
+        const double min_use = L.layers == full_shape.layers ? MIN_BUDGET_USE_FULL
+                                                             : MIN_BUDGET_USE_UNIT;
+        CHECK_MSG((double)p->bytes >= min_use * (double)p->budget,
                   "%s: %llu of %llu bytes used", budgets[k], (unsigned long long)p->bytes,
                   (unsigned long long)p->budget);
-        printf("%-8s budget %9llu used %9llu (%.4f%%) bpw %.4f optimal %d\n", budgets[k],
-               (unsigned long long)p->budget, (unsigned long long)p->bytes,
-               100.0 * (double)p->bytes / (double)p->budget, p->bpw, (int)p->stats.optimal);
+        CHECK(t->from_cache == (k > 0));
+        printf("%-8s budget %9llu used %9llu (%.4f%%) bpw %.4f optimal %d, table %.2f s%s\n",
+               budgets[k], (unsigned long long)p->budget, (unsigned long long)p->bytes,
+               100.0 * (double)p->bytes / (double)p->budget, p->bpw, (int)p->stats.optimal,
+               t->seconds, t->from_cache ? " (cache)" : "");
         if (k == 0) {
             char out[512];
             snprintf(out, sizeof out, "%s/fit-out.gguf", qlt_tmpdir());
@@ -642,12 +660,16 @@ static void test_fit_and_write(void)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     gsl_set_error_handler_off();
     const ql_type_traits *q4k = ql_type_get(QL_TYPE_Q4_K);
     if (!q4k->quantize || !ql_type_get(QL_TYPE_F16)->quantize)
         qlt_skip("the quantization formats are not implemented in this build");
+    if (argc > 1 && strcmp(argv[1], "full") == 0) {
+        test_fit_and_write(&full_shape);
+        return qlt_done();
+    }
     ql_error err;
     CHECK_OK(write_model(&err), &err);
     ql_gguf *g = NULL;
@@ -659,7 +681,7 @@ int main(void)
     test_no_imatrix_and_errors(g);
     test_cache(g, &imp);
     ql_gguf_close(g);
-    test_fit_and_write();
+    test_fit_and_write(&unit_shape);
     for (int k = 0; k < 3; k++)
         free(imat[k].v);
     return qlt_done();
