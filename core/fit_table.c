@@ -471,7 +471,7 @@ static const char *type_unavailable(int32_t type, char *buf, size_t size)
     ql_error e;
     ql_error_clear(&e);
     if (ql_type_prepare(type, &e) != QL_OK) {
-        snprintf(buf, size, "%s", e.msg);
+        ql_strlcpy(buf, e.msg, size);
         return buf;
     }
     return NULL;
@@ -602,7 +602,9 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
             size_t used = 0;
             for (int k = 0; k < n_set && used < sizeof why; k++) {
                 const ql_type_traits *tr = ql_type_get(set[k]);
-                const char *r = !usable[table_rank(set[k])] ? "unavailable (see notes)"
+                char buf[256];
+                const char *r = !usable[table_rank(set[k])]
+                                    ? type_unavailable(set[k], buf, sizeof buf)
                                 : ql_row_size(set[k], gt->ne[0]) == 0 ? "row length"
                                                                        : "needs an imatrix entry";
                 used += (size_t)snprintf(why + used, sizeof why - used, "%s%s: %s",

@@ -7,6 +7,7 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
+    {"fit", ql_cmd_fit, "choose a type per tensor to fill a byte budget; write the GGUF"},
     {"version", ql_cmd_version, "print the qlab version and commit"},
 };
 
