@@ -33,8 +33,8 @@ static const char *const ladder_32[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"
 
 const char *ql_fit_default_types(void)
 {
-    return "IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S,Q2_K,Q3_K,IQ4_XS,Q4_K,Q5_K,Q6_K,Q8_0,F16 "
-           "(rows of 256k) / Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,Q8_0,F16 (other rows)";
+    return "IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S,Q2_K,Q3_K,IQ4_XS,Q4_K,Q5_K,Q6_K,Q8_0,F16 for "
+           "rows that split into 256-blocks, Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,Q8_0,F16 for the others";
 }
 
 const char *ql_fit_imp_source_name(ql_fit_imp_source s)

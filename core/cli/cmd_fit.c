@@ -132,6 +132,16 @@ static int parse_args(int argc, char **argv, args *a)
         return ql_cli_usage("fit", "give exactly one of -o OUT.gguf and --dry-run");
     if (a->no_cache && a->cache_dir)
         return ql_cli_usage("fit", "--no-cache and --cache-dir exclude each other");
+    /* Malformed sizes are usage errors, found before any work. */
+    ql_error err;
+    ql_fit_budget b;
+    uint64_t size;
+    if (a->budget && ql_fit_parse_budget(a->budget, &b, &err) != QL_OK)
+        return ql_cli_usage("fit", "%s", err.msg);
+    if (a->envelope && ql_fit_parse_size(a->envelope, &size, &err) != QL_OK)
+        return ql_cli_usage("fit", "--envelope: %s", err.msg);
+    if (a->reserve && ql_fit_parse_size(a->reserve, &size, &err) != QL_OK)
+        return ql_cli_usage("fit", "--reserve: %s", err.msg);
     return 0;
 }
 
@@ -253,13 +263,6 @@ int ql_cmd_fit(int argc, char **argv)
         goto out;
     if ((st = ql_gguf_open(&g, path, &err)) != QL_OK)
         goto out;
-    /* A budget string is checked before the (possibly long) error table. */
-    if (a.budget) {
-        ql_fit_budget b;
-        if ((st = ql_fit_parse_budget(a.budget, &b, &err)) != QL_OK)
-            goto out;
-    }
-
     ql_fit_options o;
     ql_fit_options_init(&o);
     o.types = a.types;
@@ -268,6 +271,7 @@ int ql_cmd_fit(int argc, char **argv)
     o.quiet = a.quiet;
     printf("model       %s\n", path);
     printf("imatrix     none (plain squared error; types that need an imatrix are skipped)\n");
+    fflush(stdout); /* before the progress lines on stderr */
     if ((st = ql_fit_table_compute(g, entry ? entry->sha256 : NULL, NULL, &o, &t, &err)) != QL_OK)
         goto out;
     int n_assigned = 0;
