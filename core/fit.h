@@ -135,6 +135,9 @@ typedef enum {
     QL_FIT_IMP_OUTPUT_NORM, /* LM head without an entry: I_j = output_norm_j^2 (its input is
                                the RMS-normalised state times the norm weight) */
     QL_FIT_IMP_UNIT,        /* matmul without an entry while other tensors have one: I_j = 1 */
+    QL_FIT_IMP_TIED,        /* token embedding that is also the head (no output.weight): the
+                               lookup weight 1 / rows plus the head's weights (its imatrix
+                               entry, else output_norm_j^2 with an imatrix, else 1) */
 } ql_fit_imp_source;
 
 const char *ql_fit_imp_source_name(ql_fit_imp_source s);

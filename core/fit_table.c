@@ -22,7 +22,7 @@
 #define CHUNK_ELEMS ((int64_t)1 << 18)
 
 /* Version of the error definition and cache layout; bump when either changes. */
-#define CACHE_FORMAT 1
+#define CACHE_FORMAT 2
 
 #define MAX_TYPES 64
 
@@ -45,13 +45,14 @@ const char *ql_fit_imp_source_name(ql_fit_imp_source s)
     case QL_FIT_IMP_LOOKUP: return "lookup";
     case QL_FIT_IMP_OUTPUT_NORM: return "output_norm";
     case QL_FIT_IMP_UNIT: return "unit";
+    case QL_FIT_IMP_TIED: return "lookup+head";
     }
     return "?";
 }
 
 static bool imp_source_parse(const char *s, ql_fit_imp_source *out)
 {
-    for (int k = QL_FIT_IMP_NONE; k <= QL_FIT_IMP_UNIT; k++)
+    for (int k = QL_FIT_IMP_NONE; k <= QL_FIT_IMP_TIED; k++)
         if (strcmp(s, ql_fit_imp_source_name((ql_fit_imp_source)k)) == 0) {
             *out = (ql_fit_imp_source)k;
             return true;
@@ -325,22 +326,15 @@ static ql_status tensor_importance(const ql_gguf *model, const ql_gguf_tensor *g
     /* Error weights. */
     const bool is_embd = strcmp(gt->name, "token_embd.weight") == 0;
     const bool is_head = strcmp(gt->name, "output.weight") == 0;
+    const bool tied = is_embd && !ql_gguf_find_tensor(model, "output.weight");
     ti->weights_n = ti->quant ? ti->quant_n : ne0;
     ti->weights = malloc(sizeof(float) * (size_t)ti->weights_n);
     if (!ti->weights)
         return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-    if (is_embd) {
-        /* A lookup: a token reads one row, so the expected squared error a token
-         * injects is the mean over rows of the row errors. */
-        ti->weights_n = ne0;
-        const float w = (float)(1.0 / (double)(gt->n_dims >= 2 ? gt->ne[1] : 1));
-        for (int64_t j = 0; j < ne0; j++)
-            ti->weights[j] = w;
-        ti->src = QL_FIT_IMP_LOOKUP;
-    } else if (ti->quant) {
+    if (ti->quant) {
         memcpy(ti->weights, ti->quant, sizeof(float) * (size_t)ti->quant_n);
         ti->src = QL_FIT_IMP_IMATRIX;
-    } else if (have_imatrix && is_head) {
+    } else if ((is_head || tied) && have_imatrix) {
         /* llama-imatrix leaves the head out. Its input is the RMS-normalised state
          * (mean square 1) times output_norm, so E[x_j^2] ~ output_norm_j^2. */
         const ql_gguf_tensor *norm = ql_gguf_find_tensor(model, "output_norm.weight");
@@ -359,6 +353,23 @@ static ql_status tensor_importance(const ql_gguf *model, const ql_gguf_tensor *g
         for (int64_t j = 0; j < ne0; j++)
             ti->weights[j] = 1.0f;
         ti->src = have_imatrix ? QL_FIT_IMP_UNIT : QL_FIT_IMP_NONE;
+    }
+    if (is_embd) {
+        /* A lookup: a token reads one row, so the expected squared error a token
+         * injects is the mean over rows of the row errors, weight 1 / rows per
+         * column. Untied, that is all; tied, the tensor is also the head and its
+         * head weights (above) are added. */
+        const float w = (float)(1.0 / (double)(gt->n_dims >= 2 ? gt->ne[1] : 1));
+        if (!tied && !ti->quant) {
+            ti->weights_n = ne0;
+            for (int64_t j = 0; j < ne0; j++)
+                ti->weights[j] = w;
+            ti->src = QL_FIT_IMP_LOOKUP;
+        } else {
+            for (int64_t j = 0; j < ti->weights_n; j++)
+                ti->weights[j] += w;
+            ti->src = QL_FIT_IMP_TIED;
+        }
     }
     return QL_OK;
 }

@@ -429,6 +429,78 @@ static void test_cache(const ql_gguf *g, const ql_fit_importance *imp)
     ql_fit_table_free(c);
 }
 
+/* Tied embeddings: without output.weight, token_embd is also the head, and its
+ * error weights add the head's to the lookup's. */
+static const float *no_entries(void *user, const char *tensor, int64_t *n)
+{
+    (void)user, (void)tensor, (void)n;
+    return NULL;
+}
+
+static void test_tied(void)
+{
+    ql_error err;
+    char path[512];
+    snprintf(path, sizeof path, "%s/fit-tied.gguf", qlt_tmpdir());
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(r, 5);
+    ql_gguf_writer *w = NULL;
+    CHECK_OK(ql_gguf_writer_alloc(&w, &err), &err);
+    const char *names[3] = {"token_embd.weight", "output_norm.weight", "blk.0.attn_q.weight"};
+    const int64_t ne[3][2] = {{N_EMBD, 300}, {N_EMBD, 1}, {N_EMBD, N_EMBD}};
+    for (int i = 0; i < 3; i++)
+        ql_gguf_writer_add_tensor(w, names[i], i == 1 ? 1 : 2, ne[i], QL_TYPE_F32,
+                                  (uint64_t)(ne[i][0] * ne[i][1] * 4), &err);
+    CHECK_OK(ql_gguf_writer_begin(w, path, &err), &err);
+    for (int i = 0; i < 3; i++) {
+        int64_t n = ne[i][0] * ne[i][1];
+        float *v = malloc(sizeof(float) * (size_t)n);
+        for (int64_t k = 0; k < n; k++)
+            v[k] = i == 1 ? (float)(1.0 + 0.5 * gsl_ran_gaussian(r, 1.0))
+                          : weight_value(r, k % ne[i][0]);
+        ql_gguf_writer_write_tensor(w, v, (uint64_t)n * 4, &err);
+        free(v);
+    }
+    CHECK_OK(ql_gguf_writer_finish(w, &err), &err);
+    ql_gguf_writer_free(w);
+    gsl_rng_free(r);
+
+    ql_gguf *g = NULL;
+    CHECK_OK(ql_gguf_open(&g, path, &err), &err);
+    if (!g)
+        return;
+    ql_fit_options o;
+    ql_fit_options_init(&o);
+    o.types = "Q4_K,Q8_0";
+    o.sample_rows = 0;
+    o.cache_dir = "";
+    o.quiet = true;
+    float wts[N_EMBD];
+    const ql_gguf_tensor *norm = ql_gguf_find_tensor(g, "output_norm.weight");
+    /* With an imatrix (no entry for the embedding): output_norm^2 + 1/rows. */
+    ql_fit_importance imp = {"empty", no_entries, NULL};
+    ql_fit_table *t = NULL;
+    CHECK_OK(ql_fit_table_compute(g, "t", &imp, &o, &t, &err), &err);
+    if (t) {
+        CHECK_EQ_INT(find(t, "token_embd.weight")->imp, QL_FIT_IMP_TIED);
+        memcpy(wts, norm->data, sizeof wts);
+        for (int j = 0; j < N_EMBD; j++)
+            wts[j] = wts[j] * wts[j] + (float)(1.0 / 300.0);
+        check_error(t, g, "token_embd.weight", QL_TYPE_Q4_K, 0, NULL, wts, 0);
+    }
+    ql_fit_table_free(t);
+    /* Without an imatrix: 1 + 1/rows. */
+    CHECK_OK(ql_fit_table_compute(g, "t", NULL, &o, &t, &err), &err);
+    if (t) {
+        CHECK_EQ_INT(find(t, "token_embd.weight")->imp, QL_FIT_IMP_TIED);
+        for (int j = 0; j < N_EMBD; j++)
+            wts[j] = 1.0f + (float)(1.0 / 300.0);
+        check_error(t, g, "token_embd.weight", QL_TYPE_Q8_0, 0, NULL, wts, 0);
+    }
+    ql_fit_table_free(t);
+    ql_gguf_close(g);
+}
+
 /* ---------------------------------------------------------------------------
  * The whole pipeline on a llama-shaped model: table, budget, plan, GGUF */
 
@@ -681,6 +753,7 @@ int main(int argc, char **argv)
     test_no_imatrix_and_errors(g);
     test_cache(g, &imp);
     ql_gguf_close(g);
+    test_tied();
     test_fit_and_write(&unit_shape);
     for (int k = 0; k < 3; k++)
         free(imat[k].v);
