@@ -154,6 +154,12 @@ typedef struct {
      * in_sum2 / counts), exactly what the quantizers receive. */
     const float *(*lookup)(void *user, const char *tensor, int64_t *n);
     void *user;
+    /* Provenance written into the fitted GGUF as llama-quantize writes it
+     * (quantize.imatrix.file/dataset/entries_count/chunks_count); file NULL: none. */
+    const char *file;
+    const char *dataset; /* may be NULL */
+    int64_t n_entries;
+    int64_t n_chunks;    /* 0: unknown, not written */
 } ql_fit_importance;
 
 typedef struct {
@@ -325,7 +331,8 @@ uint32_t ql_fit_plan_file_type(const ql_fit_plan *p);
 
 /* Writes the mixed-precision GGUF of a plan: every key of the model copied (split
  * keys dropped), general.file_type = ql_fit_plan_file_type(plan),
- * general.quantization_version = 2, qlab.fit.budget_bytes and qlab.fit.imatrix
+ * general.quantization_version = 2, the quantize.imatrix.* keys llama-quantize
+ * writes (when imp names its file), qlab.fit.budget_bytes and qlab.fit.imatrix
  * added; tensors in model order, each quantized from its f32 source rows with its
  * imatrix entry (per expert for 3-D expert tensors) exactly as the error table
  * measured it, and streamed one at a time (peak memory: one quantized tensor).

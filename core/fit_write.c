@@ -128,6 +128,17 @@ ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan,
                                      imp && imp->sha256 && *imp->sha256 ? imp->sha256 : "none",
                                      err)) != QL_OK)
         goto out;
+    if (imp && imp->lookup && imp->file) {
+        if ((rc = ql_gguf_writer_set_str(w, "quantize.imatrix.file", imp->file, err)) != QL_OK ||
+            (imp->dataset && (rc = ql_gguf_writer_set_str(w, "quantize.imatrix.dataset",
+                                                          imp->dataset, err)) != QL_OK) ||
+            (rc = ql_gguf_writer_set_i32(w, "quantize.imatrix.entries_count",
+                                         (int32_t)imp->n_entries, err)) != QL_OK ||
+            (imp->n_chunks > 0 && (rc = ql_gguf_writer_set_i32(w, "quantize.imatrix.chunks_count",
+                                                               (int32_t)imp->n_chunks, err)) !=
+                                      QL_OK))
+            goto out;
+    }
     ql_gguf_value v = {.type = QL_GGUF_UINT64};
     v.v.u64 = plan->budget;
     if ((rc = ql_gguf_writer_set_kv(w, "qlab.fit.budget_bytes", &v, err)) != QL_OK)

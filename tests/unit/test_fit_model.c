@@ -373,7 +373,7 @@ static void test_no_imatrix_and_errors(const ql_gguf *g)
     imat_entry saved = imat[0];
     imat[0].n = 10;
     imat[0].v = v;
-    ql_fit_importance imp = {"feed", imat_lookup, NULL};
+    ql_fit_importance imp = {.sha256 = "feed", .lookup = imat_lookup};
     CHECK(ql_fit_table_compute(g, "0123", &imp, &o, &t, &err) == QL_EFORMAT);
     CHECK_MSG(strstr(err.msg, "blk.0.attn_q.weight") && strstr(err.msg, "10 values"), "%s",
               err.msg);
@@ -478,7 +478,7 @@ static void test_tied(void)
     float wts[N_EMBD];
     const ql_gguf_tensor *norm = ql_gguf_find_tensor(g, "output_norm.weight");
     /* With an imatrix (no entry for the embedding): output_norm^2 + 1/rows. */
-    ql_fit_importance imp = {"empty", no_entries, NULL};
+    ql_fit_importance imp = {.sha256 = "empty", .lookup = no_entries};
     ql_fit_table *t = NULL;
     CHECK_OK(ql_fit_table_compute(g, "t", &imp, &o, &t, &err), &err);
     if (t) {
@@ -646,9 +646,14 @@ static void check_written(const char *path, const ql_gguf *src, const ql_fit_pla
     CHECK(ql_gguf_get_u32(out, "general.file_type", &ft, NULL) &&
           ft == ql_fit_plan_file_type(p));
     CHECK(strcmp(ql_gguf_get_str(out, "general.name", NULL), "fit test model") == 0);
-    int64_t budget = 0;
+    int64_t budget = 0, v = 0;
     CHECK(ql_gguf_get_i64(out, "qlab.fit.budget_bytes", &budget, NULL) &&
           (uint64_t)budget == p->budget);
+    /* llama-quantize's provenance keys. */
+    const char *f = ql_gguf_get_str(out, "quantize.imatrix.file", NULL);
+    CHECK(f && strcmp(f, "synthetic.imatrix") == 0);
+    CHECK(ql_gguf_get_i64(out, "quantize.imatrix.chunks_count", &v, NULL) && v == 7);
+    CHECK(ql_gguf_get_i64(out, "quantize.imatrix.entries_count", &v, NULL) && v == 14);
     /* The bytes are the quantizer's own, with the tensor's imatrix entry. */
     const char *names[] = {"blk.1.ffn_down.weight", "blk.0.attn_k.weight", "output.weight",
                            "blk.0.attn_norm.weight"};
@@ -680,7 +685,9 @@ static void test_fit_and_write(const llama_shape *shape)
     CHECK_OK(ql_gguf_open(&g, llama_path, &err), &err);
     if (!g)
         return;
-    ql_fit_importance imp = {"llama-imatrix", limat_lookup, NULL};
+    ql_fit_importance imp = {.sha256 = "llama-imatrix", .lookup = limat_lookup,
+                             .file = "synthetic.imatrix", .dataset = "gsl", .n_entries = 14,
+                             .n_chunks = 7};
     ql_fit_options o;
     ql_fit_options_init(&o);
     char cache[512];
@@ -748,7 +755,7 @@ int main(int argc, char **argv)
     CHECK_OK(ql_gguf_open(&g, model_path, &err), &err);
     if (!g)
         return qlt_done();
-    ql_fit_importance imp = {"imatrix-sha", imat_lookup, NULL};
+    ql_fit_importance imp = {.sha256 = "imatrix-sha", .lookup = imat_lookup};
     test_table(g, &imp);
     test_no_imatrix_and_errors(g);
     test_cache(g, &imp);
