@@ -646,14 +646,14 @@ static void check_written(const char *path, const ql_gguf *src, const ql_fit_pla
     CHECK(ql_gguf_get_u32(out, "general.file_type", &ft, NULL) &&
           ft == ql_fit_plan_file_type(p));
     CHECK(strcmp(ql_gguf_get_str(out, "general.name", NULL), "fit test model") == 0);
-    int64_t budget = 0, v = 0;
+    int64_t budget = 0, kv = 0;
     CHECK(ql_gguf_get_i64(out, "qlab.fit.budget_bytes", &budget, NULL) &&
           (uint64_t)budget == p->budget);
     /* llama-quantize's provenance keys. */
     const char *f = ql_gguf_get_str(out, "quantize.imatrix.file", NULL);
     CHECK(f && strcmp(f, "synthetic.imatrix") == 0);
-    CHECK(ql_gguf_get_i64(out, "quantize.imatrix.chunks_count", &v, NULL) && v == 7);
-    CHECK(ql_gguf_get_i64(out, "quantize.imatrix.entries_count", &v, NULL) && v == 14);
+    CHECK(ql_gguf_get_i64(out, "quantize.imatrix.chunks_count", &kv, NULL) && kv == 7);
+    CHECK(ql_gguf_get_i64(out, "quantize.imatrix.entries_count", &kv, NULL) && kv == 14);
     /* The bytes are the quantizer's own, with the tensor's imatrix entry. */
     const char *names[] = {"blk.1.ffn_down.weight", "blk.0.attn_k.weight", "output.weight",
                            "blk.0.attn_norm.weight"};
