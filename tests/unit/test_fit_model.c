@@ -319,6 +319,38 @@ static void test_table(const ql_gguf *g, const ql_fit_importance *imp)
     }
     ql_fit_table_free(s);
 
+    /* Written at the smallest size: the expert tensor is quantized expert by expert
+     * with its slice of the per-expert imatrix entry. */
+    ql_fit_plan *plan = NULL;
+    CHECK_OK(ql_fit_solve(t, ql_fit_table_min_bytes(t), NULL, &plan, &err), &err);
+    if (plan) {
+        char out[512];
+        snprintf(out, sizeof out, "%s/fit-small.gguf", qlt_tmpdir());
+        CHECK_OK(ql_fit_write(g, plan, imp, out, true, &err), &err);
+        ql_gguf *w = NULL;
+        CHECK_OK(ql_gguf_open(&w, out, &err), &err);
+        const ql_gguf_tensor *src = ql_gguf_find_tensor(g, "blk.0.ffn_up_exps.weight");
+        const ql_gguf_tensor *qt = w ? ql_gguf_find_tensor(w, "blk.0.ffn_up_exps.weight") : NULL;
+        CHECK(qt && qt->type == ql_fit_plan_type(plan, "blk.0.ffn_up_exps.weight"));
+        if (qt) {
+            const ql_type_traits *tr = ql_type_get(qt->type);
+            const size_t per_expert = (size_t)qt->nbytes / N_EXPERT;
+            float *x = malloc(sizeof(float) * N_EMBD * N_EXPERT_ROWS);
+            uint8_t *b = malloc(per_expert);
+            for (int e = 0; e < N_EXPERT; e++) {
+                for (int r = 0; r < N_EXPERT_ROWS; r++)
+                    row_f32(src, e * N_EXPERT_ROWS + r, x + r * N_EMBD);
+                tr->quantize(x, b, N_EXPERT_ROWS, N_EMBD, imat[2].v + e * N_EMBD);
+                CHECK_MSG(memcmp(b, (const uint8_t *)qt->data + e * per_expert, per_expert) == 0,
+                          "expert %d: bytes differ from per-expert quantization", e);
+            }
+            free(x);
+            free(b);
+        }
+        ql_gguf_close(w);
+    }
+    ql_fit_plan_free(plan);
+
     /* The thread count changes nothing. */
     int threads = ql_threads_get();
     ql_threads_set(1);
