@@ -9,12 +9,19 @@
  * A string is u64 length + bytes (no NUL). An array is u32 element type + u64 count +
  * elements; arrays may nest.
  *
- * The reader memory-maps the file and validates everything before it allocates:
- * counts against the bytes left, string lengths, dimension products, alignment,
- * tensor data inside the file, duplicate keys and names, row length against the
- * type's block size. Metadata is copied into the ql_gguf structure (NUL-terminated
- * strings, aligned arrays); tensor data is not copied: ql_gguf_tensor.data points
- * into the mapping and stays valid until ql_gguf_close(). */
+ * The reader memory-maps the file and never allocates from a count it has not
+ * checked against the bytes left (the key and tensor tables grow as records are
+ * parsed). It checks string lengths, value and element types, array nesting
+ * (QL_GGUF_MAX_ARRAY_DEPTH), bools, general.alignment (u32, power of two), tensor
+ * names (1..63 bytes, unique), dimensions (1..4, each >= 0, product and byte size
+ * without overflow), row length against the type's block size, offsets aligned,
+ * tensor data inside the file and not overlapping, unique keys. Errors read
+ * "<file>: offset <n>: <key or tensor>: <problem>, expected <x>, got <y>".
+ * Metadata is copied into the ql_gguf structure (NUL-terminated strings, aligned
+ * arrays); tensor data is not copied: ql_gguf_tensor.data points into the mapping
+ * and stays valid until ql_gguf_close(). Tensors of a type qlab does not know keep
+ * their shape and offset, with nbytes 0 and data NULL. Reader and writer keep no
+ * global state: different objects may be used from different threads. */
 #ifndef QL_GGUF_H
 #define QL_GGUF_H
 
@@ -24,8 +31,10 @@
 
 #include "error.h"
 
-#define QL_GGUF_MAX_DIMS 4
+#define QL_GGUF_MAX_DIMS          4
 #define QL_GGUF_DEFAULT_ALIGNMENT 32
+/* Deepest array nesting the reader and writer accept (real files nest at most twice). */
+#define QL_GGUF_MAX_ARRAY_DEPTH 8
 
 typedef enum {
     QL_GGUF_UINT8 = 0,
@@ -140,6 +149,11 @@ const char *ql_gguf_get_str(const ql_gguf *g, const char *key, ql_error *err);
 const ql_gguf_array *ql_gguf_get_arr(const ql_gguf *g, const char *key, ql_gguf_vtype elem,
                                      ql_error *err);
 
+/* True when qlab knows the byte layout of a GGUF tensor type id (block size and
+ * bytes per block), so its size can be computed. Unknown ids, and qlab's own
+ * in-memory schemes, are shown as "type id N". */
+bool ql_gguf_type_known(int32_t type);
+
 /* Number of elements of a tensor (product of ne). */
 int64_t ql_gguf_tensor_nelements(const ql_gguf_tensor *t);
 
@@ -152,9 +166,15 @@ const char *ql_gguf_vtype_name(int32_t t);
 /* Size in bytes of a scalar value type (0 for STRING/ARRAY/unknown). */
 size_t ql_gguf_vtype_size(int32_t t);
 
-/* Deep copy / free of a value (for the writer and for tools that edit metadata). */
+/* Deep copy / free of a value (for the writer and for tools that edit metadata).
+ * The copy checks the source first (QL_EINVAL for an unknown type, an array of
+ * arrays whose elements are not arrays, a bool other than 0/1, nesting deeper
+ * than QL_GGUF_MAX_ARRAY_DEPTH); on error dst is left empty. */
 ql_status ql_gguf_value_copy(ql_gguf_value *dst, const ql_gguf_value *src, ql_error *err);
 void ql_gguf_value_deinit(ql_gguf_value *v);
+
+/* Deep equality: same type, same elements; numbers compared bitwise. */
+bool ql_gguf_value_equal(const ql_gguf_value *a, const ql_gguf_value *b);
 
 /* ---------------------------------------------------------------------------
  * Writer: metadata and tensor infos first, then tensor data streamed one tensor
@@ -177,13 +197,12 @@ ql_status ql_gguf_writer_set_u32(ql_gguf_writer *w, const char *key, uint32_t v,
 ql_status ql_gguf_writer_set_i32(ql_gguf_writer *w, const char *key, int32_t v, ql_error *err);
 ql_status ql_gguf_writer_set_f32(ql_gguf_writer *w, const char *key, float v, ql_error *err);
 ql_status ql_gguf_writer_set_bool(ql_gguf_writer *w, const char *key, bool v, ql_error *err);
-ql_status ql_gguf_writer_set_str(ql_gguf_writer *w, const char *key, const char *v,
-                                 ql_error *err);
+ql_status ql_gguf_writer_set_str(ql_gguf_writer *w, const char *key, const char *v, ql_error *err);
 /* Array of scalars (elem not STRING/ARRAY), n elements packed in data. */
 ql_status ql_gguf_writer_set_arr(ql_gguf_writer *w, const char *key, ql_gguf_vtype elem,
                                  const void *data, uint64_t n, ql_error *err);
-ql_status ql_gguf_writer_set_str_arr(ql_gguf_writer *w, const char *key,
-                                     const char *const *strs, uint64_t n, ql_error *err);
+ql_status ql_gguf_writer_set_str_arr(ql_gguf_writer *w, const char *key, const char *const *strs,
+                                     uint64_t n, ql_error *err);
 /* Copies every key of a reader (except general.alignment). */
 ql_status ql_gguf_writer_copy_kvs(ql_gguf_writer *w, const ql_gguf *src, ql_error *err);
 bool ql_gguf_writer_remove_kv(ql_gguf_writer *w, const char *key);

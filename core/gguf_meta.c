@@ -49,18 +49,36 @@ static bool int_value(const ql_gguf_value *v, bool *neg, uint64_t *mag)
 {
     *neg = false;
     switch (v->type) {
-    case QL_GGUF_UINT8: *mag = v->v.u8; return true;
-    case QL_GGUF_UINT16: *mag = v->v.u16; return true;
-    case QL_GGUF_UINT32: *mag = v->v.u32; return true;
-    case QL_GGUF_UINT64: *mag = v->v.u64; return true;
-    case QL_GGUF_INT8: *neg = v->v.i8 < 0; *mag = (uint64_t)(*neg ? -(int64_t)v->v.i8 : v->v.i8); return true;
-    case QL_GGUF_INT16: *neg = v->v.i16 < 0; *mag = (uint64_t)(*neg ? -(int64_t)v->v.i16 : v->v.i16); return true;
-    case QL_GGUF_INT32: *neg = v->v.i32 < 0; *mag = (uint64_t)(*neg ? -(int64_t)v->v.i32 : v->v.i32); return true;
+    case QL_GGUF_UINT8:
+        *mag = v->v.u8;
+        return true;
+    case QL_GGUF_UINT16:
+        *mag = v->v.u16;
+        return true;
+    case QL_GGUF_UINT32:
+        *mag = v->v.u32;
+        return true;
+    case QL_GGUF_UINT64:
+        *mag = v->v.u64;
+        return true;
+    case QL_GGUF_INT8:
+        *neg = v->v.i8 < 0;
+        *mag = (uint64_t)(*neg ? -(int64_t)v->v.i8 : v->v.i8);
+        return true;
+    case QL_GGUF_INT16:
+        *neg = v->v.i16 < 0;
+        *mag = (uint64_t)(*neg ? -(int64_t)v->v.i16 : v->v.i16);
+        return true;
+    case QL_GGUF_INT32:
+        *neg = v->v.i32 < 0;
+        *mag = (uint64_t)(*neg ? -(int64_t)v->v.i32 : v->v.i32);
+        return true;
     case QL_GGUF_INT64:
         *neg = v->v.i64 < 0;
         *mag = *neg ? (uint64_t)(-(v->v.i64 + 1)) + 1u : (uint64_t)v->v.i64;
         return true;
-    default: return false;
+    default:
+        return false;
     }
 }
 
@@ -82,8 +100,8 @@ bool ql_gguf_get_u32(const ql_gguf *g, const char *key, uint32_t *out, ql_error 
     if (!int_value(&kv->value, &neg, &mag))
         return type_mismatch(g, kv, "an integer", err);
     if (neg || mag > UINT32_MAX) {
-        ql_error_set(err, QL_EFORMAT, "%s: key '%s' = %s%llu is out of range for u32", g->path,
-                     key, neg ? "-" : "", (unsigned long long)mag);
+        ql_error_set(err, QL_EFORMAT, "%s: key '%s' = %s%llu is out of range for u32", g->path, key,
+                     neg ? "-" : "", (unsigned long long)mag);
         return false;
     }
     *out = (uint32_t)mag;
@@ -103,7 +121,8 @@ bool ql_gguf_get_i64(const ql_gguf *g, const char *key, int64_t *out, ql_error *
         ql_error_set(err, QL_EFORMAT, "%s: key '%s' is out of range for i64", g->path, key);
         return false;
     }
-    *out = neg ? (int64_t)(0 - mag) : (int64_t)mag;
+    /* -(mag - 1) - 1 stays in range for mag = 2^63, where -(int64_t)mag would not. */
+    *out = neg ? -(int64_t)(mag - 1u) - 1 : (int64_t)mag;
     return true;
 }
 
@@ -171,7 +190,77 @@ const ql_gguf_array *ql_gguf_get_arr(const ql_gguf *g, const char *key, ql_gguf_
     return &kv->value.v.arr;
 }
 
+/* Checks that an in-memory value is something the writer can serialise and the
+ * reader would accept: known types, nested elements of type ARRAY, bools 0/1,
+ * sizes that do not overflow. depth counts array levels above v. */
+static ql_status check_value(const ql_gguf_value *v, int depth, ql_error *err)
+{
+    if ((int)v->type < 0 || v->type >= QL_GGUF_VTYPE_COUNT)
+        return ql_error_set(err, QL_EINVAL, "value type %d is not a GGUF type (expected 0..%d)",
+                            (int)v->type, QL_GGUF_VTYPE_COUNT - 1);
+    if (v->type == QL_GGUF_STRING && !v->v.str.ptr && v->v.str.len)
+        return ql_error_set(err, QL_EINVAL, "string value of %llu bytes has no data",
+                            (unsigned long long)v->v.str.len);
+    if (v->type != QL_GGUF_ARRAY)
+        return QL_OK;
+    const ql_gguf_array *a = &v->v.arr;
+    if ((int)a->elem_type < 0 || a->elem_type >= QL_GGUF_VTYPE_COUNT)
+        return ql_error_set(err, QL_EINVAL,
+                            "array element type %d is not a GGUF type (expected 0..%d)",
+                            (int)a->elem_type, QL_GGUF_VTYPE_COUNT - 1);
+    if (a->n && !a->data)
+        return ql_error_set(err, QL_EINVAL, "array of %llu elements has no data",
+                            (unsigned long long)a->n);
+    if (a->elem_type == QL_GGUF_ARRAY) {
+        if (depth + 2 > QL_GGUF_MAX_ARRAY_DEPTH)
+            return ql_error_set(err, QL_EINVAL, "arrays nested deeper than %d levels",
+                                QL_GGUF_MAX_ARRAY_DEPTH);
+        const ql_gguf_value *sub = a->data;
+        for (uint64_t i = 0; i < a->n; i++) {
+            if (sub[i].type != QL_GGUF_ARRAY)
+                return ql_error_set(err, QL_EINVAL,
+                                    "element %llu of an array of arrays has type %s, expected arr",
+                                    (unsigned long long)i, ql_gguf_vtype_name(sub[i].type));
+            ql_status st = check_value(&sub[i], depth + 1, err);
+            if (st)
+                return ql_error_prefix(err, "element %llu: ", (unsigned long long)i);
+        }
+    } else if (a->elem_type == QL_GGUF_STRING) {
+        const ql_gguf_str *s = a->data;
+        for (uint64_t i = 0; i < a->n; i++)
+            if (!s[i].ptr && s[i].len)
+                return ql_error_set(err, QL_EINVAL, "string element %llu has no data",
+                                    (unsigned long long)i);
+    } else {
+        size_t sz = ql_gguf_vtype_size(a->elem_type);
+        if (a->n > SIZE_MAX / 2 / sz)
+            return ql_error_set(err, QL_EINVAL, "array of %llu %s elements is too large",
+                                (unsigned long long)a->n, ql_gguf_vtype_name(a->elem_type));
+        if (a->elem_type == QL_GGUF_BOOL) {
+            const uint8_t *b = a->data;
+            for (uint64_t i = 0; i < a->n; i++)
+                if (b[i] > 1)
+                    return ql_error_set(err, QL_EINVAL,
+                                        "bool array element %llu is %u, expected 0 or 1",
+                                        (unsigned long long)i, b[i]);
+        }
+    }
+    return QL_OK;
+}
+
+static ql_status copy_checked(ql_gguf_value *dst, const ql_gguf_value *src, ql_error *err);
+
 ql_status ql_gguf_value_copy(ql_gguf_value *dst, const ql_gguf_value *src, ql_error *err)
+{
+    memset(dst, 0, sizeof *dst);
+    ql_status st = check_value(src, 0, err);
+    if (st)
+        return st;
+    return copy_checked(dst, src, err);
+}
+
+static ql_status copy_checked(ql_gguf_value *dst, const ql_gguf_value *src, ql_error *err)
+
 {
     memset(dst, 0, sizeof *dst);
     dst->type = src->type;
@@ -216,7 +305,7 @@ ql_status ql_gguf_value_copy(ql_gguf_value *dst, const ql_gguf_value *src, ql_er
         b->data = s;
         const ql_gguf_value *in = a->data;
         for (uint64_t i = 0; i < a->n; i++) {
-            ql_status st = ql_gguf_value_copy(&s[i], &in[i], err);
+            ql_status st = copy_checked(&s[i], &in[i], err);
             b->n = i + 1;
             if (st) {
                 ql_gguf_value_deinit(dst);
@@ -233,4 +322,44 @@ ql_status ql_gguf_value_copy(ql_gguf_value *dst, const ql_gguf_value *src, ql_er
         b->n = a->n;
     }
     return QL_OK;
+}
+
+bool ql_gguf_value_equal(const ql_gguf_value *a, const ql_gguf_value *b)
+{
+    if (a->type != b->type)
+        return false;
+    switch (a->type) {
+    case QL_GGUF_STRING:
+        return a->v.str.len == b->v.str.len &&
+               (a->v.str.len == 0 || memcmp(a->v.str.ptr, b->v.str.ptr, a->v.str.len) == 0);
+    case QL_GGUF_BOOL:
+        return a->v.b == b->v.b;
+    case QL_GGUF_ARRAY: {
+        const ql_gguf_array *x = &a->v.arr, *y = &b->v.arr;
+        if (x->elem_type != y->elem_type || x->n != y->n)
+            return false;
+        if (x->elem_type == QL_GGUF_STRING || x->elem_type == QL_GGUF_ARRAY) {
+            for (uint64_t i = 0; i < x->n; i++) {
+                ql_gguf_value ea, eb;
+                if (x->elem_type == QL_GGUF_STRING) {
+                    ea = (ql_gguf_value){.type = QL_GGUF_STRING};
+                    eb = (ql_gguf_value){.type = QL_GGUF_STRING};
+                    ea.v.str = ((const ql_gguf_str *)x->data)[i];
+                    eb.v.str = ((const ql_gguf_str *)y->data)[i];
+                    if (!ql_gguf_value_equal(&ea, &eb))
+                        return false;
+                } else if (!ql_gguf_value_equal(&((const ql_gguf_value *)x->data)[i],
+                                                &((const ql_gguf_value *)y->data)[i])) {
+                    return false;
+                }
+            }
+            return true;
+        }
+        size_t sz = ql_gguf_vtype_size(x->elem_type);
+        return x->n == 0 || memcmp(x->data, y->data, x->n * sz) == 0;
+    }
+    default:
+        /* Bitwise, so that NaN payloads and -0.0 count as the values they are. */
+        return memcmp(&a->v, &b->v, ql_gguf_vtype_size(a->type)) == 0;
+    }
 }

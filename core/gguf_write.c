@@ -93,6 +93,8 @@ bool ql_gguf_writer_remove_kv(ql_gguf_writer *w, const char *key)
 ql_status ql_gguf_writer_set_kv(ql_gguf_writer *w, const char *key, const ql_gguf_value *v,
                                 ql_error *err)
 {
+    if (!key || !*key)
+        return ql_error_set(err, QL_EINVAL, "GGUF key is empty");
     if (strcmp(key, "general.alignment") == 0)
         return QL_OK; /* written by the writer itself */
     if (w->f)
@@ -101,7 +103,7 @@ ql_status ql_gguf_writer_set_kv(ql_gguf_writer *w, const char *key, const ql_ggu
     ql_gguf_value copy;
     ql_status st = ql_gguf_value_copy(&copy, v, err);
     if (st)
-        return st;
+        return ql_error_prefix(err, "GGUF key '%s': ", key);
     for (int64_t i = 0; i < w->n_kv; i++) {
         if (strcmp(w->kv[i].key, key) == 0) {
             ql_gguf_value_deinit(&w->kv[i].value);
@@ -132,7 +134,7 @@ ql_status ql_gguf_writer_set_kv(ql_gguf_writer *w, const char *key, const ql_ggu
 }
 
 #define SCALAR_SETTER(fn, ctype, vtype, field)                                                     \
-    ql_status fn(ql_gguf_writer *w, const char *key, ctype v, ql_error *err)                      \
+    ql_status fn(ql_gguf_writer *w, const char *key, ctype v, ql_error *err)                       \
     {                                                                                              \
         ql_gguf_value val;                                                                         \
         memset(&val, 0, sizeof val);                                                               \
@@ -146,8 +148,7 @@ SCALAR_SETTER(ql_gguf_writer_set_i32, int32_t, QL_GGUF_INT32, i32)
 SCALAR_SETTER(ql_gguf_writer_set_f32, float, QL_GGUF_FLOAT32, f32)
 SCALAR_SETTER(ql_gguf_writer_set_bool, bool, QL_GGUF_BOOL, b)
 
-ql_status ql_gguf_writer_set_str(ql_gguf_writer *w, const char *key, const char *v,
-                                 ql_error *err)
+ql_status ql_gguf_writer_set_str(ql_gguf_writer *w, const char *key, const char *v, ql_error *err)
 {
     ql_gguf_value val;
     memset(&val, 0, sizeof val);
@@ -161,8 +162,8 @@ ql_status ql_gguf_writer_set_arr(ql_gguf_writer *w, const char *key, ql_gguf_vty
                                  const void *data, uint64_t n, ql_error *err)
 {
     if (ql_gguf_vtype_size(elem) == 0)
-        return ql_error_set(err, QL_EINVAL, "key '%s': array element type %s is not a scalar",
-                            key, ql_gguf_vtype_name(elem));
+        return ql_error_set(err, QL_EINVAL, "key '%s': array element type %s is not a scalar", key,
+                            ql_gguf_vtype_name(elem));
     ql_gguf_value val;
     memset(&val, 0, sizeof val);
     val.type = QL_GGUF_ARRAY;
@@ -172,8 +173,8 @@ ql_status ql_gguf_writer_set_arr(ql_gguf_writer *w, const char *key, ql_gguf_vty
     return ql_gguf_writer_set_kv(w, key, &val, err);
 }
 
-ql_status ql_gguf_writer_set_str_arr(ql_gguf_writer *w, const char *key,
-                                     const char *const *strs, uint64_t n, ql_error *err)
+ql_status ql_gguf_writer_set_str_arr(ql_gguf_writer *w, const char *key, const char *const *strs,
+                                     uint64_t n, ql_error *err)
 {
     ql_gguf_str *s = calloc(n ? n : 1, sizeof *s);
     if (!s)
@@ -204,12 +205,12 @@ ql_status ql_gguf_writer_copy_kvs(ql_gguf_writer *w, const ql_gguf *src, ql_erro
 }
 
 ql_status ql_gguf_writer_add_tensor(ql_gguf_writer *w, const char *name, uint32_t n_dims,
-                                    const int64_t *ne, int32_t type, uint64_t nbytes,
-                                    ql_error *err)
+                                    const int64_t *ne, int32_t type, uint64_t nbytes, ql_error *err)
 {
+    if (!name)
+        return ql_error_set(err, QL_EINVAL, "tensor without a name");
     if (w->f)
-        return ql_error_set(err, QL_EINVAL, "tensor '%s' added after the header was written",
-                            name);
+        return ql_error_set(err, QL_EINVAL, "tensor '%s' added after the header was written", name);
     size_t len = strlen(name);
     if (len == 0 || len > 63)
         return ql_error_set(err, QL_EINVAL,
@@ -220,25 +221,35 @@ ql_status ql_gguf_writer_add_tensor(ql_gguf_writer *w, const char *name, uint32_
     for (int64_t i = 0; i < w->n_t; i++)
         if (strcmp(w->t[i].name, name) == 0)
             return ql_error_set(err, QL_EINVAL, "duplicate tensor name '%s'", name);
+    if (type < 0)
+        return ql_error_set(err, QL_EINVAL, "tensor '%s': type id %d is negative", name, (int)type);
+    /* The same limits the reader enforces: dimensions >= 0, element count in int64. */
+    int64_t nel = 1;
+    for (uint32_t d = 0; d < n_dims; d++) {
+        if (ne[d] < 0)
+            return ql_error_set(err, QL_EINVAL, "tensor '%s': ne[%u] = %lld is negative", name, d,
+                                (long long)ne[d]);
+        if (ne[d] != 0 && nel > INT64_MAX / ne[d])
+            return ql_error_set(err, QL_EINVAL,
+                                "tensor '%s': the product of the dimensions overflows int64", name);
+        nel *= ne[d];
+    }
     const ql_type_traits *tr = ql_type_get(type);
-    if (tr) {
-        if (!tr->is_gguf)
+    if (tr && !tr->is_gguf)
+        return ql_error_set(err, QL_EINVAL,
+                            "tensor '%s': %s is a qlab-only scheme, not a GGUF type", name,
+                            tr->name);
+    if (ql_gguf_type_known(type)) {
+        if (ne[0] % tr->block_size != 0)
             return ql_error_set(err, QL_EINVAL,
-                                "tensor '%s': %s is a qlab-only scheme, not a GGUF type", name,
-                                tr->name);
-        int64_t rows = 1;
-        for (uint32_t d = 1; d < n_dims; d++)
-            rows *= ne[d];
-        size_t row = ql_row_size(type, ne[0]);
-        if (row == 0 && ne[0] != 0)
-            return ql_error_set(err, QL_EINVAL,
-                                "tensor '%s' (%s): row length %lld is not a multiple of %lld",
-                                name, tr->name, (long long)ne[0], (long long)tr->block_size);
-        if ((uint64_t)row * (uint64_t)rows != nbytes)
+                                "tensor '%s' (%s): row length %lld is not a multiple of %lld", name,
+                                tr->name, (long long)ne[0], (long long)tr->block_size);
+        /* nel < 2^63 and type_size / block_size <= 8 bytes per element: no overflow. */
+        uint64_t need = nel == 0 ? 0 : (uint64_t)(nel / tr->block_size) * (uint64_t)tr->type_size;
+        if (need != nbytes)
             return ql_error_set(err, QL_EINVAL,
                                 "tensor '%s' (%s): %llu bytes given, the shape needs %llu", name,
-                                tr->name, (unsigned long long)nbytes,
-                                (unsigned long long)((uint64_t)row * (uint64_t)rows));
+                                tr->name, (unsigned long long)nbytes, (unsigned long long)need);
     }
     if (w->n_t == w->cap_t) {
         int64_t cap = w->cap_t ? 2 * w->cap_t : 64;
@@ -301,7 +312,9 @@ static void put_str(sink *s, const char *p, uint64_t len)
 static void put_value(sink *s, const ql_gguf_value *v)
 {
     switch (v->type) {
-    case QL_GGUF_STRING: put_str(s, v->v.str.ptr, v->v.str.len); break;
+    case QL_GGUF_STRING:
+        put_str(s, v->v.str.ptr, v->v.str.len);
+        break;
     case QL_GGUF_ARRAY: {
         const ql_gguf_array *a = &v->v.arr;
         put_u32(s, (uint32_t)a->elem_type);
@@ -324,7 +337,9 @@ static void put_value(sink *s, const ql_gguf_value *v)
         put(s, &b, 1);
         break;
     }
-    default: put(s, &v->v, ql_gguf_vtype_size(v->type)); break;
+    default:
+        put(s, &v->v, ql_gguf_vtype_size(v->type));
+        break;
     }
 }
 
@@ -361,31 +376,37 @@ static void put_header(sink *s, const ql_gguf_writer *w)
     }
 }
 
-static void layout(ql_gguf_writer *w)
+/* Assigns each tensor its offset in the data section (every tensor starts on
+ * the alignment); returns the padded size of the data section. */
+static uint64_t layout(ql_gguf_writer *w)
 {
     uint64_t off = 0;
     for (int64_t i = 0; i < w->n_t; i++) {
         w->t[i].offset = off;
         off = align_up(off + w->t[i].nbytes, w->alignment);
     }
-    w->data_size = off;
+    return off;
 }
 
 uint64_t ql_gguf_writer_file_size(const ql_gguf_writer *w)
 {
-    ql_gguf_writer *mw = (ql_gguf_writer *)(uintptr_t)w;
-    layout(mw);
+    /* Offsets only change the values written, not the header's length. */
+    uint64_t data = 0;
+    for (int64_t i = 0; i < w->n_t; i++)
+        data = align_up(data + w->t[i].nbytes, w->alignment);
     sink s = {NULL, 0, false};
     put_header(&s, w);
-    return s.n + w->data_size;
+    return s.n + data;
 }
 
 ql_status ql_gguf_writer_begin(ql_gguf_writer *w, const char *path, ql_error *err)
 {
     if (w->f)
         return ql_error_set(err, QL_EINVAL, "%s: GGUF writer already started", path);
-    layout(w);
+    w->data_size = layout(w);
     size_t n = strlen(path) + 32;
+    free(w->path); /* a previous begin may have failed after these were set */
+    free(w->tmp_path);
     w->path = ql_strdup(path);
     w->tmp_path = malloc(n);
     if (!w->path || !w->tmp_path)
@@ -396,8 +417,14 @@ ql_status ql_gguf_writer_begin(ql_gguf_writer *w, const char *path, ql_error *er
         return ql_error_set(err, QL_EIO, "%s: cannot create: %s", w->tmp_path, strerror(errno));
     sink s = {w->f, 0, false};
     put_header(&s, w);
-    if (s.failed)
-        return ql_error_set(err, QL_EIO, "%s: write failed: %s", w->tmp_path, strerror(errno));
+    if (s.failed) {
+        ql_status st =
+            ql_error_set(err, QL_EIO, "%s: write failed: %s", w->tmp_path, strerror(errno));
+        fclose(w->f);
+        w->f = NULL;
+        remove(w->tmp_path);
+        return st;
+    }
     w->written = 0;
     w->next_tensor = 0;
     return QL_OK;
@@ -440,6 +467,7 @@ ql_status ql_gguf_writer_finish(ql_gguf_writer *w, ql_error *err)
     if (w->next_tensor != w->n_t)
         return ql_error_set(err, QL_EINVAL, "%s: %lld of %lld tensors written", w->path,
                             (long long)w->next_tensor, (long long)w->n_t);
+    QL_ASSERT(w->written == w->data_size);
     int rc = fflush(w->f);
     rc |= fsync(fileno(w->f));
     rc |= fclose(w->f);

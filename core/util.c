@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,6 +84,29 @@ ql_status ql_file_write_all(const char *path, const void *data, size_t len, ql_e
 bool ql_file_exists(const char *path)
 {
     return access(path, F_OK) == 0;
+}
+
+ql_status ql_make_dirs(const char *path, ql_error *err)
+{
+    char p[4096];
+    if (!*path || strlen(path) >= sizeof p)
+        return ql_error_set(err, QL_EINVAL, "'%s': not a usable directory path", path);
+    ql_strlcpy(p, path, sizeof p);
+    /* Each prefix ending before a '/', then the whole path. */
+    for (char *q = p + 1;; q++) {
+        if (*q != '/' && *q != '\0')
+            continue;
+        char saved = *q;
+        *q = '\0';
+        struct stat st;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return ql_error_set(err, QL_EIO, "%s: cannot create directory: %s", p, strerror(errno));
+        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+            return ql_error_set(err, QL_EIO, "%s: exists and is not a directory", p);
+        *q = saved;
+        if (!saved)
+            return QL_OK;
+    }
 }
 
 static void hex_digest(const unsigned char *md, unsigned n, char *out)
@@ -220,4 +244,21 @@ char *ql_strdup(const char *s)
     if (d)
         memcpy(d, s, n);
     return d;
+}
+
+int ql_format_double(double v, char *buf, size_t size)
+{
+    if (isnan(v))
+        return snprintf(buf, size, "nan");
+    if (isinf(v))
+        return snprintf(buf, size, v > 0 ? "inf" : "-inf");
+    if (v == 0.0)
+        return snprintf(buf, size, "0");
+    char tmp[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        if (strtod(tmp, NULL) == v)
+            break;
+    }
+    return snprintf(buf, size, "%s", tmp);
 }

@@ -17,6 +17,9 @@ ql_status ql_file_write_all(const char *path, const void *data, size_t len, ql_e
 
 bool ql_file_exists(const char *path);
 
+/* Creates a directory and its missing parents (mkdir -p, mode 0777 & ~umask). */
+ql_status ql_make_dirs(const char *path, ql_error *err);
+
 /* Lower-case hex SHA-256 (65 bytes with NUL). */
 void ql_sha256_hex(const void *data, size_t len, char out[65]);
 ql_status ql_sha256_file(const char *path, char out[65], ql_error *err);
@@ -42,5 +45,11 @@ size_t ql_strlcpy(char *dst, const char *src, size_t size);
 
 /* Duplicates a string (NULL on allocation failure). */
 char *ql_strdup(const char *s);
+
+/* Shortest "%.Ng" spelling of a finite v that reads back as exactly v ("3", "0.1",
+ * "2.5e-07"); -0 is written "0", non-finite values "nan", "inf", "-inf". Used
+ * wherever a number is stored as text or compared as text (config canonical
+ * forms, query output). Returns the length snprintf would write. */
+int ql_format_double(double v, char *buf, size_t size);
 
 #endif

@@ -3,6 +3,13 @@
 #define QL_COMMANDS_H
 
 int ql_cmd_fit(int argc, char **argv);
+int ql_cmd_query(int argc, char **argv);
+int ql_cmd_report(int argc, char **argv);
+int ql_cmd_sweep(int argc, char **argv);
+int ql_cmd_tokenize(int argc, char **argv);
+int ql_cmd_data(int argc, char **argv);
+int ql_cmd_imatrix_convert(int argc, char **argv);
+int ql_cmd_inspect(int argc, char **argv);
 int ql_cmd_version(int argc, char **argv);
 
 #endif

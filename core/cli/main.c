@@ -7,7 +7,14 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
+    {"query", ql_cmd_query, "read-only SQL or a named query on the results database"},
+    {"report", ql_cmd_report, "format-comparison tables and plots from the results database"},
+    {"sweep", ql_cmd_sweep, "expand a sweep file into configs (--list)"},
+    {"tokenize", ql_cmd_tokenize, "tokenize a text with a model's tokenizer (as llama.cpp)"},
+    {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
     {"fit", ql_cmd_fit, "choose a type per tensor to fill a byte budget; write the GGUF"},
+    {"imatrix-convert", ql_cmd_imatrix_convert, "convert an imatrix between .dat and GGUF"},
+    {"inspect", ql_cmd_inspect, "validate a GGUF file and list its keys and tensors"},
     {"version", ql_cmd_version, "print the qlab version and commit"},
 };
 
@@ -19,7 +26,7 @@ static void usage(FILE *out)
                  "qlab: a testbed for LLM weight-quantization accuracy experiments.\n\n"
                  "commands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\nRun 'qlab <command> --help' for the options of a command.\n"
                  "Exit codes: 0 success, 1 runtime error, 2 usage error.\n");
 }

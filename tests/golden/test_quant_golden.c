@@ -107,9 +107,12 @@ int main(int argc, char **argv)
         }
         if (nc < C_NCOLS_MIN || strcmp(col[C_TYPE], want_type) != 0)
             continue;
-        int64_t rows, cols, qbytes;
-        CHECK(ql_parse_i64(col[C_ROWS], &rows) && ql_parse_i64(col[C_COLS], &cols) &&
-              ql_parse_i64(col[C_QBYTES], &qbytes));
+        int64_t rows = 0, cols = 0, qbytes = 0;
+        bool parsed = ql_parse_i64(col[C_ROWS], &rows) && ql_parse_i64(col[C_COLS], &cols) &&
+                      ql_parse_i64(col[C_QBYTES], &qbytes);
+        CHECK_MSG(parsed, "%s: bad rows/cols/bytes columns", col[C_CASE]);
+        if (!parsed)
+            continue;
         const char *name = col[C_CASE];
         bool with_imat = strcmp(col[C_IMAT], "1") == 0;
         char p[4096];

@@ -1,0 +1,122 @@
+/* qlab imatrix-convert: between llama.cpp's legacy .dat and GGUF imatrix files. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../imatrix_io.h"
+#include "../util.h"
+#include "cli.h"
+#include "commands.h"
+
+/* llama-imatrix's default context size: the chunk size it assumes for a .dat it
+ * loads with --in-file, since the .dat format does not record it. */
+#define DEFAULT_DAT_CHUNK_SIZE 512
+
+static void help(void)
+{
+    printf("usage: qlab imatrix-convert IN OUT [--format dat|gguf] [--chunk-size N]\n"
+           "\n"
+           "Reads an importance matrix in either of llama.cpp's formats (GGUF is recognised\n"
+           "by its magic, anything else is read as legacy .dat) and writes it to OUT in the\n"
+           "format given by --format, or else by OUT's extension (.dat or .gguf).\n"
+           "The importance each quantizer gets (mean of x^2 per input column) is the same\n"
+           "in both files.\n"
+           "\n"
+           "options:\n"
+           "  --format F       dat (legacy binary) or gguf (GGUF imatrix: <name>.in_sum2,\n"
+           "                   <name>.counts, imatrix.* keys)\n"
+           "  --chunk-size N   tokens per chunk of a .dat input, which the .dat format does\n"
+           "                   not store; sets GGUF's imatrix.chunk_size and the token\n"
+           "                   counts (default %d, what llama-imatrix assumes; use the -c\n"
+           "                   the .dat was made with, e.g. 128)\n"
+           "\n"
+           "A .dat output keeps only the last dataset name and drops the sums of x\n"
+           "(<name>.in_sum) of newer GGUF files, as llama-imatrix does.\n"
+           "Exit codes: 0 written, 1 unreadable or malformed input or failed write, 2 usage.\n",
+           DEFAULT_DAT_CHUNK_SIZE);
+}
+
+int ql_cmd_imatrix_convert(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *fmt = NULL;
+    int chunk_size = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            help();
+            return QL_EXIT_OK;
+        } else if (strcmp(a, "--format") == 0) {
+            if (i + 1 >= argc)
+                return ql_cli_usage("imatrix-convert", "--format needs dat or gguf");
+            fmt = argv[++i];
+        } else if (strcmp(a, "--chunk-size") == 0) {
+            if (i + 1 >= argc)
+                return ql_cli_usage("imatrix-convert", "--chunk-size needs a value");
+            if (!ql_cli_parse_int_opt("imatrix-convert", a, argv[++i], 1, 1 << 24, &chunk_size))
+                return QL_EXIT_USAGE;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            return ql_cli_usage("imatrix-convert", "unknown option '%s'", a);
+        } else if (!in) {
+            in = a;
+        } else if (!out) {
+            out = a;
+        } else {
+            return ql_cli_usage("imatrix-convert", "unexpected argument '%s'", a);
+        }
+    }
+    if (!in || !out)
+        return ql_cli_usage("imatrix-convert", "needs IN and OUT");
+    ql_imatrix_format format;
+    if (fmt) {
+        if (strcmp(fmt, "dat") == 0)
+            format = QL_IMATRIX_DAT;
+        else if (strcmp(fmt, "gguf") == 0)
+            format = QL_IMATRIX_GGUF;
+        else
+            return ql_cli_usage("imatrix-convert", "--format is dat or gguf, got '%s'", fmt);
+    } else if (!ql_imatrix_format_from_name(out, &format)) {
+        return ql_cli_usage("imatrix-convert",
+                            "cannot tell the format of '%s' (not .dat or .gguf); use --format",
+                            out);
+    }
+
+    ql_error err;
+    ql_error_clear(&err);
+    ql_imatrix *im = NULL;
+    if (ql_imatrix_read(in, &im, &err))
+        return ql_cli_fail(&err);
+    int rc = QL_EXIT_OK;
+    if (im->chunk_size == 0) {
+        /* A .dat input: counts are chunks until a chunk size is known. */
+        if (format == QL_IMATRIX_GGUF) {
+            int cs = chunk_size ? chunk_size : DEFAULT_DAT_CHUNK_SIZE;
+            if (!chunk_size)
+                fprintf(stderr,
+                        "qlab: note: %s does not record its chunk size; assuming %d tokens "
+                        "(--chunk-size). The importance values do not depend on it.\n",
+                        in, cs);
+            if (ql_imatrix_set_chunk_size(im, cs, &err)) {
+                rc = ql_cli_fail(&err);
+                goto out;
+            }
+        }
+    } else if (chunk_size && chunk_size != im->chunk_size) {
+        rc = ql_cli_usage("imatrix-convert",
+                          "--chunk-size is for .dat input; %s records chunks of %lld tokens", in,
+                          (long long)im->chunk_size);
+        goto out;
+    }
+    if (ql_imatrix_write(im, out, format, &err)) {
+        rc = ql_cli_fail(&err);
+        goto out;
+    }
+    printf("%s -> %s (%s): %lld entries, %lld chunks", in, out, ql_imatrix_format_name(format),
+           (long long)im->n_entries, (long long)im->chunk_count);
+    if (im->chunk_size)
+        printf(" of %lld tokens", (long long)im->chunk_size);
+    for (int64_t i = 0; i < im->n_datasets; i++)
+        printf("%s%s", i ? ", " : "; datasets: ", im->datasets[i]);
+    printf("\n");
+out:
+    ql_imatrix_free(im);
+    return rc;
+}

@@ -1,0 +1,588 @@
+#include "query.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+struct ql_query {
+    ql_store *store;
+    sqlite3_stmt *st;
+};
+
+/* ================================================================ named queries */
+
+static const ql_named_query named[] = {
+    {"formats", "", 0, "one row per finished config (and model, text), sorted by bpw",
+     "SELECT substr(config_hash, 1, 12) AS config, sweep, model, dataset, ctx, weight_type,"
+     " act_mode, outlier_ratio AS outliers, head_type AS head, embd_type AS embd, kv_type AS kv,"
+     " imatrix, round(bpw, 4) AS bpw, bytes, round(ppl, 4) AS ppl, round(ppl_err, 4) AS ppl_err,"
+     " round(d_ppl, 4) AS d_ppl, round(kld_mean, 6) AS kld_mean, round(kld_p99, 6) AS kld_p99,"
+     " round(top1_agree, 4) AS top1, round(max_abs_prob_err, 4) AS max_dp,"
+     " round(imatrix_err_rel, 6) AS imatrix_err_rel"
+     " FROM results ORDER BY model, dataset, ctx, results.bpw, config_hash"},
+    {"failed", "", 0, "failed runs with their errors (retried by the next sweep)",
+     "SELECT run_id, sweep, substr(config_hash, 1, 12) AS config, canonical, model, dataset,"
+     " ctx, chunks, attempts, finished, error FROM failed_runs ORDER BY run_id"},
+    {"runs", "", 0, "every run with its status and provenance",
+     "SELECT run_id, sweep, status, attempts, substr(config_hash, 1, 12) AS config, model,"
+     " dataset, ctx, chunks, started, round(seconds, 2) AS seconds, threads, host,"
+     " qlab_version, qlab_commit, metrics_version FROM run_log ORDER BY run_id"},
+    {"sweeps", "", 0, "per sweep: runs done, failed and running",
+     "SELECT s.sweep, count(*) AS runs, sum(r.status = 'done') AS done,"
+     " sum(r.status = 'failed') AS failed, sum(r.status = 'running') AS running"
+     " FROM sweep_runs s JOIN runs r ON r.id = s.run_id GROUP BY s.sweep ORDER BY s.sweep"},
+    {"configs", "", 0, "every config with its hash prefix and canonical form",
+     "SELECT substr(hash, 1, 12) AS config, canonical FROM configs ORDER BY id"},
+    {"tensors", "<config-hash-prefix>", 1,
+     "per-tensor types and errors of the finished runs of one config",
+     "SELECT substr(config_hash, 1, 12) AS config, model, dataset, tensor, layer,"
+     " requested_type AS requested, used_type AS used, fallback_reason, n_rows, n_cols, bytes,"
+     " round(bpw, 4) AS bpw, rmse, max_err, imatrix_err, imatrix_err_rel, outlier_cols"
+     " FROM tensor_results WHERE substr(config_hash, 1, length(?1)) = lower(?1)"
+     " ORDER BY config_hash, run_id, coalesce(layer, -1), tensor"},
+};
+
+size_t ql_named_queries(const ql_named_query **out)
+{
+    *out = named;
+    return sizeof named / sizeof named[0];
+}
+
+const ql_named_query *ql_named_query_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (strcmp(named[i].name, name) == 0)
+            return &named[i];
+    return NULL;
+}
+
+/* ================================================================ statements */
+
+/* ATTACH would open (or create) another file behind the read-only contract. */
+static int deny_attach(void *user, int action, const char *a, const char *b, const char *c,
+                       const char *d)
+{
+    return action == SQLITE_ATTACH || action == SQLITE_DETACH ? SQLITE_DENY : SQLITE_OK;
+}
+
+ql_status ql_query_prepare(ql_store *s, const char *sql, ql_query **out, ql_error *err)
+{
+    *out = NULL;
+    sqlite3 *db = ql_store_handle(s);
+    sqlite3_stmt *st = NULL, *extra = NULL;
+    const char *tail = NULL;
+    ql_status rc = QL_OK;
+
+    sqlite3_set_authorizer(db, deny_attach, NULL);
+    int r = sqlite3_prepare_v2(db, sql, -1, &st, &tail);
+    if (r != SQLITE_OK) {
+        rc = ql_error_set(err, QL_EINVAL, "%s: query: %s", ql_store_path(s), sqlite3_errmsg(db));
+        goto out;
+    }
+    if (!st) {
+        rc = ql_error_set(err, QL_EINVAL, "%s: query: no SQL statement in '%s'", ql_store_path(s),
+                          sql);
+        goto out;
+    }
+    /* What follows the first statement must be whitespace or comments. */
+    if (tail && *tail) {
+        r = sqlite3_prepare_v2(db, tail, -1, &extra, NULL);
+        if (r != SQLITE_OK || extra) {
+            rc = ql_error_set(err, QL_EINVAL,
+                              "%s: query: one statement at a time; refused the rest: '%.200s'",
+                              ql_store_path(s), tail);
+            goto out;
+        }
+    }
+    if (!sqlite3_stmt_readonly(st)) {
+        rc = ql_error_set(err, QL_EINVAL,
+                          "%s: query: only read-only statements (SELECT, WITH, read-only "
+                          "PRAGMA) are allowed; refused '%.200s'",
+                          ql_store_path(s), sql);
+        goto out;
+    }
+    ql_query *q = calloc(1, sizeof *q);
+    if (!q) {
+        rc = ql_error_set(err, QL_ENOMEM, "query: out of memory");
+        goto out;
+    }
+    q->store = s;
+    q->st = st;
+    st = NULL;
+    *out = q;
+out:
+    sqlite3_set_authorizer(db, NULL, NULL);
+    sqlite3_finalize(extra);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+void ql_query_free(ql_query *q)
+{
+    if (!q)
+        return;
+    sqlite3_finalize(q->st);
+    free(q);
+}
+
+ql_status ql_query_bind_text(ql_query *q, int idx, const char *v, ql_error *err)
+{
+    int r = sqlite3_bind_text(q->st, idx, v, -1, SQLITE_TRANSIENT);
+    if (r != SQLITE_OK)
+        return ql_error_set(err, QL_EINVAL, "%s: query: parameter %d: %s", ql_store_path(q->store),
+                            idx, sqlite3_errstr(r));
+    return QL_OK;
+}
+
+ql_status ql_query_step(ql_query *q, bool *row, ql_error *err)
+{
+    int r = sqlite3_step(q->st);
+    *row = r == SQLITE_ROW;
+    if (r == SQLITE_ROW || r == SQLITE_DONE)
+        return QL_OK;
+    return ql_error_set(err, QL_EDB, "%s: query: %s", ql_store_path(q->store),
+                        sqlite3_errmsg(ql_store_handle(q->store)));
+}
+
+int ql_query_columns(const ql_query *q)
+{
+    return sqlite3_column_count(q->st);
+}
+
+const char *ql_query_column_name(const ql_query *q, int i)
+{
+    const char *n = sqlite3_column_name(q->st, i);
+    return n ? n : "?";
+}
+
+bool ql_query_is_null(const ql_query *q, int i)
+{
+    return sqlite3_column_type(q->st, i) == SQLITE_NULL;
+}
+
+int64_t ql_query_int(const ql_query *q, int i)
+{
+    return sqlite3_column_int64(q->st, i);
+}
+
+double ql_query_double(const ql_query *q, int i)
+{
+    return ql_query_is_null(q, i) ? (double)NAN : sqlite3_column_double(q->st, i);
+}
+
+const char *ql_query_text(const ql_query *q, int i)
+{
+    return (const char *)sqlite3_column_text(q->st, i);
+}
+
+/* ================================================================ output */
+
+/* A growable string. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} buf;
+
+static void buf_add(buf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void buf_str(buf *b, const char *s)
+{
+    buf_add(b, s, strlen(s));
+}
+
+/* Takes the string out of b (never NULL unless out of memory). */
+static char *buf_take(buf *b)
+{
+    if (!b->p && !b->oom)
+        buf_add(b, "", 0);
+    char *p = b->oom ? NULL : b->p;
+    if (b->oom)
+        free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return p;
+}
+
+/* The value of a cell as plain text (NULL for SQL NULL). */
+static char *cell_text(sqlite3_stmt *st, int i)
+{
+    buf b = {0};
+    char num[64];
+    switch (sqlite3_column_type(st, i)) {
+    case SQLITE_NULL:
+        return NULL;
+    case SQLITE_INTEGER:
+        snprintf(num, sizeof num, "%lld", (long long)sqlite3_column_int64(st, i));
+        buf_str(&b, num);
+        break;
+    case SQLITE_FLOAT:
+        ql_format_double(sqlite3_column_double(st, i), num, sizeof num);
+        buf_str(&b, num);
+        break;
+    case SQLITE_BLOB: {
+        const unsigned char *p = sqlite3_column_blob(st, i);
+        int n = sqlite3_column_bytes(st, i);
+        buf_str(&b, "x'");
+        for (int k = 0; k < n; k++) {
+            snprintf(num, sizeof num, "%02x", p[k]);
+            buf_str(&b, num);
+        }
+        buf_str(&b, "'");
+        break;
+    }
+    default: {
+        const char *t = (const char *)sqlite3_column_text(st, i);
+        buf_add(&b, t ? t : "", (size_t)sqlite3_column_bytes(st, i));
+        break;
+    }
+    }
+    char *s = buf_take(&b);
+    return s ? s : ql_strdup("?"); /* out of memory for one cell: visible, not fatal */
+}
+
+/* Display width: UTF-8 code points. */
+static size_t display_width(const char *s)
+{
+    size_t w = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        w += (*p & 0xc0) != 0x80;
+    return w;
+}
+
+static void put_padded(FILE *out, const char *s, size_t width, bool right, bool last)
+{
+    size_t w = display_width(s), pad = width > w ? width - w : 0;
+    if (right)
+        fprintf(out, "%*s%s", (int)pad, "", s);
+    else if (last)
+        fputs(s, out);
+    else
+        fprintf(out, "%s%*s", s, (int)pad, "");
+}
+
+/* Text for the text table: control characters would break the alignment. */
+static void flatten(char *s)
+{
+    for (char *p = s; *p; p++)
+        if (*p == '\n' || *p == '\r' || *p == '\t')
+            *p = ' ';
+}
+
+/* Markdown cell: '|' escaped, newlines as <br>. */
+static char *md_cell(const char *s)
+{
+    buf b = {0};
+    for (const char *p = s; *p; p++) {
+        if (*p == '|')
+            buf_str(&b, "\\|");
+        else if (*p == '\n')
+            buf_str(&b, "<br>");
+        else if (*p != '\r')
+            buf_add(&b, p, 1);
+    }
+    char *r = buf_take(&b);
+    return r ? r : ql_strdup("?");
+}
+
+typedef struct {
+    int ncol;
+    size_t nrow, cap;
+    char **cells; /* nrow x ncol, NULL = SQL NULL */
+    bool *numeric;
+} grid;
+
+static void grid_free(grid *g)
+{
+    for (size_t i = 0; i < g->nrow * (size_t)g->ncol; i++)
+        free(g->cells[i]);
+    free(g->cells);
+    free(g->numeric);
+}
+
+/* Reads every row (the aligned formats need all widths first). */
+static ql_status collect(ql_query *q, grid *g, ql_error *err)
+{
+    g->ncol = ql_query_columns(q);
+    g->numeric = calloc((size_t)g->ncol + 1, sizeof *g->numeric);
+    bool *seen_other = calloc((size_t)g->ncol + 1, sizeof *seen_other);
+    ql_status rc = QL_OK;
+    if (!g->numeric || !seen_other) {
+        rc = ql_error_set(err, QL_ENOMEM, "query: out of memory");
+        goto out;
+    }
+    for (;;) {
+        bool row;
+        if ((rc = ql_query_step(q, &row, err)) || !row)
+            break;
+        if (g->nrow == g->cap) {
+            size_t cap = g->cap ? 2 * g->cap : 64;
+            char **nc = realloc(g->cells, cap * (size_t)g->ncol * sizeof *nc);
+            if (!nc) {
+                rc = ql_error_set(err, QL_ENOMEM, "query: out of memory after %zu rows", g->nrow);
+                break;
+            }
+            g->cells = nc;
+            g->cap = cap;
+        }
+        for (int c = 0; c < g->ncol; c++) {
+            int t = sqlite3_column_type(q->st, c);
+            if (t == SQLITE_INTEGER || t == SQLITE_FLOAT)
+                g->numeric[c] = true;
+            else if (t != SQLITE_NULL)
+                seen_other[c] = true;
+            g->cells[g->nrow * (size_t)g->ncol + (size_t)c] = cell_text(q->st, c);
+        }
+        g->nrow++;
+    }
+    for (int c = 0; c < g->ncol; c++)
+        g->numeric[c] = g->numeric[c] && !seen_other[c];
+out:
+    free(seen_other);
+    return rc;
+}
+
+static ql_status print_table(ql_query *q, FILE *out, bool markdown, ql_error *err)
+{
+    grid g = {0};
+    ql_status rc = collect(q, &g, err);
+    size_t *width = calloc((size_t)g.ncol + 1, sizeof *width);
+    if (!rc && !width)
+        rc = ql_error_set(err, QL_ENOMEM, "query: out of memory");
+    if (rc)
+        goto out;
+    /* Cells as they will be shown. */
+    for (size_t i = 0; i < g.nrow * (size_t)g.ncol; i++) {
+        char *c = g.cells[i];
+        char *shown =
+            c ? (markdown ? md_cell(c) : ql_strdup(c)) : ql_strdup(markdown ? "" : "NULL");
+        free(c);
+        if (shown && !markdown)
+            flatten(shown);
+        g.cells[i] = shown ? shown : NULL;
+        if (!shown) {
+            rc = ql_error_set(err, QL_ENOMEM, "query: out of memory");
+            goto out;
+        }
+    }
+    for (int c = 0; c < g.ncol; c++) {
+        char *h =
+            markdown ? md_cell(ql_query_column_name(q, c)) : ql_strdup(ql_query_column_name(q, c));
+        width[c] = h ? display_width(h) : 1;
+        if (markdown && width[c] < 3)
+            width[c] = 3;
+        free(h);
+        for (size_t r = 0; r < g.nrow; r++) {
+            size_t w = display_width(g.cells[r * (size_t)g.ncol + (size_t)c]);
+            if (w > width[c])
+                width[c] = w;
+        }
+    }
+    /* Header and rule. */
+    for (int c = 0; c < g.ncol; c++) {
+        char *h =
+            markdown ? md_cell(ql_query_column_name(q, c)) : ql_strdup(ql_query_column_name(q, c));
+        fputs(markdown ? (c ? " | " : "| ") : (c ? "  " : ""), out);
+        put_padded(out, h ? h : "?", width[c], g.numeric[c], !markdown && c == g.ncol - 1);
+        free(h);
+    }
+    fputs(markdown ? " |\n" : "\n", out);
+    for (int c = 0; c < g.ncol; c++) {
+        if (markdown) {
+            fputs("|", out);
+            for (size_t k = 0; k < width[c] + 1; k++)
+                fputc('-', out);
+            fputs(g.numeric[c] ? ":" : "-", out);
+        } else {
+            fputs(c ? "  " : "", out);
+            for (size_t k = 0; k < width[c]; k++)
+                fputc('-', out);
+        }
+    }
+    fputs(markdown ? "|\n" : "\n", out);
+    for (size_t r = 0; r < g.nrow; r++) {
+        for (int c = 0; c < g.ncol; c++) {
+            fputs(markdown ? (c ? " | " : "| ") : (c ? "  " : ""), out);
+            put_padded(out, g.cells[r * (size_t)g.ncol + (size_t)c], width[c], g.numeric[c],
+                       !markdown && c == g.ncol - 1);
+        }
+        fputs(markdown ? " |\n" : "\n", out);
+    }
+    if (!markdown)
+        fprintf(out, "(%zu row%s)\n", g.nrow, g.nrow == 1 ? "" : "s");
+out:
+    free(width);
+    grid_free(&g);
+    return rc;
+}
+
+static void csv_field(FILE *out, const char *s)
+{
+    bool quote = s[0] == ' ' || (s[0] && s[strlen(s) - 1] == ' ');
+    for (const char *p = s; *p && !quote; p++)
+        quote = *p == ',' || *p == '"' || *p == '\n' || *p == '\r';
+    if (!quote) {
+        fputs(s, out);
+        return;
+    }
+    fputc('"', out);
+    for (const char *p = s; *p; p++) {
+        if (*p == '"')
+            fputc('"', out);
+        fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+static ql_status print_csv(ql_query *q, FILE *out, ql_error *err)
+{
+    int ncol = ql_query_columns(q);
+    for (int c = 0; c < ncol; c++) {
+        if (c)
+            fputc(',', out);
+        csv_field(out, ql_query_column_name(q, c));
+    }
+    fputc('\n', out);
+    for (;;) {
+        bool row;
+        ql_status rc = ql_query_step(q, &row, err);
+        if (rc || !row)
+            return rc;
+        for (int c = 0; c < ncol; c++) {
+            if (c)
+                fputc(',', out);
+            char *t = cell_text(q->st, c);
+            if (t)
+                csv_field(out, t);
+            free(t);
+        }
+        fputc('\n', out);
+    }
+}
+
+/* One JSON value; reals get the shortest precision that reads back exactly. */
+static json_t *json_cell(sqlite3_stmt *st, int c, size_t *precision)
+{
+    switch (sqlite3_column_type(st, c)) {
+    case SQLITE_NULL:
+        return json_null();
+    case SQLITE_INTEGER:
+        return json_integer((json_int_t)sqlite3_column_int64(st, c));
+    case SQLITE_FLOAT: {
+        double v = sqlite3_column_double(st, c);
+        if (isinf(v))
+            return json_string(v > 0 ? "inf" : "-inf");
+        char tmp[40];
+        for (*precision = 1; *precision < 17; (*precision)++) {
+            snprintf(tmp, sizeof tmp, "%.*g", (int)*precision, v);
+            if (strtod(tmp, NULL) == v)
+                break;
+        }
+        return json_real(v);
+    }
+    case SQLITE_BLOB: {
+        char *t = cell_text(st, c);
+        json_t *j = t ? json_string(t) : NULL;
+        free(t);
+        return j;
+    }
+    default:
+        return json_stringn((const char *)sqlite3_column_text(st, c),
+                            (size_t)sqlite3_column_bytes(st, c));
+    }
+}
+
+static ql_status print_json(ql_query *q, FILE *out, ql_error *err)
+{
+    int ncol = ql_query_columns(q);
+    size_t nrow = 0;
+    fputc('[', out);
+    for (;;) {
+        bool row;
+        ql_status rc = ql_query_step(q, &row, err);
+        if (rc)
+            return rc;
+        if (!row)
+            break;
+        fputs(nrow ? ",\n{" : "\n{", out);
+        for (int c = 0; c < ncol; c++) {
+            size_t precision = 17;
+            json_t *key = json_string(ql_query_column_name(q, c));
+            json_t *val = json_cell(q->st, c, &precision);
+            char *ks = key ? json_dumps(key, JSON_ENCODE_ANY) : NULL;
+            char *vs =
+                val ? json_dumps(val, JSON_ENCODE_ANY | JSON_REAL_PRECISION((int)precision)) : NULL;
+            json_decref(key);
+            json_decref(val);
+            if (!ks || !vs) {
+                free(ks);
+                free(vs);
+                return ql_error_set(err, QL_EINVAL,
+                                    "query: row %zu, column '%s': cannot encode as JSON (text "
+                                    "that is not UTF-8?)",
+                                    nrow + 1, ql_query_column_name(q, c));
+            }
+            fprintf(out, "%s%s: %s", c ? ", " : "", ks, vs);
+            free(ks);
+            free(vs);
+        }
+        fputc('}', out);
+        nrow++;
+    }
+    fputs(nrow ? "\n]\n" : "]\n", out);
+    return QL_OK;
+}
+
+ql_status ql_query_print(ql_store *s, const char *sql, const char *const *params, int n_params,
+                         ql_query_format fmt, FILE *out, ql_error *err)
+{
+    ql_query *q;
+    ql_status rc = ql_query_prepare(s, sql, &q, err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < n_params && !rc; i++)
+        rc = ql_query_bind_text(q, i + 1, params[i], err);
+    if (!rc) {
+        switch (fmt) {
+        case QL_QUERY_TABLE:
+            rc = print_table(q, out, false, err);
+            break;
+        case QL_QUERY_MD:
+            rc = print_table(q, out, true, err);
+            break;
+        case QL_QUERY_CSV:
+            rc = print_csv(q, out, err);
+            break;
+        case QL_QUERY_JSON:
+            rc = print_json(q, out, err);
+            break;
+        }
+    }
+    ql_query_free(q);
+    if (!rc && ferror(out))
+        rc = ql_error_set(err, QL_EIO, "query: writing the output failed");
+    return rc;
+}

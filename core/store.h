@@ -1,0 +1,218 @@
+/* qlab: the SQLite results store (DESIGN.md section 5).
+ *
+ * One database file (default results/qlab.db) holds models, datasets, configs,
+ * runs, their metrics and per-tensor errors. WAL journal, foreign keys on, a
+ * busy timeout, the schema version in PRAGMA user_version (migrated forward on
+ * open; a newer version is refused) and PRAGMA application_id = 'qlab'.
+ *
+ * A run is one config evaluated on one model and one text at one ctx and chunk
+ * count; that identity is unique, so a run row is reused when a failed or
+ * interrupted run is retried. Life of a run:
+ *
+ *   ql_store_find_done()   -> already done with this metrics version: skip it
+ *   ql_store_begin_run()   -> status 'running' (commits at once)
+ *   ql_store_finish_run()  -> metrics + tensor errors (+ per-chunk sums) + status 'done',
+ *                             one transaction
+ *   ql_store_fail_run()    -> status 'failed' with the error text
+ *
+ * A run left 'running' by a killed process, a 'failed' run and a 'done' run of an
+ * older metrics version are taken over by the next ql_store_begin_run. Missing
+ * measurements are NULL in the database, never 0: the C structs below use NAN
+ * (or -1 for counts) for "not measured".
+ *
+ * Threading: one ql_store per thread; SQLite serializes writers across processes
+ * (the busy timeout waits for the lock). */
+#ifndef QL_STORE_H
+#define QL_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "error.h"
+
+/* Version of the schema this qlab writes (PRAGMA user_version). History:
+ *   1  models, datasets, configs, runs, sweep_runs, metrics, tensor_errors + views
+ *   2  chunk_metrics (per-chunk sums of a run) and the chunk_results view */
+#define QL_STORE_SCHEMA_VERSION  2
+#define QL_STORE_DEFAULT_PATH    "results/qlab.db"
+#define QL_STORE_BUSY_TIMEOUT_MS 30000
+
+typedef struct ql_store ql_store;
+
+typedef struct {
+    bool readonly;       /* open with SQLITE_OPEN_READONLY; never creates or migrates */
+    int busy_timeout_ms; /* 0 = QL_STORE_BUSY_TIMEOUT_MS */
+    int fault_after;     /* tests: the n-th SQLite call from now fails (0 = never) */
+} ql_store_options;
+
+/* Opens (creating the file and schema unless readonly) and checks the schema
+ * version. opt may be NULL (read-write, defaults). */
+ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store **out,
+                        ql_error *err);
+void ql_store_close(ql_store *s);
+
+/* The SQLite handle, for read-only queries (query.h) and for merging. */
+struct sqlite3 *ql_store_handle(ql_store *s);
+const char *ql_store_path(const ql_store *s);
+
+/* Fault injection for tests: the n-th SQLite call (prepare, bind, step, exec)
+ * from now fails with SQLITE_IOERR as if the disk had failed; 0 disables. */
+void ql_store_inject_fault(ql_store *s, int n);
+
+/* ---------------------------------------------------------------- identities */
+
+typedef struct {
+    const char *sha256; /* required: the file's SHA-256 (64 hex) */
+    const char *path;   /* required: where it was read */
+    const char *name;   /* manifest name, or NULL */
+    const char *arch;   /* general.architecture, or NULL */
+    /* Counts: -1 = unknown (NULL). */
+    int64_t file_bytes, params, n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab, n_ctx_train;
+} ql_store_model;
+
+/* Sets every count to -1 and every string to NULL. */
+void ql_store_model_init(ql_store_model *m);
+
+typedef struct {
+    const char *sha256; /* required */
+    const char *name;   /* required: manifest name or the path as given */
+    const char *path;   /* or NULL */
+    int64_t bytes;      /* -1 = unknown */
+    int64_t tokens;     /* tokens of the whole text under tokens_model's tokenizer; -1 = unknown */
+    int64_t tokens_model; /* models.id the count is for (ignored when tokens is -1) */
+} ql_store_dataset;
+
+void ql_store_dataset_init(ql_store_dataset *d);
+
+/* Insert-or-update by sha256; known fields are filled, earlier ones kept. */
+ql_status ql_store_upsert_model(ql_store *s, const ql_store_model *m, int64_t *id, ql_error *err);
+ql_status ql_store_upsert_dataset(ql_store *s, const ql_store_dataset *d, int64_t *id,
+                                  ql_error *err);
+/* Insert-or-find by content hash; a stored config whose canonical text differs
+ * from c's (a hash collision or a changed canonical form) is an error. */
+ql_status ql_store_upsert_config(ql_store *s, const ql_config *c, int64_t *id, ql_error *err);
+
+/* ---------------------------------------------------------------- runs */
+
+typedef struct {
+    int64_t config_id, model_id, dataset_id;
+    int ctx;
+    int chunks; /* resolved: the number of chunks actually evaluated (> 0) */
+} ql_store_run_key;
+
+typedef struct {
+    const char *sweep;          /* sweep name, or NULL */
+    int threads;                /* 0 = unknown */
+    int metrics_version;        /* version of the metric definitions (> 0) */
+    const char *imatrix_sha256; /* SHA-256 of the importance matrix used, or NULL */
+} ql_store_run_info;
+
+/* The done run for this identity whose metrics_version equals the given one, by
+ * natural keys (so it works before any upsert). *run_id = 0 when there is none. */
+ql_status ql_store_find_done(ql_store *s, const char *config_hash, const char *model_sha256,
+                             const char *dataset_sha256, int ctx, int chunks, int metrics_version,
+                             int64_t *run_id, ql_error *err);
+
+/* Marks the run 'running' (new row, or a retry of a failed, interrupted or
+ * older-metrics run: its old metrics and tensor errors are deleted and attempts
+ * incremented) and records it as a member of info->sweep. A run already done
+ * with the same metrics version is an error (find_done should have skipped it). */
+ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
+                             const ql_store_run_info *info, int64_t *run_id, ql_error *err);
+
+/* Records that a sweep includes a run it did not execute itself (found done). */
+ql_status ql_store_add_to_sweep(ql_store *s, const char *sweep, int64_t run_id, ql_error *err);
+
+/* The metrics of DESIGN.md section 4; NAN = not measured (stored as NULL).
+ * Fields holding counts must be whole numbers when measured. */
+typedef struct {
+    double ppl, ppl_err, ppl_ref, ppl_ref_err, ln_ppl_ratio, ln_ppl_ratio_err;
+    double kld_mean, kld_mean_err, kld_median, kld_p90, kld_p99, kld_p999, kld_max;
+    double dp_mean, dp_rms, dp_min, dp_max, max_abs_prob_err, top1_agree;
+    double n_tokens;
+    /* Weight side, summed over the model (rmse and max_err over all weights). */
+    double rmse, max_err, imatrix_err, imatrix_err_rel;
+    /* Size: whole model and body (without head and embeddings). */
+    double bytes, bpw, bytes_body, bpw_body, gguf_bytes, zlib_bytes, params, params_body;
+} ql_store_metrics;
+
+/* Sets every field to NAN. */
+void ql_store_metrics_init(ql_store_metrics *m);
+
+/* One quantized tensor of a run. Shape: n_cols = ne[0] (row length), n_rows = the
+ * product of the other dimensions. */
+typedef struct {
+    const char *tensor;          /* GGUF name, e.g. "blk.3.attn_q.weight" */
+    int32_t requested_type;      /* ql_type the config asked for */
+    int32_t used_type;           /* ql_type actually used */
+    const char *fallback_reason; /* non-NULL iff used_type != requested_type */
+    int64_t n_rows, n_cols, params, bytes;
+    double rmse, max_err, imatrix_err, imatrix_err_rel; /* NAN = not measured */
+    int64_t outlier_cols;                               /* -1 = split off (NULL) */
+} ql_store_tensor_error;
+
+/* Timings of a run in seconds; NAN = not measured. */
+typedef struct {
+    double seconds;          /* the whole run */
+    double quantize_seconds; /* quantizing the weights */
+    double ref_seconds;      /* the reference forward pass it compared against */
+    double quant_seconds;    /* the quantized forward pass */
+} ql_store_timing;
+
+void ql_store_timing_init(ql_store_timing *t);
+
+/* Sums over the scored tokens of one chunk of the text (DESIGN.md section 4),
+ * so that an analysis can resample chunks: a paired bootstrap between two runs
+ * on the same text pairs their chunks by index. With t over the chunk's scored
+ * positions, p the reference and q the quantized distribution, y the next token:
+ *   kld_sum     = sum_t KL(p_t || q_t)            (nats)
+ *   nll_sum     = sum_t -log q_t(y_t)
+ *   nll_ref_sum = sum_t -log p_t(y_t)
+ *   top1_count  = #{t : argmax q_t = argmax p_t}
+ * NAN (or -1 for top1_count) = not measured, stored as NULL. */
+typedef struct {
+    int32_t chunk;    /* 0-based index of the chunk in the text, < the run's chunks */
+    int64_t n_tokens; /* scored tokens in the chunk, > 0 */
+    double kld_sum;
+    double nll_sum;
+    double nll_ref_sum;
+    int64_t top1_count; /* 0..n_tokens, or -1 */
+} ql_store_chunk_metrics;
+
+/* Everything a finished run stores. */
+typedef struct {
+    const ql_store_metrics *metrics;      /* required */
+    const ql_store_tensor_error *tensors; /* n_tensors records, or NULL when 0 */
+    size_t n_tensors;
+    /* Optional per-chunk sums: either none (n_chunks = 0) or one record for every
+     * chunk 0..chunks-1 of the run, in any order. When metrics->n_tokens is
+     * measured, the chunks' n_tokens must add up to it. */
+    const ql_store_chunk_metrics *chunks;
+    size_t n_chunks;
+    const ql_store_timing *timing; /* NULL = not measured */
+} ql_store_run_result;
+
+/* Writes the metrics, tensor errors and chunk sums and marks the run done, all
+ * in one transaction: on any error nothing of it is stored and the run stays
+ * 'running'. */
+ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_store_run_result *r,
+                                     ql_error *err);
+
+/* The same without per-chunk sums. */
+ql_status ql_store_finish_run(ql_store *s, int64_t run_id, const ql_store_metrics *m,
+                              const ql_store_tensor_error *te, size_t n_te,
+                              const ql_store_timing *t, ql_error *err);
+
+/* Marks a running run failed with its error text (retried by the next sweep). */
+ql_status ql_store_fail_run(ql_store *s, int64_t run_id, const char *error, double seconds,
+                            ql_error *err);
+
+/* Status of a run: "running", "done" or "failed" (copied into out). */
+ql_status ql_store_run_status(ql_store *s, int64_t run_id, char out[16], ql_error *err);
+
+/* The metric columns in schema order, for code that reads them generically. */
+size_t ql_store_metric_columns(const char *const **names);
+
+#endif

@@ -1,0 +1,69 @@
+/* notebooks-c: what the analysis programs share. Each program reads the results
+ * store read-only through libqlab (query.h), writes a Markdown table and a
+ * gnuplot plot (script + data next to the images) into an output directory,
+ * and takes the options
+ *
+ *   --db PATH   results database (default results/qlab.db)
+ *   -o DIR      output directory (default results/notebooks)
+ *   --sweep N   only the runs of one sweep
+ *   --no-plots  tables and plot data only
+ *
+ * plus its own. Exit codes as qlab: 0 ok (also when gnuplot is missing: the
+ * plot is skipped with a message), 1 runtime error, 2 usage error. */
+#ifndef QL_NB_H
+#define QL_NB_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "error.h"
+#include "query.h"
+#include "store.h"
+
+#define NB_DEFAULT_DIR "results/notebooks"
+
+typedef struct {
+    const char *prog; /* program name for messages */
+    const char *db, *out_dir, *sweep;
+    bool plots;
+} nb_options;
+
+/* An option of one program: "--name" taking a value stored in *value. */
+typedef struct {
+    const char *name;
+    const char **value;
+    const char *help;
+} nb_extra_option;
+
+/* Parses the common options and the extra ones. Returns -1 to go on, else the
+ * exit code (0 after --help, 2 on a usage error). */
+int nb_parse(int argc, char **argv, nb_options *o, const char *summary,
+             const nb_extra_option *extra, int n_extra);
+
+/* Opens the store read-only. */
+ql_status nb_open(const nb_options *o, ql_store **s, ql_error *err);
+
+/* Prepares sql; with --sweep, sweep_sql instead with the sweep bound to ?1. */
+ql_status nb_prepare(ql_store *s, const nb_options *o, const char *sql, const char *sweep_sql,
+                     ql_query **q, ql_error *err);
+
+/* A text file built in memory, written atomically into the output directory. */
+typedef struct {
+    char *p;
+    size_t n;
+    FILE *f;
+} nb_doc;
+
+ql_status nb_doc_open(nb_doc *d, ql_error *err);
+/* Writes out_dir/name, prints its path, frees the document (also on error). */
+ql_status nb_doc_save(const nb_options *o, nb_doc *d, const char *name, ql_error *err);
+void nb_doc_discard(nb_doc *d);
+
+/* Runs out_dir/script with gnuplot (unless --no-plots) and checks base.png and
+ * base.svg; a missing or failing gnuplot prints why and is not an error. */
+void nb_plot(const nb_options *o, const char *script, const char *base);
+
+/* Prints "<prog>: error: <msg>" and returns 1. */
+int nb_fail(const nb_options *o, const ql_error *err);
+
+#endif

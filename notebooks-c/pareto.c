@@ -1,0 +1,321 @@
+/* pareto: which formats are worth their bits? For every (model, text, ctx,
+ * chunks) of the finished runs, the Pareto front across configs in bits per
+ * weight against mean KLD and against PPL (both minimised): a config is on the
+ * front when no other config is at most as large and at most as bad, one of
+ * them strictly. Writes pareto.md (every config with its front membership and
+ * the cheapest config that beats it) and one plot per group (pareto[-N].png/.svg:
+ * KLD and PPL panels, the front joined). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis.h"
+#include "config.h"
+#include "nb.h"
+#include "plot.h"
+#include "table.h"
+#include "util.h"
+
+/* Columns of the query, in order. */
+enum {
+    C_MODEL,
+    C_DATASET,
+    C_CTX,
+    C_CHUNKS,
+    C_HASH,
+    C_AXES,
+    C_BPW = C_AXES + QL_AXIS_COUNT,
+    C_KLD,
+    C_PPL,
+    N_C
+};
+
+#define SELECT                                                                                     \
+    "SELECT model, dataset, ctx, chunks, config_hash, weight_type, act_mode, outlier_ratio,"       \
+    " head_type, embd_type, kv_type, imatrix, budget, bpw, kld_mean, ppl FROM "
+#define ORDER                                                                                      \
+    " ORDER BY model, dataset, ctx, chunks, bpw IS NULL, bpw, weight_type, act_mode,"              \
+    " outlier_ratio, head_type, embd_type, kv_type, imatrix, budget, config_hash"
+
+typedef struct {
+    char group[512];
+    char hash[65];
+    char axis[QL_AXIS_COUNT][128];
+    char label[512];
+    double bpw, kld, ppl;
+} cfg;
+
+typedef struct {
+    cfg *v;
+    size_t n, cap;
+} cfg_list;
+
+static ql_status load(ql_store *s, const nb_options *o, cfg_list *l, ql_error *err)
+{
+    ql_query *q;
+    ql_status st = nb_prepare(s, o, SELECT "results" ORDER,
+                              SELECT "sweep_results WHERE sweep = ?1" ORDER, &q, err);
+    if (st)
+        return st;
+    for (;;) {
+        bool row;
+        if ((st = ql_query_step(q, &row, err)) || !row)
+            break;
+        if (l->n == l->cap) {
+            l->cap = l->cap ? 2 * l->cap : 32;
+            cfg *nv = realloc(l->v, l->cap * sizeof *nv);
+            if (!nv) {
+                st = ql_error_set(err, QL_ENOMEM, "out of memory");
+                break;
+            }
+            l->v = nv;
+        }
+        cfg *c = &l->v[l->n++];
+        memset(c, 0, sizeof *c);
+        snprintf(c->group, sizeof c->group, "%s · %s · ctx %lld · %lld chunks",
+                 ql_query_text(q, C_MODEL) ? ql_query_text(q, C_MODEL) : "?",
+                 ql_query_text(q, C_DATASET), (long long)ql_query_int(q, C_CTX),
+                 (long long)ql_query_int(q, C_CHUNKS));
+        ql_strlcpy(c->hash, ql_query_text(q, C_HASH), sizeof c->hash);
+        for (int a = 0; a < QL_AXIS_COUNT; a++) {
+            if (a == QL_AXIS_OUTLIER_RATIO)
+                ql_format_double(ql_query_double(q, C_AXES + a), c->axis[a], sizeof c->axis[a]);
+            else
+                ql_strlcpy(c->axis[a], ql_query_text(q, C_AXES + a), sizeof c->axis[a]);
+        }
+        c->bpw = ql_query_double(q, C_BPW);
+        c->kld = ql_query_double(q, C_KLD);
+        c->ppl = ql_query_double(q, C_PPL);
+    }
+    ql_query_free(q);
+    return st;
+}
+
+/* Labels: the weight type and the axes other than act_mode that vary within
+ * the group [lo, hi), leaving out their plain values. */
+static void make_labels(cfg *v, size_t lo, size_t hi)
+{
+    static const char *const shortname[QL_AXIS_COUNT] = {"",     "act", "outliers", "head",
+                                                         "embd", "kv",  "imatrix",  "budget"};
+    for (size_t i = lo; i < hi; i++)
+        ql_strlcpy(v[i].label, v[i].axis[QL_AXIS_WEIGHT_TYPE], sizeof v[i].label);
+    for (int a = QL_AXIS_OUTLIER_RATIO; a < QL_AXIS_COUNT; a++) {
+        bool varies = false;
+        for (size_t i = lo + 1; i < hi; i++)
+            varies = varies || strcmp(v[i].axis[a], v[lo].axis[a]) != 0;
+        if (!varies)
+            continue;
+        for (size_t i = lo; i < hi; i++) {
+            const char *val = v[i].axis[a];
+            if (strcmp(val, "0") == 0 || strcmp(val, "same") == 0 || strcmp(val, "none") == 0)
+                continue;
+            size_t n = strlen(v[i].label);
+            snprintf(v[i].label + n, sizeof v[i].label - n, " %s=%s", shortname[a], val);
+        }
+    }
+}
+
+/* The two panels (KLD, PPL) of a group's plot. */
+static void write_panels(FILE *f, const char *base, const char *title, bool kld_log)
+{
+    fputs("set multiplot layout 1,2 title ", f);
+    ql_gnuplot_quote(f, title);
+    fputs("\nset grid\nset xlabel 'bits per weight'\nset key top right\n"
+          "set offsets graph 0.05, graph 0.05, graph 0.08, graph 0.05\n"
+          "set ylabel 'mean KLD (nats)'\n",
+          f);
+    if (kld_log)
+        fputs("set logscale y\nset format y '%.0e'\n", f);
+    fprintf(f,
+            "plot '%s.dat' index 0 using 1:2 with points pt 7 lc rgb 'gray60' title 'config', \\\n"
+            "     '' index 1 using 1:2 with linespoints pt 7 ps 1.3 lw 2 lc rgb 'dark-red' "
+            "title 'front', \\\n"
+            "     '' index 1 using 1:2:4 with labels offset char 0,1.1 font ',8' notitle\n"
+            "unset logscale y\nset format y '%%g'\nset ylabel 'perplexity'\n"
+            "plot '%s.dat' index 0 using 1:3 with points pt 7 lc rgb 'gray60' title 'config', "
+            "\\\n"
+            "     '' index 2 using 1:3 with linespoints pt 7 ps 1.3 lw 2 lc rgb 'dark-blue' "
+            "title 'front', \\\n"
+            "     '' index 2 using 1:3:4 with labels offset char 0,1.1 font ',8' notitle\n"
+            "unset multiplot\n",
+            base, base);
+}
+
+/* The plot of one group: all configs, and each front joined in bpw order. */
+static ql_status write_plot(const nb_options *o, const cfg *v, size_t n, const bool *fk,
+                            const bool *fp, const char *suffix, ql_error *err)
+{
+    char base[256], name[300];
+    snprintf(base, sizeof base, "pareto%s", suffix);
+    nb_doc d;
+    ql_status st = nb_doc_open(&d, err);
+    if (st)
+        return st;
+    fprintf(d.f, "# pareto: %s\n# columns: bpw kld_mean ppl label act_mode\n", v[0].group);
+    /* index 0: every config; 1: the KLD front; 2: the PPL front. */
+    for (int block = 0; block < 3; block++) {
+        fprintf(d.f, "%s# index %d: %s\n", block ? "\n\n" : "", block,
+                block == 0   ? "all configs"
+                : block == 1 ? "front in (bpw, KLD)"
+                             : "front in (bpw, PPL)");
+        for (size_t i = 0; i < n; i++) {
+            if ((block == 1 && !fk[i]) || (block == 2 && !fp[i]))
+                continue;
+            /* The plot's label names the activation mode unless it is f32. */
+            const char *act = v[i].axis[QL_AXIS_ACT_MODE];
+            bool f32 = strcmp(act, "f32") == 0;
+            fprintf(d.f, "%.17g %.17g %.17g \"%s%s%s\" %s\n", v[i].bpw, v[i].kld, v[i].ppl,
+                    v[i].label, f32 ? "" : " act=", f32 ? "" : act, act);
+        }
+    }
+    snprintf(name, sizeof name, "%s.dat", base);
+    if ((st = nb_doc_save(o, &d, name, err)) || (st = nb_doc_open(&d, err)))
+        return st;
+    bool kld_positive = false;
+    for (size_t i = 0; i < n; i++)
+        kld_positive = kld_positive || (fk[i] && v[i].kld > 0.0);
+    fprintf(d.f,
+            "# pareto: the front across formats (joined) among all configs (grey).\n"
+            "# Data: %s.dat. Redraw: gnuplot %s.gp\nset encoding utf8\n",
+            base, base);
+    /* A multiplot cannot be replotted: the panels are drawn once per terminal. */
+    for (int svg = 0; svg < 2; svg++) {
+        fprintf(d.f, "set terminal %s\nset output '%s.%s'\n",
+                svg ? QL_PLOT_SVG_TERMINAL : QL_PLOT_PNG_TERMINAL, base, svg ? "svg" : "png");
+        write_panels(d.f, base, v[0].group, kld_positive);
+    }
+    fputs("unset output\n", d.f);
+    snprintf(name, sizeof name, "%s.gp", base);
+    if ((st = nb_doc_save(o, &d, name, err)))
+        return st;
+    nb_plot(o, name, base);
+    return QL_OK;
+}
+
+/* A number cell ('f' fixed or 'e' scientific), missing for NaN. */
+static ql_status put_num(ql_table *t, double v, char style, int decimals, ql_error *err)
+{
+    if (isnan(v))
+        return ql_table_put(t, NULL, err);
+    return style == 'e' ? ql_table_putf(t, err, "%.*e", decimals, v)
+                        : ql_table_putf(t, err, "%.*f", decimals, v);
+}
+
+int main(int argc, char **argv)
+{
+    nb_options o;
+    int rc = nb_parse(argc, argv, &o,
+                      "The Pareto front across formats: bits per weight against mean KLD and "
+                      "against PPL,\nper model, text and context. Writes pareto.md and "
+                      "pareto[-N].png/.svg.",
+                      NULL, 0);
+    if (rc >= 0)
+        return rc;
+    ql_error err;
+    ql_error_clear(&err);
+    ql_store *s = NULL;
+    cfg_list l = {0};
+    bool *fk = NULL, *fp = NULL;
+    ptrdiff_t *by = NULL;
+    double *x = NULL, *yk = NULL, *yp = NULL;
+    ql_table *t = NULL;
+    nb_doc d = {0};
+    ql_status st;
+    if ((st = nb_open(&o, &s, &err)) || (st = load(s, &o, &l, &err)))
+        goto out;
+    if (l.n == 0) {
+        st =
+            ql_error_set(&err, QL_ENOTFOUND, "%s: no finished runs%s%s%s (run a sweep first)", o.db,
+                         o.sweep ? " in sweep '" : "", o.sweep ? o.sweep : "", o.sweep ? "'" : "");
+        goto out;
+    }
+    fk = calloc(l.n, sizeof *fk);
+    fp = calloc(l.n, sizeof *fp);
+    by = calloc(l.n, sizeof *by);
+    x = calloc(l.n, sizeof *x);
+    yk = calloc(l.n, sizeof *yk);
+    yp = calloc(l.n, sizeof *yp);
+    static const ql_table_column cols[] = {
+        {"config", NULL, false},    {"act", NULL, false},
+        {"bpw", NULL, true},        {"KLD mean", NULL, true},
+        {"PPL", NULL, true},        {"KLD front", NULL, false},
+        {"PPL front", NULL, false}, {"beaten on KLD by", NULL, false},
+    };
+    if (!fk || !fp || !by || !x || !yk || !yp || (st = nb_doc_open(&d, &err))) {
+        st = st ? st : ql_error_set(&err, QL_ENOMEM, "out of memory");
+        goto out;
+    }
+    fprintf(d.f,
+            "# Pareto front across formats\n\n"
+            "Source: `%s`%s%s%s. A config is on a front when no other config of the same "
+            "model, text and context has at most its bits per weight and at most its error "
+            "(mean KLD, or PPL), one of them strictly. \"Beaten on KLD by\" names the "
+            "cheapest config that does.\n",
+            o.db, o.sweep ? ", sweep `" : "", o.sweep ? o.sweep : "", o.sweep ? "`" : "");
+    int groups = 0;
+    for (size_t lo = 0, hi; lo < l.n; lo = hi) {
+        for (hi = lo + 1; hi < l.n && strcmp(l.v[hi].group, l.v[lo].group) == 0; hi++)
+            ;
+        size_t n = hi - lo;
+        cfg *v = l.v + lo;
+        make_labels(l.v, lo, hi);
+        for (size_t i = 0; i < n; i++) {
+            x[i] = v[i].bpw;
+            yk[i] = v[i].kld;
+            yp[i] = v[i].ppl;
+        }
+        ql_pareto_front(x, yk, n, fk, by);
+        ql_pareto_front(x, yp, n, fp, NULL);
+        size_t nk = 0, np = 0;
+        for (size_t i = 0; i < n; i++) {
+            nk += fk[i];
+            np += fp[i];
+        }
+        t = ql_table_alloc(cols, sizeof cols / sizeof cols[0]);
+        if (!t) {
+            st = ql_error_set(&err, QL_ENOMEM, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < n && !st; i++) {
+            if ((st = ql_table_row(t, &err)) || (st = ql_table_put(t, v[i].label, &err)) ||
+                (st = ql_table_put(t, v[i].axis[QL_AXIS_ACT_MODE], &err)) ||
+                (st = put_num(t, v[i].bpw, 'f', 3, &err)) ||
+                (st = put_num(t, v[i].kld, 'e', 3, &err)) ||
+                (st = put_num(t, v[i].ppl, 'f', 4, &err)) ||
+                (st = ql_table_put(t, fk[i] ? "yes" : "no", &err)) ||
+                (st = ql_table_put(t, fp[i] ? "yes" : "no", &err)))
+                break;
+            char beaten[700];
+            if (by[i] >= 0)
+                snprintf(beaten, sizeof beaten, "%s (%s)", v[by[i]].label,
+                         v[by[i]].axis[QL_AXIS_ACT_MODE]);
+            st = ql_table_put(t, by[i] >= 0 ? beaten : NULL, &err);
+        }
+        if (st)
+            goto out;
+        fprintf(d.f, "\n## %s\n\n%zu configs: %zu on the KLD front, %zu on the PPL front.\n\n",
+                v[0].group, n, nk, np);
+        ql_table_write_md(t, d.f, "—");
+        ql_table_free(t);
+        t = NULL;
+        char suffix[32] = "";
+        if (lo > 0 || hi < l.n)
+            snprintf(suffix, sizeof suffix, "-%d", groups + 1);
+        if ((st = write_plot(&o, v, n, fk, fp, suffix, &err)))
+            goto out;
+        groups++;
+    }
+    st = nb_doc_save(&o, &d, "pareto.md", &err);
+out:
+    nb_doc_discard(&d);
+    ql_table_free(t);
+    free(fk);
+    free(fp);
+    free(by);
+    free(x);
+    free(yk);
+    free(yp);
+    free(l.v);
+    ql_store_close(s);
+    return st ? nb_fail(&o, &err) : 0;
+}

@@ -1,0 +1,82 @@
+#!/bin/sh
+# qlab report from the command line on the report fixture database: the files
+# under -o, byte-identical output of two runs, real PNG/SVG plots when gnuplot
+# is installed, the no-gnuplot path (PATH without gnuplot: tables written,
+# plots skipped with the reason, exit 0), and exit codes (1 runtime, 2 usage).
+set -u
+qlab="$1"
+make_fixture_db="$2"
+src="${QLAB_SOURCE_ROOT:?}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fail=1; }
+expect() {
+    want=$1; shift; what=$1; shift
+    "$@" >"$tmp/out" 2>"$tmp/err"; got=$?
+    if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what: exit $got, expected $want"; cat "$tmp/err"; fi
+}
+has() { # FILE TEXT DESCRIPTION
+    if grep -qF -- "$2" "$1"; then ok "$3"; else bad "$3: '$2' not in:"; cat "$1"; fi
+}
+# A PNG: the 8-byte signature and at least 8 KiB (bare axes are about 7 KiB).
+is_png() {
+    sig=$(od -An -tx1 -N8 "$1" | tr -d ' \n')
+    size=$(wc -c <"$1")
+    [ "$sig" = "89504e470d0a1a0a" ] && [ "$size" -ge 8192 ]
+}
+
+db="$tmp/results.db"
+"$make_fixture_db" --report "$db" || { bad "make_fixture_db --report"; exit 1; }
+
+# Without gnuplot on PATH (qlab itself is called by its full path).
+mkdir "$tmp/emptybin"
+PATH="$tmp/emptybin" expect 0 "report without gnuplot exits 0" "$qlab" report --db "$db" -o "$tmp/nognu"
+has "$tmp/err" "plots skipped: gnuplot not found on PATH" "says why plots were skipped"
+has "$tmp/out" "report: 3 sweeps" "summary line"
+for f in report.md formats.csv formats.dat kld_bpw.gp ppl_bpw.gp pareto_kld.dat; do
+    [ -s "$tmp/nognu/fixture-formats/$f" ] && ok "no gnuplot: $f written" || bad "no gnuplot: $f missing"
+done
+[ ! -e "$tmp/nognu/fixture-formats/kld_bpw.png" ] && ok "no gnuplot: no PNG" || bad "no gnuplot: a PNG appeared"
+cmp -s "$tmp/nognu/fixture-formats/report.md" "$src/tests/data/report/fixture-formats.md" &&
+    ok "report.md as expected" || bad "report.md differs from tests/data/report/fixture-formats.md"
+
+# Determinism: two runs give byte-identical tables, data files and scripts.
+expect 0 "report --no-plots" "$qlab" report --db "$db" -o "$tmp/a" --no-plots
+expect 0 "report --no-plots again" "$qlab" report --db "$db" -o "$tmp/b" --no-plots
+if diff -r "$tmp/a" "$tmp/b" >/dev/null; then ok "two runs byte-identical"; else bad "two runs differ"; diff -r "$tmp/a" "$tmp/b" | head; fi
+diff -r "$tmp/a" "$tmp/nognu" >/dev/null && ok "gnuplot-less run writes the same files" || bad "no-gnuplot output differs"
+
+# With gnuplot: real images.
+if command -v gnuplot >/dev/null 2>&1; then
+    expect 0 "report with plots" "$qlab" report --db "$db" -o "$tmp/plots" --sweep fixture-formats
+    has "$tmp/out" "report: 1 sweep, 15 files under $tmp/plots/, 3 plots" "plots summary"
+    for p in kld_bpw ppl_bpw tensors-c90fa930648f; do
+        is_png "$tmp/plots/fixture-formats/$p.png" && ok "$p.png is a real PNG" || bad "$p.png is not a PNG of useful size"
+        grep -q "<svg" "$tmp/plots/fixture-formats/$p.svg" && ok "$p.svg" || bad "$p.svg is not SVG"
+    done
+    # The scripts redraw the plots on their own from their directory.
+    rm "$tmp/plots/fixture-formats/kld_bpw.png"
+    (cd "$tmp/plots/fixture-formats" && gnuplot kld_bpw.gp) && is_png "$tmp/plots/fixture-formats/kld_bpw.png" &&
+        ok "kld_bpw.gp reruns by hand" || bad "kld_bpw.gp does not rerun"
+    expect 0 "--tensors" "$qlab" report --db "$db" -o "$tmp/plots" --sweep fixture-formats --tensors 9514f3
+    is_png "$tmp/plots/fixture-formats/tensors-9514f34a1aec.png" && ok "--tensors plot" || bad "--tensors plot missing"
+else
+    echo "note: gnuplot not installed; real-plot checks skipped"
+fi
+
+# Errors.
+expect 1 "unknown sweep" "$qlab" report --db "$db" -o "$tmp/x" --sweep nope
+has "$tmp/err" "qlab: error: $db: no sweep 'nope' (sweeps: fixture-failed, fixture-formats, fixture-mixed)" "names the sweeps"
+expect 1 "no database" "$qlab" report --db "$tmp/none.db" -o "$tmp/x"
+has "$tmp/err" "no results database here" "missing database message"
+expect 1 "--tensors matching nothing" "$qlab" report --db "$db" -o "$tmp/x" --tensors 8138fe
+expect 2 "--tensors too short" "$qlab" report --db "$db" --tensors ab
+expect 2 "unknown option" "$qlab" report --frobnicate
+expect 2 "--sweep without a value" "$qlab" report --sweep
+expect 2 "stray argument" "$qlab" report extra
+expect 0 "--help" "$qlab" report --help
+has "$tmp/out" "usage: qlab report" "help text"
+
+exit $fail

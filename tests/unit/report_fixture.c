@@ -1,0 +1,299 @@
+#include "report_fixture.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "store.h"
+#include "types.h"
+
+#define MODEL_A_SHA "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+#define MODEL_B_SHA "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"
+#define TEXT_SHA    "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"
+#define IMATRIX     " imatrix=calib:fixture-calib"
+
+/* The model: n_embd 32, n_ff 64, vocab 64, 2 layers, 160 norm weights in F32. */
+#define N_LAYER     2
+#define NORM_PARAMS 160
+#define MAX_TENSORS (2 + 7 * N_LAYER)
+#define PPL_REL_ERR 0.0390625 /* relative standard error of the PPLs */
+
+typedef enum { ROLE_EMBD, ROLE_BODY, ROLE_HEAD } role;
+
+typedef struct {
+    const char *name; /* class, or the full name outside the blocks */
+    int64_t n_cols, n_rows;
+    double sigma;      /* scale of the weights */
+    double difficulty; /* relative quantization error of the class */
+    role r;
+} tensor_class;
+
+static const tensor_class classes[] = {
+    {"attn_q", 32, 32, 0.03125, 1.0, ROLE_BODY},
+    {"attn_k", 32, 32, 0.03125, 1.0, ROLE_BODY},
+    {"attn_v", 32, 32, 0.03125, 0.875, ROLE_BODY},
+    {"attn_output", 32, 32, 0.03125, 1.125, ROLE_BODY},
+    {"ffn_gate", 32, 64, 0.03125, 1.0, ROLE_BODY},
+    {"ffn_up", 32, 64, 0.03125, 1.0, ROLE_BODY},
+    {"ffn_down", 64, 32, 0.03125, 1.25, ROLE_BODY},
+};
+static const tensor_class embd = {"token_embd.weight", 32, 64, 0.0625, 1.0, ROLE_EMBD};
+static const tensor_class head = {"output.weight", 32, 64, 0.03125, 1.0, ROLE_HEAD};
+
+/* Relative RMS weight error of a type (what a quantizer of that width achieves). */
+static double type_error(ql_type t)
+{
+    switch (t) {
+    case QL_TYPE_F32:
+        return 0.0;
+    case QL_TYPE_F16:
+        return 1.0 / 2048;
+    case QL_TYPE_Q8_0:
+        return 1.125 / 256;
+    default:
+        return 1.0 / 16;
+    }
+}
+
+typedef struct {
+    ql_store_tensor_error te[MAX_TENSORS];
+    char names[MAX_TENSORS][48];
+    size_t n;
+    double params, bytes, params_body, bytes_body;
+    double sq_err, max_err, imat_err, imat_norm;
+} weights;
+
+static void add_tensor(weights *w, const tensor_class *tc, int layer, ql_type type)
+{
+    ql_store_tensor_error *t = &w->te[w->n];
+    if (layer >= 0)
+        snprintf(w->names[w->n], sizeof w->names[0], "blk.%d.%s.weight", layer, tc->name);
+    else
+        snprintf(w->names[w->n], sizeof w->names[0], "%s", tc->name);
+    double sigma = tc->sigma * (layer >= 0 ? 1.0 + 0.25 * layer : 1.0);
+    double eps = type_error(type) * tc->difficulty;
+    t->tensor = w->names[w->n];
+    t->requested_type = t->used_type = type;
+    t->fallback_reason = NULL;
+    t->n_rows = tc->n_rows;
+    t->n_cols = tc->n_cols;
+    t->params = tc->n_rows * tc->n_cols;
+    t->bytes = (int64_t)ql_row_size(type, tc->n_cols) * tc->n_rows;
+    t->rmse = eps * sigma;
+    t->max_err = 4.0 * t->rmse;
+    t->outlier_cols = -1;
+    /* Embeddings are looked up, not multiplied: the imatrix has no entry for them. */
+    if (tc->r == ROLE_EMBD) {
+        t->imatrix_err = t->imatrix_err_rel = NAN;
+    } else {
+        double norm = 1.5 * (double)t->params * sigma * sigma; /* sum of I w^2 */
+        t->imatrix_err_rel = 0.75 * eps * eps * (layer >= 0 ? 1.0 + 0.125 * layer : 1.0);
+        t->imatrix_err = t->imatrix_err_rel * norm;
+        w->imat_err += t->imatrix_err;
+        w->imat_norm += norm;
+    }
+    w->params += (double)t->params;
+    w->bytes += (double)t->bytes;
+    if (tc->r == ROLE_BODY) {
+        w->params_body += (double)t->params;
+        w->bytes_body += (double)t->bytes;
+    }
+    w->sq_err += (double)t->params * t->rmse * t->rmse;
+    if (t->max_err > w->max_err)
+        w->max_err = t->max_err;
+    w->n++;
+}
+
+static void make_weights(const ql_config *c, weights *w)
+{
+    memset(w, 0, sizeof *w);
+    add_tensor(w, &embd, -1, ql_config_embd_type(c));
+    for (int l = 0; l < N_LAYER; l++)
+        for (size_t k = 0; k < sizeof classes / sizeof classes[0]; k++)
+            add_tensor(w, &classes[k], l, c->weight_type);
+    add_tensor(w, &head, -1, ql_config_head_type(c));
+    /* Norms stay F32. */
+    w->params += NORM_PARAMS;
+    w->bytes += 4.0 * NORM_PARAMS;
+}
+
+typedef struct {
+    const char *sweep;
+    const char *model_sha;
+    const char *canon;
+    const char *fail; /* error text of a failed run, or NULL */
+    bool no_max_dp;   /* max |dp| not measured */
+} fixture_run;
+
+static const fixture_run runs[] = {
+    {"fixture-formats", MODEL_A_SHA, "weight_type=F16" IMATRIX, NULL, false},
+    {"fixture-formats", MODEL_A_SHA, "weight_type=F16 act_mode=q8_0" IMATRIX, NULL, false},
+    {"fixture-formats", MODEL_A_SHA, "weight_type=Q8_0" IMATRIX, NULL, false},
+    {"fixture-formats", MODEL_A_SHA, "weight_type=Q8_0 act_mode=q8_0" IMATRIX, NULL, false},
+    {"fixture-formats", MODEL_A_SHA, "weight_type=Q4_0" IMATRIX, NULL, false},
+    {"fixture-formats", MODEL_A_SHA, "weight_type=Q4_0 act_mode=q8_0" IMATRIX, NULL, false},
+    {"fixture-formats", MODEL_A_SHA, "weight_type=Q4_0 head_type=F32" IMATRIX, NULL, true},
+    {"fixture-formats", MODEL_A_SHA, "weight_type=IQ4_NL" IMATRIX, QLT_REPORT_FAILURE, false},
+    {"fixture-mixed", MODEL_A_SHA, "weight_type=Q8_0" IMATRIX, NULL, false},
+    {"fixture-mixed", MODEL_B_SHA, "weight_type=Q8_0" IMATRIX, NULL, false},
+    {"fixture-mixed", MODEL_B_SHA, "weight_type=Q4_0" IMATRIX, NULL, false},
+    {"fixture-failed", MODEL_B_SHA, "weight_type=IQ4_NL" IMATRIX, "IQ4_NL: not implemented yet",
+     false},
+};
+
+/* Sample standard error of the mean of v[0..n). */
+static double std_error(const double *v, int n)
+{
+    double mean = 0.0, ss = 0.0;
+    for (int i = 0; i < n; i++)
+        mean += v[i];
+    mean /= n;
+    for (int i = 0; i < n; i++)
+        ss += (v[i] - mean) * (v[i] - mean);
+    return sqrt(ss / (n - 1)) / sqrt((double)n);
+}
+
+/* Per-chunk sums and the run metrics derived from them. */
+static void make_metrics(const ql_config *c, const weights *w, int k, bool model_b, bool no_max_dp,
+                         ql_store_metrics *m, ql_store_chunk_metrics *ck)
+{
+    const int T = QLT_REPORT_TOKENS;
+    /* KLD per token grows with the importance-weighted weight error; quantized
+     * activations add their own share. */
+    double rel = w->imat_err / w->imat_norm;
+    double base =
+        16.0 * rel * (model_b ? 1.5 : 1.0) + (c->act_mode == QL_ACT_Q8_0 ? 1.0 / 1024 : 0.0);
+    double kld = 0.0, nll = 0.0, nll_ref = 0.0, top1 = 0.0;
+    double chunk_kld[QLT_REPORT_CHUNKS], chunk_dnll[QLT_REPORT_CHUNKS];
+    for (int i = 0; i < QLT_REPORT_CHUNKS; i++) {
+        /* Chunks differ in difficulty (shared by every config) and a little noise. */
+        double hard = 1.0 + (double)((i * 5) % 8) / 8.0;
+        double noise = 1.0 + (double)((3 * i + k) % 5 - 2) / 32.0; /* k: per weight type */
+        double mean = base * hard * noise;
+        ql_store_chunk_metrics *x = &ck[i];
+        x->chunk = i;
+        x->n_tokens = T;
+        x->kld_sum = mean * T;
+        x->nll_ref_sum = T * (2.25 + (double)(i % 4) / 8.0);
+        x->nll_sum = x->nll_ref_sum + 0.5 * mean * T;
+        x->top1_count = T - (int64_t)floor(0.8 * T * sqrt(mean));
+        chunk_kld[i] = mean;
+        chunk_dnll[i] = 0.5 * mean;
+        kld += x->kld_sum;
+        nll += x->nll_sum;
+        nll_ref += x->nll_ref_sum;
+        top1 += (double)x->top1_count;
+    }
+    double n = (double)(T * QLT_REPORT_CHUNKS);
+    ql_store_metrics_init(m);
+    m->n_tokens = n;
+    m->kld_mean = kld / n;
+    m->kld_mean_err = std_error(chunk_kld, QLT_REPORT_CHUNKS);
+    m->kld_median = 0.375 * m->kld_mean;
+    m->kld_p90 = 2.5 * m->kld_mean;
+    m->kld_p99 = 7.0 * m->kld_mean;
+    m->kld_p999 = 15.0 * m->kld_mean;
+    m->kld_max = 40.0 * m->kld_mean;
+    m->ln_ppl_ratio = (nll - nll_ref) / n;
+    m->ln_ppl_ratio_err = std_error(chunk_dnll, QLT_REPORT_CHUNKS);
+    /* exp() is left out on purpose (see the header): second-order expansion. */
+    double r = m->ln_ppl_ratio;
+    m->ppl_ref = model_b ? 12.25 : 10.5;
+    m->ppl_ref_err = PPL_REL_ERR * m->ppl_ref;
+    m->ppl = m->ppl_ref * (1.0 + r + 0.5 * r * r);
+    m->ppl_err = PPL_REL_ERR * m->ppl;
+    m->top1_agree = top1 / n;
+    m->dp_mean = -0.25 * m->kld_mean;
+    m->dp_rms = 0.5 * sqrt(m->kld_mean);
+    m->dp_min = -0.5 * sqrt(m->kld_p99);
+    m->dp_max = 0.25 * sqrt(m->kld_p99);
+    m->max_abs_prob_err = no_max_dp ? (double)NAN : fmin(1.0, 0.5 * sqrt(m->kld_max));
+    m->rmse = sqrt(w->sq_err / w->params);
+    m->max_err = w->max_err;
+    m->imatrix_err = w->imat_err;
+    m->imatrix_err_rel = rel;
+    m->params = w->params;
+    m->bytes = w->bytes;
+    m->bpw = 8.0 * w->bytes / w->params;
+    m->params_body = w->params_body;
+    m->bytes_body = w->bytes_body;
+    m->bpw_body = 8.0 * w->bytes_body / w->params_body;
+    m->gguf_bytes = w->bytes + 4096.0;
+}
+
+static ql_status add_model(ql_store *s, const char *sha, const char *name, int64_t *id,
+                           ql_error *err)
+{
+    ql_store_model m;
+    ql_store_model_init(&m);
+    m.sha256 = sha;
+    m.path = strcmp(name, "fixture-a") == 0 ? "models/fixture-a.gguf" : "models/fixture-b.gguf";
+    m.name = name;
+    m.arch = "llama";
+    m.params = 2048 + N_LAYER * (4 * 1024 + 3 * 2048) + 2048 + NORM_PARAMS;
+    m.n_layer = N_LAYER;
+    m.n_embd = 32;
+    m.n_ff = 64;
+    m.n_vocab = 64;
+    return ql_store_upsert_model(s, &m, id, err);
+}
+
+ql_status qlt_report_fixture(const char *path, bool chunks, ql_error *err)
+{
+    ql_store *s;
+    ql_status st = ql_store_open(path, NULL, &s, err);
+    if (st)
+        return st;
+    int64_t model_a, model_b, text;
+    ql_store_dataset d;
+    ql_store_dataset_init(&d);
+    d.sha256 = TEXT_SHA;
+    d.name = "fixture-text";
+    d.bytes = 65536;
+    if ((st = add_model(s, MODEL_A_SHA, "fixture-a", &model_a, err)) ||
+        (st = add_model(s, MODEL_B_SHA, "fixture-b", &model_b, err)) ||
+        (st = ql_store_upsert_dataset(s, &d, &text, err)))
+        goto out;
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        const fixture_run *fr = &runs[k];
+        bool is_b = strcmp(fr->model_sha, MODEL_B_SHA) == 0;
+        ql_config c;
+        int64_t cid, run;
+        char hash[65];
+        if ((st = ql_config_from_string(fr->canon, &c, err)) ||
+            (st = ql_store_upsert_config(s, &c, &cid, err)))
+            goto out;
+        ql_config_hash(&c, hash);
+        if ((st = ql_store_find_done(s, hash, fr->model_sha, TEXT_SHA, QLT_REPORT_CTX,
+                                     QLT_REPORT_CHUNKS, 1, &run, err)))
+            goto out;
+        if (run) {
+            if ((st = ql_store_add_to_sweep(s, fr->sweep, run, err)))
+                goto out;
+            continue;
+        }
+        ql_store_run_key key = {cid, is_b ? model_b : model_a, text, QLT_REPORT_CTX,
+                                QLT_REPORT_CHUNKS};
+        ql_store_run_info info = {fr->sweep, 2, 1, NULL};
+        if ((st = ql_store_begin_run(s, &key, &info, &run, err)))
+            goto out;
+        if (fr->fail) {
+            if ((st = ql_store_fail_run(s, run, fr->fail, 0.25, err)))
+                goto out;
+            continue;
+        }
+        weights w;
+        make_weights(&c, &w);
+        ql_store_metrics m;
+        ql_store_chunk_metrics ck[QLT_REPORT_CHUNKS];
+        make_metrics(&c, &w, (int)c.weight_type, is_b, fr->no_max_dp, &m, ck);
+        ql_store_timing t = {2.5, 0.25, 1.0, 1.0};
+        ql_store_run_result res = {&m, w.te, w.n, ck, chunks ? QLT_REPORT_CHUNKS : 0, &t};
+        if ((st = ql_store_finish_run_result(s, run, &res, err)))
+            goto out;
+    }
+out:
+    ql_store_close(s);
+    return st;
+}

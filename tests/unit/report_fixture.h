@@ -1,0 +1,32 @@
+/* A results database for the tests of `qlab report` and the notebooks, built
+ * through the store API with made-up but self-consistent measurements (per-chunk
+ * sums first, run metrics derived from them as a runner would):
+ *
+ *   sweep fixture-formats: model fixture-a on fixture-text, ctx 64, 8 chunks;
+ *     F16, Q8_0, Q4_0 x act_mode f32, q8_0; Q4_0 with head_type F32 (max |dp|
+ *     not measured); IQ4_NL failed. Every run has per-chunk sums and per-tensor
+ *     errors (2 layers).
+ *   fixture-mixed: Q8_0 on fixture-a (the run of fixture-formats, reused) and
+ *     Q8_0, Q4_0 on fixture-b: two groups in one sweep.
+ *   fixture-failed: one failed run only.
+ *
+ * Values are products and quotients of small dyadic numbers, square roots and
+ * sums (no exp/log), so the stored doubles are the same on every IEEE machine
+ * and the tests can compare generated tables as text. */
+#ifndef QL_REPORT_FIXTURE_H
+#define QL_REPORT_FIXTURE_H
+
+#include <stdbool.h>
+
+#include "error.h"
+
+#define QLT_REPORT_CTX     64
+#define QLT_REPORT_CHUNKS  8
+#define QLT_REPORT_TOKENS  31 /* scored tokens per chunk at ctx 64: positions 32..62 */
+#define QLT_REPORT_FAILURE "quantize: blk.0.ffn_down.weight (IQ4_NL): not implemented yet"
+
+/* Creates the database at path (which must not exist); without chunks, the runs
+ * have no per-chunk sums (as in a database of a runner that does not record them). */
+ql_status qlt_report_fixture(const char *path, bool chunks, ql_error *err);
+
+#endif

@@ -1,0 +1,100 @@
+#include "store_fixture.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "store.h"
+#include "types.h"
+
+/* Metrics of a done run; the values are exact in binary so outputs can be compared as text. */
+typedef struct {
+    const char *weight_type;
+    double bpw, ppl, kld_mean, zlib_bytes;
+} fixture_run;
+
+static ql_status add_run(ql_store *s, int64_t model, int64_t text, const char *canon,
+                         const fixture_run *fr, const char *fail, bool leave_running, ql_error *err)
+{
+    ql_config c;
+    ql_status st = ql_config_from_string(canon, &c, err);
+    int64_t cid, run;
+    if (st || (st = ql_store_upsert_config(s, &c, &cid, err)))
+        return st;
+    ql_store_run_key key = {cid, model, text, QLT_FIXTURE_CTX, QLT_FIXTURE_CHUNKS};
+    ql_store_run_info info = {QLT_FIXTURE_SWEEP, 2, QLT_FIXTURE_METRICS_VERSION, NULL};
+    if ((st = ql_store_begin_run(s, &key, &info, &run, err)))
+        return st;
+    if (leave_running)
+        return QL_OK;
+    if (fail)
+        return ql_store_fail_run(s, run, fail, 0.5, err);
+
+    ql_store_metrics m;
+    ql_store_metrics_init(&m);
+    m.ppl = fr->ppl;
+    m.ppl_err = 0.25;
+    m.ppl_ref = 10.0;
+    m.ppl_ref_err = 0.25;
+    m.ln_ppl_ratio = log(fr->ppl / 10.0);
+    m.kld_mean = fr->kld_mean;
+    m.top1_agree = 0.875;
+    m.n_tokens = 252;
+    m.bpw = fr->bpw;
+    m.bytes = fr->bpw * 1024.0;
+    m.params = 8192;
+    m.zlib_bytes = fr->zlib_bytes; /* NAN for most: not measured */
+
+    ql_type wt = c.weight_type;
+    ql_store_tensor_error te[3] = {
+        {"token_embd.weight", wt, wt, NULL, 512, 64, 32768, 1000, 0.0625, 0.25, NAN, NAN, -1},
+        {"blk.0.attn_q.weight", wt, wt, NULL, 64, 64, 4096, 500, 0.125, 0.5, 2.0, 0.015625, -1},
+        {"blk.0.ffn_down.weight", QL_TYPE_Q4_K, QL_TYPE_Q5_0,
+         "row length 172 is not a multiple of 256", 64, 172, 11008, 700, 0.25, 1.0, 4.0, 0.03125,
+         -1},
+    };
+    ql_store_timing t = {12.5, 1.0, 4.0, 5.0};
+    return ql_store_finish_run(s, run, &m, te, 3, &t, err);
+}
+
+ql_status qlt_store_fixture(const char *path, ql_error *err)
+{
+    ql_store *s;
+    ql_status st = ql_store_open(path, NULL, &s, err);
+    if (st)
+        return st;
+    ql_store_model model;
+    ql_store_model_init(&model);
+    model.sha256 = QLT_FIXTURE_MODEL_SHA;
+    model.path = "models/fake.gguf";
+    model.name = "fake-model";
+    model.arch = "llama";
+    model.params = 8192;
+    model.n_layer = 1;
+    ql_store_dataset text;
+    ql_store_dataset_init(&text);
+    text.sha256 = QLT_FIXTURE_TEXT_SHA;
+    text.name = "fake-text";
+    text.bytes = 4096;
+    int64_t mid, tid;
+    static const fixture_run runs[] = {
+        {"F16", 16.0, 10.125, 0.0001220703125, NAN},
+        {"Q8_0", 8.5, 10.5, 0.001953125, 1000.0},
+        {"Q4_0", 4.5, 12.25, 0.0625, NAN},
+    };
+    if ((st = ql_store_upsert_model(s, &model, &mid, err)) ||
+        (st = ql_store_upsert_dataset(s, &text, &tid, err)))
+        goto out;
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char canon[64];
+        snprintf(canon, sizeof canon, "weight_type=%s", runs[i].weight_type);
+        if ((st = add_run(s, mid, tid, canon, &runs[i], NULL, false, err)))
+            goto out;
+    }
+    if ((st = add_run(s, mid, tid, "weight_type=IQ4_NL", NULL, QLT_FIXTURE_ERROR, false, err)) ||
+        (st = add_run(s, mid, tid, "weight_type=Q5_0", NULL, NULL, true, err)))
+        goto out;
+out:
+    ql_store_close(s);
+    return st;
+}

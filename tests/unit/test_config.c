@@ -1,0 +1,268 @@
+/* Configs: parsing of every axis, the canonical form, the pinned content hash,
+ * cross-axis rules and the capability table. */
+#include <math.h>
+#include <string.h>
+
+#include "config.h"
+#include "qltest.h"
+#include "util.h"
+
+/* Parses a config string and returns its canonical form (static buffer). */
+static const char *canon(const char *s)
+{
+    static char buf[QL_CONFIG_TEXT_MAX];
+    ql_config c;
+    ql_error err;
+    ql_status st = ql_config_from_string(s, &c, &err);
+    CHECK_OK(st, &err);
+    if (st != QL_OK)
+        return "";
+    ql_config_to_string(&c, buf, sizeof buf);
+    return buf;
+}
+
+static void check_canon(const char *in, const char *want)
+{
+    const char *got = canon(in);
+    CHECK_MSG(strcmp(got, want) == 0, "'%s' -> '%s', expected '%s'", in, got, want);
+}
+
+/* Expects ql_config_from_string(s) to fail with exactly msg. */
+static void check_bad(const char *s, const char *msg)
+{
+    ql_config c;
+    ql_error err;
+    ql_error_clear(&err);
+    ql_status st = ql_config_from_string(s, &c, &err);
+    CHECK_MSG(st == QL_EFORMAT, "'%s' was accepted", s);
+    CHECK_MSG(strcmp(err.msg, msg) == 0, "'%s': got '%s', expected '%s'", s, err.msg, msg);
+}
+
+static void test_defaults_and_pinned_hash(void)
+{
+    ql_config c;
+    ql_config_init(&c);
+    c.weight_type = QL_TYPE_Q4_0;
+    char text[QL_CONFIG_TEXT_MAX], hash[65];
+    ql_config_to_string(&c, text, sizeof text);
+    CHECK(strcmp(text, "weight_type=Q4_0 act_mode=f32 outlier_ratio=0 head_type=same "
+                       "embd_type=same kv_type=f32 imatrix=none budget=none") == 0);
+    /* Pinned: sha256 of the line above computed with sha256sum. If this fails, the
+     * canonical form changed and every stored result lost its identity. */
+    ql_config_hash(&c, hash);
+    CHECK_MSG(strcmp(hash, "88005179d5a510460d59b37500766f264fc607741718dfc6061269de8009ddb5") == 0,
+              "hash %s", hash);
+
+    ql_config full;
+    ql_error err;
+    CHECK_OK(ql_config_from_string("budget=bpw:4.5 imatrix=calib:ts-calib,ctx=128 kv_type=F16 "
+                                   "embd_type=q6_k head_type=f32 outlier_ratio=3.50 "
+                                   "act_mode=Q8X2 weight_type=q8_0",
+                                   &full, &err),
+             &err);
+    ql_config_hash(&full, hash);
+    CHECK_MSG(strcmp(hash, "2185a400decb41a7c317e6a73967b389f2f2e9ab462bf94662c850d9ae97c600") == 0,
+              "hash %s", hash);
+}
+
+static void test_canonical_spelling(void)
+{
+    check_canon("weight_type=q4_k", "weight_type=Q4_K act_mode=f32 outlier_ratio=0 head_type=same "
+                                    "embd_type=same kv_type=f32 imatrix=none budget=none");
+    /* Numbers: shortest exact spelling; -0 is 0. */
+    check_canon("weight_type=Q8_0 outlier_ratio=6.000",
+                "weight_type=Q8_0 act_mode=f32 "
+                "outlier_ratio=6 head_type=same embd_type=same kv_type=f32 imatrix=none "
+                "budget=none");
+    check_canon("weight_type=Q8_0 outlier_ratio=-0.0",
+                "weight_type=Q8_0 act_mode=f32 "
+                "outlier_ratio=0 head_type=same embd_type=same kv_type=f32 imatrix=none "
+                "budget=none");
+    check_canon("weight_type=Q8_0 outlier_ratio=2.25e0",
+                "weight_type=Q8_0 act_mode=f32 "
+                "outlier_ratio=2.25 head_type=same embd_type=same kv_type=f32 imatrix=none "
+                "budget=none");
+    /* A head type equal to the weight type is `same`. */
+    check_canon("weight_type=Q4_0 head_type=Q4_0 embd_type=q4_0",
+                "weight_type=Q4_0 act_mode=f32 outlier_ratio=0 head_type=same embd_type=same "
+                "kv_type=f32 imatrix=none budget=none");
+    /* kv auto resolves through act_mode. */
+    check_canon("weight_type=Q4_0 act_mode=native",
+                "weight_type=Q4_0 act_mode=native "
+                "outlier_ratio=0 head_type=same embd_type=same kv_type=f16 imatrix=none "
+                "budget=none");
+    check_canon("weight_type=Q4_0 act_mode=native kv_type=q8_0",
+                "weight_type=Q4_0 "
+                "act_mode=native outlier_ratio=0 head_type=same embd_type=same kv_type=q8_0 "
+                "imatrix=none budget=none");
+    check_canon("act_mode=q8_k weight_type=INT8_ROW",
+                "weight_type=INT8_ROW act_mode=q8_K "
+                "outlier_ratio=0 head_type=same embd_type=same kv_type=f32 imatrix=none "
+                "budget=none");
+    /* Budgets: bytes as a whole number, units are powers of 1024. */
+    check_canon("weight_type=F16 budget=4.5GiB",
+                "weight_type=F16 act_mode=f32 outlier_ratio=0 "
+                "head_type=same embd_type=same kv_type=f32 imatrix=none budget=4831838208");
+    check_canon("weight_type=F16 budget=3kib",
+                "weight_type=F16 act_mode=f32 outlier_ratio=0 "
+                "head_type=same embd_type=same kv_type=f32 imatrix=none budget=3072");
+    check_canon("weight_type=F16 budget=BPW:5.50",
+                "weight_type=F16 act_mode=f32 "
+                "outlier_ratio=0 head_type=same embd_type=same kv_type=f32 imatrix=none "
+                "budget=bpw:5.5");
+    /* imatrix: paths as written, calib options in a fixed order, chunks=0 dropped. */
+    check_canon("weight_type=Q4_K imatrix=data/i.gguf",
+                "weight_type=Q4_K act_mode=f32 "
+                "outlier_ratio=0 head_type=same embd_type=same kv_type=f32 imatrix=data/i.gguf "
+                "budget=none");
+    check_canon("weight_type=Q4_K imatrix=calib:x,chunks=5,ctx=64",
+                "weight_type=Q4_K "
+                "act_mode=f32 outlier_ratio=0 head_type=same embd_type=same kv_type=f32 "
+                "imatrix=calib:x,ctx=64,chunks=5 budget=none");
+    check_canon("weight_type=Q4_K imatrix=calib:x,chunks=0",
+                "weight_type=Q4_K act_mode=f32 "
+                "outlier_ratio=0 head_type=same embd_type=same kv_type=f32 imatrix=calib:x "
+                "budget=none");
+}
+
+static void test_round_trip(void)
+{
+    const char *inputs[] = {
+        "weight_type=IQ4_XS head_type=Q6_K embd_type=F16 imatrix=calib:wiki,ctx=256",
+        "weight_type=Q8_0_XC outlier_ratio=3 act_mode=q8_0",
+        "weight_type=BF16 kv_type=q4_0 budget=1048576",
+        "weight_type=Q2_K imatrix=/tmp/im.dat budget=bpw:2.625",
+        "weight_type=TQ2_0 outlier_ratio=1.0000001",
+    };
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
+        char once[QL_CONFIG_TEXT_MAX];
+        ql_strlcpy(once, canon(inputs[i]), sizeof once);
+        const char *twice = canon(once);
+        CHECK_MSG(strcmp(once, twice) == 0, "'%s' does not read back: '%s'", once, twice);
+        ql_config a, b;
+        ql_error err;
+        char ha[65], hb[65];
+        CHECK_OK(ql_config_from_string(inputs[i], &a, &err), &err);
+        CHECK_OK(ql_config_from_string(once, &b, &err), &err);
+        ql_config_hash(&a, ha);
+        ql_config_hash(&b, hb);
+        CHECK(strcmp(ha, hb) == 0);
+    }
+}
+
+static void test_errors(void)
+{
+    check_bad("weight_type=Q4_O", "weight_type: unknown type 'Q4_O'; did you mean 'Q4_0'?");
+    check_bad("weight_type=iq4xs", "weight_type: unknown type 'iq4xs'; did you mean 'IQ4_XS'?");
+    check_bad("weight_type=Q8_K",
+              "weight_type: Q8_K is an activation-only format (ggml has no matmul with it as the "
+              "weight)");
+    check_bad("weight_type=I8", "weight_type: I8 is an integer tensor type, not a weight format");
+    check_bad("head_type=sme", "head_type: unknown type 'sme'; did you mean 'same'?");
+    check_bad("weight_type=same", "weight_type: 'same' is only valid for head_type and embd_type");
+    check_bad("act_mode=q8_o", "act_mode: unknown mode 'q8_o'; did you mean 'q8_0'?");
+    check_bad("kv_type=bf16", "kv_type: unknown type 'bf16'; did you mean 'f16'?");
+    check_bad("outlier_ratio=0.5",
+              "outlier_ratio: 0.5 must be 0 (off) or greater than 1 (a channel is an outlier "
+              "above ratio x the median channel)");
+    check_bad("outlier_ratio=1", "outlier_ratio: 1 must be 0 (off) or greater than 1 (a channel "
+                                 "is an outlier above ratio x the median channel)");
+    check_bad("outlier_ratio=nan", "outlier_ratio: 'nan' is not a number");
+    check_bad("budget=4GB", "budget: unit 'GB' in '4GB' is ambiguous; use KiB, MiB or GiB "
+                            "(powers of 1024) or a plain byte count");
+    check_bad("budget=4.5", "budget: '4.5' is not a whole number of bytes (or give a unit: KiB, "
+                            "MiB, GiB)");
+    check_bad("budget=bpw:0", "budget: 'bpw:0' is not bpw:X with 0 < X <= 32 bits per weight");
+    check_bad("budget=0", "budget: '0' is out of range (1 byte .. 2^53)");
+    check_bad("imatrix=calib:", "imatrix: 'calib:' names no dataset (calib:<dataset>)");
+    check_bad("imatrix=calib:x,ctx=4",
+              "imatrix: ctx '4' in 'calib:x,ctx=4' is not an integer in 8..1048576");
+    check_bad("imatrix=calib:x,seed=1",
+              "imatrix: unknown option 'seed' in 'calib:x,seed=1' (options: ctx=N, chunks=N)");
+    check_bad("wieght_type=Q4_0", "unknown axis 'wieght_type'; did you mean 'weight_type'?");
+    check_bad("weight_type=Q4_0 weight_type=Q8_0", "axis 'weight_type' given twice");
+    check_bad("weight_type", "config item 'weight_type' is not axis=value");
+}
+
+static void test_rules_and_capabilities(void)
+{
+    ql_config c;
+    ql_error err;
+    ql_axis bad = QL_AXIS_COUNT;
+    CHECK_OK(ql_config_from_string("weight_type=Q4_0 head_type=IQ1_S", &c, &err), &err);
+    CHECK(ql_config_validate(&c, &bad, &err) == QL_EFORMAT);
+    CHECK(bad == QL_AXIS_HEAD_TYPE);
+    CHECK(strcmp(err.msg, "head_type IQ1_S needs an importance matrix (ggml refuses to quantize "
+                          "it without one), but imatrix is none") == 0);
+    CHECK_OK(ql_config_from_string("weight_type=IQ2_XXS imatrix=calib:x", &c, &err), &err);
+    CHECK_OK(ql_config_validate(&c, NULL, &err), &err);
+
+    /* Today's capabilities (the issue 6 baseline); later issues flip entries on and
+     * update these expectations. */
+    CHECK_OK(ql_config_from_string("weight_type=IQ3_S head_type=F32 imatrix=x.dat", &c, &err),
+             &err);
+    CHECK_OK(ql_config_check_implemented(&c, &err), &err);
+    CHECK_OK(ql_config_from_string("weight_type=Q4_0 act_mode=q8_0", &c, &err), &err);
+    CHECK(ql_config_check_implemented(&c, &err) == QL_EUNSUPPORTED);
+    CHECK(strcmp(err.msg, "act_mode q8_0 is not implemented yet") == 0);
+    CHECK_OK(ql_config_from_string("weight_type=Q4_0 outlier_ratio=3.0", &c, &err), &err);
+    CHECK(ql_config_check_axis(&c, QL_AXIS_OUTLIER_RATIO, &err) == QL_EUNSUPPORTED);
+    CHECK(strcmp(err.msg, "outlier_ratio 3 is not implemented yet") == 0);
+    CHECK_OK(ql_config_from_string("weight_type=Q4_0 budget=bpw:4.5", &c, &err), &err);
+    CHECK(ql_config_check_axis(&c, QL_AXIS_BUDGET, &err) == QL_EUNSUPPORTED);
+    CHECK(strcmp(err.msg, "budget bpw:4.5 is not implemented yet") == 0);
+    CHECK_OK(ql_config_from_string("weight_type=Q4_0 act_mode=native", &c, &err), &err);
+    CHECK(ql_config_check_axis(&c, QL_AXIS_KV_TYPE, &err) == QL_EUNSUPPORTED);
+    CHECK(strcmp(err.msg, "kv_type f16 (implied by act_mode native) is not implemented yet") == 0);
+
+    /* Every value class of every axis has exactly one entry in the table. */
+    const ql_capability *caps;
+    size_t n = ql_config_capabilities(&caps);
+    CHECK(n > 0);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            CHECK(caps[i].axis != caps[j].axis || strcmp(caps[i].value, caps[j].value) != 0);
+}
+
+static void test_weight_type_set(void)
+{
+    /* The DESIGN.md weight types are all accepted. */
+    const char *names[] = {"F32",    "F16",     "BF16",   "Q8_0",  "Q4_0",     "Q4_1",
+                           "Q5_0",   "Q5_1",    "Q2_K",   "Q3_K",  "Q4_K",     "Q5_K",
+                           "Q6_K",   "IQ4_NL",  "IQ4_XS", "IQ3_S", "IQ3_XXS",  "IQ2_S",
+                           "IQ2_XS", "IQ2_XXS", "IQ1_S",  "IQ1_M", "INT8_ROW", "Q8_0_XC"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        ql_config c;
+        ql_error err;
+        ql_config_init(&c);
+        CHECK_OK(ql_config_set(&c, QL_AXIS_WEIGHT_TYPE, names[i], &err), &err);
+        CHECK(strcmp(ql_type_name(c.weight_type), names[i]) == 0);
+    }
+}
+
+static void test_format_double(void)
+{
+    char b[40];
+    ql_format_double(0.1, b, sizeof b);
+    CHECK(strcmp(b, "0.1") == 0);
+    ql_format_double(1.0 / 3.0, b, sizeof b);
+    CHECK(strtod(b, NULL) == 1.0 / 3.0);
+    ql_format_double(-0.0, b, sizeof b);
+    CHECK(strcmp(b, "0") == 0);
+    ql_format_double(1e300, b, sizeof b);
+    CHECK(strcmp(b, "1e+300") == 0);
+    ql_format_double(NAN, b, sizeof b);
+    CHECK(strcmp(b, "nan") == 0);
+}
+
+int main(void)
+{
+    test_defaults_and_pinned_hash();
+    test_canonical_spelling();
+    test_round_trip();
+    test_errors();
+    test_rules_and_capabilities();
+    test_weight_type_set();
+    test_format_double();
+    return qlt_done();
+}

@@ -1,0 +1,217 @@
+/* The data resolver on a temporary tree: QLAB_ROOT with its own manifest, a
+ * ../shared mirror next to it, a QLAB_DATA directory. Checks the search order one
+ * place at a time, the not-found message (every place looked, how to get the
+ * file), size and sha256 mismatches, the verified-hash cache and forced
+ * verification, plain path passthrough, and manifest errors with line numbers. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "data.h"
+#include "qltest.h"
+#include "util.h"
+
+static char base[512], root[600], shared[600], data[600];
+
+static void mkdirs(const char *path)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(tmp, 0755);
+            *p = '/';
+        }
+    }
+    mkdir(tmp, 0755);
+}
+
+/* Writes text to dir/rel, creating directories. */
+static void put_file(const char *dir, const char *rel, const char *text)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    char *slash = strrchr(path, '/');
+    *slash = '\0';
+    mkdirs(path);
+    *slash = '/';
+    FILE *f = fopen(path, "wb");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+}
+
+static void write_manifest(const char *lines)
+{
+    put_file(root, "datasets/manifest.tsv", lines);
+    ql_data_reset();
+}
+
+/* Resolves name and checks the path it lands on (NULL: expect an error). */
+static void expect_path(const char *name, const char *want)
+{
+    char path[QL_PATH_MAX];
+    ql_error err;
+    const ql_data_entry *e = NULL;
+    ql_status st = ql_data_resolve(name, path, sizeof path, &e, &err);
+    CHECK_OK(st, &err);
+    if (st == QL_OK) {
+        CHECK_MSG(strcmp(path, want) == 0, "'%s' resolved to %s, expected %s", name, path, want);
+        CHECK(e != NULL && strcmp(e->name, name) == 0);
+    }
+}
+
+int main(void)
+{
+    snprintf(base, sizeof base, "%s", qlt_tmpdir());
+    /* <base>/tree/root is the qlab tree, <base>/tree/shared its ../shared mirror. */
+    snprintf(root, sizeof root, "%s/tree/root", base);
+    snprintf(shared, sizeof shared, "%s/tree/shared", base);
+    snprintf(data, sizeof data, "%s/data", base);
+    mkdirs(root);
+    mkdirs(shared);
+    mkdirs(data);
+    setenv("QLAB_ROOT", root, 1);
+    unsetenv("QLAB_DATA");
+    CHECK(strcmp(ql_data_root(), root) == 0);
+
+    const char *text = "the quick brown fox\n"; /* 20 bytes */
+    char sha[65];
+    ql_sha256_hex(text, strlen(text), sha);
+    char manifest[2048];
+    snprintf(manifest, sizeof manifest,
+             "# name\tkind\tfile\tsha256\tbytes\tsource\tlicense\n"
+             "\n"
+             "fox\ttext\ttexts/fox.txt\t%s\t20\thttps://example.org/fox.txt\tCC0\n"
+             "ghost\ttext\ttexts/ghost.txt\t%s\t20\thttps://example.org/ghost.txt\tCC0\n"
+             "badsha\ttext\ttexts/badsha.txt\t%s\t20\thttps://example.org/b.txt\tCC0\n"
+             "badsize\tmodel\tmodels/badsize.gguf\t%s\t20\thttps://example.org/m\tCC0\n",
+             sha, sha, sha, sha);
+    write_manifest(manifest);
+    const ql_data_entry *es;
+    int n;
+    ql_error err;
+    CHECK_OK(ql_data_manifest(&es, &n, &err), &err);
+    CHECK_EQ_INT(n, 4);
+
+    /* ---- search order: each newly added place wins over the ones before ---- */
+    char want[1200];
+    put_file(shared, "texts/fox.txt", text);
+    snprintf(want, sizeof want, "%s/../shared/texts/fox.txt", root);
+    expect_path("fox", want);
+    put_file(root, "datasets/cache/fox.txt", text);
+    snprintf(want, sizeof want, "%s/datasets/cache/fox.txt", root);
+    expect_path("fox", want);
+    put_file(root, "datasets/cache/texts/fox.txt", text);
+    snprintf(want, sizeof want, "%s/datasets/cache/texts/fox.txt", root);
+    expect_path("fox", want);
+    setenv("QLAB_DATA", data, 1);
+    expect_path("fox", want); /* QLAB_DATA set but empty: still the cache */
+    put_file(data, "fox.txt", text);
+    snprintf(want, sizeof want, "%s/fox.txt", data);
+    expect_path("fox", want);
+    put_file(data, "texts/fox.txt", text);
+    snprintf(want, sizeof want, "%s/texts/fox.txt", data);
+    expect_path("fox", want);
+    char cands[QL_DATA_MAX_CANDIDATES][QL_PATH_MAX];
+    CHECK_EQ_INT(ql_data_candidates(ql_data_find("fox", &err), cands), 5);
+
+    /* The verified cache records the file; ql_data_list's status reads it. */
+    CHECK(ql_data_is_verified(ql_data_find("fox", &err), want));
+    char cache[1200];
+    snprintf(cache, sizeof cache, "%s/datasets/cache/verified.tsv", root);
+    CHECK(ql_file_exists(cache));
+
+    /* Same size, same mtime, other content: the cache trusts it, a forced check does not. */
+    struct stat sb;
+    CHECK(stat(want, &sb) == 0);
+    put_file(data, "texts/fox.txt", "the quick brown cat\n");
+    struct timespec times[2] = {sb.st_atim, sb.st_mtim};
+    CHECK(utimensat(AT_FDCWD, want, times, 0) == 0);
+    expect_path("fox", want);
+    char path[QL_PATH_MAX];
+    ql_status st = ql_data_verify(ql_data_find("fox", &err), true, path, sizeof path, &err);
+    CHECK(st == QL_EFORMAT && strstr(err.msg, "sha256 mismatch for text 'fox'") &&
+          strstr(err.msg, sha) && strstr(err.msg, want));
+    /* A changed mtime invalidates the cache entry: the plain resolve sees it too. */
+    put_file(data, "texts/fox.txt", "the quick brown cat\n");
+    st = ql_data_resolve("fox", path, sizeof path, NULL, &err);
+    CHECK(st == QL_EFORMAT && strstr(err.msg, "sha256 mismatch"));
+    put_file(data, "texts/fox.txt", text);
+    expect_path("fox", want);
+
+    /* ---- not found: every place looked, and how to get the file ---- */
+    st = ql_data_resolve("ghost", path, sizeof path, NULL, &err);
+    CHECK(st == QL_ENOTFOUND);
+    const char *places[][2] = {{data, "texts/ghost.txt"},
+                               {data, "ghost.txt"},
+                               {root, "datasets/cache/texts/ghost.txt"},
+                               {root, "datasets/cache/ghost.txt"},
+                               {root, "../shared/texts/ghost.txt"}};
+    for (int i = 0; i < 5; i++) {
+        snprintf(want, sizeof want, "%s/%s", places[i][0], places[i][1]);
+        CHECK_MSG(strstr(err.msg, want) != NULL, "'%s' not in: %s", want, err.msg);
+    }
+    CHECK(strstr(err.msg, "datasets/fetch.sh ghost") && strstr(err.msg, "https://example.org"));
+    /* The order of the list is the search order. */
+    snprintf(want, sizeof want, "%s/ghost.txt", data);
+    char want2[1200];
+    snprintf(want2, sizeof want2, "%s/datasets/cache/texts/ghost.txt", root);
+    CHECK(strstr(err.msg, want) && strstr(err.msg, want2) &&
+          strstr(err.msg, want) < strstr(err.msg, want2));
+
+    /* ---- mismatches ---- */
+    put_file(shared, "texts/badsha.txt", "the quick brown dog\n");
+    st = ql_data_resolve("badsha", path, sizeof path, NULL, &err);
+    CHECK(st == QL_EFORMAT && strstr(err.msg, "sha256 mismatch for text 'badsha': expected") &&
+          strstr(err.msg, sha));
+    put_file(shared, "models/badsize.gguf", "short\n");
+    st = ql_data_resolve("badsize", path, sizeof path, NULL, &err);
+    CHECK(st == QL_EFORMAT && strstr(err.msg, "model 'badsize' is 6 bytes, the manifest says 20"));
+
+    /* ---- plain paths ---- */
+    char plain[1200];
+    snprintf(plain, sizeof plain, "%s/plain.txt", base);
+    put_file(base, "plain.txt", "x");
+    const ql_data_entry *e = (const ql_data_entry *)1;
+    CHECK_OK(ql_data_resolve(plain, path, sizeof path, &e, &err), &err);
+    CHECK(strcmp(path, plain) == 0 && e == NULL);
+    st = ql_data_resolve("no-such-name-or-file", path, sizeof path, &e, &err);
+    CHECK(st == QL_ENOTFOUND && strstr(err.msg, "neither an existing file nor a dataset name") &&
+          strstr(err.msg, "fox, ghost, badsha, badsize"));
+
+    /* ---- manifest errors name the line (blank and comment lines count) ---- */
+#define Z64 "0000000000000000000000000000000000000000000000000000000000000000"
+    struct {
+        const char *text;
+        const char *msg;
+    } bad[] = {
+        {"# c\n\nx\ttext\tf.txt\n", "manifest.tsv:3: expected 7 tab-separated columns"},
+        {"x\tvideo\tf\t" Z64 "\t1\ts\tl\n", "manifest.tsv:1: 'x': kind is 'video'"},
+        {"x\ttext\tf\tABC\t1\ts\tl\n", "manifest.tsv:1: 'x': sha256 'ABC' is not 64"},
+        {"x\ttext\tf\t" Z64 "\t-5\ts\tl\n", "manifest.tsv:1: 'x': bytes '-5' is not a size"},
+        {"x\ttext\t../f\t" Z64 "\t1\ts\tl\n", "must be a relative path without '..'"},
+        {"x\ttext\tf\t" Z64 "\t1\ts\tl\r\nx\ttext\tg\t" Z64 "\t1\ts\tl\n",
+         "manifest.tsv:2: duplicate name 'x'"},
+        {"x\ttext\tf\t" Z64 "\t1\ts\tl\textra\n", "got 8 or more"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_manifest(bad[i].text);
+        st = ql_data_manifest(&es, &n, &err);
+        CHECK_MSG(st == QL_EFORMAT && strstr(err.msg, bad[i].msg), "case %zu: %s", i, err.msg);
+    }
+    /* An unreadable manifest is reported when a name is looked up. */
+    char mpath[1200];
+    snprintf(mpath, sizeof mpath, "%s/datasets/manifest.tsv", root);
+    remove(mpath);
+    ql_data_reset();
+    st = ql_data_resolve("fox", path, sizeof path, NULL, &err);
+    CHECK(st == QL_ENOTFOUND && strstr(err.msg, "reading the data manifest"));
+    ql_data_reset();
+    return qlt_done();
+}

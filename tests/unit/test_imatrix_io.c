@@ -1,0 +1,366 @@
+/* Importance-matrix files: the real llama-imatrix .dat for stories260K against its
+ * decoded values, round trips of both formats, conversion between them, expert
+ * (multi-matrix) entries, and the API's error paths. */
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "imatrix_io.h"
+#include "qltest.h"
+#include "types.h"
+#include "util.h"
+
+/* A value that went through sum/count*ncall and back (.dat written from token
+ * counts, read with ncall) is off by at most a few float roundings. */
+#define ROUNDTRIP_REL_TOL 4e-7
+
+#define GOLDEN_DAT "golden/imatrix/imatrix-stories260K-tscalib-c128.dat"
+#define GOLDEN_TSV "golden/imatrix/imatrix-stories260K-tscalib-c128.values.tsv"
+
+static char tmp_path[512];
+
+static const char *tmp(const char *name)
+{
+    snprintf(tmp_path, sizeof tmp_path, "%s/%s", qlt_tmpdir(), name);
+    return tmp_path;
+}
+
+static bool same_bytes(const char *a, const char *b)
+{
+    size_t na, nb;
+    void *pa = qlt_read_file(a, &na), *pb = qlt_read_file(b, &nb);
+    bool same = na == nb && memcmp(pa, pb, na) == 0;
+    free(pa);
+    free(pb);
+    return same;
+}
+
+/* Compares the importance of every entry of im with the decoded golden table:
+ * rows "name \t ncall \t n \t v0,v1,...", values printed with %.9g (exact for
+ * float), so the comparison is bitwise. Returns the number of rows seen. */
+static int check_against_tsv(const ql_imatrix *im, const char *tsv_path)
+{
+    char *text;
+    size_t len;
+    ql_error err;
+    if (ql_file_read_all(tsv_path, &text, &len, &err)) {
+        CHECK_MSG(0, "%s", err.msg);
+        return 0;
+    }
+    int rows = 0;
+    char *save = NULL;
+    float *w = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '#' || strncmp(line, "tensor\t", 7) == 0)
+            continue;
+        char *name = line, *t1 = strchr(line, '\t');
+        if (!t1)
+            continue;
+        *t1 = '\0';
+        char *t2 = strchr(t1 + 1, '\t');
+        char *t3 = t2 ? strchr(t2 + 1, '\t') : NULL;
+        if (!t3)
+            continue;
+        *t2 = *t3 = '\0';
+        int64_t ncall, n;
+        CHECK(ql_parse_i64(t1 + 1, &ncall) && ql_parse_i64(t2 + 1, &n));
+        rows++;
+        const ql_imatrix_entry *e = ql_imatrix_find(im, name);
+        CHECK_MSG(e != NULL, "no entry '%s'", name);
+        if (!e)
+            continue;
+        CHECK_EQ_INT(e->n_values, n);
+        free(w);
+        w = malloc((size_t)n * sizeof *w);
+        ql_status st = ql_imatrix_weights(im, name, n, w, &err);
+        CHECK_OK(st, &err);
+        if (st)
+            continue;
+        char *p = t3 + 1;
+        int64_t bad = 0;
+        for (int64_t j = 0; j < n; j++) {
+            char *end;
+            float want = strtof(p, &end);
+            if (w[j] != want)
+                bad++;
+            p = *end == ',' ? end + 1 : end;
+        }
+        CHECK_MSG(bad == 0, "'%s': %lld of %lld values differ", name, (long long)bad, (long long)n);
+    }
+    free(w);
+    free(text);
+    return rows;
+}
+
+static void golden_tests(void)
+{
+    const char *dat = qlt_shared(GOLDEN_DAT);
+    char tsv[512];
+    snprintf(tsv, sizeof tsv, "%s", qlt_shared(GOLDEN_TSV));
+    ql_error err;
+    ql_imatrix *im = NULL;
+    ql_status st = ql_imatrix_read(dat, &im, &err);
+    CHECK_OK(st, &err);
+    if (st)
+        return;
+    CHECK_EQ_INT(im->n_entries, 35);
+    CHECK_EQ_INT(im->chunk_count, 606);
+    CHECK_EQ_INT(im->chunk_size, 0);
+    CHECK(im->n_datasets == 1 && strcmp(im->datasets[0], "ts_calib.txt") == 0);
+    for (int64_t i = 0; i < im->n_entries; i++) {
+        CHECK_EQ_INT(im->entries[i].n_mat, 1);
+        CHECK_EQ_INT(im->entries[i].counts[0], 606);
+        CHECK(strncmp(im->entries[i].name, "blk.", 4) == 0);
+    }
+    CHECK(ql_imatrix_find(im, "output.weight") == NULL);
+    CHECK(ql_imatrix_find(im, "token_embd.weight") == NULL);
+    CHECK_EQ_INT(check_against_tsv(im, tsv), 35);
+
+    /* .dat -> .dat is byte-identical (entry order and values kept). */
+    CHECK_OK(ql_imatrix_write(im, tmp("copy.dat"), QL_IMATRIX_DAT, &err), &err);
+    CHECK(same_bytes(dat, tmp("copy.dat")));
+
+    /* A .dat does not say its chunk size: GGUF needs one. */
+    st = ql_imatrix_write(im, tmp("nochunk.gguf"), QL_IMATRIX_GGUF, &err);
+    CHECK(st == QL_EINVAL && strstr(err.msg, "chunk size is unknown"));
+    CHECK(access(tmp("nochunk.gguf"), F_OK) != 0);
+
+    /* To tokens (128-token chunks, as the file was made): 606 x 128 tokens each. */
+    CHECK_OK(ql_imatrix_set_chunk_size(im, 128, &err), &err);
+    CHECK_EQ_INT(im->entries[0].counts[0], 606 * 128);
+    CHECK_OK(ql_imatrix_set_chunk_size(im, 128, &err), &err); /* same size: no-op */
+    CHECK_EQ_INT(im->entries[0].counts[0], 606 * 128);
+    CHECK(ql_imatrix_set_chunk_size(im, 512, &err) == QL_EINVAL &&
+          strstr(err.msg, "already in tokens"));
+    CHECK(ql_imatrix_set_chunk_size(im, 0, &err) == QL_EINVAL);
+    /* Scaling by a power of two is exact: the importance is bit-identical. */
+    CHECK_EQ_INT(check_against_tsv(im, tsv), 35);
+
+    /* -> GGUF: the layout llama-imatrix writes. */
+    CHECK_OK(ql_imatrix_write(im, tmp("golden.gguf"), QL_IMATRIX_GGUF, &err), &err);
+    ql_gguf *g = NULL;
+    st = ql_gguf_open(&g, tmp("golden.gguf"), &err);
+    CHECK_OK(st, &err);
+    if (!st) {
+        const char *type = ql_gguf_get_str(g, "general.type", &err);
+        CHECK(type && strcmp(type, "imatrix") == 0);
+        uint32_t cc = 0, cs = 0;
+        CHECK(ql_gguf_get_u32(g, "imatrix.chunk_count", &cc, &err) && cc == 606);
+        CHECK(ql_gguf_get_u32(g, "imatrix.chunk_size", &cs, &err) && cs == 128);
+        const ql_gguf_array *ds = ql_gguf_get_arr(g, "imatrix.datasets", QL_GGUF_STRING, &err);
+        CHECK(ds && ds->n == 1 && strcmp(((ql_gguf_str *)ds->data)[0].ptr, "ts_calib.txt") == 0);
+        CHECK_EQ_INT(g->n_tensors, 70);
+        const ql_gguf_tensor *s2 = ql_gguf_find_tensor(g, "blk.0.ffn_down.weight.in_sum2");
+        const ql_gguf_tensor *c = ql_gguf_find_tensor(g, "blk.0.ffn_down.weight.counts");
+        CHECK(s2 && s2->type == QL_TYPE_F32 && s2->n_dims == 2 && s2->ne[0] == 172 &&
+              s2->ne[1] == 1);
+        CHECK(c && c->type == QL_TYPE_F32 && c->ne[0] == 1 && c->ne[1] == 1);
+        if (c)
+            CHECK(((const float *)c->data)[0] == 77568.0f);
+        ql_gguf_close(g);
+    }
+
+    /* GGUF -> memory: same statistics, same importance. */
+    ql_imatrix *im2 = NULL;
+    st = ql_imatrix_read(tmp("golden.gguf"), &im2, &err);
+    CHECK_OK(st, &err);
+    if (!st) {
+        CHECK_EQ_INT(im2->n_entries, 35);
+        CHECK_EQ_INT(im2->chunk_count, 606);
+        CHECK_EQ_INT(im2->chunk_size, 128);
+        for (int64_t i = 0; i < im2->n_entries && i < im->n_entries; i++) {
+            const ql_imatrix_entry *a = &im->entries[i], *b = &im2->entries[i];
+            CHECK(strcmp(a->name, b->name) == 0 && a->n_values == b->n_values &&
+                  a->counts[0] == b->counts[0] && b->in_sum == NULL);
+            CHECK(memcmp(a->sums, b->sums, (size_t)a->n_values * sizeof(float)) == 0);
+        }
+        CHECK_EQ_INT(check_against_tsv(im2, tsv), 35);
+        /* GGUF -> GGUF is byte-identical. */
+        CHECK_OK(ql_imatrix_write(im2, tmp("golden2.gguf"), QL_IMATRIX_GGUF, &err), &err);
+        CHECK(same_bytes(tmp("golden.gguf"), tmp("golden2.gguf")));
+        /* GGUF -> .dat: (sum / 77568) x 606 gives back the stored values here; the
+         * file is the one llama-imatrix wrote. */
+        CHECK_OK(ql_imatrix_write(im2, tmp("back.dat"), QL_IMATRIX_DAT, &err), &err);
+        CHECK(same_bytes(dat, tmp("back.dat")));
+        ql_imatrix_free(im2);
+    }
+
+    /* The importance a quantizer asks for: the right length, or an error naming the tensor. */
+    float w[172];
+    CHECK_OK(ql_imatrix_weights(im, "blk.2.ffn_down.weight", 172, w, &err), &err);
+    st = ql_imatrix_weights(im, "blk.2.ffn_down.weight", 64, w, &err);
+    CHECK(st == QL_EFORMAT && strstr(err.msg, "tensor 'blk.2.ffn_down.weight'") &&
+          strstr(err.msg, "172 values") && strstr(err.msg, "needs 64") &&
+          strstr(err.msg, "imatrix-stories260K-tscalib-c128.dat"));
+    st = ql_imatrix_weights(im, "output.weight", 64, w, &err);
+    CHECK(st == QL_ENOTFOUND && strstr(err.msg, "no entry for tensor 'output.weight'"));
+    ql_imatrix_free(im);
+}
+
+/* Entries built in memory: a 3-matrix (expert) entry with an unused matrix and
+ * sums of x, a dense entry, sorting, both formats. */
+static void builder_tests(void)
+{
+    ql_error err;
+    ql_imatrix *im = NULL;
+    CHECK_OK(ql_imatrix_alloc(&im, &err), &err);
+    ql_imatrix_entry *e = NULL;
+    CHECK_OK(ql_imatrix_add_entry(im, "blk.1.ffn_up_exps.weight", 12, 3, true, &e, &err), &err);
+    for (int j = 0; j < 12; j++) {
+        e->sums[j] = (float)(j + 1) * 3.0f;
+        e->in_sum[j] = (float)j - 5.5f;
+    }
+    e->counts[0] = 300, e->counts[1] = 0, e->counts[2] = 60;
+    CHECK_OK(ql_imatrix_add_entry(im, "blk.0.attn_q.weight", 4, 1, false, &e, &err), &err);
+    for (int j = 0; j < 4; j++)
+        e->sums[j] = 100.0f * (float)(j + 1);
+    e->counts[0] = 200;
+    im->chunk_size = 100;
+    im->chunk_count = 3;
+    CHECK_OK(ql_imatrix_add_dataset(im, "a.txt", &err), &err);
+    CHECK_OK(ql_imatrix_add_dataset(im, "b.txt", &err), &err);
+
+    float w[12];
+    CHECK_OK(ql_imatrix_weights(im, "blk.1.ffn_up_exps.weight", 12, w, &err), &err);
+    CHECK(w[0] == 3.0f / 300.0f && w[3] == 12.0f / 300.0f);
+    CHECK(w[4] == 1.0f && w[7] == 1.0f); /* the unused expert */
+    CHECK(w[8] == 27.0f / 60.0f && w[11] == 36.0f / 60.0f);
+
+    ql_imatrix_sort(im);
+    CHECK(strcmp(im->entries[0].name, "blk.0.attn_q.weight") == 0);
+
+    /* GGUF keeps everything, including in_sum and the per-matrix counts. */
+    CHECK_OK(ql_imatrix_write(im, tmp("experts.gguf"), QL_IMATRIX_GGUF, &err), &err);
+    ql_imatrix *g = NULL;
+    ql_status st = ql_imatrix_read(tmp("experts.gguf"), &g, &err);
+    CHECK_OK(st, &err);
+    if (!st) {
+        const ql_imatrix_entry *x = ql_imatrix_find(g, "blk.1.ffn_up_exps.weight");
+        CHECK(x && x->n_mat == 3 && x->n_values == 12 && x->counts[1] == 0 && x->counts[2] == 60 &&
+              x->in_sum && x->in_sum[11] == 5.5f);
+        CHECK(g->n_datasets == 2 && strcmp(g->datasets[1], "b.txt") == 0);
+        CHECK_EQ_INT(g->chunk_size, 100);
+        float w2[12];
+        CHECK_OK(ql_imatrix_weights(g, "blk.1.ffn_up_exps.weight", 12, w2, &err), &err);
+        CHECK(memcmp(w, w2, sizeof w) == 0);
+        ql_imatrix_free(g);
+    }
+    ql_gguf *gg = NULL;
+    if (ql_gguf_open(&gg, tmp("experts.gguf"), &err) == QL_OK) {
+        const ql_gguf_tensor *t = ql_gguf_find_tensor(gg, "blk.1.ffn_up_exps.weight.in_sum2");
+        const ql_gguf_tensor *c = ql_gguf_find_tensor(gg, "blk.1.ffn_up_exps.weight.counts");
+        CHECK(t && t->ne[0] == 4 && t->ne[1] == 3);
+        CHECK(c && c->ne[0] == 1 && c->ne[1] == 3);
+        CHECK(ql_gguf_find_tensor(gg, "blk.1.ffn_up_exps.weight.in_sum") != NULL);
+        CHECK(ql_gguf_find_tensor(gg, "blk.0.attn_q.weight.in_sum") == NULL);
+        ql_gguf_close(gg);
+    }
+
+    /* .dat: one ncall per entry (ceil(300 / 100) = 3), values sum/count*ncall, the
+     * unused expert stored as importance 1, the last dataset name only. */
+    CHECK_OK(ql_imatrix_write(im, tmp("experts.dat"), QL_IMATRIX_DAT, &err), &err);
+    ql_imatrix *d = NULL;
+    st = ql_imatrix_read(tmp("experts.dat"), &d, &err);
+    CHECK_OK(st, &err);
+    if (!st) {
+        const ql_imatrix_entry *x = ql_imatrix_find(d, "blk.1.ffn_up_exps.weight");
+        CHECK(x && x->n_mat == 1 && x->counts[0] == 3 && x->in_sum == NULL);
+        CHECK(d->n_datasets == 1 && strcmp(d->datasets[0], "b.txt") == 0);
+        CHECK_EQ_INT(d->chunk_count, 3);
+        CHECK_EQ_INT(d->entries[0].counts[0], 2); /* ceil(200 / 100) */
+        float w2[12];
+        CHECK_OK(ql_imatrix_weights(d, "blk.1.ffn_up_exps.weight", 12, w2, &err), &err);
+        for (int j = 0; j < 12; j++)
+            CHECK_MSG(fabs((double)w2[j] - (double)w[j]) <= ROUNDTRIP_REL_TOL * (double)w[j],
+                      "value %d: %.9g vs %.9g", j, (double)w2[j], (double)w[j]);
+        ql_imatrix_free(d);
+    }
+
+    /* An entry that saw nothing is left out of a .dat, as llama-imatrix does. */
+    CHECK_OK(ql_imatrix_add_entry(im, "blk.9.unused.weight", 4, 1, false, &e, &err), &err);
+    CHECK_OK(ql_imatrix_write(im, tmp("skip.dat"), QL_IMATRIX_DAT, &err), &err);
+    if (ql_imatrix_read(tmp("skip.dat"), &d, &err) == QL_OK) {
+        CHECK_EQ_INT(d->n_entries, 2);
+        CHECK(ql_imatrix_find(d, "blk.9.unused.weight") == NULL);
+        ql_imatrix_free(d);
+    }
+
+    /* API errors. */
+    CHECK(ql_imatrix_add_entry(im, "blk.0.attn_q.weight", 4, 1, false, NULL, &err) == QL_EINVAL &&
+          strstr(err.msg, "already exists"));
+    CHECK(ql_imatrix_add_entry(im, "x", 5, 2, false, NULL, &err) == QL_EINVAL);
+    CHECK(ql_imatrix_add_entry(im, "x", 0, 1, false, NULL, &err) == QL_EINVAL);
+    CHECK(ql_imatrix_add_entry(im, "", 4, 1, false, NULL, &err) == QL_EINVAL);
+    char longname[80];
+    memset(longname, 'a', 64);
+    longname[64] = '\0';
+    CHECK(ql_imatrix_add_entry(im, longname, 4, 1, false, NULL, &err) == QL_EINVAL);
+    /* 57 bytes is a valid entry name, but "<name>.in_sum2" exceeds GGUF's 63 bytes. */
+    longname[57] = '\0';
+    CHECK_OK(ql_imatrix_add_entry(im, longname, 4, 1, false, &e, &err), &err);
+    e->counts[0] = 1;
+    CHECK(ql_imatrix_write(im, tmp("long.gguf"), QL_IMATRIX_GGUF, &err) == QL_EINVAL &&
+          strstr(err.msg, "longer than GGUF's 63-byte tensor names"));
+    CHECK(access(tmp("long.gguf"), F_OK) != 0);
+    CHECK_OK(ql_imatrix_write(im, tmp("long.dat"), QL_IMATRIX_DAT, &err), &err);
+    ql_imatrix_free(im);
+
+    CHECK_OK(ql_imatrix_alloc(&im, &err), &err);
+    CHECK(ql_imatrix_write(im, tmp("empty.dat"), QL_IMATRIX_DAT, &err) == QL_EINVAL &&
+          strstr(err.msg, "no entries"));
+    ql_imatrix_free(im);
+    ql_imatrix_free(NULL);
+
+    ql_imatrix_format f;
+    CHECK(ql_imatrix_format_from_name("a/b.dat", &f) && f == QL_IMATRIX_DAT);
+    CHECK(ql_imatrix_format_from_name("x.gguf", &f) && f == QL_IMATRIX_GGUF);
+    CHECK(!ql_imatrix_format_from_name("x.bin", &f));
+    CHECK(strcmp(ql_imatrix_format_name(QL_IMATRIX_GGUF), "gguf") == 0);
+
+    /* An old .dat without the trailer (chunk count, dataset) still reads. */
+    static const unsigned char old[] = {1, 0, 0, 0, 1, 0, 0, 0, 'w',  2,   0,
+                                        0, 0, 1, 0, 0, 0, 0, 0, 0x80, 0x40};
+    CHECK_OK(ql_imatrix_read_buffer(old, sizeof old, "old.dat", &im, &err), &err);
+    if (im) {
+        CHECK(im->n_entries == 1 && im->chunk_count == 0 && im->n_datasets == 0);
+        float one;
+        CHECK_OK(ql_imatrix_weights(im, "w", 1, &one, &err), &err);
+        CHECK(one == 2.0f); /* 4.0 stored, ncall 2 */
+        ql_imatrix_free(im);
+    }
+    /* A stored value that would overflow once scaled to tokens is refused, not
+     * turned into an infinity that no reader accepts. */
+    unsigned char big[sizeof old];
+    memcpy(big, old, sizeof old);
+    float huge = 3e38f;
+    memcpy(big + 17, &huge, 4);
+    CHECK_OK(ql_imatrix_read_buffer(big, sizeof big, "big.dat", &im, &err), &err);
+    if (im) {
+        st = ql_imatrix_set_chunk_size(im, 512, &err);
+        CHECK(st == QL_EFORMAT && strstr(err.msg, "big.dat: entry 'w'") &&
+              strstr(err.msg, "overflows"));
+        CHECK_EQ_INT(im->chunk_size, 0);
+        ql_imatrix_free(im);
+    }
+    /* ncall 0: llama-quantize uses the stored values as they are. */
+    static const unsigned char zero_call[] = {1, 0, 0, 0, 1, 0, 0, 0, 'w',  0,   0,
+                                              0, 0, 1, 0, 0, 0, 0, 0, 0x80, 0x40};
+    CHECK_OK(ql_imatrix_read_buffer(zero_call, sizeof zero_call, "z.dat", &im, &err), &err);
+    if (im) {
+        float v;
+        CHECK_OK(ql_imatrix_weights(im, "w", 1, &v, &err), &err);
+        CHECK(v == 4.0f);
+        ql_imatrix_free(im);
+    }
+}
+
+int main(void)
+{
+    builder_tests();
+    if (access(qlt_shared(GOLDEN_DAT), R_OK) == 0)
+        golden_tests();
+    else
+        printf("note: %s not found; golden imatrix checks skipped\n", qlt_shared(GOLDEN_DAT));
+    return qlt_done();
+}

@@ -1,0 +1,658 @@
+/* qlab report and its helpers: Markdown/CSV tables, the Pareto front (hand-
+ * checked), the paired bootstrap (constructed cases with known answers), the
+ * report on the fixture database (exact text, determinism, options and
+ * errors) and the plot path with a missing, a failing and the real gnuplot.
+ *
+ * The expected report files in tests/data/report/ are `qlab report --no-plots`
+ * on the report fixture (report_fixture.c); a deliberate change of the format
+ * regenerates them with
+ *   build/tests/make_fixture_db --report /tmp/f.db &&
+ *   build/core/qlab report --db /tmp/f.db -o /tmp/r --no-plots
+ * and copies /tmp/r/<sweep>/report.md (and formats.csv) over them. */
+#include <dirent.h>
+#include <gsl/gsl_errno.h>
+#include <gsl/gsl_randist.h>
+#include <gsl/gsl_rng.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "analysis.h"
+#include "config.h"
+#include "plot.h"
+#include "qltest.h"
+#include "report.h"
+#include "report_fixture.h"
+#include "store.h"
+#include "table.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+static char *slurp(const char *path)
+{
+    char *text = NULL;
+    size_t len;
+    ql_error err;
+    if (ql_file_read_all(path, &text, &len, &err) != QL_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return NULL;
+    }
+    return text;
+}
+
+static void check_same_file(const char *got_path, const char *want_path)
+{
+    char *got = slurp(got_path), *want = slurp(want_path);
+    CHECK_MSG(got && want && strcmp(got, want) == 0, "%s differs from %s\n--- got ---\n%s",
+              got_path, want_path, got ? got : "(none)");
+    free(got);
+    free(want);
+}
+
+static const char *tmp_path(const char *name)
+{
+    static char buf[8][1024];
+    static int next = 0;
+    char *p = buf[next++ % 8];
+    snprintf(p, sizeof buf[0], "%s/%s", qlt_tmpdir(), name);
+    return p;
+}
+
+static ql_store *open_fixture(const char *path)
+{
+    ql_error err;
+    ql_store *s = NULL;
+    if (!ql_file_exists(path))
+        CHECK_OK(qlt_report_fixture(path, true, &err), &err);
+    ql_store_options ro = {.readonly = true};
+    CHECK_OK(ql_store_open(path, &ro, &s, &err), &err);
+    if (!s)
+        exit(1);
+    return s;
+}
+
+static char *table_md(const ql_table *t)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ql_table_write_md(t, f, "—");
+    fclose(f);
+    return text;
+}
+
+static char *table_csv(const ql_table *t)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ql_table_write_csv(t, f);
+    fclose(f);
+    return text;
+}
+
+/* ---------------------------------------------------------------- tables */
+
+static void test_table(void)
+{
+    ql_error err;
+    const ql_table_column cols[] = {
+        {"name", NULL, false}, {"a|b", "a_b", true}, {"Δx", "dx", true}};
+    ql_table *t = ql_table_alloc(cols, 3);
+    CHECK(t != NULL);
+    CHECK_OK(ql_table_row(t, &err), &err);
+    CHECK_OK(ql_table_put(t, "Q4_0", &err), &err);
+    CHECK_OK(ql_table_putf(t, &err, "%.2f", 1.5), &err);
+    CHECK_OK(ql_table_put(t, NULL, &err), &err);
+    CHECK_OK(ql_table_row(t, &err), &err);
+    CHECK_OK(ql_table_put(t, "x, \"y\"", &err), &err);
+    CHECK_OK(ql_table_put(t, "1|2", &err), &err);
+    /* The third cell is left out: missing. */
+    CHECK_EQ_INT(ql_table_rows(t), 2);
+    CHECK(ql_table_cell(t, 1, 2) == NULL);
+    CHECK(!ql_table_col_empty(t, 1));
+    CHECK(ql_table_col_empty(t, 2));
+
+    char *md = table_md(t);
+    const char *want_md = "| name   | a\\|b |  Δx |\n"
+                          "|--------|-----:|----:|\n"
+                          "| Q4_0   | 1.50 |   — |\n"
+                          "| x, \"y\" | 1\\|2 |   — |\n";
+    CHECK_MSG(md && strcmp(md, want_md) == 0, "got:\n%s", md);
+    free(md);
+    char *csv = table_csv(t);
+    const char *want_csv = "name,a_b,dx\nQ4_0,1.50,\n\"x, \"\"y\"\"\",1|2,\n";
+    CHECK_MSG(csv && strcmp(csv, want_csv) == 0, "got:\n%s", csv);
+    free(csv);
+
+    /* Hidden columns leave the Markdown, never the CSV. */
+    ql_table_hide(t, 2, true);
+    md = table_md(t);
+    CHECK_MSG(md && strstr(md, "Δx") == NULL && strstr(md, "| Q4_0   | 1.50 |\n"), "%s", md);
+    free(md);
+    csv = table_csv(t);
+    CHECK(csv && strncmp(csv, "name,a_b,dx\n", 12) == 0);
+    free(csv);
+    ql_table_free(t);
+    ql_table_free(NULL);
+
+    char buf[64];
+    CHECK(strcmp(ql_fmt_bytes(512, buf, sizeof buf), "512 B") == 0);
+    CHECK(strcmp(ql_fmt_bytes(4608, buf, sizeof buf), "4.50 KiB") == 0);
+    CHECK(strcmp(ql_fmt_bytes(3.0 * 1048576, buf, sizeof buf), "3.00 MiB") == 0);
+    CHECK(strcmp(ql_fmt_bytes(1073741824.0 * 1.25, buf, sizeof buf), "1.25 GiB") == 0);
+    CHECK(strcmp(ql_fmt_count(0, buf, sizeof buf), "0") == 0);
+    CHECK(strcmp(ql_fmt_count(999, buf, sizeof buf), "999") == 0);
+    CHECK(strcmp(ql_fmt_count(1234567, buf, sizeof buf), "1,234,567") == 0);
+    CHECK(strcmp(ql_fmt_count(-24736, buf, sizeof buf), "-24,736") == 0);
+    CHECK(ql_fmt_exact(NAN, buf, sizeof buf) == NULL);
+    CHECK(strcmp(ql_fmt_exact(0.1, buf, sizeof buf), "0.1") == 0);
+}
+
+/* ---------------------------------------------------------------- Pareto */
+
+static void test_pareto(void)
+{
+    /* Worked by hand (minimise both):
+     *   0 (2,5) front: nothing has x <= 2
+     *   1 (3,4) front: only 0 and 2 have x <= 3, both worse in y
+     *   2 (3,6) dominated by 0 (2,5) and 1 (3,4); the cheapest is 0
+     *   3 (4,4) dominated by 1 (3,4): smaller x, equal y
+     *   4 (5,1) front; 5 (5,1) the same point: identical points do not dominate
+     *   6 (NaN,0) never on the front, dominates nothing (else it would beat 4, 5)
+     *   7 (6,3) dominated by 4 and 5 (equal x and y): the lower index, 4
+     *   8 (1,NaN) not on the front, dominates nothing (else it would beat 0) */
+    const double x[] = {2, 3, 3, 4, 5, 5, NAN, 6, 1};
+    const double y[] = {5, 4, 6, 4, 1, 1, 0, 3, NAN};
+    const bool want_front[] = {true, true, false, false, true, true, false, false, false};
+    const ptrdiff_t want_by[] = {-1, -1, 0, 1, -1, -1, -1, 4, -1};
+    bool front[9];
+    ptrdiff_t by[9];
+    ql_pareto_front(x, y, 9, front, by);
+    for (int i = 0; i < 9; i++) {
+        CHECK_MSG(front[i] == want_front[i], "point %d: on_front %d", i, front[i]);
+        CHECK_MSG(by[i] == want_by[i], "point %d: dominated_by %td, want %td", i, by[i],
+                  want_by[i]);
+    }
+    /* dominated_by may be NULL; one point is its own front. */
+    ql_pareto_front(x, y, 1, front, NULL);
+    CHECK(front[0]);
+    ql_pareto_front(x, y, 0, front, NULL);
+}
+
+/* ---------------------------------------------------------------- bootstrap */
+
+static void test_bootstrap_constant_shift(void)
+{
+    /* b + 0.125 w per chunk: every resample sees the same shift, exactly (all
+     * values dyadic, so the sums are exact). */
+    enum { N = 16 };
+    double a[N], b[N], w[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = 20 + i % 5;
+        b[i] = 0.5 * w[i] * (1 + i % 3);
+        a[i] = b[i] + 0.125 * w[i];
+    }
+    ql_ci ci;
+    ql_error err;
+    CHECK_OK(ql_bootstrap_paired_diff(a, b, w, N, 2000, 0.95, 7, &ci, &err), &err);
+    CHECK(ci.estimate == 0.125);
+    CHECK(ci.lo == 0.125 && ci.hi == 0.125);
+    CHECK(ci.se == 0.0);
+    CHECK_EQ_INT(ci.n, N);
+    CHECK_EQ_INT(ci.resamples, 2000);
+}
+
+/* Differences d_i ~ N(mu, sigma^2), unit weights: D is the sample mean, whose
+ * bootstrap distribution has standard deviation s_n / sqrt(n) (s_n the sample
+ * standard deviation with divisor n) and, for n = 400, is close to normal. */
+static void test_bootstrap_known_variance(void)
+{
+    enum { N = 400, R = 20000 };
+    const double mu = 0.03, sigma = 0.2;
+    /* Monte-Carlo error of the bootstrap with R = 20000: about 0.5% on the
+     * standard deviation and 1-2% on a 2.5% quantile; the percentile interval of
+     * a mean of 400 also differs from the normal one by its skew (tiny here). */
+    const double se_tol = 0.03, bound_tol = 0.05;
+    static double a[N], b[N], w[N];
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 12345);
+    double mean = 0.0;
+    for (int i = 0; i < N; i++) {
+        w[i] = 1.0;
+        b[i] = gsl_ran_gaussian(rng, 1.0);
+        a[i] = b[i] + mu + gsl_ran_gaussian(rng, sigma);
+    }
+    gsl_rng_free(rng);
+    for (int i = 0; i < N; i++)
+        mean += a[i] - b[i];
+    mean /= N;
+    double ss = 0.0;
+    for (int i = 0; i < N; i++)
+        ss += (a[i] - b[i] - mean) * (a[i] - b[i] - mean);
+    double se = sqrt(ss / N) / sqrt((double)N);
+    const double z975 = 1.959963984540054;
+
+    ql_ci ci;
+    ql_error err;
+    CHECK_OK(ql_bootstrap_paired_diff(a, b, w, N, R, 0.95, 99, &ci, &err), &err);
+    CHECK_NEAR(ci.estimate, mean, 1e-12);
+    CHECK_MSG(fabs(ci.se / se - 1.0) < se_tol, "bootstrap se %g, analytic %g", ci.se, se);
+    CHECK_MSG(fabs((ci.hi - ci.estimate) / (z975 * se) - 1.0) < bound_tol,
+              "upper half-width %g vs %g", ci.hi - ci.estimate, z975 * se);
+    CHECK_MSG(fabs((ci.estimate - ci.lo) / (z975 * se) - 1.0) < bound_tol,
+              "lower half-width %g vs %g", ci.estimate - ci.lo, z975 * se);
+    CHECK(ci.lo < mu && mu < ci.hi);
+
+    /* Same seed, same interval; another seed, another (Monte-Carlo noise). */
+    ql_ci again, other;
+    CHECK_OK(ql_bootstrap_paired_diff(a, b, w, N, R, 0.95, 99, &again, &err), &err);
+    CHECK(again.lo == ci.lo && again.hi == ci.hi && again.se == ci.se);
+    CHECK_OK(ql_bootstrap_paired_diff(a, b, w, N, R, 0.95, 100, &other, &err), &err);
+    CHECK(other.lo != ci.lo);
+    /* A narrower level gives a narrower interval. */
+    ql_ci narrow;
+    CHECK_OK(ql_bootstrap_paired_diff(a, b, w, N, R, 0.5, 99, &narrow, &err), &err);
+    CHECK(narrow.lo > ci.lo && narrow.hi < ci.hi);
+}
+
+static void test_bootstrap_errors(void)
+{
+    double a[3] = {1, 2, 3}, b[3] = {0, 0, 0}, w[3] = {1, 1, 1};
+    ql_ci ci;
+    ql_error err;
+    CHECK(ql_bootstrap_paired_diff(a, b, w, 1, 1000, 0.95, 1, &ci, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "1 chunk; at least 2") != NULL);
+    CHECK(ql_bootstrap_paired_diff(a, b, w, 3, 10, 0.95, 1, &ci, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "10 resamples") != NULL);
+    CHECK(ql_bootstrap_paired_diff(a, b, w, 3, 1000, 1.0, 1, &ci, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "level 1 is not in (0, 1)") != NULL);
+    w[1] = 0.0;
+    CHECK(ql_bootstrap_paired_diff(a, b, w, 3, 1000, 0.95, 1, &ci, &err) == QL_EINVAL);
+    CHECK_MSG(strstr(err.msg, "chunk 1: a = 2, b = 0, w = 0") != NULL, "%s", err.msg);
+    w[1] = 1.0;
+    a[2] = NAN;
+    CHECK(ql_bootstrap_paired_diff(a, b, w, 3, 1000, 0.95, 1, &ci, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "chunk 2") != NULL);
+}
+
+/* ---------------------------------------------------------------- report */
+
+static ql_status report(ql_store *s, const char *dir, const char *sweep, const char *tensors,
+                        bool plots, ql_report_summary *sum, ql_error *err)
+{
+    ql_report_options opt = {.sweep = sweep, .out_dir = dir, .tensors = tensors, .plots = plots};
+    return ql_report_write(s, &opt, sum, err);
+}
+
+/* Every regular file of a directory, sorted, as one string "name\n...". */
+static char *list_dir(const char *dir)
+{
+    struct dirent **ents;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    if (n < 0)
+        return ql_strdup("");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    for (int i = 0; i < n; i++) {
+        if (ents[i]->d_name[0] != '.')
+            fprintf(f, "%s\n", ents[i]->d_name);
+        free(ents[i]);
+    }
+    free(ents);
+    fclose(f);
+    return text;
+}
+
+static void test_report_text(void)
+{
+    ql_store *s = open_fixture(tmp_path("fixture.db"));
+    const char *dir = tmp_path("out1");
+    ql_report_summary sum;
+    ql_error err;
+    CHECK_OK(report(s, dir, NULL, NULL, false, &sum, &err), &err);
+    CHECK_EQ_INT(sum.sweeps, 3);
+    CHECK_EQ_INT(sum.plots, 0);
+    CHECK(!sum.plots_skipped);
+    char got[600], want[600];
+    static const char *const sweeps[] = {"fixture-formats", "fixture-mixed", "fixture-failed"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(got, sizeof got, "%s/%s/report.md", dir, sweeps[i]);
+        snprintf(want, sizeof want, "tests/data/report/%s.md", sweeps[i]);
+        check_same_file(got, qlt_source(want));
+    }
+    snprintf(got, sizeof got, "%s/fixture-formats/formats.csv", dir);
+    check_same_file(got, qlt_source("tests/data/report/fixture-formats.csv"));
+
+    /* The files of a sweep: tables, plot data and scripts, no images. */
+    snprintf(got, sizeof got, "%s/fixture-formats", dir);
+    char *files = list_dir(got);
+    CHECK_MSG(strcmp(files, "formats.csv\nformats.dat\nkld_bpw.gp\npareto_kld.dat\n"
+                            "pareto_ppl.dat\nppl_bpw.gp\nreport.md\n"
+                            "tensors-c90fa930648f.dat\ntensors-c90fa930648f.gp\n") == 0,
+              "%s", files);
+    free(files);
+    /* Two groups in one sweep: per-group plot files. */
+    snprintf(got, sizeof got, "%s/fixture-mixed/kld_bpw-fixture-b-fixture-text-ctx64-c8.gp", dir);
+    CHECK(ql_file_exists(got));
+
+    /* The Pareto front of the fixture in (bpw, KLD): the q8_0 activation runs are
+     * all beaten by their f32 twins; among f32, every config is on the front. */
+    snprintf(got, sizeof got, "%s/fixture-formats/pareto_kld.dat", dir);
+    char *front = slurp(got);
+    CHECK(front && strstr(front, "\"Q4_0\" \"f32\"") && strstr(front, "\"Q4_0 head=F32\"") &&
+          strstr(front, "\"Q8_0\" \"f32\"") && strstr(front, "\"F16\" \"f32\"") &&
+          !strstr(front, "q8_0"));
+    free(front);
+    ql_store_close(s);
+}
+
+static bool same_bytes(const char *p, const char *q)
+{
+    size_t n1, n2;
+    char *a = qlt_read_file(p, &n1), *b = qlt_read_file(q, &n2);
+    bool same = n1 == n2 && memcmp(a, b, n1) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+
+/* Two reports of the same database are byte-identical, file by file. */
+static void test_report_deterministic(void)
+{
+    ql_store *s = open_fixture(tmp_path("fixture.db"));
+    const char *d1 = tmp_path("det1"), *d2 = tmp_path("det2");
+    ql_report_summary sum;
+    ql_error err;
+    CHECK_OK(report(s, d1, NULL, NULL, false, &sum, &err), &err);
+    int files = sum.files;
+    CHECK_OK(report(s, d2, NULL, NULL, false, &sum, &err), &err);
+    CHECK_EQ_INT(sum.files, files);
+    int compared = 0;
+    static const char *const sweeps[] = {"fixture-formats", "fixture-mixed", "fixture-failed"};
+    for (int i = 0; i < 3; i++) {
+        char a[600], b[600];
+        snprintf(a, sizeof a, "%s/%s", d1, sweeps[i]);
+        snprintf(b, sizeof b, "%s/%s", d2, sweeps[i]);
+        char *la = list_dir(a), *lb = list_dir(b);
+        CHECK(strcmp(la, lb) == 0);
+        for (char *name = strtok(la, "\n"); name; name = strtok(NULL, "\n")) {
+            char pa[900], pb[900];
+            snprintf(pa, sizeof pa, "%s/%s", a, name);
+            snprintf(pb, sizeof pb, "%s/%s", b, name);
+            CHECK_MSG(same_bytes(pa, pb), "%s differs between two runs", name);
+            compared++;
+        }
+        free(la);
+        free(lb);
+    }
+    CHECK_EQ_INT(compared, files);
+    ql_store_close(s);
+}
+
+static void test_report_options(void)
+{
+    ql_store *s = open_fixture(tmp_path("fixture.db"));
+    ql_report_summary sum;
+    ql_error err;
+    const char *dir = tmp_path("opts");
+
+    /* One sweep only. */
+    CHECK_OK(report(s, dir, "fixture-mixed", NULL, false, &sum, &err), &err);
+    CHECK_EQ_INT(sum.sweeps, 1);
+    char p[600];
+    snprintf(p, sizeof p, "%s/fixture-formats", dir);
+    CHECK(!ql_file_exists(p));
+
+    /* --tensors picks the config (a prefix, any case). */
+    CHECK_OK(report(s, dir, "fixture-formats", "9514F3", false, &sum, &err), &err);
+    snprintf(p, sizeof p, "%s/fixture-formats/tensors-9514f34a1aec.dat", dir);
+    CHECK(ql_file_exists(p));
+    char *dat = slurp(p);
+    CHECK(dat && strstr(dat, "# config F16 act=f32 (9514f34a1aec") &&
+          strstr(dat, "columns: layer imatrix_err_rel used_type") &&
+          strstr(dat, "# index 6: ffn_down\n0 "));
+    free(dat);
+
+    /* Errors. */
+    CHECK(report(s, dir, "nope", NULL, false, &sum, &err) == QL_ENOTFOUND);
+    CHECK_MSG(strstr(err.msg, "no sweep 'nope' (sweeps: fixture-failed, fixture-formats, "
+                              "fixture-mixed)"),
+              "%s", err.msg);
+    CHECK(report(s, dir, NULL, "xyz", false, &sum, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "--tensors 'xyz': not a config hash prefix") != NULL);
+    CHECK(report(s, dir, "fixture-formats", "8138", false, &sum, &err) == QL_ENOTFOUND);
+    CHECK_MSG(strstr(err.msg, "--tensors 8138: no finished run") != NULL, "%s", err.msg);
+
+    /* An output directory that cannot be created. */
+    const char *blocker = tmp_path("blocker");
+    CHECK_OK(ql_file_write_all(blocker, "x", 1, &err), &err);
+    snprintf(p, sizeof p, "%s/sub", blocker);
+    CHECK(report(s, p, "fixture-mixed", NULL, false, &sum, &err) == QL_EIO);
+    CHECK_MSG(strstr(err.msg, "blocker: exists and is not a directory") != NULL, "%s", err.msg);
+    ql_store_close(s);
+}
+
+/* A database without sweeps, and a --tensors prefix shared by two configs. */
+static void test_report_edge_cases(void)
+{
+    ql_error err;
+    ql_store *s;
+    const char *path = tmp_path("edge.db");
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    ql_report_summary sum;
+    CHECK(report(s, tmp_path("edge-out"), NULL, NULL, false, &sum, &err) == QL_ENOTFOUND);
+    CHECK(strstr(err.msg, "no sweeps in this database") != NULL);
+
+    /* Add finished configs until two share the first hex digit of their hash
+     * (at most 17 by pigeonhole). */
+    ql_store_model m;
+    ql_store_model_init(&m);
+    m.sha256 = "1111111111111111111111111111111111111111111111111111111111111111";
+    m.path = "m.gguf";
+    ql_store_dataset d;
+    ql_store_dataset_init(&d);
+    d.sha256 = "2222222222222222222222222222222222222222222222222222222222222222";
+    d.name = "t";
+    int64_t mid, tid;
+    CHECK_OK(ql_store_upsert_model(s, &m, &mid, &err), &err);
+    CHECK_OK(ql_store_upsert_dataset(s, &d, &tid, &err), &err);
+    char seen[17] = {0};
+    char shared[2] = "";
+    for (int k = 2; k < 40 && !shared[0]; k++) {
+        char canon[96], hash[65];
+        snprintf(canon, sizeof canon, "weight_type=Q8_0 outlier_ratio=%d", k);
+        ql_config c;
+        int64_t cid, run;
+        CHECK_OK(ql_config_from_string(canon, &c, &err), &err);
+        CHECK_OK(ql_store_upsert_config(s, &c, &cid, &err), &err);
+        ql_store_run_key key = {cid, mid, tid, 32, 2};
+        ql_store_run_info info = {"edge", 1, 1, NULL};
+        CHECK_OK(ql_store_begin_run(s, &key, &info, &run, &err), &err);
+        ql_store_metrics met;
+        ql_store_metrics_init(&met);
+        met.bpw = 8.5;
+        met.kld_mean = 0.001 * k;
+        ql_store_tensor_error te = {"blk.0.attn_q.weight",
+                                    QL_TYPE_Q8_0,
+                                    QL_TYPE_Q8_0,
+                                    NULL,
+                                    32,
+                                    32,
+                                    1024,
+                                    1088,
+                                    0.001,
+                                    0.004,
+                                    NAN,
+                                    NAN,
+                                    0};
+        CHECK_OK(ql_store_finish_run(s, run, &met, &te, 1, NULL, &err), &err);
+        ql_config_hash(&c, hash);
+        if (strchr(seen, hash[0]))
+            shared[0] = hash[0];
+        else
+            seen[strlen(seen)] = hash[0];
+    }
+    CHECK(shared[0] != '\0');
+    CHECK(report(s, tmp_path("edge-out"), NULL, shared, false, &sum, &err) == QL_EINVAL);
+    CHECK_MSG(strstr(err.msg, "several configs of sweep 'edge' match") != NULL, "%s", err.msg);
+
+    /* Without imatrix errors the per-tensor plot falls back to rmse; the
+     * outlier ratio varies, so it is a column and part of the labels. */
+    CHECK_OK(report(s, tmp_path("edge-out"), NULL, NULL, false, &sum, &err), &err);
+    char *md = slurp(tmp_path("edge-out/edge/report.md"));
+    CHECK_MSG(md && strstr(md, "| weights | outliers |   bpw | size |  KLD mean |\n") &&
+                  strstr(md, "(F32 norms included). KLD: KL(reference"),
+              "%s", md);
+    free(md);
+    char *files = list_dir(tmp_path("edge-out/edge"));
+    char *tensors = strstr(files, "tensors-");
+    CHECK(tensors != NULL);
+    if (tensors) {
+        char name[64], rel[600];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(tensors, "\n"), tensors);
+        if (strstr(name, ".dat")) {
+            snprintf(rel, sizeof rel, "edge-out/edge/%s", name);
+            char *dat = slurp(tmp_path(rel));
+            CHECK(dat && strstr(dat, "columns: layer rmse used_type") &&
+                  strstr(dat, "# config Q8_0 outliers="));
+            free(dat);
+        }
+    }
+    free(files);
+    ql_store_close(s);
+}
+
+/* ---------------------------------------------------------------- plots */
+
+static void write_script(const char *path, const char *text)
+{
+    ql_error err;
+    CHECK_OK(ql_file_write_all(path, text, strlen(text), &err), &err);
+    chmod(path, 0755);
+}
+
+static void test_plots_without_gnuplot(void)
+{
+    ql_store *s = open_fixture(tmp_path("fixture.db"));
+    ql_report_summary sum;
+    ql_error err;
+    const char *saved = getenv("PATH");
+    char *path_copy = ql_strdup(saved ? saved : "");
+
+    /* Not on PATH: tables still written, the reason given, no error. */
+    setenv("PATH", tmp_path("no-such-dir"), 1);
+    CHECK(!ql_gnuplot_find(NULL, 0));
+    CHECK_OK(report(s, tmp_path("nognu"), "fixture-formats", NULL, true, &sum, &err), &err);
+    CHECK(sum.plots_skipped && strcmp(sum.why, "gnuplot not found on PATH") == 0);
+    CHECK_EQ_INT(sum.plots, 0);
+    CHECK(ql_file_exists(tmp_path("nognu/fixture-formats/report.md")));
+    CHECK(ql_file_exists(tmp_path("nognu/fixture-formats/kld_bpw.gp")));
+    CHECK(!ql_file_exists(tmp_path("nognu/fixture-formats/kld_bpw.png")));
+
+    /* A gnuplot that fails: its message is in the reason. */
+    const char *bin = tmp_path("fakebin");
+    mkdir(bin, 0755);
+    char fake[600];
+    snprintf(fake, sizeof fake, "%s/gnuplot", bin);
+    write_script(fake, "#!/bin/sh\necho \"line 3: unknown terminal type\" >&2\nexit 1\n");
+    setenv("PATH", bin, 1);
+    CHECK(ql_gnuplot_find(NULL, 0));
+    CHECK_OK(report(s, tmp_path("badgnu"), "fixture-formats", NULL, true, &sum, &err), &err);
+    CHECK_MSG(sum.plots_skipped && strstr(sum.why, "kld_bpw.gp: exit status 1: line 3: unknown "
+                                                   "terminal type"),
+              "%s", sum.why);
+    CHECK(ql_file_exists(tmp_path("badgnu/fixture-formats/formats.csv")));
+
+    /* A gnuplot that succeeds without drawing. */
+    write_script(fake, "#!/bin/sh\nexit 0\n");
+    CHECK_OK(report(s, tmp_path("lazygnu"), "fixture-formats", NULL, true, &sum, &err), &err);
+    CHECK_MSG(sum.plots_skipped && strstr(sum.why, "wrote no usable image") &&
+                  strstr(sum.why, "kld_bpw.png: cannot open"),
+              "%s", sum.why);
+    /* One that writes something that is not a PNG. */
+    write_script(fake, "#!/bin/sh\necho junk > kld_bpw.png\necho junk > kld_bpw.svg\n");
+    CHECK_OK(report(s, tmp_path("junkgnu"), "fixture-formats", NULL, true, &sum, &err), &err);
+    CHECK_MSG(sum.plots_skipped && strstr(sum.why, "not a PNG file"), "%s", sum.why);
+
+    setenv("PATH", path_copy, 1);
+    free(path_copy);
+    ql_store_close(s);
+}
+
+static void test_png_check(void)
+{
+    ql_error err;
+    const char *p = tmp_path("tiny.png");
+    static const unsigned char png_head[24] = {0x89, 'P', 'N', 'G',  '\r', '\n', 0x1a, '\n',
+                                               0,    0,   0,   13,   'I',  'H',  'D',  'R',
+                                               0,    0,   3,   0xc0, 0,    0,    2,    0x58};
+    CHECK_OK(ql_file_write_all(p, png_head, sizeof png_head, &err), &err);
+    /* A valid header, but far too small to be a plot. */
+    CHECK(ql_png_check(p, QL_PLOT_PNG_MIN_BYTES, &err) == QL_EFORMAT);
+    CHECK(strstr(err.msg, "PNG of 24 bytes") != NULL);
+    CHECK_OK(ql_png_check(p, 24, &err), &err);
+    unsigned char zero[24];
+    memcpy(zero, png_head, 24);
+    memset(zero + 16, 0, 4);
+    CHECK_OK(ql_file_write_all(p, zero, 24, &err), &err);
+    CHECK(ql_png_check(p, 0, &err) == QL_EFORMAT && strstr(err.msg, "PNG of size 0x600"));
+    CHECK_OK(ql_file_write_all(p, png_head, 7, &err), &err);
+    CHECK(ql_png_check(p, 0, &err) == QL_EFORMAT && strstr(err.msg, "no PNG signature"));
+    CHECK(ql_png_check(tmp_path("absent.png"), 0, &err) == QL_EIO);
+}
+
+/* With the real gnuplot (skipped when it is not installed): every plot is a
+ * real PNG of non-trivial size and an SVG. */
+static void test_plots_real_gnuplot(void)
+{
+    if (!ql_gnuplot_find(NULL, 0)) {
+        printf("note: gnuplot not on PATH; real-plot checks skipped\n");
+        return;
+    }
+    ql_store *s = open_fixture(tmp_path("fixture.db"));
+    ql_report_summary sum;
+    ql_error err;
+    CHECK_OK(report(s, tmp_path("plots"), NULL, NULL, true, &sum, &err), &err);
+    CHECK_MSG(!sum.plots_skipped, "%s", sum.why);
+    /* fixture-formats 3, fixture-mixed 2 groups x 3, fixture-failed none. */
+    CHECK_EQ_INT(sum.plots, 9);
+    static const char *const pngs[] = {"fixture-formats/kld_bpw", "fixture-formats/ppl_bpw",
+                                       "fixture-formats/tensors-c90fa930648f",
+                                       "fixture-mixed/kld_bpw-fixture-b-fixture-text-ctx64-c8"};
+    for (size_t i = 0; i < sizeof pngs / sizeof pngs[0]; i++) {
+        char p[600];
+        snprintf(p, sizeof p, "plots/%s.png", pngs[i]);
+        size_t len;
+        unsigned char *data = qlt_read_file(tmp_path(p), &len);
+        CHECK(len >= QL_PLOT_PNG_MIN_BYTES && memcmp(data, "\x89PNG\r\n\x1a\n", 8) == 0);
+        free(data);
+        snprintf(p, sizeof p, "plots/%s.svg", pngs[i]);
+        char *svg = slurp(tmp_path(p));
+        CHECK(svg && strstr(svg, "<svg") && strstr(svg, "</svg>"));
+        free(svg);
+    }
+    ql_store_close(s);
+}
+
+int main(void)
+{
+    gsl_set_error_handler_off();
+    test_table();
+    test_pareto();
+    test_bootstrap_constant_shift();
+    test_bootstrap_known_variance();
+    test_bootstrap_errors();
+    test_report_text();
+    test_report_deterministic();
+    test_report_options();
+    test_report_edge_cases();
+    test_png_check();
+    test_plots_without_gnuplot();
+    test_plots_real_gnuplot();
+    return qlt_done();
+}

@@ -1,0 +1,581 @@
+/* The results store: schema and pragmas, upserts, a run's round trip with NaN
+ * stored as NULL, the skip and retry logic, refusal of foreign or newer
+ * databases, and fault injection: a failure at any SQLite call while finishing
+ * (or starting) a run leaves the database exactly as before. */
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "qltest.h"
+#include "store.h"
+#include "store_fixture.h"
+#include "types.h"
+#include "util.h"
+
+static const char *tmp_db(const char *name)
+{
+    static char path[8][512];
+    static int next = 0;
+    char *p = path[next++ % 8];
+    snprintf(p, 512, "%s/%s", qlt_tmpdir(), name);
+    unlink(p);
+    char side[600];
+    snprintf(side, sizeof side, "%s-wal", p);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", p);
+    unlink(side);
+    return p;
+}
+
+/* First column of the first row as an integer (-999 when there is no row). */
+static int64_t qint(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t v = -999;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    else
+        fprintf(stderr, "qint(%s): %s\n", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* First column of the first row as text, into a static buffer ("<none>" when no row). */
+static const char *qtext(sqlite3 *db, const char *sql)
+{
+    static char buf[1024];
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+        const unsigned char *t = sqlite3_column_text(st, 0);
+        snprintf(buf, sizeof buf, "%s", t ? (const char *)t : "<null>");
+    } else {
+        snprintf(buf, sizeof buf, "<none>");
+    }
+    sqlite3_finalize(st);
+    return buf;
+}
+
+typedef struct {
+    ql_store *s;
+    int64_t model, text;
+} env;
+
+static void env_open(env *e, const char *path)
+{
+    ql_error err;
+    e->s = NULL;
+    CHECK_OK(ql_store_open(path, NULL, &e->s, &err), &err);
+    if (!e->s)
+        exit(1);
+    ql_store_model m;
+    ql_store_model_init(&m);
+    m.sha256 = QLT_FIXTURE_MODEL_SHA;
+    m.path = "m.gguf";
+    ql_store_dataset d;
+    ql_store_dataset_init(&d);
+    d.sha256 = QLT_FIXTURE_TEXT_SHA;
+    d.name = "text";
+    CHECK_OK(ql_store_upsert_model(e->s, &m, &e->model, &err), &err);
+    CHECK_OK(ql_store_upsert_dataset(e->s, &d, &e->text, &err), &err);
+}
+
+static int64_t config_id(env *e, const char *canon)
+{
+    ql_config c;
+    ql_error err;
+    int64_t id = 0;
+    CHECK_OK(ql_config_from_string(canon, &c, &err), &err);
+    CHECK_OK(ql_store_upsert_config(e->s, &c, &id, &err), &err);
+    return id;
+}
+
+static int64_t begin_run(env *e, const char *canon, int metrics_version)
+{
+    ql_store_run_key key = {config_id(e, canon), e->model, e->text, 128, 4};
+    ql_store_run_info info = {"test", 2, metrics_version, NULL};
+    ql_error err;
+    int64_t run = 0;
+    CHECK_OK(ql_store_begin_run(e->s, &key, &info, &run, &err), &err);
+    return run;
+}
+
+static void some_metrics(ql_store_metrics *m)
+{
+    ql_store_metrics_init(m);
+    m->ppl = 10.5;
+    m->ppl_err = 0.25;
+    m->kld_mean = 0.001953125;
+    m->top1_agree = 0.875;
+    m->n_tokens = 252;
+    m->bytes = 4352;
+    m->bpw = 8.5;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_schema(void)
+{
+    const char *path = tmp_db("schema.db");
+    ql_store *s;
+    ql_error err;
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    sqlite3 *db = ql_store_handle(s);
+    CHECK_EQ_INT(qint(db, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
+    CHECK_EQ_INT(qint(db, "PRAGMA application_id"), 0x716c6162);
+    CHECK_EQ_INT(qint(db, "PRAGMA foreign_keys"), 1);
+    CHECK(strcmp(qtext(db, "PRAGMA journal_mode"), "wal") == 0);
+    CHECK(qint(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'") >= 7);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name IN "
+                          "('results', 'sweep_results', 'run_log', 'failed_runs', "
+                          "'tensor_results')"),
+                 5);
+
+    /* The two results views have the same columns, none of them twice. */
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM pragma_table_info('results') a JOIN "
+                          "pragma_table_info('sweep_results') b ON a.cid = b.cid AND "
+                          "a.name = b.name"),
+                 qint(db, "SELECT count(*) FROM pragma_table_info('sweep_results')"));
+    CHECK_EQ_INT(qint(db, "SELECT count(DISTINCT name) = count(*) FROM "
+                          "pragma_table_info('sweep_results')"),
+                 1);
+    CHECK(qint(db, "SELECT count(*) FROM pragma_table_info('results')") > 50);
+
+    /* The metric columns of the C struct are exactly the table's, in order. */
+    const char *const *names;
+    size_t n = ql_store_metric_columns(&names);
+    sqlite3_stmt *st;
+    CHECK(sqlite3_prepare_v2(db,
+                             "SELECT name FROM pragma_table_info('metrics') WHERE cid > 0 "
+                             "ORDER BY cid",
+                             -1, &st, NULL) == SQLITE_OK);
+    size_t i = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *col = (const char *)sqlite3_column_text(st, 0);
+        CHECK_MSG(i < n && strcmp(col, names[i]) == 0, "metrics column %zu is %s", i, col);
+        i++;
+    }
+    sqlite3_finalize(st);
+    CHECK_EQ_INT(i, n);
+    ql_store_close(s);
+
+    /* Reopening an up-to-date database changes nothing. */
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    CHECK_EQ_INT(qint(ql_store_handle(s), "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
+    ql_store_close(s);
+    ql_store_close(NULL);
+}
+
+static void test_round_trip(void)
+{
+    const char *path = tmp_db("roundtrip.db");
+    env e;
+    env_open(&e, path);
+    ql_error err;
+    sqlite3 *db = ql_store_handle(e.s);
+
+    /* Upserts are idempotent; known fields are filled in later, not overwritten. */
+    ql_store_model m;
+    ql_store_model_init(&m);
+    m.sha256 = QLT_FIXTURE_MODEL_SHA;
+    m.path = "elsewhere/m.gguf";
+    m.arch = "llama";
+    m.n_layer = 5;
+    int64_t id2;
+    CHECK_OK(ql_store_upsert_model(e.s, &m, &id2, &err), &err);
+    CHECK_EQ_INT(id2, e.model);
+    CHECK(strcmp(qtext(db, "SELECT path || ' ' || arch || ' ' || n_layer FROM models"),
+                 "elsewhere/m.gguf llama 5") == 0);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM models WHERE params IS NULL"), 1);
+    m.sha256 = "not-a-hash";
+    CHECK(ql_store_upsert_model(e.s, &m, &id2, &err) == QL_EINVAL);
+    int64_t c1 = config_id(&e, "weight_type=Q8_0"), c2 = config_id(&e, "weight_type=q8_0");
+    CHECK(c1 > 0 && c1 == c2);
+    CHECK(strcmp(qtext(db, "SELECT weight_type || ' ' || act_mode || ' ' || head_type || ' ' || "
+                           "kv_type || ' ' || imatrix || ' ' || budget || ' ' || "
+                           "coalesce(budget_bytes, 'NULL') FROM configs"),
+                 "Q8_0 f32 same f32 none none NULL") == 0);
+
+    int64_t run = begin_run(&e, "weight_type=Q8_0", 1);
+    CHECK(run > 0);
+    char status[16];
+    CHECK_OK(ql_store_run_status(e.s, run, status, &err), &err);
+    CHECK(strcmp(status, "running") == 0);
+
+    ql_store_metrics met;
+    some_metrics(&met);
+    ql_store_tensor_error te[2] = {
+        {"token_embd.weight", QL_TYPE_Q8_0, QL_TYPE_Q8_0, NULL, 512, 64, 32768, 34816, 0.0625, 0.25,
+         NAN, NAN, -1},
+        {"blk.11.ffn_down.weight", QL_TYPE_Q4_K, QL_TYPE_Q5_0, "row length 172", 64, 172, 11008,
+         7568, 0.125, 0.5, 2.0, 0.015625, 3},
+    };
+    ql_store_timing t = {12.5, 1.0, NAN, 5.0};
+    CHECK_OK(ql_store_finish_run(e.s, run, &met, te, 2, &t, &err), &err);
+    CHECK_OK(ql_store_run_status(e.s, run, status, &err), &err);
+    CHECK(strcmp(status, "done") == 0);
+
+    /* Measured values come back exactly; NaN became NULL, never 0. */
+    CHECK(strcmp(qtext(db, "SELECT ppl || ' ' || kld_mean || ' ' || n_tokens || ' ' || "
+                           "typeof(n_tokens) || ' ' || typeof(bytes) FROM metrics"),
+                 "10.5 0.001953125 252 integer integer") == 0);
+    CHECK_EQ_INT(qint(db, "SELECT (ppl_ref IS NULL) + (kld_p99 IS NULL) + (zlib_bytes IS NULL) "
+                          "+ (gguf_bytes IS NULL) + (rmse IS NULL) FROM metrics"),
+                 5);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM metrics WHERE ppl_ref = 0 OR zlib_bytes = 0"), 0);
+    CHECK_EQ_INT(qint(db, "SELECT (ref_seconds IS NULL) + (seconds = 12.5) FROM runs"), 2);
+    CHECK(strcmp(qtext(db, "SELECT qlab_version || ' ' || metrics_version || ' ' || threads || "
+                           "' ' || sweep FROM runs"),
+                 "0.1.0 1 2 test") == 0);
+    /* Tensor errors: layer from the name, fallback flag and reason, NULLs. */
+    CHECK(strcmp(qtext(db, "SELECT coalesce(layer, 'NULL') || ' ' || fallback || ' ' || "
+                           "coalesce(imatrix_err, 'NULL') || ' ' || coalesce(outlier_cols, "
+                           "'NULL') FROM tensor_errors WHERE tensor = 'token_embd.weight'"),
+                 "NULL 0 NULL NULL") == 0);
+    CHECK(strcmp(qtext(db, "SELECT layer || ' ' || requested_type || ' ' || used_type || ' ' || "
+                           "fallback || ' ' || fallback_reason || ' ' || outlier_cols FROM "
+                           "tensor_errors WHERE layer IS NOT NULL"),
+                 "11 Q4_K Q5_0 1 row length 172 3") == 0);
+    /* The views see the run. */
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM results WHERE weight_type = 'Q8_0' AND bpw = 8.5"),
+                 1);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM sweep_results WHERE sweep = 'test'"), 1);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM tensor_results"), 2);
+
+    /* A finished run cannot be finished or failed again. */
+    CHECK(ql_store_finish_run(e.s, run, &met, NULL, 0, NULL, &err) == QL_EINVAL);
+    CHECK(ql_store_fail_run(e.s, run, "x", 1.0, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "is not running") != NULL);
+    ql_store_close(e.s);
+}
+
+static void test_skip_and_retry(void)
+{
+    const char *path = tmp_db("skip.db");
+    env e;
+    env_open(&e, path);
+    ql_error err;
+    sqlite3 *db = ql_store_handle(e.s);
+    char hash[65];
+    ql_config c;
+    CHECK_OK(ql_config_from_string("weight_type=Q4_0", &c, &err), &err);
+    ql_config_hash(&c, hash);
+    int64_t found = -1;
+
+    /* Nothing done yet. */
+    CHECK_OK(ql_store_find_done(e.s, hash, QLT_FIXTURE_MODEL_SHA, QLT_FIXTURE_TEXT_SHA, 128, 4, 1,
+                                &found, &err),
+             &err);
+    CHECK_EQ_INT(found, 0);
+
+    /* A failed run is recorded with its error and is not "done". */
+    int64_t run = begin_run(&e, "weight_type=Q4_0", 1);
+    CHECK_OK(ql_store_fail_run(e.s, run, "out of memory in quantize", 3.0, &err), &err);
+    CHECK(strcmp(qtext(db, "SELECT status || ': ' || error FROM runs"),
+                 "failed: out of memory in quantize") == 0);
+    CHECK_OK(ql_store_find_done(e.s, hash, QLT_FIXTURE_MODEL_SHA, QLT_FIXTURE_TEXT_SHA, 128, 4, 1,
+                                &found, &err),
+             &err);
+    CHECK_EQ_INT(found, 0);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM failed_runs"), 1);
+
+    /* Retried: the same row, running again, error cleared, attempts counted. */
+    int64_t again = begin_run(&e, "weight_type=Q4_0", 1);
+    CHECK_EQ_INT(again, run);
+    CHECK(strcmp(qtext(db, "SELECT status || ' ' || attempts || ' ' || coalesce(error, 'NULL') "
+                           "FROM runs"),
+                 "running 2 NULL") == 0);
+    ql_store_metrics met;
+    some_metrics(&met);
+    CHECK_OK(ql_store_finish_run(e.s, run, &met, NULL, 0, NULL, &err), &err);
+
+    /* Done: found by natural keys, so a re-run skips it... */
+    CHECK_OK(ql_store_find_done(e.s, hash, QLT_FIXTURE_MODEL_SHA, QLT_FIXTURE_TEXT_SHA, 128, 4, 1,
+                                &found, &err),
+             &err);
+    CHECK_EQ_INT(found, run);
+    /* ...but not for another ctx, chunk count, text or metrics version. */
+    CHECK_OK(ql_store_find_done(e.s, hash, QLT_FIXTURE_MODEL_SHA, QLT_FIXTURE_TEXT_SHA, 256, 4, 1,
+                                &found, &err),
+             &err);
+    CHECK_EQ_INT(found, 0);
+    CHECK_OK(ql_store_find_done(e.s, hash, QLT_FIXTURE_MODEL_SHA, QLT_FIXTURE_TEXT_SHA, 128, 5, 1,
+                                &found, &err),
+             &err);
+    CHECK_EQ_INT(found, 0);
+    CHECK_OK(ql_store_find_done(e.s, hash, QLT_FIXTURE_MODEL_SHA, QLT_FIXTURE_MODEL_SHA, 128, 4, 1,
+                                &found, &err),
+             &err);
+    CHECK_EQ_INT(found, 0);
+    CHECK_OK(ql_store_find_done(e.s, hash, QLT_FIXTURE_MODEL_SHA, QLT_FIXTURE_TEXT_SHA, 128, 4, 2,
+                                &found, &err),
+             &err);
+    CHECK_EQ_INT(found, 0);
+
+    /* Beginning a done run again is refused; a newer metrics version redoes it. */
+    ql_store_run_key key = {config_id(&e, "weight_type=Q4_0"), e.model, e.text, 128, 4};
+    ql_store_run_info info = {"other-sweep", 1, 1, NULL};
+    int64_t r2 = 0;
+    CHECK(ql_store_begin_run(e.s, &key, &info, &r2, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "is already done with metrics version 1") != NULL);
+    CHECK_OK(ql_store_add_to_sweep(e.s, "other-sweep", run, &err), &err);
+    CHECK_OK(ql_store_add_to_sweep(e.s, "other-sweep", run, &err), &err);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM sweep_results"), 2);
+    info.metrics_version = 2;
+    CHECK_OK(ql_store_begin_run(e.s, &key, &info, &r2, &err), &err);
+    CHECK_EQ_INT(r2, run);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM metrics"), 0);
+    CHECK_EQ_INT(qint(db, "SELECT attempts FROM runs"), 3);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM runs"), 1);
+    ql_store_close(e.s);
+
+    /* A run left 'running' by a killed process is taken over after reopening. */
+    env_open(&e, path);
+    int64_t r3 = begin_run(&e, "weight_type=Q4_0", 2);
+    CHECK_EQ_INT(r3, run);
+    CHECK_EQ_INT(qint(ql_store_handle(e.s), "SELECT attempts FROM runs"), 4);
+    ql_store_close(e.s);
+}
+
+/* Counts that must not change when finishing run B fails. */
+typedef struct {
+    int64_t metrics, tensors, done, running, autocommit;
+} snapshot;
+
+static snapshot snap(ql_store *s)
+{
+    sqlite3 *db = ql_store_handle(s);
+    snapshot p = {
+        qint(db, "SELECT count(*) FROM metrics"), qint(db, "SELECT count(*) FROM tensor_errors"),
+        qint(db, "SELECT count(*) FROM runs WHERE status = 'done'"),
+        qint(db, "SELECT count(*) FROM runs WHERE status = 'running'"), sqlite3_get_autocommit(db)};
+    return p;
+}
+
+static bool same(snapshot a, snapshot b)
+{
+    return a.metrics == b.metrics && a.tensors == b.tensors && a.done == b.done &&
+           a.running == b.running && a.autocommit == b.autocommit;
+}
+
+static void test_finish_faults(void)
+{
+    const char *path = tmp_db("faults.db");
+    env e;
+    env_open(&e, path);
+    ql_error err;
+    ql_store_metrics met;
+    some_metrics(&met);
+    ql_store_tensor_error te[3] = {
+        {"blk.0.attn_q.weight", QL_TYPE_Q4_0, QL_TYPE_Q4_0, NULL, 64, 64, 4096, 2304, 0.1, 0.2, 0.3,
+         0.4, -1},
+        {"blk.0.attn_k.weight", QL_TYPE_Q4_0, QL_TYPE_Q4_0, NULL, 64, 64, 4096, 2304, 0.1, 0.2, 0.3,
+         0.4, -1},
+        {"blk.0.ffn_up.weight", QL_TYPE_Q4_0, QL_TYPE_Q4_0, NULL, 64, 64, 4096, 2304, 0.1, 0.2, 0.3,
+         0.4, -1},
+    };
+    /* Run A is done before the faults; it must survive every one of them. */
+    int64_t a = begin_run(&e, "weight_type=Q8_0", 1);
+    CHECK_OK(ql_store_finish_run(e.s, a, &met, te, 3, NULL, &err), &err);
+    int64_t b = begin_run(&e, "weight_type=Q4_0", 1);
+    snapshot before = snap(e.s);
+    CHECK(before.metrics == 1 && before.tensors == 3 && before.running == 1);
+
+    /* Fail the n-th SQLite call of finish_run for every n until it succeeds. */
+    int failures = 0;
+    for (int n = 1; n < 1000; n++) {
+        ql_error_clear(&err);
+        ql_store_inject_fault(e.s, n);
+        ql_status st = ql_store_finish_run(e.s, b, &met, te, 3, NULL, &err);
+        ql_store_inject_fault(e.s, 0);
+        if (st == QL_OK)
+            break;
+        failures++;
+        CHECK_MSG(st == QL_EDB && strstr(err.msg, "injected fault"), "fault %d: %s", n, err.msg);
+        CHECK_MSG(same(snap(e.s), before), "fault %d left the database changed", n);
+    }
+    /* BEGIN, status, metrics (prepare, binds, step), 3 tensors, update, COMMIT. */
+    CHECK_MSG(failures > 40, "only %d failure points", failures);
+    printf("finish_run: %d injected faults, each rolled back\n", failures);
+    snapshot after = snap(e.s);
+    CHECK(after.metrics == 2 && after.tensors == 6 && after.done == 2 && after.running == 0);
+
+    /* A constraint violation in the middle (the same tensor twice) rolls back too. */
+    int64_t c = begin_run(&e, "weight_type=Q5_0", 1);
+    before = snap(e.s);
+    ql_store_tensor_error dup[3] = {te[0], te[1], te[0]};
+    CHECK(ql_store_finish_run(e.s, c, &met, dup, 3, NULL, &err) == QL_EDB);
+    CHECK_MSG(strstr(err.msg, "tensor 'blk.0.attn_q.weight'") &&
+                  strstr(err.msg, "UNIQUE constraint failed"),
+              "%s", err.msg);
+    CHECK(same(snap(e.s), before));
+    /* So does an invalid record: a fallback without a reason, a fractional count. */
+    ql_store_tensor_error bad = te[1];
+    bad.used_type = QL_TYPE_Q5_0;
+    ql_store_tensor_error mix[2] = {te[0], bad};
+    CHECK(ql_store_finish_run(e.s, c, &met, mix, 2, NULL, &err) == QL_EINVAL);
+    CHECK(same(snap(e.s), before));
+    ql_store_metrics frac = met;
+    frac.bytes = 10.5;
+    CHECK(ql_store_finish_run(e.s, c, &frac, te, 3, NULL, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "metric bytes = 10.5 is not a whole count") != NULL);
+    CHECK(same(snap(e.s), before));
+    CHECK_OK(ql_store_finish_run(e.s, c, &met, te, 3, NULL, &err), &err);
+
+    /* begin_run and fail_run under faults: no half-created run. */
+    int64_t runs_before = qint(ql_store_handle(e.s), "SELECT count(*) FROM runs");
+    int begin_failures = 0;
+    for (int n = 1; n < 1000; n++) {
+        ql_store_run_key key = {config_id(&e, "weight_type=Q6_K"), e.model, e.text, 128, 4};
+        ql_store_run_info info = {"faults", 1, 1, NULL};
+        int64_t r = 0;
+        ql_store_inject_fault(e.s, n);
+        ql_status st = ql_store_begin_run(e.s, &key, &info, &r, &err);
+        ql_store_inject_fault(e.s, 0);
+        if (st == QL_OK) {
+            CHECK(r > 0);
+            break;
+        }
+        begin_failures++;
+        CHECK_EQ_INT(r, 0);
+        CHECK_EQ_INT(qint(ql_store_handle(e.s), "SELECT count(*) FROM runs"), runs_before);
+        CHECK_EQ_INT(qint(ql_store_handle(e.s), "SELECT count(*) FROM sweep_runs WHERE sweep = "
+                                                "'faults'"),
+                     0);
+        CHECK(sqlite3_get_autocommit(ql_store_handle(e.s)));
+    }
+    CHECK(begin_failures > 10);
+    printf("begin_run: %d injected faults, each rolled back\n", begin_failures);
+    ql_store_close(e.s);
+}
+
+static void test_open_faults(void)
+{
+    int failures = 0;
+    for (int n = 1; n < 200; n++) {
+        char name[32];
+        snprintf(name, sizeof name, "open%d.db", n);
+        const char *path = tmp_db(name);
+        ql_store *s = NULL;
+        ql_error err;
+        ql_store_options opt = {.fault_after = n};
+        ql_status st = ql_store_open(path, &opt, &s, &err);
+        if (st == QL_OK) {
+            ql_store_close(s);
+            break;
+        }
+        failures++;
+        CHECK(s == NULL);
+        CHECK_MSG(strstr(err.msg, "injected fault") != NULL, "%s", err.msg);
+        /* Whatever step failed, the next open completes the schema. */
+        CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+        if (s) {
+            CHECK_EQ_INT(qint(ql_store_handle(s), "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
+            CHECK(qint(ql_store_handle(s), "SELECT count(*) FROM sqlite_master WHERE name = "
+                                           "'tensor_results'") == 1);
+            ql_store_close(s);
+        }
+    }
+    CHECK(failures >= 10);
+    printf("open: %d injected faults, each recovered by the next open\n", failures);
+}
+
+static void test_refusals(void)
+{
+    ql_error err;
+    ql_store *s = NULL;
+    sqlite3 *raw;
+
+    /* A database from a newer qlab. */
+    const char *newer = tmp_db("newer.db");
+    CHECK_OK(ql_store_open(newer, NULL, &s, &err), &err);
+    ql_store_close(s);
+    CHECK(sqlite3_open(newer, &raw) == SQLITE_OK);
+    CHECK(sqlite3_exec(raw, "PRAGMA user_version = 99", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(raw);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "%s: results database schema version 99 is newer than this qlab supports (%d); use "
+             "a newer qlab",
+             newer, QL_STORE_SCHEMA_VERSION);
+    CHECK(ql_store_open(newer, NULL, &s, &err) == QL_EDB);
+    CHECK_MSG(strcmp(err.msg, want) == 0, "%s", err.msg);
+    CHECK(s == NULL);
+    ql_store_options ro = {.readonly = true};
+    CHECK(ql_store_open(newer, &ro, &s, &err) == QL_EDB);
+    CHECK(strcmp(err.msg, want) == 0);
+
+    /* Somebody else's SQLite file. */
+    const char *foreign = tmp_db("foreign.db");
+    CHECK(sqlite3_open(foreign, &raw) == SQLITE_OK);
+    CHECK(sqlite3_exec(raw, "CREATE TABLE t (x)", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(raw);
+    CHECK(ql_store_open(foreign, NULL, &s, &err) == QL_EDB);
+    CHECK(strstr(err.msg, "not a qlab results database (it has tables") != NULL);
+    const char *other = tmp_db("otherapp.db");
+    CHECK(sqlite3_open(other, &raw) == SQLITE_OK);
+    CHECK(sqlite3_exec(raw, "PRAGMA application_id = 42", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(raw);
+    CHECK(ql_store_open(other, NULL, &s, &err) == QL_EDB);
+    CHECK(strstr(err.msg, "not a qlab results database (application_id 0x2a)") != NULL);
+
+    /* Not a database at all. */
+    const char *text = tmp_db("text.db");
+    FILE *f = fopen(text, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("this is not sqlite, just text long enough to have a header............\n", f);
+        fclose(f);
+    }
+    CHECK(ql_store_open(text, NULL, &s, &err) == QL_EDB);
+    CHECK(strstr(err.msg, "file is not a database") != NULL);
+
+    /* Read-only: a missing file is not created; writes are refused by SQLite. */
+    const char *missing = tmp_db("missing.db");
+    CHECK(ql_store_open(missing, &ro, &s, &err) == QL_EIO);
+    CHECK(strstr(err.msg, "no results database here") != NULL);
+    CHECK(access(missing, F_OK) != 0);
+    const char *fix = tmp_db("fixture.db");
+    CHECK_OK(qlt_store_fixture(fix, &err), &err);
+    CHECK_OK(ql_store_open(fix, &ro, &s, &err), &err);
+    if (s) {
+        ql_store_model m;
+        ql_store_model_init(&m);
+        m.sha256 = QLT_FIXTURE_TEXT_SHA;
+        m.path = "x";
+        int64_t id;
+        CHECK(ql_store_upsert_model(s, &m, &id, &err) == QL_EDB);
+        CHECK_MSG(strstr(err.msg, "readonly") != NULL, "%s", err.msg);
+        ql_store_close(s);
+    }
+}
+
+static void test_fixture(void)
+{
+    const char *path = tmp_db("fixture2.db");
+    ql_error err;
+    CHECK_OK(qlt_store_fixture(path, &err), &err);
+    ql_store *s;
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    sqlite3 *db = ql_store_handle(s);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM results"), 3);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM failed_runs"), 1);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM run_log WHERE status = 'running'"), 1);
+    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM tensor_results"), 9);
+    CHECK(strcmp(qtext(db, "SELECT error FROM failed_runs"), QLT_FIXTURE_ERROR) == 0);
+    ql_store_close(s);
+}
+
+int main(void)
+{
+    test_schema();
+    test_round_trip();
+    test_skip_and_retry();
+    test_finish_faults();
+    test_open_faults();
+    test_refusals();
+    test_fixture();
+    return qlt_done();
+}

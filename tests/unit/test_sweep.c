@@ -1,0 +1,291 @@
+/* Sweep files: good files, the deterministic expansion, deduplication, shards,
+ * and the malformed corpus in tests/malformed/sweep (each file with its exact
+ * error in expected.tsv). */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qltest.h"
+#include "sweep.h"
+#include "util.h"
+
+static const char *canonical(const ql_sweep *sw, size_t i)
+{
+    static char buf[QL_CONFIG_TEXT_MAX];
+    ql_config_to_string(&sw->points[i].config, buf, sizeof buf);
+    return buf;
+}
+
+static void check_point(const ql_sweep *sw, size_t i, const char *want)
+{
+    CHECK_MSG(i < sw->n_points, "only %zu points", sw->n_points);
+    if (i >= sw->n_points)
+        return;
+    const char *got = canonical(sw, i);
+    CHECK_MSG(strcmp(got, want) == 0, "config %zu: '%s', expected '%s'", i, got, want);
+    char hash[65];
+    ql_sha256_hex(got, strlen(got), hash);
+    CHECK(strcmp(hash, sw->points[i].hash) == 0);
+}
+
+/* The example of DESIGN.md section 6 (with axes not implemented yet allowed). */
+static const char design_example[] =
+    "[sweep]\n"
+    "name    = formats-tiny\n"
+    "model   = stories260K            # a name from datasets/, or a path\n"
+    "text    = tinystories-valid\n"
+    "ctx     = 128\n"
+    "chunks  = 16\n"
+    "imatrix = calib:tinystories-calib   # none | a file | calib:<dataset>\n"
+    "\n"
+    "[grid]                              # cartesian product of these lists\n"
+    "weight_type   = F16 Q8_0 Q5_1 Q5_0 Q4_1 Q4_0 IQ4_NL\n"
+    "act_mode      = f32 native\n"
+    "outlier_ratio = 0 3.0\n"
+    "head_type     = same F32\n";
+
+static void test_design_example(void)
+{
+    ql_sweep sw;
+    ql_error err;
+    ql_status st =
+        ql_sweep_parse("x/formats.sweep", design_example, QL_SWEEP_ALLOW_UNIMPLEMENTED, &sw, &err);
+    CHECK_OK(st, &err);
+    if (st != QL_OK)
+        return;
+    CHECK(strcmp(sw.name, "formats-tiny") == 0);
+    CHECK(strcmp(sw.model, "stories260K") == 0);
+    CHECK(strcmp(sw.text, "tinystories-valid") == 0);
+    CHECK_EQ_INT(sw.ctx, 128);
+    CHECK_EQ_INT(sw.chunks, 16);
+    CHECK_EQ_INT(sw.threads, 0);
+    CHECK_EQ_INT(sw.n_values[QL_AXIS_WEIGHT_TYPE], 7);
+    CHECK_EQ_INT(sw.n_values[QL_AXIS_IMATRIX], 1);
+    CHECK_EQ_INT(sw.n_values[QL_AXIS_BUDGET], 0);
+    CHECK_EQ_INT(sw.n_points, 7 * 2 * 2 * 2);
+    /* weight_type slowest, then act_mode, outlier_ratio, head_type fastest. */
+    check_point(&sw, 0,
+                "weight_type=F16 act_mode=f32 outlier_ratio=0 head_type=same "
+                "embd_type=same kv_type=f32 imatrix=calib:tinystories-calib budget=none");
+    check_point(&sw, 1,
+                "weight_type=F16 act_mode=f32 outlier_ratio=0 head_type=F32 "
+                "embd_type=same kv_type=f32 imatrix=calib:tinystories-calib budget=none");
+    check_point(&sw, 2,
+                "weight_type=F16 act_mode=f32 outlier_ratio=3 head_type=same "
+                "embd_type=same kv_type=f32 imatrix=calib:tinystories-calib budget=none");
+    check_point(&sw, 4,
+                "weight_type=F16 act_mode=native outlier_ratio=0 head_type=same "
+                "embd_type=same kv_type=f16 imatrix=calib:tinystories-calib budget=none");
+    check_point(&sw, 8,
+                "weight_type=Q8_0 act_mode=f32 outlier_ratio=0 head_type=same "
+                "embd_type=same kv_type=f32 imatrix=calib:tinystories-calib budget=none");
+    check_point(&sw, 55,
+                "weight_type=IQ4_NL act_mode=native outlier_ratio=3 head_type=F32 "
+                "embd_type=same kv_type=f16 imatrix=calib:tinystories-calib budget=none");
+
+    /* The same text expands to the same list, hash for hash. */
+    ql_sweep again;
+    CHECK_OK(ql_sweep_parse("x/formats.sweep", design_example, QL_SWEEP_ALLOW_UNIMPLEMENTED, &again,
+                            &err),
+             &err);
+    CHECK_EQ_INT(again.n_points, sw.n_points);
+    for (size_t i = 0; i < sw.n_points && i < again.n_points; i++)
+        CHECK(strcmp(sw.points[i].hash, again.points[i].hash) == 0);
+    ql_sweep_deinit(&again);
+
+    /* Without the flag the unimplemented axes are refused, naming the line. */
+    st = ql_sweep_parse("x/formats.sweep", design_example, 0, &again, &err);
+    CHECK(st == QL_EUNSUPPORTED);
+    CHECK_MSG(strcmp(err.msg, "x/formats.sweep:11: act_mode native is not implemented yet") == 0,
+              "%s", err.msg);
+    CHECK(again.points == NULL && again.n_points == 0);
+    ql_sweep_deinit(&again);
+
+    /* Shards partition the list: every config in exactly one shard. */
+    for (int n = 1; n <= 5; n++) {
+        size_t seen = 0;
+        for (size_t i = 0; i < sw.n_points; i++) {
+            int owners = 0;
+            for (int k = 0; k < n; k++) {
+                ql_shard s = {k, n};
+                owners += ql_shard_keeps(&s, i);
+            }
+            CHECK_EQ_INT(owners, 1);
+            seen++;
+        }
+        CHECK_EQ_INT(seen, sw.n_points);
+    }
+    ql_sweep_deinit(&sw);
+}
+
+static void test_dedup_and_defaults(void)
+{
+    const char *text = "# comment line\r\n"
+                       "[sweep]\r\n"
+                       "\tmodel = models/a#b.gguf   # '#' inside a token is not a comment\r\n"
+                       "text=wiki\r\n"
+                       "[grid]\r\n"
+                       "weight_type = Q4_0 q4_0\tQ8_0\r\n"
+                       "head_type = same Q4_0 F32\r\n";
+    ql_sweep sw;
+    ql_error err;
+    ql_status st = ql_sweep_parse("dir/my.exp.sweep", text, 0, &sw, &err);
+    CHECK_OK(st, &err);
+    if (st != QL_OK)
+        return;
+    CHECK(strcmp(sw.name, "my.exp") == 0);
+    CHECK(strcmp(sw.model, "models/a#b.gguf") == 0);
+    CHECK(strcmp(sw.text, "wiki") == 0);
+    CHECK_EQ_INT(sw.ctx, QL_SWEEP_DEFAULT_CTX);
+    CHECK_EQ_INT(sw.chunks, 0);
+    /* 3 x 3 listed, 5 distinct: Q4_0 twice, and head Q4_0 == same for Q4_0. */
+    CHECK_EQ_INT(sw.n_points, 5);
+    const char *want[5][2] = {{"Q4_0", "head_type=same"},
+                              {"Q4_0", "head_type=F32"},
+                              {"Q8_0", "head_type=same"},
+                              {"Q8_0", "head_type=Q4_0"},
+                              {"Q8_0", "head_type=F32"}};
+    for (size_t i = 0; i < 5; i++) {
+        char line[512];
+        snprintf(line, sizeof line,
+                 "weight_type=%s act_mode=f32 outlier_ratio=0 %s embd_type=same kv_type=f32 "
+                 "imatrix=none budget=none",
+                 want[i][0], want[i][1]);
+        check_point(&sw, i, line);
+    }
+    ql_sweep_deinit(&sw);
+}
+
+static void test_calib_ctx_normalized(void)
+{
+    /* calib:x,ctx=128 in a ctx-128 sweep is the default calibration context. */
+    const char *text = "[sweep]\nmodel=m\ntext=t\nctx=128\n[grid]\nweight_type=Q4_K\n"
+                       "imatrix = calib:x calib:x,ctx=128 calib:x,ctx=64 none\n";
+    ql_sweep sw;
+    ql_error err;
+    CHECK_OK(ql_sweep_parse("c.sweep", text, 0, &sw, &err), &err);
+    CHECK_EQ_INT(sw.n_points, 3);
+    if (sw.n_points == 3) {
+        CHECK(sw.points[0].config.imatrix_ctx == 0);
+        CHECK(sw.points[1].config.imatrix_ctx == 64);
+        CHECK(sw.points[2].config.imatrix_kind == QL_IMATRIX_NONE);
+    }
+    ql_sweep_deinit(&sw);
+}
+
+static void test_shard_parse(void)
+{
+    ql_shard s;
+    ql_error err;
+    CHECK_OK(ql_shard_parse("1/4", &s, &err), &err);
+    CHECK(s.index == 1 && s.count == 4);
+    CHECK(ql_shard_keeps(&s, 5) && !ql_shard_keeps(&s, 4));
+    CHECK(ql_shard_parse("4/4", &s, &err) == QL_EINVAL);
+    CHECK(strcmp(err.msg, "--shard 4/4: need 0 <= K < N") == 0);
+    CHECK(ql_shard_parse("1/0", &s, &err) == QL_EINVAL);
+    CHECK(ql_shard_parse("x/4", &s, &err) == QL_EINVAL);
+    CHECK(ql_shard_parse("3", &s, &err) == QL_EINVAL);
+    CHECK(strcmp(err.msg, "--shard '3' is not K/N or auto") == 0);
+
+    unsetenv("SLURM_ARRAY_TASK_ID");
+    unsetenv("SLURM_ARRAY_TASK_COUNT");
+    unsetenv("SLURM_ARRAY_TASK_MIN");
+    unsetenv("SLURM_ARRAY_TASK_STEP");
+    CHECK(ql_shard_parse("auto", &s, &err) == QL_EINVAL);
+    CHECK(strcmp(err.msg, "--shard auto: SLURM_ARRAY_TASK_ID is not set (not inside a Slurm job "
+                          "array?)") == 0);
+    setenv("SLURM_ARRAY_TASK_ID", "2", 1);
+    setenv("SLURM_ARRAY_TASK_COUNT", "4", 1);
+    CHECK_OK(ql_shard_parse("auto", &s, &err), &err);
+    CHECK(s.index == 2 && s.count == 4);
+    /* sbatch --array=1-4: ids 1..4 are shards 0..3. */
+    setenv("SLURM_ARRAY_TASK_MIN", "1", 1);
+    setenv("SLURM_ARRAY_TASK_ID", "4", 1);
+    CHECK_OK(ql_shard_parse("auto", &s, &err), &err);
+    CHECK(s.index == 3 && s.count == 4);
+    /* --array=0-12:4 -> ids 0 4 8 12. */
+    setenv("SLURM_ARRAY_TASK_MIN", "0", 1);
+    setenv("SLURM_ARRAY_TASK_STEP", "4", 1);
+    setenv("SLURM_ARRAY_TASK_ID", "8", 1);
+    CHECK_OK(ql_shard_parse("auto", &s, &err), &err);
+    CHECK(s.index == 2 && s.count == 4);
+    setenv("SLURM_ARRAY_TASK_ID", "9", 1);
+    CHECK(ql_shard_parse("auto", &s, &err) == QL_EINVAL);
+    setenv("SLURM_ARRAY_TASK_ID", "16", 1);
+    CHECK(ql_shard_parse("auto", &s, &err) == QL_EINVAL);
+    setenv("SLURM_ARRAY_TASK_ID", "x", 1);
+    CHECK(ql_shard_parse("auto", &s, &err) == QL_EINVAL);
+    CHECK(strcmp(err.msg, "--shard auto: SLURM_ARRAY_TASK_ID='x' is not an integer") == 0);
+}
+
+static void test_missing_file(void)
+{
+    ql_sweep sw;
+    ql_error err;
+    CHECK(ql_sweep_load("/nonexistent/x.sweep", 0, &sw, &err) == QL_EIO);
+    CHECK(strstr(err.msg, "/nonexistent/x.sweep: cannot open") == err.msg);
+    ql_sweep_deinit(&sw);
+}
+
+/* Every file in tests/malformed/sweep fails with exactly the message in expected.tsv. */
+static void test_malformed_corpus(void)
+{
+    char dir[4096];
+    ql_strlcpy(dir, qlt_source("tests/malformed/sweep"), sizeof dir);
+    char tsv[4200];
+    snprintf(tsv, sizeof tsv, "%s/expected.tsv", dir);
+    char *text;
+    ql_error err;
+    CHECK_OK(ql_file_read_all(tsv, &text, NULL, &err), &err);
+    if (!text)
+        return;
+    int listed = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '#')
+            continue;
+        char *tab = strchr(line, '\t');
+        CHECK_MSG(tab != NULL, "expected.tsv line without a tab: %s", line);
+        if (!tab)
+            continue;
+        *tab = '\0';
+        char path[4400], want[QL_ERROR_MSG_MAX + 4400];
+        snprintf(path, sizeof path, "%s/%s", dir, line);
+        snprintf(want, sizeof want, "%s:%s", path, tab + 1);
+        ql_sweep sw;
+        ql_error_clear(&err);
+        ql_status st = ql_sweep_load(path, 0, &sw, &err);
+        CHECK_MSG(st != QL_OK, "%s was accepted", line);
+        CHECK_MSG(st == QL_EFORMAT || st == QL_EUNSUPPORTED, "%s: status %d", line, (int)st);
+        CHECK_MSG(strcmp(err.msg, want) == 0, "%s:\n  got      '%s'\n  expected '%s'", line,
+                  err.msg, want);
+        ql_sweep_deinit(&sw);
+        listed++;
+    }
+    free(text);
+
+    /* Every corpus file has an expectation. */
+    int files = 0;
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (n > 6 && strcmp(e->d_name + n - 6, ".sweep") == 0)
+            files++;
+    }
+    if (d)
+        closedir(d);
+    CHECK_MSG(files == listed, "%d .sweep files, %d in expected.tsv", files, listed);
+    CHECK(listed >= 10);
+}
+
+int main(void)
+{
+    test_design_example();
+    test_dedup_and_defaults();
+    test_calib_ctx_normalized();
+    test_shard_parse();
+    test_missing_file();
+    test_malformed_corpus();
+    return qlt_done();
+}
