@@ -48,6 +48,7 @@
 
 #include "error.h"
 #include "gguf.h"
+#include "imatrix_io.h"
 #include "types.h"
 
 /* Rows measured per tensor by default (evenly spaced). */
@@ -325,6 +326,32 @@ void ql_fit_plan_print(FILE *out, const ql_fit_plan *p, const ql_fit_table *t);
  * holding the most assigned parameters (K-quants as their _M preset), as
  * llama.cpp itself guesses a file type from the dominant tensor type. */
 uint32_t ql_fit_plan_file_type(const ql_fit_plan *p);
+
+/* ---------------------------------------------------------------------------
+ * Importance from an imatrix (imatrix_io.h): per entry, sums / count per matrix,
+ * exactly what the quantizers receive from llama-quantize. */
+
+typedef struct ql_fit_imatrix ql_fit_imatrix;
+
+/* Reads an imatrix file (either llama.cpp format); its sha256 is the identity in
+ * the cache key. */
+ql_status ql_fit_imatrix_open(const char *path, ql_fit_imatrix **out, ql_error *err);
+
+/* Wraps an imatrix in memory (e.g. one the sweep computed); identity (at most 64
+ * characters) names it in the cache key: a sha256 of its contents or of what
+ * produced it. im may be freed after the call: the weights (sums / count) and
+ * the provenance (im->path, first dataset, entries, chunks) are copied. */
+ql_status ql_fit_imatrix_wrap(const ql_imatrix *im, const char *identity, ql_fit_imatrix **out,
+                              ql_error *err);
+
+void ql_fit_imatrix_free(ql_fit_imatrix *f);
+
+/* The importance callbacks for ql_fit_table_compute / ql_fit_write (valid until
+ * ql_fit_imatrix_free). */
+const ql_fit_importance *ql_fit_imatrix_importance(const ql_fit_imatrix *f);
+
+/* Entries in the imatrix. */
+int64_t ql_fit_imatrix_entries(const ql_fit_imatrix *f);
 
 /* ---------------------------------------------------------------------------
  * Writing and the one-call planner */

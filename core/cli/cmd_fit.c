@@ -14,13 +14,20 @@
 static void help(void)
 {
     printf(
-        "usage: qlab fit MODEL.gguf (--budget B | --envelope SIZE [--ctx N] [--reserve SIZE])\n"
+        "usage: qlab fit MODEL.gguf [--imatrix FILE]\n"
+        "                (--budget B | --envelope SIZE [--ctx N] [--reserve SIZE])\n"
         "                [-o OUT.gguf | --dry-run] [--types LIST] [--exact-errors]\n"
         "                [--sample-rows N] [--cache-dir DIR | --no-cache] [--threads N] [--quiet]\n"
         "\n"
         "Chooses one type per weight tensor so that the whole model fits the budget with the\n"
         "least summed imatrix-weighted error sum_rows sum_j I_j (w - w^)^2, and writes the\n"
         "mixed-precision GGUF. MODEL is a path or a name from datasets/manifest.tsv.\n"
+        "\n"
+        "  --imatrix FILE   importance matrix (llama.cpp .dat or GGUF): I_j = sum x_j^2 / count,\n"
+        "                   also handed to the quantizers as llama-quantize does. Without one,\n"
+        "                   I_j = 1 and types that need an imatrix are not candidates.\n"
+        "                   Tensors without an entry: token_embd weighs 1/rows per column (a\n"
+        "                   lookup), output.weight output_norm^2 (its input), others 1.\n"
         "\n"
         "budget:\n"
         "  --budget B       the whole model (fixed tensors included) in bytes: a number with an\n"
@@ -52,7 +59,7 @@ static void help(void)
 }
 
 typedef struct {
-    const char *model, *out, *types, *cache_dir, *budget, *envelope, *reserve;
+    const char *model, *imatrix, *out, *types, *cache_dir, *budget, *envelope, *reserve;
     int64_t ctx, sample_rows;
     bool dry_run, no_cache, quiet;
     int threads;
@@ -78,6 +85,7 @@ static int parse_args(int argc, char **argv, args *a)
         } else if (strcmp(s, "--quiet") == 0) {
             a->quiet = true;
         } else if (strcmp(s, "-o") == 0 || strcmp(s, "--budget") == 0 ||
+                   strcmp(s, "--imatrix") == 0 ||
                    strcmp(s, "--types") == 0 || strcmp(s, "--cache-dir") == 0 ||
                    strcmp(s, "--envelope") == 0 || strcmp(s, "--reserve") == 0 ||
                    strcmp(s, "--ctx") == 0 || strcmp(s, "--threads") == 0 ||
@@ -97,6 +105,8 @@ static int parse_args(int argc, char **argv, args *a)
         const char *v = argv[i];
         if (strcmp(need, "-o") == 0) {
             a->out = v;
+        } else if (strcmp(need, "--imatrix") == 0) {
+            a->imatrix = v;
         } else if (strcmp(need, "--budget") == 0) {
             a->budget = v;
         } else if (strcmp(need, "--types") == 0) {
@@ -258,6 +268,8 @@ int ql_cmd_fit(int argc, char **argv)
     ql_gguf *g = NULL;
     ql_fit_table *t = NULL;
     ql_fit_plan *p = NULL;
+    ql_fit_imatrix *im = NULL;
+    const ql_fit_importance *imp = NULL;
     ql_status st = ql_data_resolve(a.model, path, sizeof path, &entry, &err);
     if (st != QL_OK)
         goto out;
@@ -270,9 +282,18 @@ int ql_cmd_fit(int argc, char **argv)
     o.cache_dir = a.no_cache ? "" : a.cache_dir;
     o.quiet = a.quiet;
     printf("model       %s\n", path);
-    printf("imatrix     none (plain squared error; types that need an imatrix are skipped)\n");
+    if (a.imatrix) {
+        char ipath[QL_PATH_MAX];
+        if ((st = ql_data_resolve(a.imatrix, ipath, sizeof ipath, NULL, &err)) != QL_OK ||
+            (st = ql_fit_imatrix_open(ipath, &im, &err)) != QL_OK)
+            goto out;
+        imp = ql_fit_imatrix_importance(im);
+        printf("imatrix     %s (%lld entries)\n", ipath, (long long)ql_fit_imatrix_entries(im));
+    } else {
+        printf("imatrix     none (plain squared error; types that need an imatrix are skipped)\n");
+    }
     fflush(stdout); /* before the progress lines on stderr */
-    if ((st = ql_fit_table_compute(g, entry ? entry->sha256 : NULL, NULL, &o, &t, &err)) != QL_OK)
+    if ((st = ql_fit_table_compute(g, entry ? entry->sha256 : NULL, imp, &o, &t, &err)) != QL_OK)
         goto out;
     int n_assigned = 0;
     for (int i = 0; i < t->n_tensors; i++)
@@ -294,13 +315,14 @@ int ql_cmd_fit(int argc, char **argv)
     ql_fit_plan_print(stdout, p, t);
     fflush(stdout);
     if (a.out) {
-        if ((st = ql_fit_write(g, p, NULL, a.out, a.quiet, &err)) != QL_OK)
+        if ((st = ql_fit_write(g, p, imp, a.out, a.quiet, &err)) != QL_OK)
             goto out;
         st = verify(a.out, p, &err);
     }
 out:
     ql_fit_plan_free(p);
     ql_fit_table_free(t);
+    ql_fit_imatrix_free(im);
     ql_gguf_close(g);
     return st == QL_OK ? QL_EXIT_OK : ql_cli_fail(&err);
 }

@@ -29,6 +29,7 @@ grep_out "$tmp/err" "KiB" "bad unit message lists the units"
 expect 2 "bad bpw" "$qlab" fit "$model" --budget bpw:x --dry-run
 expect 2 "--ctx without --envelope" "$qlab" fit "$model" --budget 1MiB --ctx 64 --dry-run
 expect 1 "missing model" "$qlab" fit "$tmp/nope.gguf" --budget 1MiB --dry-run
+expect 1 "missing imatrix" "$qlab" fit "$model" --imatrix "$tmp/nope.dat" --budget 1MiB --dry-run
 
 # Everything below needs the quantization formats.
 if ! "$qlab" fit "$model" --budget 1GiB --types F16 --dry-run --no-cache >"$tmp/out" 2>"$tmp/err"; then
@@ -46,6 +47,17 @@ grep_out "$tmp/out" "read from the cache" "second run reads the error table from
 grep_out "$tmp/out" "used        288.00 KiB (294912 B) = 100.0000% of the budget" "bpw:8 fills the budget"
 grep_out "$tmp/out" "read back: every tensor in its planned type and size" "output read back"
 [ -f "$tmp/fit.gguf" ] && echo "ok: output exists" || { echo "FAIL: no output file"; fail=1; }
+
+# With llama-imatrix's importance matrix: errors weighted by it (the head by
+# output_norm^2), and llama-quantize's provenance keys in the output.
+imatrix="$QLAB_SHARED/golden/imatrix/imatrix-stories260K-tscalib-c128.dat"
+expect 0 "imatrix fit" "$qlab" fit "$model" --imatrix "$imatrix" --budget bpw:7 -o "$tmp/fit-imat.gguf" --cache-dir "$tmp/cache" --quiet
+grep_out "$tmp/out" "imatrix     .*(35 entries)" "imatrix summary"
+grep_out "$tmp/out" "blk.0.attn_q.weight .* imatrix$" "attn_q weighted by its imatrix entry"
+grep_out "$tmp/out" "output.weight .* output_norm$" "head weighted by output_norm^2"
+grep_out "$tmp/out" "measured" "another imatrix is another cache entry"
+"$qlab" inspect "$tmp/fit-imat.gguf" >"$tmp/inspect" 2>&1
+grep_out "$tmp/inspect" "quantize.imatrix.chunks_count" "provenance keys written"
 
 # Envelope: stories260K has 5 layers, 4 KV heads of dimension 8: at ctx 128 the f16
 # KV cache is 5*128*4*8*2*2 = 81920 bytes.

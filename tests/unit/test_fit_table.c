@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fit.h"
+#include "imatrix_io.h"
 #include "qltest.h"
 #include "util.h"
 
@@ -228,9 +229,70 @@ static void test_cache_file(void)
     ql_fit_table_free(t);
 }
 
+/* Importance from an imatrix: sums / count per matrix (1 for an empty matrix), the
+ * provenance llama-quantize writes, and the shared llama-imatrix file. */
+static void test_imatrix(void)
+{
+    ql_error err;
+    ql_imatrix *im = NULL;
+    ql_imatrix_entry *e = NULL;
+    CHECK_OK(ql_imatrix_alloc(&im, &err), &err);
+    CHECK_OK(ql_imatrix_add_entry(im, "blk.0.ffn_up_exps.weight", 6, 3, false, &e, &err), &err);
+    for (int j = 0; j < 6; j++)
+        e->sums[j] = (float)(j + 1);
+    e->counts[0] = 2, e->counts[1] = 4, e->counts[2] = 0;
+    CHECK_OK(ql_imatrix_add_entry(im, "blk.0.attn_q.weight", 2, 1, false, &e, &err), &err);
+    e->sums[0] = 3, e->sums[1] = 6, e->counts[0] = 3;
+    ql_imatrix_add_dataset(im, "calib.txt", &err);
+    im->chunk_count = 9;
+    ql_fit_imatrix *f = NULL;
+    CHECK_OK(ql_fit_imatrix_wrap(im, "abc", &f, &err), &err);
+    ql_imatrix_free(im); /* the wrapper keeps copies */
+    if (f) {
+        const ql_fit_importance *imp = ql_fit_imatrix_importance(f);
+        int64_t n = 0;
+        const float *v = imp->lookup(imp->user, "blk.0.ffn_up_exps.weight", &n);
+        const float want[6] = {0.5f, 1.0f, 0.75f, 1.0f, 1.0f, 1.0f};
+        CHECK(v && n == 6);
+        for (int j = 0; v && j < 6; j++)
+            CHECK_NEAR(v[j], want[j], 0);
+        v = imp->lookup(imp->user, "blk.0.attn_q.weight", &n);
+        CHECK(v && n == 2 && v[0] == 1.0f && v[1] == 2.0f);
+        CHECK(imp->lookup(imp->user, "output.weight", &n) == NULL);
+        CHECK(strcmp(imp->sha256, "abc") == 0);
+        CHECK(imp->file == NULL); /* built in memory: no file to name */
+        CHECK(imp->dataset && strcmp(imp->dataset, "calib.txt") == 0);
+        CHECK_EQ_INT(imp->n_entries, 2);
+        CHECK_EQ_INT(imp->n_chunks, 9);
+        CHECK_EQ_INT(ql_fit_imatrix_entries(f), 2);
+    }
+    ql_fit_imatrix_free(f);
+    f = NULL;
+
+    const char *dat = qlt_shared("golden/imatrix/imatrix-stories260K-tscalib-c128.dat");
+    CHECK_OK(ql_fit_imatrix_open(dat, &f, &err), &err);
+    if (f) {
+        const ql_fit_importance *imp = ql_fit_imatrix_importance(f);
+        char sha[65];
+        ql_sha256_file(dat, sha, &err);
+        CHECK(strcmp(imp->sha256, sha) == 0);
+        CHECK_EQ_INT(imp->n_entries, 35);
+        CHECK_EQ_INT(imp->n_chunks, 606);
+        CHECK(imp->dataset && strcmp(imp->dataset, "ts_calib.txt") == 0);
+        CHECK(imp->file && strcmp(imp->file, dat) == 0);
+        int64_t n = 0;
+        CHECK(imp->lookup(imp->user, "blk.0.ffn_down.weight", &n) && n == 172);
+    }
+    ql_fit_imatrix_free(f);
+    CHECK(ql_fit_imatrix_open("/nonexistent.dat", &f, &err) == QL_EIO && f == NULL);
+    CHECK(ql_fit_imatrix_open(qlt_shared("models/stories260K.gguf"), &f, &err) != QL_OK);
+    CHECK(f == NULL);
+}
+
 int main(void)
 {
     gsl_set_error_handler_off();
+    test_imatrix();
     test_cache_file();
     return qlt_done();
 }
