@@ -3,6 +3,8 @@
 #define QL_COMMANDS_H
 
 int ql_cmd_fit(int argc, char **argv);
+int ql_cmd_bench(int argc, char **argv);
+int ql_cmd_quantize(int argc, char **argv);
 int ql_cmd_query(int argc, char **argv);
 int ql_cmd_report(int argc, char **argv);
 int ql_cmd_sweep(int argc, char **argv);

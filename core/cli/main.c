@@ -7,6 +7,11 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
+    {"bench", ql_cmd_bench, "measure kernel throughput (bench quant: quantize/dequantize MB/s)"},
+    {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
+    {"imatrix-convert", ql_cmd_imatrix_convert, "convert an imatrix between .dat and GGUF"},
+    {"inspect", ql_cmd_inspect, "validate a GGUF file and list its keys and tensors"},
+    {"quantize", ql_cmd_quantize, "write a GGUF model in another weight type (llama.cpp-exact)"},
     {"query", ql_cmd_query, "read-only SQL or a named query on the results database"},
     {"report", ql_cmd_report, "format-comparison tables and plots from the results database"},
     {"sweep", ql_cmd_sweep, "expand a sweep file into configs (--list)"},

@@ -1,0 +1,245 @@
+/* qlab bench: throughput measurements. `bench quant` times quantize and dequantize
+ * of every implemented type on a fixed synthetic matrix, single- and multi-threaded. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../quant.h"
+#include "../quant_xc.h"
+#include "../types.h"
+#include "../util.h"
+#include "cli.h"
+#include "commands.h"
+
+static const char *const usage_text =
+    "usage: qlab bench quant [--threads N] [--rows R] [--cols C] [--imatrix] [--types T,T,...]\n"
+    "                        [--min-seconds S]\n"
+    "\n"
+    "Quantize and dequantize throughput of every implemented type, in MB/s of f32 input\n"
+    "(1 MB = 10^6 bytes), single-threaded and with N threads (default: all cores), on a\n"
+    "fixed synthetic R x C matrix (default 128 x 4096: Student-t-like values, every 128th\n"
+    "column 20x larger). Each figure is the best of repeated runs lasting >= S seconds\n"
+    "in total (default 0.05).\n"
+    "\n"
+    "  --imatrix      time the importance-weighted search (synthetic weights)\n"
+    "  --types LIST   only these types (comma separated, e.g. Q4_0,Q4_K,INT8_ROW)\n"
+    "\n"
+    "Q8_0_XC is timed with the 20x columns as its outlier columns.\n";
+
+#define OUTLIER_STRIDE 128
+
+static uint64_t rng;
+static double next_uniform(void)
+{
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return ((double)(z >> 11) + 0.5) * 0x1p-53;
+}
+
+/* Heavy-tailed values: a normal over the square root of a mean of three squared
+ * normals (Student-t, 3 dof), scaled like LLM weights, outlier columns x20. */
+static void fill_matrix(float *x, int64_t rows, int64_t cols)
+{
+    rng = 42;
+    for (int64_t i = 0; i < rows * cols; i++) {
+        double g[4];
+        for (int k = 0; k < 4; k++)
+            g[k] = sqrt(-2 * log(next_uniform())) * cos(2 * M_PI * next_uniform());
+        double t = g[0] / sqrt((g[1] * g[1] + g[2] * g[2] + g[3] * g[3]) / 3);
+        x[i] = (float)(0.02 * t * ((i % cols) % OUTLIER_STRIDE == 3 ? 20.0 : 1.0));
+    }
+}
+
+typedef struct {
+    const ql_type_traits *tr;
+    const float *x;
+    const float *imat;
+    int64_t rows, cols;
+    void *q;
+    size_t q_size;
+    float *y;
+    const int64_t *outliers;
+    int64_t n_outliers;
+} bench_ctx;
+
+static ql_status run_quant(const bench_ctx *c, ql_error *err)
+{
+    if (c->tr->type == QL_TYPE_Q8_0_XC)
+        return ql_quant_q8_0_xc(c->x, c->rows, c->cols, c->outliers, c->n_outliers, c->q, c->q_size,
+                                NULL, err);
+    return ql_quant_tensor(c->tr->type, c->x, c->rows, c->cols, c->imat, c->q, c->q_size, NULL,
+                           err);
+}
+
+static ql_status run_dequant(const bench_ctx *c, ql_error *err)
+{
+    return ql_dequant_tensor(c->tr->type, c->q, c->q_size, c->rows, c->cols, c->y, err);
+}
+
+/* Best MB/s of f32 input over repeated runs lasting at least min_seconds in total. */
+static ql_status measure(const bench_ctx *c, bool dequant, int threads, double min_seconds,
+                         double *mbs, ql_error *err)
+{
+    ql_threads_set(threads);
+    double best = INFINITY, spent = 0;
+    int runs = 0;
+    while (runs < 1 || spent < min_seconds) {
+        double t0 = ql_now();
+        ql_status st = dequant ? run_dequant(c, err) : run_quant(c, err);
+        if (st)
+            return st;
+        double dt = ql_now() - t0;
+        spent += dt;
+        best = dt < best ? dt : best;
+        runs++;
+    }
+    *mbs = (double)c->rows * (double)c->cols * 4.0 / 1e6 / best;
+    return QL_OK;
+}
+
+static bool type_selected(const char *list, const char *name)
+{
+    if (!list)
+        return true;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncasecmp(p, name, n) == 0)
+            return true;
+        p += len + (e ? 1 : 0);
+    }
+    return false;
+}
+
+static int bench_quant(int argc, char **argv)
+{
+    int rows = 128, cols = 4096, threads = ql_threads_get();
+    bool with_imat = false;
+    const char *types = NULL;
+    double min_seconds = 0.05;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage_text, stdout);
+            return QL_EXIT_OK;
+        }
+        bool takes_value = strcmp(a, "--threads") == 0 || strcmp(a, "--rows") == 0 ||
+                           strcmp(a, "--cols") == 0 || strcmp(a, "--types") == 0 ||
+                           strcmp(a, "--min-seconds") == 0;
+        if (takes_value && i + 1 >= argc)
+            return ql_cli_usage("bench quant", "%s needs a value", a);
+        if (strcmp(a, "--threads") == 0) {
+            if (!ql_cli_parse_int_opt("bench quant", a, argv[++i], 1, 4096, &threads))
+                return QL_EXIT_USAGE;
+        } else if (strcmp(a, "--rows") == 0) {
+            if (!ql_cli_parse_int_opt("bench quant", a, argv[++i], 1, 1 << 20, &rows))
+                return QL_EXIT_USAGE;
+        } else if (strcmp(a, "--cols") == 0) {
+            if (!ql_cli_parse_int_opt("bench quant", a, argv[++i], 1, 1 << 20, &cols))
+                return QL_EXIT_USAGE;
+            if (cols % 256 != 0)
+                return ql_cli_usage("bench quant", "--cols must be a multiple of 256, got %d",
+                                    cols);
+        } else if (strcmp(a, "--min-seconds") == 0) {
+            if (!ql_parse_double(argv[++i], &min_seconds) || !(min_seconds >= 0) ||
+                min_seconds > 3600)
+                return ql_cli_usage("bench quant", "--min-seconds expects 0..3600, got '%s'",
+                                    argv[i]);
+        } else if (strcmp(a, "--types") == 0) {
+            types = argv[++i];
+        } else if (strcmp(a, "--imatrix") == 0) {
+            with_imat = true;
+        } else {
+            return ql_cli_usage("bench quant", "unknown option '%s'", a);
+        }
+    }
+    if ((int64_t)rows * cols > (INT64_C(1) << 31))
+        return ql_cli_usage("bench quant", "matrix of %d x %d values is too large", rows, cols);
+
+    const size_t n = (size_t)rows * (size_t)cols;
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    float *imat = malloc((size_t)cols * sizeof(float));
+    void *q = malloc(n * sizeof(float) + 4096);
+    int64_t n_out = (cols + OUTLIER_STRIDE - 1 - 3) / OUTLIER_STRIDE;
+    int64_t *outliers = malloc((size_t)n_out * sizeof(int64_t));
+    ql_error err;
+    ql_error_clear(&err);
+    int rc = QL_EXIT_OK;
+    if (!x || !y || !imat || !q || !outliers) {
+        ql_error_set(&err, QL_ENOMEM, "bench quant: out of memory for %zu values", n);
+        rc = ql_cli_fail(&err);
+        goto out;
+    }
+    fill_matrix(x, rows, cols);
+    for (int j = 0; j < cols; j++)
+        imat[j] = 0.25f + (float)((j * 37) % 101) / 25.0f;
+    for (int64_t k = 0; k < n_out; k++)
+        outliers[k] = 3 + k * OUTLIER_STRIDE;
+
+    printf("qlab bench quant: %d x %d f32 (%.1f MB), %s, 1 and %d threads, MB/s of f32 input\n",
+           rows, cols, (double)n * 4 / 1e6, with_imat ? "with imatrix" : "reference quantizers",
+           threads);
+    printf("%-9s %7s %11s %11s %11s %11s\n", "type", "bpw", "quant 1T", "quant NT", "dequant 1T",
+           "dequant NT");
+    const ql_type_traits *list[64];
+    int nt = ql_type_list(list, 64);
+    for (int i = 0; i < nt; i++) {
+        const ql_type_traits *tr = list[i];
+        bool xc = tr->type == QL_TYPE_Q8_0_XC;
+        if ((!tr->quantize && !xc) || !tr->dequantize || ql_row_size(tr->type, cols) == 0 ||
+            !type_selected(types, tr->name))
+            continue;
+        /* Types ggml cannot quantize without importance weights always get them. */
+        const bool imat_used = with_imat || tr->requires_imatrix;
+        bench_ctx c = {
+            .tr = tr,
+            .x = x,
+            .imat = imat_used ? imat : NULL,
+            .rows = rows,
+            .cols = cols,
+            .q = q,
+            .q_size = ql_row_size(tr->type, cols) * (size_t)rows,
+            .y = y,
+            .outliers = outliers,
+            .n_outliers = n_out,
+        };
+        double r[4];
+        for (int k = 0; k < 4 && rc == QL_EXIT_OK; k++)
+            if (measure(&c, k >= 2, k % 2 ? threads : 1, min_seconds, &r[k], &err))
+                rc = ql_cli_fail(&err);
+        if (rc != QL_EXIT_OK)
+            goto out;
+        double bits = 8.0 * (double)c.q_size / (double)n;
+        printf("%-9s %7.3f %11.1f %11.1f %11.1f %11.1f%s\n", tr->name, bits, r[0], r[1], r[2], r[3],
+               imat_used && !with_imat ? "  (with imatrix: required)" : "");
+        fflush(stdout);
+    }
+out:
+    ql_threads_set(threads);
+    free(x);
+    free(y);
+    free(imat);
+    free(q);
+    free(outliers);
+    return rc;
+}
+
+int ql_cmd_bench(int argc, char **argv)
+{
+    if (argc < 2)
+        return ql_cli_usage("bench", "expects a benchmark name: quant");
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        printf("usage: qlab bench quant [options]\n\n"
+               "Benchmarks:\n"
+               "  quant   quantize/dequantize throughput per type (qlab bench quant --help)\n");
+        return QL_EXIT_OK;
+    }
+    if (strcmp(argv[1], "quant") == 0)
+        return bench_quant(argc - 1, argv + 1);
+    return ql_cli_usage("bench", "unknown benchmark '%s' (known: quant)", argv[1]);
+}

@@ -1,0 +1,64 @@
+/* qlab: helpers shared by the ggml-compatible quantizers (legacy, K and IQ4 families).
+ *
+ * These are the scale searches that ggml's ggml-quants.c (llama.cpp b4747) uses to
+ * pick block scales, re-expressed for qlab. Their float arithmetic is part of the
+ * format definition: every product, sum and comparison is evaluated in float in the
+ * same order as ggml so the chosen integers, and therefore the bytes, are identical.
+ * qlab builds with -ffp-contract=off, matching ggml's x86-64 baseline build (no FMA).
+ *
+ * None of these functions allocate; the caller supplies every work array. */
+#ifndef QL_QUANT_COMMON_H
+#define QL_QUANT_COMMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Groups whose largest magnitude is below this are treated as all-zero. */
+#define QL_GROUP_MAX_EPS 1e-15f
+
+/* Round to nearest, ties to even, by adding 1.5 * 2^23 and reading the low mantissa
+ * bits. Valid for |v| <= 2^22 - 1; outside that range the result is what ggml's
+ * identical trick returns (callers clamp it), so it is kept bit for bit. */
+static inline int ql_nearest_int(float v)
+{
+    float biased = v + 12582912.f;
+    int32_t bits;
+    memcpy(&bits, &biased, sizeof bits);
+    return (bits & 0x007fffff) - 0x00400000;
+}
+
+/* The 16 IQ4_NL / IQ4_XS code values (a non-uniform 4-bit grid), ascending. */
+extern const int8_t ql_iq4nl_values[16];
+
+/* Index of the entry of the ascending table val[0..n) nearest to x (ties go up). */
+int ql_best_index_int8(int n, const int8_t *val, float x);
+
+/* Symmetric search over n values (ggml make_qx_quants, rmse_type 1): levels
+ * L[i] in [0, 2*nmax), value = scale * (L[i] - nmax). Weights qw, or x^2 when NULL.
+ * Tries 19 scales around nmax/max and refits the scale by weighted least squares.
+ * Returns the scale (negative when the largest magnitude is positive). */
+float ql_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float *qw);
+
+/* Q3_K's symmetric search with x^2 weights and coordinate-descent refinement
+ * (ggml make_q3_quants with do_rmse): L[i] in [0, 2*nmax). Returns the scale. */
+float ql_make_q3_quants(int n, int nmax, const float *x, int8_t *L);
+
+/* Asymmetric search (ggml make_qkx2_quants): value = scale * L[i] - the_min with
+ * L[i] in [0, nmax], trying nstep+1 scales (rmin + rdelta*is + nmax)/(max-min).
+ * use_mad selects absolute instead of squared error. Laux is n bytes of scratch. */
+float ql_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                          float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                          bool use_mad);
+
+/* Same search as make_qkx2_quants with weights x^2 when weights is NULL and the
+ * running best minimum fed back into later candidates (ggml make_qkx3_quants). */
+float ql_make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                          float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                          bool use_mad);
+
+/* Positive-only weighted search used to quantize K-quant sub-block scales and mins
+ * (ggml make_qp_quants): L[i] in [0, nmax], value = scale * L[i]. */
+float ql_make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float *quant_weights);
+
+#endif
