@@ -12,6 +12,7 @@
 #include "data.h"
 #include "fp16.h"
 #include "progress.h"
+#include "quant.h"
 #include "ql_config.h"
 #include "util.h"
 
@@ -148,37 +149,32 @@ uint64_t ql_fit_budget_resolve(const ql_fit_budget *b, const ql_fit_table *t)
 /* ---------------------------------------------------------------------------
  * Which tensors are assigned, candidate types */
 
-static bool ends_with(const char *s, const char *suffix)
+/* The type policy (quant.h) decides which tensors are weights: the roles WEIGHT,
+ * HEAD and EMBD are assigned by the solver; VECTOR (1-D) tensors are F32; KEEP
+ * tensors (those llama-quantize never quantizes: norms, routers, position
+ * embeddings, ...) keep their float type, F32 for any other source type. */
+static ql_status tensor_role(const ql_gguf *model, const ql_gguf_tensor *gt, bool *assigned,
+                             int32_t *fixed_type, ql_error *err)
 {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
+    const ql_quant_config cfg = {QL_TYPE_F16, QL_TYPE_INVALID, QL_TYPE_INVALID};
+    ql_quant_plan_entry e;
+    ql_status st = ql_quant_plan_tensor(&cfg, gt->name, gt->n_dims, gt->ne, gt->type,
+                                        ql_gguf_find_tensor(model, "output.weight") != NULL, &e,
+                                        err);
+    if (st != QL_OK)
+        return ql_error_prefix(err, "%s: ", model->path);
+    *assigned = e.role == QL_ROLE_WEIGHT || e.role == QL_ROLE_HEAD || e.role == QL_ROLE_EMBD;
+    *fixed_type = e.requested;
+    return QL_OK;
 }
 
-static bool is_assignable(const ql_gguf_tensor *gt)
-{
-    if (gt->n_dims < 2 || !ends_with(gt->name, "weight"))
-        return false;
-    /* llama.cpp keeps these in their source type (llama-quant.cpp). */
-    return !strstr(gt->name, "ffn_gate_inp") && !strstr(gt->name, "pos_embd") &&
-           !strstr(gt->name, "token_types");
-}
-
-/* Weight types a fitted GGUF may use (not the activation-only Q8_1/Q8_K, not the
- * integer and f64 types, not the qlab-only schemes). */
+/* Weight types a fitted GGUF may use: the policy's weight types (not the
+ * activation-only Q8_1/Q8_K, not the integer and f64 types) that a GGUF file
+ * stores under their own id (not the qlab-only INT8_ROW and Q8_0_XC). */
 static bool is_weight_type(const ql_type_traits *tr)
 {
-    if (!tr->is_gguf || tr->storage != tr->type || tr->block_size <= 0)
-        return false;
-    switch (tr->type) {
-    case QL_TYPE_Q8_1:
-    case QL_TYPE_Q8_K:
-    case QL_TYPE_I8:
-    case QL_TYPE_I16:
-    case QL_TYPE_I32:
-    case QL_TYPE_I64:
-    case QL_TYPE_F64: return false;
-    default: return true;
-    }
+    return ql_quant_is_weight_type((int32_t)tr->type) && tr->is_gguf &&
+           tr->storage == tr->type && tr->block_size > 0;
 }
 
 /* Position of a type in the traits table (the canonical order of candidate lists). */
@@ -567,12 +563,17 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
                               "does not know", model->path, gt->name, ql_type_name(gt->type));
             goto out;
         }
-        if (!is_assignable(gt)) {
+        bool assigned = false;
+        int32_t fixed_type = QL_TYPE_F32;
+        if ((rc = tensor_role(model, gt, &assigned, &fixed_type, err)) != QL_OK)
+            goto out;
+        if (!assigned) {
             ft->assigned = false;
-            const bool widen = gt->n_dims == 1 && (gt->type == QL_TYPE_F16 ||
-                                                   gt->type == QL_TYPE_BF16);
-            ft->fixed_type = widen ? QL_TYPE_F32 : gt->type;
-            ft->fixed_bytes = widen ? 4u * (uint64_t)ft->n_params : gt->nbytes;
+            ft->fixed_type = fixed_type;
+            ft->fixed_bytes = fixed_type == gt->type
+                                  ? gt->nbytes
+                                  : (uint64_t)(ft->n_params / gt->ne[0]) *
+                                        ql_row_size(fixed_type, gt->ne[0]);
             t->fixed_bytes += ft->fixed_bytes;
             continue;
         }

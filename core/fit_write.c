@@ -8,12 +8,12 @@
 
 #include "fp16.h"
 #include "progress.h"
+#include "quant.h"
 #include "util.h"
 
-/* Rows per parallel quantization chunk (never across an expert boundary). The
- * bytes of every chunk land at a fixed offset, so the output does not depend on
- * the thread count. */
-#define WRITE_CHUNK_ROWS 64
+/* Values converted to f32 at a time while writing (16 MB): bounds the memory
+ * besides the one quantized tensor. */
+#define WRITE_BLOCK_VALUES ((int64_t)1 << 22)
 
 /* ggml's quantization version (GGML_QNT_VERSION), written by llama-quantize. */
 #define QL_GGML_QNT_VERSION 2
@@ -40,9 +40,10 @@ static void source_row(const ql_gguf_tensor *gt, int64_t row, float *out)
 /* The importance vector the quantizer receives for a tensor (NULL: none), checked
  * against its shape as the error table checks it. */
 static ql_status quant_importance(const ql_gguf_tensor *gt, const ql_fit_importance *imp,
-                                  const float **out, ql_error *err)
+                                  const float **out, int64_t *out_n, ql_error *err)
 {
     *out = NULL;
+    *out_n = 0;
     if (!imp || !imp->lookup)
         return QL_OK;
     int64_t n = 0;
@@ -54,49 +55,43 @@ static ql_status quant_importance(const ql_gguf_tensor *gt, const ql_fit_importa
         return ql_error_set(err, QL_EFORMAT, "imatrix entry '%s' has %lld values, expected %lld",
                             gt->name, (long long)n, (long long)ne0);
     *out = v;
+    *out_n = n;
     return QL_OK;
 }
 
-/* Quantizes a whole tensor into dst (its exact size in `type`). */
+/* Quantizes a whole tensor into dst (its exact size in `type`, dst_size bytes):
+ * blocks of rows go to f32, then through the tensor-level quantizer (quant.h),
+ * each expert of a 3-D tensor with its own slice of a per-expert imatrix entry. */
 static ql_status quantize_tensor(const ql_gguf_tensor *gt, int32_t type, const float *imat,
-                                 uint8_t *dst, ql_error *err)
+                                 int64_t imat_n, uint8_t *dst, size_t dst_size, ql_error *err)
 {
-    const ql_type_traits *tr = ql_type_get(type);
     const int64_t ne0 = gt->ne[0];
     const int64_t rows = ql_gguf_tensor_nelements(gt) / ne0;
-    const int64_t rows_per_expert = gt->n_dims >= 3 ? gt->ne[1] : rows;
-    const int64_t n_expert = rows / rows_per_expert;
-    const bool per_expert = imat != NULL && gt->n_dims >= 3 && n_expert > 1;
+    const bool per_expert = imat != NULL && imat_n > ne0;
+    const int64_t rows_per_part = per_expert ? gt->ne[1] : rows;
     const size_t rs = ql_row_size(type, ne0);
-    /* Chunks: WRITE_CHUNK_ROWS rows, restarted at every expert. */
-    const int64_t chunks_per_expert = (rows_per_expert + WRITE_CHUNK_ROWS - 1) / WRITE_CHUNK_ROWS;
-    const int64_t n_chunks = chunks_per_expert * n_expert;
-    bool oom = false;
-    const int n_threads = ql_threads_get();
-#pragma omp parallel num_threads(n_threads)
-    {
-        float *x = malloc(sizeof(float) * (size_t)(WRITE_CHUNK_ROWS * ne0));
-        if (!x) {
-#pragma omp atomic write
-            oom = true;
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t c = 0; c < n_chunks; c++) {
-            if (!x)
-                continue;
-            const int64_t e = c / chunks_per_expert;
-            const int64_t r0 = e * rows_per_expert + (c % chunks_per_expert) * WRITE_CHUNK_ROWS;
-            const int64_t r_end = e * rows_per_expert + rows_per_expert;
-            const int64_t nr = r0 + WRITE_CHUNK_ROWS < r_end ? WRITE_CHUNK_ROWS : r_end - r0;
-            for (int64_t r = 0; r < nr; r++)
-                source_row(gt, r0 + r, x + r * ne0);
-            const float *w = imat ? imat + (per_expert ? e * ne0 : 0) : NULL;
-            tr->quantize(x, dst + (size_t)r0 * rs, nr, ne0, w);
-        }
-        free(x);
-    }
-    if (oom)
+    const int64_t block = WRITE_BLOCK_VALUES / ne0 > 0 ? WRITE_BLOCK_VALUES / ne0 : 1;
+    const int64_t buf_rows = block < rows_per_part ? block : rows_per_part;
+    float *x = malloc(sizeof(float) * (size_t)(buf_rows * ne0));
+    if (!x)
         return ql_error_set(err, QL_ENOMEM, "fit: out of memory quantizing '%s'", gt->name);
+    ql_status rc = QL_OK;
+    const int n_threads = ql_threads_get();
+    for (int64_t r0 = 0; r0 < rows && rc == QL_OK;) {
+        const int64_t part = r0 / rows_per_part;
+        const int64_t part_end = (part + 1) * rows_per_part;
+        const int64_t nr = r0 + buf_rows < part_end ? buf_rows : part_end - r0;
+#pragma omp parallel for schedule(static) num_threads(n_threads)
+        for (int64_t r = 0; r < nr; r++)
+            source_row(gt, r0 + r, x + r * ne0);
+        const float *w = imat ? imat + (per_expert ? part * ne0 : 0) : NULL;
+        rc = ql_quant_tensor(type, x, nr, ne0, w, dst + (size_t)r0 * rs,
+                             dst_size - (size_t)r0 * rs, NULL, err);
+        r0 += nr;
+    }
+    free(x);
+    if (rc != QL_OK)
+        return ql_error_prefix(err, "tensor '%s': ", gt->name);
     return QL_OK;
 }
 
@@ -191,9 +186,11 @@ ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan,
             data = gt->data; /* same type: the bytes as they are (no second rounding) */
         } else {
             const float *imat = NULL;
-            if (a->assigned && (rc = quant_importance(gt, imp, &imat, err)) != QL_OK)
+            int64_t imat_n = 0;
+            if (a->assigned && (rc = quant_importance(gt, imp, &imat, &imat_n, err)) != QL_OK)
                 goto out_prog;
-            if ((rc = quantize_tensor(gt, a->type, imat, buf, err)) != QL_OK)
+            if ((rc = quantize_tensor(gt, a->type, imat, imat_n, buf, (size_t)a->bytes, err)) !=
+                QL_OK)
                 goto out_prog;
         }
         if ((rc = ql_gguf_writer_write_tensor(w, data, a->bytes, err)) != QL_OK)

@@ -9,6 +9,7 @@
 static const ql_cli_command commands[] = {
     {"bench", ql_cmd_bench, "measure kernel throughput (bench quant: quantize/dequantize MB/s)"},
     {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
+    {"fit", ql_cmd_fit, "choose a type per tensor to fill a byte budget; write the GGUF"},
     {"imatrix-convert", ql_cmd_imatrix_convert, "convert an imatrix between .dat and GGUF"},
     {"inspect", ql_cmd_inspect, "validate a GGUF file and list its keys and tensors"},
     {"quantize", ql_cmd_quantize, "write a GGUF model in another weight type (llama.cpp-exact)"},
@@ -16,10 +17,6 @@ static const ql_cli_command commands[] = {
     {"report", ql_cmd_report, "format-comparison tables and plots from the results database"},
     {"sweep", ql_cmd_sweep, "expand a sweep file into configs (--list)"},
     {"tokenize", ql_cmd_tokenize, "tokenize a text with a model's tokenizer (as llama.cpp)"},
-    {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
-    {"fit", ql_cmd_fit, "choose a type per tensor to fill a byte budget; write the GGUF"},
-    {"imatrix-convert", ql_cmd_imatrix_convert, "convert an imatrix between .dat and GGUF"},
-    {"inspect", ql_cmd_inspect, "validate a GGUF file and list its keys and tensors"},
     {"version", ql_cmd_version, "print the qlab version and commit"},
 };
 
