@@ -100,7 +100,7 @@ typedef struct {
     int64_t n_ctx_train; /* <arch>.context_length, 0 when absent */
     int64_t n_embd;
     int64_t n_head;
-    int64_t n_ff;        /* 0 when absent */
+    int64_t n_ff; /* 0 when absent */
     int64_t n_vocab;
     int64_t kv_heads_sum; /* sum over layers of the KV head count (per-layer arrays allowed) */
     int64_t head_dim_k;   /* <arch>.attention.key_length, else n_embd / n_head */
@@ -122,8 +122,8 @@ uint64_t ql_fit_kv_bytes(const ql_fit_hparams *hp, int64_t ctx);
 uint64_t ql_fit_reserve_estimate(const ql_fit_hparams *hp, int64_t ctx);
 
 /* budget = envelope - kv - reserve; fails, naming all three, when that is not positive. */
-ql_status ql_fit_envelope_budget(uint64_t envelope, uint64_t kv, uint64_t reserve,
-                                 uint64_t *budget, ql_error *err);
+ql_status ql_fit_envelope_budget(uint64_t envelope, uint64_t kv, uint64_t reserve, uint64_t *budget,
+                                 ql_error *err);
 
 /* ---------------------------------------------------------------------------
  * The error table */
@@ -160,7 +160,7 @@ typedef struct {
     const char *file;
     const char *dataset; /* may be NULL */
     int64_t n_entries;
-    int64_t n_chunks;    /* 0: unknown, not written */
+    int64_t n_chunks; /* 0: unknown, not written */
 } ql_fit_importance;
 
 typedef struct {
@@ -175,19 +175,19 @@ typedef struct {
     int64_t ne[QL_GGUF_MAX_DIMS];
     int64_t n_params;
     int32_t src_type;
-    bool assigned;           /* the solver chooses its type */
-    int32_t fixed_type;      /* type of a fixed tensor */
-    uint64_t fixed_bytes;    /* bytes of a fixed tensor */
-    ql_fit_imp_source imp;   /* where the error weights came from */
-    bool quant_imatrix;      /* the quantizer receives an imatrix entry for it */
-    int64_t rows_measured;   /* rows quantized to measure the errors */
+    bool assigned;         /* the solver chooses its type */
+    int32_t fixed_type;    /* type of a fixed tensor */
+    uint64_t fixed_bytes;  /* bytes of a fixed tensor */
+    ql_fit_imp_source imp; /* where the error weights came from */
+    bool quant_imatrix;    /* the quantizer receives an imatrix entry for it */
+    int64_t rows_measured; /* rows quantized to measure the errors */
     int n_choices;
-    ql_fit_choice *choices;  /* sorted by bytes, then error */
+    ql_fit_choice *choices; /* sorted by bytes, then error */
 } ql_fit_tensor;
 
 typedef struct {
     int n_tensors;
-    ql_fit_tensor *tensors;  /* in model order */
+    ql_fit_tensor *tensors; /* in model order */
     char model_sha256[65];
     char imatrix_sha256[65]; /* "none" without an imatrix */
     char types[512];         /* candidate set as requested, canonical order, comma-separated */
@@ -196,10 +196,10 @@ typedef struct {
     int64_t assigned_params; /* parameters of the assigned tensors */
     int64_t total_params;
     int n_notes;
-    char **notes;            /* types skipped and why, cache events, fallbacks */
+    char **notes; /* types skipped and why, cache events, fallbacks */
     bool from_cache;
-    char cache_path[4096];   /* "" when caching is off */
-    double seconds;          /* time to compute or load */
+    char cache_path[4096]; /* "" when caching is off */
+    double seconds;        /* time to compute or load */
 } ql_fit_table;
 
 typedef struct {
@@ -262,15 +262,15 @@ typedef struct {
 void ql_fit_solve_options_init(ql_fit_solve_options *o);
 
 typedef struct {
-    uint64_t min_bytes;      /* smallest feasible total (every item at its cheapest) */
-    uint64_t bytes;          /* total of the chosen solution */
-    double err;              /* its summed error */
-    double err_lagrange;     /* after the Lagrangian stage */
-    double err_greedy;       /* after the greedy top-up */
-    double err_exchange;     /* after pairwise exchange */
-    double lower_bound;      /* LP-relaxation bound: no assignment has less error */
-    int64_t bb_nodes;        /* branch-and-bound nodes visited */
-    bool optimal;            /* proven optimal (branch and bound finished) */
+    uint64_t min_bytes;  /* smallest feasible total (every item at its cheapest) */
+    uint64_t bytes;      /* total of the chosen solution */
+    double err;          /* its summed error */
+    double err_lagrange; /* after the Lagrangian stage */
+    double err_greedy;   /* after the greedy top-up */
+    double err_exchange; /* after pairwise exchange */
+    double lower_bound;  /* LP-relaxation bound: no assignment has less error */
+    int64_t bb_nodes;    /* branch-and-bound nodes visited */
+    bool optimal;        /* proven optimal (branch and bound finished) */
 } ql_fit_solve_stats;
 
 /* Solves min sum err subject to sum bytes <= capacity over n items; choice[i]
@@ -286,26 +286,26 @@ ql_status ql_fit_solve_items(const ql_fit_item *items, int n, uint64_t capacity,
  * Plans */
 
 typedef struct {
-    const char *name;        /* points into the table */
+    const char *name; /* points into the table */
     bool assigned;
-    int32_t type;            /* chosen (or fixed) type */
+    int32_t type; /* chosen (or fixed) type */
     uint64_t bytes;
-    double err;              /* 0 for fixed tensors */
+    double err; /* 0 for fixed tensors */
     int64_t n_params;
 } ql_fit_assignment;
 
 typedef struct {
-    uint64_t budget;         /* bytes for the whole model */
-    uint64_t bytes;          /* used: assigned + fixed */
+    uint64_t budget; /* bytes for the whole model */
+    uint64_t bytes;  /* used: assigned + fixed */
     uint64_t fixed_bytes;
-    uint64_t slack;          /* budget - bytes */
-    double bpw;              /* 8 * assigned bytes / assigned params */
-    double bpw_all;          /* 8 * bytes / all params */
-    double err;              /* summed weighted error */
+    uint64_t slack; /* budget - bytes */
+    double bpw;     /* 8 * assigned bytes / assigned params */
+    double bpw_all; /* 8 * bytes / all params */
+    double err;     /* summed weighted error */
     ql_fit_solve_stats stats;
     int n_tensors;
     ql_fit_assignment *tensors; /* model order, fixed tensors included */
-    double seconds;          /* solver time */
+    double seconds;             /* solver time */
 } ql_fit_plan;
 
 /* Chooses the types for a budget in bytes (whole model). The table must outlive
@@ -365,9 +365,8 @@ int64_t ql_fit_imatrix_entries(const ql_fit_imatrix *f);
  * measured it, and streamed one at a time (peak memory: one quantized tensor).
  * A tensor whose chosen type equals its source type is copied byte for byte.
  * The file appears under out_path only when complete. */
-ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan,
-                       const ql_fit_importance *imp, const char *out_path, bool quiet,
-                       ql_error *err);
+ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan, const ql_fit_importance *imp,
+                       const char *out_path, bool quiet, ql_error *err);
 
 /* Error table (cached) + budget + solver in one call: the library entry point for
  * the sweep's `budget` axis. On success *table_out and *plan_out are set (free

@@ -37,9 +37,9 @@ ql_status ql_fit_parse_size(const char *s, uint64_t *out, ql_error *err)
         return ql_error_set(err, QL_EINVAL, "empty size");
     /* Split "4.5 GiB" into the number and the unit. */
     size_t i = 0, len = strlen(s);
-    while (i < len && (isdigit((unsigned char)s[i]) || s[i] == '.' || s[i] == 'e' ||
-                       s[i] == 'E' || ((s[i] == '+' || s[i] == '-') && i > 0 &&
-                                       (s[i - 1] == 'e' || s[i - 1] == 'E'))))
+    while (i < len &&
+           (isdigit((unsigned char)s[i]) || s[i] == '.' || s[i] == 'e' || s[i] == 'E' ||
+            ((s[i] == '+' || s[i] == '-') && i > 0 && (s[i - 1] == 'e' || s[i - 1] == 'E'))))
         i++;
     /* "e" may also start no unit we know, but "1e" would be caught by the parser. */
     char num[64];
@@ -52,8 +52,7 @@ ql_status ql_fit_parse_size(const char *s, uint64_t *out, ql_error *err)
     num[i] = '\0';
     double v;
     if (!ql_parse_double(num, &v) || v < 0)
-        return ql_error_set(err, QL_EINVAL, "size '%s': '%s' is not a non-negative number", s,
-                            num);
+        return ql_error_set(err, QL_EINVAL, "size '%s': '%s' is not a non-negative number", s, num);
     const char *u = s + i;
     while (*u == ' ')
         u++;
@@ -138,14 +137,16 @@ ql_status ql_fit_hparams_read(const ql_gguf *g, ql_fit_hparams *hp, ql_error *er
         if (!get_i64_key(g, arch, required[k], dst[k], err) || *dst[k] <= 0) {
             if (err && err->status != QL_OK)
                 return err->status;
-            return ql_error_set(err, QL_EFORMAT, "%s: key '%s.%s' missing or not positive",
-                                g->path, arch, required[k]);
+            return ql_error_set(err, QL_EFORMAT, "%s: key '%s.%s' missing or not positive", g->path,
+                                arch, required[k]);
         }
     }
     if (hp->n_layer > 100000 || hp->n_embd > ((int64_t)1 << 24) || hp->n_head > 65536)
-        return ql_error_set(err, QL_EFORMAT, "%s: implausible hyper-parameters (%lld layers, "
-                            "%lld embedding, %lld heads)", g->path, (long long)hp->n_layer,
-                            (long long)hp->n_embd, (long long)hp->n_head);
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: implausible hyper-parameters (%lld layers, "
+                            "%lld embedding, %lld heads)",
+                            g->path, (long long)hp->n_layer, (long long)hp->n_embd,
+                            (long long)hp->n_head);
     get_i64_key(g, arch, "context_length", &hp->n_ctx_train, NULL);
     get_i64_key(g, arch, "feed_forward_length", &hp->n_ff, NULL);
 
@@ -158,20 +159,30 @@ ql_status ql_fit_hparams_read(const ql_gguf *g, ql_fit_hparams *hp, ql_error *er
     } else if (kv->value.type == QL_GGUF_ARRAY) {
         const ql_gguf_array *a = &kv->value.v.arr;
         if (a->n != (uint64_t)hp->n_layer)
-            return ql_error_set(err, QL_EFORMAT, "%s: key '%s' has %llu entries, expected %lld "
-                                "(one per layer)", g->path, key, (unsigned long long)a->n,
-                                (long long)hp->n_layer);
+            return ql_error_set(err, QL_EFORMAT,
+                                "%s: key '%s' has %llu entries, expected %lld "
+                                "(one per layer)",
+                                g->path, key, (unsigned long long)a->n, (long long)hp->n_layer);
         for (uint64_t l = 0; l < a->n; l++) {
             int64_t h;
             switch (a->elem_type) {
-            case QL_GGUF_UINT32: h = ((const uint32_t *)a->data)[l]; break;
-            case QL_GGUF_INT32: h = ((const int32_t *)a->data)[l]; break;
-            case QL_GGUF_UINT64: h = (int64_t)((const uint64_t *)a->data)[l]; break;
-            case QL_GGUF_INT64: h = ((const int64_t *)a->data)[l]; break;
+            case QL_GGUF_UINT32:
+                h = ((const uint32_t *)a->data)[l];
+                break;
+            case QL_GGUF_INT32:
+                h = ((const int32_t *)a->data)[l];
+                break;
+            case QL_GGUF_UINT64:
+                h = (int64_t)((const uint64_t *)a->data)[l];
+                break;
+            case QL_GGUF_INT64:
+                h = ((const int64_t *)a->data)[l];
+                break;
             default:
-                return ql_error_set(err, QL_EFORMAT, "%s: key '%s': array of %s, expected "
-                                    "integers", g->path, key,
-                                    ql_gguf_vtype_name(a->elem_type));
+                return ql_error_set(err, QL_EFORMAT,
+                                    "%s: key '%s': array of %s, expected "
+                                    "integers",
+                                    g->path, key, ql_gguf_vtype_name(a->elem_type));
             }
             if (h < 0 || h > 65536)
                 return ql_error_set(err, QL_EFORMAT, "%s: key '%s'[%llu] = %lld out of range",
@@ -181,8 +192,7 @@ ql_status ql_fit_hparams_read(const ql_gguf *g, ql_fit_hparams *hp, ql_error *er
     } else {
         int64_t h;
         if (!ql_gguf_get_i64(g, key, &h, err) || h < 0 || h > 65536)
-            return ql_error_set(err, QL_EFORMAT, "%s: key '%s' is not a head count", g->path,
-                                key);
+            return ql_error_set(err, QL_EFORMAT, "%s: key '%s' is not a head count", g->path, key);
         hp->kv_heads_sum = h * hp->n_layer;
     }
     hp->head_dim_k = hp->head_dim_v = hp->n_embd / hp->n_head;
@@ -220,8 +230,8 @@ uint64_t ql_fit_reserve_estimate(const ql_fit_hparams *hp, int64_t ctx)
     return 4u * RESERVE_UBATCH * per_token;
 }
 
-ql_status ql_fit_envelope_budget(uint64_t envelope, uint64_t kv, uint64_t reserve,
-                                 uint64_t *budget, ql_error *err)
+ql_status ql_fit_envelope_budget(uint64_t envelope, uint64_t kv, uint64_t reserve, uint64_t *budget,
+                                 ql_error *err)
 {
     if (kv >= envelope || reserve >= envelope - kv) {
         char e[64], k[64], r[64];

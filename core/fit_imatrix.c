@@ -9,8 +9,8 @@
 
 struct ql_fit_imatrix {
     int64_t n;
-    char **names;        /* entry names */
-    float **weights;     /* per entry: sums / count per matrix, as the quantizers get it */
+    char **names;    /* entry names */
+    float **weights; /* per entry: sums / count per matrix, as the quantizers get it */
     int64_t *lens;
     char identity[65];
     char *file, *dataset; /* provenance copies */

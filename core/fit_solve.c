@@ -24,13 +24,13 @@ typedef struct {
     uint64_t *bytes; /* ascending */
     double *err;     /* strictly descending */
     int n_hull;
-    int *hull;       /* positions (into the efficient arrays) of the hull vertices */
-    double *slope;   /* slope[h] of the segment hull[h] -> hull[h+1] (n_hull - 1 of them) */
+    int *hull;     /* positions (into the efficient arrays) of the hull vertices */
+    double *slope; /* slope[h] of the segment hull[h] -> hull[h+1] (n_hull - 1 of them) */
 } eff_item;
 
 typedef struct {
     int item;
-    int h;           /* segment from hull vertex h to h + 1 */
+    int h; /* segment from hull vertex h to h + 1 */
     uint64_t dbytes;
     double derr;
     double slope;
@@ -40,7 +40,7 @@ typedef struct {
     int n;
     eff_item *items;
     int n_seg;
-    segment *seg;    /* sorted by slope, steepest first */
+    segment *seg; /* sorted by slope, steepest first */
     uint64_t capacity;
 } problem;
 
@@ -70,8 +70,10 @@ static ql_status prepare_item(const ql_fit_item *it, int index, eff_item *e, ql_
         return ql_error_set(err, QL_EINVAL, "item %d has no options", index);
     for (int k = 0; k < it->n; k++)
         if (!isfinite(it->err[k]) || it->err[k] < 0)
-            return ql_error_set(err, QL_EINVAL, "item %d option %d: error %g is not a "
-                                "non-negative number", index, k, it->err[k]);
+            return ql_error_set(err, QL_EINVAL,
+                                "item %d option %d: error %g is not a "
+                                "non-negative number",
+                                index, k, it->err[k]);
     int *order = malloc(sizeof(int) * (size_t)it->n);
     e->orig = malloc(sizeof(int) * (size_t)it->n);
     e->bytes = malloc(sizeof(uint64_t) * (size_t)it->n);
@@ -412,8 +414,8 @@ static int cmp_range(const void *pa, const void *pb, void *ctx)
     return a < b ? -1 : a > b;
 }
 
-static ql_status branch_and_bound(const problem *p, int64_t limit, int *pos,
-                                  ql_fit_solve_stats *st, ql_error *err)
+static ql_status branch_and_bound(const problem *p, int64_t limit, int *pos, ql_fit_solve_stats *st,
+                                  ql_error *err)
 {
     const int n = p->n;
     bb_state s = {0};
@@ -564,8 +566,7 @@ ql_status ql_fit_solve(const ql_fit_table *t, uint64_t budget, const ql_fit_solv
         if (!ft->assigned)
             continue;
         if (ft->n_choices <= 0) {
-            rc = ql_error_set(err, QL_EINVAL, "fit: tensor '%s' has no candidate type",
-                              ft->name);
+            rc = ql_error_set(err, QL_EINVAL, "fit: tensor '%s' has no candidate type", ft->name);
             goto fail;
         }
         bytes[k] = malloc(sizeof(uint64_t) * (size_t)ft->n_choices);
@@ -593,8 +594,7 @@ ql_status ql_fit_solve(const ql_fit_table *t, uint64_t budget, const ql_fit_solv
                           have, need);
         goto fail;
     }
-    rc = ql_fit_solve_items(items, n_items, budget - t->fixed_bytes, opt, choice, &p->stats,
-                            err);
+    rc = ql_fit_solve_items(items, n_items, budget - t->fixed_bytes, opt, choice, &p->stats, err);
     if (rc != QL_OK)
         goto fail;
     int64_t assigned_params = 0, all_params = 0;
@@ -660,8 +660,8 @@ int32_t ql_fit_plan_type(const ql_fit_plan *p, const char *tensor)
 
 void ql_fit_plan_print(FILE *out, const ql_fit_plan *p, const ql_fit_table *t)
 {
-    fprintf(out, "%-36s %-14s %-8s %14s %7s %13s  %s\n", "tensor", "shape", "type", "bytes",
-            "bpw", "error", "importance");
+    fprintf(out, "%-36s %-14s %-8s %14s %7s %13s  %s\n", "tensor", "shape", "type", "bytes", "bpw",
+            "error", "importance");
     for (int i = 0; i < p->n_tensors; i++) {
         const ql_fit_assignment *a = &p->tensors[i];
         const ql_fit_tensor *ft = &t->tensors[i];
@@ -670,8 +670,7 @@ void ql_fit_plan_print(FILE *out, const ql_fit_plan *p, const ql_fit_table *t)
             snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)ft->ne[0],
                      (long long)ft->ne[1], (long long)ft->ne[2]);
         else if (ft->n_dims == 2)
-            snprintf(shape, sizeof shape, "%lldx%lld", (long long)ft->ne[0],
-                     (long long)ft->ne[1]);
+            snprintf(shape, sizeof shape, "%lldx%lld", (long long)ft->ne[0], (long long)ft->ne[1]);
         else
             snprintf(shape, sizeof shape, "%lld", (long long)ft->ne[0]);
         double bpw = a->n_params > 0 ? 8.0 * (double)a->bytes / (double)a->n_params : 0;
@@ -710,18 +709,19 @@ void ql_fit_plan_print(FILE *out, const ql_fit_plan *p, const ql_fit_table *t)
     fprintf(out, "used        %s = %.4f%% of the budget (fixed tensors %s)\n", u,
             p->budget > 0 ? 100.0 * (double)p->bytes / (double)p->budget : 0.0, f);
     fprintf(out, "slack       %s\n", s);
-    fprintf(out, "bpw         %.4f (assigned weights), %.4f (whole model)\n", p->bpw,
-            p->bpw_all);
+    fprintf(out, "bpw         %.4f (assigned weights), %.4f (whole model)\n", p->bpw, p->bpw_all);
     if (p->stats.optimal)
         fprintf(out, "error       %.6g (proven optimal; LP lower bound %.6g)\n", p->err,
                 p->stats.lower_bound);
     else
-        fprintf(out, "error       %.6g (within %.3g%% of the lower bound %.6g; branch and bound "
-                     "stopped at its work limit)\n",
+        fprintf(out,
+                "error       %.6g (within %.3g%% of the lower bound %.6g; branch and bound "
+                "stopped at its work limit)\n",
                 p->err, p->err > 0 ? 100.0 * (p->err - p->stats.lower_bound) / p->err : 0.0,
                 p->stats.lower_bound);
-    fprintf(out, "solver      lagrange %.6g -> greedy %.6g -> exchange %.6g -> final %.6g, "
-                 "%lld B&B nodes, %.3f s\n",
+    fprintf(out,
+            "solver      lagrange %.6g -> greedy %.6g -> exchange %.6g -> final %.6g, "
+            "%lld B&B nodes, %.3f s\n",
             p->stats.err_lagrange, p->stats.err_greedy, p->stats.err_exchange, p->err,
             (long long)p->stats.bb_nodes, p->seconds);
 }
@@ -730,31 +730,56 @@ void ql_fit_plan_print(FILE *out, const ql_fit_plan *p, const ql_fit_table *t)
 static uint32_t file_type_of(int32_t type)
 {
     switch (type) {
-    case QL_TYPE_F32: return 0;
-    case QL_TYPE_F16: return 1;
-    case QL_TYPE_Q4_0: return 2;
-    case QL_TYPE_Q4_1: return 3;
-    case QL_TYPE_Q8_0: return 7;
-    case QL_TYPE_Q5_0: return 8;
-    case QL_TYPE_Q5_1: return 9;
-    case QL_TYPE_Q2_K: return 10;
-    case QL_TYPE_Q3_K: return 12; /* Q3_K_M */
-    case QL_TYPE_Q4_K: return 15; /* Q4_K_M */
-    case QL_TYPE_Q5_K: return 17; /* Q5_K_M */
-    case QL_TYPE_Q6_K: return 18;
-    case QL_TYPE_IQ2_XXS: return 19;
-    case QL_TYPE_IQ2_XS: return 20;
-    case QL_TYPE_IQ3_XXS: return 23;
-    case QL_TYPE_IQ1_S: return 24;
-    case QL_TYPE_IQ4_NL: return 25;
-    case QL_TYPE_IQ3_S: return 26;
-    case QL_TYPE_IQ2_S: return 28;
-    case QL_TYPE_IQ4_XS: return 30;
-    case QL_TYPE_IQ1_M: return 31;
-    case QL_TYPE_BF16: return 32;
-    case QL_TYPE_TQ1_0: return 36;
-    case QL_TYPE_TQ2_0: return 37;
-    default: return 0;
+    case QL_TYPE_F32:
+        return 0;
+    case QL_TYPE_F16:
+        return 1;
+    case QL_TYPE_Q4_0:
+        return 2;
+    case QL_TYPE_Q4_1:
+        return 3;
+    case QL_TYPE_Q8_0:
+        return 7;
+    case QL_TYPE_Q5_0:
+        return 8;
+    case QL_TYPE_Q5_1:
+        return 9;
+    case QL_TYPE_Q2_K:
+        return 10;
+    case QL_TYPE_Q3_K:
+        return 12; /* Q3_K_M */
+    case QL_TYPE_Q4_K:
+        return 15; /* Q4_K_M */
+    case QL_TYPE_Q5_K:
+        return 17; /* Q5_K_M */
+    case QL_TYPE_Q6_K:
+        return 18;
+    case QL_TYPE_IQ2_XXS:
+        return 19;
+    case QL_TYPE_IQ2_XS:
+        return 20;
+    case QL_TYPE_IQ3_XXS:
+        return 23;
+    case QL_TYPE_IQ1_S:
+        return 24;
+    case QL_TYPE_IQ4_NL:
+        return 25;
+    case QL_TYPE_IQ3_S:
+        return 26;
+    case QL_TYPE_IQ2_S:
+        return 28;
+    case QL_TYPE_IQ4_XS:
+        return 30;
+    case QL_TYPE_IQ1_M:
+        return 31;
+    case QL_TYPE_BF16:
+        return 32;
+    case QL_TYPE_TQ1_0:
+        return 36;
+    case QL_TYPE_TQ2_0:
+        return 37;
+    default:
+        return 0;
     }
 }
 

@@ -27,8 +27,8 @@
 
 #define MAX_TYPES 64
 
-static const char *const ladder_k[] = {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
-                                       "Q2_K",    "Q3_K",   "IQ4_XS", "Q4_K",   "Q5_K",
+static const char *const ladder_k[] = {"IQ2_XXS", "IQ2_XS", "IQ2_S",  "IQ3_XXS", "IQ3_S",
+                                       "Q2_K",    "Q3_K",   "IQ4_XS", "Q4_K",    "Q5_K",
                                        "Q6_K",    "Q8_0",   "F16"};
 static const char *const ladder_32[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q8_0", "F16"};
 
@@ -41,12 +41,18 @@ const char *ql_fit_default_types(void)
 const char *ql_fit_imp_source_name(ql_fit_imp_source s)
 {
     switch (s) {
-    case QL_FIT_IMP_NONE: return "none";
-    case QL_FIT_IMP_IMATRIX: return "imatrix";
-    case QL_FIT_IMP_LOOKUP: return "lookup";
-    case QL_FIT_IMP_OUTPUT_NORM: return "output_norm";
-    case QL_FIT_IMP_UNIT: return "unit";
-    case QL_FIT_IMP_TIED: return "lookup+head";
+    case QL_FIT_IMP_NONE:
+        return "none";
+    case QL_FIT_IMP_IMATRIX:
+        return "imatrix";
+    case QL_FIT_IMP_LOOKUP:
+        return "lookup";
+    case QL_FIT_IMP_OUTPUT_NORM:
+        return "output_norm";
+    case QL_FIT_IMP_UNIT:
+        return "unit";
+    case QL_FIT_IMP_TIED:
+        return "lookup+head";
     }
     return "?";
 }
@@ -158,9 +164,9 @@ static ql_status tensor_role(const ql_gguf *model, const ql_gguf_tensor *gt, boo
 {
     const ql_quant_config cfg = {QL_TYPE_F16, QL_TYPE_INVALID, QL_TYPE_INVALID};
     ql_quant_plan_entry e;
-    ql_status st = ql_quant_plan_tensor(&cfg, gt->name, gt->n_dims, gt->ne, gt->type,
-                                        ql_gguf_find_tensor(model, "output.weight") != NULL, &e,
-                                        err);
+    ql_status st =
+        ql_quant_plan_tensor(&cfg, gt->name, gt->n_dims, gt->ne, gt->type,
+                             ql_gguf_find_tensor(model, "output.weight") != NULL, &e, err);
     if (st != QL_OK)
         return ql_error_prefix(err, "%s: ", model->path);
     *assigned = e.role == QL_ROLE_WEIGHT || e.role == QL_ROLE_HEAD || e.role == QL_ROLE_EMBD;
@@ -173,8 +179,8 @@ static ql_status tensor_role(const ql_gguf *model, const ql_gguf_tensor *gt, boo
  * stores under their own id (not the qlab-only INT8_ROW and Q8_0_XC). */
 static bool is_weight_type(const ql_type_traits *tr)
 {
-    return ql_quant_is_weight_type((int32_t)tr->type) && tr->is_gguf &&
-           tr->storage == tr->type && tr->block_size > 0;
+    return ql_quant_is_weight_type((int32_t)tr->type) && tr->is_gguf && tr->storage == tr->type &&
+           tr->block_size > 0;
 }
 
 /* Position of a type in the traits table (the canonical order of candidate lists). */
@@ -241,8 +247,8 @@ static void format_types(const int32_t *types, int n, char *out, size_t size)
     out[0] = '\0';
     size_t used = 0;
     for (int k = 0; k < n && used < size; k++)
-        used += (size_t)snprintf(out + used, size - used, "%s%s", k ? "," : "",
-                                 ql_type_name(types[k]));
+        used +=
+            (size_t)snprintf(out + used, size - used, "%s%s", k ? "," : "", ql_type_name(types[k]));
 }
 
 /* ---------------------------------------------------------------------------
@@ -262,7 +268,9 @@ static void row_to_f32(const ql_gguf_tensor *gt, int64_t row, float *out)
     const size_t rb = ql_row_size(gt->type, ne0);
     const uint8_t *src = (const uint8_t *)gt->data + (size_t)row * rb;
     switch (gt->type) {
-    case QL_TYPE_F32: memcpy(out, src, sizeof(float) * (size_t)ne0); break;
+    case QL_TYPE_F32:
+        memcpy(out, src, sizeof(float) * (size_t)ne0);
+        break;
     case QL_TYPE_F16:
         for (int64_t j = 0; j < ne0; j++) {
             uint16_t h;
@@ -277,7 +285,9 @@ static void row_to_f32(const ql_gguf_tensor *gt, int64_t row, float *out)
             out[j] = ql_bf16_to_fp32(h);
         }
         break;
-    default: ql_type_get(gt->type)->dequantize(src, out, 1, ne0); break;
+    default:
+        ql_type_get(gt->type)->dequantize(src, out, 1, ne0);
+        break;
     }
 }
 
@@ -285,9 +295,9 @@ static void row_to_f32(const ql_gguf_tensor *gt, int64_t row, float *out)
  * Importance per tensor */
 
 typedef struct {
-    const float *quant;  /* what the quantizer receives (NULL: none) */
-    int64_t quant_n;     /* ne0, or ne0 * n_expert for a per-expert entry */
-    float *weights;      /* error weights, owned, same length as quant_n or ne0 */
+    const float *quant; /* what the quantizer receives (NULL: none) */
+    int64_t quant_n;    /* ne0, or ne0 * n_expert for a per-expert entry */
+    float *weights;     /* error weights, owned, same length as quant_n or ne0 */
     int64_t weights_n;
     ql_fit_imp_source src;
 } tensor_imp;
@@ -559,8 +569,10 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
         ft->src_type = gt->type;
         t->total_params += ft->n_params;
         if (!gt->data) {
-            rc = ql_error_set(err, QL_EUNSUPPORTED, "%s: tensor '%s' has type %s, which qlab "
-                              "does not know", model->path, gt->name, ql_type_name(gt->type));
+            rc = ql_error_set(err, QL_EUNSUPPORTED,
+                              "%s: tensor '%s' has type %s, which qlab "
+                              "does not know",
+                              model->path, gt->name, ql_type_name(gt->type));
             goto out;
         }
         bool assigned = false;
@@ -570,26 +582,27 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
         if (!assigned) {
             ft->assigned = false;
             ft->fixed_type = fixed_type;
-            ft->fixed_bytes = fixed_type == gt->type
-                                  ? gt->nbytes
-                                  : (uint64_t)(ft->n_params / gt->ne[0]) *
-                                        ql_row_size(fixed_type, gt->ne[0]);
+            ft->fixed_bytes = fixed_type == gt->type ? gt->nbytes
+                                                     : (uint64_t)(ft->n_params / gt->ne[0]) *
+                                                           ql_row_size(fixed_type, gt->ne[0]);
             t->fixed_bytes += ft->fixed_bytes;
             continue;
         }
         ft->assigned = true;
         t->assigned_params += ft->n_params;
         if (!readable_type(gt->type)) {
-            rc = ql_error_set(err, QL_EUNSUPPORTED, "%s: tensor '%s': qlab cannot read its "
-                              "source type %s", model->path, gt->name, ql_type_name(gt->type));
+            rc = ql_error_set(err, QL_EUNSUPPORTED,
+                              "%s: tensor '%s': qlab cannot read its "
+                              "source type %s",
+                              model->path, gt->name, ql_type_name(gt->type));
             goto out;
         }
         tensor_work *w = &tw[n_tw++];
         w->gt = gt;
         w->ft = ft;
         w->n_rows = ft->n_params / gt->ne[0];
-        w->n_sample = opt->sample_rows > 0 && opt->sample_rows < w->n_rows ? opt->sample_rows
-                                                                           : w->n_rows;
+        w->n_sample =
+            opt->sample_rows > 0 && opt->sample_rows < w->n_rows ? opt->sample_rows : w->n_rows;
         if ((rc = tensor_importance(model, gt, imp, &w->imp, err)) != QL_OK)
             goto out;
         ft->imp = w->imp.src;
@@ -618,9 +631,9 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
                 const char *r = !usable[table_rank(set[k])]
                                     ? type_unavailable(set[k], buf, sizeof buf)
                                 : ql_row_size(set[k], gt->ne[0]) == 0 ? "row length"
-                                                                       : "needs an imatrix entry";
-                used += (size_t)snprintf(why + used, sizeof why - used, "%s%s: %s",
-                                         k ? ", " : "", tr->name, r);
+                                                                      : "needs an imatrix entry";
+                used += (size_t)snprintf(why + used, sizeof why - used, "%s%s: %s", k ? ", " : "",
+                                         tr->name, r);
             }
             rc = ql_error_set(err, QL_EINVAL,
                               "tensor '%s' (row length %lld): no candidate type applies (%s); "
@@ -637,11 +650,11 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
         if (imat_needed_skips[r] > 0) {
             const ql_type_traits *all[128];
             ql_type_list(all, 128);
-            rc = have_imatrix
-                     ? add_note(t, err, "%s is not a candidate for %d tensor(s) without an "
-                                "imatrix entry (it needs one)", all[r]->name,
-                                imat_needed_skips[r])
-                     : add_note(t, err, "%s skipped: it needs an imatrix", all[r]->name);
+            rc = have_imatrix ? add_note(t, err,
+                                         "%s is not a candidate for %d tensor(s) without an "
+                                         "imatrix entry (it needs one)",
+                                         all[r]->name, imat_needed_skips[r])
+                              : add_note(t, err, "%s skipped: it needs an imatrix", all[r]->name);
             if (rc != QL_OK)
                 goto out;
         }
@@ -678,8 +691,7 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
         const job *j = &jobs[k];
         ql_error e;
         ql_error_clear(&e);
-        ql_status s = measure_chunk(&tw[j->tw], tw[j->tw].cand[j->cand], j->chunk, &partial[k],
-                                    &e);
+        ql_status s = measure_chunk(&tw[j->tw], tw[j->tw].cand[j->cand], j->chunk, &partial[k], &e);
 #pragma omp critical(fit_progress)
         {
             if (s != QL_OK && !failed) {
@@ -713,8 +725,10 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
             s *= scale;
             const int32_t type = tw[w].cand[c];
             if (!isfinite(s)) {
-                rc = add_note(t, err, "%s is not a candidate for '%s': its error is not finite "
-                              "(values out of the type's range)", ql_type_name(type), ft->name);
+                rc = add_note(t, err,
+                              "%s is not a candidate for '%s': its error is not finite "
+                              "(values out of the type's range)",
+                              ql_type_name(type), ft->name);
                 if (rc != QL_OK)
                     goto out;
                 continue;
@@ -725,9 +739,10 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
             choice->err = s;
         }
         if (ft->n_choices == 0) {
-            rc = ql_error_set(err, QL_EFORMAT, "%s: tensor '%s': no candidate type gives a finite "
-                              "error (does the tensor hold NaN or infinity?)", model->path,
-                              ft->name);
+            rc = ql_error_set(err, QL_EFORMAT,
+                              "%s: tensor '%s': no candidate type gives a finite "
+                              "error (does the tensor hold NaN or infinity?)",
+                              model->path, ft->name);
             goto out;
         }
         qsort(ft->choices, (size_t)ft->n_choices, sizeof *ft->choices, cmp_choice);
@@ -763,8 +778,8 @@ static ql_status cache_key(const ql_fit_table *t, char out[65])
     char key[2048];
     snprintf(key, sizeof key,
              "qlab-fit-table %d|model=%s|imatrix=%s|types=%s|sampling=%lld|build=%s %s",
-             CACHE_FORMAT, t->model_sha256, t->imatrix_sha256, t->types,
-             (long long)t->sample_rows, QL_VERSION, QL_COMMIT);
+             CACHE_FORMAT, t->model_sha256, t->imatrix_sha256, t->types, (long long)t->sample_rows,
+             QL_VERSION, QL_COMMIT);
     ql_sha256_hex(key, strlen(key), out);
     return QL_OK;
 }
@@ -822,12 +837,12 @@ ql_status ql_fit_table_save(const ql_fit_table *t, const char *path, ql_error *e
     sb_printf(&s, "tensors\t%d\n", t->n_tensors);
     for (int i = 0; i < t->n_tensors; i++) {
         const ql_fit_tensor *ft = &t->tensors[i];
-        sb_printf(&s, "tensor\t%s\t%u\t%lld\t%lld\t%lld\t%lld\t%d\t%d\t%d\t%llu\t%s\t%d\t%lld\t%d\n",
-                  ft->name, ft->n_dims, (long long)ft->ne[0], (long long)ft->ne[1],
-                  (long long)ft->ne[2], (long long)ft->ne[3], (int)ft->src_type,
-                  ft->assigned ? 1 : 0, (int)ft->fixed_type, (unsigned long long)ft->fixed_bytes,
-                  ql_fit_imp_source_name(ft->imp), ft->quant_imatrix ? 1 : 0,
-                  (long long)ft->rows_measured, ft->n_choices);
+        sb_printf(
+            &s, "tensor\t%s\t%u\t%lld\t%lld\t%lld\t%lld\t%d\t%d\t%d\t%llu\t%s\t%d\t%lld\t%d\n",
+            ft->name, ft->n_dims, (long long)ft->ne[0], (long long)ft->ne[1], (long long)ft->ne[2],
+            (long long)ft->ne[3], (int)ft->src_type, ft->assigned ? 1 : 0, (int)ft->fixed_type,
+            (unsigned long long)ft->fixed_bytes, ql_fit_imp_source_name(ft->imp),
+            ft->quant_imatrix ? 1 : 0, (long long)ft->rows_measured, ft->n_choices);
         for (int c = 0; c < ft->n_choices; c++)
             sb_printf(&s, "choice\t%s\t%llu\t%a\n", ql_type_name(ft->choices[c].type),
                       (unsigned long long)ft->choices[c].bytes, ft->choices[c].err);
@@ -948,14 +963,16 @@ ql_status ql_fit_table_load(const char *path, ql_fit_table **out, ql_error *err)
         char sum[65];
         if (len < 2 || buf[len - 1] != '\n' || len - start != 4 + 64 + 1 ||
             strncmp(buf + start, "end\t", 4) != 0) {
-            rc = ql_error_set(err, QL_EFORMAT, "%s: truncated (no final 'end' checksum line)",
-                              path);
+            rc =
+                ql_error_set(err, QL_EFORMAT, "%s: truncated (no final 'end' checksum line)", path);
             goto fail;
         }
         ql_sha256_hex(buf, start, sum);
         if (strncmp(buf + start + 4, sum, 64) != 0) {
-            rc = ql_error_set(err, QL_EFORMAT, "%s: checksum mismatch (the file was modified "
-                              "or damaged)", path);
+            rc = ql_error_set(err, QL_EFORMAT,
+                              "%s: checksum mismatch (the file was modified "
+                              "or damaged)",
+                              path);
             goto fail;
         }
         buf[start] = '\0'; /* the reader stops before the end line */
@@ -1080,10 +1097,10 @@ ql_status ql_fit_table_load(const char *path, ql_fit_table **out, ql_error *err)
                 ch->err = strtod(g[3], &end);
             }
             if (n != 4 || strcmp(g[0], "choice") != 0 || !tr || !is_weight_type(tr) ||
-                !parse_u64(g[2], &ch->bytes) || !end || *end || errno ||
-                !isfinite(ch->err) || ch->err < 0 ||
-                ch->bytes != (uint64_t)(params / ft->ne[0]) * ql_row_size((int32_t)tr->type,
-                                                                          ft->ne[0]) ||
+                !parse_u64(g[2], &ch->bytes) || !end || *end || errno || !isfinite(ch->err) ||
+                ch->err < 0 ||
+                ch->bytes !=
+                    (uint64_t)(params / ft->ne[0]) * ql_row_size((int32_t)tr->type, ft->ne[0]) ||
                 ch->bytes == 0) {
                 rc = bad(&r, err, "malformed 'choice' record (type, exact bytes, error)");
                 goto fail;
@@ -1137,8 +1154,7 @@ static bool table_matches_model(const ql_fit_table *t, const ql_gguf *model)
     for (int i = 0; i < t->n_tensors; i++) {
         const ql_gguf_tensor *gt = &model->tensors[i];
         const ql_fit_tensor *ft = &t->tensors[i];
-        if (strcmp(ft->name, gt->name) != 0 || ft->n_dims != gt->n_dims ||
-            ft->src_type != gt->type)
+        if (strcmp(ft->name, gt->name) != 0 || ft->n_dims != gt->n_dims || ft->src_type != gt->type)
             return false;
         for (int d = 0; d < QL_GGUF_MAX_DIMS; d++)
             if (ft->ne[d] != gt->ne[d])
@@ -1230,8 +1246,10 @@ ql_status ql_fit_table_compute(const ql_gguf *model, const char *model_sha256,
                 return QL_OK;
             }
             ql_fit_table_free(c);
-            snprintf(cache_problem, sizeof cache_problem, "cache %s was not usable (%s); "
-                     "recomputed", t->cache_path,
+            snprintf(cache_problem, sizeof cache_problem,
+                     "cache %s was not usable (%s); "
+                     "recomputed",
+                     t->cache_path,
                      cs != QL_OK ? cerr.msg : "it belongs to another model or settings");
         }
         mkdir_p(dir);

@@ -24,7 +24,9 @@ static void source_row(const ql_gguf_tensor *gt, int64_t row, float *out)
     const int64_t ne0 = gt->ne[0];
     const uint8_t *src = (const uint8_t *)gt->data + (size_t)row * ql_row_size(gt->type, ne0);
     switch (gt->type) {
-    case QL_TYPE_F32: memcpy(out, src, sizeof(float) * (size_t)ne0); break;
+    case QL_TYPE_F32:
+        memcpy(out, src, sizeof(float) * (size_t)ne0);
+        break;
     case QL_TYPE_F16:
     case QL_TYPE_BF16:
         for (int64_t j = 0; j < ne0; j++) {
@@ -33,7 +35,9 @@ static void source_row(const ql_gguf_tensor *gt, int64_t row, float *out)
             out[j] = gt->type == QL_TYPE_F16 ? ql_fp16_to_fp32(h) : ql_bf16_to_fp32(h);
         }
         break;
-    default: ql_type_get(gt->type)->dequantize(src, out, 1, ne0); break;
+    default:
+        ql_type_get(gt->type)->dequantize(src, out, 1, ne0);
+        break;
     }
 }
 
@@ -85,8 +89,8 @@ static ql_status quantize_tensor(const ql_gguf_tensor *gt, int32_t type, const f
         for (int64_t r = 0; r < nr; r++)
             source_row(gt, r0 + r, x + r * ne0);
         const float *w = imat ? imat + (per_expert ? part * ne0 : 0) : NULL;
-        rc = ql_quant_tensor(type, x, nr, ne0, w, dst + (size_t)r0 * rs,
-                             dst_size - (size_t)r0 * rs, NULL, err);
+        rc = ql_quant_tensor(type, x, nr, ne0, w, dst + (size_t)r0 * rs, dst_size - (size_t)r0 * rs,
+                             NULL, err);
         r0 += nr;
     }
     free(x);
@@ -95,9 +99,8 @@ static ql_status quantize_tensor(const ql_gguf_tensor *gt, int32_t type, const f
     return QL_OK;
 }
 
-ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan,
-                       const ql_fit_importance *imp, const char *out_path, bool quiet,
-                       ql_error *err)
+ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan, const ql_fit_importance *imp,
+                       const char *out_path, bool quiet, ql_error *err)
 {
     if (plan->n_tensors != model->n_tensors)
         return ql_error_set(err, QL_EINVAL, "fit: the plan has %d tensors, %s has %lld",
@@ -129,9 +132,9 @@ ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan,
                                                           imp->dataset, err)) != QL_OK) ||
             (rc = ql_gguf_writer_set_i32(w, "quantize.imatrix.entries_count",
                                          (int32_t)imp->n_entries, err)) != QL_OK ||
-            (imp->n_chunks > 0 && (rc = ql_gguf_writer_set_i32(w, "quantize.imatrix.chunks_count",
-                                                               (int32_t)imp->n_chunks, err)) !=
-                                      QL_OK))
+            (imp->n_chunks > 0 &&
+             (rc = ql_gguf_writer_set_i32(w, "quantize.imatrix.chunks_count",
+                                          (int32_t)imp->n_chunks, err)) != QL_OK))
             goto out;
     }
     ql_gguf_value v = {.type = QL_GGUF_UINT64};
@@ -148,12 +151,13 @@ ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan,
             goto out;
         }
         const ql_type_traits *tr = ql_type_get(a->type);
-        uint64_t nb = (uint64_t)(ql_gguf_tensor_nelements(gt) / gt->ne[0]) *
-                      ql_row_size(a->type, gt->ne[0]);
+        uint64_t nb =
+            (uint64_t)(ql_gguf_tensor_nelements(gt) / gt->ne[0]) * ql_row_size(a->type, gt->ne[0]);
         if (!tr || nb != a->bytes || nb == 0) {
-            rc = ql_error_set(err, QL_EINVAL, "fit: tensor '%s': %s of %llu bytes does not fit "
-                              "its shape", gt->name, ql_type_name(a->type),
-                              (unsigned long long)a->bytes);
+            rc = ql_error_set(err, QL_EINVAL,
+                              "fit: tensor '%s': %s of %llu bytes does not fit "
+                              "its shape",
+                              gt->name, ql_type_name(a->type), (unsigned long long)a->bytes);
             goto out;
         }
         if (a->type != gt->type && (!tr->quantize || !gt->data)) {

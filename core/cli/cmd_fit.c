@@ -40,7 +40,8 @@ static void help(void)
         "                   KV cache = n_layer * ctx * n_kv_heads * head_dim * 2 (K, V) * 2 (f16)\n"
         "  --ctx N          context for the KV cache (default: the model's context_length)\n"
         "  --reserve SIZE   compute reserve (default: an estimate of llama.cpp's compute buffer\n"
-        "                   for 512-token batches, 4*512*(n_vocab + 4 n_embd + 3 n_ff + n_head ctx))\n"
+        "                   for 512-token batches, 4*512*(n_vocab + 4 n_embd + 3 n_ff + n_head "
+        "ctx))\n"
         "\n"
         "output:\n"
         "  -o OUT.gguf      write the fitted model (then read it back and check every tensor)\n"
@@ -85,11 +86,10 @@ static int parse_args(int argc, char **argv, args *a)
         } else if (strcmp(s, "--quiet") == 0) {
             a->quiet = true;
         } else if (strcmp(s, "-o") == 0 || strcmp(s, "--budget") == 0 ||
-                   strcmp(s, "--imatrix") == 0 ||
-                   strcmp(s, "--types") == 0 || strcmp(s, "--cache-dir") == 0 ||
-                   strcmp(s, "--envelope") == 0 || strcmp(s, "--reserve") == 0 ||
-                   strcmp(s, "--ctx") == 0 || strcmp(s, "--threads") == 0 ||
-                   strcmp(s, "--sample-rows") == 0) {
+                   strcmp(s, "--imatrix") == 0 || strcmp(s, "--types") == 0 ||
+                   strcmp(s, "--cache-dir") == 0 || strcmp(s, "--envelope") == 0 ||
+                   strcmp(s, "--reserve") == 0 || strcmp(s, "--ctx") == 0 ||
+                   strcmp(s, "--threads") == 0 || strcmp(s, "--sample-rows") == 0) {
             need = s;
         } else if (s[0] == '-' && s[1] != '\0') {
             return ql_cli_usage("fit", "unknown option '%s'", s);
@@ -201,8 +201,8 @@ static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_ta
     if (hp.head_dim_k == hp.head_dim_v && hp.kv_heads_sum % hp.n_layer == 0)
         printf("KV cache    %s = %lld layers x ctx %lld x %lld KV heads x head dim %lld x 2 (K, "
                "V) x 2 bytes (f16)\n",
-               s2, (long long)hp.n_layer, (long long)ctx,
-               (long long)(hp.kv_heads_sum / hp.n_layer), (long long)hp.head_dim_k);
+               s2, (long long)hp.n_layer, (long long)ctx, (long long)(hp.kv_heads_sum / hp.n_layer),
+               (long long)hp.head_dim_k);
     else
         printf("KV cache    %s = ctx %lld x %lld KV heads over all layers x (K dim %lld + V dim "
                "%lld) x 2 bytes (f16)\n",
@@ -233,10 +233,12 @@ static ql_status verify(const char *path, const ql_fit_plan *p, ql_error *err)
         const ql_gguf_tensor *t = &g->tensors[i];
         const ql_fit_assignment *a = &p->tensors[i];
         if (strcmp(t->name, a->name) != 0 || t->type != a->type || t->nbytes != a->bytes) {
-            st = ql_error_set(err, QL_EFORMAT, "%s: tensor %lld is '%s' %s %llu bytes, planned "
-                              "'%s' %s %llu bytes", path, (long long)i, t->name,
-                              ql_type_name(t->type), (unsigned long long)t->nbytes, a->name,
-                              ql_type_name(a->type), (unsigned long long)a->bytes);
+            st = ql_error_set(err, QL_EFORMAT,
+                              "%s: tensor %lld is '%s' %s %llu bytes, planned "
+                              "'%s' %s %llu bytes",
+                              path, (long long)i, t->name, ql_type_name(t->type),
+                              (unsigned long long)t->nbytes, a->name, ql_type_name(a->type),
+                              (unsigned long long)a->bytes);
             goto out;
         }
         total += t->nbytes;

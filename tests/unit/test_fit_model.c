@@ -19,10 +19,10 @@
  * differently: equal to a few ulps of the total. */
 #define ERR_REL_TOL 1e-12
 
-#define N_EMBD 256
-#define N_VOCAB 2100 /* > 1024 rows of 256: the embedding spans several row chunks */
-#define N_FF 96      /* not a multiple of 256: only 32-block types fit */
-#define N_EXPERT 4
+#define N_EMBD        256
+#define N_VOCAB       2100 /* > 1024 rows of 256: the embedding spans several row chunks */
+#define N_FF          96   /* not a multiple of 256: only 32-block types fit */
+#define N_EXPERT      4
 #define N_EXPERT_ROWS 64
 
 /* ---------------------------------------------------------------------------
@@ -99,8 +99,8 @@ static ql_status write_model(ql_error *err)
         const spec *s = &specs[i];
         int64_t n = s->ne[0] * s->ne[1] * s->ne[2];
         if ((st = ql_gguf_writer_add_tensor(w, s->name, (uint32_t)s->n_dims, s->ne, s->type,
-                                            (uint64_t)n * (s->type == QL_TYPE_F32 ? 4 : 2),
-                                            err)) != QL_OK)
+                                            (uint64_t)n * (s->type == QL_TYPE_F32 ? 4 : 2), err)) !=
+            QL_OK)
             goto out;
     }
     if ((st = ql_gguf_writer_begin(w, model_path, err)) != QL_OK)
@@ -309,8 +309,7 @@ static void test_table(const ql_gguf *g, const ql_fit_importance *imp)
         CHECK_EQ_INT(find(s, "token_embd.weight")->rows_measured, 100);
         CHECK_EQ_INT(find(s, "blk.0.attn_k.weight")->rows_measured, 64);
         check_error(s, g, "token_embd.weight", QL_TYPE_Q4_K, 100, NULL, NULL, embd_w);
-        check_error(s, g, "blk.0.ffn_up_exps.weight", QL_TYPE_Q4_0, 100, imat[2].v, imat[2].v,
-                    0);
+        check_error(s, g, "blk.0.ffn_up_exps.weight", QL_TYPE_Q4_0, 100, imat[2].v, imat[2].v, 0);
         check_error(s, g, "blk.0.attn_q.weight", QL_TYPE_Q6_K, 100, imat[0].v, imat[0].v, 0);
         /* Rows are statistically alike: the estimate lands near the exact value. */
         double est = choice_of(find(s, "output.weight"), QL_TYPE_Q4_K)->err;
@@ -390,8 +389,8 @@ static void test_no_imatrix_and_errors(const ql_gguf *g)
     o.types = "Q4_K,Q6_K";
     CHECK(ql_fit_table_compute(g, "0123", NULL, &o, &t, &err) == QL_EINVAL);
     CHECK_MSG(strstr(err.msg, "blk.0.ffn_down.weight") && strstr(err.msg, "row length 96") &&
-                  strstr(err.msg, "Q6_K: row length"), "%s",
-              err.msg);
+                  strstr(err.msg, "Q6_K: row length"),
+              "%s", err.msg);
     o.types = "Q4_K,Q7_K";
     CHECK(ql_fit_table_compute(g, "0123", NULL, &o, &t, &err) == QL_EINVAL);
     CHECK_MSG(strstr(err.msg, "Q7_K"), "%s", err.msg);
@@ -587,11 +586,10 @@ static ql_status write_llama(ql_error *err)
     int n = 0;
     snprintf(names[n], 64, "token_embd.weight");
     dims[n][0] = L.embd, dims[n++][1] = L.vocab;
-    static const char *mats[7] = {"attn_q", "attn_k", "attn_v", "attn_output",
+    static const char *mats[7] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
                                   "ffn_gate", "ffn_up", "ffn_down"};
-    const int64_t mdims[7][2] = {{L.embd, L.embd}, {L.embd, L.kv}, {L.embd, L.kv},
-                                 {L.embd, L.embd}, {L.embd, L.ff}, {L.embd, L.ff},
-                                 {L.ff, L.embd}};
+    const int64_t mdims[7][2] = {{L.embd, L.embd}, {L.embd, L.kv}, {L.embd, L.kv}, {L.embd, L.embd},
+                                 {L.embd, L.ff},   {L.embd, L.ff}, {L.ff, L.embd}};
     n_limat = 0;
     for (int l = 0; l < L.layers; l++) {
         snprintf(names[n], 64, "blk.%d.attn_norm.weight", l);
@@ -604,8 +602,8 @@ static ql_status write_llama(ql_error *err)
             e->n = mdims[m][0];
             e->v = malloc(sizeof(float) * (size_t)e->n);
             for (int64_t j = 0; j < e->n; j++)
-                e->v[j] = (float)(gsl_ran_exponential(r, 1.0) * (j % 53 == 5 ? 30.0 : 1.0) *
-                                  (1.0 + l));
+                e->v[j] =
+                    (float)(gsl_ran_exponential(r, 1.0) * (j % 53 == 5 ? 30.0 : 1.0) * (1.0 + l));
             n++;
         }
         snprintf(names[n], 64, "blk.%d.ffn_norm.weight", l);
@@ -675,8 +673,7 @@ static void check_written(const char *path, const ql_gguf *src, const ql_fit_pla
     }
     CHECK_EQ_INT(total, p->bytes);
     uint32_t ft = 0;
-    CHECK(ql_gguf_get_u32(out, "general.file_type", &ft, NULL) &&
-          ft == ql_fit_plan_file_type(p));
+    CHECK(ql_gguf_get_u32(out, "general.file_type", &ft, NULL) && ft == ql_fit_plan_file_type(p));
     CHECK(strcmp(ql_gguf_get_str(out, "general.name", NULL), "fit test model") == 0);
     int64_t budget = 0, kv = 0;
     CHECK(ql_gguf_get_i64(out, "qlab.fit.budget_bytes", &budget, NULL) &&
@@ -700,8 +697,10 @@ static void check_written(const char *path, const ql_gguf *src, const ql_fit_pla
         int64_t n = 0;
         const float *v = imp->lookup(imp->user, names[k], &n);
         ql_type_get(wt->type)->quantize(x, q, rows, ne0, v);
-        CHECK_MSG(memcmp(q, wt->data, (size_t)wt->nbytes) == 0, "%s: bytes differ from %s's "
-                  "quantizer", names[k], ql_type_name(wt->type));
+        CHECK_MSG(memcmp(q, wt->data, (size_t)wt->nbytes) == 0,
+                  "%s: bytes differ from %s's "
+                  "quantizer",
+                  names[k], ql_type_name(wt->type));
         free(x);
         free(q);
     }
@@ -717,8 +716,11 @@ static void test_fit_and_write(const llama_shape *shape)
     CHECK_OK(ql_gguf_open(&g, llama_path, &err), &err);
     if (!g)
         return;
-    ql_fit_importance imp = {.sha256 = "llama-imatrix", .lookup = limat_lookup,
-                             .file = "synthetic.imatrix", .dataset = "gsl", .n_entries = 14,
+    ql_fit_importance imp = {.sha256 = "llama-imatrix",
+                             .lookup = limat_lookup,
+                             .file = "synthetic.imatrix",
+                             .dataset = "gsl",
+                             .n_entries = 14,
                              .n_chunks = 7};
     ql_fit_options o;
     ql_fit_options_init(&o);
@@ -738,11 +740,10 @@ static void test_fit_and_write(const llama_shape *shape)
             continue;
         }
         CHECK(p->bytes <= p->budget);
-        const double min_use = L.layers == full_shape.layers ? MIN_BUDGET_USE_FULL
-                                                             : MIN_BUDGET_USE_UNIT;
-        CHECK_MSG((double)p->bytes >= min_use * (double)p->budget,
-                  "%s: %llu of %llu bytes used", budgets[k], (unsigned long long)p->bytes,
-                  (unsigned long long)p->budget);
+        const double min_use =
+            L.layers == full_shape.layers ? MIN_BUDGET_USE_FULL : MIN_BUDGET_USE_UNIT;
+        CHECK_MSG((double)p->bytes >= min_use * (double)p->budget, "%s: %llu of %llu bytes used",
+                  budgets[k], (unsigned long long)p->bytes, (unsigned long long)p->budget);
         CHECK(t->from_cache == (k > 0));
         printf("%-8s budget %9llu used %9llu (%.4f%%) bpw %.4f optimal %d, table %.2f s%s\n",
                budgets[k], (unsigned long long)p->budget, (unsigned long long)p->bytes,

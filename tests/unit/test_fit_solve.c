@@ -18,7 +18,7 @@
 #define OPT_REL_TOL 1e-9
 
 #define MAX_ITEMS 12
-#define MAX_OPTS 6
+#define MAX_OPTS  6
 
 typedef struct {
     int n;
@@ -73,7 +73,7 @@ static void random_instance(gsl_rng *r, instance *in, int n, int n_opt, bool mod
                 in->bytes[i][k] = 1 + gsl_rng_uniform_int(r, 100);
                 /* small integers make ties and exact-equality corner cases common */
                 in->err[i][k] = gsl_rng_uniform(r) < 0.3 ? (double)gsl_rng_uniform_int(r, 5)
-                                                          : 100.0 * gsl_rng_uniform(r);
+                                                         : 100.0 * gsl_rng_uniform(r);
             }
             if (in->bytes[i][k] < mn)
                 mn = in->bytes[i][k];
@@ -92,8 +92,7 @@ static void random_instance(gsl_rng *r, instance *in, int n, int n_opt, bool mod
 
 /* Runs the solver; returns its error (INFINITY when it refuses) and checks that
  * its answer is consistent (fits, error and bytes add up). */
-static double run_solver(const instance *in, const ql_fit_solve_options *o,
-                         ql_fit_solve_stats *st)
+static double run_solver(const instance *in, const ql_fit_solve_options *o, ql_fit_solve_stats *st)
 {
     ql_fit_item items[MAX_ITEMS];
     for (int i = 0; i < in->n; i++) {
@@ -116,8 +115,8 @@ static double run_solver(const instance *in, const ql_fit_solve_options *o,
         b += in->bytes[i][choice[i]];
         e += in->err[i][choice[i]];
     }
-    CHECK_MSG(b <= in->cap, "solution of %llu bytes exceeds capacity %llu",
-              (unsigned long long)b, (unsigned long long)in->cap);
+    CHECK_MSG(b <= in->cap, "solution of %llu bytes exceeds capacity %llu", (unsigned long long)b,
+              (unsigned long long)in->cap);
     CHECK_EQ_INT(b, st->bytes);
     CHECK_NEAR(e, st->err, 1e-9 * (1 + fabs(e)));
     return e;
@@ -143,13 +142,13 @@ static void test_against_exhaustive(void)
     /* The case: 4-6 tensors, 3 types; then wider ones. */
     const struct {
         int n_lo, n_hi, n_opt, count;
-    } plan[] = {{4, 6, 3, 6000}, {4, 6, 3, 6000}, {3, 8, 2, 2000}, {4, 7, 5, 2000},
-                {10, 10, 4, 10},  {12, 12, 3, 10}};
+    } plan[] = {{4, 6, 3, 6000}, {4, 6, 3, 6000}, {3, 8, 2, 2000},
+                {4, 7, 5, 2000}, {10, 10, 4, 10}, {12, 12, 3, 10}};
     for (size_t p = 0; p < sizeof plan / sizeof plan[0]; p++)
         for (int k = 0; k < plan[p].count; k++) {
             instance in;
-            int n = plan[p].n_lo + (int)gsl_rng_uniform_int(r, (unsigned long)(plan[p].n_hi -
-                                                                              plan[p].n_lo + 1));
+            int n = plan[p].n_lo +
+                    (int)gsl_rng_uniform_int(r, (unsigned long)(plan[p].n_hi - plan[p].n_lo + 1));
             random_instance(r, &in, n, plan[p].n_opt, p % 2 == 0);
             double best = exhaustive(&in);
             ql_fit_solve_stats st, st_relax;
@@ -164,8 +163,8 @@ static void test_against_exhaustive(void)
             if (!same_optimum(got, best)) {
                 mismatches++;
                 if (mismatches < 5)
-                    fprintf(stderr, "instance %d/%zu: solver %.17g, exhaustive %.17g\n", k, p,
-                            got, best);
+                    fprintf(stderr, "instance %d/%zu: solver %.17g, exhaustive %.17g\n", k, p, got,
+                            best);
             }
             not_proven += !st.optimal;
             CHECK(st.lower_bound <= best * (1 + OPT_REL_TOL) + 1e-12);
@@ -321,15 +320,15 @@ static void test_parse(void)
     for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) {
         ql_error_clear(&err);
         ql_status s = ql_fit_parse_size(ok[k].s, &v, &err);
-        CHECK_MSG(s == QL_OK && v == ok[k].want, "'%s': status %d value %llu (%s)", ok[k].s,
-                  (int)s, (unsigned long long)v, err.msg);
+        CHECK_MSG(s == QL_OK && v == ok[k].want, "'%s': status %d value %llu (%s)", ok[k].s, (int)s,
+                  (unsigned long long)v, err.msg);
     }
-    const char *bad[] = {"", "-1", "1K", "4G", "1 MiBs", "GiB", "1.2.3", "nan", "1e400",
-                         "20000000TB", "x1"};
+    const char *bad[] = {"",      "-1",  "1K",    "4G",         "1 MiBs", "GiB",
+                         "1.2.3", "nan", "1e400", "20000000TB", "x1"};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         ql_error_clear(&err);
-        CHECK_MSG(ql_fit_parse_size(bad[k], &v, &err) == QL_EINVAL && err.msg[0],
-                  "'%s' accepted", bad[k]);
+        CHECK_MSG(ql_fit_parse_size(bad[k], &v, &err) == QL_EINVAL && err.msg[0], "'%s' accepted",
+                  bad[k]);
     }
     ql_fit_parse_size("4G", &v, &err);
     CHECK_MSG(strstr(err.msg, "KiB") && strstr(err.msg, "GB"), "%s", err.msg);
@@ -418,8 +417,7 @@ static void test_envelope(void)
     CHECK_OK(ql_fit_envelope_budget(1000, 300, 200, &b, &err), &err);
     CHECK_EQ_INT(b, 500);
     CHECK(ql_fit_envelope_budget(1000, 300, 700, &b, &err) == QL_EINVAL);
-    CHECK_MSG(strstr(err.msg, "KV cache 300 B") && strstr(err.msg, "reserve 700 B"), "%s",
-              err.msg);
+    CHECK_MSG(strstr(err.msg, "KV cache 300 B") && strstr(err.msg, "reserve 700 B"), "%s", err.msg);
     CHECK(ql_fit_envelope_budget(1000, 1000, 0, &b, &err) == QL_EINVAL);
     CHECK(ql_fit_envelope_budget(1000, 2000, 0, &b, &err) == QL_EINVAL);
 }
