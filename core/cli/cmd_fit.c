@@ -166,13 +166,11 @@ static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_ta
         if (st != QL_OK)
             return st;
         *budget = ql_fit_budget_resolve(&b, t);
-        ql_fit_format_size(*budget, s1, sizeof s1);
         if (b.kind == QL_FIT_BUDGET_BPW) {
+            ql_fit_format_size(*budget, s1, sizeof s1);
             ql_fit_format_size(t->fixed_bytes, s2, sizeof s2);
-            printf("budget      %s = %g bits x %lld assigned weights / 8 + fixed tensors %s\n", s1,
-                   b.bpw, (long long)t->assigned_params, s2);
-        } else {
-            printf("budget      %s\n", s1);
+            printf("bpw:%-7g %s = %g bits x %lld assigned weights / 8 + fixed tensors %s\n", b.bpw,
+                   s1, b.bpw, (long long)t->assigned_params, s2);
         }
         return QL_OK;
     }
@@ -212,7 +210,7 @@ static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_ta
     if ((st = ql_fit_envelope_budget(envelope, kv, reserve, budget, err)) != QL_OK)
         return st;
     ql_fit_format_size(*budget, s4, sizeof s4);
-    printf("budget      %s = envelope - KV cache - reserve\n", s4);
+    printf("model       %s = envelope - KV cache - reserve\n", s4);
     return QL_OK;
 }
 
