@@ -210,7 +210,7 @@ static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_ta
     if ((st = ql_fit_envelope_budget(envelope, kv, reserve, budget, err)) != QL_OK)
         return st;
     ql_fit_format_size(*budget, s4, sizeof s4);
-    printf("model       %s = envelope - KV cache - reserve\n", s4);
+    printf("budget      %s = envelope - KV cache - reserve\n", s4);
     return QL_OK;
 }
 

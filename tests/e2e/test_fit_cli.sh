@@ -63,7 +63,7 @@ grep_out "$tmp/inspect" "quantize.imatrix.chunks_count" "provenance keys written
 # KV cache is 5*128*4*8*2*2 = 81920 bytes.
 expect 0 "envelope" "$qlab" fit "$model" --envelope 1MiB --ctx 128 --reserve 200KiB --dry-run --cache-dir "$tmp/cache"
 grep_out "$tmp/out" "KV cache    80.00 KiB (81920 B) = 5 layers x ctx 128 x 4 KV heads x head dim 8" "KV cache arithmetic"
-grep_out "$tmp/out" "model       744.00 KiB (761856 B) = envelope - KV cache - reserve" "envelope budget"
+grep_out "$tmp/out" "budget      744.00 KiB (761856 B) = envelope - KV cache - reserve" "envelope budget"
 expect 1 "envelope too small" "$qlab" fit "$model" --envelope 200KiB --ctx 128 --reserve 150KiB --dry-run --cache-dir "$tmp/cache"
 grep_out "$tmp/err" "leaves nothing for the model" "envelope error"
 exit $fail
