@@ -24,6 +24,7 @@
 #include "quant_int8row.h"
 #include "reference.h"
 #include "store.h"
+#include "synth.h"
 #include "table.h"
 #include "tokenizer.h"
 #include "types.h"
@@ -626,7 +627,12 @@ static ql_status open_inputs(sweep_ctx *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
     const ql_data_entry *me = NULL, *te = NULL;
-    ql_status st = ql_data_resolve(sw->model, s->model_path, sizeof s->model_path, &me, err);
+    ql_status st;
+    if (ql_synth_is_spec(sw->model))
+        st = ql_synth_materialize(sw->model, s->cache_dir, s->model_path, sizeof s->model_path,
+                                  err);
+    else
+        st = ql_data_resolve(sw->model, s->model_path, sizeof s->model_path, &me, err);
     if (st)
         return ql_error_prefix(err, "%s: model: ", sw->path);
     if (me)
