@@ -214,7 +214,7 @@ static void lagrange(const problem *p, int *pos)
     int m = 0;
     double *lam = malloc(sizeof(double) * (size_t)(p->n_seg + 1));
     if (!lam) { /* fall back to the cheapest assignment; later stages still improve it */
-        lagrange_assign(p, INFINITY, pos);
+        lagrange_assign(p, (double)INFINITY, pos);
         return;
     }
     for (int s = 0; s < p->n_seg; s++)
@@ -352,7 +352,7 @@ typedef struct {
 static double lp_bound(bb_state *s, int d, uint64_t cap)
 {
     if (cap < s->suf_bytes[d])
-        return INFINITY;
+        return (double)INFINITY;
     uint64_t room = cap - s->suf_bytes[d];
     double e = s->suf_err[d];
     const problem *p = s->p;

@@ -287,6 +287,20 @@ static char *trim(char *s)
     return s;
 }
 
+/* Whether a line starts with `identifier =` (after optional whitespace). */
+static bool looks_like_key(const char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    if (!isalpha((unsigned char)*s) && *s != '_')
+        return false;
+    while (isalnum((unsigned char)*s) || *s == '_')
+        s++;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    return *s == '=';
+}
+
 static ql_status parse_lines(parser *p, char *text)
 {
     int section = SECTION_NONE, lineno = 0;
@@ -298,6 +312,7 @@ static ql_status parse_lines(parser *p, char *text)
         if (nl)
             *nl = '\0';
         lineno++;
+        char raw_first = *line;
         strip_comment(line);
         line = trim(line);
         if (!*line)
@@ -329,7 +344,43 @@ static ql_status parse_lines(parser *p, char *text)
         if (section == SECTION_NONE)
             return fail(p, lineno, QL_EFORMAT, "'%s' is outside any section (start with [sweep])",
                         line);
-        ql_status st = key_line(p, lineno, section, line);
+        if (isspace((unsigned char)raw_first) && !looks_like_key(line))
+            return fail(p, lineno, QL_EFORMAT,
+                        "indented line '%s' continues no key (continuation lines follow a "
+                        "'key = values' line)",
+                        line);
+        /* A value list may go on over the following indented lines that are not
+         * themselves `key = ...` lines. */
+        int key_lineno = lineno;
+        char *logical = line;
+        char *joined = NULL;
+        while (next && (*next == ' ' || *next == '\t' || *next == '\n' || *next == '\r') &&
+               !looks_like_key(next)) {
+            char *cont = next;
+            char *cnl = strchr(cont, '\n');
+            next = cnl ? cnl + 1 : NULL;
+            if (cnl)
+                *cnl = '\0';
+            lineno++;
+            strip_comment(cont);
+            cont = trim(cont);
+            if (!*cont)
+                continue;
+            size_t a = strlen(logical), b = strlen(cont);
+            char *grown = realloc(joined, a + b + 2);
+            if (!grown) {
+                free(joined);
+                return fail(p, lineno, QL_ENOMEM, "out of memory");
+            }
+            if (!joined)
+                memcpy(grown, logical, a + 1);
+            joined = grown;
+            joined[a] = ' ';
+            memcpy(joined + a + 1, cont, b + 1);
+            logical = joined;
+        }
+        ql_status st = key_line(p, key_lineno, section, logical);
+        free(joined);
         if (st != QL_OK)
             return st;
     }

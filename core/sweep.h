@@ -16,7 +16,9 @@
  *   act_mode    = f32
  *
  * Lines are `key = value...`; values are separated by whitespace (so paths with
- * spaces are not supported). `#` starts a comment at the start of a line or after
+ * spaces are not supported). A long list may go on over indented lines that are not
+ * `key = ...` lines themselves (errors in them name the key's line). A model may be
+ * `synth:PRESET` or `synth:key=value,...` (synth.h): a synthetic model made once. `#` starts a comment at the start of a line or after
  * whitespace. Each section appears at most once; each key at most once, and an
  * axis in [sweep] or in [grid], not both. weight_type must be given somewhere;
  * the other axes default as in ql_config_init.

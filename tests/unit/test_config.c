@@ -250,7 +250,7 @@ static void test_format_double(void)
     CHECK(strcmp(b, "0") == 0);
     ql_format_double(1e300, b, sizeof b);
     CHECK(strcmp(b, "1e+300") == 0);
-    ql_format_double(NAN, b, sizeof b);
+    ql_format_double((double)NAN, b, sizeof b);
     CHECK(strcmp(b, "nan") == 0);
 }
 

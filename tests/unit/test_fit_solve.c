@@ -32,7 +32,7 @@ typedef struct {
 static double exhaustive(const instance *in)
 {
     int c[MAX_ITEMS] = {0};
-    double best = INFINITY;
+    double best = (double)INFINITY;
     for (;;) {
         uint64_t b = 0;
         double e = 0;
@@ -106,7 +106,7 @@ static double run_solver(const instance *in, const ql_fit_solve_options *o, ql_f
     ql_status s = ql_fit_solve_items(items, in->n, in->cap, o, choice, st, &err);
     if (s != QL_OK) {
         CHECK_MSG(s == QL_EINVAL && strstr(err.msg, "smallest feasible size"), "%s", err.msg);
-        return INFINITY;
+        return (double)INFINITY;
     }
     uint64_t b = 0;
     double e = 0;
@@ -203,7 +203,7 @@ static void test_edge_cases(void)
     /* No options, bad errors. */
     ql_fit_item none[1] = {{0, b0, e0}};
     CHECK(ql_fit_solve_items(none, 1, 100, NULL, choice, &st, &err) == QL_EINVAL);
-    const double enan[] = {NAN, 1, 2};
+    const double enan[] = {(double)NAN, 1, 2};
     ql_fit_item bad[1] = {{3, b0, enan}};
     CHECK(ql_fit_solve_items(bad, 1, 100, NULL, choice, &st, &err) == QL_EINVAL);
     /* Zero items fit any capacity. */

@@ -156,6 +156,35 @@ static void test_dedup_and_defaults(void)
     ql_sweep_deinit(&sw);
 }
 
+/* A long value list may continue on indented lines (comments and blank lines
+ * allowed in between); an indented `key = value` line is a key of its own. */
+static void test_continuation_lines(void)
+{
+    const char *text = "[sweep]\n"
+                       "model = stories260K\n"
+                       "text = wiki\n"
+                       "[grid]\n"
+                       "weight_type = Q8_0 Q4_0   # first line\n"
+                       "    Q5_0\n"
+                       "\n"
+                       "\tIQ4_NL  # last line\n"
+                       "  head_type = same F32\n";
+    ql_sweep sw;
+    ql_error err;
+    ql_status st = ql_sweep_parse("cont.sweep", text, 0, &sw, &err);
+    CHECK_OK(st, &err);
+    if (st != QL_OK)
+        return;
+    CHECK_EQ_INT(sw.n_values[QL_AXIS_WEIGHT_TYPE], 4);
+    CHECK_EQ_INT(sw.n_values[QL_AXIS_HEAD_TYPE], 2);
+    CHECK_EQ_INT(sw.n_points, 8);
+    ql_sweep_deinit(&sw);
+    /* An error in a continued list names the key's line. */
+    const char *bad = "[sweep]\nmodel = m\ntext = t\n[grid]\nweight_type = Q8_0\n  Q4_O\n";
+    CHECK(ql_sweep_parse("bad.sweep", bad, 0, &sw, &err) == QL_EFORMAT);
+    CHECK(strstr(err.msg, "bad.sweep:5: weight_type: unknown type 'Q4_O'") == err.msg);
+}
+
 static void test_calib_ctx_normalized(void)
 {
     /* calib:x,ctx=128 in a ctx-128 sweep is the default calibration context. */
@@ -283,6 +312,7 @@ int main(void)
 {
     test_design_example();
     test_dedup_and_defaults();
+    test_continuation_lines();
     test_calib_ctx_normalized();
     test_shard_parse();
     test_missing_file();
