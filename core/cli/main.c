@@ -12,6 +12,7 @@ static const ql_cli_command commands[] = {
     {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
     {"eval", ql_cmd_eval, "perplexity of a model on a text (llama-perplexity protocol)"},
     {"generate", ql_cmd_generate, "greedy decoding from a prompt (sanity tool)"},
+    {"imatrix", ql_cmd_imatrix, "compute an importance matrix over a calibration text"},
     {"imatrix-convert", ql_cmd_imatrix_convert, "convert an imatrix between .dat and GGUF"},
     {"inspect", ql_cmd_inspect, "validate a GGUF file and list its keys and tensors"},
     {"quantize", ql_cmd_quantize, "write a GGUF model in another weight type (llama.cpp-exact)"},
