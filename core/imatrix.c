@@ -28,10 +28,37 @@ struct ql_imatrix_collector {
     ql_imatrix *im;   /* entries in site order until finish sorts them */
     int n_sites;
     int64_t *entry;   /* (n_sites,) entry index of each site, -1 when not collected */
+    int64_t *n_in;    /* (n_sites,) input width, 0 for sites that are not collected */
     char (*names)[sizeof(((ql_linear *)0)->name)]; /* (n_sites,) weight of each site */
     ql_status status; /* sticky: first non-finite sum */
     char msg[256];
 };
+
+/* A fresh imatrix with a zeroed entry per collected weight, in site order. */
+static ql_status build_entries(ql_imatrix_collector *c, ql_error *err)
+{
+    ql_status st = ql_imatrix_alloc(&c->im, err);
+    for (int s = 0; s < c->n_sites && !st; s++) {
+        c->entry[s] = -1;
+        if (c->n_in[s] == 0)
+            continue;
+        /* A name used by two sites would share an entry; llama.cpp's graphs have none. */
+        for (int64_t e = 0; e < c->im->n_entries; e++)
+            if (strcmp(c->im->entries[e].name, c->names[s]) == 0)
+                c->entry[s] = e;
+        if (c->entry[s] >= 0)
+            continue;
+        st = ql_imatrix_add_entry(c->im, c->names[s], c->n_in[s], 1, false, NULL, err);
+        c->entry[s] = c->im->n_entries - 1;
+    }
+    if (st) {
+        /* Unusable until freed: the observer ignores everything. */
+        c->status = st;
+        ql_strlcpy(c->msg, "imatrix: the collector could not rebuild its entries (out of memory)",
+                   sizeof c->msg);
+    }
+    return st;
+}
 
 ql_status ql_imatrix_collector_alloc(ql_imatrix_collector **out, const ql_weights *w,
                                      bool process_output, ql_error *err)
@@ -42,36 +69,26 @@ ql_status ql_imatrix_collector_alloc(ql_imatrix_collector **out, const ql_weight
         return ql_error_set(err, QL_ENOMEM, "out of memory for an imatrix collector");
     c->n_sites = w->n_lin;
     c->entry = malloc((size_t)w->n_lin * sizeof *c->entry);
+    c->n_in = calloc((size_t)w->n_lin, sizeof *c->n_in);
     c->names = calloc((size_t)w->n_lin, sizeof *c->names);
-    ql_status st = QL_OK;
-    if (!c->entry || !c->names) {
-        st = ql_error_set(err, QL_ENOMEM, "out of memory for an imatrix collector");
-        goto fail;
+    if (!c->entry || !c->n_in || !c->names) {
+        ql_imatrix_collector_free(c);
+        return ql_error_set(err, QL_ENOMEM, "out of memory for an imatrix collector");
     }
-    if ((st = ql_imatrix_alloc(&c->im, err)))
-        goto fail;
     for (int s = 0; s < w->n_lin; s++) {
         const ql_linear *lin = &w->lin[s];
-        c->entry[s] = -1;
         ql_strlcpy(c->names[s], lin->name, sizeof c->names[s]);
-        /* A tied head reads token_embd.weight: filtered out like in llama-imatrix. A
-         * name used by two sites would share an entry; llama.cpp's graphs have none. */
-        if (!ql_imatrix_collects(lin->name, process_output))
-            continue;
-        for (int64_t e = 0; e < c->im->n_entries; e++)
-            if (strcmp(c->im->entries[e].name, lin->name) == 0)
-                c->entry[s] = e;
-        if (c->entry[s] >= 0)
-            continue;
-        if ((st = ql_imatrix_add_entry(c->im, lin->name, lin->n_in, 1, false, NULL, err)))
-            goto fail;
-        c->entry[s] = c->im->n_entries - 1;
+        /* A tied head reads token_embd.weight: filtered out like in llama-imatrix. */
+        if (ql_imatrix_collects(lin->name, process_output))
+            c->n_in[s] = lin->n_in;
+    }
+    ql_status st = build_entries(c, err);
+    if (st) {
+        ql_imatrix_collector_free(c);
+        return st;
     }
     *out = c;
     return QL_OK;
-fail:
-    ql_imatrix_collector_free(c);
-    return st;
 }
 
 void ql_imatrix_collector_free(ql_imatrix_collector *c)
@@ -80,6 +97,7 @@ void ql_imatrix_collector_free(ql_imatrix_collector *c)
         return;
     ql_imatrix_free(c->im);
     free(c->entry);
+    free(c->n_in);
     free(c->names);
     free(c);
 }
@@ -102,7 +120,7 @@ void ql_imatrix_collector_observe(void *collector, int site, const ql_linear *li
                                   int64_t n_tok)
 {
     ql_imatrix_collector *c = collector;
-    if (site < 0 || site >= c->n_sites || c->entry[site] < 0 || c->status != QL_OK)
+    if (c->status != QL_OK || site < 0 || site >= c->n_sites || c->entry[site] < 0)
         return;
     /* The site index belongs to the weight set the collector was made for. */
     QL_ASSERT(strcmp(c->names[site], lin->name) == 0);
@@ -153,6 +171,19 @@ ql_status ql_imatrix_collector_finish(ql_imatrix_collector *c, int64_t chunk_siz
         return ql_error_set(err, QL_EINVAL, "imatrix: chunk size %lld, expected >= 1",
                             (long long)chunk_size);
     ql_imatrix *im = c->im;
+    int64_t seen = 0;
+    for (int64_t i = 0; i < im->n_entries; i++)
+        seen += im->entries[i].counts[0] > 0;
+    if (seen == 0)
+        return ql_error_set(err, QL_EINVAL,
+                            "imatrix: no product was observed (nothing was run, or the model has "
+                            "no blk.* weights)");
+    /* Hand the statistics over and start afresh for another pass. */
+    c->im = NULL;
+    if ((st = build_entries(c, err))) {
+        ql_imatrix_free(im);
+        return st;
+    }
     /* Entries that saw nothing are dropped, as llama-imatrix skips them on save. */
     int64_t kept = 0;
     for (int64_t i = 0; i < im->n_entries; i++) {
@@ -167,23 +198,13 @@ ql_status ql_imatrix_collector_finish(ql_imatrix_collector *c, int64_t chunk_siz
         }
     }
     im->n_entries = kept;
-    if (kept == 0) {
-        /* Nothing to hand over: leave the collector as it was (emptied). */
-        return ql_error_set(err, QL_EINVAL,
-                            "imatrix: no product was observed (nothing was run, or the model has "
-                            "no blk.* weights)");
-    }
     im->chunk_size = chunk_size;
     im->chunk_count = chunk_count;
-    if (dataset && (st = ql_imatrix_add_dataset(im, dataset, err)))
+    if (dataset && (st = ql_imatrix_add_dataset(im, dataset, err))) {
+        ql_imatrix_free(im);
         return st;
+    }
     ql_imatrix_sort(im);
-    for (int s = 0; s < c->n_sites; s++)
-        c->entry[s] = -1;
-    ql_imatrix *fresh;
-    if ((st = ql_imatrix_alloc(&fresh, err)))
-        return st;
-    c->im = fresh;
     *out = im;
     return QL_OK;
 }
@@ -312,7 +333,7 @@ ql_status ql_imatrix_table_alloc(ql_imatrix_table **out, const ql_imatrix *im, c
             }
             st = ql_error_set(err, QL_EFORMAT,
                               "%s: entry '%s' has %lld values, but tensor '%s' of %s needs %lld "
-                              "(ne[0] %lld x %lld matrices): the imatrix was made for another model",
+                              "(ne[0] %lld x %lld matrices); an imatrix of another model?",
                               src, e->name, (long long)e->n_values, gt->name, model->path,
                               (long long)n, (long long)gt->ne[0],
                               (long long)(gt->ne[2] * gt->ne[3]));

@@ -161,8 +161,11 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
         else if (e->role == QL_ROLE_KEEP)
             printf("  kept (llama.cpp does not quantize this tensor)");
         if (imat->im && converted && !r->has_imatrix[i]) {
+            const char *skipped = ql_imatrix_table_skipped(imat->table);
             n_without++;
-            printf("  %sno imatrix entry: quantized without", e->fallback ? "; " : "");
+            printf("%s%s: quantized without", e->fallback != QL_FALLBACK_NONE ? "; " : "  ",
+                   skipped && strcmp(skipped, e->name) == 0 ? "imatrix entry of another length"
+                                                            : "no imatrix entry");
         }
         printf("\n");
     }
@@ -273,6 +276,11 @@ int ql_cmd_quantize(int argc, char **argv)
             goto out;
         }
     }
+    if (imat.im && ql_imatrix_table_n_matched(imat.table) == 0)
+        fprintf(stderr,
+                "qlab: warning: no entry of %s names a tensor of %s: nothing is quantized with "
+                "importance weights\n",
+                imat.path, paths[0]);
     if (imat.im) {
         opts.imatrix = ql_imatrix_table_lookup;
         opts.imatrix_ctx = imat.table;
