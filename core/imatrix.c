@@ -25,12 +25,12 @@ bool ql_imatrix_collects(const char *tensor_name, bool process_output)
 /* The collector                                                              */
 
 struct ql_imatrix_collector {
-    ql_imatrix *im;   /* entries in site order until finish sorts them */
+    ql_imatrix *im; /* entries in site order until finish sorts them */
     int n_sites;
-    int64_t *entry;   /* (n_sites,) entry index of each site, -1 when not collected */
-    int64_t *n_in;    /* (n_sites,) input width, 0 for sites that are not collected */
+    int64_t *entry; /* (n_sites,) entry index of each site, -1 when not collected */
+    int64_t *n_in;  /* (n_sites,) input width, 0 for sites that are not collected */
     char (*names)[sizeof(((ql_linear *)0)->name)]; /* (n_sites,) weight of each site */
-    ql_status status; /* sticky: first non-finite sum */
+    ql_status status;                              /* sticky: first non-finite sum */
     char msg[256];
 };
 
@@ -221,8 +221,9 @@ ql_status ql_imatrix_collect(ql_forward *fw, const ql_weights *w, const ql_ppl_d
         memset(summary, 0, sizeof *summary);
     const ql_hparams *hp = ql_forward_hparams(fw);
     if (d->ctx > ql_forward_max_ctx(fw))
-        return ql_error_set(err, QL_EINVAL, "imatrix: chunks of %d tokens, the forward pass holds %d",
-                            d->ctx, ql_forward_max_ctx(fw));
+        return ql_error_set(err, QL_EINVAL,
+                            "imatrix: chunks of %d tokens, the forward pass holds %d", d->ctx,
+                            ql_forward_max_ctx(fw));
     if (d->n_chunks < 1)
         return ql_error_set(err, QL_EINVAL, "imatrix: no whole chunk of %d tokens in the text",
                             d->ctx);
@@ -262,8 +263,8 @@ ql_status ql_imatrix_collect(ql_forward *fw, const ql_weights *w, const ql_ppl_d
         }
         const int32_t *targets = ql_ppl_chunk_targets(d, i);
         for (int k = 0; k < d->n_scored; k++)
-            ql_nll_acc_add(&acc, ql_nll(logits + (int64_t)(d->first + k) * hp->n_vocab,
-                                        hp->n_vocab, targets[k]));
+            ql_nll_acc_add(&acc, ql_nll(logits + (int64_t)(d->first + k) * hp->n_vocab, hp->n_vocab,
+                                        targets[k]));
         char note[48];
         snprintf(note, sizeof note, "PPL %.4f", ql_nll_acc_ppl(&acc));
         ql_progress_update(&prog, (i + 1) * d->ctx, note);
@@ -292,8 +293,8 @@ out:
 /* The importance table for the quantizer                                     */
 
 typedef struct {
-    char *name;       /* the tensor's name (owned) */
-    int64_t n;        /* ne[0] x matrices */
+    char *name; /* the tensor's name (owned) */
+    int64_t n;  /* ne[0] x matrices */
     float *weights;
 } table_row;
 
@@ -345,8 +346,7 @@ ql_status ql_imatrix_table_alloc(ql_imatrix_table **out, const ql_imatrix *im, c
         r->weights = malloc((size_t)n * sizeof *r->weights);
         t->n_rows++;
         if (!r->name || !r->weights) {
-            st = ql_error_set(err, QL_ENOMEM, "out of memory for the importance of '%s'",
-                              gt->name);
+            st = ql_error_set(err, QL_ENOMEM, "out of memory for the importance of '%s'", gt->name);
             goto fail;
         }
         if ((st = ql_imatrix_weights(im, gt->name, n, r->weights, err)))

@@ -69,10 +69,10 @@ ql_status ql_imatrix_collector_finish(ql_imatrix_collector *c, int64_t chunk_siz
 /* ---- a whole calibration pass ---- */
 
 typedef struct {
-    bool process_output;      /* also collect output.weight */
-    const char *dataset;      /* recorded in imatrix.datasets (e.g. the text's name); may be NULL */
-    bool quiet;               /* no progress line */
-    ql_matmul_observer also;  /* another observer sharing the pass (activation maxima), or NULL */
+    bool process_output;     /* also collect output.weight */
+    const char *dataset;     /* recorded in imatrix.datasets (e.g. the text's name); may be NULL */
+    bool quiet;              /* no progress line */
+    ql_matmul_observer also; /* another observer sharing the pass (activation maxima), or NULL */
     void *also_ctx;
 } ql_imatrix_opts;
 
@@ -80,7 +80,7 @@ typedef struct {
     int64_t n_chunks; /* chunks run */
     int64_t n_tokens; /* tokens run (n_chunks * ctx) */
     int64_t n_entries;
-    double ppl;       /* over positions ctx/2 .. ctx-2 of the chunks, as llama-imatrix prints */
+    double ppl; /* over positions ctx/2 .. ctx-2 of the chunks, as llama-imatrix prints */
     double seconds;
 } ql_imatrix_summary;
 

@@ -107,8 +107,7 @@ static ql_status check_plan(const ql_gguf *g, const ql_quant_plan *p,
 }
 
 /* The quantize.imatrix.* keys llama-quantize writes after general.file_type. */
-static ql_status set_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta *m,
-                                  ql_error *err)
+static ql_status set_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta *m, ql_error *err)
 {
     if (!m)
         return QL_OK;
@@ -121,8 +120,8 @@ static ql_status set_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta
     if (!st && m->dataset)
         st = ql_gguf_writer_set_str(w, "quantize.imatrix.dataset", m->dataset, err);
     if (!st)
-        st = ql_gguf_writer_set_i32(w, "quantize.imatrix.entries_count", (int32_t)m->n_entries,
-                                    err);
+        st =
+            ql_gguf_writer_set_i32(w, "quantize.imatrix.entries_count", (int32_t)m->n_entries, err);
     if (!st && m->n_chunks > 0)
         st = ql_gguf_writer_set_i32(w, "quantize.imatrix.chunks_count", (int32_t)m->n_chunks, err);
     return st;

@@ -176,8 +176,7 @@ static ql_status load_imatrix_file(const char *path, imatrix_slot *slot, ql_erro
  * reference (f32 K/V), computed once and kept in the cache directory as a GGUF
  * imatrix keyed by (model sha256, text sha256, ctx, chunks, process-output), so
  * shards and resumed sweeps load the same file. The run records the file's sha256. */
-static ql_status calib_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot *slot,
-                               ql_error *err)
+static ql_status calib_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot *slot, ql_error *err)
 {
     const int ctx = c->imatrix_ctx > 0 ? c->imatrix_ctx : s->sw->ctx;
     const int chunks = c->imatrix_chunks;
@@ -254,8 +253,7 @@ out:
 }
 
 /* The importance matrix of a config (NULL for none), loading it on first use. */
-static ql_status config_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot **out,
-                                ql_error *err)
+static ql_status config_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot **out, ql_error *err)
 {
     *out = NULL;
     if (c->imatrix_kind == QL_IMATRIX_NONE)
@@ -275,7 +273,7 @@ static ql_status config_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot *
     memset(slot, 0, sizeof *slot);
     ql_strlcpy(slot->key, key, sizeof slot->key);
     ql_status st = c->imatrix_kind == QL_IMATRIX_CALIB ? calib_imatrix(s, c, slot, err)
-                                                         : load_imatrix_file(c->imatrix, slot, err);
+                                                       : load_imatrix_file(c->imatrix, slot, err);
     if (st) {
         ql_imatrix_free(slot->im);
         return st;
@@ -287,8 +285,8 @@ static ql_status config_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot *
 
 /* Per-column importance of a tensor from im into buf; NULL when im is NULL or has no
  * usable entry for it (llama-quantize then quantizes without importance). */
-static ql_status column_weights(const ql_imatrix *im, const char *name, int64_t n_cols,
-                                float *buf, const float **out, ql_error *err)
+static ql_status column_weights(const ql_imatrix *im, const char *name, int64_t n_cols, float *buf,
+                                const float **out, ql_error *err)
 {
     *out = NULL;
     if (!im)
@@ -463,8 +461,7 @@ static ql_status build_weights(sweep_ctx *s, const ql_config *c, const ql_quant_
             /* Kept exact: no error, the reference weights are used as they are; with
              * importance weights its sum I w^2 still counts in the relative total. */
             const float *mw = NULL;
-            st = column_weights(s->metric_imatrix, e->name, e->n_per_row, s->metric_buf, &mw,
-                                err);
+            st = column_weights(s->metric_imatrix, e->name, e->n_per_row, s->metric_buf, &mw, err);
             if (st)
                 break;
             ql_weight_error zero;

@@ -180,8 +180,7 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
         printf("imatrix %s: %lld entries, %lld chunks; %lld of %lld quantized tensors used it, "
                "%lld quantized without (no entry, as llama-quantize does)",
                imat->path, (long long)imat->im->n_entries, (long long)imat->im->chunk_count,
-               (long long)(n_quantized - n_without), (long long)n_quantized,
-               (long long)n_without);
+               (long long)(n_quantized - n_without), (long long)n_quantized, (long long)n_without);
         if (ql_imatrix_table_skipped(imat->table))
             printf("; %s skipped: its entry has another length (llama-quantize ignores it too)",
                    ql_imatrix_table_skipped(imat->table));

@@ -24,7 +24,7 @@
 
 #define GOLDEN_DAT "golden/imatrix/imatrix-stories260K-tscalib-c128.dat"
 #define CALIB_TEXT "golden/llamacpp-reference/ts_calib.txt"
-#define CTX 128
+#define CTX        128
 /* The issue's bound. Measured with f16 K/V: 4.3e-5 at worst (blk.4.attn_output),
  * exactly 0 for layer 0's Q/K/V, whose inputs depend on no attention; the rest is the
  * forward pass's own rounding differences from ggml, growing with depth. */

@@ -77,8 +77,8 @@ static void compare_with_reference(const fixture *fx, const char *model, const c
                                   fx->im->chunk_count};
     ql_quant_model_report *r = NULL;
     if (quantize(fx, model, out_path, ql_type_by_name(refs[k].type)->type,
-                 refs[k].head ? ql_type_by_name(refs[k].head)->type : QL_TYPE_INVALID, true,
-                 false, &meta, &r))
+                 refs[k].head ? ql_type_by_name(refs[k].head)->type : QL_TYPE_INVALID, true, false,
+                 &meta, &r))
         return;
     ql_error err;
     ql_gguf *ref = NULL, *out = NULL;
@@ -109,8 +109,8 @@ static void compare_with_reference(const fixture *fx, const char *model, const c
     }
     /* The 35 entries are the 5 x 7 block products, all converted (ffn_down to F16). */
     CHECK_EQ_INT(with_imat, 35);
-    printf("%-38s %d/%lld tensors bit-identical to llama-quantize --imatrix\n", refs[k].file,
-           same, (long long)out->n_tensors);
+    printf("%-38s %d/%lld tensors bit-identical to llama-quantize --imatrix\n", refs[k].file, same,
+           (long long)out->n_tensors);
     /* The keys llama-quantize writes, with its value types (str, str, i32, i32). */
     const char *file = ql_gguf_get_str(out, "quantize.imatrix.file", NULL);
     const char *dataset = ql_gguf_get_str(out, "quantize.imatrix.dataset", NULL);

@@ -357,8 +357,8 @@ static void test_table(const ql_model *m)
     CHECK_OK(ql_imatrix_table_alloc(&t, im, m->gguf, &err), &err);
     if (t) {
         CHECK_EQ_INT(ql_imatrix_table_n_matched(t), 1);
-        CHECK(ql_imatrix_table_skipped(t) && strcmp(ql_imatrix_table_skipped(t),
-                                                    "token_embd.weight") == 0);
+        CHECK(ql_imatrix_table_skipped(t) &&
+              strcmp(ql_imatrix_table_skipped(t), "token_embd.weight") == 0);
         const float *w = ql_imatrix_table_lookup(t, "blk.0.attn_q.weight", 64, 1);
         CHECK(w && w[0] == 0.25f && w[63] == 16.0f);
         CHECK(ql_imatrix_table_lookup(t, "blk.0.attn_q.weight", 32, 1) == NULL);
