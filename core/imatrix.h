@@ -23,9 +23,9 @@
  * either file format: the legacy .dat then stores ncall = chunks and
  * value = sum / count * ncall, byte-compatible with llama-imatrix's output.
  *
- * Threading: the observer runs on the caller's thread (forward.h) and splits large
- * inputs over columns with OpenMP; every column's sum is made by one thread in token
- * order, so the result does not depend on the thread count. */
+ * Threading: the observer runs on the caller's thread (forward.h) and sums on that
+ * thread, every column in token order, so the result does not depend on the thread
+ * count (the forward pass's products do not either). */
 #ifndef QL_IMATRIX_H
 #define QL_IMATRIX_H
 

@@ -261,7 +261,7 @@ static void test_collector_edges(const ql_model *m)
     ql_imatrix_collector_free(NULL);
 }
 
-/* Sums do not depend on the thread count (the column-parallel path included). */
+/* Sums do not depend on the thread count (the products run on 1 or 2 threads). */
 static void test_threads(void)
 {
     ql_synth_opts so;
@@ -275,7 +275,7 @@ static void test_threads(void)
     CHECK_OK(ql_model_load(&m, path, &err), &err);
     if (!m)
         return;
-    enum { CTX = 256 }; /* 256 x 256 inputs: above the parallel threshold */
+    enum { CTX = 256 }; /* products large enough for OpenBLAS to use both threads */
     ql_forward *fw;
     CHECK_OK(ql_forward_alloc(&fw, &m->hp, CTX, &err), &err);
     ql_ppl_data d;
