@@ -135,6 +135,33 @@ void ql_forward_set_observer(ql_forward *fw, ql_matmul_observer fn, void *ctx)
     fw->observer_ctx = fn ? ctx : NULL;
 }
 
+void ql_observer_chain_init(ql_observer_chain *c)
+{
+    memset(c, 0, sizeof *c);
+}
+
+ql_status ql_observer_chain_add(ql_observer_chain *c, ql_matmul_observer fn, void *ctx,
+                                ql_error *err)
+{
+    if (!fn)
+        return QL_OK;
+    if (c->n >= QL_OBSERVER_CHAIN_MAX)
+        return ql_error_set(err, QL_EINVAL, "observer chain: more than %d observers",
+                            QL_OBSERVER_CHAIN_MAX);
+    c->fn[c->n] = fn;
+    c->ctx[c->n] = ctx;
+    c->n++;
+    return QL_OK;
+}
+
+void ql_observer_chain_observe(void *chain, int site, const ql_linear *lin, const float *x,
+                               int64_t n_tok)
+{
+    const ql_observer_chain *c = chain;
+    for (int i = 0; i < c->n; i++)
+        c->fn[i](c->ctx[i], site, lin, x, n_tok);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Attention rounding                                                         */
 

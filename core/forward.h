@@ -86,6 +86,25 @@ int ql_forward_max_ctx(const ql_forward *fw);
 /* Installs (or with fn = NULL removes) the product observer. */
 void ql_forward_set_observer(ql_forward *fw, ql_matmul_observer fn, void *ctx);
 
+/* Several observers in one pass (e.g. the imatrix collector and the activation
+ * maxima of the outlier split): install ql_observer_chain_observe with the chain as
+ * its ctx; each member sees every product, in the order they were added. The chain
+ * is the caller's (no allocation) and must outlive the pass. */
+#define QL_OBSERVER_CHAIN_MAX 4
+typedef struct {
+    int n;
+    ql_matmul_observer fn[QL_OBSERVER_CHAIN_MAX];
+    void *ctx[QL_OBSERVER_CHAIN_MAX];
+} ql_observer_chain;
+
+void ql_observer_chain_init(ql_observer_chain *c);
+/* Appends fn (NULL is ignored); QL_EINVAL when the chain is full. */
+ql_status ql_observer_chain_add(ql_observer_chain *c, ql_matmul_observer fn, void *ctx,
+                                ql_error *err);
+/* A ql_matmul_observer: calls every member; chain is a ql_observer_chain. */
+void ql_observer_chain_observe(void *chain, int site, const ql_linear *lin, const float *x,
+                               int64_t n_tok);
+
 /* K/V cache type as llama.cpp's -ctk/-ctv: QL_TYPE_F32 (no rounding; the default) or
  * QL_TYPE_F16 (K, V, query and probabilities rounded to f16). Other types are
  * installed with ql_forward_set_attn_rounding(). */

@@ -392,6 +392,8 @@ ql_status ql_weight_error_add(ql_weight_error *e, const float *w, const float *w
         parts[c] = s;
     }
     e->weighted = (e->n == 0 ? true : e->weighted) && col_weight != NULL;
+    if (col_weight)
+        e->w_n += nrows * n_per_row;
     for (int64_t c = 0; c < n_chunks; c++) {
         e->sse += parts[c].sse;
         e->sum_sq += parts[c].sum_sq;
@@ -409,14 +411,17 @@ void ql_weight_error_merge(ql_weight_error *a, const ql_weight_error *b)
 {
     if (b->n == 0)
         return;
-    a->weighted = (a->n == 0 ? true : a->weighted) && b->weighted;
     a->n += b->n;
     a->sse += b->sse;
     a->sum_sq += b->sum_sq;
     if (b->max_abs > a->max_abs)
         a->max_abs = b->max_abs;
-    a->w_sse += b->w_sse;
-    a->w_sum_sq += b->w_sum_sq;
+    if (b->weighted) {
+        a->weighted = true;
+        a->w_n += b->w_n;
+        a->w_sse += b->w_sse;
+        a->w_sum_sq += b->w_sum_sq;
+    }
 }
 
 double ql_weight_error_rmse(const ql_weight_error *e)

@@ -137,18 +137,21 @@ typedef struct {
     double sum_sq;   /* sum w^2 */
     double max_abs;  /* max |w - w^| */
     bool weighted;   /* the imatrix terms below are valid */
+    int64_t w_n;     /* values the imatrix terms cover */
     double w_sse;    /* sum_rows sum_j I_j (w - w^)^2 */
     double w_sum_sq; /* sum_rows sum_j I_j w^2 */
 } ql_weight_error;
 
 /* Adds a tensor (or part of one) to e. col_weight: n_per_row weights or NULL. The
  * rows are reduced in fixed chunks in parallel and the chunk sums added in order,
- * so the result does not depend on the thread count. e->weighted stays true only
- * while every added part had weights. */
+ * so the result does not depend on the thread count. Within one tensor e->weighted
+ * stays true only while every added part had weights. */
 ql_status ql_weight_error_add(ql_weight_error *e, const float *w, const float *w_hat, int64_t nrows,
                               int64_t n_per_row, const float *col_weight, ql_error *err);
 
-/* Adds b into a (model totals). */
+/* Adds b into a (model totals). The weighted terms of a total cover the tensors that
+ * had importance weights (an imatrix has no entry for the embeddings, the head or the
+ * norms): a is weighted when any merged part was, and w_n counts the values covered. */
 void ql_weight_error_merge(ql_weight_error *a, const ql_weight_error *b);
 
 /* sqrt(sse / n); 0 when n == 0. */

@@ -106,6 +106,27 @@ static ql_status check_plan(const ql_gguf *g, const ql_quant_plan *p,
     return QL_OK;
 }
 
+/* The quantize.imatrix.* keys llama-quantize writes after general.file_type. */
+static ql_status set_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta *m, ql_error *err)
+{
+    if (!m)
+        return QL_OK;
+    if (m->n_entries > INT32_MAX || m->n_chunks > INT32_MAX)
+        return ql_error_set(err, QL_EINVAL, "imatrix of %lld entries, %lld chunks: beyond i32",
+                            (long long)m->n_entries, (long long)m->n_chunks);
+    ql_status st = QL_OK;
+    if (m->file)
+        st = ql_gguf_writer_set_str(w, "quantize.imatrix.file", m->file, err);
+    if (!st && m->dataset)
+        st = ql_gguf_writer_set_str(w, "quantize.imatrix.dataset", m->dataset, err);
+    if (!st)
+        st =
+            ql_gguf_writer_set_i32(w, "quantize.imatrix.entries_count", (int32_t)m->n_entries, err);
+    if (!st && m->n_chunks > 0)
+        st = ql_gguf_writer_set_i32(w, "quantize.imatrix.chunks_count", (int32_t)m->n_chunks, err);
+    return st;
+}
+
 /* Quantizes one tensor into q (and measures its error when e_out is set). */
 static ql_status quantize_one(const ql_gguf_tensor *t, const ql_quant_plan_entry *e,
                               const ql_quant_model_opts *opts, float *f32, void *q, size_t q_cap,
@@ -132,6 +153,9 @@ static ql_status quantize_one(const ql_gguf_tensor *t, const ql_quant_plan_entry
     if (opts->imatrix && e->used != t->type)
         imat = opts->imatrix(opts->imatrix_ctx, t->name, npr, n_mats);
     *used_imatrix = imat != NULL;
+    const float *stats_w = imat;
+    if (opts->stats_imatrix)
+        stats_w = opts->stats_imatrix(opts->stats_imatrix_ctx, t->name, npr, n_mats);
     const size_t mat_bytes = ql_row_size(e->used, npr) * (size_t)rows_per_mat;
     for (int64_t m = 0; m < n_mats; m++) {
         st = ql_quant_tensor(e->used, src + m * rows_per_mat * npr, rows_per_mat, npr,
@@ -147,16 +171,18 @@ static ql_status quantize_one(const ql_gguf_tensor *t, const ql_quant_plan_entry
         return st;
     for (int64_t m = 0; m < n_mats; m++) {
         st = ql_weight_error_add(e_out, src + m * rows_per_mat * npr, deq + m * rows_per_mat * npr,
-                                 rows_per_mat, npr, imat ? imat + m * npr : NULL, err);
+                                 rows_per_mat, npr, stats_w ? stats_w + m * npr : NULL, err);
         if (st)
             return st;
     }
     return QL_OK;
 }
 
-/* Error statistics of a tensor written in its source type (w^ = w). */
-static ql_status copy_stats(const ql_gguf_tensor *t, const ql_quant_plan_entry *e, float *f32,
-                            ql_weight_error *e_out, ql_error *err)
+/* Error statistics of a tensor written in its source type (w^ = w): zero error, but
+ * its values (and their importance, when it has some) count in the totals. */
+static ql_status copy_stats(const ql_gguf_tensor *t, const ql_quant_plan_entry *e,
+                            const ql_quant_model_opts *opts, float *f32, ql_weight_error *e_out,
+                            ql_error *err)
 {
     const float *src = t->data;
     if (t->type != QL_TYPE_F32) {
@@ -166,7 +192,20 @@ static ql_status copy_stats(const ql_gguf_tensor *t, const ql_quant_plan_entry *
             return st;
         src = f32;
     }
-    return ql_weight_error_add(e_out, src, src, e->nrows, e->n_per_row, NULL, err);
+    const int64_t rows_per_mat = e->ne[1], n_mats = e->ne[2] * e->ne[3];
+    ql_imatrix_lookup_fn fn = opts->stats_imatrix ? opts->stats_imatrix : opts->imatrix;
+    void *ctx = opts->stats_imatrix ? opts->stats_imatrix_ctx : opts->imatrix_ctx;
+    const float *w = fn && e->n_dims >= 2 ? fn(ctx, t->name, e->n_per_row, n_mats) : NULL;
+    if (!w)
+        return ql_weight_error_add(e_out, src, src, e->nrows, e->n_per_row, NULL, err);
+    for (int64_t m = 0; m < n_mats; m++) {
+        const float *p = src + m * rows_per_mat * e->n_per_row;
+        ql_status st =
+            ql_weight_error_add(e_out, p, p, rows_per_mat, e->n_per_row, w + m * e->n_per_row, err);
+        if (st)
+            return st;
+    }
+    return QL_OK;
 }
 
 ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_quant_model_opts *opts,
@@ -229,7 +268,8 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
         (st = ql_gguf_writer_copy_kvs(w, g, err)) ||
         (st =
              ql_gguf_writer_set_u32(w, "general.quantization_version", QL_GGML_QNT_VERSION, err)) ||
-        (st = ql_gguf_writer_set_u32(w, "general.file_type", ftype, err)))
+        (st = ql_gguf_writer_set_u32(w, "general.file_type", ftype, err)) ||
+        (st = set_imatrix_keys(w, opts->imatrix_meta, err)))
         goto out;
     for (int64_t i = 0; i < r->plan->n; i++) {
         const ql_quant_plan_entry *e = &r->plan->entries[i];
@@ -252,7 +292,7 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
             bytes = q;
         } else if (te) {
             /* Copied unchanged: zero error, but count its values and their magnitude. */
-            st = copy_stats(t, e, f32, te, err);
+            st = copy_stats(t, e, opts, f32, te, err);
         }
         if (st) {
             ql_error_prefix(err, "%s: tensor '%s' (%s): ", in_path, e->name, ql_type_name(e->used));

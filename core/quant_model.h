@@ -23,12 +23,27 @@
 typedef const float *(*ql_imatrix_lookup_fn)(void *ctx, const char *tensor, int64_t n_per_row,
                                              int64_t n_mats);
 
+/* What llama-quantize records about the importance matrix it used, written as the
+ * keys quantize.imatrix.file, .dataset (when not NULL), .entries_count and
+ * .chunks_count (when > 0), as llama-quantize writes them (str, str, i32, i32). */
+typedef struct {
+    const char *file;
+    const char *dataset;
+    int64_t n_entries;
+    int64_t n_chunks;
+} ql_quant_imatrix_meta;
+
 typedef struct {
     ql_quant_config cfg;
     ql_imatrix_lookup_fn imatrix; /* NULL: no importance weights (ggml's reference path) */
     void *imatrix_ctx;
     bool stats; /* measure the per-tensor weight error */
     bool quiet; /* no progress line */
+    /* Importance that weighs the stats' imatrix_err (e.g. to compare a file quantized
+     * without an imatrix on the same scale); NULL: the quantization's own imatrix. */
+    ql_imatrix_lookup_fn stats_imatrix;
+    void *stats_imatrix_ctx;
+    const ql_quant_imatrix_meta *imatrix_meta; /* NULL: no quantize.imatrix.* keys */
 } ql_quant_model_opts;
 
 typedef struct {
@@ -36,7 +51,7 @@ typedef struct {
     ql_weight_error *errors; /* per tensor when opts.stats, else NULL */
     ql_weight_error total;   /* all tensors (when opts.stats) */
     ql_weight_error body;    /* all but the head and the embeddings (when opts.stats) */
-    bool *has_imatrix;       /* per tensor: importance weights were used */
+    bool *has_imatrix;       /* per tensor: importance weights were used to quantize it */
     uint32_t file_type;      /* general.file_type written */
     uint64_t file_size;      /* bytes of the written file */
     double seconds;

@@ -14,6 +14,7 @@
 #include "fit.h"
 #include "forward.h"
 #include "gguf.h"
+#include "imatrix.h"
 #include "imatrix_io.h"
 #include "metrics.h"
 #include "model.h"
@@ -172,9 +173,89 @@ static ql_status load_imatrix_file(const char *path, imatrix_slot *slot, ql_erro
     return ql_imatrix_read(resolved, &slot->im, err);
 }
 
+/* The calibration imatrix of `calib:NAME[,ctx=N][,chunks=N]`: llama-imatrix's
+ * collection (imatrix.h) over the named text with the sweep's model and the exact
+ * reference (f32 K/V), computed once and kept in the cache directory as a GGUF
+ * imatrix keyed by (model sha256, text sha256, ctx, chunks, process-output), so
+ * shards and resumed sweeps load the same file. The run records the file's sha256. */
+static ql_status calib_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot *slot, ql_error *err)
+{
+    const int ctx = c->imatrix_ctx > 0 ? c->imatrix_ctx : s->sw->ctx;
+    const int chunks = c->imatrix_chunks;
+    const bool process_output = false; /* sweeps have no --process-output */
+    char text_path[QL_PATH_MAX], text_sha[65];
+    const ql_data_entry *te = NULL;
+    ql_status st = ql_data_resolve(c->imatrix, text_path, sizeof text_path, &te, err);
+    if (st)
+        return ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
+    if (te)
+        ql_strlcpy(text_sha, te->sha256, sizeof text_sha);
+    else if ((st = ql_sha256_file(text_path, text_sha, err)))
+        return st;
+    char path[QL_PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/imatrix-%.16s-%.16s-c%d-n%d-po%d.gguf", s->cache_dir,
+                     s->model_sha, text_sha, ctx, chunks, process_output ? 1 : 0);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return ql_error_set(err, QL_EINVAL, "imatrix cache path under '%s' is too long",
+                            s->cache_dir);
+
+    if (ql_file_exists(path)) {
+        ql_error rerr;
+        ql_imatrix *im = NULL;
+        st = ql_imatrix_read(path, &im, &rerr);
+        if (!st && im->chunk_size == ctx && (chunks == 0 || im->chunk_count <= chunks)) {
+            slot->im = im;
+            if (!s->opts->quiet)
+                fprintf(stderr, "imatrix calib:%s: loaded from cache %s\n", c->imatrix, path);
+            return ql_sha256_file(path, slot->sha256, err);
+        }
+        fprintf(stderr, "qlab: warning: ignoring the cached imatrix %s (%s); computing it again\n",
+                path, st ? rerr.msg : "another chunk size or chunk count");
+        ql_imatrix_free(im);
+    }
+
+    char *text = NULL;
+    size_t len = 0;
+    ql_ppl_data d;
+    memset(&d, 0, sizeof d);
+    ql_forward *fw = NULL;
+    if ((st = ql_file_read_all(text_path, &text, &len, err)))
+        goto out;
+    if ((st = ql_ppl_data_from_text(&d, s->tok, text, len, ctx, chunks, err))) {
+        ql_error_prefix(err, "imatrix calib:%s: %s: ", c->imatrix, text_path);
+        goto out;
+    }
+    if ((st = ql_forward_alloc(&fw, &s->model->hp, ctx, err)))
+        goto out;
+    ql_imatrix_opts o = {process_output, c->imatrix, s->opts->quiet, NULL, NULL};
+    ql_imatrix_summary sum;
+    if ((st = ql_imatrix_collect(fw, s->model->weights, &d, &o, &slot->im, &sum, err))) {
+        ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
+        goto out;
+    }
+    if ((st = ql_make_dirs(s->cache_dir, err)) ||
+        (st = ql_imatrix_write(slot->im, path, QL_IMATRIX_GGUF, err)) ||
+        (st = ql_sha256_file(path, slot->sha256, err)))
+        goto out;
+    if (!s->opts->quiet)
+        fprintf(stderr,
+                "imatrix calib:%s: %lld entries over %lld chunks of %d tokens in %.1f s, cached "
+                "in %s\n",
+                c->imatrix, (long long)sum.n_entries, (long long)sum.n_chunks, ctx, sum.seconds,
+                path);
+out:
+    if (st) {
+        ql_imatrix_free(slot->im);
+        slot->im = NULL;
+    }
+    ql_forward_free(fw);
+    ql_ppl_data_deinit(&d);
+    free(text);
+    return st;
+}
+
 /* The importance matrix of a config (NULL for none), loading it on first use. */
-static ql_status config_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot **out,
-                                ql_error *err)
+static ql_status config_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot **out, ql_error *err)
 {
     *out = NULL;
     if (c->imatrix_kind == QL_IMATRIX_NONE)
@@ -186,11 +267,6 @@ static ql_status config_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot *
             *out = &s->imatrices[i];
             return QL_OK;
         }
-    if (c->imatrix_kind != QL_IMATRIX_FILE)
-        return ql_error_set(err, QL_EUNSUPPORTED,
-                            "imatrix %s: computing an importance matrix from a calibration text "
-                            "is not available yet; pass an imatrix file",
-                            key);
     imatrix_slot *grown = realloc(s->imatrices, (s->n_imatrices + 1) * sizeof *grown);
     if (!grown)
         return ql_error_set(err, QL_ENOMEM, "out of memory for an imatrix");
@@ -198,7 +274,8 @@ static ql_status config_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot *
     imatrix_slot *slot = &s->imatrices[s->n_imatrices];
     memset(slot, 0, sizeof *slot);
     ql_strlcpy(slot->key, key, sizeof slot->key);
-    ql_status st = load_imatrix_file(c->imatrix, slot, err);
+    ql_status st = c->imatrix_kind == QL_IMATRIX_CALIB ? calib_imatrix(s, c, slot, err)
+                                                       : load_imatrix_file(c->imatrix, slot, err);
     if (st) {
         ql_imatrix_free(slot->im);
         return st;
@@ -209,15 +286,17 @@ static ql_status config_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot *
 }
 
 /* Per-column importance of a tensor from im into buf; NULL when im is NULL or has no
- * entry for it (llama-quantize then quantizes without importance). */
-static ql_status column_weights(const ql_imatrix *im, const char *name, int64_t n_cols,
-                                float *buf, const float **out, ql_error *err)
+ * usable entry for it (llama-quantize then quantizes without importance). */
+static ql_status column_weights(const ql_imatrix *im, const char *name, int64_t n_cols, float *buf,
+                                const float **out, ql_error *err)
 {
     *out = NULL;
     if (!im)
         return QL_OK;
     ql_status st = ql_imatrix_weights(im, name, n_cols, buf, err);
-    if (st == QL_ENOTFOUND)
+    /* As llama-quantize (and ql_imatrix_table): no entry, or a token_embd entry of
+     * another length, means no importance; any other length is an error. */
+    if (st == QL_ENOTFOUND || (st == QL_EFORMAT && strcmp(name, "token_embd.weight") == 0))
         return QL_OK;
     if (st)
         return st;
@@ -381,14 +460,20 @@ static ql_status build_weights(sweep_ctx *s, const ql_config *c, const ql_quant_
         te->outlier_cols = -1;
         r->n_te++;
         if (e->used == QL_TYPE_F32) {
-            /* Kept exact: no error, the reference weights are used as they are. */
-            te->rmse = te->max_err = 0;
-            te->imatrix_err = s->metric_imatrix ? 0 : (double)NAN;
-            te->imatrix_err_rel = s->metric_imatrix ? 0 : (double)NAN;
+            /* Kept exact: no error, the reference weights are used as they are; with
+             * importance weights its sum I w^2 still counts in the relative total. */
+            const float *mw = NULL;
+            st = column_weights(s->metric_imatrix, e->name, e->n_per_row, s->metric_buf, &mw, err);
+            if (st)
+                break;
             ql_weight_error zero;
             memset(&zero, 0, sizeof zero);
-            zero.n = te->params;
-            zero.weighted = s->metric_imatrix != NULL;
+            if ((st = ql_weight_error_add(&zero, lin->w, lin->w, e->nrows, e->n_per_row, mw, err)))
+                break;
+            te->rmse = te->max_err = 0;
+            te->imatrix_err = zero.weighted ? 0 : (double)NAN;
+            te->imatrix_err_rel = zero.weighted ? 0 : (double)NAN;
+            any_weighted |= zero.weighted;
             ql_weight_error_merge(&total, &zero);
             zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, lin->w, e->nrows, e->n_per_row};
             continue;

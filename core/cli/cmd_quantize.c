@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../gguf.h"
+#include "../imatrix.h"
+#include "../imatrix_io.h"
 #include "../quant_model.h"
 #include "../types.h"
 #include "../util.h"
@@ -11,7 +14,8 @@
 
 static const char *const usage_text =
     "usage: qlab quantize IN.gguf OUT.gguf --type T [--head-type T] [--embd-type T]\n"
-    "                     [--threads N] [--stats] [--quiet]\n"
+    "                     [--imatrix FILE] [--threads N] [--stats [--stats-imatrix FILE]]\n"
+    "                     [--quiet]\n"
     "\n"
     "Writes OUT.gguf with every 2-D weight of IN.gguf (F32/F16/BF16) quantized to T,\n"
     "bit-identical to llama.cpp's quantizers, in a file llama.cpp loads.\n"
@@ -20,9 +24,19 @@ static const char *const usage_text =
     "                  Q3_K Q2_K IQ4_NL IQ4_XS TQ2_0 TQ1_0 (IQ lattice types once built)\n"
     "  --head-type T   type of output.weight (default: same as --type)\n"
     "  --embd-type T   type of token_embd.weight (default: same as --type)\n"
+    "  --imatrix FILE  importance matrix (llama.cpp .dat or GGUF, e.g. from 'qlab imatrix'):\n"
+    "                  each tensor with an entry is quantized with the importance of its\n"
+    "                  columns (mean x^2), as llama-quantize --imatrix does; tensors without\n"
+    "                  an entry (token_embd, output) are quantized without and listed\n"
     "  --threads N     threads (default: all cores); the bytes do not depend on N\n"
     "  --stats         per-tensor error of the dequantized weights vs the source:\n"
-    "                  rmse, max |w - w^| and relative error, plus model totals\n"
+    "                  rmse, max |w - w^| and relative error, plus model totals; with an\n"
+    "                  imatrix also imat_err = sum_rows sum_j I_j (w - w^)^2 and its\n"
+    "                  relative form imat_rel = imat_err / sum_rows sum_j I_j w^2\n"
+    "  --stats-imatrix FILE\n"
+    "                  weigh the --stats errors by FILE instead of --imatrix (quantization\n"
+    "                  does not use it): compares files quantized with and without an\n"
+    "                  imatrix on the same scale\n"
     "  --quiet         no progress line\n"
     "\n"
     "Policy: 1-D tensors stay F32; a row length that does not split into T's blocks\n"
@@ -79,29 +93,56 @@ static double bpw(uint64_t bytes, int64_t params)
     return params > 0 ? 8.0 * (double)bytes / (double)params : 0.0;
 }
 
-static void print_error_cols(const ql_weight_error *e)
+static void print_error_cols(const ql_weight_error *e, bool weighted_cols)
 {
     double rel = sqrt(e->sse / (e->sum_sq > 0 ? e->sum_sq : 1.0));
     printf("  %10.3e  %10.3e  %9.3e", ql_weight_error_rmse(e), e->max_abs, rel);
+    if (!weighted_cols)
+        return;
     if (e->weighted)
-        printf("  %9.3e", ql_weight_error_rel(e));
+        printf("  %10.3e  %9.3e", e->w_sse, ql_weight_error_rel(e));
+    else
+        printf("  %10s  %9s", "-", "-");
 }
 
-static void print_report(const ql_quant_model_report *r, const char *out_path, bool stats)
+/* An imatrix given to the quantizer and/or the stats. */
+typedef struct {
+    const char *path;
+    ql_imatrix *im;
+    ql_imatrix_table *table;
+} imatrix_arg;
+
+static void imatrix_arg_free(imatrix_arg *a)
+{
+    ql_imatrix_table_free(a->table);
+    ql_imatrix_free(a->im);
+}
+
+static ql_status imatrix_arg_load(imatrix_arg *a, const ql_gguf *model, ql_error *err)
+{
+    ql_status st = ql_imatrix_read(a->path, &a->im, err);
+    if (!st)
+        st = ql_imatrix_table_alloc(&a->table, a->im, model, err);
+    return st;
+}
+
+static void print_report(const ql_quant_model_report *r, const char *out_path, bool stats,
+                         const ql_gguf *model, const imatrix_arg *imat,
+                         const imatrix_arg *stats_imat)
 {
     const ql_quant_plan *p = r->plan;
     size_t w = 24;
     for (int64_t i = 0; i < p->n; i++)
         if (strlen(p->entries[i].name) > w)
             w = strlen(p->entries[i].name);
-    bool any_imat = false;
-    for (int64_t i = 0; i < p->n; i++)
-        any_imat = any_imat || r->has_imatrix[i];
+    const bool weighted_cols = stats && r->total.weighted;
     printf("%-*s  %-14s  %-7s  %10s  %6s", (int)w, "tensor", "shape (ggml)", "type", "bytes",
            "bpw");
     if (stats)
-        printf("  %10s  %10s  %9s%s", "rmse", "max_err", "rel_rmse", any_imat ? "  imat_rel" : "");
+        printf("  %10s  %10s  %9s%s", "rmse", "max_err", "rel_rmse",
+               weighted_cols ? "    imat_err   imat_rel" : "");
     printf("  note\n");
+    int64_t n_quantized = 0, n_without = 0;
     for (int64_t i = 0; i < p->n; i++) {
         const ql_quant_plan_entry *e = &p->entries[i];
         char shape[64];
@@ -109,11 +150,23 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
         printf("%-*s  %-14s  %-7s  %10llu  %6.2f", (int)w, e->name, shape, ql_type_name(e->used),
                (unsigned long long)e->bytes, bpw(e->bytes, e->n_per_row * e->nrows));
         if (stats)
-            print_error_cols(&r->errors[i]);
+            print_error_cols(&r->errors[i], weighted_cols);
+        /* Converted tensors (the source type changes) are where an imatrix can act; the
+         * plan lists the tensors in file order. */
+        const bool converted = model && e->used != model->tensors[i].type;
+        if (converted)
+            n_quantized++;
         if (e->fallback != QL_FALLBACK_NONE)
             printf("  fallback from %s: %s", ql_type_name(e->requested), e->reason);
         else if (e->role == QL_ROLE_KEEP)
             printf("  kept (llama.cpp does not quantize this tensor)");
+        if (imat->im && converted && !r->has_imatrix[i]) {
+            const char *skipped = ql_imatrix_table_skipped(imat->table);
+            n_without++;
+            printf("%s%s: quantized without", e->fallback != QL_FALLBACK_NONE ? "; " : "  ",
+                   skipped && strcmp(skipped, e->name) == 0 ? "imatrix entry of another length"
+                                                            : "no imatrix entry");
+        }
         printf("\n");
     }
     printf("\n");
@@ -123,13 +176,29 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
            (long long)p->body_params, (unsigned long long)p->body_bytes,
            bpw(p->body_bytes, p->body_params));
     printf("fallbacks: %lld of %lld tensors\n", (long long)p->n_fallback, (long long)p->n);
+    if (imat->im) {
+        printf("imatrix %s: %lld entries, %lld chunks; %lld of %lld quantized tensors used it, "
+               "%lld quantized without (no entry, as llama-quantize does)",
+               imat->path, (long long)imat->im->n_entries, (long long)imat->im->chunk_count,
+               (long long)(n_quantized - n_without), (long long)n_quantized, (long long)n_without);
+        if (ql_imatrix_table_skipped(imat->table))
+            printf("; %s skipped: its entry has another length (llama-quantize ignores it too)",
+                   ql_imatrix_table_skipped(imat->table));
+        printf("\n");
+    }
     if (stats) {
         printf("error, model:");
-        print_error_cols(&r->total);
-        printf("   (rmse, max |w - w^|, rms relative%s)\n", r->total.weighted ? ", imatrix" : "");
+        print_error_cols(&r->total, weighted_cols);
+        printf("   (rmse, max |w - w^|, rms relative%s)\n",
+               weighted_cols ? ", imatrix-weighted sum and relative" : "");
         printf("error, body: ");
-        print_error_cols(&r->body);
+        print_error_cols(&r->body, weighted_cols);
         printf("\n");
+        if (weighted_cols)
+            printf("imatrix-weighted error: %.6e (relative %.6e) over %lld of %lld weights, "
+                   "weighted by %s\n",
+                   r->total.w_sse, ql_weight_error_rel(&r->total), (long long)r->total.w_n,
+                   (long long)r->total.n, stats_imat->im ? stats_imat->path : imat->path);
     }
     printf("wrote %s: %llu bytes, general.file_type %u, %.2f s\n", out_path,
            (unsigned long long)r->file_size, r->file_type, r->seconds);
@@ -139,8 +208,8 @@ int ql_cmd_quantize(int argc, char **argv)
 {
     const char *paths[2] = {NULL, NULL};
     int n_paths = 0;
-    ql_quant_model_opts opts = {
-        {QL_TYPE_INVALID, QL_TYPE_INVALID, QL_TYPE_INVALID}, NULL, NULL, false, false};
+    ql_quant_model_opts opts = {.cfg = {QL_TYPE_INVALID, QL_TYPE_INVALID, QL_TYPE_INVALID}};
+    imatrix_arg imat = {NULL, NULL, NULL}, stats_imat = {NULL, NULL, NULL};
     bool have_type = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -149,7 +218,8 @@ int ql_cmd_quantize(int argc, char **argv)
             return QL_EXIT_OK;
         }
         bool takes_value = strcmp(a, "--type") == 0 || strcmp(a, "--head-type") == 0 ||
-                           strcmp(a, "--embd-type") == 0 || strcmp(a, "--threads") == 0;
+                           strcmp(a, "--embd-type") == 0 || strcmp(a, "--threads") == 0 ||
+                           strcmp(a, "--imatrix") == 0 || strcmp(a, "--stats-imatrix") == 0;
         if (takes_value && i + 1 >= argc)
             return ql_cli_usage("quantize", "%s needs a value", a);
         if (strcmp(a, "--type") == 0) {
@@ -162,6 +232,10 @@ int ql_cmd_quantize(int argc, char **argv)
         } else if (strcmp(a, "--embd-type") == 0) {
             if (!parse_type(a, argv[++i], true, &opts.cfg.embd_type))
                 return QL_EXIT_USAGE;
+        } else if (strcmp(a, "--imatrix") == 0) {
+            imat.path = argv[++i];
+        } else if (strcmp(a, "--stats-imatrix") == 0) {
+            stats_imat.path = argv[++i];
         } else if (strcmp(a, "--threads") == 0) {
             int n;
             if (!ql_cli_parse_int_opt("quantize", a, argv[++i], 1, 4096, &n))
@@ -183,13 +257,51 @@ int ql_cmd_quantize(int argc, char **argv)
         return ql_cli_usage("quantize", "expects IN.gguf and OUT.gguf");
     if (!have_type)
         return ql_cli_usage("quantize", "--type is required");
+    if (stats_imat.path && !opts.stats)
+        return ql_cli_usage("quantize", "--stats-imatrix weighs --stats; add --stats");
 
     ql_error err;
     ql_error_clear(&err);
     ql_quant_model_report *r = NULL;
-    if (ql_quant_model(paths[0], paths[1], &opts, &r, &err))
-        return ql_cli_fail(&err);
-    print_report(r, paths[1], opts.stats);
+    ql_gguf *model = NULL;
+    int rc = QL_EXIT_OK;
+    ql_quant_imatrix_meta meta = {NULL, NULL, 0, 0};
+    if (imat.path || stats_imat.path) {
+        /* The imatrix is checked against the model's tensors before anything is written. */
+        if (ql_gguf_open(&model, paths[0], &err) ||
+            (imat.path && imatrix_arg_load(&imat, model, &err)) ||
+            (stats_imat.path && imatrix_arg_load(&stats_imat, model, &err))) {
+            rc = ql_cli_fail(&err);
+            goto out;
+        }
+    }
+    if (imat.im && ql_imatrix_table_n_matched(imat.table) == 0)
+        fprintf(stderr,
+                "qlab: warning: no entry of %s names a tensor of %s: nothing is quantized with "
+                "importance weights\n",
+                imat.path, paths[0]);
+    if (imat.im) {
+        opts.imatrix = ql_imatrix_table_lookup;
+        opts.imatrix_ctx = imat.table;
+        meta.file = imat.path;
+        meta.dataset = imat.im->n_datasets > 0 ? imat.im->datasets[imat.im->n_datasets - 1] : NULL;
+        meta.n_entries = imat.im->n_entries;
+        meta.n_chunks = imat.im->chunk_count;
+        opts.imatrix_meta = &meta;
+    }
+    if (stats_imat.im) {
+        opts.stats_imatrix = ql_imatrix_table_lookup;
+        opts.stats_imatrix_ctx = stats_imat.table;
+    }
+    if (ql_quant_model(paths[0], paths[1], &opts, &r, &err)) {
+        rc = ql_cli_fail(&err);
+        goto out;
+    }
+    print_report(r, paths[1], opts.stats, model, &imat, &stats_imat);
+out:
     ql_quant_model_report_free(r);
-    return QL_EXIT_OK;
+    imatrix_arg_free(&imat);
+    imatrix_arg_free(&stats_imat);
+    ql_gguf_close(model);
+    return rc;
 }

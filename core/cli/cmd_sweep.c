@@ -22,7 +22,8 @@ static void help(void)
            "options:\n"
            "  --db PATH      results store (default results/qlab.db)\n"
            "  --threads N    threads (default: the sweep's 'threads', else all cores)\n"
-           "  --cache-dir D  where the reference log-probs are cached (default <db dir>/cache);\n"
+           "  --cache-dir D  where the reference log-probs and the calibration imatrices\n"
+           "                 (imatrix = calib:NAME) are cached (default <db dir>/cache);\n"
            "                 shards of one sweep may share it\n"
            "  --quiet        no progress lines\n"
            "  --strict       exit 1 when a config failed (failures are stored either way)\n"
@@ -40,7 +41,11 @@ static void help(void)
                 printf(" %s%s", caps[i].value, caps[i].implemented ? "" : "(later)");
         printf("\n");
     }
-    printf("kv_type auto (the default) is f16 for act_mode native, else f32.\n");
+    printf("kv_type auto (the default) is f16 for act_mode native, else f32.\n"
+           "imatrix calib:NAME[,ctx=N][,chunks=K] computes the importance matrix as\n"
+           "'qlab imatrix' does over the text NAME (ctx default: the sweep's, chunks default:\n"
+           "all), once per sweep, cached in the cache directory. Every run's imatrix_err is\n"
+           "weighed by the first imatrix the sweep names, with or without it quantizing.\n");
 }
 
 int ql_cmd_sweep(int argc, char **argv)

@@ -15,6 +15,7 @@ int ql_cmd_sweep(int argc, char **argv);
 int ql_cmd_synth(int argc, char **argv);
 int ql_cmd_tokenize(int argc, char **argv);
 int ql_cmd_data(int argc, char **argv);
+int ql_cmd_imatrix(int argc, char **argv);
 int ql_cmd_imatrix_convert(int argc, char **argv);
 int ql_cmd_inspect(int argc, char **argv);
 int ql_cmd_version(int argc, char **argv);

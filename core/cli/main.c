@@ -13,6 +13,7 @@ static const ql_cli_command commands[] = {
     {"eval", ql_cmd_eval, "perplexity of a model on a text (llama-perplexity protocol)"},
     {"fit", ql_cmd_fit, "choose a type per tensor to fill a byte budget; write the GGUF"},
     {"generate", ql_cmd_generate, "greedy decoding from a prompt (sanity tool)"},
+    {"imatrix", ql_cmd_imatrix, "compute an importance matrix over a calibration text"},
     {"imatrix-convert", ql_cmd_imatrix_convert, "convert an imatrix between .dat and GGUF"},
     {"inspect", ql_cmd_inspect, "validate a GGUF file and list its keys and tensors"},
     {"merge", ql_cmd_merge, "fold shard results databases into one (by run identity)"},

@@ -93,8 +93,10 @@ static void quantize_and_compare(const char *in, int32_t type, bool with_imat)
 {
     char out[4096];
     snprintf(out, sizeof out, "%s/out_%s_%d.gguf", qlt_tmpdir(), ql_type_name(type), with_imat);
-    ql_quant_model_opts opts = {
-        {type, QL_TYPE_INVALID, QL_TYPE_INVALID}, with_imat ? lookup : NULL, NULL, true, true};
+    ql_quant_model_opts opts = {.cfg = {type, QL_TYPE_INVALID, QL_TYPE_INVALID},
+                                .imatrix = with_imat ? lookup : NULL,
+                                .stats = true,
+                                .quiet = true};
     ql_quant_model_report *r = NULL;
     ql_error err;
     ql_status st = ql_quant_model(in, out, &opts, &r, &err);
@@ -160,8 +162,8 @@ int main(void)
     }
     CHECK(lookups >= 8);
 
-    ql_quant_model_opts opts = {
-        {QL_TYPE_IQ2_XXS, QL_TYPE_INVALID, QL_TYPE_INVALID}, NULL, NULL, false, true};
+    ql_quant_model_opts opts = {.cfg = {QL_TYPE_IQ2_XXS, QL_TYPE_INVALID, QL_TYPE_INVALID},
+                                .quiet = true};
     ql_quant_model_report *r = NULL;
     ql_error err;
     if (ql_type_get(QL_TYPE_IQ2_XXS)->quantize) {

@@ -164,12 +164,20 @@ static void weight_error(void)
     CHECK_OK(ql_weight_error_add(&plain, w, wh, 1, 4, NULL, &err), &err);
     CHECK(!plain.weighted);
     CHECK(isnan(ql_weight_error_rel(&plain)));
+    CHECK_EQ_INT(e.w_n, 4);
+    CHECK_EQ_INT(plain.w_n, 0);
+    /* A total's weighted terms cover the tensors that had weights. */
+    ql_weight_error_merge(&total, &plain);
+    CHECK(!total.weighted);
     ql_weight_error_merge(&total, &e);
     CHECK(total.weighted);
     ql_weight_error_merge(&total, &plain);
-    CHECK(!total.weighted);
-    CHECK_EQ_INT(total.n, 8);
-    CHECK(total.sse == 2.5);
+    CHECK(total.weighted);
+    CHECK_EQ_INT(total.n, 12);
+    CHECK_EQ_INT(total.w_n, 4);
+    CHECK(total.sse == 3.75);
+    CHECK(total.w_sse == 1.25);
+    CHECK(ql_weight_error_rel(&total) == 1.25 / 40.0);
 }
 
 int main(void)

@@ -197,6 +197,33 @@ int main(int argc, char **argv)
     if (size < 40 || truncate(path, size - 40) != 0)
         die(path);
 
+    /* ---- misfit/: well-formed imatrices that do not (or only partly) fit
+     * stories260K (rows of 64, ffn_down rows of 172; misfit/expected.tsv) ---- */
+    static float v64[2 * 64], v172[172];
+    for (int i = 0; i < 2 * 64; i++)
+        v64[i] = 1.0f + (float)(i % 7);
+    for (int i = 0; i < 172; i++)
+        v172[i] = 2.0f + (float)(i % 5);
+    static const float one[2] = {1.0f, 1.0f};
+    snprintf(path, sizeof path, "%s/misfit", argv[1]);
+    out_dir = path;
+    d.n = 0, d_i32(&d, 2), d_entry(&d, "blk.0.attn_v.weight", 10, 64, v64, 64);
+    d_entry(&d, "blk.0.attn_q.weight", 10, 32, v64, 32), d_trailer(&d);
+    d_write("wrong_length.dat", &d);
+    gtensor down[2] = {{"blk.3.ffn_down.weight.in_sum2", {64, 1}, QL_TYPE_F32, v64},
+                       {"blk.3.ffn_down.weight.counts", {1, 1}, QL_TYPE_F32, one}};
+    g_write("wrong_length.gguf", down, 2, NULL, NULL, 512, false);
+    gtensor experts[2] = {{"blk.0.attn_k.weight.in_sum2", {64, 2}, QL_TYPE_F32, v64},
+                          {"blk.0.attn_k.weight.counts", {1, 2}, QL_TYPE_F32, one}};
+    g_write("two_matrices.gguf", experts, 2, NULL, NULL, 512, false);
+    d.n = 0, d_i32(&d, 1), d_entry(&d, "blk.2.ffn_down.weight", 10, 172, v172, 172);
+    d_trailer(&d), d_write("one_entry.dat", &d);
+    d.n = 0, d_i32(&d, 2), d_entry(&d, "token_embd.weight", 10, 4, good, 4);
+    d_entry(&d, "blk.0.attn_q.weight", 10, 64, v64, 64), d_trailer(&d);
+    d_write("token_embd_length.dat", &d);
+    d.n = 0, d_i32(&d, 1), d_entry(&d, "model.layers.0.self_attn.q_proj.weight", 10, 64, v64, 64);
+    d_trailer(&d), d_write("foreign_names.dat", &d);
+
     printf("gen_imatrix_malformed: done\n");
     return 0;
 }

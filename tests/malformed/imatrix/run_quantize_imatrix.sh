@@ -1,0 +1,81 @@
+#!/bin/sh
+# `qlab quantize --imatrix FILE` on stories260K with every file of the malformed imatrix
+# corpus (expected.tsv: exit 1, one "qlab: error: <FILE>: ..." line with the expected
+# substring, no output file, no sanitizer report) and with the files of misfit/ that
+# are well formed but do not fit the model (misfit/expected.tsv: exit code and message).
+# usage: run_quantize_imatrix.sh QLAB_BINARY CORPUS_DIR
+set -u
+qlab="$1"
+dir="$2"
+model="${QLAB_SHARED:-}/models/stories260K.gguf"
+[ -f "$model" ] || { echo "SKIP: $model not found"; exit 77; }
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=86"
+UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}halt_on_error=1:exitcode=87"
+export ASAN_OPTIONS UBSAN_OPTIONS
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+n=0
+tab=$(printf '\t')
+run() { # file
+    rm -f "$tmp/q.gguf"
+    "$qlab" quantize "$model" "$tmp/q.gguf" --type Q4_0 --quiet --imatrix "$1" \
+        >"$tmp/out" 2>"$tmp/err"
+}
+check_error() { # file substring
+    f=$1; want=$2; name=$(basename "$f")
+    first=$(head -n 1 "$tmp/err")
+    if [ "$rc" -ne 1 ]; then
+        echo "FAIL: $name: exit $rc, expected 1"; cat "$tmp/err"; fail=1
+    elif grep -qE 'Sanitizer|runtime error:' "$tmp/err"; then
+        echo "FAIL: $name: sanitizer report"; cat "$tmp/err"; fail=1
+    elif [ "$(wc -l <"$tmp/err")" -ne 1 ]; then
+        echo "FAIL: $name: expected one line on stderr"; cat "$tmp/err"; fail=1
+    elif case "$first" in "qlab: error: $f: "*) false ;; *) true ;; esac; then
+        echo "FAIL: $name: message does not start with 'qlab: error: $f: '"
+        echo "  got: $first"; fail=1
+    elif ! printf '%s\n' "$first" | grep -qF -- "$want"; then
+        echo "FAIL: $name: message lacks '$want'"; echo "  got: $first"; fail=1
+    elif [ -e "$tmp/q.gguf" ] || [ -n "$(ls "$tmp" | grep '\.tmp')" ]; then
+        echo "FAIL: $name: an output file was left behind"; fail=1
+    else
+        echo "ok: $name: $first"
+    fi
+}
+
+while IFS="$tab" read -r name want; do
+    case "$name" in '#'* | '') continue ;; esac
+    n=$((n + 1))
+    run "$dir/$name"; rc=$?
+    check_error "$dir/$name" "$want"
+done <"$dir/expected.tsv"
+
+while IFS="$tab" read -r name code want; do
+    case "$name" in '#'* | '') continue ;; esac
+    f="$dir/misfit/$name"
+    n=$((n + 1))
+    run "$f"; rc=$?
+    if [ "$code" -eq 1 ]; then
+        check_error "$f" "$want"
+    elif [ "$rc" -ne 0 ]; then
+        echo "FAIL: $name: exit $rc, expected 0"; cat "$tmp/err"; fail=1
+    elif ! grep -qF -- "$want" "$tmp/out"; then
+        echo "FAIL: $name: output lacks '$want'"; cat "$tmp/out"; fail=1
+    elif [ ! -s "$tmp/q.gguf" ]; then
+        echo "FAIL: $name: no output file"; fail=1
+    else
+        echo "ok: $name: $want"
+    fi
+done <"$dir/misfit/expected.tsv"
+for f in "$dir"/misfit/*.dat "$dir"/misfit/*.gguf; do
+    name=$(basename "$f")
+    awk -F '\t' -v n="$name" '$1 == n { found = 1 } END { exit !found }' "$dir/misfit/expected.tsv" ||
+        { echo "FAIL: misfit/$name is not listed in misfit/expected.tsv"; fail=1; }
+done
+# An imatrix none of whose entries names a tensor of the model is worth a warning.
+run "$dir/misfit/foreign_names.dat"
+grep -q "^qlab: warning: no entry of .* names a tensor of" "$tmp/err" &&
+    echo "ok: foreign_names.dat: warning" || { echo "FAIL: foreign_names.dat: no warning"; fail=1; }
+echo "$n files checked"
+[ "$n" -ge 8 ] || { echo "FAIL: only $n files"; fail=1; }
+exit $fail
