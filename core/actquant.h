@@ -1,0 +1,144 @@
+/* qlab: activation rounding at the input of a product ("fake quant").
+ *
+ * Each product y = W x of a quantized configuration may round its input x the way an
+ * integer kernel would see it: quantize with the exact rounding of a ggml format, then
+ * dequantize, and multiply in f32. The formats are the ones of core/quant_legacy.h,
+ * core/quant_k.h and core/fp16.h, called through the type-traits table; nothing here
+ * re-implements a ggml format.
+ *
+ * Roundings (ql_actq), per row of n_in values, blocks consecutive along the row:
+ *   f32   unchanged.
+ *   f16   each value to the nearest half, ties to even (ggml_cpu_fp32_to_fp16).
+ *   bf16  each value to the nearest bfloat16, ties to even (ggml_cpu_fp32_to_bf16).
+ *   q8_0  32-value blocks: d = fp16(max|x| / 127), q = roundf(x / d) (ties away from 0),
+ *         value D * q with D = the fp16 d widened (quantize_row_q8_0_ref).
+ *   q8_1  32-value blocks with the same d and q as q8_0 (quantize_row_q8_1_ref), hence the
+ *         same values. ggml's block also carries s = fp16(d * sum q), which its Q4_1/Q5_1
+ *         dot products use for the weight's min term instead of d * sum q: that fp16
+ *         rounding of s is not modelled (fake quant has no per-block side channel).
+ *   q8_K  256-value blocks, f32 scale d = -max/127 with max the value of largest
+ *         magnitude (so it maps to -127), q = nearest_int(x / d) clamped to 127
+ *         (quantize_row_q8_K_ref); value d * q.
+ *   q8x2  qlab's two-pass int8 (no ggml format). Per 32-value block:
+ *           pass 1: the q8_0 block of x (d, q), D = fp32(fp16 d);
+ *           residual e_j = x_j - D * q_j                       (f32);
+ *           pass 2: r_j = roundf(e_j * (128 / D)) clamped to [-127, 127]  (0 when D == 0);
+ *           value   x^_j = (D / 128) * (float)(128 q_j + r_j)  (f32).
+ *         k = 128 q + r is an exact integer of at most 15 bits (|k| <= 16383) and D / 128
+ *         is exact, so x^ is the f32 rounding of the value (D / 128) k that an integer
+ *         kernel computing 128 * dot(w, q) + dot(w, r) in int32 and scaling by D / 128
+ *         works with. |x - x^| <= D/256 plus one f32 rounding, about 128 times below
+ *         q8_0's D/2.
+ *
+ * llama.cpp's x86 CPU backend quantizes q8_0/q8_1 activations with SIMD code that
+ * differs from the _ref functions in two corner cases: it multiplies by 127/max instead
+ * of 1/(max/127) (at most one ulp apart) and rounds ties to even instead of away from
+ * zero. A level differs only when x/d lies within an ulp of a half-integer (about one
+ * value in 10^5 for real activations, one level step when it does); qlab follows the
+ * _ref functions, which define the formats and match the golden vectors.
+ *
+ * `native` (DESIGN.md section 3): the vec_dot_type of the weight type in ggml-cpu's
+ * type traits (b4747), the type llama.cpp's CPU matmul converts activations to:
+ *   Q4_0 Q5_0 Q8_0 IQ4_NL (and Q8_0_XC, stored as Q8_0)        -> q8_0
+ *   Q4_1 Q5_1                                                   -> q8_1
+ *   Q2_K..Q6_K, IQ1_S IQ1_M IQ2_* IQ3_* IQ4_XS, TQ1_0 TQ2_0     -> q8_K
+ *   F16 -> f16 and BF16 -> bf16: the CPU matmul converts the f32 activations to the
+ *         weight's vec_dot_type before the dot products (llamafile's sgemm on x86 accepts
+ *         F16/BF16 weights only with F16/BF16 activations, and ggml_vec_dot_f16/bf16 take
+ *         both operands in that type), so the activations are rounded;
+ *   F32 -> f32; INT8_ROW (no llama.cpp kernel) -> f32.
+ *
+ * Rows that do not split into the blocks of the requested rounding (a 172-wide ffn_down
+ * input into q8_0) cannot be quantized that way, and llama.cpp could not run such a
+ * product with quantized activations: llama-quantize leaves the weight in the type its
+ * fallback chain lands on (F16 for 32-block types, so the CPU rounds the activations to
+ * f16). qlab does the same for the activations: q8_K falls back to q8_0 when the row
+ * splits into 32-value blocks (the vec_dot_type of Q5_0/Q8_0/IQ4_NL, where most K-quant
+ * fallbacks land), every block rounding falls back to f16 otherwise. The choice is
+ * recorded per product (ql_act_choice.note) so the runner can store it. */
+#ifndef QL_ACTQUANT_H
+#define QL_ACTQUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "error.h"
+
+/* A rounding applied to activations (see the header comment). */
+typedef enum {
+    QL_ACTQ_F32 = 0,
+    QL_ACTQ_F16,
+    QL_ACTQ_BF16,
+    QL_ACTQ_Q8_0,
+    QL_ACTQ_Q8_1,
+    QL_ACTQ_Q8_K,
+    QL_ACTQ_Q8X2,
+    QL_ACTQ_COUNT
+} ql_actq;
+
+/* "f32", "f16", "bf16", "q8_0", "q8_1", "q8_K", "q8x2". */
+const char *ql_actq_name(ql_actq q);
+
+/* Values per block: 1 for f32/f16/bf16, 32 for q8_0/q8_1/q8x2, 256 for q8_K. */
+int64_t ql_actq_block(ql_actq q);
+
+/* Whether rows of n values split into the rounding's blocks (n > 0). */
+bool ql_actq_fits(ql_actq q, int64_t n);
+
+/* The rounding llama.cpp's CPU backend applies to the activations of a product with
+ * weights of this type (its vec_dot_type); QL_ACTQ_F32 for types without a product. */
+ql_actq ql_actq_native(int32_t weight_type);
+
+/* The rounding a mode asks for with a weight type (native resolved as above). */
+ql_actq ql_actq_for_mode(ql_act_mode mode, int32_t weight_type);
+
+#define QL_ACT_NOTE_MAX 160
+
+/* The rounding of one product: what the mode asks for and what is applied. */
+typedef struct {
+    ql_actq requested;
+    ql_actq used;               /* differs from requested only when fallback is set */
+    bool fallback;              /* the row did not split into the requested blocks */
+    char note[QL_ACT_NOTE_MAX]; /* why used != requested, e.g. "q8_0 activations need
+                                   rows of 32 values; 172-wide input rounded to f16" */
+} ql_act_choice;
+
+/* Decides the rounding of a product whose weight has type weight_type (the type
+ * actually used, after the type policy's fallbacks) and rows of n_in values. */
+void ql_act_choose(ql_act_mode mode, int32_t weight_type, int64_t n_in, ql_act_choice *out);
+
+/* Rounds n values (ql_actq_fits(q, n) must hold) from x into xq; x == xq (in place) is
+ * allowed, other overlaps are not. No allocation; thread-safe. */
+void ql_actq_round(ql_actq q, const float *x, float *xq, int64_t n);
+
+/* ------------------------------------------------------------------------- */
+/* The transform of one product                                               */
+/* ------------------------------------------------------------------------- */
+
+/* Everything the activation transform of one product needs. keep lists channels that
+ * bypass the rounding (the outlier split, core/outliers.h): they are zeroed before the
+ * rounding, so they take no part in any block's scale, and then written back exactly.
+ * The context borrows keep (ascending, distinct, < n_in); it must outlive its use. */
+typedef struct {
+    ql_actq q;
+    int64_t n_in;
+    const int64_t *keep;
+    int64_t n_keep;
+} ql_act_ctx;
+
+/* Fills c; QL_EINVAL when the rounding does not fit rows of n_in values or keep is not
+ * ascending within [0, n_in). */
+ql_status ql_act_ctx_init(ql_act_ctx *c, ql_actq q, int64_t n_in, const int64_t *keep,
+                          int64_t n_keep, ql_error *err);
+
+/* True when the transform leaves every value unchanged (f32 without kept channels): the
+ * caller can then skip it (a NULL ql_linear.act costs nothing). */
+bool ql_act_ctx_is_identity(const ql_act_ctx *c);
+
+/* xq (n_rows, n_in) = transform of x (n_rows, n_in); x and xq must not overlap. Rows are
+ * independent, so the result does not depend on how they are split. */
+void ql_act_rows(const ql_act_ctx *c, const float *x, float *xq, int64_t n_rows);
+
+#endif
