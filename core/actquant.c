@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fp16.h"
+#include "quant_common.h"
 #include "quant_k.h"
 #include "quant_legacy.h"
 #include "types.h"
@@ -146,7 +147,7 @@ static void q8x2_block(const float *x, float *y)
     const float id2 = d != 0.0f ? 128.0f / d : 0.0f;
     for (int j = 0; j < QL_QK8_0; j++) {
         const float e = x[j] - d * (float)b.qs[j];
-        float r = roundf(e * id2);
+        float r = ql_roundf(e * id2);
         r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
         const int32_t k = 128 * (int32_t)b.qs[j] + (int32_t)r;
         y[j] = d2 * (float)k;
@@ -163,7 +164,7 @@ void ql_actq_round(ql_actq q, const float *x, float *xq, int64_t n)
         return;
     case QL_ACTQ_F16:
         for (int64_t i = 0; i < n; i++)
-            xq[i] = ql_fp16_to_fp32(ql_fp32_to_fp16(x[i]));
+            xq[i] = ql_fp16_round(x[i]);
         return;
     case QL_ACTQ_BF16:
         for (int64_t i = 0; i < n; i++)

@@ -3,6 +3,7 @@
 #define QL_COMMANDS_H
 
 int ql_cmd_bench(int argc, char **argv);
+int ql_bench_act(int argc, char **argv); /* qlab bench act (cmd_bench_act.c) */
 int ql_cmd_quantize(int argc, char **argv);
 int ql_cmd_query(int argc, char **argv);
 int ql_cmd_report(int argc, char **argv);

@@ -7,7 +7,7 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
-    {"bench", ql_cmd_bench, "measure kernel throughput (bench quant: quantize/dequantize MB/s)"},
+    {"bench", ql_cmd_bench, "measure kernel throughput (bench quant: quantize/dequantize MB/s; bench act: activation rounding, int8 products)"},
     {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
     {"imatrix-convert", ql_cmd_imatrix_convert, "convert an imatrix between .dat and GGUF"},
     {"inspect", ql_cmd_inspect, "validate a GGUF file and list its keys and tensors"},

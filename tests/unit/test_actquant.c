@@ -11,6 +11,7 @@
 #include "actquant.h"
 #include "fp16.h"
 #include "quant_k.h"
+#include "quant_common.h"
 #include "quant_legacy.h"
 #include "qltest.h"
 #include "types.h"
@@ -273,8 +274,46 @@ static void kept_channels(void)
     CHECK(ql_act_ctx_init(&c, QL_ACTQ_Q8_0, N, NULL, 3, &err) == QL_EINVAL);
 }
 
+/* The inline helpers against the functions they shortcut: every 61st bit pattern, and
+ * for ql_fp16_round every half's midpoint to its neighbour and the floats on either
+ * side of it. */
+static void fast_helpers_exact(void)
+{
+    int64_t bad_round = 0, bad_f16 = 0;
+    for (uint64_t p = 0; p < (UINT64_C(1) << 32); p += 61) {
+        const uint32_t u = (uint32_t)p;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        const float a = roundf(f), b = ql_roundf(f);
+        if (memcmp(&a, &b, sizeof a) != 0 && !(isnan(a) && isnan(b)))
+            bad_round++;
+        const float c = ql_fp16_to_fp32(ql_fp32_to_fp16(f)), d = ql_fp16_round(f);
+        if (memcmp(&c, &d, sizeof c) != 0)
+            bad_f16++;
+    }
+    for (uint32_t h = 0; h < 0x7c00u; h++)
+        for (int sign = 0; sign < 2; sign++) {
+            const uint16_t hs = (uint16_t)(h | (sign ? 0x8000u : 0));
+            const double lo = ql_fp16_to_fp32(hs), hi = ql_fp16_to_fp32((uint16_t)(hs + 1));
+            const float mid = (float)(0.5 * (lo + hi)); /* exact: halves have 11 bits */
+            uint32_t um;
+            memcpy(&um, &mid, sizeof um);
+            for (int k = -1; k <= 1; k++) {
+                const uint32_t v = um + (uint32_t)k;
+                float f;
+                memcpy(&f, &v, sizeof f);
+                const float c = ql_fp16_to_fp32(ql_fp32_to_fp16(f)), d = ql_fp16_round(f);
+                if (memcmp(&c, &d, sizeof c) != 0)
+                    bad_f16++;
+            }
+        }
+    CHECK_EQ_INT(bad_round, 0);
+    CHECK_EQ_INT(bad_f16, 0);
+}
+
 int main(void)
 {
+    fast_helpers_exact();
     q8_1_hand_checked();
     q8_K_hand_checked();
     f16_bf16_hand_checked();
