@@ -130,6 +130,32 @@ ql_status ql_dist_acc_add(ql_dist_acc *a, const float *ref_logp, const float *q_
     return QL_OK;
 }
 
+void ql_dist_acc_range(const ql_dist_acc *a, int64_t begin, int64_t end, double *kld_sum,
+                       double *nll_sum, double *nll_ref_sum, int64_t *top1_count)
+{
+    double k = 0, nq = 0, np = 0;
+    int64_t t1 = 0;
+    if (begin < 0)
+        begin = 0;
+    if (end > a->n)
+        end = a->n;
+    for (int64_t i = begin; i < end; i++) {
+        k += a->kld[i];
+        nq += a->nll_q[i];
+        np += a->nll_p[i];
+        t1 += a->top1[i];
+    }
+    *kld_sum = k;
+    *nll_sum = nq;
+    *nll_ref_sum = np;
+    *top1_count = t1;
+}
+
+int64_t ql_dist_acc_count(const ql_dist_acc *a)
+{
+    return a->n;
+}
+
 double ql_percentile_sorted(const double *sorted, int64_t n, double f)
 {
     if (n <= 0)

@@ -21,6 +21,10 @@
 
 #include "error.h"
 
+/* Version of the metric definitions; stored with every run. Bump it when a
+ * definition changes so that stored results are recomputed, not mixed. */
+#define QL_METRICS_VERSION 1
+
 typedef struct {
     int64_t n_tokens;
     double ppl, ppl_err;
@@ -50,6 +54,15 @@ ql_status ql_dist_acc_add(ql_dist_acc *a, const float *ref_logp, const float *q_
 /* Aggregates everything added so far. Fields that cannot be computed (fewer than
  * two tokens for an error estimate) are NAN. */
 void ql_dist_acc_finish(const ql_dist_acc *a, ql_dist_metrics *out);
+
+/* Sums over tokens [begin, end) of what was added (in order): KL divergence,
+ * NLL of the quantized and of the reference model, and top-1 agreements. For
+ * per-chunk records that a paired bootstrap resamples. */
+void ql_dist_acc_range(const ql_dist_acc *a, int64_t begin, int64_t end, double *kld_sum,
+                       double *nll_sum, double *nll_ref_sum, int64_t *top1_count);
+
+/* Tokens added so far. */
+int64_t ql_dist_acc_count(const ql_dist_acc *a);
 
 /* Log-softmax of n logits into out (double internally, float out). */
 void ql_log_softmax(const float *logits, int64_t n, float *out);

@@ -1,20 +1,31 @@
-/* qlab sweep: expand a sweep file into configs (--list); running them lands
- * with the evaluation pipeline. */
+/* qlab sweep: run a sweep file into the results store, or list its configs. */
 #include <stdio.h>
 #include <string.h>
 
+#include "../runner.h"
 #include "../sweep.h"
 #include "cli.h"
 #include "commands.h"
 
 static void help(void)
 {
-    printf("usage: qlab sweep FILE --list [--shard K/N|auto]\n"
+    printf("usage: qlab sweep FILE [--db PATH] [--threads N] [--shard K/N|auto]\n"
+           "                 [--cache-dir DIR] [--quiet] [--strict] [--list]\n"
            "\n"
            "Reads a sweep file (experiments/*.sweep), checks it and expands its [grid] into\n"
-           "configs. Every error names the file and line.\n"
+           "configs (every error names the file and line), then evaluates every config that\n"
+           "the results store does not already hold: the reference pass once, then per\n"
+           "config the quantized weights, the quantized forward pass and every metric, stored\n"
+           "in one transaction. A failed config is stored with its error; an interrupted\n"
+           "sweep resumes where it stopped.\n"
            "\n"
            "options:\n"
+           "  --db PATH      results store (default results/qlab.db)\n"
+           "  --threads N    threads (default: the sweep's 'threads', else all cores)\n"
+           "  --cache-dir D  where the reference log-probs are cached (default <db dir>/cache);\n"
+           "                 shards of one sweep may share it\n"
+           "  --quiet        no progress lines\n"
+           "  --strict       exit 1 when a config failed (failures are stored either way)\n"
            "  --list         print the configs (index, hash prefix, canonical form) and stop\n"
            "  --shard K/N    keep configs i with i mod N == K (0 <= K < N); 'auto' takes K and N\n"
            "                 from SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT\n"
@@ -35,7 +46,9 @@ static void help(void)
 int ql_cmd_sweep(int argc, char **argv)
 {
     const char *file = NULL, *shard_spec = NULL;
-    bool list = false;
+    bool list = false, strict = false;
+    ql_run_opts ro;
+    ql_run_opts_init(&ro);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -43,6 +56,22 @@ int ql_cmd_sweep(int argc, char **argv)
             return QL_EXIT_OK;
         } else if (strcmp(a, "--list") == 0) {
             list = true;
+        } else if (strcmp(a, "--quiet") == 0) {
+            ro.quiet = true;
+        } else if (strcmp(a, "--strict") == 0) {
+            strict = true;
+        } else if (strcmp(a, "--db") == 0 || strcmp(a, "--cache-dir") == 0) {
+            if (++i >= argc)
+                return ql_cli_usage("sweep", "%s needs a path", a);
+            if (strcmp(a, "--db") == 0)
+                ro.db_path = argv[i];
+            else
+                ro.cache_dir = argv[i];
+        } else if (strcmp(a, "--threads") == 0) {
+            if (++i >= argc)
+                return ql_cli_usage("sweep", "--threads needs a value");
+            if (!ql_cli_parse_int_opt("sweep", "--threads", argv[i], 1, 4096, &ro.threads))
+                return QL_EXIT_USAGE;
         } else if (strcmp(a, "--shard") == 0) {
             if (++i >= argc)
                 return ql_cli_usage("sweep", "--shard needs a value (K/N or auto)");
@@ -70,12 +99,18 @@ int ql_cmd_sweep(int argc, char **argv)
         return ql_cli_fail(&err);
 
     if (!list) {
-        ql_error_set(&err, QL_EUNSUPPORTED,
-                     "%s: running sweeps is not available yet (the evaluation pipeline has not "
-                     "landed); 'qlab sweep %s --list' shows its %zu configs",
-                     file, file, sw.n_points);
+        ro.shard = shard;
+        ql_run_summary sum;
+        ql_status st = ql_sweep_execute(&sw, &ro, &sum, &err);
         ql_sweep_deinit(&sw);
-        return ql_cli_fail(&err);
+        if (st)
+            return ql_cli_fail(&err);
+        if (sum.n_failed)
+            fprintf(stderr,
+                    "qlab: %zu config%s failed; their errors are stored ('qlab query failed' "
+                    "lists them)\n",
+                    sum.n_failed, sum.n_failed == 1 ? "" : "s");
+        return sum.n_failed && strict ? QL_EXIT_RUNTIME : QL_EXIT_OK;
     }
 
     size_t kept = 0;

@@ -7,14 +7,18 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
-    {"bench", ql_cmd_bench, "measure kernel throughput (bench quant: quantize/dequantize MB/s; bench act: activation rounding, int8 products)"},
+    {"bench", ql_cmd_bench,
+     "measure speed (bench quant: quantize MB/s; bench forward: tok/s; bench act: int8 paths)"},
     {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
+    {"eval", ql_cmd_eval, "perplexity of a model on a text (llama-perplexity protocol)"},
+    {"generate", ql_cmd_generate, "greedy decoding from a prompt (sanity tool)"},
     {"imatrix-convert", ql_cmd_imatrix_convert, "convert an imatrix between .dat and GGUF"},
     {"inspect", ql_cmd_inspect, "validate a GGUF file and list its keys and tensors"},
     {"quantize", ql_cmd_quantize, "write a GGUF model in another weight type (llama.cpp-exact)"},
     {"query", ql_cmd_query, "read-only SQL or a named query on the results database"},
     {"report", ql_cmd_report, "format-comparison tables and plots from the results database"},
-    {"sweep", ql_cmd_sweep, "expand a sweep file into configs (--list)"},
+    {"sweep", ql_cmd_sweep, "run a sweep file into the results store (or --list its configs)"},
+    {"synth", ql_cmd_synth, "write a synthetic llama-architecture model"},
     {"tokenize", ql_cmd_tokenize, "tokenize a text with a model's tokenizer (as llama.cpp)"},
     {"version", ql_cmd_version, "print the qlab version and commit"},
 };

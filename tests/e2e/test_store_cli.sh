@@ -48,9 +48,9 @@ bad_file="$src/tests/malformed/sweep/unknown-type.sweep"
 expect 1 "malformed sweep file" "$qlab" sweep "$bad_file" --list
 has "$tmp/err" "qlab: error: $bad_file:6: weight_type: unknown type 'Q4_O'; did you mean 'Q4_0'?" "error names file:line"
 expect 1 "missing sweep file" "$qlab" sweep "$tmp/none.sweep" --list
-# The one temporary message of issue 6: running lands with the evaluation pipeline.
-expect 1 "sweep without --list" "$qlab" sweep "$tiny"
-has "$tmp/err" "running sweeps is not available yet" "sweep says running is not available yet"
+# A malformed file fails before anything runs: no database is created.
+expect 1 "malformed sweep file is not run" "$qlab" sweep "$bad_file" --db "$tmp/never.db"
+[ -e "$tmp/never.db" ] && bad "a malformed sweep created a database" || ok "no database for a malformed sweep"
 
 db="$tmp/results.db"
 "$make_fixture_db" "$db" || { bad "make_fixture_db"; exit 1; }

@@ -1,0 +1,119 @@
+/* qlab bench forward: tokens per second of the reference forward pass (dispatched
+ * from cmd_bench.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../data.h"
+#include "../forward.h"
+#include "../model.h"
+#include "../util.h"
+#include "cli.h"
+#include "commands.h"
+
+static void help(void)
+{
+    printf("usage: qlab bench forward MODEL [--ctx N] [--threads N] [--chunks K]\n\n"
+           "Runs K chunks (default 4, after one untimed warm-up chunk) of N tokens (default\n"
+           "256) through the f32 reference forward pass and prints tokens per second with\n"
+           "the model's size. MODEL is a path or a name from datasets/manifest.tsv.\n"
+           "The tokens are a fixed pseudo-random sequence: speed does not depend on them.\n");
+}
+
+/* Deterministic token ids (BOS-free: speed is all that is measured). */
+static void fill_tokens(int32_t *t, int n, int vocab, uint32_t seed)
+{
+    uint32_t s = seed * 2654435761u + 1u;
+    for (int i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        t[i] = (int32_t)((s >> 8) % (uint32_t)vocab);
+    }
+}
+
+int ql_bench_forward(int argc, char **argv)
+{
+    const char *model_arg = NULL;
+    int ctx = 256, threads = 0, chunks = 4;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            help();
+            return QL_EXIT_OK;
+        }
+        if (a[0] != '-') {
+            if (model_arg)
+                return ql_cli_usage("bench forward", "more than one model: '%s'", a);
+            model_arg = a;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return ql_cli_usage("bench forward", "unknown option or missing value: '%s'", a);
+        const char *v = argv[++i];
+        int ok;
+        if (strcmp(a, "--ctx") == 0)
+            ok = ql_cli_parse_int_opt("bench forward", a, v, 4, 1 << 20, &ctx);
+        else if (strcmp(a, "--threads") == 0)
+            ok = ql_cli_parse_int_opt("bench forward", a, v, 1, 1024, &threads);
+        else if (strcmp(a, "--chunks") == 0)
+            ok = ql_cli_parse_int_opt("bench forward", a, v, 1, 1 << 20, &chunks);
+        else
+            return ql_cli_usage("bench forward", "unknown option '%s'", a);
+        if (!ok)
+            return QL_EXIT_USAGE;
+    }
+    if (!model_arg)
+        return ql_cli_usage("bench forward", "missing MODEL");
+    if (threads > 0)
+        ql_threads_set(threads);
+
+    ql_error err;
+    ql_error_clear(&err);
+    char path[QL_PATH_MAX];
+    ql_model *m = NULL;
+    ql_forward *fw = NULL;
+    int32_t *tok = NULL;
+    float *logits = NULL;
+    int rc = QL_EXIT_RUNTIME;
+    double t0 = ql_now();
+    if (ql_data_resolve(model_arg, path, sizeof path, NULL, &err) || ql_model_load(&m, path, &err))
+        goto fail;
+    const double t_load = ql_now() - t0;
+    if (ql_forward_alloc(&fw, &m->hp, ctx, &err))
+        goto fail;
+    tok = malloc((size_t)ctx * sizeof *tok);
+    logits = malloc((size_t)ctx * (size_t)m->hp.n_vocab * sizeof *logits);
+    if (!tok || !logits) {
+        ql_error_set(&err, QL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    /* warm-up: page in the weights, spin up the thread pools */
+    fill_tokens(tok, ctx, m->hp.n_vocab, 0);
+    if (ql_forward_run(fw, m->weights, tok, ctx, 0, 0, logits, &err))
+        goto fail;
+    double t_run = 0;
+    for (int c = 0; c < chunks; c++) {
+        fill_tokens(tok, ctx, m->hp.n_vocab, (uint32_t)c + 1);
+        double t = ql_now();
+        if (ql_forward_run(fw, m->weights, tok, ctx, 0, 0, logits, &err))
+            goto fail;
+        t_run += ql_now() - t;
+    }
+    const double n_tok = (double)ctx * chunks;
+    printf("model   %s (%s, %d layers, dim %d, ff %d, vocab %d)\n", path, m->hp.arch_name,
+           m->hp.n_layer, m->hp.n_embd, m->hp.n_ff, m->hp.n_vocab);
+    printf("size    %.3f M params, file %.2f MB, loaded in %.2fs\n", (double)m->n_params / 1e6,
+           (double)m->gguf->file_size / 1e6, t_load);
+    printf("forward ctx %d, %d threads, %d chunks: %.0f tok/s (%.1f ms per chunk, %.2f GFLOP/s)\n",
+           ctx, ql_threads_get(), chunks, n_tok / t_run, 1e3 * t_run / chunks,
+           2.0 * (double)m->n_params * n_tok / t_run / 1e9);
+    rc = QL_EXIT_OK;
+    goto out;
+fail:
+    rc = ql_cli_fail(&err);
+out:
+    free(tok);
+    free(logits);
+    ql_forward_free(fw);
+    ql_model_free(m);
+    return rc;
+}

@@ -1,0 +1,159 @@
+/* qlab eval: perplexity of a model on a text with llama-perplexity's protocol. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../data.h"
+#include "../forward.h"
+#include "../model.h"
+#include "../perplexity.h"
+#include "../progress.h"
+#include "../tokenizer.h"
+#include "../types.h"
+#include "../util.h"
+#include "cli.h"
+#include "commands.h"
+
+static void help(void)
+{
+    printf("usage: qlab eval MODEL --text FILE|NAME [--ctx N] [--chunks K] [--threads N]\n"
+           "                 [--kv-type f32|f16] [--quiet]\n\n"
+           "Perplexity with llama-perplexity's protocol: the whole text is tokenized (BOS\n"
+           "first when the vocabulary adds it) and cut into chunks of N tokens (default\n"
+           "512); each chunk starts with BOS and positions N/2 .. N-2 are scored, each\n"
+           "predicting the next token. K limits the number of chunks (default: all).\n"
+           "Prints the running PPL per chunk (a progress line on a terminal, plain lines\n"
+           "otherwise) and the final 'PPL = x ± y', y being PPL times the standard error\n"
+           "of the mean negative log-likelihood, as llama-perplexity prints it.\n\n"
+           "--kv-type rounds K and V (and the query and attention probabilities, as ggml's\n"
+           "CPU matmul does) to f16 like llama.cpp's default K/V cache; the default f32 is\n"
+           "the exact reference. MODEL and the text are paths or names from\n"
+           "datasets/manifest.tsv (e.g. stories260K, ts-eval, tinystories-valid).\n");
+}
+
+typedef struct {
+    ql_progress progress;
+    int64_t n_chunks;
+    bool tty;
+    bool quiet;
+} chunk_printer;
+
+static void on_chunk(void *ctx, int64_t chunk, const float *logits, const int32_t *targets,
+                     int n_scored, const ql_nll_acc *running)
+{
+    chunk_printer *p = ctx;
+    if (p->quiet)
+        return;
+    char note[64];
+    snprintf(note, sizeof note, "PPL %.4f", ql_nll_acc_ppl(running));
+    if (p->tty)
+        ql_progress_update(&p->progress, (chunk + 1), note);
+    else
+        fprintf(stderr, "chunk %lld/%lld: PPL %.6f\n", (long long)chunk + 1, (long long)p->n_chunks,
+                ql_nll_acc_ppl(running));
+}
+
+int ql_cmd_eval(int argc, char **argv)
+{
+    const char *model_arg = NULL, *text_arg = NULL;
+    int ctx = 512, chunks = 0, threads = 0;
+    int32_t kv_type = QL_TYPE_F32;
+    bool quiet = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            help();
+            return QL_EXIT_OK;
+        }
+        if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+            quiet = true;
+            continue;
+        }
+        if (a[0] != '-') {
+            if (model_arg)
+                return ql_cli_usage("eval", "more than one model: '%s'", a);
+            model_arg = a;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return ql_cli_usage("eval", "unknown option or missing value: '%s'", a);
+        const char *v = argv[++i];
+        int ok = 1;
+        if (strcmp(a, "--text") == 0 || strcmp(a, "-f") == 0)
+            text_arg = v;
+        else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0)
+            ok = ql_cli_parse_int_opt("eval", a, v, 4, 1 << 20, &ctx);
+        else if (strcmp(a, "--chunks") == 0)
+            ok = ql_cli_parse_int_opt("eval", a, v, 1, 1 << 30, &chunks);
+        else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
+            ok = ql_cli_parse_int_opt("eval", a, v, 1, 1024, &threads);
+        else if (strcmp(a, "--kv-type") == 0) {
+            const ql_type_traits *t = ql_type_by_name(v);
+            if (!t || (t->type != QL_TYPE_F32 && t->type != QL_TYPE_F16))
+                return ql_cli_usage("eval", "--kv-type expects f32 or f16, got '%s'", v);
+            kv_type = t->type;
+        } else
+            return ql_cli_usage("eval", "unknown option '%s'", a);
+        if (!ok)
+            return QL_EXIT_USAGE;
+    }
+    if (!model_arg)
+        return ql_cli_usage("eval", "missing MODEL");
+    if (!text_arg)
+        return ql_cli_usage("eval", "missing --text FILE|NAME");
+    if (threads > 0)
+        ql_threads_set(threads);
+
+    ql_error err;
+    ql_error_clear(&err);
+    char model_path[QL_PATH_MAX], text_path[QL_PATH_MAX];
+    ql_model *m = NULL;
+    ql_tokenizer *tok = NULL;
+    ql_forward *fw = NULL;
+    char *text = NULL;
+    size_t text_len = 0;
+    ql_ppl_data d;
+    memset(&d, 0, sizeof d);
+    int rc = QL_EXIT_RUNTIME;
+    if (ql_data_resolve(model_arg, model_path, sizeof model_path, NULL, &err) ||
+        ql_data_resolve(text_arg, text_path, sizeof text_path, NULL, &err) ||
+        ql_model_load(&m, model_path, &err) || ql_tokenizer_from_gguf(&tok, m->gguf, &err) ||
+        ql_file_read_all(text_path, &text, &text_len, &err))
+        goto fail;
+    if (ql_ppl_data_from_text(&d, tok, text, text_len, ctx, chunks, &err)) {
+        ql_error_prefix(&err, "%s: ", text_path);
+        goto fail;
+    }
+    if (ql_forward_alloc(&fw, &m->hp, ctx, &err) || ql_forward_set_kv_type(fw, kv_type, &err))
+        goto fail;
+    fprintf(stderr,
+            "model %s (%s, %.3fM params); text %s: %lld tokens, %lld chunks of %d, %d "
+            "scored per chunk; K/V %s; %d threads\n",
+            model_path, m->hp.arch_name, (double)m->n_params / 1e6, text_path,
+            (long long)d.n_tokens, (long long)d.n_chunks, ctx, d.n_scored,
+            ql_forward_attn_rounding_name(fw), ql_threads_get());
+    chunk_printer pr = {.n_chunks = d.n_chunks, .tty = isatty(STDERR_FILENO) == 1, .quiet = quiet};
+    ql_progress_begin(&pr.progress, "eval", "chunk", d.n_chunks, quiet || !pr.tty);
+    ql_nll_acc acc;
+    double t0 = ql_now();
+    if (ql_ppl_eval(fw, m->weights, &d, on_chunk, &pr, &acc, &err))
+        goto fail;
+    const double secs = ql_now() - t0;
+    if (pr.tty && !quiet)
+        ql_progress_end(&pr.progress, d.n_chunks, NULL);
+    fprintf(stderr, "%lld scored tokens, %.1fs, %.0f tok/s\n", (long long)acc.n, secs,
+            (double)(d.n_chunks * (ctx - 1)) / secs);
+    printf("PPL = %.6f ± %.6f\n", ql_nll_acc_ppl(&acc), ql_nll_acc_ppl_err(&acc));
+    rc = QL_EXIT_OK;
+    goto out;
+fail:
+    rc = ql_cli_fail(&err);
+out:
+    ql_ppl_data_deinit(&d);
+    free(text);
+    ql_forward_free(fw);
+    ql_tokenizer_free(tok);
+    ql_model_free(m);
+    return rc;
+}

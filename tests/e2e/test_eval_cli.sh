@@ -1,0 +1,34 @@
+#!/bin/sh
+# qlab generate and qlab eval end to end on stories260K: greedy decoding from BOS gives the
+# golden ids of ../shared/models/stories260K.listing.txt; a short eval prints running PPL
+# lines and the final line; usage and runtime errors give exit 2 and 1 with clear messages.
+set -u
+qlab="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+expect() { # expected-code description command...
+    want=$1; shift; what=$1; shift
+    "$@" >"$tmp/out" 2>"$tmp/err"; got=$?
+    if [ "$got" -ne "$want" ]; then echo "FAIL: $what: exit $got, expected $want"; cat "$tmp/out" "$tmp/err"; fail=1;
+    else echo "ok: $what"; fi
+}
+golden="1 403 407 261 378 432 383 286 261 376 298 315 421 395 317 426 338 401 396 267 337 410 408 419 292 411 322 265 282 295 433 426 385 328 432 358 394 261 370 432 352"
+expect 0 "generate from BOS" "$qlab" generate stories260K -n 40 --ids
+[ "$(cat "$tmp/out")" = "$golden" ] || { echo "FAIL: greedy ids differ: $(cat "$tmp/out")"; fail=1; }
+expect 0 "generate text" "$qlab" generate stories260K -p "Once upon a time" -n 12
+grep -q "Once upon a time, there was a little girl" "$tmp/out" || { echo "FAIL: text: $(cat "$tmp/out")"; fail=1; }
+expect 0 "eval 3 chunks" "$qlab" eval stories260K --text ts-eval --ctx 64 --chunks 3 --threads 1
+grep -q "^PPL = [0-9.]* ± [0-9.]*$" "$tmp/out" || { echo "FAIL: no final PPL line"; fail=1; }
+[ "$(grep -c "^chunk [0-9]*/3: PPL" "$tmp/err")" -eq 3 ] || { echo "FAIL: not 3 chunk lines"; cat "$tmp/err"; fail=1; }
+grep -q "3 chunks of 64, 31 scored per chunk" "$tmp/err" || { echo "FAIL: no summary"; fail=1; }
+printf 'too short' > "$tmp/short.txt"
+expect 1 "eval text shorter than a chunk" "$qlab" eval stories260K --text "$tmp/short.txt" --ctx 64
+grep -q "short.txt" "$tmp/err" || { echo "FAIL: error does not name the text"; fail=1; }
+expect 1 "eval unknown text" "$qlab" eval stories260K --text no-such-dataset
+expect 2 "eval without text" "$qlab" eval stories260K
+expect 2 "eval bad ctx" "$qlab" eval stories260K --text ts-eval --ctx 2
+expect 2 "eval bad kv type" "$qlab" eval stories260K --text ts-eval --kv-type q4_0
+expect 2 "generate without model" "$qlab" generate -n 3
+expect 1 "generate missing model" "$qlab" generate "$tmp/none.gguf"
+exit $fail

@@ -1,0 +1,81 @@
+#!/bin/sh
+# qlab sweep end to end on stories260K: a small sweep runs into the store; the same
+# sweep killed with SIGKILL in the middle (fault injection through
+# QLAB_FAULT_KILL_AFTER_RUNS, not timing luck) and run again holds every config
+# exactly once, with the same metric values as the uninterrupted run; a third run
+# skips everything; the reference pass runs once per sweep, not per config.
+set -u
+qlab="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fail=1; }
+
+cat >"$tmp/small.sweep" <<'END'
+[sweep]
+name    = resume-test
+model   = stories260K
+text    = ts-eval
+ctx     = 64
+chunks  = 6
+threads = 2
+
+[grid]
+weight_type = F16 Q8_0 Q4_0 Q5_1
+head_type   = same Q8_0
+END
+# Q8_0 with head Q8_0 is Q8_0 with head same: 7 distinct configs.
+
+# The metric values of a database, one line per config, in config-hash order
+# (provenance such as timings and dates left out).
+values() {
+    "$qlab" query --db "$1" --csv "SELECT config_hash, ppl, ppl_err, ppl_ref, kld_mean, kld_p99,
+        kld_max, dp_rms, max_abs_prob_err, top1_agree, n_tokens, rmse, bytes, bpw, gguf_bytes,
+        zlib_bytes FROM results ORDER BY config_hash"
+}
+
+"$qlab" sweep "$tmp/small.sweep" --db "$tmp/a.db" --cache-dir "$tmp/cache-a" \
+    >"$tmp/a.out" 2>"$tmp/a.err"
+code=$?
+[ "$code" -eq 0 ] && ok "uninterrupted sweep" || { bad "uninterrupted sweep: exit $code"; cat "$tmp/a.err"; }
+n_ref=$(grep -c '^reference' "$tmp/a.err")
+[ "$n_ref" -eq 1 ] && ok "one reference pass for 7 configs" || bad "reference passes: $n_ref"
+grep -q "7 configs (7 run, 0 already done, 0 failed)" "$tmp/a.out" && ok "summary line" \
+    || { bad "summary line"; cat "$tmp/a.out"; }
+
+QLAB_FAULT_KILL_AFTER_RUNS=3 "$qlab" sweep "$tmp/small.sweep" --db "$tmp/b.db" \
+    --cache-dir "$tmp/cache-b" >/dev/null 2>&1
+code=$?
+[ "$code" -eq 137 ] && ok "killed by SIGKILL in the middle" || bad "fault injection: exit $code, expected 137"
+done_runs=$("$qlab" query --db "$tmp/b.db" --csv "SELECT count(*) FROM runs WHERE status='done'" | tail -n 1)
+running=$("$qlab" query --db "$tmp/b.db" --csv "SELECT count(*) FROM runs WHERE status='running'" | tail -n 1)
+[ "$done_runs" = 3 ] && [ "$running" = 1 ] && ok "3 runs done and 1 left running when killed" \
+    || bad "after the kill: $done_runs done, $running running"
+
+"$qlab" sweep "$tmp/small.sweep" --db "$tmp/b.db" --cache-dir "$tmp/cache-b" \
+    >"$tmp/b.out" 2>"$tmp/b.err" || { bad "resumed sweep failed"; cat "$tmp/b.err"; }
+grep -q "7 configs (4 run, 3 already done, 0 failed)" "$tmp/b.out" && ok "resume skips the 3 done configs" \
+    || { bad "resume summary"; cat "$tmp/b.out"; }
+grep -q "loaded from cache" "$tmp/b.out" && ok "resume loads the reference from the cache" \
+    || bad "resume recomputed the reference"
+per_config=$("$qlab" query --db "$tmp/b.db" --csv \
+    "SELECT count(*) FROM (SELECT config_id FROM runs GROUP BY config_id HAVING count(*) <> 1)" | tail -n 1)
+n_runs=$("$qlab" query --db "$tmp/b.db" --csv "SELECT count(*) FROM runs WHERE status='done'" | tail -n 1)
+[ "$per_config" = 0 ] && [ "$n_runs" = 7 ] && ok "each config exactly once, all done" \
+    || bad "runs per config: $per_config configs not once, $n_runs done"
+retried=$("$qlab" query --db "$tmp/b.db" --csv "SELECT count(*) FROM runs WHERE attempts = 2" | tail -n 1)
+[ "$retried" = 1 ] && ok "the interrupted run was retried on the same row" || bad "retried runs: $retried"
+
+values "$tmp/a.db" >"$tmp/a.csv"
+values "$tmp/b.db" >"$tmp/b.csv"
+if [ "$(wc -l <"$tmp/a.csv")" -eq 8 ] && cmp -s "$tmp/a.csv" "$tmp/b.csv"; then
+    ok "killed-and-resumed values equal the uninterrupted run"
+else
+    bad "values differ"; diff "$tmp/a.csv" "$tmp/b.csv"
+fi
+
+"$qlab" sweep "$tmp/small.sweep" --db "$tmp/b.db" --cache-dir "$tmp/cache-b" >"$tmp/c.out" 2>&1
+grep -q "7 configs (0 run, 7 already done, 0 failed)" "$tmp/c.out" && ok "a finished sweep runs nothing" \
+    || { bad "third run"; cat "$tmp/c.out"; }
+exit $fail
