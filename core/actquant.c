@@ -3,6 +3,7 @@
 #include "actquant.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -127,14 +128,22 @@ void ql_act_choose(ql_act_mode mode, int32_t weight_type, int64_t n_in, ql_act_c
 
 /* Rounds one block of bs values of x into y (in place allowed) through a block
  * format: quantize with the traits' function, decode with its dequantize. */
-static void through_format(int32_t type, const float *x, float *y, int64_t bs)
+static void through_format(const ql_type_traits *tr, const float *x, float *y)
 {
     /* Large enough for one block of any activation format (Q8_K: 292 bytes). */
     _Alignas(16) unsigned char blk[sizeof(ql_block_q8_K)];
+    tr->quantize(x, blk, 1, tr->block_size, NULL);
+    tr->dequantize(blk, y, 1, tr->block_size);
+}
+
+void ql_round_through_type(int32_t type, const float *x, float *xq, int64_t n)
+{
     const ql_type_traits *tr = ql_type_get(type);
-    QL_ASSERT(tr && tr->type_size <= sizeof blk && tr->block_size == bs);
-    tr->quantize(x, blk, 1, bs, NULL);
-    tr->dequantize(blk, y, 1, bs);
+    QL_ASSERT(tr && tr->quantize && tr->dequantize && !tr->needs_grids &&
+              tr->block_size > 1 && tr->block_size <= QL_QK_K &&
+              tr->type_size <= sizeof(ql_block_q8_K) && n % tr->block_size == 0);
+    for (int64_t i = 0; i < n; i += tr->block_size)
+        through_format(tr, x + i, xq + i);
 }
 
 /* q8x2 of one 32-value block (arithmetic in actquant.h). */
@@ -171,16 +180,13 @@ void ql_actq_round(ql_actq q, const float *x, float *xq, int64_t n)
             xq[i] = ql_bf16_to_fp32(ql_fp32_to_bf16(x[i]));
         return;
     case QL_ACTQ_Q8_0:
-        for (int64_t i = 0; i < n; i += QL_QK8_0)
-            through_format(QL_TYPE_Q8_0, x + i, xq + i, QL_QK8_0);
+        ql_round_through_type(QL_TYPE_Q8_0, x, xq, n);
         return;
     case QL_ACTQ_Q8_1:
-        for (int64_t i = 0; i < n; i += QL_QK8_1)
-            through_format(QL_TYPE_Q8_1, x + i, xq + i, QL_QK8_1);
+        ql_round_through_type(QL_TYPE_Q8_1, x, xq, n);
         return;
     case QL_ACTQ_Q8_K:
-        for (int64_t i = 0; i < n; i += QL_QK_K)
-            through_format(QL_TYPE_Q8_K, x + i, xq + i, QL_QK_K);
+        ql_round_through_type(QL_TYPE_Q8_K, x, xq, n);
         return;
     case QL_ACTQ_Q8X2:
         for (int64_t i = 0; i < n; i += QL_QK8_0)
@@ -244,4 +250,103 @@ void ql_act_rows(const ql_act_ctx *c, const float *x, float *xq, int64_t n_rows)
         for (int64_t i = 0; i < c->n_keep; i++)
             yr[c->keep[i]] = xr[c->keep[i]];
     }
+}
+
+void ql_act_apply(void *ctx, const ql_linear *lin, const float *x, float *xq, int64_t n_tok)
+{
+    const ql_act_ctx *c = ctx;
+    QL_ASSERT(lin->n_in == c->n_in);
+    ql_act_rows(c, x, xq, n_tok);
+}
+
+/* ------------------------------------------------------------------------- */
+/* A whole weight set                                                          */
+
+struct ql_act_plan {
+    int n_sites;
+    ql_act_choice *choice; /* (n_sites,) */
+    ql_act_ctx *ctx;       /* (n_sites,) */
+    int n_fallback;
+};
+
+void ql_act_site_types(const ql_weights *w, const ql_quant_plan *plan, int32_t *types)
+{
+    for (int s = 0; s < w->n_lin; s++) {
+        types[s] = w->lin[s].src_type;
+        for (int64_t i = 0; i < plan->n; i++)
+            if (strcmp(plan->entries[i].name, w->lin[s].name) == 0) {
+                types[s] = plan->entries[i].used;
+                break;
+            }
+    }
+}
+
+ql_status ql_act_plan_build(ql_act_plan **out, const ql_weights *w, ql_act_mode mode,
+                            const int32_t *types, const ql_outlier_set *outliers, ql_error *err)
+{
+    *out = NULL;
+    if (mode < 0 || mode >= QL_ACT_COUNT)
+        return ql_error_set(err, QL_EINVAL, "activation mode id %d is unknown", (int)mode);
+    if (outliers && outliers->n_sites != w->n_lin)
+        return ql_error_set(err, QL_EINVAL,
+                            "outlier channel lists for %d sites, the weight set has %d",
+                            outliers->n_sites, w->n_lin);
+    ql_act_plan *p = calloc(1, sizeof *p);
+    if (!p || !(p->choice = calloc((size_t)w->n_lin, sizeof *p->choice)) ||
+        !(p->ctx = calloc((size_t)w->n_lin, sizeof *p->ctx))) {
+        ql_act_plan_free(p);
+        return ql_error_set(err, QL_ENOMEM, "activation plan: out of memory");
+    }
+    p->n_sites = w->n_lin;
+    for (int s = 0; s < w->n_lin; s++) {
+        const ql_linear *lin = &w->lin[s];
+        ql_act_choose(mode, types[s], lin->n_in, &p->choice[s]);
+        p->n_fallback += p->choice[s].fallback;
+        const ql_outlier_cols *oc = outliers ? &outliers->site[s] : NULL;
+        if (oc && oc->n_in != lin->n_in) {
+            ql_act_plan_free(p);
+            return ql_error_set(err, QL_EINVAL,
+                                "site %d '%s': outlier channels of a %lld-wide input for a "
+                                "%lld-wide product",
+                                s, lin->name, (long long)oc->n_in, (long long)lin->n_in);
+        }
+        ql_status st = ql_act_ctx_init(&p->ctx[s], p->choice[s].used, lin->n_in,
+                                       oc ? oc->cols : NULL, oc ? oc->n : 0, err);
+        if (st) {
+            ql_act_plan_free(p);
+            return ql_error_prefix(err, "site %d '%s': ", s, lin->name);
+        }
+    }
+    *out = p;
+    return QL_OK;
+}
+
+void ql_act_plan_free(ql_act_plan *p)
+{
+    if (!p)
+        return;
+    free(p->choice);
+    free(p->ctx);
+    free(p);
+}
+
+void ql_act_plan_install(const ql_act_plan *p, ql_weights *w)
+{
+    QL_ASSERT(p->n_sites == w->n_lin);
+    for (int s = 0; s < w->n_lin; s++) {
+        const bool identity = ql_act_ctx_is_identity(&p->ctx[s]);
+        w->lin[s].act = identity ? NULL : ql_act_apply;
+        w->lin[s].act_ctx = identity ? NULL : (void *)&p->ctx[s];
+    }
+}
+
+const ql_act_choice *ql_act_plan_choice(const ql_act_plan *p, int site)
+{
+    QL_ASSERT(site >= 0 && site < p->n_sites);
+    return &p->choice[site];
+}
+
+int ql_act_plan_n_fallback(const ql_act_plan *p)
+{
+    return p->n_fallback;
 }

@@ -65,6 +65,9 @@
 
 #include "config.h"
 #include "error.h"
+#include "model.h"
+#include "outliers.h"
+#include "quant.h"
 
 /* A rounding applied to activations (see the header comment). */
 typedef enum {
@@ -113,6 +116,12 @@ void ql_act_choose(ql_act_mode mode, int32_t weight_type, int64_t n_in, ql_act_c
  * allowed, other overlaps are not. No allocation; thread-safe. */
 void ql_actq_round(ql_actq q, const float *x, float *xq, int64_t n);
 
+/* Rounds n values (a multiple of the type's block size) through a block format: each
+ * block quantized with the type's reference quantizer (no importance weights) and
+ * decoded. For block types of at most 256 values and 292 bytes that need no tables
+ * (Q4_0 .. Q8_K; not the IQ types). x == xq allowed. No allocation; thread-safe. */
+void ql_round_through_type(int32_t type, const float *x, float *xq, int64_t n);
+
 /* ------------------------------------------------------------------------- */
 /* The transform of one product                                               */
 /* ------------------------------------------------------------------------- */
@@ -140,5 +149,42 @@ bool ql_act_ctx_is_identity(const ql_act_ctx *c);
 /* xq (n_rows, n_in) = transform of x (n_rows, n_in); x and xq must not overlap. Rows are
  * independent, so the result does not depend on how they are split. */
 void ql_act_rows(const ql_act_ctx *c, const float *x, float *xq, int64_t n_rows);
+
+/* The ql_act_fn (model.h) of a context: lin->act = ql_act_apply, lin->act_ctx = &ctx.
+ * Checks that the linear's width matches the context's. */
+void ql_act_apply(void *ctx, const ql_linear *lin, const float *x, float *xq, int64_t n_tok);
+
+/* ------------------------------------------------------------------------- */
+/* A whole weight set                                                          */
+/* ------------------------------------------------------------------------- */
+
+/* The activation transforms of every product site of a weight set: one choice and one
+ * context per site. Usage in a harness (a quantized configuration):
+ *   int32_t *types = ...;          // per site, the weight type actually used
+ *   ql_act_site_types(ws, plan, types);   // or from a quantization plan
+ *   ql_act_plan *ap;
+ *   ql_act_plan_build(&ap, ws, cfg->act_mode, types, outliers_or_NULL, &err);
+ *   ql_act_plan_install(ap, ws);   // sets lin->act / lin->act_ctx
+ *   ... ql_forward_run(fw, ws, ...) ...
+ *   ql_weights_free(ws); ql_act_plan_free(ap);   // the plan outlives the set's use
+ * With an outlier set, site s keeps outliers->site[s].cols out of the rounding (the set
+ * must outlive the plan). */
+typedef struct ql_act_plan ql_act_plan;
+
+/* Fills types (w->n_lin entries) with the type each site's weight has in a quantization
+ * plan (quant.h), found by tensor name (a tied head reads token_embd.weight); a site
+ * whose tensor the plan does not list keeps its source type (lin->src_type). */
+void ql_act_site_types(const ql_weights *w, const ql_quant_plan *plan, int32_t *types);
+
+ql_status ql_act_plan_build(ql_act_plan **out, const ql_weights *w, ql_act_mode mode,
+                            const int32_t *types, const ql_outlier_set *outliers, ql_error *err);
+void ql_act_plan_free(ql_act_plan *p);
+
+/* Sets every site's act/act_ctx (NULL for sites left unchanged, which cost nothing). */
+void ql_act_plan_install(const ql_act_plan *p, ql_weights *w);
+
+/* The choice of one site, and the number of sites whose rounding fell back. */
+const ql_act_choice *ql_act_plan_choice(const ql_act_plan *p, int site);
+int ql_act_plan_n_fallback(const ql_act_plan *p);
 
 #endif

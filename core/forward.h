@@ -86,9 +86,11 @@ int ql_forward_max_ctx(const ql_forward *fw);
 /* Installs (or with fn = NULL removes) the product observer. */
 void ql_forward_set_observer(ql_forward *fw, ql_matmul_observer fn, void *ctx);
 
-/* K/V cache type as llama.cpp's -ctk/-ctv: QL_TYPE_F32 (no rounding; the default) or
- * QL_TYPE_F16 (K, V, query and probabilities rounded to f16). Other types are
- * installed with ql_forward_set_attn_rounding(). */
+/* K/V cache type as llama.cpp's -ctk/-ctv: QL_TYPE_F32 (no rounding; the default),
+ * QL_TYPE_F16 (K, V, query and probabilities rounded to f16), QL_TYPE_Q8_0 or
+ * QL_TYPE_Q4_0 (as with flash attention; head size a multiple of 32). The hooks and
+ * what each type rounds: kvcache.h. Other roundings are installed with
+ * ql_forward_set_attn_rounding(). */
 ql_status ql_forward_set_kv_type(ql_forward *fw, int32_t type, ql_error *err);
 
 /* Installs a custom attention rounding (copied); NULL restores f32. */

@@ -41,6 +41,9 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "forward.h"
+#include "model.h"
+#include "perplexity.h"
 
 /* At most n_in / QL_OUTLIER_CAP_DIV outlier channels per matrix. */
 #define QL_OUTLIER_CAP_DIV 16
@@ -69,6 +72,22 @@ void ql_act_stats_add(ql_act_stats *s, int site, const float *x, int64_t n_rows)
 /* Folds b into a (same sites and widths, e.g. two calibration shards); QL_EINVAL when
  * the shapes differ. */
 ql_status ql_act_stats_merge(ql_act_stats *a, const ql_act_stats *b, ql_error *err);
+
+/* Statistics with one site per product site of a weight set (widths lin[s].n_in). */
+ql_status ql_act_stats_alloc_for(ql_act_stats **out, const ql_weights *w, ql_error *err);
+
+/* The forward pass observer (ql_matmul_observer) that feeds st = ctx:
+ *   ql_forward_set_observer(fw, ql_act_stats_observe, st). */
+void ql_act_stats_observe(void *ctx, int site, const ql_linear *lin, const float *x,
+                          int64_t n_tok);
+
+/* A calibration pass: runs every chunk of d through fw with weights w (the reference
+ * weights: the statistics describe the unquantized model) and records every site's
+ * inputs into a new *out. Every position of a chunk is run (out_first = 0), so each
+ * site sees n_chunks * ctx rows. fw's observer is replaced during the pass and removed
+ * afterwards. */
+ql_status ql_act_stats_collect(ql_act_stats **out, ql_forward *fw, const ql_weights *w,
+                               const ql_ppl_data *d, ql_error *err);
 
 /* ------------------------------------------------------------------------- */
 /* Selection                                                                   */
