@@ -201,6 +201,8 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
     const int64_t n_in = lin->n_in, n_out = lin->n_out;
     blas_sgemm(false, true, (int)n_tok, (int)n_out, (int)n_in, 1.0f, in, (int)n_in, lin->w,
                (int)n_in, y, (int)n_out);
+    if (lin->act_post)
+        lin->act_post(lin->act_ctx, lin, x, y, n_tok);
     if (lin->b)
         for (int64_t t = 0; t < n_tok; t++)
             for (int64_t o = 0; o < n_out; o++)

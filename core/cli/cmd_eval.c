@@ -128,6 +128,7 @@ int ql_cmd_eval(int argc, char **argv)
     ql_weights *ws = NULL;
     ql_act_plan *ap = NULL;
     int32_t *site_types = NULL;
+    const void **site_q = NULL;
     char *text = NULL;
     size_t text_len = 0;
     ql_ppl_data d;
@@ -147,13 +148,18 @@ int ql_cmd_eval(int argc, char **argv)
     /* The activation transforms follow each weight's type in the file. */
     if (ql_weights_copy(&ws, m->weights, &err))
         goto fail;
-    if (!(site_types = malloc((size_t)ws->n_lin * sizeof *site_types))) {
+    if (!(site_types = malloc((size_t)ws->n_lin * sizeof *site_types)) ||
+        !(site_q = malloc((size_t)ws->n_lin * sizeof *site_q))) {
         ql_error_set(&err, QL_ENOMEM, "out of memory");
         goto fail;
     }
-    for (int s = 0; s < ws->n_lin; s++)
+    for (int s = 0; s < ws->n_lin; s++) {
         site_types[s] = ws->lin[s].src_type;
-    if (ql_act_plan_build(&ap, ws, act_cfg.act_mode, site_types, NULL, &err))
+        /* the file's bytes: Q4_1/Q5_1 block mins for the q8_1 block-sum term */
+        const ql_gguf_tensor *gt = ql_gguf_find_tensor(m->gguf, ws->lin[s].name);
+        site_q[s] = gt && gt->type == site_types[s] ? gt->data : NULL;
+    }
+    if (ql_act_plan_build(&ap, ws, act_cfg.act_mode, site_types, site_q, NULL, &err))
         goto fail;
     ql_act_plan_install(ap, ws);
     for (int s = 0; s < ws->n_lin; s++) {
@@ -190,6 +196,7 @@ out:
     ql_weights_free(ws);
     ql_act_plan_free(ap);
     free(site_types);
+    free(site_q);
     ql_forward_free(fw);
     ql_tokenizer_free(tok);
     ql_model_free(m);

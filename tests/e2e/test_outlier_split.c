@@ -95,7 +95,7 @@ static double run_config(harness *h, int32_t type, const ql_outlier_set *os, uin
         types[s] = type;
     }
     ql_act_plan *ap;
-    CHECK_OK(ql_act_plan_build(&ap, ws, QL_ACT_Q8_0, types, os, &err), &err);
+    CHECK_OK(ql_act_plan_build(&ap, ws, QL_ACT_Q8_0, types, NULL, os, &err), &err);
     ql_act_plan_install(ap, ws);
     const double kld = eval_kld(h, ws, dm);
     ql_weights_free(ws);

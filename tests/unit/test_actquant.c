@@ -14,6 +14,7 @@
 #include "quant_common.h"
 #include "quant_legacy.h"
 #include "qltest.h"
+#include "quant.h"
 #include "types.h"
 
 /* q8x2 must be at least this many times more accurate (RMS) than q8_0 on Gaussian
@@ -311,8 +312,84 @@ static void fast_helpers_exact(void)
     CHECK_EQ_INT(bad_f16, 0);
 }
 
+/* q8_1 with Q4_1 weights: the rounded product plus ql_act_post equals ggml's dot
+ * product sum_b [Dw Dx sum qw qx + m s] (evaluated in double from the blocks), while the
+ * rounded product alone misses the fp16 rounding of s. Inputs with a nonzero mean make
+ * the block sums, and so the term, large. */
+static void q8_1_block_sums(void)
+{
+    enum { N_IN = 128, N_OUT = 16, N_TOK = 5, NB = N_IN / 32 };
+    ql_error err;
+    float w[N_OUT * N_IN], we[N_OUT * N_IN], x[N_TOK * N_IN], xq[N_TOK * N_IN];
+    rng_state = 21;
+    for (int i = 0; i < N_OUT * N_IN; i++)
+        w[i] = 0.05f * gauss();
+    for (int i = 0; i < N_TOK * N_IN; i++)
+        x[i] = 2.0f + gauss();
+    ql_block_q4_1 wq[N_OUT * NB];
+    CHECK_OK(ql_quant_tensor(QL_TYPE_Q4_1, w, N_OUT, N_IN, NULL, wq, sizeof wq, NULL, &err), &err);
+    CHECK_OK(ql_dequant_tensor(QL_TYPE_Q4_1, wq, sizeof wq, N_OUT, N_IN, we, &err), &err);
+    float mins[N_OUT * NB];
+    CHECK_OK(ql_act_block_mins(QL_TYPE_Q4_1, wq, N_OUT, N_IN, mins, &err), &err);
+    CHECK(mins[3] == ql_fp16_to_fp32(wq[3].m));
+    CHECK(ql_act_block_mins(QL_TYPE_Q4_0, wq, N_OUT, N_IN, mins, &err) == QL_EINVAL);
+
+    ql_act_ctx c;
+    CHECK_OK(ql_act_ctx_init(&c, QL_ACTQ_Q8_1, N_IN, NULL, 0, &err), &err);
+    c.mins = mins;
+    c.n_out = N_OUT;
+    ql_act_rows(&c, x, xq, N_TOK);
+    float y[N_TOK * N_OUT], y_plain[N_TOK * N_OUT];
+    for (int t = 0; t < N_TOK; t++)
+        for (int o = 0; o < N_OUT; o++) {
+            double acc = 0;
+            for (int j = 0; j < N_IN; j++)
+                acc += (double)we[o * N_IN + j] * (double)xq[t * N_IN + j];
+            y[t * N_OUT + o] = y_plain[t * N_OUT + o] = (float)acc;
+        }
+    ql_linear lin = {.n_in = N_IN, .n_out = N_OUT};
+    ql_act_post(&c, &lin, x, y, N_TOK);
+
+    double e_post = 0, e_plain = 0, scale = 0;
+    for (int t = 0; t < N_TOK; t++) {
+        ql_block_q8_1 xb[NB];
+        ql_quantize_row_q8_1_ref(x + t * N_IN, xb, N_IN);
+        for (int o = 0; o < N_OUT; o++) {
+            double ggml = 0;
+            for (int b = 0; b < NB; b++) {
+                const ql_block_q4_1 *wb = &wq[o * NB + b];
+                int32_t isum = 0;
+                for (int j = 0; j < 16; j++) {
+                    isum += (wb->qs[j] & 0x0F) * xb[b].qs[j];
+                    isum += (wb->qs[j] >> 4) * xb[b].qs[j + 16];
+                }
+                ggml += (double)ql_fp16_to_fp32(wb->d) * (double)ql_fp16_to_fp32(xb[b].d) * isum +
+                        (double)ql_fp16_to_fp32(wb->m) * (double)ql_fp16_to_fp32(xb[b].s);
+            }
+            e_post = fmax(e_post, fabs((double)y[t * N_OUT + o] - ggml));
+            e_plain = fmax(e_plain, fabs((double)y_plain[t * N_OUT + o] - ggml));
+            scale = fmax(scale, fabs(ggml));
+        }
+    }
+    printf("q8_1 x Q4_1: max |y - ggml| %.3g without the block-sum term, %.3g with it (|y| <= "
+           "%.3g)\n", e_plain, e_post, scale);
+    /* with the term: f32 rounding of the result and of the correction only */
+    CHECK_MSG(e_post <= 4 * 0x1p-24 * scale * NB, "%.3g", e_post);
+    CHECK(e_plain > 10 * e_post);
+
+    /* the choice knows when the term applies */
+    ql_act_choice ch;
+    ql_act_choose(QL_ACT_NATIVE, QL_TYPE_Q5_1, 64, &ch);
+    CHECK(ch.used == QL_ACTQ_Q8_1 && ch.needs_sums && !ch.block_sums);
+    ql_act_choose(QL_ACT_Q8_1, QL_TYPE_Q4_0, 64, &ch);
+    CHECK(ch.used == QL_ACTQ_Q8_1 && !ch.needs_sums);
+    ql_act_choose(QL_ACT_Q8_0, QL_TYPE_Q4_1, 64, &ch);
+    CHECK(!ch.needs_sums);
+}
+
 int main(void)
 {
+    q8_1_block_sums();
     fast_helpers_exact();
     q8_1_hand_checked();
     q8_K_hand_checked();

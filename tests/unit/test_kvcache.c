@@ -204,7 +204,7 @@ static void plan_in_forward(const ql_model *m)
     for (int s = 0; s < ws->n_lin; s++)
         types[s] = s < QL_SITES_PER_LAYER ? QL_TYPE_Q4_K : QL_TYPE_F16;
     ql_act_plan *ap;
-    CHECK_OK(ql_act_plan_build(&ap, ws, QL_ACT_NATIVE, types, os, &err), &err);
+    CHECK_OK(ql_act_plan_build(&ap, ws, QL_ACT_NATIVE, types, NULL, os, &err), &err);
     CHECK(ql_act_plan_choice(ap, ql_site(0, QL_SITE_Q))->used == QL_ACTQ_Q8_K);
     CHECK(ql_act_plan_choice(ap, ql_site(1, QL_SITE_DOWN))->used == QL_ACTQ_F16);
     CHECK_EQ_INT(ql_act_plan_n_fallback(ap), 0);
@@ -219,19 +219,48 @@ static void plan_in_forward(const ql_model *m)
     CHECK(dq > 0);
     /* f32 mode: nothing installed, the same logits bit for bit */
     ql_act_plan *ap0;
-    CHECK_OK(ql_act_plan_build(&ap0, ws, QL_ACT_F32, types, NULL, &err), &err);
+    CHECK_OK(ql_act_plan_build(&ap0, ws, QL_ACT_F32, types, NULL, NULL, &err), &err);
     ql_act_plan_install(ap0, ws);
     CHECK(ws->lin[0].act == NULL);
     CHECK_OK(ql_forward_run(fw, ws, toks, CTX, 0, 0, b, &err), &err);
     CHECK(memcmp(a, b, (size_t)CTX * m->hp.n_vocab * sizeof *a) == 0);
     /* q8_K everywhere: rows of 256 and 512 split, no fallback */
     ql_act_plan *ap1;
-    CHECK_OK(ql_act_plan_build(&ap1, ws, QL_ACT_Q8_K, types, NULL, &err), &err);
+    CHECK_OK(ql_act_plan_build(&ap1, ws, QL_ACT_Q8_K, types, NULL, NULL, &err), &err);
     CHECK_EQ_INT(ql_act_plan_n_fallback(ap1), 0);
     ql_act_plan_free(ap1);
+    /* Q4_1 weights with their bytes: native is q8_1 with the block-sum term after the
+     * product; without the bytes the term is left out and the choice says so */
+    void **bytes = calloc((size_t)ws->n_lin, sizeof *bytes);
+    for (int s = 0; s < ws->n_lin; s++) {
+        const ql_linear *l = &ws->lin[s];
+        const size_t qsz = ql_row_size(QL_TYPE_Q4_1, l->n_in) * (size_t)l->n_out;
+        bytes[s] = malloc(qsz);
+        CHECK_OK(ql_quant_tensor(QL_TYPE_Q4_1, l->w, l->n_out, l->n_in, NULL, bytes[s], qsz, NULL,
+                                 &err),
+                 &err);
+        types[s] = QL_TYPE_Q4_1;
+    }
+    CHECK_OK(ql_act_plan_build(&ap1, ws, QL_ACT_NATIVE, types, (const void *const *)bytes, NULL,
+                               &err),
+             &err);
+    CHECK(ql_act_plan_choice(ap1, 0)->used == QL_ACTQ_Q8_1 &&
+          ql_act_plan_choice(ap1, 0)->block_sums);
+    ql_act_plan_install(ap1, ws);
+    CHECK(ws->lin[0].act_post == ql_act_post && ws->lin[ws->n_lin - 1].act_post == ql_act_post);
+    CHECK_OK(ql_forward_run(fw, ws, toks, CTX, 0, 0, b, &err), &err);
+    ql_act_plan_free(ap1);
+    CHECK_OK(ql_act_plan_build(&ap1, ws, QL_ACT_NATIVE, types, NULL, NULL, &err), &err);
+    CHECK(ql_act_plan_choice(ap1, 0)->needs_sums && !ql_act_plan_choice(ap1, 0)->block_sums);
+    ql_act_plan_install(ap1, ws);
+    CHECK(ws->lin[0].act_post == NULL);
+    ql_act_plan_free(ap1);
+    for (int s = 0; s < ws->n_lin; s++)
+        free(bytes[s]);
+    free(bytes);
     /* an outlier set for another weight set */
     ql_outlier_set bad = {.n_sites = 3};
-    CHECK(ql_act_plan_build(&ap1, ws, QL_ACT_Q8_0, types, &bad, &err) == QL_EINVAL && !ap1);
+    CHECK(ql_act_plan_build(&ap1, ws, QL_ACT_Q8_0, types, NULL, &bad, &err) == QL_EINVAL && !ap1);
     ql_act_plan_free(ap0);
     ql_act_plan_free(ap);
     ql_weights_free(ws);
