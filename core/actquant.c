@@ -120,7 +120,7 @@ void ql_act_choose(ql_act_mode mode, int32_t weight_type, int64_t n_in, ql_act_c
      * llama-quantize's fallback would leave (see actquant.h). */
     out->fallback = true;
     out->used = out->requested == QL_ACTQ_Q8_K && ql_actq_fits(QL_ACTQ_Q8_0, n_in) ? QL_ACTQ_Q8_0
-                                                                                  : QL_ACTQ_F16;
+                                                                                   : QL_ACTQ_F16;
     snprintf(out->note, sizeof out->note,
              "%s activations need rows of a multiple of %lld values; %lld-wide input rounded "
              "to %s",
@@ -144,9 +144,9 @@ static void through_format(const ql_type_traits *tr, const float *x, float *y)
 void ql_round_through_type(int32_t type, const float *x, float *xq, int64_t n)
 {
     const ql_type_traits *tr = ql_type_get(type);
-    QL_ASSERT(tr && tr->quantize && tr->dequantize && !tr->needs_grids &&
-              tr->block_size > 1 && tr->block_size <= QL_QK_K &&
-              tr->type_size <= sizeof(ql_block_q8_K) && n % tr->block_size == 0);
+    QL_ASSERT(tr && tr->quantize && tr->dequantize && !tr->needs_grids && tr->block_size > 1 &&
+              tr->block_size <= QL_QK_K && tr->type_size <= sizeof(ql_block_q8_K) &&
+              n % tr->block_size == 0);
     for (int64_t i = 0; i < n; i += tr->block_size)
         through_format(tr, x + i, xq + i);
 }

@@ -109,8 +109,8 @@ typedef struct {
     ql_actq requested;
     ql_actq used;               /* differs from requested only when fallback is set */
     bool fallback;              /* the row did not split into the requested blocks */
-    bool needs_sums; /* q8_1 with Q4_1/Q5_1 weights: the block-sum term applies */
-    bool block_sums; /* ... and is applied (ql_act_plan_build had the weight bytes) */
+    bool needs_sums;            /* q8_1 with Q4_1/Q5_1 weights: the block-sum term applies */
+    bool block_sums;            /* ... and is applied (ql_act_plan_build had the weight bytes) */
     char note[QL_ACT_NOTE_MAX]; /* why used != requested, e.g. "q8_0 activations need
                                    rows of 32 values; 172-wide input rounded to f16" */
 } ql_act_choice;

@@ -19,8 +19,8 @@ ql_status ql_act_stats_alloc(ql_act_stats **out, int n_sites, const int64_t *n_i
         return ql_error_set(err, QL_EINVAL, "activation statistics: %d sites", n_sites);
     for (int s = 0; s < n_sites; s++)
         if (n_in[s] <= 0)
-            return ql_error_set(err, QL_EINVAL, "activation statistics: site %d has width %lld",
-                                s, (long long)n_in[s]);
+            return ql_error_set(err, QL_EINVAL, "activation statistics: site %d has width %lld", s,
+                                (long long)n_in[s]);
     ql_act_stats *st = calloc(1, sizeof *st);
     if (!st)
         goto out_nomem;
@@ -112,8 +112,7 @@ ql_status ql_act_stats_alloc_for(ql_act_stats **out, const ql_weights *w, ql_err
     return st;
 }
 
-void ql_act_stats_observe(void *ctx, int site, const ql_linear *lin, const float *x,
-                          int64_t n_tok)
+void ql_act_stats_observe(void *ctx, int site, const ql_linear *lin, const float *x, int64_t n_tok)
 {
     ql_act_stats *st = ctx;
     QL_ASSERT(site >= 0 && site < st->n_sites && lin->n_in == st->n_in[site]);
@@ -136,8 +135,8 @@ ql_status ql_act_stats_collect(ql_act_stats **out, ql_forward *fw, const ql_weig
     int32_t *tokens = malloc((size_t)d->ctx * sizeof *tokens);
     float *logits = malloc((size_t)d->ctx * (size_t)hp->n_vocab * sizeof *logits);
     if (!tokens || !logits) {
-        rc = ql_error_set(err, QL_ENOMEM, "calibration: out of memory for %d x %d logits",
-                          d->ctx, hp->n_vocab);
+        rc = ql_error_set(err, QL_ENOMEM, "calibration: out of memory for %d x %d logits", d->ctx,
+                          hp->n_vocab);
         goto out;
     }
     ql_forward_set_observer(fw, ql_act_stats_observe, st);
@@ -330,9 +329,10 @@ ql_status ql_outliers_quant_weight(int32_t type, const float *w, int64_t n_out, 
                             (long long)oc->n_in, (long long)n_in, tr->name);
     const size_t row = ql_row_size(tr->storage, n_in);
     if (row == 0)
-        return ql_error_set(err, QL_EINVAL, "outlier split: %s rows of %lld values do not split "
-                            "into blocks of %lld", tr->name, (long long)n_in,
-                            (long long)tr->block_size);
+        return ql_error_set(err, QL_EINVAL,
+                            "outlier split: %s rows of %lld values do not split "
+                            "into blocks of %lld",
+                            tr->name, (long long)n_in, (long long)tr->block_size);
     const size_t need = row * (size_t)n_out;
     if (q && q_size < need)
         return ql_error_set(err, QL_EINVAL, "outlier split: %s buffer of %zu bytes, need %zu",
@@ -344,8 +344,7 @@ ql_status ql_outliers_quant_weight(int32_t type, const float *w, int64_t n_out, 
     if (!q) {
         tmp = malloc(need);
         if (!tmp)
-            return ql_error_set(err, QL_ENOMEM, "outlier split: out of memory for %zu bytes",
-                                need);
+            return ql_error_set(err, QL_ENOMEM, "outlier split: out of memory for %zu bytes", need);
         q = tmp;
         q_size = need;
     }

@@ -78,8 +78,7 @@ ql_status ql_act_stats_alloc_for(ql_act_stats **out, const ql_weights *w, ql_err
 
 /* The forward pass observer (ql_matmul_observer) that feeds st = ctx:
  *   ql_forward_set_observer(fw, ql_act_stats_observe, st). */
-void ql_act_stats_observe(void *ctx, int site, const ql_linear *lin, const float *x,
-                          int64_t n_tok);
+void ql_act_stats_observe(void *ctx, int site, const ql_linear *lin, const float *x, int64_t n_tok);
 
 /* A calibration pass: runs every chunk of d through fw with weights w (the reference
  * weights: the statistics describe the unquantized model) and records every site's
@@ -95,12 +94,12 @@ ql_status ql_act_stats_collect(ql_act_stats **out, ql_forward *fw, const ql_weig
 
 /* The outlier channels of one matrix. */
 typedef struct {
-    int64_t n_in;      /* width of the matrix input */
-    int64_t n;         /* number of outlier channels */
-    int64_t *cols;     /* (n,) ascending channel indices (heap; NULL when n == 0) */
-    double median;     /* median channel magnitude */
-    double threshold;  /* ratio * median */
-    int64_t n_above;   /* channels above the threshold before the cap */
+    int64_t n_in;     /* width of the matrix input */
+    int64_t n;        /* number of outlier channels */
+    int64_t *cols;    /* (n,) ascending channel indices (heap; NULL when n == 0) */
+    double median;    /* median channel magnitude */
+    double threshold; /* ratio * median */
+    int64_t n_above;  /* channels above the threshold before the cap */
 } ql_outlier_cols;
 
 /* Selects the outliers of one site from its channel magnitudes amax (n_in values).

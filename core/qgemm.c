@@ -113,8 +113,8 @@ __attribute__((target("avx2,f16c"))) static float dot_avx2(int64_t nb, const ql_
         const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
         const __m128i s1 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xb1));
-        sum = add_block(sum, _mm_cvtsi128_si32(s1), ql_fp16_to_fp32(w[b].d),
-                        ql_fp16_to_fp32(x[b].d));
+        sum =
+            add_block(sum, _mm_cvtsi128_si32(s1), ql_fp16_to_fp32(w[b].d), ql_fp16_to_fp32(x[b].d));
     }
     return sum;
 }

@@ -44,9 +44,9 @@ typedef struct {
     int64_t t, k, m;
     const float *x;
     float *xq;
-    const float *wd;        /* decoded weights (M, K) */
+    const float *wd;         /* decoded weights (M, K) */
     const ql_block_q8_0 *wq; /* Q8_0 weights */
-    ql_block_q8_0 *xb;      /* q8_0 activation blocks */
+    ql_block_q8_0 *xb;       /* q8_0 activation blocks */
     float *y;
     ql_act_ctx act;
 } prod_ctx;
@@ -152,8 +152,8 @@ int ql_bench_act(int argc, char **argv)
     c.xb = xb;
     c.y = y;
 
-    printf("qlab bench act: activation rounding of %d x %d f32, 1 thread, MB/s of input\n",
-           tokens, k);
+    printf("qlab bench act: activation rounding of %d x %d f32, 1 thread, MB/s of input\n", tokens,
+           k);
     for (int q = 0; q < QL_ACTQ_COUNT; q++) {
         ql_error err;
         if (ql_act_ctx_init(&c.act, (ql_actq)q, k, NULL, 0, &err)) {
@@ -179,9 +179,8 @@ int ql_bench_act(int argc, char **argv)
         const char *name;
         run_kind kind;
         bool portable;
-    } paths[] = {{"fake-quant", RUN_FAKE, false},
-                 {"int8 C", RUN_INT, true},
-                 {"int8 AVX2", RUN_INT, false}};
+    } paths[] = {
+        {"fake-quant", RUN_FAKE, false}, {"int8 C", RUN_INT, true}, {"int8 AVX2", RUN_INT, false}};
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
         ql_qgemm_force_portable(paths[p].portable);
         if (paths[p].kind == RUN_INT && !paths[p].portable &&

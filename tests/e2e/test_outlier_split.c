@@ -86,8 +86,7 @@ static double run_config(harness *h, int32_t type, const ql_outlier_set *os, uin
         float *w_eff = malloc((size_t)(lin->n_out * lin->n_in) * sizeof *w_eff);
         uint64_t qb = 0, ob = 0;
         CHECK_OK(ql_outliers_quant_weight(type, lin->w, lin->n_out, lin->n_in, NULL,
-                                          os ? &os->site[s] : NULL, w_eff, NULL, 0, &qb, &ob,
-                                          &err),
+                                          os ? &os->site[s] : NULL, w_eff, NULL, 0, &qb, &ob, &err),
                  &err);
         ql_linear_set_weights(lin, w_eff, true);
         *bytes += qb + ob;
@@ -159,9 +158,8 @@ int main(void)
     printf("%-22s %12s %12s %10s %12s\n", "config", "mean KLD", "max |dp|", "top-1", "bytes");
     printf("%-22s %12.6f %12.5f %10.4f %12llu\n", "Q8_0 + q8_0, r = 0", k0, d0.max_abs_prob_err,
            d0.top1_agree, (unsigned long long)b0);
-    printf("%-22s %12.6f %12.5f %10.4f %12llu (+%llu outlier columns)\n", "Q8_0 + q8_0, r = 3",
-           k3, d3.max_abs_prob_err, d3.top1_agree, (unsigned long long)b3,
-           (unsigned long long)e3);
+    printf("%-22s %12.6f %12.5f %10.4f %12llu (+%llu outlier columns)\n", "Q8_0 + q8_0, r = 3", k3,
+           d3.max_abs_prob_err, d3.top1_agree, (unsigned long long)b3, (unsigned long long)e3);
     printf("%-22s %12.6f %12.5f %10.4f %12llu\n", "Q8_0_XC + q8_0, r = 0", kx0,
            dx0.max_abs_prob_err, dx0.top1_agree, (unsigned long long)bx0);
     printf("%-22s %12.6f %12.5f %10.4f %12llu\n", "Q8_0_XC + q8_0, r = 3", kx3,
@@ -173,8 +171,8 @@ int main(void)
     CHECK(e0 == 0 && e3 > 0 && b3 == b0 + e3);
     uint64_t want_extra = 0;
     for (int s = 0; s < os->n_sites; s++)
-        want_extra += ql_outliers_bytes(h.m->weights->lin[s].n_out, h.m->weights->lin[s].n_in,
-                                        os->site[s].n);
+        want_extra +=
+            ql_outliers_bytes(h.m->weights->lin[s].n_out, h.m->weights->lin[s].n_in, os->site[s].n);
     CHECK_EQ_INT(e3, want_extra);
     /* Q8_0_XC: no extra bytes; without outliers it is plain Q8_0 */
     CHECK(ex3 == 0 && bx3 == b0 && kx0 == k0);

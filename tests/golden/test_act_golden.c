@@ -11,8 +11,21 @@
 #include "qltest.h"
 #include "util.h"
 
-enum { C_CASE, C_MATRIX, C_TYPE, C_ID, C_ROWS, C_COLS, C_SEED, C_IMAT, C_INPUT, C_IMATFILE,
-       C_QUANT, C_DEQUANT, C_NCOLS_MIN = 12 };
+enum {
+    C_CASE,
+    C_MATRIX,
+    C_TYPE,
+    C_ID,
+    C_ROWS,
+    C_COLS,
+    C_SEED,
+    C_IMAT,
+    C_INPUT,
+    C_IMATFILE,
+    C_QUANT,
+    C_DEQUANT,
+    C_NCOLS_MIN = 12
+};
 
 /* The golden type whose decoded values each rounding must reproduce. */
 static const struct {
@@ -74,10 +87,13 @@ int main(void)
             for (int64_t i = 0; i < rows * cols; i++)
                 if (memcmp(&got[i], &want[i], sizeof(float)) != 0 && ndiff++ == 0)
                     first = i;
-            CHECK_MSG(ndiff == 0, "%s activations on %s: %lld of %lld values differ from ggml's; "
-                      "first at %lld: %.9g vs %.9g", ql_actq_name(pairs[k].q), col[C_CASE],
-                      (long long)ndiff, (long long)(rows * cols), (long long)first,
-                      first >= 0 ? (double)got[first] : 0.0, first >= 0 ? (double)want[first] : 0.0);
+            CHECK_MSG(ndiff == 0,
+                      "%s activations on %s: %lld of %lld values differ from ggml's; "
+                      "first at %lld: %.9g vs %.9g",
+                      ql_actq_name(pairs[k].q), col[C_CASE], (long long)ndiff,
+                      (long long)(rows * cols), (long long)first,
+                      first >= 0 ? (double)got[first] : 0.0,
+                      first >= 0 ? (double)want[first] : 0.0);
             if (ndiff == 0)
                 printf("ok: %s activations = ggml %s on %s (%lld x %lld)\n",
                        ql_actq_name(pairs[k].q), pairs[k].golden_type, col[C_MATRIX],

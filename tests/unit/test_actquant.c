@@ -122,7 +122,8 @@ static void q8x2_hand_checked(void)
 
 /* On Gaussian rows: q8x2 >= Q8X2_MIN_GAIN times more accurate than q8_0 (RMS), every
  * value within D/256 (+ f32 rounding) of x, and every value (D/128) * k with k an integer
- * of at most 15 bits (rounded once to f32), as an int8 two-pass kernel sees it. Also q8_1 == q8_0. */
+ * of at most 15 bits (rounded once to f32), as an int8 two-pass kernel sees it. Also q8_1 == q8_0.
+ */
 static void q8x2_error_gain(void)
 {
     enum { N = 64 * 4096 };
@@ -203,7 +204,8 @@ static void choose_and_fallback(void)
     ql_act_choose(QL_ACT_Q8_0, QL_TYPE_F32, 172, &c);
     CHECK(c.requested == QL_ACTQ_Q8_0 && c.used == QL_ACTQ_F16 && c.fallback);
     CHECK_MSG(strcmp(c.note, "q8_0 activations need rows of a multiple of 32 values; 172-wide "
-                             "input rounded to f16") == 0, "note '%s'", c.note);
+                             "input rounded to f16") == 0,
+              "note '%s'", c.note);
     ql_act_choose(QL_ACT_NATIVE, QL_TYPE_F16, 172, &c);
     CHECK(c.requested == QL_ACTQ_F16 && c.used == QL_ACTQ_F16 && !c.fallback);
     ql_act_choose(QL_ACT_Q8_K, QL_TYPE_Q8_0, 64, &c);
@@ -271,7 +273,8 @@ static void kept_channels(void)
     CHECK(ql_act_ctx_init(&c, QL_ACTQ_Q8_0, N, bad_range, 1, &err) == QL_EINVAL);
     CHECK(ql_act_ctx_init(&c, QL_ACTQ_Q8_0, 172, NULL, 0, &err) == QL_EINVAL);
     CHECK_MSG(strcmp(err.msg, "q8_0 activations need rows of a multiple of 32 values, not 172") ==
-                  0, "'%s'", err.msg);
+                  0,
+              "'%s'", err.msg);
     CHECK(ql_act_ctx_init(&c, QL_ACTQ_Q8_0, N, NULL, 3, &err) == QL_EINVAL);
 }
 
@@ -372,7 +375,8 @@ static void q8_1_block_sums(void)
         }
     }
     printf("q8_1 x Q4_1: max |y - ggml| %.3g without the block-sum term, %.3g with it (|y| <= "
-           "%.3g)\n", e_plain, e_post, scale);
+           "%.3g)\n",
+           e_plain, e_post, scale);
     /* with the term: f32 rounding of the result and of the correction only */
     CHECK_MSG(e_post <= 4 * 0x1p-24 * scale * NB, "%.3g", e_post);
     CHECK(e_plain > 10 * e_post);

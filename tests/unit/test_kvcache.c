@@ -236,14 +236,14 @@ static void plan_in_forward(const ql_model *m)
         const ql_linear *l = &ws->lin[s];
         const size_t qsz = ql_row_size(QL_TYPE_Q4_1, l->n_in) * (size_t)l->n_out;
         bytes[s] = malloc(qsz);
-        CHECK_OK(ql_quant_tensor(QL_TYPE_Q4_1, l->w, l->n_out, l->n_in, NULL, bytes[s], qsz, NULL,
-                                 &err),
-                 &err);
+        CHECK_OK(
+            ql_quant_tensor(QL_TYPE_Q4_1, l->w, l->n_out, l->n_in, NULL, bytes[s], qsz, NULL, &err),
+            &err);
         types[s] = QL_TYPE_Q4_1;
     }
-    CHECK_OK(ql_act_plan_build(&ap1, ws, QL_ACT_NATIVE, types, (const void *const *)bytes, NULL,
-                               &err),
-             &err);
+    CHECK_OK(
+        ql_act_plan_build(&ap1, ws, QL_ACT_NATIVE, types, (const void *const *)bytes, NULL, &err),
+        &err);
     CHECK(ql_act_plan_choice(ap1, 0)->used == QL_ACTQ_Q8_1 &&
           ql_act_plan_choice(ap1, 0)->block_sums);
     ql_act_plan_install(ap1, ws);

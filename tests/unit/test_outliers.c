@@ -179,7 +179,10 @@ static void make_problem(float *w, float *x)
         w[i] = 0.05f * gauss();
     for (int t = 0; t < N_TOK; t++)
         for (int j = 0; j < N_IN; j++)
-            x[t * N_IN + j] = gauss() * (j == 5 ? 60.0f : j == 64 ? -40.0f : j == 100 ? 25.0f : 1.0f);
+            x[t * N_IN + j] = gauss() * (j == 5     ? 60.0f
+                                         : j == 64  ? -40.0f
+                                         : j == 100 ? 25.0f
+                                                    : 1.0f);
 }
 
 /* The weight side: exact columns, the rest quantized from the zeroed matrix, sizes. */
@@ -193,8 +196,8 @@ static void weight_side(void)
     const size_t qsz = ql_row_size(QL_TYPE_Q4_1, N_IN) * N_OUT;
     unsigned char *q = malloc(qsz), *qref = malloc(qsz);
     uint64_t qb = 0, ob = 0;
-    CHECK_OK(ql_outliers_quant_weight(QL_TYPE_Q4_1, w, N_OUT, N_IN, NULL, &oc, we, q, qsz, &qb,
-                                      &ob, &err),
+    CHECK_OK(ql_outliers_quant_weight(QL_TYPE_Q4_1, w, N_OUT, N_IN, NULL, &oc, we, q, qsz, &qb, &ob,
+                                      &err),
              &err);
     CHECK_EQ_INT(qb, qsz);
     CHECK_EQ_INT(ob, 3 * (4 * N_OUT + 2));
@@ -278,7 +281,7 @@ static void weight_side(void)
 
 /* Worst-case bound of f32 recursive summation of n terms: |error| <= n * u * sum |terms|
  * (u = 2^-24), for each of the two orders compared, hence the factor 2. */
-#define SUM_BOUND(n, abs_sum) (2.0 * (double)(n) * 0x1p-24 * (abs_sum))
+#define SUM_BOUND(n, abs_sum) (2.0 * (double)(n)*0x1p-24 * (abs_sum))
 
 /* The single product W_eff x_eff against the two-part product
  * dequant(quant(W_0)) actquant(x_0) + W_O x_O, term by term and summed. */
@@ -336,8 +339,8 @@ static void split_equivalence(void)
                     worst = diff / abs_sum;
             }
         CHECK_MSG(term_diff == 0, "%s: %d terms differ", ql_actq_name(modes[m]), term_diff);
-        CHECK_MSG(worst_t == 0, "%s: %d sums outside the summation bound",
-                  ql_actq_name(modes[m]), worst_t);
+        CHECK_MSG(worst_t == 0, "%s: %d sums outside the summation bound", ql_actq_name(modes[m]),
+                  worst_t);
         printf("%s: single vs two-part product: terms identical, sums differ by <= %.2g of "
                "sum |terms|\n",
                ql_actq_name(modes[m]), worst);

@@ -16,7 +16,7 @@
 /* |computed - exact| <= n * u * sum_j |w_j x_j| (u = 2^-24) bounds recursive f32
  * summation of n terms each rounded once; the integer path has n = blocks + 1 roundings
  * per chain, the fake-quant path n_in + 1. Applied with n = n_in + 1 to both. */
-#define SUM_BOUND(n, abs_sum) ((double)(n) * 0x1p-24 * (abs_sum))
+#define SUM_BOUND(n, abs_sum) ((double)(n)*0x1p-24 * (abs_sum))
 
 static uint64_t rng_state;
 static double uniform(void)
