@@ -65,8 +65,8 @@ static const ql_capability capabilities[] = {
     {QL_AXIS_KV_TYPE, "f16", true},        {QL_AXIS_KV_TYPE, "q8_0", true},
     {QL_AXIS_KV_TYPE, "q4_0", true},       {QL_AXIS_IMATRIX, "none", true},
     {QL_AXIS_IMATRIX, "<path>", true},     {QL_AXIS_IMATRIX, "calib:<dataset>", true},
-    {QL_AXIS_BUDGET, "none", true},        {QL_AXIS_BUDGET, "<bytes>", false},
-    {QL_AXIS_BUDGET, "bpw:<x>", false},
+    {QL_AXIS_BUDGET, "none", true},        {QL_AXIS_BUDGET, "<bytes>", true},
+    {QL_AXIS_BUDGET, "bpw:<x>", true},
 };
 
 size_t ql_config_capabilities(const ql_capability **out)

@@ -427,6 +427,6 @@ double ql_weight_error_rmse(const ql_weight_error *e)
 double ql_weight_error_rel(const ql_weight_error *e)
 {
     if (!e->weighted || !(e->w_sum_sq > 0))
-        return NAN;
+        return (double)NAN;
     return e->w_sse / e->w_sum_sq;
 }

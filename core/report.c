@@ -620,7 +620,7 @@ static ql_status md_table(const group *g, FILE *out, unsigned *shown, ql_error *
 /* The reference PPL of a group: one value, or a range when runs disagree. */
 static void ref_ppl_text(const group *g, char *buf, size_t size)
 {
-    double lo = NAN, hi = NAN, lo_err = NAN;
+    double lo = (double)NAN, hi = (double)NAN, lo_err = (double)NAN;
     for (size_t i = 0; i < g->nrows; i++) {
         double v = g->rows[i].v[V_PPL_REF];
         if (isnan(v))
@@ -644,7 +644,7 @@ static void ref_ppl_text(const group *g, char *buf, size_t size)
 
 static void tokens_text(const group *g, char *buf, size_t size)
 {
-    double lo = NAN, hi = NAN;
+    double lo = (double)NAN, hi = (double)NAN;
     for (size_t i = 0; i < g->nrows; i++) {
         double v = g->rows[i].v[V_NTOK];
         if (!isnan(v)) {
@@ -973,7 +973,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
         fputs("set logscale y\nset format y '%.0e'\n", f);
     fprintf(f, "set offsets graph 0.05, graph 0.05, graph 0.08, graph 0.05\n");
     /* The reference PPL as a horizontal line. */
-    double ref = NAN;
+    double ref = (double)NAN;
     for (size_t i = 0; i < n && mp->value == V_PPL; i++)
         if (!isnan(g->rows[i].v[V_PPL_REF]) && (isnan(ref) || g->rows[i].v[V_PPL_REF] < ref))
             ref = g->rows[i].v[V_PPL_REF];
@@ -1155,7 +1155,7 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
     }
     /* Log scale when the errors span more than LOG_SPAN_MIN; within a narrower
      * range a log axis would show one or no labelled tick. */
-    double lo = INFINITY, hi = 0.0;
+    double lo = (double)INFINITY, hi = 0.0;
     for (size_t i = 0; i < n; i++) {
         double v = use_rel ? pts[i].rel : pts[i].rmse;
         if (v > 0.0 && v < lo)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "fit.h"
 #include "forward.h"
 #include "gguf.h"
 #include "imatrix_io.h"
@@ -23,6 +24,7 @@
 #include "quant_int8row.h"
 #include "reference.h"
 #include "store.h"
+#include "synth.h"
 #include "table.h"
 #include "tokenizer.h"
 #include "types.h"
@@ -497,17 +499,97 @@ static ql_status run_chunks(sweep_ctx *s, const ql_weights *w, const char *label
     return QL_OK;
 }
 
-static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, const ql_imatrix *im,
+/* Candidate types of a budget config: the solver's default ladder up to the
+ * precision of weight_type (its bits per weight), so `weight_type` caps what a
+ * fitted model may spend on one tensor; F16 stays as the fallback of tensors whose
+ * rows fit no block type (as in the type policy). */
+static void fit_candidates(int32_t cap, char *buf, size_t size)
+{
+    char ladder[512];
+    ql_strlcpy(ladder, ql_fit_default_types(), sizeof ladder);
+    size_t used = 0;
+    buf[0] = '\0';
+    char *save = NULL;
+    for (char *tok = strtok_r(ladder, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        const ql_type_traits *t = ql_type_by_name(tok);
+        if (!t || (ql_type_bpw(t->type) > ql_type_bpw(cap) && t->type != QL_TYPE_F16) ||
+            strstr(buf, tok))
+            continue;
+        int k = snprintf(buf + used, size - used, "%s%s", used ? "," : "", t->name);
+        if (k < 0 || (size_t)k >= size - used)
+            break;
+        used += (size_t)k;
+    }
+}
+
+/* Replaces the policy's types by the ones the exact-fit solver chose for a budget,
+ * and recomputes the plan's byte totals. */
+static ql_status apply_budget(sweep_ctx *s, const ql_config *c, const imatrix_slot *slot,
+                              ql_quant_plan *plan, ql_error *err)
+{
+    if (c->head_type != QL_TYPE_SAME || c->embd_type != QL_TYPE_SAME)
+        return ql_error_set(err, QL_EINVAL,
+                            "a budget config lets the solver choose the head and embedding "
+                            "types too; use head_type = same and embd_type = same");
+    ql_fit_imatrix *fim = NULL;
+    ql_status st = QL_OK;
+    if (slot && (st = ql_fit_imatrix_wrap(slot->im, slot->sha256, &fim, err)))
+        return st;
+    ql_fit_budget b = {c->budget_kind == QL_BUDGET_BPW ? QL_FIT_BUDGET_BPW : QL_FIT_BUDGET_BYTES,
+                       (uint64_t)c->budget_bytes, c->budget_bpw};
+    char types[512];
+    fit_candidates(c->weight_type, types, sizeof types);
+    ql_fit_options fo;
+    ql_fit_options_init(&fo);
+    fo.types = types;
+    fo.cache_dir = s->cache_dir;
+    fo.quiet = s->opts->quiet;
+    ql_fit_table *table = NULL;
+    ql_fit_plan *fp = NULL;
+    st = ql_fit_plan_model(s->model->gguf, s->model_sha, fim ? ql_fit_imatrix_importance(fim) : NULL,
+                           &b, &fo, &table, &fp, err);
+    if (st)
+        goto out;
+    plan->bytes = plan->body_bytes = 0;
+    plan->n_fallback = 0;
+    for (int64_t i = 0; i < plan->n; i++) {
+        ql_quant_plan_entry *e = &plan->entries[i];
+        int32_t t = ql_fit_plan_type(fp, e->name);
+        if (t != QL_TYPE_INVALID && (e->role == QL_ROLE_WEIGHT || e->role == QL_ROLE_HEAD ||
+                                     e->role == QL_ROLE_EMBD)) {
+            e->requested = e->used = t;
+            e->fallback = QL_FALLBACK_NONE;
+            e->reason[0] = '\0';
+            e->bytes = ql_row_size(t, e->n_per_row) * (uint64_t)e->nrows;
+        }
+        plan->bytes += e->bytes;
+        if (e->role != QL_ROLE_HEAD && e->role != QL_ROLE_EMBD)
+            plan->body_bytes += e->bytes;
+        plan->n_fallback += e->used != e->requested;
+    }
+out:
+    ql_fit_plan_free(fp);
+    ql_fit_table_free(table);
+    ql_fit_imatrix_free(fim);
+    return st;
+}
+
+static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, const imatrix_slot *slot,
                                  const char *label, config_result *r, ql_error *err)
 {
     double t0 = ql_now();
     ql_store_metrics_init(&r->m);
     ql_store_timing_init(&r->timing);
     ql_status st;
+    const ql_imatrix *im = slot ? slot->im : NULL;
     ql_quant_config qc = {c->weight_type, c->head_type, c->embd_type};
     ql_quant_plan *plan;
     if ((st = ql_quant_plan_build(s->model->gguf, &qc, &plan, err)))
         return st;
+    if (c->budget_kind != QL_BUDGET_NONE && (st = apply_budget(s, c, slot, plan, err))) {
+        ql_quant_plan_free(plan);
+        return st;
+    }
     s->cache.clock++;
     ql_weights *w = NULL;
     double zlib_bytes = (double)NAN;
@@ -545,7 +627,12 @@ static ql_status open_inputs(sweep_ctx *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
     const ql_data_entry *me = NULL, *te = NULL;
-    ql_status st = ql_data_resolve(sw->model, s->model_path, sizeof s->model_path, &me, err);
+    ql_status st;
+    if (ql_synth_is_spec(sw->model))
+        st = ql_synth_materialize(sw->model, s->cache_dir, s->model_path, sizeof s->model_path,
+                                  err);
+    else
+        st = ql_data_resolve(sw->model, s->model_path, sizeof s->model_path, &me, err);
     if (st)
         return ql_error_prefix(err, "%s: model: ", sw->path);
     if (me)
@@ -858,7 +945,7 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
         memset(&r, 0, sizeof r);
         double t0 = ql_now();
         if (!cst)
-            cst = evaluate_config(&s, &pt->config, slot ? slot->im : NULL, label, &r, &cerr);
+            cst = evaluate_config(&s, &pt->config, slot, label, &r, &cerr);
         if (cst) {
             sum->n_failed++;
             row->status = "failed";

@@ -963,7 +963,7 @@ void ql_store_metrics_init(ql_store_metrics *m)
 
 void ql_store_timing_init(ql_store_timing *t)
 {
-    t->seconds = t->quantize_seconds = t->ref_seconds = t->quant_seconds = NAN;
+    t->seconds = t->quantize_seconds = t->ref_seconds = t->quant_seconds = (double)NAN;
 }
 
 /* The status of a run inside the current transaction. */

@@ -415,3 +415,108 @@ out:
     ql_gguf_close(src);
     return st;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Synthetic models named in sweep files                                      */
+
+#define SPEC_PREFIX "synth:"
+
+bool ql_synth_is_spec(const char *s)
+{
+    return strncmp(s, SPEC_PREFIX, strlen(SPEC_PREFIX)) == 0;
+}
+
+static bool spec_int(const char *v, int lo, int hi, int *out)
+{
+    int x;
+    if (!ql_parse_int(v, &x) || x < lo || x > hi)
+        return false;
+    *out = x;
+    return true;
+}
+
+ql_status ql_synth_parse_spec(const char *spec, ql_synth_opts *o, ql_error *err)
+{
+    ql_synth_defaults(o);
+    if (!ql_synth_is_spec(spec))
+        return ql_error_set(err, QL_EINVAL, "'%s' is not a synth: model spec", spec);
+    char buf[512];
+    if (ql_strlcpy(buf, spec + strlen(SPEC_PREFIX), sizeof buf) >= sizeof buf)
+        return ql_error_set(err, QL_EINVAL, "model '%.40s...': spec too long", spec);
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq) {
+            if (strcmp(item, "2M") == 0) {
+                ql_synth_defaults(o);
+            } else if (strcmp(item, "30M") == 0) {
+                o->dim = 512;
+                o->ff = 1536;
+                o->layers = 10;
+                o->heads = 8;
+                o->kv_heads = 4;
+            } else {
+                return ql_error_set(err, QL_EINVAL,
+                                    "model '%s': unknown preset '%s' (presets: 2M, 30M)", spec,
+                                    item);
+            }
+            continue;
+        }
+        *eq = '\0';
+        const char *k = item, *v = eq + 1;
+        bool ok = true;
+        if (strcmp(k, "dim") == 0)
+            ok = spec_int(v, 1, 1 << 16, &o->dim);
+        else if (strcmp(k, "ff") == 0)
+            ok = spec_int(v, 1, 1 << 18, &o->ff);
+        else if (strcmp(k, "layers") == 0)
+            ok = spec_int(v, 1, 1024, &o->layers);
+        else if (strcmp(k, "heads") == 0)
+            ok = spec_int(v, 1, 1024, &o->heads);
+        else if (strcmp(k, "kv-heads") == 0)
+            ok = spec_int(v, 1, 1024, &o->kv_heads);
+        else if (strcmp(k, "vocab") == 0)
+            ok = spec_int(v, 0, 1 << 20, &o->vocab);
+        else if (strcmp(k, "seed") == 0) {
+            int64_t seed;
+            ok = ql_parse_i64(v, &seed) && seed >= 0;
+            if (ok)
+                o->seed = (uint64_t)seed;
+        } else if (strcmp(k, "type") == 0) {
+            const ql_type_traits *t = ql_type_by_name(v);
+            ok = t && (t->type == QL_TYPE_F32 || t->type == QL_TYPE_F16);
+            if (ok)
+                o->type = t->type;
+        } else
+            return ql_error_set(err, QL_EINVAL,
+                                "model '%s': unknown key '%s' (keys: dim, ff, layers, heads, "
+                                "kv-heads, vocab, seed, type)",
+                                spec, k);
+        if (!ok)
+            return ql_error_set(err, QL_EINVAL, "model '%s': bad value '%s' for %s", spec, v, k);
+    }
+    return QL_OK;
+}
+
+ql_status ql_synth_materialize(const char *spec, const char *dir, char *path, size_t size,
+                               ql_error *err)
+{
+    ql_synth_opts o;
+    ql_status st = ql_synth_parse_spec(spec, &o, err);
+    if (st)
+        return st;
+    /* The file name hashes every option, so two specs naming the same model share it. */
+    char id[256], hash[65];
+    snprintf(id, sizeof id, "dim=%d ff=%d layers=%d heads=%d kv=%d vocab=%d seed=%llu type=%d "
+             "ctx=%d tok=%s",
+             o.dim, o.ff, o.layers, o.heads, o.kv_heads, o.vocab, (unsigned long long)o.seed,
+             (int)o.type, o.ctx_train, o.tokenizer_src);
+    ql_sha256_hex(id, strlen(id), hash);
+    if ((st = ql_make_dirs(dir, err)))
+        return st;
+    if ((size_t)snprintf(path, size, "%s/synth-%.16s.gguf", dir, hash) >= size)
+        return ql_error_set(err, QL_EINVAL, "%s: path too long", dir);
+    if (ql_file_exists(path))
+        return QL_OK;
+    return ql_synth_write(&o, path, err);
+}

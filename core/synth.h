@@ -22,6 +22,8 @@
 #ifndef QL_SYNTH_H
 #define QL_SYNTH_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -46,6 +48,22 @@ void ql_synth_defaults(ql_synth_opts *o);
 /* Writes the model to path. Rejects shapes llama.cpp cannot load (dim not a
  * multiple of heads, odd head size, heads not a multiple of kv_heads). */
 ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err);
+
+/* A synthetic model named in a sweep file: "synth:" followed by a preset ("2M",
+ * "30M") and/or comma-separated key=value pairs with the option names of `qlab
+ * synth` (dim, ff, layers, heads, kv-heads, vocab, seed, type), e.g.
+ * "synth:30M", "synth:dim=512,ff=1536,layers=4,seed=7". Presets:
+ *   2M:  dim 256, ff 768,  2 layers, 4 heads, 2 kv heads (the defaults)
+ *   30M: dim 512, ff 1536, 10 layers, 8 heads, 4 kv heads
+ * Errors name the spec and the bad item. */
+bool ql_synth_is_spec(const char *s);
+ql_status ql_synth_parse_spec(const char *spec, ql_synth_opts *o, ql_error *err);
+
+/* Makes sure the model of a spec exists as dir/synth-<hash>.gguf (writing it once;
+ * the file is deterministic, so concurrent writers produce the same bytes) and
+ * returns its path. */
+ql_status ql_synth_materialize(const char *spec, const char *dir, char *path, size_t size,
+                               ql_error *err);
 
 /* Parameters the options give (2-D weights, norms, embeddings and head). */
 int64_t ql_synth_n_params(const ql_synth_opts *o, int vocab);

@@ -53,7 +53,7 @@ typedef struct {
 typedef enum {
     QL_STAGE_GPT2,   /* llama.cpp's hand-written splitter for the GPT-2 pattern */
     QL_STAGE_LLAMA3, /* ... and for the Llama 3 pattern */
-    QL_STAGE_REGEX,  /* any other pattern, through the regex engine */
+    QL_STAGE_REGEX,  /* any other pattern, through PCRE2 (regex.c) */
 } ql_stage_kind;
 
 #define QL_PRETOK_MAX_STAGES 8
@@ -70,8 +70,8 @@ typedef struct {
 /* Resolves a tokenizer.ggml.pre name (NULL = absent) into stages. Unknown names are an
  * error (QL_EUNSUPPORTED, listing the names qlab knows). */
 ql_status ql_pretok_init(ql_pretok *p, const char *name, ql_error *err);
-/* The same with every pattern run by the regex engine, even those llama.cpp splits by
- * hand (for testing the hand-written splitters against the patterns they implement). */
+/* The same with every pattern run by PCRE2, even those llama.cpp splits by hand (for
+ * testing the hand-written splitters against the patterns they implement). */
 ql_status ql_pretok_init_regex_only(ql_pretok *p, const char *name, ql_error *err);
 void ql_pretok_deinit(ql_pretok *p);
 
@@ -112,7 +112,7 @@ typedef struct {
     size_t *seg, *seg2; /* segment lengths (in code points) before/after a stage */
     size_t cap_seg, cap_seg2;
     size_t n_seg;
-    ql_regex_stack stack;
+    ql_regex_matcher *matcher; /* created by the first regex stage */
     /* merge loops */
     char *text; /* working text: SPM's escaped fragment or BPE's byte-encoded word */
     size_t cap_text;

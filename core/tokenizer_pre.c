@@ -6,8 +6,8 @@
  * (a gap is a segment too). Two patterns (GPT-2's and Llama 3's) are handled by
  * hand-written splitters in llama.cpp, whose behaviour differs from the regex in
  * small ways, so qlab re-implements those two splitters step for step; every other
- * pattern goes through the ECMAScript engine of regex.c on collapsed text, like
- * llama.cpp's std::regex fallback. */
+ * pattern goes through PCRE2 (regex.c) on collapsed text, like llama.cpp's
+ * std::regex fallback. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,7 +118,7 @@ static ql_status pretok_build(ql_pretok *p, const char *name, bool hand_written,
             p->kind[i] = QL_STAGE_LLAMA3;
         } else {
             p->kind[i] = QL_STAGE_REGEX;
-            ql_status st = ql_regex_compile(&p->re[i], pat, err);
+            ql_status st = ql_regex_compile(&p->re[i], pat, 0, err);
             if (st != QL_OK) {
                 ql_pretok_deinit(p);
                 return st;
@@ -318,26 +318,29 @@ static bool split_llama3(const span *sp, ql_tok_scratch *s, size_t *n_out)
 }
 
 /* Regex stage over one segment: matches and the gaps between them become words. */
-static int split_regex(const ql_regex *re, const uint32_t *sym, size_t ini, size_t end,
-                       ql_tok_scratch *s, size_t *n_out)
+static ql_status split_regex(const ql_regex *re, const uint32_t *sym, size_t ini, size_t end,
+                             ql_tok_scratch *s, size_t *n_out, ql_error *err)
 {
     size_t pos = ini;
     while (pos < end) {
         size_t ms, me;
-        int r = ql_regex_search(re, &s->stack, sym, ini, end, pos, &ms, &me);
-        if (r < 0)
-            return -1;
-        if (r == 0)
+        bool found;
+        ql_status st = ql_regex_search(re, s->matcher, sym, ini, end, pos, &found, &ms, &me, err);
+        if (st != QL_OK)
+            return st;
+        if (!found)
             break;
         if (ms > pos && !seg_push(s, n_out, ms - pos))
-            return -1;
+            goto out_oom;
         if (!seg_push(s, n_out, me - ms))
-            return -1;
+            goto out_oom;
         pos = me;
     }
     if (pos < end && !seg_push(s, n_out, end - pos))
-        return -1;
-    return 0;
+        goto out_oom;
+    return QL_OK;
+out_oom:
+    return ql_error_set(err, QL_ENOMEM, "tokenizer: out of memory while splitting");
 }
 
 static bool grow_cpts(ql_tok_scratch *s, size_t n)
@@ -389,6 +392,8 @@ ql_status ql_pretok_split(const ql_pretok *p, const char *text, size_t len, ql_t
 
     for (int k = 0; k < p->n_stages; k++) {
         if (p->kind[k] == QL_STAGE_REGEX) {
+            if (!s->matcher && !(s->matcher = ql_regex_matcher_alloc()))
+                return ql_error_set(err, QL_ENOMEM, "tokenizer: out of memory");
             bool collapsed = ql_regex_is_collapsed(p->re[k]);
             for (size_t i = 0; i < n; i++)
                 s->sym[i] = collapsed ? ql_regex_collapse(s->cpts[i]) : ql_regex_widen(s->cpts[i]);
@@ -396,15 +401,14 @@ ql_status ql_pretok_split(const ql_pretok *p, const char *text, size_t len, ql_t
         size_t n_out = 0, start = 0;
         for (size_t i = 0; i < s->n_seg; i++) {
             span sp = {s->cpts, s->flags, start, start + s->seg[i]};
-            bool ok;
-            if (p->kind[k] == QL_STAGE_GPT2)
-                ok = split_gpt2(&sp, s, &n_out);
-            else if (p->kind[k] == QL_STAGE_LLAMA3)
-                ok = split_llama3(&sp, s, &n_out);
-            else
-                ok = split_regex(p->re[k], s->sym, sp.ini, sp.end, s, &n_out) == 0;
-            if (!ok)
+            if (p->kind[k] == QL_STAGE_REGEX) {
+                ql_status st = split_regex(p->re[k], s->sym, sp.ini, sp.end, s, &n_out, err);
+                if (st != QL_OK)
+                    return st;
+            } else if (!(p->kind[k] == QL_STAGE_GPT2 ? split_gpt2(&sp, s, &n_out)
+                                                     : split_llama3(&sp, s, &n_out))) {
                 return ql_error_set(err, QL_ENOMEM, "tokenizer: out of memory while splitting");
+            }
             start = sp.end;
         }
         /* The output list becomes the input of the next stage. */
@@ -426,7 +430,7 @@ void ql_tok_scratch_deinit(ql_tok_scratch *s)
     free(s->sym);
     free(s->seg);
     free(s->seg2);
-    ql_regex_stack_deinit(&s->stack);
+    ql_regex_matcher_free(s->matcher);
     free(s->text);
     free(s->syms);
     free(s->heap.a);

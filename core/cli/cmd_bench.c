@@ -85,7 +85,7 @@ static ql_status measure(const bench_ctx *c, bool dequant, int threads, double m
                          double *mbs, ql_error *err)
 {
     ql_threads_set(threads);
-    double best = INFINITY, spent = 0;
+    double best = (double)INFINITY, spent = 0;
     int runs = 0;
     while (runs < 1 || spent < min_seconds) {
         double t0 = ql_now();

@@ -11,6 +11,7 @@ static const ql_cli_command commands[] = {
      "measure speed (bench quant: quantize MB/s; bench forward: tok/s; bench act: int8 paths)"},
     {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
     {"eval", ql_cmd_eval, "perplexity of a model on a text (llama-perplexity protocol)"},
+    {"fit", ql_cmd_fit, "choose a type per tensor to fill a byte budget; write the GGUF"},
     {"generate", ql_cmd_generate, "greedy decoding from a prompt (sanity tool)"},
     {"imatrix-convert", ql_cmd_imatrix_convert, "convert an imatrix between .dat and GGUF"},
     {"inspect", ql_cmd_inspect, "validate a GGUF file and list its keys and tensors"},

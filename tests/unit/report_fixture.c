@@ -85,7 +85,7 @@ static void add_tensor(weights *w, const tensor_class *tc, int layer, ql_type ty
     t->outlier_cols = -1;
     /* Embeddings are looked up, not multiplied: the imatrix has no entry for them. */
     if (tc->r == ROLE_EMBD) {
-        t->imatrix_err = t->imatrix_err_rel = NAN;
+        t->imatrix_err = t->imatrix_err_rel = (double)NAN;
     } else {
         double norm = 1.5 * (double)t->params * sigma * sigma; /* sum of I w^2 */
         t->imatrix_err_rel = 0.75 * eps * eps * (layer >= 0 ? 1.0 + 0.125 * layer : 1.0);

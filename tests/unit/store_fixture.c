@@ -47,7 +47,7 @@ static ql_status add_run(ql_store *s, int64_t model, int64_t text, const char *c
 
     ql_type wt = c.weight_type;
     ql_store_tensor_error te[3] = {
-        {"token_embd.weight", wt, wt, NULL, 512, 64, 32768, 1000, 0.0625, 0.25, NAN, NAN, -1},
+        {"token_embd.weight", wt, wt, NULL, 512, 64, 32768, 1000, 0.0625, 0.25, (double)NAN, (double)NAN, -1},
         {"blk.0.attn_q.weight", wt, wt, NULL, 64, 64, 4096, 500, 0.125, 0.5, 2.0, 0.015625, -1},
         {"blk.0.ffn_down.weight", QL_TYPE_Q4_K, QL_TYPE_Q5_0,
          "row length 172 is not a multiple of 256", 64, 172, 11008, 700, 0.25, 1.0, 4.0, 0.03125,
@@ -78,9 +78,9 @@ ql_status qlt_store_fixture(const char *path, ql_error *err)
     text.bytes = 4096;
     int64_t mid, tid;
     static const fixture_run runs[] = {
-        {"F16", 16.0, 10.125, 0.0001220703125, NAN},
+        {"F16", 16.0, 10.125, 0.0001220703125, (double)NAN},
         {"Q8_0", 8.5, 10.5, 0.001953125, 1000.0},
-        {"Q4_0", 4.5, 12.25, 0.0625, NAN},
+        {"Q4_0", 4.5, 12.25, 0.0625, (double)NAN},
     };
     if ((st = ql_store_upsert_model(s, &model, &mid, err)) ||
         (st = ql_store_upsert_dataset(s, &text, &tid, err)))

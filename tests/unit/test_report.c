@@ -148,7 +148,7 @@ static void test_table(void)
     CHECK(strcmp(ql_fmt_count(999, buf, sizeof buf), "999") == 0);
     CHECK(strcmp(ql_fmt_count(1234567, buf, sizeof buf), "1,234,567") == 0);
     CHECK(strcmp(ql_fmt_count(-24736, buf, sizeof buf), "-24,736") == 0);
-    CHECK(ql_fmt_exact(NAN, buf, sizeof buf) == NULL);
+    CHECK(ql_fmt_exact((double)NAN, buf, sizeof buf) == NULL);
     CHECK(strcmp(ql_fmt_exact(0.1, buf, sizeof buf), "0.1") == 0);
 }
 
@@ -165,8 +165,8 @@ static void test_pareto(void)
      *   6 (NaN,0) never on the front, dominates nothing (else it would beat 4, 5)
      *   7 (6,3) dominated by 4 and 5 (equal x and y): the lower index, 4
      *   8 (1,NaN) not on the front, dominates nothing (else it would beat 0) */
-    const double x[] = {2, 3, 3, 4, 5, 5, NAN, 6, 1};
-    const double y[] = {5, 4, 6, 4, 1, 1, 0, 3, NAN};
+    const double x[] = {2, 3, 3, 4, 5, 5, (double)NAN, 6, 1};
+    const double y[] = {5, 4, 6, 4, 1, 1, 0, 3, (double)NAN};
     const bool want_front[] = {true, true, false, false, true, true, false, false, false};
     const ptrdiff_t want_by[] = {-1, -1, 0, 1, -1, -1, -1, 4, -1};
     bool front[9];
@@ -274,7 +274,7 @@ static void test_bootstrap_errors(void)
     CHECK(ql_bootstrap_paired_diff(a, b, w, 3, 1000, 0.95, 1, &ci, &err) == QL_EINVAL);
     CHECK_MSG(strstr(err.msg, "chunk 1: a = 2, b = 0, w = 0") != NULL, "%s", err.msg);
     w[1] = 1.0;
-    a[2] = NAN;
+    a[2] = (double)NAN;
     CHECK(ql_bootstrap_paired_diff(a, b, w, 3, 1000, 0.95, 1, &ci, &err) == QL_EINVAL);
     CHECK(strstr(err.msg, "chunk 2") != NULL);
 }
@@ -487,8 +487,8 @@ static void test_report_edge_cases(void)
                                     1088,
                                     0.001,
                                     0.004,
-                                    NAN,
-                                    NAN,
+                                    (double)NAN,
+                                    (double)NAN,
                                     0};
         CHECK_OK(ql_store_finish_run(s, run, &met, &te, 1, NULL, &err), &err);
         ql_config_hash(&c, hash);

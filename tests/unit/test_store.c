@@ -208,11 +208,11 @@ static void test_round_trip(void)
     some_metrics(&met);
     ql_store_tensor_error te[2] = {
         {"token_embd.weight", QL_TYPE_Q8_0, QL_TYPE_Q8_0, NULL, 512, 64, 32768, 34816, 0.0625, 0.25,
-         NAN, NAN, -1},
+         (double)NAN, (double)NAN, -1},
         {"blk.11.ffn_down.weight", QL_TYPE_Q4_K, QL_TYPE_Q5_0, "row length 172", 64, 172, 11008,
          7568, 0.125, 0.5, 2.0, 0.015625, 3},
     };
-    ql_store_timing t = {12.5, 1.0, NAN, 5.0};
+    ql_store_timing t = {12.5, 1.0, (double)NAN, 5.0};
     CHECK_OK(ql_store_finish_run(e.s, run, &met, te, 2, &t, &err), &err);
     CHECK_OK(ql_store_run_status(e.s, run, status, &err), &err);
     CHECK(strcmp(status, "done") == 0);

@@ -179,7 +179,7 @@ static void test_round_trip_and_validation(void)
     ql_store_chunk_metrics partial[CHUNKS];
     memcpy(partial, ck, sizeof partial);
     for (int i = 0; i < CHUNKS; i++) {
-        partial[i].nll_sum = NAN;
+        partial[i].nll_sum = (double)NAN;
         partial[i].top1_count = -1;
     }
     ql_store_run_result r2 = {.metrics = &m, .chunks = partial, .n_chunks = CHUNKS};

@@ -99,19 +99,9 @@ static void test_design_example(void)
     CHECK_EQ_INT(again.n_points, sw.n_points);
     ql_sweep_deinit(&again);
 
-    /* An axis value that is not implemented yet is refused, naming its line. */
-    static const char with_budget[] = "[sweep]\n"
-                                      "model = stories260K\n"
-                                      "text  = tinystories-valid\n"
-                                      "[grid]\n"
-                                      "weight_type = Q4_0\n"
-                                      "budget      = none bpw:4.5\n";
-    st = ql_sweep_parse("x/budget.sweep", with_budget, 0, &again, &err);
-    CHECK(st == QL_EUNSUPPORTED);
-    CHECK_MSG(strcmp(err.msg, "x/budget.sweep:6: budget bpw:4.5 is not implemented yet") == 0,
-              "%s", err.msg);
-    CHECK(again.points == NULL && again.n_points == 0);
-    ql_sweep_deinit(&again);
+    /* (An axis value marked not implemented in the capability table is refused with its
+     * line; since issues 7 and 9 every value is implemented, so no sweep text reaches
+     * that path today.) */
 
     /* Shards partition the list: every config in exactly one shard. */
     for (int n = 1; n <= 5; n++) {

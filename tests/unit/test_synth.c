@@ -284,13 +284,48 @@ static void test_sizes(void)
     }
 }
 
+/* Sweep files name synthetic models as "synth:..." specs. */
+static void test_specs(void)
+{
+    ql_synth_opts o, d;
+    ql_error err;
+    ql_synth_defaults(&d);
+    CHECK(ql_synth_is_spec("synth:2M") && !ql_synth_is_spec("stories260K"));
+    CHECK_OK(ql_synth_parse_spec("synth:2M", &o, &err), &err);
+    CHECK(o.dim == d.dim && o.ff == d.ff && o.layers == d.layers && o.seed == d.seed);
+    CHECK_OK(ql_synth_parse_spec("synth:30M,seed=7,type=F16", &o, &err), &err);
+    CHECK(o.dim == 512 && o.ff == 1536 && o.layers == 10 && o.heads == 8 && o.kv_heads == 4);
+    CHECK(o.seed == 7 && o.type == QL_TYPE_F16);
+    CHECK_OK(ql_synth_parse_spec("synth:dim=512,ff=1024,layers=3,kv-heads=1", &o, &err), &err);
+    CHECK(o.dim == 512 && o.ff == 1024 && o.layers == 3 && o.kv_heads == 1);
+    CHECK(ql_synth_parse_spec("synth:7B", &o, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "unknown preset '7B'") != NULL);
+    CHECK(ql_synth_parse_spec("synth:dim=abc", &o, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "bad value 'abc' for dim") != NULL);
+    CHECK(ql_synth_parse_spec("synth:width=4", &o, &err) == QL_EINVAL);
+    CHECK(strstr(err.msg, "unknown key 'width'") != NULL);
+    CHECK(ql_synth_parse_spec("synth:type=Q4_0", &o, &err) == QL_EINVAL);
+
+    /* Materializing twice gives one file with the same bytes. */
+    char p1[4096], p2[4096];
+    CHECK_OK(ql_synth_materialize("synth:dim=64,ff=128,layers=1,heads=2,kv-heads=1", qlt_tmpdir(),
+                                  p1, sizeof p1, &err),
+             &err);
+    CHECK_OK(ql_synth_materialize("synth:layers=1,dim=64,ff=128,heads=2,kv-heads=1", qlt_tmpdir(),
+                                  p2, sizeof p2, &err),
+             &err);
+    CHECK(strcmp(p1, p2) == 0 && ql_file_exists(p1));
+}
+
 int main(int argc, char **argv)
 {
     if (!ql_file_exists(qlt_shared("models/stories260K.gguf")))
         qlt_skip("stories260K.gguf (the tokenizer source) not found under ../shared");
     if (argc > 1 && strcmp(argv[1], "sizes") == 0)
         test_sizes();
-    else
+    else {
         test_small();
+        test_specs();
+    }
     return qlt_done();
 }

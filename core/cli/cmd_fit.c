@@ -1,0 +1,328 @@
+/* qlab fit: choose a type per tensor to fill a byte budget and write the mixed
+ * GGUF (issue 9). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../data.h"
+#include "../fit.h"
+#include "../gguf.h"
+#include "../util.h"
+#include "cli.h"
+#include "commands.h"
+
+static void help(void)
+{
+    printf(
+        "usage: qlab fit MODEL.gguf [--imatrix FILE]\n"
+        "                (--budget B | --envelope SIZE [--ctx N] [--reserve SIZE])\n"
+        "                [-o OUT.gguf | --dry-run] [--types LIST] [--exact-errors]\n"
+        "                [--sample-rows N] [--cache-dir DIR | --no-cache] [--threads N] [--quiet]\n"
+        "\n"
+        "Chooses one type per weight tensor so that the whole model fits the budget with the\n"
+        "least summed imatrix-weighted error sum_rows sum_j I_j (w - w^)^2, and writes the\n"
+        "mixed-precision GGUF. MODEL is a path or a name from datasets/manifest.tsv.\n"
+        "\n"
+        "  --imatrix FILE   importance matrix (llama.cpp .dat or GGUF): I_j = sum x_j^2 / count,\n"
+        "                   also handed to the quantizers as llama-quantize does. Without one,\n"
+        "                   I_j = 1 and types that need an imatrix are not candidates.\n"
+        "                   Tensors without an entry: token_embd weighs 1/rows per column (a\n"
+        "                   lookup), output.weight output_norm^2 (its input), others 1.\n"
+        "\n"
+        "budget:\n"
+        "  --budget B       the whole model (fixed tensors included) in bytes: a number with an\n"
+        "                   optional unit, B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB,\n"
+        "                   TB (powers of 1000): 4.5GiB, 1200MB, 123456;\n"
+        "                   or bpw:X: X bits per weight over the weight tensors the solver\n"
+        "                   assigns, with the fixed tensors (norms, F32) on top, so bpw:4.5 gives\n"
+        "                   the weights the bytes of a uniform Q4_K model\n"
+        "  --envelope SIZE  memory available in all: budget = SIZE - KV cache - reserve, where\n"
+        "                   KV cache = n_layer * ctx * n_kv_heads * head_dim * 2 (K, V) * 2 (f16)\n"
+        "  --ctx N          context for the KV cache (default: the model's context_length)\n"
+        "  --reserve SIZE   compute reserve (default: an estimate of llama.cpp's compute buffer\n"
+        "                   for 512-token batches, 4*512*(n_vocab + 4 n_embd + 3 n_ff + n_head "
+        "ctx))\n"
+        "\n"
+        "output:\n"
+        "  -o OUT.gguf      write the fitted model (then read it back and check every tensor)\n"
+        "  --dry-run        print the allocation only\n"
+        "\n"
+        "error table:\n"
+        "  --types LIST     candidate types, comma-separated (default: %s)\n"
+        "  --exact-errors   measure every row (default: at most %d evenly spaced rows per\n"
+        "                   tensor, error scaled by rows / sampled)\n"
+        "  --sample-rows N  rows measured per tensor\n"
+        "  --cache-dir DIR  where the error table is cached (default results/cache)\n"
+        "  --no-cache       neither read nor write the cache\n"
+        "  --threads N      threads (default: all cores)\n"
+        "  --quiet          no progress lines\n",
+        ql_fit_default_types(), QL_FIT_SAMPLE_ROWS);
+}
+
+typedef struct {
+    const char *model, *imatrix, *out, *types, *cache_dir, *budget, *envelope, *reserve;
+    int64_t ctx, sample_rows;
+    bool dry_run, no_cache, quiet;
+    int threads;
+} args;
+
+static int parse_args(int argc, char **argv, args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->sample_rows = QL_FIT_SAMPLE_ROWS;
+    a->ctx = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        const char *need = NULL; /* option that takes a value */
+        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
+            help();
+            return -1;
+        } else if (strcmp(s, "--dry-run") == 0) {
+            a->dry_run = true;
+        } else if (strcmp(s, "--no-cache") == 0) {
+            a->no_cache = true;
+        } else if (strcmp(s, "--exact-errors") == 0) {
+            a->sample_rows = 0;
+        } else if (strcmp(s, "--quiet") == 0) {
+            a->quiet = true;
+        } else if (strcmp(s, "-o") == 0 || strcmp(s, "--budget") == 0 ||
+                   strcmp(s, "--imatrix") == 0 || strcmp(s, "--types") == 0 ||
+                   strcmp(s, "--cache-dir") == 0 || strcmp(s, "--envelope") == 0 ||
+                   strcmp(s, "--reserve") == 0 || strcmp(s, "--ctx") == 0 ||
+                   strcmp(s, "--threads") == 0 || strcmp(s, "--sample-rows") == 0) {
+            need = s;
+        } else if (s[0] == '-' && s[1] != '\0') {
+            return ql_cli_usage("fit", "unknown option '%s'", s);
+        } else if (!a->model) {
+            a->model = s;
+        } else {
+            return ql_cli_usage("fit", "one model at a time (got '%s' and '%s')", a->model, s);
+        }
+        if (!need)
+            continue;
+        if (++i >= argc)
+            return ql_cli_usage("fit", "%s needs a value", need);
+        const char *v = argv[i];
+        if (strcmp(need, "-o") == 0) {
+            a->out = v;
+        } else if (strcmp(need, "--imatrix") == 0) {
+            a->imatrix = v;
+        } else if (strcmp(need, "--budget") == 0) {
+            a->budget = v;
+        } else if (strcmp(need, "--types") == 0) {
+            a->types = v;
+        } else if (strcmp(need, "--cache-dir") == 0) {
+            a->cache_dir = v;
+        } else if (strcmp(need, "--envelope") == 0) {
+            a->envelope = v;
+        } else if (strcmp(need, "--reserve") == 0) {
+            a->reserve = v;
+        } else if (strcmp(need, "--ctx") == 0) {
+            int c;
+            if (!ql_cli_parse_int_opt("fit", "--ctx", v, 1, 1 << 24, &c))
+                return QL_EXIT_USAGE;
+            a->ctx = c;
+        } else if (strcmp(need, "--threads") == 0) {
+            if (!ql_cli_parse_int_opt("fit", "--threads", v, 1, 4096, &a->threads))
+                return QL_EXIT_USAGE;
+        } else {
+            int n;
+            if (!ql_cli_parse_int_opt("fit", "--sample-rows", v, 1, 1 << 30, &n))
+                return QL_EXIT_USAGE;
+            a->sample_rows = n;
+        }
+    }
+    if (!a->model)
+        return ql_cli_usage("fit", "missing MODEL.gguf");
+    if (!a->budget == !a->envelope)
+        return ql_cli_usage("fit", "give exactly one of --budget and --envelope");
+    if (!a->envelope && (a->reserve || a->ctx > 0))
+        return ql_cli_usage("fit", "--ctx and --reserve belong to --envelope");
+    if (!a->out == !a->dry_run)
+        return ql_cli_usage("fit", "give exactly one of -o OUT.gguf and --dry-run");
+    if (a->no_cache && a->cache_dir)
+        return ql_cli_usage("fit", "--no-cache and --cache-dir exclude each other");
+    /* Malformed sizes are usage errors, found before any work. */
+    ql_error err;
+    ql_fit_budget b;
+    uint64_t size;
+    if (a->budget && ql_fit_parse_budget(a->budget, &b, &err) != QL_OK)
+        return ql_cli_usage("fit", "%s", err.msg);
+    if (a->envelope && ql_fit_parse_size(a->envelope, &size, &err) != QL_OK)
+        return ql_cli_usage("fit", "--envelope: %s", err.msg);
+    if (a->reserve && ql_fit_parse_size(a->reserve, &size, &err) != QL_OK)
+        return ql_cli_usage("fit", "--reserve: %s", err.msg);
+    return 0;
+}
+
+/* Resolves the budget in bytes, printing the envelope arithmetic when used. */
+static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_table *t,
+                                uint64_t *budget, ql_error *err)
+{
+    char s1[64], s2[64], s3[64], s4[64];
+    if (a->budget) {
+        ql_fit_budget b;
+        ql_status st = ql_fit_parse_budget(a->budget, &b, err);
+        if (st != QL_OK)
+            return st;
+        *budget = ql_fit_budget_resolve(&b, t);
+        if (b.kind == QL_FIT_BUDGET_BPW) {
+            ql_fit_format_size(*budget, s1, sizeof s1);
+            ql_fit_format_size(t->fixed_bytes, s2, sizeof s2);
+            printf("bpw:%-7g %s = %g bits x %lld assigned weights / 8 + fixed tensors %s\n", b.bpw,
+                   s1, b.bpw, (long long)t->assigned_params, s2);
+        }
+        return QL_OK;
+    }
+    ql_fit_hparams hp;
+    ql_status st = ql_fit_hparams_read(g, &hp, err);
+    if (st != QL_OK)
+        return ql_error_prefix(err, "--envelope: ");
+    int64_t ctx = a->ctx > 0 ? a->ctx : hp.n_ctx_train;
+    if (ctx <= 0)
+        return ql_error_set(err, QL_EINVAL, "%s: no %s.context_length; give --ctx", g->path,
+                            hp.arch);
+    uint64_t envelope, reserve;
+    if ((st = ql_fit_parse_size(a->envelope, &envelope, err)) != QL_OK)
+        return ql_error_prefix(err, "--envelope: ");
+    if (a->reserve) {
+        if ((st = ql_fit_parse_size(a->reserve, &reserve, err)) != QL_OK)
+            return ql_error_prefix(err, "--reserve: ");
+    } else {
+        reserve = ql_fit_reserve_estimate(&hp, ctx);
+    }
+    uint64_t kv = ql_fit_kv_bytes(&hp, ctx);
+    ql_fit_format_size(envelope, s1, sizeof s1);
+    ql_fit_format_size(kv, s2, sizeof s2);
+    ql_fit_format_size(reserve, s3, sizeof s3);
+    printf("envelope    %s\n", s1);
+    if (hp.head_dim_k == hp.head_dim_v && hp.kv_heads_sum % hp.n_layer == 0)
+        printf("KV cache    %s = %lld layers x ctx %lld x %lld KV heads x head dim %lld x 2 (K, "
+               "V) x 2 bytes (f16)\n",
+               s2, (long long)hp.n_layer, (long long)ctx, (long long)(hp.kv_heads_sum / hp.n_layer),
+               (long long)hp.head_dim_k);
+    else
+        printf("KV cache    %s = ctx %lld x %lld KV heads over all layers x (K dim %lld + V dim "
+               "%lld) x 2 bytes (f16)\n",
+               s2, (long long)ctx, (long long)hp.kv_heads_sum, (long long)hp.head_dim_k,
+               (long long)hp.head_dim_v);
+    printf("reserve     %s%s\n", s3, a->reserve ? "" : " (estimate: 512-token compute buffer)");
+    if ((st = ql_fit_envelope_budget(envelope, kv, reserve, budget, err)) != QL_OK)
+        return st;
+    ql_fit_format_size(*budget, s4, sizeof s4);
+    printf("budget      %s = envelope - KV cache - reserve\n", s4);
+    return QL_OK;
+}
+
+/* Reads the written file back: every tensor in the planned type and size. */
+static ql_status verify(const char *path, const ql_fit_plan *p, ql_error *err)
+{
+    ql_gguf *g = NULL;
+    ql_status st = ql_gguf_open(&g, path, err);
+    if (st != QL_OK)
+        return ql_error_prefix(err, "reading back the output: ");
+    uint64_t total = 0;
+    if (g->n_tensors != p->n_tensors) {
+        st = ql_error_set(err, QL_EFORMAT, "%s: %lld tensors written, %d planned", path,
+                          (long long)g->n_tensors, p->n_tensors);
+        goto out;
+    }
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        const ql_gguf_tensor *t = &g->tensors[i];
+        const ql_fit_assignment *a = &p->tensors[i];
+        if (strcmp(t->name, a->name) != 0 || t->type != a->type || t->nbytes != a->bytes) {
+            st = ql_error_set(err, QL_EFORMAT,
+                              "%s: tensor %lld is '%s' %s %llu bytes, planned "
+                              "'%s' %s %llu bytes",
+                              path, (long long)i, t->name, ql_type_name(t->type),
+                              (unsigned long long)t->nbytes, a->name, ql_type_name(a->type),
+                              (unsigned long long)a->bytes);
+            goto out;
+        }
+        total += t->nbytes;
+    }
+    char s1[64], s2[64];
+    ql_fit_format_size(total, s1, sizeof s1);
+    ql_fit_format_size(g->file_size, s2, sizeof s2);
+    printf("wrote       %s: tensors %s, file %s; read back: every tensor in its planned type "
+           "and size\n",
+           path, s1, s2);
+out:
+    ql_gguf_close(g);
+    return st;
+}
+
+int ql_cmd_fit(int argc, char **argv)
+{
+    args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc != 0)
+        return rc < 0 ? QL_EXIT_OK : rc;
+    if (a.threads > 0)
+        ql_threads_set(a.threads);
+
+    ql_error err;
+    ql_error_clear(&err);
+    char path[QL_PATH_MAX];
+    const ql_data_entry *entry = NULL;
+    ql_gguf *g = NULL;
+    ql_fit_table *t = NULL;
+    ql_fit_plan *p = NULL;
+    ql_fit_imatrix *im = NULL;
+    const ql_fit_importance *imp = NULL;
+    ql_status st = ql_data_resolve(a.model, path, sizeof path, &entry, &err);
+    if (st != QL_OK)
+        goto out;
+    if ((st = ql_gguf_open(&g, path, &err)) != QL_OK)
+        goto out;
+    ql_fit_options o;
+    ql_fit_options_init(&o);
+    o.types = a.types;
+    o.sample_rows = a.sample_rows;
+    o.cache_dir = a.no_cache ? "" : a.cache_dir;
+    o.quiet = a.quiet;
+    printf("model       %s\n", path);
+    if (a.imatrix) {
+        char ipath[QL_PATH_MAX];
+        if ((st = ql_data_resolve(a.imatrix, ipath, sizeof ipath, NULL, &err)) != QL_OK ||
+            (st = ql_fit_imatrix_open(ipath, &im, &err)) != QL_OK)
+            goto out;
+        imp = ql_fit_imatrix_importance(im);
+        printf("imatrix     %s (%lld entries)\n", ipath, (long long)ql_fit_imatrix_entries(im));
+    } else {
+        printf("imatrix     none (plain squared error; types that need an imatrix are skipped)\n");
+    }
+    fflush(stdout); /* before the progress lines on stderr */
+    if ((st = ql_fit_table_compute(g, entry ? entry->sha256 : NULL, imp, &o, &t, &err)) != QL_OK)
+        goto out;
+    int n_assigned = 0;
+    for (int i = 0; i < t->n_tensors; i++)
+        n_assigned += t->tensors[i].assigned;
+    printf("types       %s\n", a.types ? t->types : ql_fit_default_types());
+    printf("errors      %d weight tensors, %s, %s in %.2f s%s%s\n", n_assigned,
+           t->sample_rows ? "sampled rows" : "every row",
+           t->from_cache ? "read from the cache" : "measured", t->seconds,
+           t->cache_path[0] ? ": " : "", t->cache_path);
+    for (int i = 0; i < t->n_notes; i++)
+        printf("note        %s\n", t->notes[i]);
+
+    uint64_t budget;
+    if ((st = resolve_budget(&a, g, t, &budget, &err)) != QL_OK)
+        goto out;
+    if ((st = ql_fit_solve(t, budget, NULL, &p, &err)) != QL_OK)
+        goto out;
+    printf("\n");
+    ql_fit_plan_print(stdout, p, t);
+    fflush(stdout);
+    if (a.out) {
+        if ((st = ql_fit_write(g, p, imp, a.out, a.quiet, &err)) != QL_OK)
+            goto out;
+        st = verify(a.out, p, &err);
+    }
+out:
+    ql_fit_plan_free(p);
+    ql_fit_table_free(t);
+    ql_fit_imatrix_free(im);
+    ql_gguf_close(g);
+    return st == QL_OK ? QL_EXIT_OK : ql_cli_fail(&err);
+}

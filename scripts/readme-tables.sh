@@ -1,0 +1,33 @@
+#!/bin/sh
+# Regenerates the result tables shown in README.md from the results store: each
+# block between "<!-- report:SWEEP -->" and "<!-- /report:SWEEP -->" is replaced by
+# the table `qlab report` wrote to results/SWEEP/report.md (summary lines and table,
+# without the legend). Run the sweeps first; the numbers come from qlab, not from
+# hand editing.
+#   usage: scripts/readme-tables.sh [QLAB] [DB]
+set -eu
+cd "$(dirname "$0")/.."
+qlab=${1:-build/core/qlab}
+db=${2:-results/qlab.db}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$qlab" report --db "$db" -o "$out" --no-plots >/dev/null
+cp README.md "$out/README.in"
+awk -v dir="$out" '
+    /^<!-- report:[^ ]+ -->$/ {
+        print
+        name = $0; sub(/^<!-- report:/, "", name); sub(/ -->$/, "", name)
+        file = dir "/" name "/report.md"
+        if ((getline line < file) <= 0) { print "missing report for sweep " name > "/dev/stderr"; exit 1 }
+        # Copy the table and the bullet summary, skip the heading and the legend.
+        do {
+            if (line ~ /^## /) continue
+            if (line ~ /^[-|]/ || line == "") print line
+        } while ((getline line < file) > 0)
+        skipping = 1
+        next
+    }
+    /^<!-- \/report:[^ ]+ -->$/ { skipping = 0 }
+    !skipping { print }
+' "$out/README.in" > README.md
+echo "README.md tables regenerated from $db"
