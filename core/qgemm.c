@@ -27,7 +27,7 @@ const char *ql_qgemm_kernel_name(ql_qgemm_kernel k)
 ql_qgemm_kernel ql_qgemm_kernel_active(void)
 {
 #ifdef HAVE_X86_DISPATCH
-    if (!force_portable && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+    if (!force_portable && __builtin_cpu_supports("avx2"))
         return QL_QGEMM_AVX2;
 #endif
     return QL_QGEMM_PORTABLE;
@@ -86,16 +86,17 @@ __attribute__((target("avx2"))) static inline __m256i block_sums8(const ql_block
     return _mm256_add_epi32(lo, hi);
 }
 
-/* 8 fp16 scales (stride of a block) widened: exact, like ql_fp16_to_fp32. */
-__attribute__((target("avx2,f16c"))) static inline __m256 scales8(const ql_block_q8_0 *b)
+/* 8 fp16 scales (stride of a block) widened (exact). */
+__attribute__((target("avx2"))) static inline __m256 scales8(const ql_block_q8_0 *b)
 {
-    const __m128i h = _mm_setr_epi16((short)b[0].d, (short)b[1].d, (short)b[2].d, (short)b[3].d,
-                                     (short)b[4].d, (short)b[5].d, (short)b[6].d, (short)b[7].d);
-    return _mm256_cvtph_ps(h);
+    float d[8];
+    for (int k = 0; k < 8; k++)
+        d[k] = ql_fp16_to_fp32(b[k].d);
+    return _mm256_loadu_ps(d);
 }
 
-__attribute__((target("avx2,f16c"))) static float dot_avx2(int64_t nb, const ql_block_q8_0 *w,
-                                                           const ql_block_q8_0 *x)
+__attribute__((target("avx2"))) static float dot_avx2(int64_t nb, const ql_block_q8_0 *w,
+                                                      const ql_block_q8_0 *x)
 {
     float sum = 0.0f;
     int64_t b = 0;

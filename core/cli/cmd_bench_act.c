@@ -76,7 +76,7 @@ static double best_time(const prod_ctx *c, run_kind kind, int threads, double mi
 {
     ql_threads_set(threads);
     openblas_set_num_threads(threads);
-    double best = INFINITY, spent = 0;
+    double best = (double)INFINITY, spent = 0;
     for (int runs = 0; runs < 1 || spent < min_seconds; runs++) {
         const double t0 = ql_now();
         run_once(c, kind);

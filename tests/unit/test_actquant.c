@@ -141,7 +141,7 @@ static void q8x2_error_gain(void)
     for (int b = 0; b < N / 32; b++) {
         ql_block_q8_0 blk;
         ql_quantize_row_q8_0_ref(x + 32 * b, &blk, 32);
-        const double d = ql_fp16_to_fp32(blk.d);
+        const double d = (double)ql_fp16_to_fp32(blk.d);
         for (int j = 32 * b; j < 32 * b + 32; j++) {
             const double d0 = (double)x[j] - (double)y0[j], d2 = (double)x[j] - (double)y2[j];
             e0 += d0 * d0;
@@ -298,7 +298,8 @@ static void fast_helpers_exact(void)
     for (uint32_t h = 0; h < 0x7c00u; h++)
         for (int sign = 0; sign < 2; sign++) {
             const uint16_t hs = (uint16_t)(h | (sign ? 0x8000u : 0));
-            const double lo = ql_fp16_to_fp32(hs), hi = ql_fp16_to_fp32((uint16_t)(hs + 1));
+            const double lo = (double)ql_fp16_to_fp32(hs),
+                         hi = (double)ql_fp16_to_fp32((uint16_t)(hs + 1));
             const float mid = (float)(0.5 * (lo + hi)); /* exact: halves have 11 bits */
             uint32_t um;
             memcpy(&um, &mid, sizeof um);

@@ -128,7 +128,7 @@ static void selection_hand_checked(void)
     float neg[16] = {1, -1};
     CHECK(ql_outliers_select(neg, 16, 3.0, &oc, &err) == QL_EINVAL);
     CHECK(strstr(err.msg, "channel 1 has magnitude -1") != NULL);
-    CHECK(ql_outliers_select(b, 17, NAN, &oc, &err) == QL_EINVAL);
+    CHECK(ql_outliers_select(b, 17, (double)NAN, &oc, &err) == QL_EINVAL);
     CHECK(ql_outliers_select(b, 0, 3.0, &oc, &err) == QL_EINVAL);
 }
 
