@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fp16.h"
+#include "kvcache.h"
 #include "types.h"
 #include "util.h"
 
@@ -165,36 +165,6 @@ void ql_observer_chain_observe(void *chain, int site, const ql_linear *lin, cons
 /* ------------------------------------------------------------------------ */
 /* Attention rounding                                                         */
 
-/* x rounded to the nearest half (ties to even), as f32 -> f16 -> f32 does, without
- * the table-free conversions' branches on the common paths: normal halves keep 10
- * mantissa bits (a carry into the exponent is the right result), subnormal halves
- * are multiples of 2^-24 (scaling by 2^24 is exact, rintf rounds ties to even).
- * Overflow, infinities and NaN take the exact conversions. Checked bit for bit
- * against them in tests/unit/test_forward.c. */
-static inline float round_to_f16(float x)
-{
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    const uint32_t a = b & 0x7fffffffu;
-    if (a >= 0x38800000u && a < 0x477ff000u) { /* 2^-14 <= |x| < 65520 */
-        b += 0x0fffu + ((b >> 13) & 1u);
-        b &= ~0x1fffu;
-        memcpy(&x, &b, sizeof x);
-        return x;
-    }
-    if (a < 0x38800000u)
-        return rintf(x * 16777216.0f) * (1.0f / 16777216.0f);
-    return ql_fp16_to_fp32(ql_fp32_to_fp16(x));
-}
-
-static void round_f16(void *ctx, float *x, int64_t n_rows, int64_t row_len)
-{
-    (void)ctx;
-    int64_t n = n_rows * row_len;
-    for (int64_t i = 0; i < n; i++)
-        x[i] = round_to_f16(x[i]);
-}
-
 void ql_forward_set_attn_rounding(ql_forward *fw, const ql_attn_rounding *r)
 {
     if (r) {
@@ -213,21 +183,13 @@ const char *ql_forward_attn_rounding_name(const ql_forward *fw)
 
 ql_status ql_forward_set_kv_type(ql_forward *fw, int32_t type, ql_error *err)
 {
-    if (type == QL_TYPE_F32) {
-        ql_forward_set_attn_rounding(fw, NULL);
-        return QL_OK;
-    }
-    if (type == QL_TYPE_F16) {
-        /* ggml's CPU path with an f16 cache: K and V stored as f16; K·Q converts the
-         * query to f16 (F16's dot type); V·P converts the probabilities to f16. */
-        ql_attn_rounding r = {
-            .round_k = round_f16, .round_v = round_f16, .round_q = round_f16, .round_p = round_f16};
-        ql_strlcpy(r.name, "f16", sizeof r.name);
-        ql_forward_set_attn_rounding(fw, &r);
-        return QL_OK;
-    }
-    return ql_error_set(err, QL_EUNSUPPORTED, "K/V cache type %s is not supported (f32, f16)",
-                        ql_type_name(type));
+    /* The hooks of each cache type as llama.cpp's CPU backend applies them: kvcache.h. */
+    ql_attn_rounding r;
+    ql_status st = ql_kv_rounding(type, fw->hp.head_dim, &r, err);
+    if (st)
+        return st;
+    ql_forward_set_attn_rounding(fw, type == QL_TYPE_F32 ? NULL : &r);
+    return QL_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -266,6 +228,8 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
     const int64_t n_in = lin->n_in, n_out = lin->n_out;
     blas_sgemm(false, true, (int)n_tok, (int)n_out, (int)n_in, 1.0f, in, (int)n_in, lin->w,
                (int)n_in, y, (int)n_out);
+    if (lin->act_post)
+        lin->act_post(lin->act_ctx, lin, x, y, n_tok);
     if (lin->b)
         for (int64_t t = 0; t < n_tok; t++)
             for (int64_t o = 0; o < n_out; o++)

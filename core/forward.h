@@ -13,7 +13,8 @@
  * The matmul seam: every product goes through ql_forward_matmul(), which
  *   1. calls the observer (if any) with the input x (n_tok, n_in) of that site,
  *   2. applies the linear's activation transform (if any) into a scratch buffer,
- *   3. computes y = x W^T (+ b) with CBLAS sgemm.
+ *   3. computes y = x W^T with CBLAS sgemm,
+ *   4. adds the linear's post-product term (act_post, if any) and the bias.
  * Nothing else in the pass multiplies by a weight matrix, so activation quantization,
  * outlier splits, imatrix collection and calibration all hook in there.
  *
@@ -105,9 +106,11 @@ ql_status ql_observer_chain_add(ql_observer_chain *c, ql_matmul_observer fn, voi
 void ql_observer_chain_observe(void *chain, int site, const ql_linear *lin, const float *x,
                                int64_t n_tok);
 
-/* K/V cache type as llama.cpp's -ctk/-ctv: QL_TYPE_F32 (no rounding; the default) or
- * QL_TYPE_F16 (K, V, query and probabilities rounded to f16). Other types are
- * installed with ql_forward_set_attn_rounding(). */
+/* K/V cache type as llama.cpp's -ctk/-ctv: QL_TYPE_F32 (no rounding; the default),
+ * QL_TYPE_F16 (K, V, query and probabilities rounded to f16), QL_TYPE_Q8_0 or
+ * QL_TYPE_Q4_0 (as with flash attention; head size a multiple of 32). The hooks and
+ * what each type rounds: kvcache.h. Other roundings are installed with
+ * ql_forward_set_attn_rounding(). */
 ql_status ql_forward_set_kv_type(ql_forward *fw, int32_t type, ql_error *err);
 
 /* Installs a custom attention rounding (copied); NULL restores f32. */

@@ -66,6 +66,7 @@ static void linear_borrow(ql_linear *dst, const ql_linear *src)
     *dst = *src;
     dst->act = NULL;
     dst->act_ctx = NULL;
+    dst->act_post = NULL;
     dst->w_owned = NULL;
     dst->b_owned = NULL;
 }

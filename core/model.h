@@ -64,6 +64,13 @@ typedef struct ql_linear ql_linear;
 typedef void (*ql_act_fn)(void *ctx, const ql_linear *lin, const float *x, float *xq,
                           int64_t n_tok);
 
+/* Optional term added to the product after the matrix multiply and before the bias:
+ * y (n_tok, n_out) += f(x) from the original input x (n_tok, n_in); ctx is the linear's
+ * act_ctx. It carries what an integer kernel computes beyond the rounded activations
+ * (the q8_1 block sums of Q4_1/Q5_1 products, actquant.h). Same rules as ql_act_fn. */
+typedef void (*ql_act_post_fn)(void *ctx, const ql_linear *lin, const float *x, float *y,
+                               int64_t n_tok);
+
 /* A 2-D weight used as a product y = W x (+ b). */
 struct ql_linear {
     char name[96];    /* GGUF tensor name, e.g. "blk.3.attn_q.weight" */
@@ -74,6 +81,7 @@ struct ql_linear {
     int32_t src_type; /* ggml type the tensor had in the GGUF file */
     ql_act_fn act;    /* NULL: the input is used as is (f32), at no cost */
     void *act_ctx;
+    ql_act_post_fn act_post; /* NULL: nothing added after the product */
     /* private: heap copies this linear owns (freed with the weight set), NULL if borrowed */
     float *w_owned;
     float *b_owned;

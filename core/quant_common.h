@@ -28,6 +28,25 @@ static inline int ql_nearest_int(float v)
     return (bits & 0x007fffff) - 0x00400000;
 }
 
+/* roundf (nearest, ties away from zero) without the libm call, bit for bit: values of
+ * magnitude 2^23 and above are integers already (infinities and NaN pass through too);
+ * below, the fractional part |v| - trunc(|v|) is exact. Checked against roundf in
+ * tests/unit/test_actquant.c. */
+static inline float ql_roundf(float v)
+{
+    const float a = v < 0.0f ? -v : v;
+    if (!(a < 8388608.0f))
+        return v;
+    float t = (float)(int32_t)a;
+    t += (float)(a - t >= 0.5f); /* branch-free: the comparison is a coin flip */
+    uint32_t bt, bv;
+    memcpy(&bt, &t, sizeof bt);
+    memcpy(&bv, &v, sizeof bv);
+    bt |= bv & 0x80000000u; /* copysign: roundf keeps the sign of a zero result */
+    memcpy(&t, &bt, sizeof t);
+    return t;
+}
+
 /* The 16 IQ4_NL / IQ4_XS code values (a non-uniform 4-bit grid), ascending. */
 extern const int8_t ql_iq4nl_values[16];
 

@@ -232,17 +232,20 @@ out:
 int ql_cmd_bench(int argc, char **argv)
 {
     if (argc < 2)
-        return ql_cli_usage("bench", "expects a benchmark name: quant, forward");
+        return ql_cli_usage("bench", "expects a benchmark name: act, forward, quant");
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        printf("usage: qlab bench quant|forward [options]\n\n"
+        printf("usage: qlab bench act|forward|quant [options]\n\n"
                "Benchmarks:\n"
-               "  quant     quantize/dequantize throughput per type (qlab bench quant --help)\n"
-               "  forward   tokens/s of the reference forward pass (qlab bench forward --help)\n");
+               "  act       activation rounding and int8 products (qlab bench act --help)\n"
+               "  forward   tokens/s of the reference forward pass (qlab bench forward --help)\n"
+               "  quant     quantize/dequantize throughput per type (qlab bench quant --help)\n");
         return QL_EXIT_OK;
     }
+    if (strcmp(argv[1], "act") == 0)
+        return ql_bench_act(argc - 1, argv + 1);
     if (strcmp(argv[1], "quant") == 0)
         return bench_quant(argc - 1, argv + 1);
     if (strcmp(argv[1], "forward") == 0)
         return ql_bench_forward(argc - 1, argv + 1);
-    return ql_cli_usage("bench", "unknown benchmark '%s' (known: quant, forward)", argv[1]);
+    return ql_cli_usage("bench", "unknown benchmark '%s' (known: act, forward, quant)", argv[1]);
 }

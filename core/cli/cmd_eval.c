@@ -4,6 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../actquant.h"
+#include "../config.h"
 #include "../data.h"
 #include "../forward.h"
 #include "../model.h"
@@ -18,7 +20,7 @@
 static void help(void)
 {
     printf("usage: qlab eval MODEL --text FILE|NAME [--ctx N] [--chunks K] [--threads N]\n"
-           "                 [--kv-type f32|f16] [--quiet]\n\n"
+           "                 [--kv-type f32|f16|q8_0|q4_0] [--act-mode MODE] [--quiet]\n\n"
            "Perplexity with llama-perplexity's protocol: the whole text is tokenized (BOS\n"
            "first when the vocabulary adds it) and cut into chunks of N tokens (default\n"
            "512); each chunk starts with BOS and positions N/2 .. N-2 are scored, each\n"
@@ -27,8 +29,12 @@ static void help(void)
            "otherwise) and the final 'PPL = x ± y', y being PPL times the standard error\n"
            "of the mean negative log-likelihood, as llama-perplexity prints it.\n\n"
            "--kv-type rounds K and V (and the query and attention probabilities, as ggml's\n"
-           "CPU matmul does) to f16 like llama.cpp's default K/V cache; the default f32 is\n"
-           "the exact reference. MODEL and the text are paths or names from\n"
+           "CPU matmul does) to f16 like llama.cpp's default K/V cache, or to q8_0/q4_0 as\n"
+           "llama.cpp does with -ctk/-ctv and flash attention; the default f32 is the exact\n"
+           "reference. --act-mode rounds the input of every product: f32 (default), q8_0,\n"
+           "q8_1, q8_K, q8x2, or native: what llama.cpp's CPU backend uses for the type\n"
+           "each weight has in the file (with --kv-type f16, a quantized GGUF then gives\n"
+           "llama-perplexity's numbers). MODEL and the text are paths or names from\n"
            "datasets/manifest.tsv (e.g. stories260K, ts-eval, tinystories-valid).\n");
 }
 
@@ -59,6 +65,8 @@ int ql_cmd_eval(int argc, char **argv)
     const char *model_arg = NULL, *text_arg = NULL;
     int ctx = 512, chunks = 0, threads = 0;
     int32_t kv_type = QL_TYPE_F32;
+    ql_config act_cfg; /* only its act_mode axis is used */
+    ql_config_init(&act_cfg);
     bool quiet = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -90,9 +98,15 @@ int ql_cmd_eval(int argc, char **argv)
             ok = ql_cli_parse_int_opt("eval", a, v, 1, 1024, &threads);
         else if (strcmp(a, "--kv-type") == 0) {
             const ql_type_traits *t = ql_type_by_name(v);
-            if (!t || (t->type != QL_TYPE_F32 && t->type != QL_TYPE_F16))
-                return ql_cli_usage("eval", "--kv-type expects f32 or f16, got '%s'", v);
+            if (!t || (t->type != QL_TYPE_F32 && t->type != QL_TYPE_F16 &&
+                       t->type != QL_TYPE_Q8_0 && t->type != QL_TYPE_Q4_0))
+                return ql_cli_usage("eval", "--kv-type expects f32, f16, q8_0 or q4_0, got '%s'",
+                                    v);
             kv_type = t->type;
+        } else if (strcmp(a, "--act-mode") == 0) {
+            ql_error aerr;
+            if (ql_config_set(&act_cfg, QL_AXIS_ACT_MODE, v, &aerr))
+                return ql_cli_usage("eval", "--act-mode: %s", aerr.msg);
         } else
             return ql_cli_usage("eval", "unknown option '%s'", a);
         if (!ok)
@@ -111,6 +125,10 @@ int ql_cmd_eval(int argc, char **argv)
     ql_model *m = NULL;
     ql_tokenizer *tok = NULL;
     ql_forward *fw = NULL;
+    ql_weights *ws = NULL;
+    ql_act_plan *ap = NULL;
+    int32_t *site_types = NULL;
+    const void **site_q = NULL;
     char *text = NULL;
     size_t text_len = 0;
     ql_ppl_data d;
@@ -127,17 +145,40 @@ int ql_cmd_eval(int argc, char **argv)
     }
     if (ql_forward_alloc(&fw, &m->hp, ctx, &err) || ql_forward_set_kv_type(fw, kv_type, &err))
         goto fail;
+    /* The activation transforms follow each weight's type in the file. */
+    if (ql_weights_copy(&ws, m->weights, &err))
+        goto fail;
+    if (!(site_types = malloc((size_t)ws->n_lin * sizeof *site_types)) ||
+        !(site_q = malloc((size_t)ws->n_lin * sizeof *site_q))) {
+        ql_error_set(&err, QL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int s = 0; s < ws->n_lin; s++) {
+        site_types[s] = ws->lin[s].src_type;
+        /* the file's bytes: Q4_1/Q5_1 block mins for the q8_1 block-sum term */
+        const ql_gguf_tensor *gt = ql_gguf_find_tensor(m->gguf, ws->lin[s].name);
+        site_q[s] = gt && gt->type == site_types[s] ? gt->data : NULL;
+    }
+    if (ql_act_plan_build(&ap, ws, act_cfg.act_mode, site_types, site_q, NULL, &err))
+        goto fail;
+    ql_act_plan_install(ap, ws);
+    for (int s = 0; s < ws->n_lin; s++) {
+        const ql_act_choice *ch = ql_act_plan_choice(ap, s);
+        if (ch->fallback && !quiet)
+            fprintf(stderr, "%s: %s\n", ws->lin[s].name, ch->note);
+    }
     fprintf(stderr,
             "model %s (%s, %.3fM params); text %s: %lld tokens, %lld chunks of %d, %d "
-            "scored per chunk; K/V %s; %d threads\n",
+            "scored per chunk; K/V %s; activations %s; %d threads\n",
             model_path, m->hp.arch_name, (double)m->n_params / 1e6, text_path,
             (long long)d.n_tokens, (long long)d.n_chunks, ctx, d.n_scored,
-            ql_forward_attn_rounding_name(fw), ql_threads_get());
+            ql_forward_attn_rounding_name(fw), ql_act_mode_name(act_cfg.act_mode),
+            ql_threads_get());
     chunk_printer pr = {.n_chunks = d.n_chunks, .tty = isatty(STDERR_FILENO) == 1, .quiet = quiet};
     ql_progress_begin(&pr.progress, "eval", "chunk", d.n_chunks, quiet || !pr.tty);
     ql_nll_acc acc;
     double t0 = ql_now();
-    if (ql_ppl_eval(fw, m->weights, &d, on_chunk, &pr, &acc, &err))
+    if (ql_ppl_eval(fw, ws, &d, on_chunk, &pr, &acc, &err))
         goto fail;
     const double secs = ql_now() - t0;
     if (pr.tty && !quiet)
@@ -152,6 +193,10 @@ fail:
 out:
     ql_ppl_data_deinit(&d);
     free(text);
+    ql_weights_free(ws);
+    ql_act_plan_free(ap);
+    free(site_types);
+    free(site_q);
     ql_forward_free(fw);
     ql_tokenizer_free(tok);
     ql_model_free(m);

@@ -7,7 +7,7 @@
 #include "commands.h"
 
 static const ql_cli_command commands[] = {
-    {"bench", ql_cmd_bench, "measure speed (bench quant: quantize MB/s; bench forward: tok/s)"},
+    {"bench", ql_cmd_bench, "measure speed (bench quant | forward | act)"},
     {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
     {"eval", ql_cmd_eval, "perplexity of a model on a text (llama-perplexity protocol)"},
     {"fit", ql_cmd_fit, "choose a type per tensor to fill a byte budget; write the GGUF"},

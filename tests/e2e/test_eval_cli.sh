@@ -28,7 +28,17 @@ grep -q "short.txt" "$tmp/err" || { echo "FAIL: error does not name the text"; f
 expect 1 "eval unknown text" "$qlab" eval stories260K --text no-such-dataset
 expect 2 "eval without text" "$qlab" eval stories260K
 expect 2 "eval bad ctx" "$qlab" eval stories260K --text ts-eval --ctx 2
-expect 2 "eval bad kv type" "$qlab" eval stories260K --text ts-eval --kv-type q4_0
+expect 2 "eval bad kv type" "$qlab" eval stories260K --text ts-eval --kv-type q4_K
+expect 2 "eval bad act mode" "$qlab" eval stories260K --text ts-eval --act-mode q8_2
+grep -q "did you mean" "$tmp/err" || { echo "FAIL: no suggestion: $(cat "$tmp/err")"; fail=1; }
+# stories260K's heads are 8 wide: llama.cpp cannot hold a quantized K/V cache for them
+expect 1 "eval q4_0 cache on 8-wide heads" "$qlab" eval stories260K --text ts-eval --kv-type q4_0
+grep -q "head size 8 is not a multiple of 32" "$tmp/err" || { echo "FAIL: $(cat "$tmp/err")"; fail=1; }
+expect 0 "eval q8_0 activations" "$qlab" eval stories260K --text ts-eval --ctx 64 --chunks 2 --act-mode q8_0 --threads 1
+grep -q "activations q8_0" "$tmp/err" || { echo "FAIL: mode not shown: $(cat "$tmp/err")"; fail=1; }
+# the 172-wide ffn_down inputs cannot take q8_0 blocks: rounded to f16, and said so
+grep -q "blk.0.ffn_down.weight: q8_0 activations need rows of a multiple of 32 values; 172-wide input rounded to f16" "$tmp/err" ||
+    { echo "FAIL: no fallback note: $(cat "$tmp/err")"; fail=1; }
 expect 2 "generate without model" "$qlab" generate -n 3
 expect 1 "generate missing model" "$qlab" generate "$tmp/none.gguf"
 exit $fail

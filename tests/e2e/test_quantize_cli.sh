@@ -61,4 +61,12 @@ for t in F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q8_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q8_
 done
 check 2 "bench unknown" "$qlab" bench nothing
 check 2 "bench quant bad cols" "$qlab" bench quant --cols 100
+# bench act: every rounding and the three product paths (tiny shapes, one run each).
+check 0 "bench act" "$qlab" bench act --tokens 4 --in 256 --out 16 --min-seconds 0 --threads 2
+for r in f32 f16 bf16 q8_0 q8_1 q8_K q8x2; do
+    has "$tmp/out" "^  $r " "bench act row for $r"
+done
+has "$tmp/out" "^  fake-quant " "bench act fake-quant path"
+has "$tmp/out" "^  int8 C " "bench act portable int8 path"
+check 2 "bench act bad in" "$qlab" bench act --in 100
 exit $fail

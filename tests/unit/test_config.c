@@ -197,22 +197,29 @@ static void test_rules_and_capabilities(void)
     CHECK_OK(ql_config_from_string("weight_type=IQ2_XXS imatrix=calib:x", &c, &err), &err);
     CHECK_OK(ql_config_validate(&c, NULL, &err), &err);
 
-    /* Today's capabilities (the issue 6 baseline); later issues flip entries on and
-     * update these expectations. */
+    /* Today's capabilities: activation modes, the outlier split and the K/V cache types
+     * (issue 7) and byte budgets (issue 9) are implemented: every entry of the table. */
     CHECK_OK(ql_config_from_string("weight_type=IQ3_S head_type=F32 imatrix=x.dat", &c, &err),
              &err);
     CHECK_OK(ql_config_check_implemented(&c, &err), &err);
-    CHECK_OK(ql_config_from_string("weight_type=Q4_0 act_mode=q8_0", &c, &err), &err);
-    CHECK(ql_config_check_implemented(&c, &err) == QL_EUNSUPPORTED);
-    CHECK(strcmp(err.msg, "act_mode q8_0 is not implemented yet") == 0);
-    CHECK_OK(ql_config_from_string("weight_type=Q4_0 outlier_ratio=3.0", &c, &err), &err);
-    CHECK(ql_config_check_axis(&c, QL_AXIS_OUTLIER_RATIO, &err) == QL_EUNSUPPORTED);
-    CHECK(strcmp(err.msg, "outlier_ratio 3 is not implemented yet") == 0);
+    const char *now_implemented[] = {
+        "weight_type=Q4_0 act_mode=q8_0",      "weight_type=Q4_0 act_mode=q8_1",
+        "weight_type=Q4_K act_mode=q8_K",      "weight_type=Q8_0 act_mode=q8x2",
+        "weight_type=Q4_0 act_mode=native",    "weight_type=Q8_0 outlier_ratio=3.0",
+        "weight_type=Q4_0 kv_type=q8_0",       "weight_type=Q4_0 kv_type=q4_0 act_mode=q8_0",
+        "weight_type=Q8_0_XC outlier_ratio=6", "weight_type=F16 kv_type=f16",
+    };
+    for (size_t i = 0; i < sizeof now_implemented / sizeof now_implemented[0]; i++) {
+        CHECK_OK(ql_config_from_string(now_implemented[i], &c, &err), &err);
+        CHECK_MSG(ql_config_check_implemented(&c, &err) == QL_OK, "%s: %s", now_implemented[i],
+                  err.msg);
+    }
     CHECK_OK(ql_config_from_string("weight_type=Q4_0 budget=bpw:4.5", &c, &err), &err);
     CHECK_OK(ql_config_check_axis(&c, QL_AXIS_BUDGET, &err), &err); /* issue 9 */
-    CHECK_OK(ql_config_from_string("weight_type=Q4_0 act_mode=native", &c, &err), &err);
-    CHECK(ql_config_check_axis(&c, QL_AXIS_KV_TYPE, &err) == QL_EUNSUPPORTED);
-    CHECK(strcmp(err.msg, "kv_type f16 (implied by act_mode native) is not implemented yet") == 0);
+    const ql_capability *all;
+    const size_t n_all = ql_config_capabilities(&all);
+    for (size_t i = 0; i < n_all; i++)
+        CHECK_MSG(all[i].implemented, "%s %s", ql_axis_name(all[i].axis), all[i].value);
 
     /* Every value class of every axis has exactly one entry in the table. */
     const ql_capability *caps;

@@ -93,13 +93,15 @@ static void test_design_example(void)
         CHECK(strcmp(sw.points[i].hash, again.points[i].hash) == 0);
     ql_sweep_deinit(&again);
 
-    /* Without the flag the unimplemented axes are refused, naming the line. */
+    /* Every axis of the example is implemented now: the same list without the flag. */
     st = ql_sweep_parse("x/formats.sweep", design_example, 0, &again, &err);
-    CHECK(st == QL_EUNSUPPORTED);
-    CHECK_MSG(strcmp(err.msg, "x/formats.sweep:11: act_mode native is not implemented yet") == 0,
-              "%s", err.msg);
-    CHECK(again.points == NULL && again.n_points == 0);
+    CHECK_OK(st, &err);
+    CHECK_EQ_INT(again.n_points, sw.n_points);
     ql_sweep_deinit(&again);
+
+    /* (An axis value marked not implemented in the capability table is refused with its
+     * line; since issues 7 and 9 every value is implemented, so no sweep text reaches
+     * that path today.) */
 
     /* Shards partition the list: every config in exactly one shard. */
     for (int n = 1; n <= 5; n++) {

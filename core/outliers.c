@@ -1,0 +1,393 @@
+/* Calibration maxima, outlier selection and the weight side of the outlier split. */
+#include "outliers.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+#include "quant_xc.h"
+#include "types.h"
+
+/* ------------------------------------------------------------------------- */
+/* Calibration statistics                                                      */
+
+ql_status ql_act_stats_alloc(ql_act_stats **out, int n_sites, const int64_t *n_in, ql_error *err)
+{
+    *out = NULL;
+    if (n_sites <= 0)
+        return ql_error_set(err, QL_EINVAL, "activation statistics: %d sites", n_sites);
+    for (int s = 0; s < n_sites; s++)
+        if (n_in[s] <= 0)
+            return ql_error_set(err, QL_EINVAL, "activation statistics: site %d has width %lld", s,
+                                (long long)n_in[s]);
+    ql_act_stats *st = calloc(1, sizeof *st);
+    if (!st)
+        goto out_nomem;
+    st->n_sites = n_sites;
+    st->n_in = calloc((size_t)n_sites, sizeof *st->n_in);
+    st->amax = calloc((size_t)n_sites, sizeof *st->amax);
+    st->n_rows = calloc((size_t)n_sites, sizeof *st->n_rows);
+    if (!st->n_in || !st->amax || !st->n_rows)
+        goto out_nomem;
+    for (int s = 0; s < n_sites; s++) {
+        st->n_in[s] = n_in[s];
+        st->amax[s] = calloc((size_t)n_in[s], sizeof(float));
+        if (!st->amax[s])
+            goto out_nomem;
+    }
+    *out = st;
+    return QL_OK;
+out_nomem:
+    ql_act_stats_free(st);
+    return ql_error_set(err, QL_ENOMEM, "activation statistics: out of memory");
+}
+
+void ql_act_stats_free(ql_act_stats *s)
+{
+    if (!s)
+        return;
+    if (s->amax)
+        for (int i = 0; i < s->n_sites; i++)
+            free(s->amax[i]);
+    free(s->amax);
+    free(s->n_in);
+    free(s->n_rows);
+    free(s);
+}
+
+void ql_act_stats_reset(ql_act_stats *s)
+{
+    for (int i = 0; i < s->n_sites; i++) {
+        memset(s->amax[i], 0, (size_t)s->n_in[i] * sizeof(float));
+        s->n_rows[i] = 0;
+    }
+}
+
+void ql_act_stats_add(ql_act_stats *s, int site, const float *x, int64_t n_rows)
+{
+    QL_ASSERT(site >= 0 && site < s->n_sites);
+    const int64_t n = s->n_in[site];
+    float *m = s->amax[site];
+    for (int64_t t = 0; t < n_rows; t++) {
+        const float *xr = x + t * n;
+        for (int64_t j = 0; j < n; j++) {
+            const float a = fabsf(xr[j]);
+            if (a > m[j]) /* false for NaN */
+                m[j] = a;
+        }
+    }
+    s->n_rows[site] += n_rows;
+}
+
+ql_status ql_act_stats_merge(ql_act_stats *a, const ql_act_stats *b, ql_error *err)
+{
+    if (a->n_sites != b->n_sites)
+        return ql_error_set(err, QL_EINVAL, "activation statistics: %d sites vs %d", a->n_sites,
+                            b->n_sites);
+    for (int s = 0; s < a->n_sites; s++)
+        if (a->n_in[s] != b->n_in[s])
+            return ql_error_set(err, QL_EINVAL,
+                                "activation statistics: site %d is %lld wide vs %lld", s,
+                                (long long)a->n_in[s], (long long)b->n_in[s]);
+    for (int s = 0; s < a->n_sites; s++) {
+        for (int64_t j = 0; j < a->n_in[s]; j++)
+            if (b->amax[s][j] > a->amax[s][j])
+                a->amax[s][j] = b->amax[s][j];
+        a->n_rows[s] += b->n_rows[s];
+    }
+    return QL_OK;
+}
+
+ql_status ql_act_stats_alloc_for(ql_act_stats **out, const ql_weights *w, ql_error *err)
+{
+    *out = NULL;
+    int64_t *widths = malloc((size_t)w->n_lin * sizeof *widths);
+    if (!widths)
+        return ql_error_set(err, QL_ENOMEM, "activation statistics: out of memory");
+    for (int s = 0; s < w->n_lin; s++)
+        widths[s] = w->lin[s].n_in;
+    ql_status st = ql_act_stats_alloc(out, w->n_lin, widths, err);
+    free(widths);
+    return st;
+}
+
+void ql_act_stats_observe(void *ctx, int site, const ql_linear *lin, const float *x, int64_t n_tok)
+{
+    ql_act_stats *st = ctx;
+    QL_ASSERT(site >= 0 && site < st->n_sites && lin->n_in == st->n_in[site]);
+    ql_act_stats_add(st, site, x, n_tok);
+}
+
+ql_status ql_act_stats_collect(ql_act_stats **out, ql_forward *fw, const ql_weights *w,
+                               const ql_ppl_data *d, ql_error *err)
+{
+    *out = NULL;
+    const ql_hparams *hp = ql_forward_hparams(fw);
+    if (d->ctx > ql_forward_max_ctx(fw))
+        return ql_error_set(err, QL_EINVAL,
+                            "calibration: chunks of %d tokens exceed the forward pass's %d", d->ctx,
+                            ql_forward_max_ctx(fw));
+    ql_act_stats *st = NULL;
+    ql_status rc = ql_act_stats_alloc_for(&st, w, err);
+    if (rc)
+        return rc;
+    int32_t *tokens = malloc((size_t)d->ctx * sizeof *tokens);
+    float *logits = malloc((size_t)d->ctx * (size_t)hp->n_vocab * sizeof *logits);
+    if (!tokens || !logits) {
+        rc = ql_error_set(err, QL_ENOMEM, "calibration: out of memory for %d x %d logits", d->ctx,
+                          hp->n_vocab);
+        goto out;
+    }
+    ql_forward_set_observer(fw, ql_act_stats_observe, st);
+    for (int64_t c = 0; c < d->n_chunks && !rc; c++) {
+        ql_ppl_chunk_input(d, c, tokens);
+        rc = ql_forward_run(fw, w, tokens, d->ctx, 0, 0, logits, err);
+        if (rc)
+            ql_error_prefix(err, "calibration chunk %lld: ", (long long)c);
+    }
+    ql_forward_set_observer(fw, NULL, NULL);
+out:
+    free(tokens);
+    free(logits);
+    if (rc) {
+        ql_act_stats_free(st);
+        return rc;
+    }
+    *out = st;
+    return QL_OK;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Selection                                                                   */
+
+static int cmp_float(const void *pa, const void *pb)
+{
+    const float a = *(const float *)pa, b = *(const float *)pb;
+    return (a > b) - (a < b);
+}
+
+/* Candidate order: larger magnitude first, then the lower channel. */
+typedef struct {
+    float mag;
+    int64_t col;
+} candidate;
+
+static int cmp_candidate(const void *pa, const void *pb)
+{
+    const candidate *a = pa, *b = pb;
+    if (a->mag != b->mag)
+        return a->mag > b->mag ? -1 : 1;
+    return (a->col > b->col) - (a->col < b->col);
+}
+
+static int cmp_i64(const void *pa, const void *pb)
+{
+    const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return (a > b) - (a < b);
+}
+
+ql_status ql_outliers_select(const float *amax, int64_t n_in, double ratio, ql_outlier_cols *out,
+                             ql_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->n_in = n_in;
+    if (n_in <= 0)
+        return ql_error_set(err, QL_EINVAL, "outlier selection: width %lld", (long long)n_in);
+    if (!(ratio >= 0.0) || isinf(ratio))
+        return ql_error_set(err, QL_EINVAL, "outlier selection: ratio %g", ratio);
+    for (int64_t j = 0; j < n_in; j++)
+        if (!(amax[j] >= 0.0f) || isinf(amax[j]))
+            return ql_error_set(err, QL_EINVAL,
+                                "outlier selection: channel %lld has magnitude %g (expected "
+                                "finite and >= 0)",
+                                (long long)j, (double)amax[j]);
+
+    float *sorted = malloc((size_t)n_in * sizeof *sorted);
+    candidate *cand = malloc((size_t)n_in * sizeof *cand);
+    if (!sorted || !cand) {
+        free(sorted);
+        free(cand);
+        return ql_error_set(err, QL_ENOMEM, "outlier selection: out of memory");
+    }
+    memcpy(sorted, amax, (size_t)n_in * sizeof *sorted);
+    qsort(sorted, (size_t)n_in, sizeof *sorted, cmp_float);
+    out->median = n_in % 2 ? (double)sorted[n_in / 2]
+                           : 0.5 * ((double)sorted[n_in / 2 - 1] + (double)sorted[n_in / 2]);
+    free(sorted);
+    if (ratio <= 0.0) {
+        free(cand);
+        return QL_OK;
+    }
+    out->threshold = ratio * out->median;
+
+    int64_t n_cand = 0;
+    for (int64_t j = 0; j < n_in; j++)
+        if ((double)amax[j] > out->threshold)
+            cand[n_cand++] = (candidate){amax[j], j};
+    out->n_above = n_cand;
+    qsort(cand, (size_t)n_cand, sizeof *cand, cmp_candidate);
+    const int64_t cap = n_in / QL_OUTLIER_CAP_DIV;
+    out->n = n_cand < cap ? n_cand : cap;
+    if (out->n > 0) {
+        out->cols = malloc((size_t)out->n * sizeof *out->cols);
+        if (!out->cols) {
+            free(cand);
+            out->n = 0;
+            return ql_error_set(err, QL_ENOMEM, "outlier selection: out of memory");
+        }
+        for (int64_t i = 0; i < out->n; i++)
+            out->cols[i] = cand[i].col;
+        qsort(out->cols, (size_t)out->n, sizeof *out->cols, cmp_i64);
+    }
+    free(cand);
+    return QL_OK;
+}
+
+void ql_outlier_cols_deinit(ql_outlier_cols *c)
+{
+    free(c->cols);
+    c->cols = NULL;
+    c->n = 0;
+}
+
+ql_status ql_outlier_set_build(const ql_act_stats *st, double ratio, ql_outlier_set **out,
+                               ql_error *err)
+{
+    *out = NULL;
+    ql_outlier_set *s = calloc(1, sizeof *s);
+    if (!s || !(s->site = calloc((size_t)st->n_sites, sizeof *s->site))) {
+        free(s);
+        return ql_error_set(err, QL_ENOMEM, "outlier selection: out of memory");
+    }
+    s->n_sites = st->n_sites;
+    s->ratio = ratio;
+    for (int i = 0; i < st->n_sites; i++) {
+        ql_status rc = ql_outliers_select(st->amax[i], st->n_in[i], ratio, &s->site[i], err);
+        if (rc) {
+            ql_error_prefix(err, "site %d: ", i);
+            ql_outlier_set_free(s);
+            return rc;
+        }
+        s->n_total += s->site[i].n;
+    }
+    *out = s;
+    return QL_OK;
+}
+
+void ql_outlier_set_free(ql_outlier_set *s)
+{
+    if (!s)
+        return;
+    if (s->site)
+        for (int i = 0; i < s->n_sites; i++)
+            ql_outlier_cols_deinit(&s->site[i]);
+    free(s->site);
+    free(s);
+}
+
+/* ------------------------------------------------------------------------- */
+/* The weight side                                                             */
+
+uint64_t ql_outliers_bytes(int64_t n_out, int64_t n_in, int64_t n_cols)
+{
+    const uint64_t index_bytes = n_in <= 65536 ? 2 : 4;
+    return (uint64_t)n_cols * ((uint64_t)n_out * sizeof(float) + index_bytes);
+}
+
+void ql_outliers_zero_cols(float *w, int64_t n_out, int64_t n_in, const int64_t *cols, int64_t n)
+{
+    for (int64_t r = 0; r < n_out; r++)
+        for (int64_t i = 0; i < n; i++)
+            w[r * n_in + cols[i]] = 0.0f;
+}
+
+void ql_outliers_copy_cols(float *dst, const float *src, int64_t n_out, int64_t n_in,
+                           const int64_t *cols, int64_t n)
+{
+    for (int64_t r = 0; r < n_out; r++)
+        for (int64_t i = 0; i < n; i++)
+            dst[r * n_in + cols[i]] = src[r * n_in + cols[i]];
+}
+
+ql_status ql_outliers_quant_weight(int32_t type, const float *w, int64_t n_out, int64_t n_in,
+                                   const float *imatrix, const ql_outlier_cols *oc, float *w_eff,
+                                   void *q, size_t q_size, uint64_t *q_bytes,
+                                   uint64_t *outlier_bytes, ql_error *err)
+{
+    const ql_type_traits *tr = ql_type_get(type);
+    if (!tr)
+        return ql_error_set(err, QL_EINVAL, "outlier split: unknown type id %d", (int)type);
+    if (n_out <= 0 || n_in <= 0)
+        return ql_error_set(err, QL_EINVAL, "outlier split: %s matrix of %lld x %lld", tr->name,
+                            (long long)n_out, (long long)n_in);
+    const int64_t n_cols = oc ? oc->n : 0;
+    if (oc && oc->n_in != n_in)
+        return ql_error_set(err, QL_EINVAL,
+                            "outlier split: channel list for %lld inputs applied to a %lld-wide "
+                            "%s matrix",
+                            (long long)oc->n_in, (long long)n_in, tr->name);
+    const size_t row = ql_row_size(tr->storage, n_in);
+    if (row == 0)
+        return ql_error_set(err, QL_EINVAL,
+                            "outlier split: %s rows of %lld values do not split "
+                            "into blocks of %lld",
+                            tr->name, (long long)n_in, (long long)tr->block_size);
+    const size_t need = row * (size_t)n_out;
+    if (q && q_size < need)
+        return ql_error_set(err, QL_EINVAL, "outlier split: %s buffer of %zu bytes, need %zu",
+                            tr->name, q_size, need);
+
+    ql_status rc = QL_OK;
+    void *tmp = NULL;
+    float *imat0 = NULL;
+    if (!q) {
+        tmp = malloc(need);
+        if (!tmp)
+            return ql_error_set(err, QL_ENOMEM, "outlier split: out of memory for %zu bytes", need);
+        q = tmp;
+        q_size = need;
+    }
+
+    if (type == QL_TYPE_Q8_0_XC) {
+        /* The outlier weights stay inside the Q8_0 bytes (exact scales where possible). */
+        rc = ql_quant_q8_0_xc(w, n_out, n_in, n_cols ? oc->cols : NULL, n_cols, q, q_size, NULL,
+                              err);
+        if (!rc)
+            rc = ql_dequant_tensor(QL_TYPE_Q8_0, q, need, n_out, n_in, w_eff, err);
+        if (!rc && outlier_bytes)
+            *outlier_bytes = 0;
+        goto out;
+    }
+
+    /* w_eff doubles as the zeroed copy that is quantized. */
+    memcpy(w_eff, w, (size_t)(n_out * n_in) * sizeof(float));
+    if (n_cols) {
+        ql_outliers_zero_cols(w_eff, n_out, n_in, oc->cols, n_cols);
+        if (imatrix) {
+            imat0 = malloc((size_t)n_in * sizeof *imat0);
+            if (!imat0) {
+                rc = ql_error_set(err, QL_ENOMEM, "outlier split: out of memory");
+                goto out;
+            }
+            memcpy(imat0, imatrix, (size_t)n_in * sizeof *imat0);
+            ql_outliers_zero_cols(imat0, 1, n_in, oc->cols, n_cols);
+            imatrix = imat0;
+        }
+    }
+    rc = ql_quant_tensor(type, w_eff, n_out, n_in, imatrix, q, q_size, NULL, err);
+    if (!rc)
+        rc = ql_dequant_tensor(type, q, need, n_out, n_in, w_eff, err);
+    if (rc)
+        goto out;
+    if (n_cols)
+        ql_outliers_copy_cols(w_eff, w, n_out, n_in, oc->cols, n_cols);
+    if (outlier_bytes)
+        *outlier_bytes = ql_outliers_bytes(n_out, n_in, n_cols);
+out:
+    if (!rc && q_bytes)
+        *q_bytes = need;
+    free(tmp);
+    free(imat0);
+    return rc;
+}
