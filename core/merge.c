@@ -30,6 +30,7 @@ enum {
     T_METRICS,
     T_TENSOR_ERRORS,
     T_CHUNK_METRICS,
+    T_ACT_ROUNDINGS,
     N_TABLES
 };
 
@@ -51,6 +52,7 @@ static const struct {
     [T_METRICS] = {"metrics", 1, "run_id", NULL},
     [T_TENSOR_ERRORS] = {"tensor_errors", 1, "run_id", "tensor"},
     [T_CHUNK_METRICS] = {"chunk_metrics", 2, "run_id", "chunk"},
+    [T_ACT_ROUNDINGS] = {"act_roundings", 3, "run_id", "tensor"},
 };
 
 #define MAX_COLS     64
@@ -899,7 +901,7 @@ static ql_status write_runs(merger *m, int64_t src, ql_error *err)
 
     /* Replaced runs keep their id (and so their sweep memberships); everything
      * else comes from the input, and the attempts add up to the larger count. */
-    static const int children[] = {T_METRICS, T_TENSOR_ERRORS, T_CHUNK_METRICS};
+    static const int children[] = {T_METRICS, T_TENSOR_ERRORS, T_CHUNK_METRICS, T_ACT_ROUNDINGS};
     for (size_t i = 0; i < sizeof children / sizeof children[0]; i++) {
         q.len = 0;
         sb_add(&q,
@@ -919,7 +921,8 @@ static ql_status write_runs(merger *m, int64_t src, ql_error *err)
     if ((rc = run_sql(m, q.text, src, "merging runs", err)))
         return rc;
 
-    static const int copied[] = {T_METRICS, T_TENSOR_ERRORS, T_CHUNK_METRICS, T_SWEEP_RUNS};
+    static const int copied[] = {T_METRICS, T_TENSOR_ERRORS, T_CHUNK_METRICS, T_ACT_ROUNDINGS,
+                                 T_SWEEP_RUNS};
     for (size_t i = 0; i < sizeof copied / sizeof copied[0]; i++)
         if ((rc = copy_children(m, copied[i], src, err)))
             return rc;
@@ -944,6 +947,7 @@ static ql_status merge_one(merger *m, int64_t src, ql_merge_counts *counts, ql_e
         (rc = merge_identities(m, src, err)) || (rc = map_runs(m, src, err)) ||
         (rc = check_metrics(m, src, err)) || (rc = check_children(m, T_TENSOR_ERRORS, src, err)) ||
         (rc = check_children(m, T_CHUNK_METRICS, src, err)) ||
+        (rc = check_children(m, T_ACT_ROUNDINGS, src, err)) ||
         (rc = run_sql(m, decide, src, "merging runs", err)) || (rc = write_runs(m, src, err)))
         return rc;
 

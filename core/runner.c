@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "actquant.h"
 #include "data.h"
 #include "fit.h"
 #include "forward.h"
@@ -18,6 +19,7 @@
 #include "imatrix_io.h"
 #include "metrics.h"
 #include "model.h"
+#include "outliers.h"
 #include "perplexity.h"
 #include "progress.h"
 #include "ql_config.h"
@@ -45,10 +47,21 @@ void ql_run_opts_init(ql_run_opts *o)
 /* ------------------------------------------------------------------------- */
 /* Importance matrices named by the configs of a sweep                        */
 
+/* Outlier channel lists of one ratio, selected from a slot's calibration maxima. */
+typedef struct {
+    double ratio;
+    ql_outlier_set *set;
+} outlier_slot;
+
 typedef struct {
     char key[QL_CONFIG_IMATRIX_MAX + 64]; /* canonical imatrix axis value */
     ql_imatrix *im;
     char sha256[65];
+    /* calib: imatrices only: per-channel max |x| of every product on the same
+     * calibration text (the outlier split's statistics), made on first use. */
+    ql_act_stats *act;
+    outlier_slot *outliers;
+    size_t n_outliers;
 } imatrix_slot;
 
 /* ------------------------------------------------------------------------- */
@@ -58,7 +71,9 @@ typedef struct {
     char name[QL_QUANT_NAME_MAX];
     int32_t type;
     const ql_imatrix *imatrix; /* importance used to quantize (identity), NULL = none */
-    void *q;                   /* quantized bytes */
+    const ql_outlier_cols *oc; /* outlier columns kept exact (identity), NULL = none */
+    uint64_t outlier_bytes;    /* f32 values and indices of those columns */
+    void *q;                   /* quantized bytes (storage type: Q8_0 for Q8_0_XC) */
     size_t q_bytes;
     float *deq; /* (nrows, n_per_row) dequantized */
     int64_t nrows, n_per_row;
@@ -112,11 +127,12 @@ static void qcache_trim(qcache *c, uint64_t keep_from)
     }
 }
 
-static qtensor *qcache_find(qcache *c, const char *name, int32_t type, const ql_imatrix *im)
+static qtensor *qcache_find(qcache *c, const char *name, int32_t type, const ql_imatrix *im,
+                            const ql_outlier_cols *oc)
 {
     for (size_t i = 0; i < c->n; i++) {
         qtensor *t = &c->items[i];
-        if (t->type == type && t->imatrix == im && strcmp(t->name, name) == 0) {
+        if (t->type == type && t->imatrix == im && t->oc == oc && strcmp(t->name, name) == 0) {
             t->last_use = c->clock;
             return t;
         }
@@ -173,6 +189,20 @@ static ql_status load_imatrix_file(const char *path, imatrix_slot *slot, ql_erro
     return ql_imatrix_read(resolved, &slot->im, err);
 }
 
+/* Tokenizes a config's calibration text into chunks (ctx default: the sweep's). */
+static ql_status calib_chunks(sweep_ctx *s, const ql_config *c, const char *text_path,
+                              ql_ppl_data *d, ql_error *err)
+{
+    const int ctx = c->imatrix_ctx > 0 ? c->imatrix_ctx : s->sw->ctx;
+    char *text = NULL;
+    size_t len = 0;
+    ql_status st = ql_file_read_all(text_path, &text, &len, err);
+    if (!st && (st = ql_ppl_data_from_text(d, s->tok, text, len, ctx, c->imatrix_chunks, err)))
+        ql_error_prefix(err, "calib:%s: %s: ", c->imatrix, text_path);
+    free(text);
+    return st;
+}
+
 /* The calibration imatrix of `calib:NAME[,ctx=N][,chunks=N]`: llama-imatrix's
  * collection (imatrix.h) over the named text with the sweep's model and the exact
  * reference (f32 K/V), computed once and kept in the cache directory as a GGUF
@@ -214,17 +244,11 @@ static ql_status calib_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot *s
         ql_imatrix_free(im);
     }
 
-    char *text = NULL;
-    size_t len = 0;
     ql_ppl_data d;
     memset(&d, 0, sizeof d);
     ql_forward *fw = NULL;
-    if ((st = ql_file_read_all(text_path, &text, &len, err)))
+    if ((st = calib_chunks(s, c, text_path, &d, err)))
         goto out;
-    if ((st = ql_ppl_data_from_text(&d, s->tok, text, len, ctx, chunks, err))) {
-        ql_error_prefix(err, "imatrix calib:%s: %s: ", c->imatrix, text_path);
-        goto out;
-    }
     if ((st = ql_forward_alloc(&fw, &s->model->hp, ctx, err)))
         goto out;
     ql_imatrix_opts o = {process_output, c->imatrix, s->opts->quiet, NULL, NULL};
@@ -250,8 +274,70 @@ out:
     }
     ql_forward_free(fw);
     ql_ppl_data_deinit(&d);
-    free(text);
     return st;
+}
+
+/* The per-channel maxima of a calib: slot's text (for the outlier split), computed
+ * once per sweep with the reference weights. */
+static ql_status calib_act_stats(sweep_ctx *s, const ql_config *c, imatrix_slot *slot,
+                                 ql_error *err)
+{
+    if (slot->act)
+        return QL_OK;
+    char text_path[QL_PATH_MAX];
+    ql_status st = ql_data_resolve(c->imatrix, text_path, sizeof text_path, NULL, err);
+    if (st)
+        return ql_error_prefix(err, "calib:%s: ", c->imatrix);
+    ql_ppl_data d;
+    memset(&d, 0, sizeof d);
+    ql_forward *fw = NULL;
+    double t0 = ql_now();
+    if (!(st = calib_chunks(s, c, text_path, &d, err)) &&
+        !(st = ql_forward_alloc(&fw, &s->model->hp, d.ctx, err)))
+        st = ql_act_stats_collect(&slot->act, fw, s->model->weights, &d, err);
+    if (st)
+        ql_error_prefix(err, "outlier statistics on calib:%s: ", c->imatrix);
+    else if (!s->opts->quiet)
+        fprintf(stderr, "calib:%s: per-channel activation maxima over %lld chunks in %.1f s\n",
+                c->imatrix, (long long)d.n_chunks, ql_now() - t0);
+    ql_forward_free(fw);
+    ql_ppl_data_deinit(&d);
+    return st;
+}
+
+/* The outlier channels of a config: NULL without a split (outlier_ratio 0). A
+ * ratio needs calibration statistics, which come from the calib: text of the
+ * config's importance matrix, so the run's identity names them. */
+static ql_status config_outliers(sweep_ctx *s, const ql_config *c, imatrix_slot *slot,
+                                 const ql_outlier_set **out, ql_error *err)
+{
+    *out = NULL;
+    if (c->outlier_ratio <= 0)
+        return QL_OK;
+    if (!slot || c->imatrix_kind != QL_IMATRIX_CALIB)
+        return ql_error_set(err, QL_EINVAL,
+                            "outlier_ratio %g needs calibration statistics: give the config a "
+                            "calibration text with imatrix = calib:<text>",
+                            c->outlier_ratio);
+    for (size_t i = 0; i < slot->n_outliers; i++)
+        if (slot->outliers[i].ratio == c->outlier_ratio) {
+            *out = slot->outliers[i].set;
+            return QL_OK;
+        }
+    ql_status st = calib_act_stats(s, c, slot, err);
+    if (st)
+        return st;
+    outlier_slot *grown = realloc(slot->outliers, (slot->n_outliers + 1) * sizeof *grown);
+    if (!grown)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for outlier lists");
+    slot->outliers = grown;
+    outlier_slot *os = &slot->outliers[slot->n_outliers];
+    os->ratio = c->outlier_ratio;
+    if ((st = ql_outlier_set_build(slot->act, c->outlier_ratio, &os->set, err)))
+        return st;
+    slot->n_outliers++;
+    *out = os->set;
+    return QL_OK;
 }
 
 /* The importance matrix of a config (NULL for none), loading it on first use. */
@@ -306,10 +392,13 @@ static ql_status column_weights(const ql_imatrix *im, const char *name, int64_t 
 
 /* The cached quantized tensor for (name, type, imatrix), quantizing it on a miss. */
 static ql_status get_qtensor(sweep_ctx *s, const ql_quant_plan_entry *e, const float *src,
-                             const ql_imatrix *im, qtensor **out, double *quant_seconds,
-                             ql_error *err)
+                             const ql_imatrix *im, const ql_outlier_cols *oc, qtensor **out,
+                             double *quant_seconds, ql_error *err)
 {
-    qtensor *t = qcache_find(&s->cache, e->name, e->used, im);
+    /* Without columns to keep, a split is a plain quantization: share its entry. */
+    if (oc && oc->n == 0 && e->used != QL_TYPE_Q8_0_XC)
+        oc = NULL;
+    qtensor *t = qcache_find(&s->cache, e->name, e->used, im, oc);
     if (t) {
         *out = t;
         return QL_OK;
@@ -320,6 +409,7 @@ static ql_status get_qtensor(sweep_ctx *s, const ql_quant_plan_entry *e, const f
     ql_strlcpy(nt.name, e->name, sizeof nt.name);
     nt.type = e->used;
     nt.imatrix = im;
+    nt.oc = oc;
     nt.nrows = e->nrows;
     nt.n_per_row = e->n_per_row;
     nt.q_bytes = (size_t)e->bytes;
@@ -332,11 +422,19 @@ static ql_status get_qtensor(sweep_ctx *s, const ql_quant_plan_entry *e, const f
     }
     const float *qw, *mw;
     ql_status st = column_weights(im, e->name, e->n_per_row, s->imat_buf, &qw, err);
-    if (!st)
+    if (!st && (oc || e->used == QL_TYPE_Q8_0_XC)) {
+        /* The outlier split (outliers.h): the columns stay exact, the rest is
+         * quantized without them; Q8_0_XC keeps them exact inside Q8_0 blocks. */
+        uint64_t qb = 0;
+        st = ql_outliers_quant_weight(e->used, src, e->nrows, e->n_per_row, qw, oc, nt.deq, nt.q,
+                                      nt.q_bytes, &qb, &nt.outlier_bytes, err);
+    } else if (!st) {
         st = ql_quant_tensor(e->used, src, e->nrows, e->n_per_row, qw, nt.q, nt.q_bytes, NULL,
                              err);
-    if (!st)
-        st = ql_dequant_tensor(e->used, nt.q, nt.q_bytes, e->nrows, e->n_per_row, nt.deq, err);
+        if (!st)
+            st = ql_dequant_tensor(e->used, nt.q, nt.q_bytes, e->nrows, e->n_per_row, nt.deq,
+                                   err);
+    }
     if (!st)
         st = column_weights(s->metric_imatrix, e->name, e->n_per_row, s->metric_buf, &mw, err);
     if (!st)
@@ -374,6 +472,12 @@ typedef struct {
     char (*reasons)[QL_QUANT_REASON_MAX];
     ql_store_chunk_metrics *chunks;
     ql_store_timing timing;
+    uint64_t outlier_bytes, outlier_bytes_body; /* f32 columns of the split */
+    const void **site_q;    /* (n_lin,) quantized bytes of each product, NULL if none */
+    ql_store_act_rounding *acts;
+    size_t n_acts;
+    char (*act_names)[96];           /* the act records point here: the weight set and */
+    char (*act_notes)[QL_ACT_NOTE_MAX]; /* the act plan are freed before the run is stored */
 } config_result;
 
 static void config_result_deinit(config_result *r)
@@ -382,6 +486,10 @@ static void config_result_deinit(config_result *r)
     free(r->names);
     free(r->reasons);
     free(r->chunks);
+    free(r->site_q);
+    free(r->acts);
+    free(r->act_names);
+    free(r->act_notes);
     memset(r, 0, sizeof *r);
 }
 
@@ -391,7 +499,8 @@ static double plan_gguf_bytes(const ql_gguf *src, const ql_quant_plan *plan, ql_
 {
     for (int64_t i = 0; i < plan->n; i++) {
         const ql_type_traits *t = ql_type_get(plan->entries[i].used);
-        if (!t || !t->is_gguf)
+        const ql_type_traits *stored = t ? ql_type_get(t->storage) : NULL;
+        if (!stored || !stored->is_gguf)
             return (double)NAN;
     }
     ql_gguf_writer *w;
@@ -402,7 +511,8 @@ static double plan_gguf_bytes(const ql_gguf *src, const ql_quant_plan *plan, ql_
         goto out;
     for (int64_t i = 0; i < plan->n; i++) {
         const ql_quant_plan_entry *e = &plan->entries[i];
-        if (ql_gguf_writer_add_tensor(w, e->name, e->n_dims, e->ne, e->used, e->bytes, err))
+        if (ql_gguf_writer_add_tensor(w, e->name, e->n_dims, e->ne, ql_type_get(e->used)->storage,
+                                      e->bytes, err))
             goto out;
     }
     size = (double)ql_gguf_writer_file_size(w);
@@ -412,8 +522,8 @@ out:
 }
 
 /* Quantizes the weights of a config into a weight set borrowing from the cache. */
-static ql_status build_weights(sweep_ctx *s, const ql_config *c, const ql_quant_plan *plan,
-                               const ql_imatrix *im, ql_weights **out, config_result *r,
+static ql_status build_weights(sweep_ctx *s, const ql_quant_plan *plan, const ql_imatrix *im,
+                               const ql_outlier_set *os, ql_weights **out, config_result *r,
                                double *zlib_bytes, ql_error *err)
 {
     *out = NULL;
@@ -424,8 +534,9 @@ static ql_status build_weights(sweep_ctx *s, const ql_config *c, const ql_quant_
     r->te = calloc((size_t)plan->n, sizeof *r->te);
     r->names = calloc((size_t)plan->n, sizeof *r->names);
     r->reasons = calloc((size_t)plan->n, sizeof *r->reasons);
+    r->site_q = calloc((size_t)w->n_lin, sizeof *r->site_q);
     ql_zlib_tensor *zt = calloc((size_t)plan->n, sizeof *zt);
-    if (!r->te || !r->names || !r->reasons || !zt) {
+    if (!r->te || !r->names || !r->reasons || !r->site_q || !zt) {
         free(zt);
         ql_weights_free(w);
         return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor records");
@@ -478,24 +589,48 @@ static ql_status build_weights(sweep_ctx *s, const ql_config *c, const ql_quant_
             zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, lin->w, e->nrows, e->n_per_row};
             continue;
         }
+        /* The product site of this weight (the lookup table has none), and the
+         * outlier columns of that product when the config splits them. */
+        const ql_weights *ref = s->model->weights;
+        int site = lin >= ref->lin && lin < ref->lin + ref->n_lin ? (int)(lin - ref->lin) : -1;
+        const ql_outlier_cols *oc = os && site >= 0 ? &os->site[site] : NULL;
         qtensor *qt = NULL;
-        st = get_qtensor(s, e, lin->w, im, &qt, &quant_seconds, err);
+        st = get_qtensor(s, e, lin->w, im, oc, &qt, &quant_seconds, err);
         if (st) {
             ql_error_prefix(err, "tensor '%s' (%s): ", e->name, ql_type_name(e->used));
             break;
         }
+        if (oc)
+            te->outlier_cols = oc->n;
+        r->outlier_bytes += qt->outlier_bytes;
+        if (e->role == QL_ROLE_WEIGHT)
+            r->outlier_bytes_body += qt->outlier_bytes;
+        if (site >= 0)
+            r->site_q[site] = qt->q;
         te->rmse = ql_weight_error_rmse(&qt->werr);
         te->max_err = qt->werr.max_abs;
         te->imatrix_err = qt->werr.weighted ? qt->werr.w_sse : (double)NAN;
         te->imatrix_err_rel = ql_weight_error_rel(&qt->werr);
         any_weighted |= qt->werr.weighted;
         ql_weight_error_merge(&total, &qt->werr);
-        zt[n_zt++] = (ql_zlib_tensor){qt->type, qt->q, qt->nrows, qt->n_per_row};
-        /* The lookup table and, for tied embeddings, the head read the same tensor. */
+        zt[n_zt++] = (ql_zlib_tensor){ql_type_get(qt->type)->storage, qt->q, qt->nrows,
+                                      qt->n_per_row};
         ql_linear *dst = ql_weights_find(w, e->name);
         ql_linear_set_weights(dst, qt->deq, false);
-        if (dst == &w->tok_embd && s->model->hp.tied_output)
-            ql_linear_set_weights(&w->lin[ql_site_output(w)], qt->deq, false);
+        if (dst == &w->tok_embd && s->model->hp.tied_output) {
+            /* The head of tied embeddings reads the same tensor, with its own outlier
+             * columns when the split gives the head site any. */
+            int out_site = ql_site_output(w);
+            const ql_outlier_cols *hoc = os ? &os->site[out_site] : NULL;
+            qtensor *hq = qt;
+            if (hoc && hoc->n > 0 &&
+                (st = get_qtensor(s, e, lin->w, im, hoc, &hq, &quant_seconds, err)))
+                break;
+            ql_linear_set_weights(&w->lin[out_site], hq->deq, false);
+            r->site_q[out_site] = hq->q;
+            if (hq != qt)
+                r->outlier_bytes += hq->outlier_bytes;
+        }
     }
     if (!st) {
         r->m.rmse = ql_weight_error_rmse(&total);
@@ -512,8 +647,48 @@ static ql_status build_weights(sweep_ctx *s, const ql_config *c, const ql_quant_
         ql_weights_free(w);
         return st;
     }
-    (void)c;
     *out = w;
+    return QL_OK;
+}
+
+/* Installs the config's activation rounding (and the outlier channels left
+ * unrounded) on every product, and records what each product got. */
+static ql_status install_act(const ql_config *c, const ql_quant_plan *plan,
+                             const ql_outlier_set *os, ql_weights *w, ql_act_plan **out,
+                             config_result *r, ql_error *err)
+{
+    *out = NULL;
+    if (c->act_mode == QL_ACT_F32 && !os)
+        return QL_OK; /* nothing to round: no transform, no cost */
+    int32_t *types = malloc((size_t)w->n_lin * sizeof *types);
+    r->acts = calloc((size_t)w->n_lin, sizeof *r->acts);
+    r->act_names = calloc((size_t)w->n_lin, sizeof *r->act_names);
+    r->act_notes = calloc((size_t)w->n_lin, sizeof *r->act_notes);
+    if (!types || !r->acts || !r->act_names || !r->act_notes) {
+        free(types);
+        return ql_error_set(err, QL_ENOMEM, "out of memory for activation roundings");
+    }
+    ql_act_site_types(w, plan, types);
+    ql_status st = ql_act_plan_build(out, w, c->act_mode, types, r->site_q, os, err);
+    free(types);
+    if (st)
+        return st;
+    ql_act_plan_install(*out, w);
+    for (int site = 0; site < w->n_lin; site++) {
+        const ql_act_choice *ch = ql_act_plan_choice(*out, site);
+        int64_t kept = os ? os->site[site].n : -1;
+        if (ch->requested == QL_ACTQ_F32 && kept <= 0)
+            continue;
+        size_t k = r->n_acts++;
+        ql_store_act_rounding *a = &r->acts[k];
+        ql_strlcpy(r->act_names[k], w->lin[site].name, sizeof r->act_names[k]);
+        ql_strlcpy(r->act_notes[k], ch->note, sizeof r->act_notes[k]);
+        a->tensor = r->act_names[k];
+        a->requested = ql_actq_name(ch->requested);
+        a->used = ql_actq_name(ch->used);
+        a->note = ch->used != ch->requested ? r->act_notes[k] : NULL;
+        a->kept_channels = kept;
+    }
     return QL_OK;
 }
 
@@ -659,7 +834,7 @@ out:
     return st;
 }
 
-static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, const imatrix_slot *slot,
+static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, imatrix_slot *slot,
                                  const char *label, config_result *r, ql_error *err)
 {
     double t0 = ql_now();
@@ -675,24 +850,34 @@ static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, const imatrix
         ql_quant_plan_free(plan);
         return st;
     }
+    const ql_outlier_set *os = NULL;
+    if ((st = config_outliers(s, c, slot, &os, err))) {
+        ql_quant_plan_free(plan);
+        return st;
+    }
     s->cache.clock++;
     ql_weights *w = NULL;
+    ql_act_plan *ap = NULL;
     double zlib_bytes = (double)NAN;
-    st = build_weights(s, c, plan, im, &w, r, &zlib_bytes, err);
+    st = build_weights(s, plan, im, os, &w, r, &zlib_bytes, err);
+    if (!st)
+        st = install_act(c, plan, os, w, &ap, r, err);
     if (!st)
         st = ql_forward_set_kv_type(s->fw, kv_ggml_type(ql_config_kv_type(c)), err);
     if (!st)
         st = run_chunks(s, w, label, r, err);
     ql_forward_set_kv_type(s->fw, QL_TYPE_F32, NULL);
     if (!st) {
-        r->m.bytes = (double)plan->bytes;
+        /* Sizes: the quantized tensors plus the exact columns of an outlier split. */
+        double bytes = (double)(plan->bytes + r->outlier_bytes);
+        double body = (double)(plan->body_bytes + r->outlier_bytes_body);
+        r->m.bytes = bytes;
         r->m.params = (double)plan->params;
-        r->m.bpw = 8.0 * (double)plan->bytes / (double)plan->params;
-        r->m.bytes_body = (double)plan->body_bytes;
+        r->m.bpw = 8.0 * bytes / (double)plan->params;
+        r->m.bytes_body = body;
         r->m.params_body = (double)plan->body_params;
-        r->m.bpw_body = plan->body_params > 0
-                            ? 8.0 * (double)plan->body_bytes / (double)plan->body_params
-                            : (double)NAN;
+        r->m.bpw_body =
+            plan->body_params > 0 ? 8.0 * body / (double)plan->body_params : (double)NAN;
         ql_error gerr;
         r->m.gguf_bytes = plan_gguf_bytes(s->model->gguf, plan, &gerr);
         r->m.zlib_bytes = zlib_bytes;
@@ -700,6 +885,7 @@ static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, const imatrix
         r->timing.seconds = ql_now() - t0;
     }
     ql_weights_free(w);
+    ql_act_plan_free(ap);
     ql_quant_plan_free(plan);
     qcache_trim(&s->cache, s->cache.clock);
     return st;
@@ -814,8 +1000,14 @@ static void sweep_ctx_deinit(sweep_ctx *s)
     ql_ppl_data_deinit(&s->data);
     ql_tokenizer_free(s->tok);
     ql_model_free(s->model);
-    for (size_t i = 0; i < s->n_imatrices; i++)
-        ql_imatrix_free(s->imatrices[i].im);
+    for (size_t i = 0; i < s->n_imatrices; i++) {
+        imatrix_slot *slot = &s->imatrices[i];
+        ql_imatrix_free(slot->im);
+        ql_act_stats_free(slot->act);
+        for (size_t k = 0; k < slot->n_outliers; k++)
+            ql_outlier_set_free(slot->outliers[k].set);
+        free(slot->outliers);
+    }
     free(s->imatrices);
     ql_store_close(s->store);
 }
@@ -869,13 +1061,15 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
            "per pass\n",
            s->sw->name, sum->n_configs, sum->n_run, sum->n_skipped, sum->n_failed,
            (long long)sum->scored_tokens);
-    printf("timing: reference pass %s%s; %zu quantized passes %s (forward %.1fs, %.2f "
-           "reference-pass equivalents each)\n",
-           s->ref ? ref : "not needed", s->ref && ql_reference_from_cache(s->ref) ? " (loaded from cache)" : "", sum->n_run, cfg,
-           sum->forward_seconds,
-           sum->n_run && sum->ref_seconds > 0
-               ? sum->forward_seconds / (double)sum->n_run / sum->ref_seconds
-               : (double)NAN);
+    double per_pass = sum->n_run ? sum->forward_seconds / (double)sum->n_run : (double)NAN;
+    if (s->ref && !ql_reference_from_cache(s->ref))
+        printf("timing: reference pass %s; %zu quantized passes %s (forward %.1f s each, %.2f "
+               "reference passes each): %zu configs cost %.1f reference passes\n",
+               ref, sum->n_run, cfg, per_pass, per_pass / sum->ref_seconds, sum->n_run,
+               (sum->ref_seconds + sum->configs_seconds) / sum->ref_seconds);
+    else
+        printf("timing: reference %s; %zu quantized passes %s (forward %.1f s each)\n",
+               s->ref ? "loaded from cache" : "not needed", sum->n_run, cfg, per_pass);
     printf("results: %s\n", s->db_path);
 }
 
@@ -1037,8 +1231,8 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
             fprintf(stderr, "qlab: config %zu (%s) failed: %s\n", i, row->label, cerr.msg);
             st = ql_store_fail_run(s.store, run_id, cerr.msg, ql_now() - t0, err);
         } else {
-            ql_store_run_result res = {&r.m, r.te, r.n_te, r.chunks, (size_t)s.data.n_chunks,
-                                       &r.timing};
+            ql_store_run_result res = {&r.m,  r.te,   r.n_te,          r.chunks,
+                                       (size_t)s.data.n_chunks, &r.timing, r.acts, r.n_acts};
             st = ql_store_finish_run_result(s.store, run_id, &res, err);
             sum->n_run++;
             sum->forward_seconds += r.timing.quant_seconds;

@@ -250,6 +250,22 @@ static const char *const schema_v2[] = {
     "WHERE r.status = 'done';\n",
 };
 
+/* Version 3: the activation rounding of every product of a run (act_mode), with
+ * the note saying why a rounding fell back (e.g. rows that do not split into its
+ * blocks). Only products whose input is rounded have a row. */
+static const char *const schema_v3[] = {
+    "CREATE TABLE act_roundings (\n"
+    "    run_id    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    tensor    TEXT NOT NULL,   -- the product's weight, e.g. blk.0.ffn_down.weight\n"
+    "    requested TEXT NOT NULL,   -- rounding the act_mode asks for: f16, q8_0, q8_K, ...\n"
+    "    used      TEXT NOT NULL,   -- rounding applied\n"
+    "    note      TEXT,            -- why used differs from requested\n"
+    "    kept_channels INTEGER,     -- outlier channels left unrounded\n"
+    "    PRIMARY KEY (run_id, tensor),\n"
+    "    CHECK ((used <> requested) = (note IS NOT NULL))\n"
+    ") WITHOUT ROWID;\n",
+};
+
 /* The metrics columns, in schema order, with their place in ql_store_metrics. */
 static const struct {
     const char *name;
@@ -451,8 +467,14 @@ static ql_status migrate_1_to_2(ql_store *s, ql_error *err)
     return QL_OK;
 }
 
+static ql_status migrate_2_to_3(ql_store *s, ql_error *err)
+{
+    return exec(s, schema_v3[0], "adding act_roundings (schema version 3)", err);
+}
+
 typedef ql_status (*migration_fn)(ql_store *s, ql_error *err);
-static const migration_fn migrations[QL_STORE_SCHEMA_VERSION] = {migrate_0_to_1, migrate_1_to_2};
+static const migration_fn migrations[QL_STORE_SCHEMA_VERSION] = {migrate_0_to_1, migrate_1_to_2,
+                                                                  migrate_2_to_3};
 
 static ql_status check_identity(ql_store *s, int64_t version, int64_t app_id, int64_t n_objects,
                                 ql_error *err)
@@ -917,7 +939,8 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
         /* A retry: forget what the earlier attempt left. */
         static const char *const clear[] = {"DELETE FROM metrics WHERE run_id = ?1",
                                             "DELETE FROM tensor_errors WHERE run_id = ?1",
-                                            "DELETE FROM chunk_metrics WHERE run_id = ?1"};
+                                            "DELETE FROM chunk_metrics WHERE run_id = ?1",
+                                            "DELETE FROM act_roundings WHERE run_id = ?1"};
         for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++) {
             if ((rc = prep(s, clear[i], &st, err)) || (rc = bind_count(s, st, 1, id, err)) ||
                 (rc = step_done(s, st, "clearing the earlier attempt", err)))
@@ -1105,6 +1128,42 @@ out:
     return rc;
 }
 
+static ql_status insert_act_roundings(ql_store *s, int64_t run_id, const ql_store_act_rounding *a,
+                                      size_t n, ql_error *err)
+{
+    if (n == 0)
+        return QL_OK;
+    sqlite3_stmt *st;
+    ql_status rc = prep(s,
+                        "INSERT INTO act_roundings (run_id, tensor, requested, used, note,"
+                        " kept_channels) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        &st, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const ql_store_act_rounding *r = &a[i];
+        if (!r->tensor || !*r->tensor || !r->requested || !r->used ||
+            (strcmp(r->requested, r->used) != 0) != (r->note != NULL)) {
+            rc = ql_error_set(err, QL_EINVAL,
+                              "%s: run %lld: activation rounding of '%s': invalid record (a "
+                              "fallback needs a note)",
+                              s->path, (long long)run_id, r->tensor ? r->tensor : "");
+            goto out;
+        }
+        sqlite3_reset(st);
+        if ((rc = bind_count(s, st, 1, run_id, err)) ||
+            (rc = bind_text(s, st, 2, r->tensor, err)) ||
+            (rc = bind_text(s, st, 3, r->requested, err)) ||
+            (rc = bind_text(s, st, 4, r->used, err)) || (rc = bind_text(s, st, 5, r->note, err)) ||
+            (rc = bind_count(s, st, 6, r->kept_channels, err)) ||
+            (rc = step_done(s, st, "storing an activation rounding", err)))
+            goto out;
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* The chunk count of a run inside the current transaction. */
 static ql_status run_chunks(ql_store *s, int64_t run_id, int64_t *chunks, ql_error *err)
 {
@@ -1235,7 +1294,8 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_store
         goto out;
     if ((rc = insert_metrics(s, run_id, res->metrics, err)) ||
         (rc = insert_tensor_errors(s, run_id, res->tensors, res->n_tensors, err)) ||
-        (rc = insert_chunk_metrics(s, run_id, res->chunks, res->n_chunks, err)))
+        (rc = insert_chunk_metrics(s, run_id, res->chunks, res->n_chunks, err)) ||
+        (rc = insert_act_roundings(s, run_id, res->acts, res->n_acts, err)))
         goto out;
     ql_utc_timestamp(now);
     if ((rc = prep(s,

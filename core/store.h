@@ -35,7 +35,7 @@
 /* Version of the schema this qlab writes (PRAGMA user_version). History:
  *   1  models, datasets, configs, runs, sweep_runs, metrics, tensor_errors + views
  *   2  chunk_metrics (per-chunk sums of a run) and the chunk_results view */
-#define QL_STORE_SCHEMA_VERSION  2
+#define QL_STORE_SCHEMA_VERSION  3
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 /* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a
@@ -184,6 +184,16 @@ typedef struct {
     int64_t top1_count; /* 0..n_tokens, or -1 */
 } ql_store_chunk_metrics;
 
+/* The activation rounding of one product (act_mode): what was asked, what was
+ * applied and why it differs. */
+typedef struct {
+    const char *tensor;    /* the product's weight name */
+    const char *requested; /* "f16", "q8_0", "q8_K", ... */
+    const char *used;
+    const char *note;      /* non-NULL iff used differs from requested */
+    int64_t kept_channels; /* outlier channels left unrounded; -1 = no split (NULL) */
+} ql_store_act_rounding;
+
 /* Everything a finished run stores. */
 typedef struct {
     const ql_store_metrics *metrics;      /* required */
@@ -195,6 +205,9 @@ typedef struct {
     const ql_store_chunk_metrics *chunks;
     size_t n_chunks;
     const ql_store_timing *timing; /* NULL = not measured */
+    /* Activation roundings of the products whose input is rounded (may be none). */
+    const ql_store_act_rounding *acts;
+    size_t n_acts;
 } ql_store_run_result;
 
 /* Writes the metrics, tensor errors and chunk sums and marks the run done, all

@@ -289,7 +289,7 @@ ql_status qlt_report_fixture(const char *path, bool chunks, ql_error *err)
         ql_store_chunk_metrics ck[QLT_REPORT_CHUNKS];
         make_metrics(&c, &w, (int)c.weight_type, is_b, fr->no_max_dp, &m, ck);
         ql_store_timing t = {2.5, 0.25, 1.0, 1.0};
-        ql_store_run_result res = {&m, w.te, w.n, ck, chunks ? QLT_REPORT_CHUNKS : 0, &t};
+        ql_store_run_result res = {&m, w.te, w.n, ck, chunks ? QLT_REPORT_CHUNKS : 0, &t, NULL, 0};
         if ((st = ql_store_finish_run_result(s, run, &res, err)))
             goto out;
     }

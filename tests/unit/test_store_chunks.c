@@ -108,7 +108,7 @@ static void test_round_trip_and_validation(void)
     if (!s)
         return;
     sqlite3 *db = ql_store_handle(s);
-    CHECK_EQ_INT(count(db, "PRAGMA user_version"), 2);
+    CHECK_EQ_INT(count(db, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
     int64_t model, text;
     ids(s, &model, &text);
 
@@ -263,7 +263,7 @@ static void test_migration_from_v1(void)
     ql_store *s = NULL;
     ql_store_options ro = {.readonly = true};
     CHECK(ql_store_open(path, &ro, &s, &err) == QL_EDB);
-    CHECK_MSG(strstr(err.msg, "schema version 1 is older than 2") != NULL, "%s", err.msg);
+    CHECK_MSG(strstr(err.msg, "schema version 1 is older than") != NULL, "%s", err.msg);
 
     /* Faults during the migration leave a v1 database that the next open migrates. */
     int failures = 0;
