@@ -306,6 +306,47 @@ ql_status ql_quant_plan_tensor(const ql_quant_config *cfg, const char *name, uin
     return QL_OK;
 }
 
+bool ql_quant_plan_no_importance(ql_quant_plan_entry *e)
+{
+    const ql_type_traits *tr = ql_type_get(e->used);
+    if (!tr || !tr->requires_imatrix)
+        return false;
+    int32_t used = QL_TYPE_Q2_K;
+    int n = snprintf(e->reason, sizeof e->reason,
+                     "%s needs importance weights and the tensor has none: Q2_K", tr->name);
+    if (e->n_per_row % ql_type_get(used)->block_size != 0) {
+        used = neighbour_type(used);
+        n += snprintf(e->reason + n, sizeof e->reason - (size_t)n, ", row length %lld: %s",
+                      (long long)e->n_per_row, ql_type_name(used));
+        if (e->n_per_row % ql_type_get(used)->block_size != 0) {
+            used = QL_TYPE_F16;
+            snprintf(e->reason + n, sizeof e->reason - (size_t)n, ", then F16");
+        }
+    }
+    e->used = used;
+    e->fallback = QL_FALLBACK_NO_IMATRIX;
+    e->bytes = tensor_bytes(used, e->n_per_row, e->nrows);
+    return true;
+}
+
+void ql_quant_plan_totals(ql_quant_plan *p)
+{
+    p->bytes = p->body_bytes = 0;
+    p->params = p->body_params = 0;
+    p->n_fallback = 0;
+    for (int64_t i = 0; i < p->n; i++) {
+        const ql_quant_plan_entry *e = &p->entries[i];
+        p->bytes += e->bytes;
+        p->params += e->n_per_row * e->nrows;
+        if (e->fallback != QL_FALLBACK_NONE)
+            p->n_fallback++;
+        if (e->role != QL_ROLE_HEAD && e->role != QL_ROLE_EMBD) {
+            p->body_bytes += e->bytes;
+            p->body_params += e->n_per_row * e->nrows;
+        }
+    }
+}
+
 ql_status ql_quant_plan_build(const ql_gguf *g, const ql_quant_config *cfg, ql_quant_plan **out,
                               ql_error *err)
 {

@@ -65,6 +65,7 @@ typedef enum {
     QL_FALLBACK_NONE,
     QL_FALLBACK_ROW_LENGTH,   /* the row does not split into the type's blocks */
     QL_FALLBACK_SMALL_TENSOR, /* INT8_ROW keeps tensors of <= 65,536 values as F16 */
+    QL_FALLBACK_NO_IMATRIX,   /* the type needs importance data the tensor does not have */
 } ql_fallback_kind;
 
 /* Requested types. head_type / embd_type QL_TYPE_INVALID mean "same as weight_type".
@@ -122,6 +123,16 @@ ql_status ql_quant_plan_build(const ql_gguf *g, const ql_quant_config *cfg, ql_q
 void ql_quant_plan_free(ql_quant_plan *p);
 
 const char *ql_tensor_role_name(ql_tensor_role role);
+
+/* A tensor planned in a type ggml cannot make without importance weights (IQ2_XXS,
+ * IQ2_XS, IQ1_S) when there are none for it (e.g. token_embd, which no imatrix
+ * covers): llama-quantize's very-low-bit mixes give such tensors Q2_K, so the plan
+ * does too (then the row-length fallbacks), recording the reason. Returns true when
+ * e changed; call ql_quant_plan_totals() afterwards. */
+bool ql_quant_plan_no_importance(ql_quant_plan_entry *e);
+
+/* Recomputes a plan's byte, parameter and fallback totals from its entries. */
+void ql_quant_plan_totals(ql_quant_plan *p);
 
 /* ------------------------------------------------------------------------- */
 /* Weight error                                                               */

@@ -74,7 +74,7 @@ static bool is_float(int32_t t)
 }
 
 /* Validates every tensor of the plan against its source before anything is written. */
-static ql_status check_plan(const ql_gguf *g, const ql_quant_plan *p,
+static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p,
                             const ql_quant_model_opts *opts, ql_error *err)
 {
     for (int64_t i = 0; i < p->n; i++) {
@@ -92,13 +92,21 @@ static ql_status check_plan(const ql_gguf *g, const ql_quant_plan *p,
             return ql_error_set(err, QL_EUNSUPPORTED,
                                 "%s: tensor '%s': qlab cannot quantize to %s yet", g->path, t->name,
                                 tr->name);
-        if (tr->requires_imatrix &&
-            !(opts->imatrix &&
-              opts->imatrix(opts->imatrix_ctx, t->name, e->n_per_row, e->ne[2] * e->ne[3])))
+        if (tr->requires_imatrix && !opts->imatrix)
             return ql_error_set(err, QL_EINVAL,
                                 "%s: tensor '%s': %s needs an importance matrix (ggml refuses to "
                                 "quantize it without one)",
                                 g->path, t->name, tr->name);
+        /* With an imatrix that has no entry for this tensor (token_embd), the tensor
+         * takes the type llama-quantize's very-low-bit mixes give it. */
+        if (tr->requires_imatrix &&
+            !opts->imatrix(opts->imatrix_ctx, t->name, e->n_per_row, e->ne[2] * e->ne[3])) {
+            ql_quant_plan_no_importance(&p->entries[i]);
+            ql_quant_plan_totals(p);
+            tr = ql_type_get(e->used);
+            if (t->type == e->used)
+                continue;
+        }
         ql_status st = ql_type_prepare(e->used, err);
         if (st)
             return ql_error_prefix(err, "%s: tensor '%s': ", g->path, t->name);

@@ -5,6 +5,7 @@
 #include <libgen.h>
 #include <math.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -850,6 +851,17 @@ static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, imatrix_slot 
         ql_quant_plan_free(plan);
         return st;
     }
+    /* Tensors the importance matrix does not cover cannot take the types that need
+     * one: they fall back as llama-quantize's mixes do (recorded per tensor). */
+    bool changed = false;
+    for (int64_t i = 0; i < plan->n; i++) {
+        ql_quant_plan_entry *e = &plan->entries[i];
+        const ql_type_traits *tr = ql_type_get(e->used);
+        if (tr && tr->requires_imatrix && !(im && ql_imatrix_find(im, e->name)))
+            changed |= ql_quant_plan_no_importance(e);
+    }
+    if (changed)
+        ql_quant_plan_totals(plan);
     const ql_outlier_set *os = NULL;
     if ((st = config_outliers(s, c, slot, &os, err))) {
         ql_quant_plan_free(plan);
@@ -1067,10 +1079,32 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
                "reference passes each): %zu configs cost %.1f reference passes\n",
                ref, sum->n_run, cfg, per_pass, per_pass / sum->ref_seconds, sum->n_run,
                (sum->ref_seconds + sum->configs_seconds) / sum->ref_seconds);
-    else
+    else if (sum->n_run)
         printf("timing: reference %s; %zu quantized passes %s (forward %.1f s each)\n",
                s->ref ? "loaded from cache" : "not needed", sum->n_run, cfg, per_pass);
+    else
+        printf("timing: nothing to run (every config was done before)\n");
     printf("results: %s\n", s->db_path);
+}
+
+/* Fills a summary row of a run found done in the store from its stored metrics. */
+static void stored_row(ql_store *store, int64_t run_id, summary_row *row)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(ql_store_handle(store),
+                           "SELECT bpw, ppl, ppl - ppl_ref, kld_mean, top1_agree FROM metrics "
+                           "WHERE run_id = ?1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(st, 1, run_id);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        row->bpw = sqlite3_column_double(st, 0);
+        row->ppl = sqlite3_column_double(st, 1);
+        row->dppl = sqlite3_column_double(st, 2);
+        row->kld = sqlite3_column_double(st, 3);
+        row->top1 = sqlite3_column_double(st, 4);
+    }
+    sqlite3_finalize(st);
 }
 
 /* Short label of a config: the axes that vary in the sweep. */
@@ -1197,6 +1231,7 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
         if (done) {
             sum->n_skipped++;
             row->status = "done before";
+            stored_row(s.store, done, row);
             st = ql_store_add_to_sweep(s.store, sw->name, done, err);
             continue;
         }

@@ -103,6 +103,32 @@ static void row_length_fallbacks(void)
     CHECK_EQ_INT(e.reason[0], 0);
 }
 
+/* A type that needs importance weights, for a tensor the imatrix does not cover. */
+static void no_importance_fallback(void)
+{
+    ql_quant_plan_entry e = plan(QL_TYPE_IQ2_XXS, NONE, NONE, "token_embd.weight", 2, 256, 512,
+                                 true);
+    CHECK_EQ_INT(e.used, QL_TYPE_IQ2_XXS);
+    CHECK(ql_quant_plan_no_importance(&e));
+    CHECK_EQ_INT(e.used, QL_TYPE_Q2_K);
+    CHECK_EQ_INT(e.fallback, QL_FALLBACK_NO_IMATRIX);
+    CHECK(strstr(e.reason, "IQ2_XXS needs importance weights") != NULL);
+    CHECK_EQ_INT(e.bytes, (uint64_t)ql_row_size(QL_TYPE_Q2_K, 256) * 512);
+    /* 64-wide rows: Q2_K does not fit, its neighbour IQ4_NL does. */
+    e = plan(QL_TYPE_IQ1_S, NONE, NONE, "token_embd.weight", 2, 64, 512, true);
+    /* (the row-length policy already moved IQ1_S to IQ4_NL, which needs nothing) */
+    CHECK(!ql_quant_plan_no_importance(&e));
+    ql_quant_plan_entry f = e;
+    f.used = QL_TYPE_IQ1_S;
+    CHECK(ql_quant_plan_no_importance(&f));
+    CHECK_EQ_INT(f.used, QL_TYPE_IQ4_NL);
+    CHECK(strstr(f.reason, "row length 64: IQ4_NL") != NULL);
+    /* Types that do not need importance weights are left alone. */
+    e = plan(QL_TYPE_Q4_K, NONE, NONE, "blk.0.ffn_up.weight", 2, 256, 512, true);
+    CHECK(!ql_quant_plan_no_importance(&e));
+    CHECK_EQ_INT(e.used, QL_TYPE_Q4_K);
+}
+
 static void int8_row_rules(void)
 {
     /* 256 x 256 = 65,536 values: kept as F16. */
@@ -184,6 +210,7 @@ int main(void)
 {
     roles_and_overrides();
     row_length_fallbacks();
+    no_importance_fallback();
     int8_row_rules();
     invalid_requests();
     weight_error();
