@@ -175,6 +175,7 @@ typedef struct {
     float *metric_buf;
     int64_t max_row;
 
+    char eta_note[64]; /* "sweep ETA 3m05s", shown on each config's progress line */
     int kill_after; /* fault injection: SIGKILL after this many begun runs (0 = never) */
     int begun;
 } sweep_ctx;
@@ -719,7 +720,7 @@ static ql_status run_chunks(sweep_ctx *s, const ql_weights *w, const char *label
                                  ql_ppl_chunk_targets(d, c), d->n_scored, err);
         if (st)
             return ql_error_prefix(err, "chunk %lld: ", (long long)c);
-        ql_progress_update(&p, (c + 1) * d->n_scored, NULL);
+        ql_progress_update(&p, (c + 1) * d->n_scored, s->eta_note[0] ? s->eta_note : NULL);
     }
     r->timing.quant_seconds = ql_now() - t0;
     ql_progress_end(&p, ql_ppl_n_scored_total(d), NULL);
@@ -1255,6 +1256,16 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
 
         char label[256];
         snprintf(label, sizeof label, "config %zu/%zu %s", k, sum->n_configs, row->label);
+        /* The whole sweep's ETA from the configs evaluated so far. */
+        size_t evaluated = sum->n_run + sum->n_failed;
+        s.eta_note[0] = '\0';
+        if (evaluated > 0 && n_todo > evaluated) {
+            char eta[32];
+            ql_format_duration((ql_now() - t_configs) / (double)evaluated *
+                                   (double)(n_todo - evaluated),
+                               eta, sizeof eta);
+            snprintf(s.eta_note, sizeof s.eta_note, "sweep ETA %s", eta);
+        }
         config_result r;
         memset(&r, 0, sizeof r);
         double t0 = ql_now();
