@@ -109,11 +109,7 @@ int ql_cmd_imatrix(int argc, char **argv)
     ql_imatrix_format format = QL_IMATRIX_GGUF, by_name;
     bool named = ql_imatrix_format_from_name(out_arg, &by_name);
     if (fmt) {
-        if (strcmp(fmt, "dat") == 0)
-            format = QL_IMATRIX_DAT;
-        else if (strcmp(fmt, "gguf") == 0)
-            format = QL_IMATRIX_GGUF;
-        else
+        if (!ql_imatrix_format_parse(fmt, &format))
             return ql_cli_usage("imatrix", "--format is dat or gguf, got '%s'", fmt);
         if (named && by_name != format)
             return ql_cli_usage("imatrix", "--format %s contradicts the name '%s'", fmt, out_arg);

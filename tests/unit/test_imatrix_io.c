@@ -317,6 +317,9 @@ static void builder_tests(void)
     CHECK(ql_imatrix_format_from_name("x.gguf", &f) && f == QL_IMATRIX_GGUF);
     CHECK(!ql_imatrix_format_from_name("x.bin", &f));
     CHECK(strcmp(ql_imatrix_format_name(QL_IMATRIX_GGUF), "gguf") == 0);
+    CHECK(ql_imatrix_format_parse("dat", &f) && f == QL_IMATRIX_DAT);
+    CHECK(ql_imatrix_format_parse("gguf", &f) && f == QL_IMATRIX_GGUF);
+    CHECK(!ql_imatrix_format_parse("GGUF", &f) && !ql_imatrix_format_parse(".dat", &f));
 
     /* An old .dat without the trailer (chunk count, dataset) still reads. */
     static const unsigned char old[] = {1, 0, 0, 0, 1, 0, 0, 0, 'w',  2,   0,
