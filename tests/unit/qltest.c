@@ -45,6 +45,15 @@ const char *qlt_tmpdir(void)
     return dir;
 }
 
+const char *qlt_tmp(const char *name)
+{
+    static _Thread_local char bufs[16][4096];
+    static _Thread_local int next = 0;
+    char *b = bufs[next++ % 16];
+    snprintf(b, sizeof bufs[0], "%s/%s", qlt_tmpdir(), name);
+    return b;
+}
+
 void qlt_skip(const char *reason)
 {
     printf("SKIP: %s\n", reason);
@@ -70,6 +79,30 @@ void *qlt_read_file(const char *path, size_t *len)
     if (len)
         *len = (size_t)n;
     return buf;
+}
+
+bool qlt_same_file(const char *a, const char *b)
+{
+    size_t na, nb;
+    void *pa = qlt_read_file(a, &na), *pb = qlt_read_file(b, &nb);
+    bool same = na == nb && memcmp(pa, pb, na) == 0;
+    free(pa);
+    free(pb);
+    return same;
+}
+
+int qlt_split_tabs(char *line, char **col, int max)
+{
+    int n = 0;
+    for (char *p = line; n < max;) {
+        col[n++] = p;
+        char *t = strchr(p, '\t');
+        if (!t)
+            break;
+        *t = '\0';
+        p = t + 1;
+    }
+    return n;
 }
 
 int qlt_done(void)
