@@ -5,6 +5,10 @@
 #ifndef QL_STORE_FIXTURE_H
 #define QL_STORE_FIXTURE_H
 
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "error.h"
 
 #define QLT_FIXTURE_MODEL_SHA       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -17,5 +21,20 @@
 
 /* Creates the database at path (which must not exist). */
 ql_status qlt_store_fixture(const char *path, ql_error *err);
+
+/* Writes the schema-1 database of tests/data/store/v1-fixture.sql (what qlab wrote
+ * before per-chunk metrics) to path; false, after a failed CHECK, when it cannot. */
+bool qlt_v1_fixture(const char *path);
+
+/* Removes a database with its WAL and shared-memory files. */
+void qlt_remove_db(const char *path);
+/* qlt_tmp(name), with whatever database an earlier run left there removed. */
+const char *qlt_tmp_db(const char *name);
+
+/* The first column of the first row of sql: as an integer (-999 when there is no
+ * row), or as a double (NAN when NULL, -999 when there is no row). A failing
+ * statement prints SQLite's message. */
+int64_t qlt_sql_int(sqlite3 *db, const char *sql);
+double qlt_sql_real(sqlite3 *db, const char *sql);
 
 #endif
