@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "gguf.h"
+
 extern int qlt_failures;
 extern int qlt_checks;
 
@@ -61,6 +63,10 @@ void *qlt_read_file(const char *path, size_t *len);
 bool qlt_same_file(const char *a, const char *b);
 /* Splits line in place at its tabs into at most max columns; returns how many. */
 int qlt_split_tabs(char *line, char **col, int max);
+/* Compares qlab's file out with llama.cpp's ref, file name label: as many tensors,
+ * and every tensor of out in ref with the same type and bytes (a failed check per
+ * tensor that is not). Returns the number of identical tensors. */
+int qlt_same_tensors(const ql_gguf *out, const ql_gguf *ref, const char *label);
 /* Prints a summary and returns the exit code (0 ok, 1 failures). */
 int qlt_done(void);
 
