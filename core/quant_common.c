@@ -370,3 +370,18 @@ float ql_make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float
     }
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
+
+size_t ql_quantize_rows(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
+                        const float *imatrix, int64_t block_values, size_t block_bytes,
+                        ql_quant_row_fn ref, ql_quant_row_fn impl)
+{
+    const size_t row_size = (size_t)(n_per_row / block_values) * block_bytes;
+    char *q = dst;
+    for (int64_t r = 0; r < nrows; r++, src += n_per_row, q += row_size) {
+        if (imatrix)
+            impl(src, q, n_per_row, imatrix);
+        else
+            ref(src, q, n_per_row, NULL);
+    }
+    return (size_t)nrows * row_size;
+}

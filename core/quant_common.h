@@ -80,4 +80,16 @@ float ql_make_qkx3_quants(int n, int nmax, const float *x, const float *weights,
  * (ggml make_qp_quants): L[i] in [0, nmax], value = scale * L[i]. */
 float ql_make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float *quant_weights);
 
+/* One row of a block format: the n values at x into the row's blocks at y, weighed
+ * by the importance qw (NULL: none). */
+typedef void (*ql_quant_row_fn)(const float *x, void *y, int64_t n, const float *qw);
+
+/* Quantizes nrows rows of n_per_row values (blocks of block_values values in
+ * block_bytes bytes) as ggml does: with ref when there are no importance weights
+ * (ggml quantizes the whole chunk at once; rows are independent, so row by row is
+ * the same) and with impl row by row otherwise. Returns the bytes written. */
+size_t ql_quantize_rows(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
+                        const float *imatrix, int64_t block_values, size_t block_bytes,
+                        ql_quant_row_fn ref, ql_quant_row_fn impl);
+
 #endif
