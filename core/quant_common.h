@@ -10,6 +10,7 @@
 #ifndef QL_QUANT_COMMON_H
 #define QL_QUANT_COMMON_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -45,6 +46,33 @@ static inline float ql_roundf(float v)
     bt |= bv & 0x80000000u; /* copysign: roundf keeps the sign of a zero result */
     memcpy(&t, &bt, sizeof t);
     return t;
+}
+
+/* max |x[j]| over x[0..n), scanned as ggml does (amax = MAX(amax, |x[j]|)). */
+static inline float ql_absmax(const float *x, int n)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++)
+        amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+    return amax;
+}
+
+/* The value of largest magnitude in x[0..n) (the first of equal magnitudes; 0 when
+ * all are 0), its magnitude in *amax unless NULL: the scan a signed block scale
+ * starts from. */
+static inline float ql_signed_absmax(const float *x, int n, float *amax)
+{
+    float a = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float ax = fabsf(x[j]);
+        if (ax > a) {
+            a = ax;
+            max = x[j];
+        }
+    }
+    if (amax)
+        *amax = a;
+    return max;
 }
 
 /* The 16 IQ4_NL / IQ4_XS code values (a non-uniform 4-bit grid), ascending. */

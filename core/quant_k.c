@@ -681,14 +681,8 @@ void ql_dequantize_q6_K(const void *src, float *y, int64_t nrows, int64_t n_per_
 void ql_quantize_row_q8_K_ref(const float *x, ql_block_q8_K *y, int64_t k)
 {
     for (int64_t i = 0; i < k / QL_QK_K; i++, x += QL_QK_K) {
-        float max = 0, amax = 0;
-        for (int j = 0; j < QL_QK_K; ++j) {
-            float ax = fabsf(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
-            }
-        }
+        float amax;
+        const float max = ql_signed_absmax(x, QL_QK_K, &amax);
         if (!amax) {
             y[i].d = 0;
             memset(y[i].qs, 0, sizeof y[i].qs);

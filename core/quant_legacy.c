@@ -114,13 +114,7 @@ static void q4_0_row_ref(const float *x, void *vy, int64_t k, const float *unuse
 {
     ql_block_q4_0 *y = vy;
     for (int64_t i = 0; i < k / QL_QK4_0; i++, x += QL_QK4_0) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QL_QK4_0; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
+        const float max = ql_signed_absmax(x, QL_QK4_0, NULL);
         const float d = max / -8;
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = ql_fp32_to_fp16(d);
@@ -262,13 +256,7 @@ static void q5_0_row_ref(const float *x, void *vy, int64_t k, const float *unuse
     ql_block_q5_0 *y = vy;
     int lv[QL_QK5_0];
     for (int64_t i = 0; i < k / QL_QK5_0; i++, x += QL_QK5_0) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QL_QK5_0; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
+        const float max = ql_signed_absmax(x, QL_QK5_0, NULL);
         const float d = max / -16;
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = ql_fp32_to_fp16(d);
@@ -402,9 +390,7 @@ void ql_dequantize_q5_1(const void *src, float *dst, int64_t nrows, int64_t n_pe
 void ql_quantize_row_q8_0_ref(const float *x, ql_block_q8_0 *y, int64_t k)
 {
     for (int64_t i = 0; i < k / QL_QK8_0; i++, x += QL_QK8_0) {
-        float amax = 0.0f;
-        for (int j = 0; j < QL_QK8_0; j++)
-            amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+        const float amax = ql_absmax(x, QL_QK8_0);
         const float d = amax / ((1 << 7) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = ql_fp32_to_fp16(d);
@@ -416,9 +402,7 @@ void ql_quantize_row_q8_0_ref(const float *x, ql_block_q8_0 *y, int64_t k)
 void ql_quantize_row_q8_1_ref(const float *x, ql_block_q8_1 *y, int64_t k)
 {
     for (int64_t i = 0; i < k / QL_QK8_1; i++, x += QL_QK8_1) {
-        float amax = 0.0f;
-        for (int j = 0; j < QL_QK8_1; j++)
-            amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+        const float amax = ql_absmax(x, QL_QK8_1);
         const float d = amax / ((1 << 7) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = ql_fp32_to_fp16(d);
