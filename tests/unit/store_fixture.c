@@ -11,6 +11,21 @@
 #include "types.h"
 #include "util.h"
 
+void qlt_store_add_inputs(ql_store *s, int64_t *model, int64_t *text)
+{
+    ql_error err;
+    ql_store_model m;
+    ql_store_model_init(&m);
+    m.sha256 = QLT_FIXTURE_MODEL_SHA;
+    m.path = "m.gguf";
+    ql_store_dataset d;
+    ql_store_dataset_init(&d);
+    d.sha256 = QLT_FIXTURE_TEXT_SHA;
+    d.name = "text";
+    CHECK_OK(ql_store_upsert_model(s, &m, model, &err), &err);
+    CHECK_OK(ql_store_upsert_dataset(s, &d, text, &err), &err);
+}
+
 bool qlt_v1_fixture(const char *path)
 {
     char *sql = NULL;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "store.h"
 
 #define QLT_FIXTURE_MODEL_SHA       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define QLT_FIXTURE_TEXT_SHA        "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
@@ -21,6 +22,11 @@
 
 /* Creates the database at path (which must not exist). */
 ql_status qlt_store_fixture(const char *path, ql_error *err);
+
+/* Stores a bare model (QLT_FIXTURE_MODEL_SHA, path "m.gguf") and text
+ * (QLT_FIXTURE_TEXT_SHA, name "text") in s, checking each call; their ids in
+ * *model and *text. */
+void qlt_store_add_inputs(ql_store *s, int64_t *model, int64_t *text);
 
 /* Writes the schema-1 database of tests/data/store/v1-fixture.sql (what qlab wrote
  * before per-chunk metrics) to path; false, after a failed CHECK, when it cannot. */

@@ -42,16 +42,7 @@ static void env_open(env *e, const char *path)
     CHECK_OK(ql_store_open(path, NULL, &e->s, &err), &err);
     if (!e->s)
         exit(1);
-    ql_store_model m;
-    ql_store_model_init(&m);
-    m.sha256 = QLT_FIXTURE_MODEL_SHA;
-    m.path = "m.gguf";
-    ql_store_dataset d;
-    ql_store_dataset_init(&d);
-    d.sha256 = QLT_FIXTURE_TEXT_SHA;
-    d.name = "text";
-    CHECK_OK(ql_store_upsert_model(e->s, &m, &e->model, &err), &err);
-    CHECK_OK(ql_store_upsert_dataset(e->s, &d, &e->text, &err), &err);
+    qlt_store_add_inputs(e->s, &e->model, &e->text);
 }
 
 static int64_t config_id(env *e, const char *canon)

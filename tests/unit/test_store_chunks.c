@@ -31,21 +31,6 @@ static int64_t begin(ql_store *s, const char *canon, int64_t model, int64_t text
     return run;
 }
 
-static void ids(ql_store *s, int64_t *model, int64_t *text)
-{
-    ql_error err;
-    ql_store_model m;
-    ql_store_model_init(&m);
-    m.sha256 = QLT_FIXTURE_MODEL_SHA;
-    m.path = "m.gguf";
-    ql_store_dataset d;
-    ql_store_dataset_init(&d);
-    d.sha256 = QLT_FIXTURE_TEXT_SHA;
-    d.name = "text";
-    CHECK_OK(ql_store_upsert_model(s, &m, model, &err), &err);
-    CHECK_OK(ql_store_upsert_dataset(s, &d, text, &err), &err);
-}
-
 /* Chunk i: kld 0.25 * (i + 1) per token, dyadic so sums are exact. */
 static void make_chunks(ql_store_chunk_metrics *ck, ql_store_metrics *m)
 {
@@ -77,7 +62,7 @@ static void test_round_trip_and_validation(void)
     sqlite3 *db = ql_store_handle(s);
     CHECK_EQ_INT(qlt_sql_int(db, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
     int64_t model, text;
-    ids(s, &model, &text);
+    qlt_store_add_inputs(s, &model, &text);
 
     ql_store_chunk_metrics ck[CHUNKS];
     ql_store_metrics m;
@@ -184,7 +169,7 @@ static void test_faults(void)
         return;
     sqlite3 *db = ql_store_handle(s);
     int64_t model, text;
-    ids(s, &model, &text);
+    qlt_store_add_inputs(s, &model, &text);
     ql_store_chunk_metrics ck[CHUNKS];
     ql_store_metrics m;
     make_chunks(ck, &m);
@@ -262,7 +247,7 @@ static void test_migration_from_v1(void)
 
     /* The interrupted Q5_0 run of the fixture is retried and finished with chunks. */
     int64_t model, text;
-    ids(s, &model, &text);
+    qlt_store_add_inputs(s, &model, &text);
     ql_config c;
     CHECK_OK(ql_config_from_string("weight_type=Q5_0", &c, &err), &err);
     int64_t cid, run;
