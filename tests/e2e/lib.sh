@@ -60,8 +60,16 @@ sanitizer_exit_codes() {
     UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}halt_on_error=1:exitcode=87"
     export ASAN_OPTIONS UBSAN_OPTIONS
 }
-# listed TSV NAME: NAME is the first column of a line of TSV.
-listed() { awk -F '\t' -v n="$2" '$1 == n { found = 1 } END { exit !found }' "$1"; }
+# all_listed TSV FILE...: the name of every FILE is the first column of a line of TSV
+# (the corpus has no file its expectations miss).
+all_listed() {
+    list_=$1
+    shift
+    for file_ in "$@"; do
+        awk -F '\t' -v n="${file_##*/}" '$1 == n { found = 1 } END { exit !found }' "$list_" ||
+            bad "${file_##*/} is not listed in $list_"
+    done
+}
 # refused LABEL CODE PREFIX TEXT: the command whose exit code is CODE (stderr in
 # $tmp/err) refused its input: exit 1, no sanitizer report, one line on stderr that
 # starts with PREFIX and contains the fixed string TEXT. Prints FAIL and returns 1

@@ -16,10 +16,7 @@ sanitizer_exit_codes
 n=0
 
 # Every corpus file is listed, and every listed file exists.
-for f in "$dir"/*.gguf; do
-    name=$(basename "$f")
-    listed "$tsv" "$name" || bad "$name is not listed in expected.tsv"
-done
+all_listed "$tsv" "$dir"/*.gguf
 
 tab=$(printf '\t')
 while IFS="$tab" read -r name want; do

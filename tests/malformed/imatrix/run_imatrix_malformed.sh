@@ -11,10 +11,7 @@ tsv="$dir/expected.tsv"
 . "$(dirname "$0")/../../e2e/lib.sh"
 sanitizer_exit_codes
 n=0
-for f in "$dir"/*.dat "$dir"/*.gguf; do
-    name=$(basename "$f")
-    listed "$tsv" "$name" || bad "$name is not listed in expected.tsv"
-done
+all_listed "$tsv" "$dir"/*.dat "$dir"/*.gguf
 tab=$(printf '\t')
 while IFS="$tab" read -r name want; do
     case "$name" in '#'* | '') continue ;; esac

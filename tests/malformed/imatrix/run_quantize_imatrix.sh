@@ -53,11 +53,7 @@ while IFS="$tab" read -r name code want; do
         echo "ok: $name: $want"
     fi
 done <"$dir/misfit/expected.tsv"
-for f in "$dir"/misfit/*.dat "$dir"/misfit/*.gguf; do
-    name=$(basename "$f")
-    listed "$dir/misfit/expected.tsv" "$name" ||
-        bad "misfit/$name is not listed in misfit/expected.tsv"
-done
+all_listed "$dir/misfit/expected.tsv" "$dir"/misfit/*.dat "$dir"/misfit/*.gguf
 # An imatrix none of whose entries names a tensor of the model is worth a warning.
 run "$dir/misfit/foreign_names.dat"
 grep -q "^qlab: warning: no entry of .* names a tensor of" "$tmp/err" &&
