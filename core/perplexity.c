@@ -50,8 +50,8 @@ ql_status ql_ppl_data_from_text(ql_ppl_data *d, const ql_tokenizer *tok, const c
     return st;
 }
 
-ql_status ql_ppl_data_from_file(ql_ppl_data *d, const ql_tokenizer *tok, const char *path,
-                                int ctx, int64_t max_chunks, ql_error *err)
+ql_status ql_ppl_data_from_file(ql_ppl_data *d, const ql_tokenizer *tok, const char *path, int ctx,
+                                int64_t max_chunks, ql_error *err)
 {
     memset(d, 0, sizeof *d);
     char *text = NULL;

@@ -41,8 +41,8 @@ ql_status ql_ppl_data_from_text(ql_ppl_data *d, const ql_tokenizer *tok, const c
 
 /* Same from the text file at path; a tokenizing or chunking error is prefixed with
  * "<path>: " (read errors name the file already). */
-ql_status ql_ppl_data_from_file(ql_ppl_data *d, const ql_tokenizer *tok, const char *path,
-                                int ctx, int64_t max_chunks, ql_error *err);
+ql_status ql_ppl_data_from_file(ql_ppl_data *d, const ql_tokenizer *tok, const char *path, int ctx,
+                                int64_t max_chunks, ql_error *err);
 
 /* Same from token ids (copied); bos < 0 keeps each chunk's first token. */
 ql_status ql_ppl_data_from_tokens(ql_ppl_data *d, const int32_t *tokens, int64_t n_tokens,

@@ -130,8 +130,8 @@ int ql_cmd_imatrix(int argc, char **argv)
         fprintf(stderr,
                 "model %s (%s, %.3fM params); text %s: %lld tokens, %lld chunks of %d; K/V %s; "
                 "%d threads\n",
-                r.model_path, r.model->hp.arch_name, (double)r.model->n_params / 1e6,
-                r.text_path, (long long)r.data.n_tokens, (long long)r.data.n_chunks, ctx,
+                r.model_path, r.model->hp.arch_name, (double)r.model->n_params / 1e6, r.text_path,
+                (long long)r.data.n_tokens, (long long)r.data.n_chunks, ctx,
                 ql_forward_attn_rounding_name(r.fw), ql_threads_get());
     /* The dataset is recorded as given on the command line, as llama-imatrix
      * records its -f argument. */

@@ -91,18 +91,19 @@ static void test_schema(void)
     CHECK_EQ_INT(qlt_sql_int(db, "PRAGMA foreign_keys"), 1);
     CHECK(strcmp(qtext(db, "PRAGMA journal_mode"), "wal") == 0);
     CHECK(qlt_sql_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'") >= 7);
-    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name IN "
-                          "('results', 'sweep_results', 'run_log', 'failed_runs', "
-                          "'tensor_results')"),
+    CHECK_EQ_INT(qlt_sql_int(db,
+                             "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name IN "
+                             "('results', 'sweep_results', 'run_log', 'failed_runs', "
+                             "'tensor_results')"),
                  5);
 
     /* The two results views have the same columns, none of them twice. */
     CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM pragma_table_info('results') a JOIN "
-                          "pragma_table_info('sweep_results') b ON a.cid = b.cid AND "
-                          "a.name = b.name"),
+                                 "pragma_table_info('sweep_results') b ON a.cid = b.cid AND "
+                                 "a.name = b.name"),
                  qlt_sql_int(db, "SELECT count(*) FROM pragma_table_info('sweep_results')"));
     CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(DISTINCT name) = count(*) FROM "
-                          "pragma_table_info('sweep_results')"),
+                                 "pragma_table_info('sweep_results')"),
                  1);
     CHECK(qlt_sql_int(db, "SELECT count(*) FROM pragma_table_info('results')") > 50);
 
@@ -184,10 +185,12 @@ static void test_round_trip(void)
     CHECK(strcmp(qtext(db, "SELECT ppl || ' ' || kld_mean || ' ' || n_tokens || ' ' || "
                            "typeof(n_tokens) || ' ' || typeof(bytes) FROM metrics"),
                  "10.5 0.001953125 252 integer integer") == 0);
-    CHECK_EQ_INT(qlt_sql_int(db, "SELECT (ppl_ref IS NULL) + (kld_p99 IS NULL) + (zlib_bytes IS NULL) "
-                          "+ (gguf_bytes IS NULL) + (rmse IS NULL) FROM metrics"),
+    CHECK_EQ_INT(qlt_sql_int(db,
+                             "SELECT (ppl_ref IS NULL) + (kld_p99 IS NULL) + (zlib_bytes IS NULL) "
+                             "+ (gguf_bytes IS NULL) + (rmse IS NULL) FROM metrics"),
                  5);
-    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM metrics WHERE ppl_ref = 0 OR zlib_bytes = 0"), 0);
+    CHECK_EQ_INT(
+        qlt_sql_int(db, "SELECT count(*) FROM metrics WHERE ppl_ref = 0 OR zlib_bytes = 0"), 0);
     CHECK_EQ_INT(qlt_sql_int(db, "SELECT (ref_seconds IS NULL) + (seconds = 12.5) FROM runs"), 2);
     CHECK(strcmp(qtext(db, "SELECT qlab_version || ' ' || metrics_version || ' ' || threads || "
                            "' ' || sweep FROM runs"),
@@ -202,8 +205,9 @@ static void test_round_trip(void)
                            "tensor_errors WHERE layer IS NOT NULL"),
                  "11 Q4_K Q5_0 1 row length 172 3") == 0);
     /* The views see the run. */
-    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM results WHERE weight_type = 'Q8_0' AND bpw = 8.5"),
-                 1);
+    CHECK_EQ_INT(
+        qlt_sql_int(db, "SELECT count(*) FROM results WHERE weight_type = 'Q8_0' AND bpw = 8.5"),
+        1);
     CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM sweep_results WHERE sweep = 'test'"), 1);
     CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM tensor_results"), 2);
 
@@ -310,10 +314,11 @@ typedef struct {
 static snapshot snap(ql_store *s)
 {
     sqlite3 *db = ql_store_handle(s);
-    snapshot p = {
-        qlt_sql_int(db, "SELECT count(*) FROM metrics"), qlt_sql_int(db, "SELECT count(*) FROM tensor_errors"),
-        qlt_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'done'"),
-        qlt_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'running'"), sqlite3_get_autocommit(db)};
+    snapshot p = {qlt_sql_int(db, "SELECT count(*) FROM metrics"),
+                  qlt_sql_int(db, "SELECT count(*) FROM tensor_errors"),
+                  qlt_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'done'"),
+                  qlt_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'running'"),
+                  sqlite3_get_autocommit(db)};
     return p;
 }
 
@@ -404,8 +409,9 @@ static void test_finish_faults(void)
         begin_failures++;
         CHECK_EQ_INT(r, 0);
         CHECK_EQ_INT(qlt_sql_int(ql_store_handle(e.s), "SELECT count(*) FROM runs"), runs_before);
-        CHECK_EQ_INT(qlt_sql_int(ql_store_handle(e.s), "SELECT count(*) FROM sweep_runs WHERE sweep = "
-                                                "'faults'"),
+        CHECK_EQ_INT(qlt_sql_int(ql_store_handle(e.s),
+                                 "SELECT count(*) FROM sweep_runs WHERE sweep = "
+                                 "'faults'"),
                      0);
         CHECK(sqlite3_get_autocommit(ql_store_handle(e.s)));
     }
@@ -435,9 +441,10 @@ static void test_open_faults(void)
         /* Whatever step failed, the next open completes the schema. */
         CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
         if (s) {
-            CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
+            CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "PRAGMA user_version"),
+                         QL_STORE_SCHEMA_VERSION);
             CHECK(qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM sqlite_master WHERE name = "
-                                           "'tensor_results'") == 1);
+                                                  "'tensor_results'") == 1);
             ql_store_close(s);
         }
     }

@@ -137,7 +137,7 @@ static void test_round_trip_and_validation(void)
     ql_store_run_result r2 = {.metrics = &m, .chunks = partial, .n_chunks = CHUNKS};
     CHECK_OK(ql_store_finish_run_result(s, run2, &r2, &err), &err);
     CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_metrics WHERE nll_sum IS NULL AND "
-                           "top1_count IS NULL"),
+                                 "top1_count IS NULL"),
                  CHUNKS);
 
     /* A run of an older metrics version is retried: its chunk rows go with it. */
@@ -234,8 +234,9 @@ static void test_migration_from_v1(void)
         return;
     sqlite3 *db = ql_store_handle(s);
     CHECK_EQ_INT(qlt_sql_int(db, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
-    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM sqlite_master WHERE name IN ('chunk_metrics', "
-                           "'chunk_results')"),
+    CHECK_EQ_INT(qlt_sql_int(db,
+                             "SELECT count(*) FROM sqlite_master WHERE name IN ('chunk_metrics', "
+                             "'chunk_results')"),
                  2);
     /* Everything of version 1 is still there. */
     CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM runs"), 5);
