@@ -39,7 +39,7 @@ static double max_rel_diff(const ql_imatrix *a, const ql_imatrix *golden, char *
         const ql_imatrix_entry *g = &golden->entries[i];
         const ql_imatrix_entry *e = ql_imatrix_find(a, g->name);
         if (!e || e->n_values != g->n_values)
-            return INFINITY;
+            return (double)INFINITY;
         float *wa = malloc((size_t)g->n_values * sizeof *wa);
         float *wg = malloc((size_t)g->n_values * sizeof *wg);
         ql_error err;
