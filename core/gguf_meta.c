@@ -90,15 +90,37 @@ static bool type_mismatch(const ql_gguf *g, const ql_gguf_kv *kv, const char *ex
     return false;
 }
 
-bool ql_gguf_get_u32(const ql_gguf *g, const char *key, uint32_t *out, ql_error *err)
+/* The integer value of key as sign and magnitude; false when the key is missing
+ * or (err set) not an integer. */
+static bool get_int(const ql_gguf *g, const char *key, bool *neg, uint64_t *mag, ql_error *err)
 {
     const ql_gguf_kv *kv = ql_gguf_find_kv(g, key);
     if (!kv)
         return false;
+    if (!int_value(&kv->value, neg, mag))
+        return type_mismatch(g, kv, "an integer", err);
+    return true;
+}
+
+/* The entry of key when its value has type t; NULL when the key is missing or (err
+ * set, naming the type expected) has another type. */
+static const ql_gguf_kv *get_typed(const ql_gguf *g, const char *key, ql_gguf_vtype t,
+                                   const char *expected, ql_error *err)
+{
+    const ql_gguf_kv *kv = ql_gguf_find_kv(g, key);
+    if (kv && kv->value.type != t) {
+        type_mismatch(g, kv, expected, err);
+        return NULL;
+    }
+    return kv;
+}
+
+bool ql_gguf_get_u32(const ql_gguf *g, const char *key, uint32_t *out, ql_error *err)
+{
     bool neg;
     uint64_t mag;
-    if (!int_value(&kv->value, &neg, &mag))
-        return type_mismatch(g, kv, "an integer", err);
+    if (!get_int(g, key, &neg, &mag, err))
+        return false;
     if (neg || mag > UINT32_MAX) {
         ql_error_set(err, QL_EFORMAT, "%s: key '%s' = %s%llu is out of range for u32", g->path, key,
                      neg ? "-" : "", (unsigned long long)mag);
@@ -110,13 +132,10 @@ bool ql_gguf_get_u32(const ql_gguf *g, const char *key, uint32_t *out, ql_error 
 
 bool ql_gguf_get_i64(const ql_gguf *g, const char *key, int64_t *out, ql_error *err)
 {
-    const ql_gguf_kv *kv = ql_gguf_find_kv(g, key);
-    if (!kv)
-        return false;
     bool neg;
     uint64_t mag;
-    if (!int_value(&kv->value, &neg, &mag))
-        return type_mismatch(g, kv, "an integer", err);
+    if (!get_int(g, key, &neg, &mag, err))
+        return false;
     if ((!neg && mag > (uint64_t)INT64_MAX) || (neg && mag > (uint64_t)INT64_MAX + 1u)) {
         ql_error_set(err, QL_EFORMAT, "%s: key '%s' is out of range for i64", g->path, key);
         return false;
@@ -150,37 +169,25 @@ bool ql_gguf_get_f32(const ql_gguf *g, const char *key, float *out, ql_error *er
 
 bool ql_gguf_get_bool(const ql_gguf *g, const char *key, bool *out, ql_error *err)
 {
-    const ql_gguf_kv *kv = ql_gguf_find_kv(g, key);
+    const ql_gguf_kv *kv = get_typed(g, key, QL_GGUF_BOOL, "bool", err);
     if (!kv)
         return false;
-    if (kv->value.type != QL_GGUF_BOOL)
-        return type_mismatch(g, kv, "bool", err);
     *out = kv->value.v.b;
     return true;
 }
 
 const char *ql_gguf_get_str(const ql_gguf *g, const char *key, ql_error *err)
 {
-    const ql_gguf_kv *kv = ql_gguf_find_kv(g, key);
-    if (!kv)
-        return NULL;
-    if (kv->value.type != QL_GGUF_STRING) {
-        type_mismatch(g, kv, "str", err);
-        return NULL;
-    }
-    return kv->value.v.str.ptr;
+    const ql_gguf_kv *kv = get_typed(g, key, QL_GGUF_STRING, "str", err);
+    return kv ? kv->value.v.str.ptr : NULL;
 }
 
 const ql_gguf_array *ql_gguf_get_arr(const ql_gguf *g, const char *key, ql_gguf_vtype elem,
                                      ql_error *err)
 {
-    const ql_gguf_kv *kv = ql_gguf_find_kv(g, key);
+    const ql_gguf_kv *kv = get_typed(g, key, QL_GGUF_ARRAY, "arr", err);
     if (!kv)
         return NULL;
-    if (kv->value.type != QL_GGUF_ARRAY) {
-        type_mismatch(g, kv, "arr", err);
-        return NULL;
-    }
     if (kv->value.v.arr.elem_type != elem) {
         ql_error_set(err, QL_EFORMAT, "%s: key '%s' is an array of %s, expected an array of %s",
                      g->path, key, ql_gguf_vtype_name(kv->value.v.arr.elem_type),

@@ -847,3 +847,14 @@ const char *ql_imatrix_format_name(ql_imatrix_format format)
 {
     return format == QL_IMATRIX_DAT ? "dat" : "gguf";
 }
+
+bool ql_imatrix_format_parse(const char *s, ql_imatrix_format *out)
+{
+    if (strcmp(s, "dat") == 0)
+        *out = QL_IMATRIX_DAT;
+    else if (strcmp(s, "gguf") == 0)
+        *out = QL_IMATRIX_GGUF;
+    else
+        return false;
+    return true;
+}

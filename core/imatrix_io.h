@@ -111,6 +111,8 @@ ql_status ql_imatrix_write(const ql_imatrix *im, const char *path, ql_imatrix_fo
 /* Format from a file name: ".dat" is legacy, ".gguf" is GGUF; false otherwise. */
 bool ql_imatrix_format_from_name(const char *path, ql_imatrix_format *out);
 const char *ql_imatrix_format_name(ql_imatrix_format format);
+/* The format ql_imatrix_format_name() calls s ("dat" or "gguf"); false for any other. */
+bool ql_imatrix_format_parse(const char *s, ql_imatrix_format *out);
 
 /* ---- what a quantizer gets ---- */
 

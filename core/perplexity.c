@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 ql_status ql_ppl_data_from_tokens(ql_ppl_data *d, const int32_t *tokens, int64_t n_tokens,
                                   int32_t bos, int ctx, int64_t max_chunks, ql_error *err)
 {
@@ -45,6 +47,21 @@ ql_status ql_ppl_data_from_text(ql_ppl_data *d, const ql_tokenizer *tok, const c
     st = ql_ppl_data_from_tokens(d, ids, n, add_bos ? ql_tokenizer_bos(tok) : -1, ctx, max_chunks,
                                  err);
     free(ids);
+    return st;
+}
+
+ql_status ql_ppl_data_from_file(ql_ppl_data *d, const ql_tokenizer *tok, const char *path, int ctx,
+                                int64_t max_chunks, ql_error *err)
+{
+    memset(d, 0, sizeof *d);
+    char *text = NULL;
+    size_t len = 0;
+    ql_status st = ql_file_read_all(path, &text, &len, err);
+    if (st)
+        return st;
+    if ((st = ql_ppl_data_from_text(d, tok, text, len, ctx, max_chunks, err)))
+        ql_error_prefix(err, "%s: ", path);
+    free(text);
     return st;
 }
 

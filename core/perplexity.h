@@ -39,6 +39,11 @@ typedef struct {
 ql_status ql_ppl_data_from_text(ql_ppl_data *d, const ql_tokenizer *tok, const char *text,
                                 size_t len, int ctx, int64_t max_chunks, ql_error *err);
 
+/* Same from the text file at path; a tokenizing or chunking error is prefixed with
+ * "<path>: " (read errors name the file already). */
+ql_status ql_ppl_data_from_file(ql_ppl_data *d, const ql_tokenizer *tok, const char *path, int ctx,
+                                int64_t max_chunks, ql_error *err);
+
 /* Same from token ids (copied); bos < 0 keeps each chunk's first token. */
 ql_status ql_ppl_data_from_tokens(ql_ppl_data *d, const int32_t *tokens, int64_t n_tokens,
                                   int32_t bos, int ctx, int64_t max_chunks, ql_error *err);

@@ -41,14 +41,8 @@ int ql_best_index_int8(int n, const int8_t *val, float x)
 /* ggml make_qx_quants with rmse_type 1 (the only mode the formats qlab writes use). */
 float ql_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float *qw)
 {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = ql_signed_absmax(x, n, &amax);
     if (amax < QL_GROUP_MAX_EPS) {
         for (int i = 0; i < n; ++i)
             L[i] = 0;
@@ -93,14 +87,8 @@ float ql_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float 
 /* ggml make_q3_quants with do_rmse = true. */
 float ql_make_q3_quants(int n, int nmax, const float *x, int8_t *L)
 {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = ql_signed_absmax(x, n, &amax);
     if (amax < QL_GROUP_MAX_EPS) {
         for (int i = 0; i < n; ++i)
             L[i] = 0;
@@ -369,4 +357,19 @@ float ql_make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float
             break;
     }
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+size_t ql_quantize_rows(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
+                        const float *imatrix, int64_t block_values, size_t block_bytes,
+                        ql_quant_row_fn ref, ql_quant_row_fn impl)
+{
+    const size_t row_size = (size_t)(n_per_row / block_values) * block_bytes;
+    char *q = dst;
+    for (int64_t r = 0; r < nrows; r++, src += n_per_row, q += row_size) {
+        if (imatrix)
+            impl(src, q, n_per_row, imatrix);
+        else
+            ref(src, q, n_per_row, NULL);
+    }
+    return (size_t)nrows * row_size;
 }

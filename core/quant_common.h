@@ -10,6 +10,7 @@
 #ifndef QL_QUANT_COMMON_H
 #define QL_QUANT_COMMON_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -47,6 +48,33 @@ static inline float ql_roundf(float v)
     return t;
 }
 
+/* max |x[j]| over x[0..n), scanned as ggml does (amax = MAX(amax, |x[j]|)). */
+static inline float ql_absmax(const float *x, int n)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++)
+        amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+    return amax;
+}
+
+/* The value of largest magnitude in x[0..n) (the first of equal magnitudes; 0 when
+ * all are 0), its magnitude in *amax unless NULL: the scan a signed block scale
+ * starts from. */
+static inline float ql_signed_absmax(const float *x, int n, float *amax)
+{
+    float a = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float ax = fabsf(x[j]);
+        if (ax > a) {
+            a = ax;
+            max = x[j];
+        }
+    }
+    if (amax)
+        *amax = a;
+    return max;
+}
+
 /* The 16 IQ4_NL / IQ4_XS code values (a non-uniform 4-bit grid), ascending. */
 extern const int8_t ql_iq4nl_values[16];
 
@@ -79,5 +107,17 @@ float ql_make_qkx3_quants(int n, int nmax, const float *x, const float *weights,
 /* Positive-only weighted search used to quantize K-quant sub-block scales and mins
  * (ggml make_qp_quants): L[i] in [0, nmax], value = scale * L[i]. */
 float ql_make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float *quant_weights);
+
+/* One row of a block format: the n values at x into the row's blocks at y, weighed
+ * by the importance qw (NULL: none). */
+typedef void (*ql_quant_row_fn)(const float *x, void *y, int64_t n, const float *qw);
+
+/* Quantizes nrows rows of n_per_row values (blocks of block_values values in
+ * block_bytes bytes) as ggml does: with ref when there are no importance weights
+ * (ggml quantizes the whole chunk at once; rows are independent, so row by row is
+ * the same) and with impl row by row otherwise. Returns the bytes written. */
+size_t ql_quantize_rows(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
+                        const float *imatrix, int64_t block_values, size_t block_bytes,
+                        ql_quant_row_fn ref, ql_quant_row_fn impl);
 
 #endif

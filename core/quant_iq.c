@@ -95,6 +95,25 @@ static void check_shape(int64_t nrows, int64_t n_per_row)
     QL_ASSERT(nrows >= 0 && n_per_row > 0 && n_per_row % QL_QK_K == 0);
 }
 
+/* One row of an IQ format into its super-blocks at y. carry is the state IQ1_S and
+ * IQ1_M pass from row to row within one call (NULL for the other formats). */
+typedef void (*iq_row_fn)(const ql_iq_grid *g, const float *x, void *y, int64_t n,
+                          const float *imatrix, void *carry);
+
+/* nrows rows of n_per_row values, row by row with the lattice grid id. */
+static size_t quantize_rows(ql_iq_grid_id id, iq_row_fn row, size_t block_bytes, void *carry,
+                            const float *src, void *dst, int64_t nrows, int64_t n_per_row,
+                            const float *imatrix)
+{
+    check_shape(nrows, n_per_row);
+    const ql_iq_grid *g = grid(id);
+    const size_t row_size = (size_t)(n_per_row / QL_QK_K) * block_bytes;
+    char *q = dst;
+    for (int64_t r = 0; r < nrows; ++r)
+        row(g, src + r * n_per_row, q + (size_t)r * row_size, n_per_row, imatrix, carry);
+    return (size_t)nrows * row_size;
+}
+
 /* Sum of squares of a super-block's 256 values, in index order. */
 static float sum_squares(const float *x)
 {
@@ -394,9 +413,10 @@ static float sane_scale(float scale)
     return scale >= 0 ? scale : 0.f;
 }
 
-static void quantize_row_iq2_xxs(const ql_iq_grid *g, const float *x, ql_block_iq2_xxs *y,
-                                 int64_t n, const float *imatrix)
+static void quantize_row_iq2_xxs(const ql_iq_grid *g, const float *x, void *vy, int64_t n,
+                                 const float *imatrix, void *unused)
 {
+    ql_block_iq2_xxs *y = vy;
     static const search_spec spec = {32, 6, 0.1f, REFINE_ALWAYS, ON_GRID_TRUE};
     const int kmax = 3;
     float scales[QL_QK_K / 32], weight[32], waux[32], xval[32];
@@ -462,22 +482,18 @@ static void quantize_row_iq2_xxs(const ql_iq_grid *g, const float *x, ql_block_i
 size_t ql_quantize_iq2_xxs(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                            const float *imatrix)
 {
-    check_shape(nrows, n_per_row);
-    const ql_iq_grid *g = grid(QL_IQ_GRID_IQ2_XXS);
-    int64_t nb = n_per_row / QL_QK_K;
-    ql_block_iq2_xxs *y = dst;
-    for (int64_t r = 0; r < nrows; ++r)
-        quantize_row_iq2_xxs(g, src + r * n_per_row, y + r * nb, n_per_row, imatrix);
-    return (size_t)(nrows * nb) * sizeof *y;
+    return quantize_rows(QL_IQ_GRID_IQ2_XXS, quantize_row_iq2_xxs, sizeof(ql_block_iq2_xxs), NULL,
+                         src, dst, nrows, n_per_row, imatrix);
 }
 
 /* ------------------------------------------------------------------------- */
 /* IQ2_XS                                                                      */
 /* ------------------------------------------------------------------------- */
 
-static void quantize_row_iq2_xs(const ql_iq_grid *g, const float *x, ql_block_iq2_xs *y, int64_t n,
-                                const float *imatrix)
+static void quantize_row_iq2_xs(const ql_iq_grid *g, const float *x, void *vy, int64_t n,
+                                const float *imatrix, void *unused)
 {
+    ql_block_iq2_xs *y = vy;
     static const search_spec spec = {16, 9, 0.1f, REFINE_OFF_GRID_ONLY, ON_GRID_TRUE};
     const int kmax = 3;
     float scales[QL_QK_K / 16], weight[16], waux[16], xval[16];
@@ -538,22 +554,18 @@ static void quantize_row_iq2_xs(const ql_iq_grid *g, const float *x, ql_block_iq
 size_t ql_quantize_iq2_xs(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                           const float *imatrix)
 {
-    check_shape(nrows, n_per_row);
-    const ql_iq_grid *g = grid(QL_IQ_GRID_IQ2_XS);
-    int64_t nb = n_per_row / QL_QK_K;
-    ql_block_iq2_xs *y = dst;
-    for (int64_t r = 0; r < nrows; ++r)
-        quantize_row_iq2_xs(g, src + r * n_per_row, y + r * nb, n_per_row, imatrix);
-    return (size_t)(nrows * nb) * sizeof *y;
+    return quantize_rows(QL_IQ_GRID_IQ2_XS, quantize_row_iq2_xs, sizeof(ql_block_iq2_xs), NULL, src,
+                         dst, nrows, n_per_row, imatrix);
 }
 
 /* ------------------------------------------------------------------------- */
 /* IQ2_S                                                                       */
 /* ------------------------------------------------------------------------- */
 
-static void quantize_row_iq2_s(const ql_iq_grid *g, const float *x, ql_block_iq2_s *y, int64_t n,
-                               const float *imatrix)
+static void quantize_row_iq2_s(const ql_iq_grid *g, const float *x, void *vy, int64_t n,
+                               const float *imatrix, void *unused)
 {
+    ql_block_iq2_s *y = vy;
     static const search_spec spec = {16, 9, 0.1f, REFINE_OFF_GRID_ONLY, ON_GRID_TRUE};
     const int kmax = 3;
     float scales[QL_QK_K / 16], weight[16], waux[16], xval[16];
@@ -618,13 +630,8 @@ static void quantize_row_iq2_s(const ql_iq_grid *g, const float *x, ql_block_iq2
 size_t ql_quantize_iq2_s(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                          const float *imatrix)
 {
-    check_shape(nrows, n_per_row);
-    const ql_iq_grid *g = grid(QL_IQ_GRID_IQ2_S);
-    int64_t nb = n_per_row / QL_QK_K;
-    ql_block_iq2_s *y = dst;
-    for (int64_t r = 0; r < nrows; ++r)
-        quantize_row_iq2_s(g, src + r * n_per_row, y + r * nb, n_per_row, imatrix);
-    return (size_t)(nrows * nb) * sizeof *y;
+    return quantize_rows(QL_IQ_GRID_IQ2_S, quantize_row_iq2_s, sizeof(ql_block_iq2_s), NULL, src,
+                         dst, nrows, n_per_row, imatrix);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -642,9 +649,10 @@ static void weights_or_squares(const float *x, const float *qw, float sigma2, in
     }
 }
 
-static void quantize_row_iq3_xxs(const ql_iq_grid *g, const float *x, ql_block_iq3_xxs *y,
-                                 int64_t n, const float *imatrix)
+static void quantize_row_iq3_xxs(const ql_iq_grid *g, const float *x, void *vy, int64_t n,
+                                 const float *imatrix, void *unused)
 {
+    ql_block_iq3_xxs *y = vy;
     static const search_spec spec = {32, 15, 0.2f, REFINE_OFF_GRID_ONLY, ON_GRID_KEEP};
     const int kmax = 8;
     float scales[QL_QK_K / 32], weight[32], waux[32], xval[32];
@@ -708,22 +716,18 @@ static void quantize_row_iq3_xxs(const ql_iq_grid *g, const float *x, ql_block_i
 size_t ql_quantize_iq3_xxs(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                            const float *imatrix)
 {
-    check_shape(nrows, n_per_row);
-    const ql_iq_grid *g = grid(QL_IQ_GRID_IQ3_XXS);
-    int64_t nb = n_per_row / QL_QK_K;
-    ql_block_iq3_xxs *y = dst;
-    for (int64_t r = 0; r < nrows; ++r)
-        quantize_row_iq3_xxs(g, src + r * n_per_row, y + r * nb, n_per_row, imatrix);
-    return (size_t)(nrows * nb) * sizeof *y;
+    return quantize_rows(QL_IQ_GRID_IQ3_XXS, quantize_row_iq3_xxs, sizeof(ql_block_iq3_xxs), NULL,
+                         src, dst, nrows, n_per_row, imatrix);
 }
 
 /* ------------------------------------------------------------------------- */
 /* IQ3_S                                                                       */
 /* ------------------------------------------------------------------------- */
 
-static void quantize_row_iq3_s(const ql_iq_grid *g, const float *x, ql_block_iq3_s *y, int64_t n,
-                               const float *imatrix)
+static void quantize_row_iq3_s(const ql_iq_grid *g, const float *x, void *vy, int64_t n,
+                               const float *imatrix, void *unused)
 {
+    ql_block_iq3_s *y = vy;
     static const search_spec spec = {32, 9, 0.2f, REFINE_ALL_IF_OFF, ON_GRID_FALSE};
     const int kmax = 8;
     float scales[QL_QK_K / 32], weight[32], waux[32], xval[32];
@@ -790,13 +794,8 @@ static void quantize_row_iq3_s(const ql_iq_grid *g, const float *x, ql_block_iq3
 size_t ql_quantize_iq3_s(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                          const float *imatrix)
 {
-    check_shape(nrows, n_per_row);
-    const ql_iq_grid *g = grid(QL_IQ_GRID_IQ3_S);
-    int64_t nb = n_per_row / QL_QK_K;
-    ql_block_iq3_s *y = dst;
-    for (int64_t r = 0; r < nrows; ++r)
-        quantize_row_iq3_s(g, src + r * n_per_row, y + r * nb, n_per_row, imatrix);
-    return (size_t)(nrows * nb) * sizeof *y;
+    return quantize_rows(QL_IQ_GRID_IQ3_S, quantize_row_iq3_s, sizeof(ql_block_iq3_s), NULL, src,
+                         dst, nrows, n_per_row, imatrix);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -873,9 +872,11 @@ typedef struct {
     int8_t shifts[QL_QK_K / 32];
 } iq1s_carry;
 
-static void quantize_row_iq1_s(const ql_iq_grid *g, const float *x, ql_block_iq1_s *y, int64_t n,
-                               const float *imatrix, iq1s_carry *carry)
+static void quantize_row_iq1_s(const ql_iq_grid *g, const float *x, void *vy, int64_t n,
+                               const float *imatrix, void *vcarry)
 {
+    ql_block_iq1_s *y = vy;
+    iq1s_carry *carry = vcarry;
     enum { BS = 32 };
     float scales[QL_QK_K / BS], weight[BS], sumx[BS + 1], sumw[BS + 1];
     int8_t L[BS];
@@ -1003,14 +1004,9 @@ static void quantize_row_iq1_s(const ql_iq_grid *g, const float *x, ql_block_iq1
 size_t ql_quantize_iq1_s(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                          const float *imatrix)
 {
-    check_shape(nrows, n_per_row);
-    const ql_iq_grid *g = grid(QL_IQ_GRID_IQ1_S);
-    int64_t nb = n_per_row / QL_QK_K;
-    ql_block_iq1_s *y = dst;
     iq1s_carry carry = {{0}};
-    for (int64_t r = 0; r < nrows; ++r)
-        quantize_row_iq1_s(g, src + r * n_per_row, y + r * nb, n_per_row, imatrix, &carry);
-    return (size_t)(nrows * nb) * sizeof *y;
+    return quantize_rows(QL_IQ_GRID_IQ1_S, quantize_row_iq1_s, sizeof(ql_block_iq1_s), &carry, src,
+                         dst, nrows, n_per_row, imatrix);
 }
 
 /* IQ1_M: the two 8-groups of a 16-group each pick a shift sign; the four
@@ -1052,9 +1048,11 @@ static void iq1m_accumulate(int i, int lv, float w, float xi, float *sumqx, floa
     }
 }
 
-static void quantize_row_iq1_m(const ql_iq_grid *g, const float *x, ql_block_iq1_m *y, int64_t n,
-                               const float *imatrix, iq1m_carry *carry)
+static void quantize_row_iq1_m(const ql_iq_grid *g, const float *x, void *vy, int64_t n,
+                               const float *imatrix, void *vcarry)
 {
+    ql_block_iq1_m *y = vy;
+    iq1m_carry *carry = vcarry;
     enum { BS = 16 };
     static const uint8_t shift_bits[4] = {0x00, 0x80, 0x08, 0x88};
     float scales[QL_QK_K / BS], weight[BS];
@@ -1185,14 +1183,9 @@ static void quantize_row_iq1_m(const ql_iq_grid *g, const float *x, ql_block_iq1
 size_t ql_quantize_iq1_m(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                          const float *imatrix)
 {
-    check_shape(nrows, n_per_row);
-    const ql_iq_grid *g = grid(QL_IQ_GRID_IQ1_S);
-    int64_t nb = n_per_row / QL_QK_K;
-    ql_block_iq1_m *y = dst;
     iq1m_carry carry = {{0}};
-    for (int64_t r = 0; r < nrows; ++r)
-        quantize_row_iq1_m(g, src + r * n_per_row, y + r * nb, n_per_row, imatrix, &carry);
-    return (size_t)(nrows * nb) * sizeof *y;
+    return quantize_rows(QL_IQ_GRID_IQ1_S, quantize_row_iq1_m, sizeof(ql_block_iq1_m), &carry, src,
+                         dst, nrows, n_per_row, imatrix);
 }
 
 /* ------------------------------------------------------------------------- */

@@ -56,14 +56,8 @@ static void iq4_superblock(int sbs, const float *x, uint16_t *dh, uint8_t *q4, u
             for (int j = 0; j < IQ4_BLOCK; ++j)
                 weight[j] = xb[j] * xb[j];
         }
-        float amax = 0, max = 0;
-        for (int j = 0; j < IQ4_BLOCK; ++j) {
-            float ax = fabsf(xb[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = xb[j];
-            }
-        }
+        float amax;
+        const float max = ql_signed_absmax(xb, IQ4_BLOCK, &amax);
         if (amax < QL_GROUP_MAX_EPS) {
             scales[ib] = 0;
             memset(Lb, 0, IQ4_BLOCK);

@@ -77,25 +77,6 @@ static void put_q3_K_scale(uint8_t *scales, int j, int l)
     scales[j % 4 + 8] |= (uint8_t)(l << (2 * (j / 4)));
 }
 
-typedef void (*row_fn)(const float *x, void *y, int64_t n_per_row, const float *qw);
-
-/* Shared driver: ggml quantizes the whole chunk with the _ref kernel when there are
- * no importance weights (rows are independent, so row by row is the same) and row
- * by row with the _impl kernel otherwise. */
-static size_t quantize_rows(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
-                            const float *imatrix, size_t block_bytes, row_fn ref, row_fn impl)
-{
-    const size_t row_size = (size_t)(n_per_row / QL_QK_K) * block_bytes;
-    char *q = dst;
-    for (int64_t r = 0; r < nrows; r++, src += n_per_row, q += row_size) {
-        if (imatrix)
-            impl(src, q, n_per_row, imatrix);
-        else
-            ref(src, q, n_per_row, NULL);
-    }
-    return (size_t)nrows * row_size;
-}
-
 /* ======================================================================== */
 /* Q2_K                                                                       */
 /* ======================================================================== */
@@ -197,8 +178,8 @@ static void q2_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
 size_t ql_quantize_q2_K(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q2_K), q2_K_row_ref,
-                         q2_K_row_impl);
+    return ql_quantize_rows(src, dst, nrows, n_per_row, imatrix, QL_QK_K, sizeof(ql_block_q2_K),
+                            q2_K_row_ref, q2_K_row_impl);
 }
 
 void ql_dequantize_q2_K(const void *src, float *y, int64_t nrows, int64_t n_per_row)
@@ -325,8 +306,8 @@ static void q3_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
 size_t ql_quantize_q3_K(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q3_K), q3_K_row_ref,
-                         q3_K_row_impl);
+    return ql_quantize_rows(src, dst, nrows, n_per_row, imatrix, QL_QK_K, sizeof(ql_block_q3_K),
+                            q3_K_row_ref, q3_K_row_impl);
 }
 
 void ql_dequantize_q3_K(const void *src, float *y, int64_t nrows, int64_t n_per_row)
@@ -507,8 +488,8 @@ static void q4_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
 size_t ql_quantize_q4_K(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q4_K), q4_K_row_ref,
-                         q4_K_row_impl);
+    return ql_quantize_rows(src, dst, nrows, n_per_row, imatrix, QL_QK_K, sizeof(ql_block_q4_K),
+                            q4_K_row_ref, q4_K_row_impl);
 }
 
 void ql_dequantize_q4_K(const void *src, float *y, int64_t nrows, int64_t n_per_row)
@@ -560,8 +541,8 @@ static void q5_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
 size_t ql_quantize_q5_K(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q5_K), q5_K_row_ref,
-                         q5_K_row_impl);
+    return ql_quantize_rows(src, dst, nrows, n_per_row, imatrix, QL_QK_K, sizeof(ql_block_q5_K),
+                            q5_K_row_ref, q5_K_row_impl);
 }
 
 void ql_dequantize_q5_K(const void *src, float *y, int64_t nrows, int64_t n_per_row)
@@ -661,8 +642,8 @@ static void q6_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
 size_t ql_quantize_q6_K(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    return quantize_rows(src, dst, nrows, n_per_row, imatrix, sizeof(ql_block_q6_K), q6_K_row_ref,
-                         q6_K_row_impl);
+    return ql_quantize_rows(src, dst, nrows, n_per_row, imatrix, QL_QK_K, sizeof(ql_block_q6_K),
+                            q6_K_row_ref, q6_K_row_impl);
 }
 
 void ql_dequantize_q6_K(const void *src, float *y, int64_t nrows, int64_t n_per_row)
@@ -700,14 +681,8 @@ void ql_dequantize_q6_K(const void *src, float *y, int64_t nrows, int64_t n_per_
 void ql_quantize_row_q8_K_ref(const float *x, ql_block_q8_K *y, int64_t k)
 {
     for (int64_t i = 0; i < k / QL_QK_K; i++, x += QL_QK_K) {
-        float max = 0, amax = 0;
-        for (int j = 0; j < QL_QK_K; ++j) {
-            float ax = fabsf(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
-            }
-        }
+        float amax;
+        const float max = ql_signed_absmax(x, QL_QK_K, &amax);
         if (!amax) {
             y[i].d = 0;
             memset(y[i].qs, 0, sizeof y[i].qs);

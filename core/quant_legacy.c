@@ -110,16 +110,11 @@ void ql_dequantize_bf16(const void *src, float *dst, int64_t nrows, int64_t n_pe
 /* Q4_0: d = max / -8 where max is the value of largest magnitude             */
 /* ======================================================================== */
 
-static void q4_0_row_ref(const float *x, ql_block_q4_0 *y, int64_t k)
+static void q4_0_row_ref(const float *x, void *vy, int64_t k, const float *unused)
 {
+    ql_block_q4_0 *y = vy;
     for (int64_t i = 0; i < k / QL_QK4_0; i++, x += QL_QK4_0) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QL_QK4_0; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
+        const float max = ql_signed_absmax(x, QL_QK4_0, NULL);
         const float d = max / -8;
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = ql_fp32_to_fp16(d);
@@ -132,8 +127,9 @@ static void q4_0_row_ref(const float *x, ql_block_q4_0 *y, int64_t k)
 }
 
 /* Weighted search: levels from make_qx_quants(nmax 8) under w_j = I_j sqrt(s2 + x_j^2). */
-static void q4_0_row_impl(const float *x, ql_block_q4_0 *y, int64_t n_per_row, const float *qw)
+static void q4_0_row_impl(const float *x, void *vy, int64_t n_per_row, const float *qw)
 {
+    ql_block_q4_0 *y = vy;
     float weight[QL_QK4_0];
     int8_t L[QL_QK4_0];
     const float sigma2 = row_sigma2(x, n_per_row);
@@ -152,15 +148,8 @@ static void q4_0_row_impl(const float *x, ql_block_q4_0 *y, int64_t n_per_row, c
 size_t ql_quantize_q4_0(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    const size_t row_size = (size_t)(n_per_row / QL_QK4_0) * sizeof(ql_block_q4_0);
-    char *q = dst;
-    for (int64_t r = 0; r < nrows; r++, src += n_per_row, q += row_size) {
-        if (imatrix)
-            q4_0_row_impl(src, (ql_block_q4_0 *)q, n_per_row, imatrix);
-        else
-            q4_0_row_ref(src, (ql_block_q4_0 *)q, n_per_row);
-    }
-    return (size_t)nrows * row_size;
+    return ql_quantize_rows(src, dst, nrows, n_per_row, imatrix, QL_QK4_0, sizeof(ql_block_q4_0),
+                            q4_0_row_ref, q4_0_row_impl);
 }
 
 void ql_dequantize_q4_0(const void *src, float *dst, int64_t nrows, int64_t n_per_row)
@@ -180,8 +169,9 @@ void ql_dequantize_q4_0(const void *src, float *dst, int64_t nrows, int64_t n_pe
 /* Q4_1: d = (max - min) / 15, m = min                                        */
 /* ======================================================================== */
 
-static void q4_1_row_ref(const float *x, ql_block_q4_1 *y, int64_t k)
+static void q4_1_row_ref(const float *x, void *vy, int64_t k, const float *unused)
 {
+    ql_block_q4_1 *y = vy;
     for (int64_t i = 0; i < k / QL_QK4_1; i++, x += QL_QK4_1) {
         float min = FLT_MAX, max = -FLT_MAX;
         for (int j = 0; j < QL_QK4_1; j++) {
@@ -203,8 +193,9 @@ static void q4_1_row_ref(const float *x, ql_block_q4_1 *y, int64_t k)
     }
 }
 
-static void q4_1_row_impl(const float *x, ql_block_q4_1 *y, int64_t n_per_row, const float *qw)
+static void q4_1_row_impl(const float *x, void *vy, int64_t n_per_row, const float *qw)
 {
+    ql_block_q4_1 *y = vy;
     float weight[QL_QK4_1];
     uint8_t L[QL_QK4_1], Laux[QL_QK4_1];
     const float sigma2 = row_sigma2(x, n_per_row);
@@ -226,15 +217,8 @@ static void q4_1_row_impl(const float *x, ql_block_q4_1 *y, int64_t n_per_row, c
 size_t ql_quantize_q4_1(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    const size_t row_size = (size_t)(n_per_row / QL_QK4_1) * sizeof(ql_block_q4_1);
-    char *q = dst;
-    for (int64_t r = 0; r < nrows; r++, src += n_per_row, q += row_size) {
-        if (imatrix)
-            q4_1_row_impl(src, (ql_block_q4_1 *)q, n_per_row, imatrix);
-        else
-            q4_1_row_ref(src, (ql_block_q4_1 *)q, n_per_row);
-    }
-    return (size_t)nrows * row_size;
+    return ql_quantize_rows(src, dst, nrows, n_per_row, imatrix, QL_QK4_1, sizeof(ql_block_q4_1),
+                            q4_1_row_ref, q4_1_row_impl);
 }
 
 void ql_dequantize_q4_1(const void *src, float *dst, int64_t nrows, int64_t n_per_row)
@@ -267,17 +251,12 @@ static void pack_q5(const int *lv, uint8_t qs[16], uint8_t qh[4])
     put_u32le(qh, h);
 }
 
-static void q5_0_row_ref(const float *x, ql_block_q5_0 *y, int64_t k)
+static void q5_0_row_ref(const float *x, void *vy, int64_t k, const float *unused)
 {
+    ql_block_q5_0 *y = vy;
     int lv[QL_QK5_0];
     for (int64_t i = 0; i < k / QL_QK5_0; i++, x += QL_QK5_0) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QL_QK5_0; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
+        const float max = ql_signed_absmax(x, QL_QK5_0, NULL);
         const float d = max / -16;
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = ql_fp32_to_fp16(d);
@@ -288,8 +267,9 @@ static void q5_0_row_ref(const float *x, ql_block_q5_0 *y, int64_t k)
     }
 }
 
-static void q5_0_row_impl(const float *x, ql_block_q5_0 *y, int64_t n_per_row, const float *qw)
+static void q5_0_row_impl(const float *x, void *vy, int64_t n_per_row, const float *qw)
 {
+    ql_block_q5_0 *y = vy;
     float weight[QL_QK5_0];
     int8_t L[QL_QK5_0];
     int lv[QL_QK5_0];
@@ -310,15 +290,8 @@ static void q5_0_row_impl(const float *x, ql_block_q5_0 *y, int64_t n_per_row, c
 size_t ql_quantize_q5_0(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    const size_t row_size = (size_t)(n_per_row / QL_QK5_0) * sizeof(ql_block_q5_0);
-    char *q = dst;
-    for (int64_t r = 0; r < nrows; r++, src += n_per_row, q += row_size) {
-        if (imatrix)
-            q5_0_row_impl(src, (ql_block_q5_0 *)q, n_per_row, imatrix);
-        else
-            q5_0_row_ref(src, (ql_block_q5_0 *)q, n_per_row);
-    }
-    return (size_t)nrows * row_size;
+    return ql_quantize_rows(src, dst, nrows, n_per_row, imatrix, QL_QK5_0, sizeof(ql_block_q5_0),
+                            q5_0_row_ref, q5_0_row_impl);
 }
 
 void ql_dequantize_q5_0(const void *src, float *dst, int64_t nrows, int64_t n_per_row)
@@ -341,8 +314,9 @@ void ql_dequantize_q5_0(const void *src, float *dst, int64_t nrows, int64_t n_pe
 /* Q5_1: d = (max - min) / 31, m = min                                        */
 /* ======================================================================== */
 
-static void q5_1_row_ref(const float *x, ql_block_q5_1 *y, int64_t k)
+static void q5_1_row_ref(const float *x, void *vy, int64_t k, const float *unused)
 {
+    ql_block_q5_1 *y = vy;
     int lv[QL_QK5_1];
     for (int64_t i = 0; i < k / QL_QK5_1; i++, x += QL_QK5_1) {
         float min = FLT_MAX, max = -FLT_MAX;
@@ -362,8 +336,9 @@ static void q5_1_row_ref(const float *x, ql_block_q5_1 *y, int64_t k)
     }
 }
 
-static void q5_1_row_impl(const float *x, ql_block_q5_1 *y, int64_t n_per_row, const float *qw)
+static void q5_1_row_impl(const float *x, void *vy, int64_t n_per_row, const float *qw)
 {
+    ql_block_q5_1 *y = vy;
     float weight[QL_QK5_1];
     uint8_t L[QL_QK5_1], Laux[QL_QK5_1];
     int lv[QL_QK5_1];
@@ -387,15 +362,8 @@ static void q5_1_row_impl(const float *x, ql_block_q5_1 *y, int64_t n_per_row, c
 size_t ql_quantize_q5_1(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                         const float *imatrix)
 {
-    const size_t row_size = (size_t)(n_per_row / QL_QK5_1) * sizeof(ql_block_q5_1);
-    char *q = dst;
-    for (int64_t r = 0; r < nrows; r++, src += n_per_row, q += row_size) {
-        if (imatrix)
-            q5_1_row_impl(src, (ql_block_q5_1 *)q, n_per_row, imatrix);
-        else
-            q5_1_row_ref(src, (ql_block_q5_1 *)q, n_per_row);
-    }
-    return (size_t)nrows * row_size;
+    return ql_quantize_rows(src, dst, nrows, n_per_row, imatrix, QL_QK5_1, sizeof(ql_block_q5_1),
+                            q5_1_row_ref, q5_1_row_impl);
 }
 
 void ql_dequantize_q5_1(const void *src, float *dst, int64_t nrows, int64_t n_per_row)
@@ -422,9 +390,7 @@ void ql_dequantize_q5_1(const void *src, float *dst, int64_t nrows, int64_t n_pe
 void ql_quantize_row_q8_0_ref(const float *x, ql_block_q8_0 *y, int64_t k)
 {
     for (int64_t i = 0; i < k / QL_QK8_0; i++, x += QL_QK8_0) {
-        float amax = 0.0f;
-        for (int j = 0; j < QL_QK8_0; j++)
-            amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+        const float amax = ql_absmax(x, QL_QK8_0);
         const float d = amax / ((1 << 7) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = ql_fp32_to_fp16(d);
@@ -436,9 +402,7 @@ void ql_quantize_row_q8_0_ref(const float *x, ql_block_q8_0 *y, int64_t k)
 void ql_quantize_row_q8_1_ref(const float *x, ql_block_q8_1 *y, int64_t k)
 {
     for (int64_t i = 0; i < k / QL_QK8_1; i++, x += QL_QK8_1) {
-        float amax = 0.0f;
-        for (int j = 0; j < QL_QK8_1; j++)
-            amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+        const float amax = ql_absmax(x, QL_QK8_1);
         const float d = amax / ((1 << 7) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = ql_fp32_to_fp16(d);

@@ -5,20 +5,13 @@
 #include <math.h>
 
 #include "fp16.h"
+#include "quant_common.h"
 #include "quant_k.h"
 
 /* Trit code t + 1 in {0,1,2} of x / d, rounded half away from zero like lroundf. */
 static inline int trit(float x, float id)
 {
     return (int)lroundf(x * id) + 1;
-}
-
-static float block_amax(const float *x)
-{
-    float amax = 0.0f;
-    for (int j = 0; j < QL_QK_K; j++)
-        amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
-    return amax;
 }
 
 /* Five (or four, then shifted) trits as the fixed-point fraction ceil(code*256/243). */
@@ -34,7 +27,7 @@ size_t ql_quantize_tq1_0(const float *src, void *dst, int64_t nrows, int64_t n_p
     const float *x = src;
     const int64_t nb = nrows * n_per_row / QL_QK_K;
     for (int64_t i = 0; i < nb; i++) {
-        const float d = block_amax(x);
+        const float d = ql_absmax(x, QL_QK_K);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = ql_fp32_to_fp16(d);
         for (int m = 0; m < 32; ++m) {
@@ -70,7 +63,7 @@ size_t ql_quantize_tq2_0(const float *src, void *dst, int64_t nrows, int64_t n_p
     const float *x = src;
     const int64_t nb = nrows * n_per_row / QL_QK_K;
     for (int64_t i = 0; i < nb; i++) {
-        const float d = block_amax(x);
+        const float d = ql_absmax(x, QL_QK_K);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = ql_fp32_to_fp16(d);
         for (int j = 0; j < 64; j += 32) {

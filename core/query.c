@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "table.h"
 #include "util.h"
 
 struct ql_query {
@@ -439,31 +440,13 @@ out:
     return rc;
 }
 
-static void csv_field(FILE *out, const char *s)
-{
-    bool quote = s[0] == ' ' || (s[0] && s[strlen(s) - 1] == ' ');
-    for (const char *p = s; *p && !quote; p++)
-        quote = *p == ',' || *p == '"' || *p == '\n' || *p == '\r';
-    if (!quote) {
-        fputs(s, out);
-        return;
-    }
-    fputc('"', out);
-    for (const char *p = s; *p; p++) {
-        if (*p == '"')
-            fputc('"', out);
-        fputc(*p, out);
-    }
-    fputc('"', out);
-}
-
 static ql_status print_csv(ql_query *q, FILE *out, ql_error *err)
 {
     int ncol = ql_query_columns(q);
     for (int c = 0; c < ncol; c++) {
         if (c)
             fputc(',', out);
-        csv_field(out, ql_query_column_name(q, c));
+        ql_csv_write_field(out, ql_query_column_name(q, c));
     }
     fputc('\n', out);
     for (;;) {
@@ -476,7 +459,7 @@ static ql_status print_csv(ql_query *q, FILE *out, ql_error *err)
                 fputc(',', out);
             char *t = cell_text(q->st, c);
             if (t)
-                csv_field(out, t);
+                ql_csv_write_field(out, t);
             free(t);
         }
         fputc('\n', out);

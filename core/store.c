@@ -447,24 +447,27 @@ static ql_status pragma_int(ql_store *s, const char *sql, int64_t *out, ql_error
 /* migrations[v] takes a database from schema version v to v + 1, inside the
  * transaction that then sets user_version. A change of schema adds an entry
  * (ALTER TABLE, data moves in C) and bumps QL_STORE_SCHEMA_VERSION. */
-static ql_status migrate_0_to_1(ql_store *s, ql_error *err)
+static ql_status exec_all(ql_store *s, const char *const *sql, size_t n, const char *what,
+                          ql_error *err)
 {
-    for (size_t i = 0; i < sizeof schema_v1 / sizeof schema_v1[0]; i++) {
-        ql_status st = exec(s, schema_v1[i], "creating the schema", err);
+    for (size_t i = 0; i < n; i++) {
+        ql_status st = exec(s, sql[i], what, err);
         if (st)
             return st;
     }
     return QL_OK;
 }
 
+static ql_status migrate_0_to_1(ql_store *s, ql_error *err)
+{
+    return exec_all(s, schema_v1, sizeof schema_v1 / sizeof schema_v1[0], "creating the schema",
+                    err);
+}
+
 static ql_status migrate_1_to_2(ql_store *s, ql_error *err)
 {
-    for (size_t i = 0; i < sizeof schema_v2 / sizeof schema_v2[0]; i++) {
-        ql_status st = exec(s, schema_v2[i], "adding chunk_metrics (schema version 2)", err);
-        if (st)
-            return st;
-    }
-    return QL_OK;
+    return exec_all(s, schema_v2, sizeof schema_v2 / sizeof schema_v2[0],
+                    "adding chunk_metrics (schema version 2)", err);
 }
 
 static ql_status migrate_2_to_3(ql_store *s, ql_error *err)

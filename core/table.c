@@ -202,7 +202,7 @@ void ql_table_write_md(const ql_table *t, FILE *out, const char *null_text)
 
 /* ================================================================ CSV */
 
-static void csv_field(FILE *out, const char *s)
+void ql_csv_write_field(FILE *out, const char *s)
 {
     bool quote = s[0] == ' ' || (s[0] && s[strlen(s) - 1] == ' ');
     for (const char *p = s; *p && !quote; p++)
@@ -225,7 +225,7 @@ void ql_table_write_csv(const ql_table *t, FILE *out)
     for (size_t c = 0; c < t->ncol; c++) {
         if (c)
             fputc(',', out);
-        csv_field(out, t->cols[c].csv);
+        ql_csv_write_field(out, t->cols[c].csv);
     }
     fputc('\n', out);
     for (size_t r = 0; r < t->nrow; r++) {
@@ -234,7 +234,7 @@ void ql_table_write_csv(const ql_table *t, FILE *out)
             if (c)
                 fputc(',', out);
             if (s)
-                csv_field(out, s);
+                ql_csv_write_field(out, s);
         }
         fputc('\n', out);
     }

@@ -56,6 +56,9 @@ void ql_table_hide(ql_table *t, size_t col, bool hidden);
 /* Writes the table (write errors show in ferror(out)). */
 void ql_table_write_md(const ql_table *t, FILE *out, const char *null_text);
 void ql_table_write_csv(const ql_table *t, FILE *out);
+/* One CSV field with RFC 4180 quoting: quoted when it holds a comma, a quote or a
+ * line break or starts or ends with a space; quotes doubled. */
+void ql_csv_write_field(FILE *out, const char *s);
 
 /* Number formats of the generated tables. Each returns buf. */
 /* Bytes in binary units: "512 B", "4.50 KiB", "1.23 MiB", "2.00 GiB". */

@@ -163,6 +163,42 @@ bool ql_tok_scratch_syms(ql_tok_scratch *s, size_t n)
     return true;
 }
 
+bool ql_tok_merge(const ql_tokenizer *t, ql_tok_scratch *s, size_t off, size_t n,
+                  ql_tok_pair_fn try_pair)
+{
+    int32_t n_sym = 0;
+    for (size_t pos = off, end = off + n; pos < end;) {
+        size_t l = ql_utf8_seq_len((unsigned char)s->text[pos]);
+        if (l > end - pos)
+            l = end - pos;
+        ql_sym *y = &s->syms[n_sym];
+        y->off = pos;
+        y->n = (uint32_t)l;
+        y->prev = n_sym - 1;
+        pos += l;
+        y->next = pos == end ? -1 : n_sym + 1;
+        n_sym++;
+    }
+    s->heap.n = 0;
+    for (int32_t i = 1; i < n_sym; i++)
+        if (!try_pair(t, s, i - 1, i))
+            return false;
+    while (s->heap.n > 0) {
+        ql_bigram b = ql_bigram_pop(&s->heap);
+        ql_sym *l = &s->syms[b.left], *r = &s->syms[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
+            continue; /* stale: a side was merged elsewhere since the pair was queued */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0)
+            s->syms[r->next].prev = b.left;
+        if (!try_pair(t, s, l->prev, b.left) || !try_pair(t, s, b.left, l->next))
+            return false;
+    }
+    return true;
+}
+
 /* ===========================================================================
  * Loading */
 

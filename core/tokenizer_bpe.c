@@ -36,36 +36,8 @@ static bool bpe_word(const ql_tokenizer *t, ql_tok_scratch *s, size_t m, ql_idve
     }
     if (!ql_tok_scratch_syms(s, m))
         return false;
-    int32_t n_sym = 0;
-    for (size_t off = 0; off < m;) {
-        size_t l = ql_utf8_seq_len((unsigned char)s->text[off]);
-        if (l > m - off)
-            l = m - off;
-        ql_sym *y = &s->syms[n_sym];
-        y->off = off;
-        y->n = (uint32_t)l;
-        y->prev = n_sym - 1;
-        off += l;
-        y->next = off == m ? -1 : n_sym + 1;
-        n_sym++;
-    }
-    s->heap.n = 0;
-    for (int32_t i = 1; i < n_sym; i++)
-        if (!try_pair(t, s, i - 1, i))
-            return false;
-    while (s->heap.n > 0) {
-        ql_bigram b = ql_bigram_pop(&s->heap);
-        ql_sym *l = &s->syms[b.left], *r = &s->syms[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
-            continue; /* stale: a side changed since the pair was queued */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0)
-            s->syms[r->next].prev = b.left;
-        if (!try_pair(t, s, l->prev, b.left) || !try_pair(t, s, b.left, l->next))
-            return false;
-    }
+    if (!ql_tok_merge(t, s, 0, m, try_pair))
+        return false;
     for (int32_t i = 0; i != -1; i = s->syms[i].next) {
         const ql_sym *y = &s->syms[i];
         int32_t id = ql_tok_find(t, s->text + y->off, y->n);

@@ -126,6 +126,19 @@ void ql_tok_scratch_deinit(ql_tok_scratch *s);
 bool ql_tok_scratch_text(ql_tok_scratch *s, size_t n);
 bool ql_tok_scratch_syms(ql_tok_scratch *s, size_t n);
 
+/* Queues the pair (left, right) of s->syms on s->heap when the two may merge
+ * (nothing for a negative index: no neighbour); false when out of memory. */
+typedef bool (*ql_tok_pair_fn)(const ql_tokenizer *t, ql_tok_scratch *s, int32_t left,
+                               int32_t right);
+
+/* The merge loop of both tokenizers (llama.cpp's bigram queue): s->text[off, off + n)
+ * is cut into one symbol per UTF-8 character (s->syms must have room for n), then the
+ * best queued pair is merged and its new neighbour pairs queued until none is left;
+ * entries made stale by earlier merges are recognised by their length and skipped.
+ * The pieces are the list from s->syms[0] along next. False when out of memory. */
+bool ql_tok_merge(const ql_tokenizer *t, ql_tok_scratch *s, size_t off, size_t n,
+                  ql_tok_pair_fn try_pair);
+
 /* Splits text[0, len) into words; on return s->seg[0..s->n_seg) are word lengths in
  * code points of s->cpts. */
 ql_status ql_pretok_split(const ql_pretok *p, const char *text, size_t len, ql_tok_scratch *s,

@@ -34,37 +34,8 @@ static bool try_pair(const ql_tokenizer *t, ql_tok_scratch *s, int32_t left, int
 static bool spm_region(const ql_tokenizer *t, ql_tok_scratch *s, size_t off, size_t n,
                        ql_idvec *out, int32_t *missing_byte)
 {
-    int32_t n_sym = 0;
-    for (size_t pos = off, end = off + n; pos < end;) {
-        size_t l = ql_utf8_seq_len((unsigned char)s->text[pos]);
-        if (l > end - pos)
-            l = end - pos;
-        ql_sym *y = &s->syms[n_sym];
-        y->off = pos;
-        y->n = (uint32_t)l;
-        y->prev = n_sym - 1;
-        pos += l;
-        y->next = pos == end ? -1 : n_sym + 1;
-        n_sym++;
-    }
-
-    s->heap.n = 0;
-    for (int32_t i = 1; i < n_sym; i++)
-        if (!try_pair(t, s, i - 1, i))
-            return false;
-    while (s->heap.n > 0) {
-        ql_bigram b = ql_bigram_pop(&s->heap);
-        ql_sym *l = &s->syms[b.left], *r = &s->syms[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
-            continue; /* one side was merged elsewhere since this pair was queued */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0)
-            s->syms[r->next].prev = b.left;
-        if (!try_pair(t, s, l->prev, b.left) || !try_pair(t, s, b.left, l->next))
-            return false;
-    }
+    if (!ql_tok_merge(t, s, off, n, try_pair))
+        return false;
 
     /* Every merged piece is a token by construction; single characters may not be.
      * (llama.cpp also consults a table of undone merges here, but a piece that is not

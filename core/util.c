@@ -193,6 +193,21 @@ bool ql_parse_double(const char *s, double *out)
     return true;
 }
 
+double ql_rng_uniform(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return ((double)(z >> 11) + 0.5) * 0x1p-53;
+}
+
+double ql_rng_gauss(uint64_t *state)
+{
+    const double u1 = ql_rng_uniform(state), u2 = ql_rng_uniform(state);
+    return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+}
+
 double ql_now(void)
 {
     struct timespec ts;

@@ -29,6 +29,13 @@ bool ql_parse_i64(const char *s, int64_t *out);
 bool ql_parse_int(const char *s, int *out);
 bool ql_parse_double(const char *s, double *out);
 
+/* Deterministic random numbers (splitmix64) for the synthetic inputs of the
+ * benchmarks and tests: the same stream from the same seed on every platform. */
+/* Next uniform value in (0, 1) (53 bits, never 0 or 1); advances *state. */
+double ql_rng_uniform(uint64_t *state);
+/* Next N(0, 1) value by Box-Muller: sqrt(-2 ln u1) cos(2 pi u2), u1 drawn first. */
+double ql_rng_gauss(uint64_t *state);
+
 /* Monotonic seconds. */
 double ql_now(void);
 

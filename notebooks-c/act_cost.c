@@ -26,34 +26,6 @@
 #include "table.h"
 #include "util.h"
 
-enum {
-    C_RUN,
-    C_MODEL,
-    C_DATASET,
-    C_CTX,
-    C_CHUNKS,
-    C_HASH,
-    C_AXES,
-    C_BPW = C_AXES + QL_AXIS_COUNT,
-    C_KLD,
-    N_C
-};
-
-#define SELECT                                                                                     \
-    "SELECT run_id, model, dataset, ctx, chunks, config_hash, weight_type, act_mode,"              \
-    " outlier_ratio, head_type, embd_type, kv_type, imatrix, budget, bpw, kld_mean FROM "
-#define ORDER                                                                                      \
-    " ORDER BY model, dataset, ctx, chunks, bpw IS NULL, bpw, weight_type, act_mode,"              \
-    " outlier_ratio, head_type, embd_type, kv_type, imatrix, budget, config_hash"
-
-typedef struct {
-    int64_t run_id, chunks;
-    char group[512];
-    char hash[65];
-    char axis[QL_AXIS_COUNT][128];
-    double bpw, kld;
-} run;
-
 typedef struct {
     size_t x, base;  /* indices into the run list: quantized-activation run, f32 run */
     bool has_chunks; /* both runs have matching per-chunk sums */
@@ -62,50 +34,7 @@ typedef struct {
     size_t chunks;
 } pair;
 
-/* ---------------------------------------------------------------- loading */
-
-static ql_status load_runs(ql_store *s, const nb_options *o, run **out, size_t *n, ql_error *err)
-{
-    ql_query *q;
-    ql_status st = nb_prepare(s, o, SELECT "results" ORDER,
-                              SELECT "sweep_results WHERE sweep = ?1" ORDER, &q, err);
-    if (st)
-        return st;
-    size_t cap = 0;
-    for (;;) {
-        bool row;
-        if ((st = ql_query_step(q, &row, err)) || !row)
-            break;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 32;
-            run *nr = realloc(*out, cap * sizeof *nr);
-            if (!nr) {
-                st = ql_error_set(err, QL_ENOMEM, "out of memory");
-                break;
-            }
-            *out = nr;
-        }
-        run *r = &(*out)[(*n)++];
-        memset(r, 0, sizeof *r);
-        r->run_id = ql_query_int(q, C_RUN);
-        r->chunks = ql_query_int(q, C_CHUNKS);
-        snprintf(r->group, sizeof r->group, "%s · %s · ctx %lld · %lld chunks",
-                 ql_query_text(q, C_MODEL) ? ql_query_text(q, C_MODEL) : "?",
-                 ql_query_text(q, C_DATASET), (long long)ql_query_int(q, C_CTX),
-                 (long long)ql_query_int(q, C_CHUNKS));
-        ql_strlcpy(r->hash, ql_query_text(q, C_HASH), sizeof r->hash);
-        for (int a = 0; a < QL_AXIS_COUNT; a++) {
-            if (a == QL_AXIS_OUTLIER_RATIO)
-                ql_format_double(ql_query_double(q, C_AXES + a), r->axis[a], sizeof r->axis[a]);
-            else
-                ql_strlcpy(r->axis[a], ql_query_text(q, C_AXES + a), sizeof r->axis[a]);
-        }
-        r->bpw = ql_query_double(q, C_BPW);
-        r->kld = ql_query_double(q, C_KLD);
-    }
-    ql_query_free(q);
-    return st;
-}
+/* ---------------------------------------------------------------- chunks */
 
 /* The per-chunk sums of a run, in chunk order. */
 typedef struct {
@@ -177,10 +106,10 @@ out:
 
 /* Loads both runs' chunks and bootstraps the pair. A run without per-chunk
  * data leaves has_chunks false; chunks that do not line up are an error. */
-static ql_status bootstrap_pair(ql_store *s, const run *runs, pair *p, size_t resamples,
+static ql_status bootstrap_pair(ql_store *s, const nb_result *runs, pair *p, size_t resamples,
                                 unsigned long seed, ql_error *err)
 {
-    const run *x = &runs[p->x], *b = &runs[p->base];
+    const nb_result *x = &runs[p->x], *b = &runs[p->base];
     size_t expect = x->chunks > 0 ? (size_t)x->chunks : 1;
     chunks cx, cb;
     ql_status st = load_chunks(s, x->run_id, expect, &cx, err);
@@ -220,7 +149,7 @@ static ql_status bootstrap_pair(ql_store *s, const run *runs, pair *p, size_t re
 
 /* ---------------------------------------------------------------- pairing */
 
-static bool same_weights(const run *a, const run *b)
+static bool same_weights(const nb_result *a, const nb_result *b)
 {
     static const int axes[] = {QL_AXIS_WEIGHT_TYPE, QL_AXIS_OUTLIER_RATIO, QL_AXIS_HEAD_TYPE,
                                QL_AXIS_EMBD_TYPE,   QL_AXIS_IMATRIX,       QL_AXIS_BUDGET};
@@ -233,7 +162,7 @@ static bool same_weights(const run *a, const run *b)
 }
 
 /* The f32-activation twin of run x, or -1. */
-static ptrdiff_t find_base(const run *runs, size_t n, size_t x)
+static ptrdiff_t find_base(const nb_result *runs, size_t n, size_t x)
 {
     ptrdiff_t same_kv = -1, f32_kv = -1;
     for (size_t i = 0; i < n; i++) {
@@ -270,13 +199,13 @@ static ql_status put_ci(ql_table *t, bool ok, const ql_ci *ci, ql_error *err)
 
 /* Weight-type label of a pair: the weight type plus the weight axes that vary
  * among the group's pairs (outliers, head, embd, imatrix, budget). */
-static void weights_label(const run *runs, const pair *ps, size_t lo, size_t hi, size_t i,
+static void weights_label(const nb_result *runs, const pair *ps, size_t lo, size_t hi, size_t i,
                           char *buf, size_t size)
 {
     static const int axes[] = {QL_AXIS_OUTLIER_RATIO, QL_AXIS_HEAD_TYPE, QL_AXIS_EMBD_TYPE,
                                QL_AXIS_IMATRIX, QL_AXIS_BUDGET};
     static const char *const names[] = {"outliers", "head", "embd", "imatrix", "budget"};
-    const run *r = &runs[ps[i].x];
+    const nb_result *r = &runs[ps[i].x];
     size_t o = (size_t)snprintf(buf, size, "%s", r->axis[QL_AXIS_WEIGHT_TYPE]);
     for (size_t k = 0; k < sizeof axes / sizeof axes[0] && o < size; k++) {
         bool varies = false;
@@ -287,7 +216,7 @@ static void weights_label(const run *runs, const pair *ps, size_t lo, size_t hi,
     }
 }
 
-static ql_status write_plot(const nb_options *o, const run *runs, const pair *ps, size_t lo,
+static ql_status write_plot(const nb_options *o, const nb_result *runs, const pair *ps, size_t lo,
                             size_t hi, const char *suffix, ql_error *err)
 {
     /* Series: activation modes in name order; x: weights in order of the pairs
@@ -407,20 +336,14 @@ int main(int argc, char **argv)
     ql_error err;
     ql_error_clear(&err);
     ql_store *s = NULL;
-    run *runs = NULL;
+    nb_result *runs = NULL;
     size_t n = 0, np = 0;
     pair *ps = NULL;
     ql_table *t = NULL;
     nb_doc d = {0};
     ql_status st;
-    if ((st = nb_open(&o, &s, &err)) || (st = load_runs(s, &o, &runs, &n, &err)))
+    if ((st = nb_open(&o, &s, &err)) || (st = nb_load_results(s, &o, &runs, &n, &err)))
         goto out;
-    if (n == 0) {
-        st =
-            ql_error_set(&err, QL_ENOTFOUND, "%s: no finished runs%s%s%s (run a sweep first)", o.db,
-                         o.sweep ? " in sweep '" : "", o.sweep ? o.sweep : "", o.sweep ? "'" : "");
-        goto out;
-    }
     ps = calloc(n, sizeof *ps);
     if (!ps) {
         st = ql_error_set(&err, QL_ENOMEM, "out of memory");
@@ -484,7 +407,7 @@ int main(int argc, char **argv)
         size_t missing = 0;
         for (size_t i = lo; i < hi && !st; i++) {
             const pair *p = &ps[i];
-            const run *x = &runs[p->x], *b = &runs[p->base];
+            const nb_result *x = &runs[p->x], *b = &runs[p->base];
             char label[256];
             weights_label(runs, ps, lo, hi, i, label, sizeof label);
             missing += !p->has_chunks;

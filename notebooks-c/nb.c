@@ -90,6 +90,82 @@ ql_status nb_prepare(ql_store *s, const nb_options *o, const char *sql, const ch
     return st;
 }
 
+/* Columns of the results views nb_load_results reads, in order. */
+enum {
+    C_RUN,
+    C_MODEL,
+    C_DATASET,
+    C_CTX,
+    C_CHUNKS,
+    C_HASH,
+    C_AXES,
+    C_BPW = C_AXES + QL_AXIS_COUNT,
+    C_KLD,
+    C_PPL,
+};
+
+#define SELECT                                                                                     \
+    "SELECT run_id, model, dataset, ctx, chunks, config_hash, weight_type, act_mode,"              \
+    " outlier_ratio, head_type, embd_type, kv_type, imatrix, budget, bpw, kld_mean, ppl FROM "
+#define ORDER                                                                                      \
+    " ORDER BY model, dataset, ctx, chunks, bpw IS NULL, bpw, weight_type, act_mode,"              \
+    " outlier_ratio, head_type, embd_type, kv_type, imatrix, budget, config_hash"
+
+static void read_result(const ql_query *q, nb_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->run_id = ql_query_int(q, C_RUN);
+    r->chunks = ql_query_int(q, C_CHUNKS);
+    snprintf(r->group, sizeof r->group, "%s · %s · ctx %lld · %lld chunks",
+             ql_query_text(q, C_MODEL) ? ql_query_text(q, C_MODEL) : "?",
+             ql_query_text(q, C_DATASET), (long long)ql_query_int(q, C_CTX),
+             (long long)ql_query_int(q, C_CHUNKS));
+    ql_strlcpy(r->hash, ql_query_text(q, C_HASH), sizeof r->hash);
+    for (int a = 0; a < QL_AXIS_COUNT; a++) {
+        if (a == QL_AXIS_OUTLIER_RATIO)
+            ql_format_double(ql_query_double(q, C_AXES + a), r->axis[a], sizeof r->axis[a]);
+        else
+            ql_strlcpy(r->axis[a], ql_query_text(q, C_AXES + a), sizeof r->axis[a]);
+    }
+    r->bpw = ql_query_double(q, C_BPW);
+    r->kld = ql_query_double(q, C_KLD);
+    r->ppl = ql_query_double(q, C_PPL);
+}
+
+ql_status nb_load_results(ql_store *s, const nb_options *o, nb_result **out, size_t *n,
+                          ql_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    ql_query *q;
+    ql_status st = nb_prepare(s, o, SELECT "results" ORDER,
+                              SELECT "sweep_results WHERE sweep = ?1" ORDER, &q, err);
+    if (st)
+        return st;
+    size_t cap = 0;
+    for (;;) {
+        bool row;
+        if ((st = ql_query_step(q, &row, err)) || !row)
+            break;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 32;
+            nb_result *nr = realloc(*out, cap * sizeof *nr);
+            if (!nr) {
+                st = ql_error_set(err, QL_ENOMEM, "out of memory");
+                break;
+            }
+            *out = nr;
+        }
+        read_result(q, &(*out)[(*n)++]);
+    }
+    ql_query_free(q);
+    if (!st && *n == 0)
+        st = ql_error_set(err, QL_ENOTFOUND, "%s: no finished runs%s%s%s (run a sweep first)",
+                          o->db, o->sweep ? " in sweep '" : "", o->sweep ? o->sweep : "",
+                          o->sweep ? "'" : "");
+    return st;
+}
+
 ql_status nb_doc_open(nb_doc *d, ql_error *err)
 {
     d->p = NULL;

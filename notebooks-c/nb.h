@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "config.h"
 #include "error.h"
 #include "query.h"
 #include "store.h"
@@ -46,6 +47,22 @@ ql_status nb_open(const nb_options *o, ql_store **s, ql_error *err);
 /* Prepares sql; with --sweep, sweep_sql instead with the sweep bound to ?1. */
 ql_status nb_prepare(ql_store *s, const nb_options *o, const char *sql, const char *sweep_sql,
                      ql_query **q, ql_error *err);
+
+/* A finished run as the results views show it. */
+typedef struct {
+    int64_t run_id, chunks;
+    char group[512]; /* "model · text · ctx N · K chunks": runs compared with each other */
+    char hash[65];   /* config hash */
+    char axis[QL_AXIS_COUNT][128]; /* the config's axes as text (outlier_ratio formatted) */
+    char label[512];               /* free for the program's own label */
+    double bpw, kld, ppl;          /* bits per weight, mean KLD, PPL; NAN when NULL */
+} nb_result;
+
+/* The finished runs (of the --sweep, if given) in group order, then by bits per
+ * weight and the config axes. *out is allocated (free it, also after an error);
+ * no run at all is an error that says so. */
+ql_status nb_load_results(ql_store *s, const nb_options *o, nb_result **out, size_t *n,
+                          ql_error *err);
 
 /* A text file built in memory, written atomically into the output directory. */
 typedef struct {

@@ -16,84 +16,9 @@
 #include "table.h"
 #include "util.h"
 
-/* Columns of the query, in order. */
-enum {
-    C_MODEL,
-    C_DATASET,
-    C_CTX,
-    C_CHUNKS,
-    C_HASH,
-    C_AXES,
-    C_BPW = C_AXES + QL_AXIS_COUNT,
-    C_KLD,
-    C_PPL,
-    N_C
-};
-
-#define SELECT                                                                                     \
-    "SELECT model, dataset, ctx, chunks, config_hash, weight_type, act_mode, outlier_ratio,"       \
-    " head_type, embd_type, kv_type, imatrix, budget, bpw, kld_mean, ppl FROM "
-#define ORDER                                                                                      \
-    " ORDER BY model, dataset, ctx, chunks, bpw IS NULL, bpw, weight_type, act_mode,"              \
-    " outlier_ratio, head_type, embd_type, kv_type, imatrix, budget, config_hash"
-
-typedef struct {
-    char group[512];
-    char hash[65];
-    char axis[QL_AXIS_COUNT][128];
-    char label[512];
-    double bpw, kld, ppl;
-} cfg;
-
-typedef struct {
-    cfg *v;
-    size_t n, cap;
-} cfg_list;
-
-static ql_status load(ql_store *s, const nb_options *o, cfg_list *l, ql_error *err)
-{
-    ql_query *q;
-    ql_status st = nb_prepare(s, o, SELECT "results" ORDER,
-                              SELECT "sweep_results WHERE sweep = ?1" ORDER, &q, err);
-    if (st)
-        return st;
-    for (;;) {
-        bool row;
-        if ((st = ql_query_step(q, &row, err)) || !row)
-            break;
-        if (l->n == l->cap) {
-            l->cap = l->cap ? 2 * l->cap : 32;
-            cfg *nv = realloc(l->v, l->cap * sizeof *nv);
-            if (!nv) {
-                st = ql_error_set(err, QL_ENOMEM, "out of memory");
-                break;
-            }
-            l->v = nv;
-        }
-        cfg *c = &l->v[l->n++];
-        memset(c, 0, sizeof *c);
-        snprintf(c->group, sizeof c->group, "%s · %s · ctx %lld · %lld chunks",
-                 ql_query_text(q, C_MODEL) ? ql_query_text(q, C_MODEL) : "?",
-                 ql_query_text(q, C_DATASET), (long long)ql_query_int(q, C_CTX),
-                 (long long)ql_query_int(q, C_CHUNKS));
-        ql_strlcpy(c->hash, ql_query_text(q, C_HASH), sizeof c->hash);
-        for (int a = 0; a < QL_AXIS_COUNT; a++) {
-            if (a == QL_AXIS_OUTLIER_RATIO)
-                ql_format_double(ql_query_double(q, C_AXES + a), c->axis[a], sizeof c->axis[a]);
-            else
-                ql_strlcpy(c->axis[a], ql_query_text(q, C_AXES + a), sizeof c->axis[a]);
-        }
-        c->bpw = ql_query_double(q, C_BPW);
-        c->kld = ql_query_double(q, C_KLD);
-        c->ppl = ql_query_double(q, C_PPL);
-    }
-    ql_query_free(q);
-    return st;
-}
-
 /* Labels: the weight type and the axes other than act_mode that vary within
  * the group [lo, hi), leaving out their plain values. */
-static void make_labels(cfg *v, size_t lo, size_t hi)
+static void make_labels(nb_result *v, size_t lo, size_t hi)
 {
     static const char *const shortname[QL_AXIS_COUNT] = {"",     "act", "outliers", "head",
                                                          "embd", "kv",  "imatrix",  "budget"};
@@ -142,7 +67,7 @@ static void write_panels(FILE *f, const char *base, const char *title, bool kld_
 }
 
 /* The plot of one group: all configs, and each front joined in bpw order. */
-static ql_status write_plot(const nb_options *o, const cfg *v, size_t n, const bool *fk,
+static ql_status write_plot(const nb_options *o, const nb_result *v, size_t n, const bool *fk,
                             const bool *fp, const char *suffix, ql_error *err)
 {
     char base[256], name[300];
@@ -214,27 +139,22 @@ int main(int argc, char **argv)
     ql_error err;
     ql_error_clear(&err);
     ql_store *s = NULL;
-    cfg_list l = {0};
+    nb_result *all = NULL;
+    size_t n_all = 0;
     bool *fk = NULL, *fp = NULL;
     ptrdiff_t *by = NULL;
     double *x = NULL, *yk = NULL, *yp = NULL;
     ql_table *t = NULL;
     nb_doc d = {0};
     ql_status st;
-    if ((st = nb_open(&o, &s, &err)) || (st = load(s, &o, &l, &err)))
+    if ((st = nb_open(&o, &s, &err)) || (st = nb_load_results(s, &o, &all, &n_all, &err)))
         goto out;
-    if (l.n == 0) {
-        st =
-            ql_error_set(&err, QL_ENOTFOUND, "%s: no finished runs%s%s%s (run a sweep first)", o.db,
-                         o.sweep ? " in sweep '" : "", o.sweep ? o.sweep : "", o.sweep ? "'" : "");
-        goto out;
-    }
-    fk = calloc(l.n, sizeof *fk);
-    fp = calloc(l.n, sizeof *fp);
-    by = calloc(l.n, sizeof *by);
-    x = calloc(l.n, sizeof *x);
-    yk = calloc(l.n, sizeof *yk);
-    yp = calloc(l.n, sizeof *yp);
+    fk = calloc(n_all, sizeof *fk);
+    fp = calloc(n_all, sizeof *fp);
+    by = calloc(n_all, sizeof *by);
+    x = calloc(n_all, sizeof *x);
+    yk = calloc(n_all, sizeof *yk);
+    yp = calloc(n_all, sizeof *yp);
     static const ql_table_column cols[] = {
         {"config", NULL, false},    {"act", NULL, false},
         {"bpw", NULL, true},        {"KLD mean", NULL, true},
@@ -253,12 +173,12 @@ int main(int argc, char **argv)
             "cheapest config that does.\n",
             o.db, o.sweep ? ", sweep `" : "", o.sweep ? o.sweep : "", o.sweep ? "`" : "");
     int groups = 0;
-    for (size_t lo = 0, hi; lo < l.n; lo = hi) {
-        for (hi = lo + 1; hi < l.n && strcmp(l.v[hi].group, l.v[lo].group) == 0; hi++)
+    for (size_t lo = 0, hi; lo < n_all; lo = hi) {
+        for (hi = lo + 1; hi < n_all && strcmp(all[hi].group, all[lo].group) == 0; hi++)
             ;
         size_t n = hi - lo;
-        cfg *v = l.v + lo;
-        make_labels(l.v, lo, hi);
+        nb_result *v = all + lo;
+        make_labels(all, lo, hi);
         for (size_t i = 0; i < n; i++) {
             x[i] = v[i].bpw;
             yk[i] = v[i].kld;
@@ -299,7 +219,7 @@ int main(int argc, char **argv)
         ql_table_free(t);
         t = NULL;
         char suffix[32] = "";
-        if (lo > 0 || hi < l.n)
+        if (lo > 0 || hi < n_all)
             snprintf(suffix, sizeof suffix, "-%d", groups + 1);
         if ((st = write_plot(&o, v, n, fk, fp, suffix, &err)))
             goto out;
@@ -315,7 +235,7 @@ out:
     free(x);
     free(yk);
     free(yp);
-    free(l.v);
+    free(all);
     ql_store_close(s);
     return st ? nb_fail(&o, &err) : 0;
 }

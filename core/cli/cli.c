@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../util.h"
 
@@ -21,6 +22,30 @@ int ql_cli_usage(const char *cmd, const char *fmt, ...)
     fprintf(stderr, "\nTry 'qlab %s --help'.\n", cmd);
     va_end(ap);
     return QL_EXIT_USAGE;
+}
+
+ql_status ql_cli_text_run_init(ql_cli_text_run *r, const char *model_arg, const char *text_arg,
+                               int ctx, int64_t max_chunks, int32_t kv_type, ql_error *err)
+{
+    memset(r, 0, sizeof *r);
+    ql_status st;
+    if ((st = ql_data_resolve(model_arg, r->model_path, sizeof r->model_path, NULL, err)) ||
+        (st = ql_data_resolve(text_arg, r->text_path, sizeof r->text_path, NULL, err)) ||
+        (st = ql_model_load(&r->model, r->model_path, err)) ||
+        (st = ql_tokenizer_from_gguf(&r->tok, r->model->gguf, err)) ||
+        (st = ql_ppl_data_from_file(&r->data, r->tok, r->text_path, ctx, max_chunks, err)) ||
+        (st = ql_forward_alloc(&r->fw, &r->model->hp, ctx, err)))
+        return st;
+    return ql_forward_set_kv_type(r->fw, kv_type, err);
+}
+
+void ql_cli_text_run_deinit(ql_cli_text_run *r)
+{
+    ql_forward_free(r->fw);
+    ql_ppl_data_deinit(&r->data);
+    ql_tokenizer_free(r->tok);
+    ql_model_free(r->model);
+    memset(r, 0, sizeof *r);
 }
 
 int ql_cli_parse_int_opt(const char *cmd, const char *opt, const char *val, int min, int max,

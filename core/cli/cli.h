@@ -5,7 +5,12 @@
 #ifndef QL_CLI_H
 #define QL_CLI_H
 
+#include "../data.h"
 #include "../error.h"
+#include "../forward.h"
+#include "../model.h"
+#include "../perplexity.h"
+#include "../tokenizer.h"
 
 #define QL_EXIT_OK 0
 #define QL_EXIT_RUNTIME 1
@@ -20,6 +25,25 @@ int ql_cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(pr
 /* Parses --threads values etc.: prints a usage error and returns false when bad. */
 int ql_cli_parse_int_opt(const char *cmd, const char *opt, const char *val, int min, int max,
                          int *out);
+
+/* What qlab eval and qlab imatrix start from: MODEL and --text resolved (paths or
+ * names from datasets/manifest.tsv), the model loaded with its tokenizer, the text
+ * cut into chunks of ctx tokens, and a forward pass for ctx tokens whose K/V cache
+ * rounds to kv_type. */
+typedef struct {
+    char model_path[QL_PATH_MAX];
+    char text_path[QL_PATH_MAX];
+    ql_model *model;
+    ql_tokenizer *tok;
+    ql_ppl_data data;
+    ql_forward *fw;
+} ql_cli_text_run;
+
+/* Fills r in that order; on failure r holds what was loaded (free it with
+ * ql_cli_text_run_deinit) and err names the file. max_chunks <= 0 means all. */
+ql_status ql_cli_text_run_init(ql_cli_text_run *r, const char *model_arg, const char *text_arg,
+                               int ctx, int64_t max_chunks, int32_t kv_type, ql_error *err);
+void ql_cli_text_run_deinit(ql_cli_text_run *r);
 
 /* One subcommand. */
 typedef struct {

@@ -31,15 +31,6 @@ static const char *const usage_text =
 #define OUTLIER_STRIDE 128
 
 static uint64_t rng;
-static double next_uniform(void)
-{
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return ((double)(z >> 11) + 0.5) * 0x1p-53;
-}
-
 /* Heavy-tailed values: a normal over the square root of a mean of three squared
  * normals (Student-t, 3 dof), scaled like LLM weights, outlier columns x20. */
 static void fill_matrix(float *x, int64_t rows, int64_t cols)
@@ -48,7 +39,7 @@ static void fill_matrix(float *x, int64_t rows, int64_t cols)
     for (int64_t i = 0; i < rows * cols; i++) {
         double g[4];
         for (int k = 0; k < 4; k++)
-            g[k] = sqrt(-2 * log(next_uniform())) * cos(2 * M_PI * next_uniform());
+            g[k] = ql_rng_gauss(&rng);
         double t = g[0] / sqrt((g[1] * g[1] + g[2] * g[2] + g[3] * g[3]) / 3);
         x[i] = (float)(0.02 * t * ((i % cols) % OUTLIER_STRIDE == 3 ? 20.0 : 1.0));
     }

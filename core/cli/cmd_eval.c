@@ -121,30 +121,16 @@ int ql_cmd_eval(int argc, char **argv)
 
     ql_error err;
     ql_error_clear(&err);
-    char model_path[QL_PATH_MAX], text_path[QL_PATH_MAX];
-    ql_model *m = NULL;
-    ql_tokenizer *tok = NULL;
-    ql_forward *fw = NULL;
+    ql_cli_text_run r;
     ql_weights *ws = NULL;
     ql_act_plan *ap = NULL;
     int32_t *site_types = NULL;
     const void **site_q = NULL;
-    char *text = NULL;
-    size_t text_len = 0;
-    ql_ppl_data d;
-    memset(&d, 0, sizeof d);
     int rc = QL_EXIT_RUNTIME;
-    if (ql_data_resolve(model_arg, model_path, sizeof model_path, NULL, &err) ||
-        ql_data_resolve(text_arg, text_path, sizeof text_path, NULL, &err) ||
-        ql_model_load(&m, model_path, &err) || ql_tokenizer_from_gguf(&tok, m->gguf, &err) ||
-        ql_file_read_all(text_path, &text, &text_len, &err))
+    if (ql_cli_text_run_init(&r, model_arg, text_arg, ctx, chunks, kv_type, &err))
         goto fail;
-    if (ql_ppl_data_from_text(&d, tok, text, text_len, ctx, chunks, &err)) {
-        ql_error_prefix(&err, "%s: ", text_path);
-        goto fail;
-    }
-    if (ql_forward_alloc(&fw, &m->hp, ctx, &err) || ql_forward_set_kv_type(fw, kv_type, &err))
-        goto fail;
+    const ql_model *m = r.model;
+    const ql_ppl_data *d = &r.data;
     /* The activation transforms follow each weight's type in the file. */
     if (ql_weights_copy(&ws, m->weights, &err))
         goto fail;
@@ -170,35 +156,31 @@ int ql_cmd_eval(int argc, char **argv)
     fprintf(stderr,
             "model %s (%s, %.3fM params); text %s: %lld tokens, %lld chunks of %d, %d "
             "scored per chunk; K/V %s; activations %s; %d threads\n",
-            model_path, m->hp.arch_name, (double)m->n_params / 1e6, text_path,
-            (long long)d.n_tokens, (long long)d.n_chunks, ctx, d.n_scored,
-            ql_forward_attn_rounding_name(fw), ql_act_mode_name(act_cfg.act_mode),
+            r.model_path, m->hp.arch_name, (double)m->n_params / 1e6, r.text_path,
+            (long long)d->n_tokens, (long long)d->n_chunks, ctx, d->n_scored,
+            ql_forward_attn_rounding_name(r.fw), ql_act_mode_name(act_cfg.act_mode),
             ql_threads_get());
-    chunk_printer pr = {.n_chunks = d.n_chunks, .tty = isatty(STDERR_FILENO) == 1, .quiet = quiet};
-    ql_progress_begin(&pr.progress, "eval", "chunk", d.n_chunks, quiet || !pr.tty);
+    chunk_printer pr = {.n_chunks = d->n_chunks, .tty = isatty(STDERR_FILENO) == 1, .quiet = quiet};
+    ql_progress_begin(&pr.progress, "eval", "chunk", d->n_chunks, quiet || !pr.tty);
     ql_nll_acc acc;
     double t0 = ql_now();
-    if (ql_ppl_eval(fw, ws, &d, on_chunk, &pr, &acc, &err))
+    if (ql_ppl_eval(r.fw, ws, d, on_chunk, &pr, &acc, &err))
         goto fail;
     const double secs = ql_now() - t0;
     if (pr.tty && !quiet)
-        ql_progress_end(&pr.progress, d.n_chunks, NULL);
+        ql_progress_end(&pr.progress, d->n_chunks, NULL);
     fprintf(stderr, "%lld scored tokens, %.1fs, %.0f tok/s\n", (long long)acc.n, secs,
-            (double)(d.n_chunks * (ctx - 1)) / secs);
+            (double)(d->n_chunks * (ctx - 1)) / secs);
     printf("PPL = %.6f ± %.6f\n", ql_nll_acc_ppl(&acc), ql_nll_acc_ppl_err(&acc));
     rc = QL_EXIT_OK;
     goto out;
 fail:
     rc = ql_cli_fail(&err);
 out:
-    ql_ppl_data_deinit(&d);
-    free(text);
     ql_weights_free(ws);
     ql_act_plan_free(ap);
     free(site_types);
     free(site_q);
-    ql_forward_free(fw);
-    ql_tokenizer_free(tok);
-    ql_model_free(m);
+    ql_cli_text_run_deinit(&r);
     return rc;
 }

@@ -109,11 +109,7 @@ int ql_cmd_imatrix(int argc, char **argv)
     ql_imatrix_format format = QL_IMATRIX_GGUF, by_name;
     bool named = ql_imatrix_format_from_name(out_arg, &by_name);
     if (fmt) {
-        if (strcmp(fmt, "dat") == 0)
-            format = QL_IMATRIX_DAT;
-        else if (strcmp(fmt, "gguf") == 0)
-            format = QL_IMATRIX_GGUF;
-        else
+        if (!ql_imatrix_format_parse(fmt, &format))
             return ql_cli_usage("imatrix", "--format is dat or gguf, got '%s'", fmt);
         if (named && by_name != format)
             return ql_cli_usage("imatrix", "--format %s contradicts the name '%s'", fmt, out_arg);
@@ -125,39 +121,23 @@ int ql_cmd_imatrix(int argc, char **argv)
 
     ql_error err;
     ql_error_clear(&err);
-    char model_path[QL_PATH_MAX], text_path[QL_PATH_MAX];
-    ql_model *m = NULL;
-    ql_tokenizer *tok = NULL;
-    ql_forward *fw = NULL;
+    ql_cli_text_run r;
     ql_imatrix *im = NULL;
-    char *text = NULL;
-    size_t text_len = 0;
-    ql_ppl_data d;
-    memset(&d, 0, sizeof d);
     int rc = QL_EXIT_RUNTIME;
-    if (ql_data_resolve(model_arg, model_path, sizeof model_path, NULL, &err) ||
-        ql_data_resolve(text_arg, text_path, sizeof text_path, NULL, &err) ||
-        ql_model_load(&m, model_path, &err) || ql_tokenizer_from_gguf(&tok, m->gguf, &err) ||
-        ql_file_read_all(text_path, &text, &text_len, &err))
-        goto fail;
-    if (ql_ppl_data_from_text(&d, tok, text, text_len, ctx, chunks, &err)) {
-        ql_error_prefix(&err, "%s: ", text_path);
-        goto fail;
-    }
-    if (ql_forward_alloc(&fw, &m->hp, ctx, &err) || ql_forward_set_kv_type(fw, kv_type, &err))
+    if (ql_cli_text_run_init(&r, model_arg, text_arg, ctx, chunks, kv_type, &err))
         goto fail;
     if (!quiet)
         fprintf(stderr,
                 "model %s (%s, %.3fM params); text %s: %lld tokens, %lld chunks of %d; K/V %s; "
                 "%d threads\n",
-                model_path, m->hp.arch_name, (double)m->n_params / 1e6, text_path,
-                (long long)d.n_tokens, (long long)d.n_chunks, ctx,
-                ql_forward_attn_rounding_name(fw), ql_threads_get());
+                r.model_path, r.model->hp.arch_name, (double)r.model->n_params / 1e6, r.text_path,
+                (long long)r.data.n_tokens, (long long)r.data.n_chunks, ctx,
+                ql_forward_attn_rounding_name(r.fw), ql_threads_get());
     /* The dataset is recorded as given on the command line, as llama-imatrix
      * records its -f argument. */
     ql_imatrix_opts o = {process_output, text_arg, quiet, NULL, NULL};
     ql_imatrix_summary sum;
-    if (ql_imatrix_collect(fw, m->weights, &d, &o, &im, &sum, &err) ||
+    if (ql_imatrix_collect(r.fw, r.model->weights, &r.data, &o, &im, &sum, &err) ||
         ql_imatrix_write(im, out_arg, format, &err))
         goto fail;
     printf("wrote %s (%s): %lld entries, %lld chunks of %d tokens (%lld tokens), PPL %.4f over "
@@ -170,10 +150,6 @@ fail:
     rc = ql_cli_fail(&err);
 out:
     ql_imatrix_free(im);
-    ql_ppl_data_deinit(&d);
-    free(text);
-    ql_forward_free(fw);
-    ql_tokenizer_free(tok);
-    ql_model_free(m);
+    ql_cli_text_run_deinit(&r);
     return rc;
 }

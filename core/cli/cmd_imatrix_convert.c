@@ -67,11 +67,7 @@ int ql_cmd_imatrix_convert(int argc, char **argv)
         return ql_cli_usage("imatrix-convert", "needs IN and OUT");
     ql_imatrix_format format;
     if (fmt) {
-        if (strcmp(fmt, "dat") == 0)
-            format = QL_IMATRIX_DAT;
-        else if (strcmp(fmt, "gguf") == 0)
-            format = QL_IMATRIX_GGUF;
-        else
+        if (!ql_imatrix_format_parse(fmt, &format))
             return ql_cli_usage("imatrix-convert", "--format is dat or gguf, got '%s'", fmt);
     } else if (!ql_imatrix_format_from_name(out, &format)) {
         return ql_cli_usage("imatrix-convert",

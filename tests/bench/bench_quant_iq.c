@@ -14,19 +14,9 @@ enum { ROWS = 256, COLS = 4096 };
 
 static uint64_t rng_state = 12345;
 
-static double uniform(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return ((double)(z >> 11) + 0.5) * 0x1p-53;
-}
-
 static double normal(void)
 {
-    double u1 = uniform(), u2 = uniform();
-    return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+    return ql_rng_gauss(&rng_state);
 }
 
 int main(void)

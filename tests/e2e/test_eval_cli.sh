@@ -4,15 +4,8 @@
 # lines and the final line; usage and runtime errors give exit 2 and 1 with clear messages.
 set -u
 qlab="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-expect() { # expected-code description command...
-    want=$1; shift; what=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"; got=$?
-    if [ "$got" -ne "$want" ]; then echo "FAIL: $what: exit $got, expected $want"; cat "$tmp/out" "$tmp/err"; fail=1;
-    else echo "ok: $what"; fi
-}
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 golden="1 403 407 261 378 432 383 286 261 376 298 315 421 395 317 426 338 401 396 267 337 410 408 419 292 411 322 265 282 295 433 426 385 328 432 358 394 261 370 432 352"
 expect 0 "generate from BOS" "$qlab" generate stories260K -n 40 --ids
 [ "$(cat "$tmp/out")" = "$golden" ] || { echo "FAIL: greedy ids differ: $(cat "$tmp/out")"; fail=1; }

@@ -6,6 +6,8 @@
 # Usage: test_eval_native.sh QLAB FILE_TAG EXPECTED_PPL
 set -u
 qlab="$1"; tag="$2"; want="$3"
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 # The issue's bound: 0.05% in PPL. Measured (qlab vs llama.cpp): Q8_0 +0.005%, Q4_0
 # +0.007%, Q5_0 -0.001%, IQ4_NL +0.002%, Q4_K_M -0.009%, Q3_K_M +0.010%, Q4_1 +0.016%,
 # Q5_1 +0.010%, Q5_K_M +0.014%: summation order and the x86 activation quantizer's ties.
@@ -13,14 +15,8 @@ qlab="$1"; tag="$2"; want="$3"
 # +0.053%.)
 TOL_REL=0.0005
 model="$QLAB_SHARED/golden/llamacpp-reference/quantized/stories260K-$tag.gguf"
-[ -f "$model" ] || { echo "SKIP: $model not found"; exit 77; }
+need_file "$model"
 # One thread: meson runs tests side by side (results do not depend on it).
-out=$("$qlab" eval "$model" --text ts-eval --ctx 128 --kv-type f16 --act-mode native \
-      --threads 1 --quiet) || { echo "FAIL: qlab eval exited $?"; exit 1; }
-echo "$out"
-got=$(echo "$out" | awk '/^PPL = /{print $3}')
-[ -n "$got" ] || { echo "FAIL: no 'PPL = ' line"; exit 1; }
-awk -v g="$got" -v w="$want" -v t="$TOL_REL" 'BEGIN {
-    d = (g - w) / w; if (d < 0) d = -d;
-    printf "'"$tag"' native: qlab %s, llama.cpp %s, relative difference %.2e (tolerance %g)\n", g, w, d, t;
-    exit !(d <= t) }' || { echo "FAIL: PPL outside tolerance"; exit 1; }
+ppl_near "$tag native" "$want" "$TOL_REL" "$qlab" eval "$model" --text ts-eval --ctx 128 \
+    --kv-type f16 --act-mode native --threads 1 --quiet
+exit "$fail"

@@ -39,7 +39,7 @@ static double max_rel_diff(const ql_imatrix *a, const ql_imatrix *golden, char *
         const ql_imatrix_entry *g = &golden->entries[i];
         const ql_imatrix_entry *e = ql_imatrix_find(a, g->name);
         if (!e || e->n_values != g->n_values)
-            return INFINITY;
+            return (double)INFINITY;
         float *wa = malloc((size_t)g->n_values * sizeof *wa);
         float *wg = malloc((size_t)g->n_values * sizeof *wg);
         ql_error err;
@@ -84,13 +84,10 @@ int main(void)
     ql_model *m = NULL;
     ql_tokenizer *tok = NULL;
     ql_imatrix *golden = NULL, *f16 = NULL, *f32 = NULL, *back = NULL;
-    char *text = NULL;
-    size_t len = 0;
     ql_ppl_data d;
     memset(&d, 0, sizeof d);
     if (ql_model_load(&m, model_path, &err) || ql_tokenizer_from_gguf(&tok, m->gguf, &err) ||
-        ql_file_read_all(qlt_shared(CALIB_TEXT), &text, &len, &err) ||
-        ql_ppl_data_from_text(&d, tok, text, len, CTX, 0, &err) ||
+        ql_ppl_data_from_file(&d, tok, qlt_shared(CALIB_TEXT), CTX, 0, &err) ||
         ql_imatrix_read(qlt_shared(GOLDEN_DAT), &golden, &err)) {
         CHECK_OK(err.status, &err);
         goto out;
@@ -153,7 +150,6 @@ out:
     ql_imatrix_free(f32);
     ql_imatrix_free(back);
     ql_ppl_data_deinit(&d);
-    free(text);
     ql_tokenizer_free(tok);
     ql_model_free(m);
     return qlt_done();

@@ -14,9 +14,8 @@
 # far below these tolerances.
 set -u
 qlab="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 cat >"$tmp/agreement.sweep" <<'END'
 [sweep]

@@ -9,20 +9,8 @@ qlab="$1"
 make_fixture_db="$2"
 src="${QLAB_SOURCE_ROOT:?}"
 compare="$src/tests/e2e/compare_results.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-# expect CODE DESCRIPTION CMD... : runs CMD, keeps stdout/stderr in $tmp/out, $tmp/err.
-expect() {
-    want=$1; shift; what=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"; got=$?
-    if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what: exit $got, expected $want"; cat "$tmp/err"; fi
-}
-has() { # FILE TEXT DESCRIPTION
-    if grep -qF -- "$2" "$1"; then ok "$3"; else bad "$3: '$2' not in:"; cat "$1"; fi
-}
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 fixture() { "$make_fixture_db" "$@" || { bad "make_fixture_db $*"; exit 1; }; }
 
 fixture --shard 0/1 "$tmp/single.db"

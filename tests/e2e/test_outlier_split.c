@@ -42,16 +42,8 @@ static ql_status load_text(const ql_tokenizer *tok, const char *name, int64_t ch
                            ql_ppl_data *d, ql_error *err)
 {
     char path[QL_PATH_MAX];
-    char *text;
-    size_t len;
     ql_status st = ql_data_resolve(name, path, sizeof path, NULL, err);
-    if (!st)
-        st = ql_file_read_all(path, &text, &len, err);
-    if (st)
-        return st;
-    st = ql_ppl_data_from_text(d, tok, text, len, CTX, chunks, err);
-    free(text);
-    return st;
+    return st ? st : ql_ppl_data_from_file(d, tok, path, CTX, chunks, err);
 }
 
 /* Mean KLD (and the whole metric set) of a weight set against the reference. */

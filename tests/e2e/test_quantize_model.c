@@ -70,23 +70,7 @@ static void compare_with_reference(const char *model, const char *dir, int k)
         ql_quant_model_report_free(r);
         return;
     }
-    CHECK_EQ_INT(out->n_tensors, ref->n_tensors);
-    int same = 0;
-    for (int64_t i = 0; i < out->n_tensors; i++) {
-        const ql_gguf_tensor *a = &out->tensors[i];
-        const ql_gguf_tensor *b = ql_gguf_find_tensor(ref, a->name);
-        CHECK_MSG(b != NULL, "%s: no tensor %s in the reference", refs[k].file, a->name);
-        if (!b)
-            continue;
-        CHECK_MSG(a->type == b->type, "%s: %s is %s in qlab's file, %s in llama.cpp's",
-                  refs[k].file, a->name, ql_type_name(a->type), ql_type_name(b->type));
-        if (a->type == b->type && a->nbytes == b->nbytes &&
-            memcmp(a->data, b->data, a->nbytes) == 0)
-            same++;
-        else
-            CHECK_MSG(false, "%s: tensor %s: bytes differ from llama-quantize's", refs[k].file,
-                      a->name);
-    }
+    int same = qlt_same_tensors(out, ref, refs[k].file);
     printf("%-34s %d/%lld tensors bit-identical to llama-quantize\n", refs[k].file, same,
            (long long)out->n_tensors);
     /* llama-quantize writes general.file_type and general.quantization_version = 2. */

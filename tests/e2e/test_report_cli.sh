@@ -7,25 +7,8 @@ set -u
 qlab="$1"
 make_fixture_db="$2"
 src="${QLAB_SOURCE_ROOT:?}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-expect() {
-    want=$1; shift; what=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"; got=$?
-    if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what: exit $got, expected $want"; cat "$tmp/err"; fi
-}
-has() { # FILE TEXT DESCRIPTION
-    if grep -qF -- "$2" "$1"; then ok "$3"; else bad "$3: '$2' not in:"; cat "$1"; fi
-}
-# A PNG: the 8-byte signature and at least 8 KiB (bare axes are about 7 KiB).
-is_png() {
-    sig=$(od -An -tx1 -N8 "$1" | tr -d ' \n')
-    size=$(wc -c <"$1")
-    [ "$sig" = "89504e470d0a1a0a" ] && [ "$size" -ge 8192 ]
-}
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 db="$tmp/results.db"
 "$make_fixture_db" --report "$db" || { bad "make_fixture_db --report"; exit 1; }

@@ -9,11 +9,8 @@ set -u
 qlab="$1"
 src="${QLAB_SOURCE_ROOT:?}"
 sweep="$src/tests/data/sweep/slurm.sweep"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 run() { # LOG CMD...
     log=$1
     shift

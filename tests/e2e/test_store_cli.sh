@@ -5,20 +5,8 @@ set -u
 qlab="$1"
 make_fixture_db="$2"
 src="${QLAB_SOURCE_ROOT:?}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-# expect CODE DESCRIPTION CMD... : runs CMD, keeps stdout/stderr in $tmp/out, $tmp/err.
-expect() {
-    want=$1; shift; what=$1; shift
-    "$@" >"$tmp/out" 2>"$tmp/err"; got=$?
-    if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what: exit $got, expected $want"; cat "$tmp/err"; fi
-}
-has() { # FILE TEXT DESCRIPTION
-    if grep -qF -- "$2" "$1"; then ok "$3"; else bad "$3: '$2' not in:"; cat "$1"; fi
-}
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 tiny="$src/tests/data/sweep/tiny.sweep"
 expect 0 "sweep --list" "$qlab" sweep "$tiny" --list

@@ -4,12 +4,8 @@
 # byte budget, and its per-tensor types are stored.
 set -u
 qlab="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
-q() { "$qlab" query --db "$tmp/b.db" --csv "$1" | tail -n +2; }
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 cat >"$tmp/budget.sweep" <<'END'
 [sweep]
@@ -26,16 +22,16 @@ budget      = 300000 bpw:7.5
 END
 "$qlab" sweep "$tmp/budget.sweep" --db "$tmp/b.db" --cache-dir "$tmp/cache" >"$tmp/out" 2>"$tmp/err" \
     || { bad "budget sweep failed"; cat "$tmp/err"; }
-[ "$(q "SELECT count(*) FROM results")" = 2 ] && ok "both budgets evaluated" \
+[ "$(rows "$tmp/b.db" "SELECT count(*) FROM results")" = 2 ] && ok "both budgets evaluated" \
     || { bad "budget configs not done"; "$qlab" query --db "$tmp/b.db" failed; }
-bytes=$(q "SELECT bytes FROM results WHERE budget = '300000'")
+bytes=$(rows "$tmp/b.db" "SELECT bytes FROM results WHERE budget = '300000'")
 [ -n "$bytes" ] && [ "$bytes" -le 300000 ] && [ "$bytes" -ge 290000 ] \
     && ok "300000-byte budget used closely without exceeding it ($bytes bytes)" \
     || bad "budget bytes: '$bytes'"
-types=$(q "SELECT count(DISTINCT used_type) FROM tensor_errors t JOIN runs r ON r.id = t.run_id JOIN configs c ON c.id = r.config_id WHERE c.budget = '300000'")
+types=$(rows "$tmp/b.db" "SELECT count(DISTINCT used_type) FROM tensor_errors t JOIN runs r ON r.id = t.run_id JOIN configs c ON c.id = r.config_id WHERE c.budget = '300000'")
 [ "$types" -ge 2 ] && ok "the fitted model mixes $types types" || bad "fitted types: $types"
-fallbacks=$(q "SELECT count(*) FROM tensor_errors t JOIN runs r ON r.id = t.run_id JOIN configs c ON c.id = r.config_id WHERE c.budget = '300000' AND fallback = 1")
+fallbacks=$(rows "$tmp/b.db" "SELECT count(*) FROM tensor_errors t JOIN runs r ON r.id = t.run_id JOIN configs c ON c.id = r.config_id WHERE c.budget = '300000' AND fallback = 1")
 [ "$fallbacks" = 0 ] && ok "solver choices are recorded as requested types" || bad "fallbacks: $fallbacks"
-ppl=$(q "SELECT ppl IS NOT NULL AND kld_mean > 0 FROM results WHERE budget = 'bpw:7.5'")
+ppl=$(rows "$tmp/b.db" "SELECT ppl IS NOT NULL AND kld_mean > 0 FROM results WHERE budget = 'bpw:7.5'")
 [ "$ppl" = 1 ] && ok "bpw:7.5 has PPL and KLD" || bad "bpw:7.5 metrics"
 exit $fail

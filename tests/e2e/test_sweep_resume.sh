@@ -6,11 +6,8 @@
 # skips everything; the reference pass runs once per sweep, not per config.
 set -u
 qlab="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fail=1; }
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 cat >"$tmp/small.sweep" <<'END'
 [sweep]
@@ -48,8 +45,8 @@ QLAB_FAULT_KILL_AFTER_RUNS=3 "$qlab" sweep "$tmp/small.sweep" --db "$tmp/b.db" \
     --cache-dir "$tmp/cache-b" >/dev/null 2>&1
 code=$?
 [ "$code" -eq 137 ] && ok "killed by SIGKILL in the middle" || bad "fault injection: exit $code, expected 137"
-done_runs=$("$qlab" query --db "$tmp/b.db" --csv "SELECT count(*) FROM runs WHERE status='done'" | tail -n 1)
-running=$("$qlab" query --db "$tmp/b.db" --csv "SELECT count(*) FROM runs WHERE status='running'" | tail -n 1)
+done_runs=$(rows "$tmp/b.db" "SELECT count(*) FROM runs WHERE status='done'")
+running=$(rows "$tmp/b.db" "SELECT count(*) FROM runs WHERE status='running'")
 [ "$done_runs" = 3 ] && [ "$running" = 1 ] && ok "3 runs done and 1 left running when killed" \
     || bad "after the kill: $done_runs done, $running running"
 
@@ -59,12 +56,12 @@ grep -q "7 configs (4 run, 3 already done, 0 failed)" "$tmp/b.out" && ok "resume
     || { bad "resume summary"; cat "$tmp/b.out"; }
 grep -q "loaded from cache" "$tmp/b.out" && ok "resume loads the reference from the cache" \
     || bad "resume recomputed the reference"
-per_config=$("$qlab" query --db "$tmp/b.db" --csv \
-    "SELECT count(*) FROM (SELECT config_id FROM runs GROUP BY config_id HAVING count(*) <> 1)" | tail -n 1)
-n_runs=$("$qlab" query --db "$tmp/b.db" --csv "SELECT count(*) FROM runs WHERE status='done'" | tail -n 1)
+per_config=$(rows "$tmp/b.db" \
+    "SELECT count(*) FROM (SELECT config_id FROM runs GROUP BY config_id HAVING count(*) <> 1)")
+n_runs=$(rows "$tmp/b.db" "SELECT count(*) FROM runs WHERE status='done'")
 [ "$per_config" = 0 ] && [ "$n_runs" = 7 ] && ok "each config exactly once, all done" \
     || bad "runs per config: $per_config configs not once, $n_runs done"
-retried=$("$qlab" query --db "$tmp/b.db" --csv "SELECT count(*) FROM runs WHERE attempts = 2" | tail -n 1)
+retried=$(rows "$tmp/b.db" "SELECT count(*) FROM runs WHERE attempts = 2")
 [ "$retried" = 1 ] && ok "the interrupted run was retried on the same row" || bad "retried runs: $retried"
 
 values "$tmp/a.db" >"$tmp/a.csv"

@@ -3,15 +3,8 @@
 # written again identically, benchmarked; usage and runtime errors give exit 2 and 1.
 set -u
 qlab="$1"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-expect() { # expected-code description command...
-    want=$1; shift; what=$1; shift
-    "$@" >"$tmp/out" 2>&1; got=$?
-    if [ "$got" -ne "$want" ]; then echo "FAIL: $what: exit $got, expected $want"; cat "$tmp/out"; fail=1;
-    else echo "ok: $what"; fi
-}
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 expect 0 "synth small" "$qlab" synth -o "$tmp/a.gguf" --dim 256 --ff 256 --layers 1 --heads 4 --kv-heads 4 --seed 3
 expect 0 "synth again" "$qlab" synth -o "$tmp/b.gguf" --dim 256 --ff 256 --layers 1 --heads 4 --kv-heads 4 --seed 3
 cmp -s "$tmp/a.gguf" "$tmp/b.gguf" || { echo "FAIL: same options, different files"; fail=1; }
@@ -29,5 +22,5 @@ expect 2 "bench without benchmark" "$qlab" bench
 expect 2 "bench without model" "$qlab" bench forward
 expect 2 "bench bad ctx" "$qlab" bench forward "$tmp/a.gguf" --ctx 0
 expect 1 "bench missing model" "$qlab" bench forward "$tmp/none.gguf"
-grep -q "none.gguf" "$tmp/out" || { echo "FAIL: error does not name the file"; fail=1; }
+grep -q "none.gguf" "$tmp/err" || { echo "FAIL: error does not name the file"; fail=1; }
 exit $fail

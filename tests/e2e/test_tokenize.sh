@@ -4,11 +4,9 @@
 # invocations exit 2 (usage) or 1 (runtime).
 set -u
 qlab="$1"
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
 tok="$QLAB_SHARED/golden/tokens"
-tmp="${TMPDIR:-/tmp}/qlab-tokenize.$$"
-mkdir -p "$tmp"
-trap 'rm -rf "$tmp"' EXIT
-fail=0
 
 same_ids() { # description expected-file command...
     what=$1; shift; want=$1; shift
@@ -35,12 +33,6 @@ else echo "FAIL: id/piece lines:"; cat "$tmp/pieces"; fail=1; fi
 if grep -q '^197	\\t$' "$tmp/esc"; then echo "ok: escaped tab piece"
 else echo "FAIL: escaped tab piece:"; cat "$tmp/esc"; fail=1; fi
 
-expect() { # expected-code description command...
-    want=$1; shift; what=$1; shift
-    "$@" > /dev/null 2> "$tmp/err"; got=$?
-    if [ "$got" -ne "$want" ]; then echo "FAIL: $what: exit $got, expected $want"; fail=1
-    else echo "ok: $what"; fi
-}
 expect 2 "no model" "$qlab" tokenize --text hi
 expect 2 "no text" "$qlab" tokenize "$QLAB_SHARED/models/stories260K.gguf"
 expect 2 "both --text and --file" "$qlab" tokenize "$QLAB_SHARED/models/stories260K.gguf" --text a --file b

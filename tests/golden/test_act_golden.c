@@ -55,15 +55,7 @@ int main(void)
         if (line[0] == '#' || strncmp(line, "case\t", 5) == 0)
             continue;
         char *col[32];
-        int nc = 0;
-        for (char *p = line; nc < 32;) {
-            col[nc++] = p;
-            char *t = strchr(p, '\t');
-            if (!t)
-                break;
-            *t = '\0';
-            p = t + 1;
-        }
+        int nc = qlt_split_tabs(line, col, 32);
         /* Q8_0, F16 and BF16 ignore the importance matrix: the no-imatrix cases suffice. */
         if (nc < C_NCOLS_MIN || strcmp(col[C_IMAT], "0") != 0)
             continue;

@@ -58,20 +58,7 @@ static void compare(const ql_gguf *model, const char *ref_name, const char *type
         CHECK_OK(ql_gguf_open(&out, path, &err), &err);
     }
     if (out) {
-        CHECK_EQ_INT(out->n_tensors, ref->n_tensors);
-        for (int64_t i = 0; i < ref->n_tensors; i++) {
-            const ql_gguf_tensor *r = &ref->tensors[i];
-            const ql_gguf_tensor *f = ql_gguf_find_tensor(out, r->name);
-            CHECK_MSG(f != NULL, "%s: tensor %s missing", ref_name, r->name);
-            if (!f)
-                continue;
-            CHECK_MSG(r->type == f->type && r->nbytes == f->nbytes &&
-                          memcmp(r->data, f->data, (size_t)r->nbytes) == 0,
-                      "%s: %s: %s %llu bytes (llama-quantize) vs %s %llu bytes (fit), or data "
-                      "differ",
-                      ref_name, r->name, ql_type_name(r->type), (unsigned long long)r->nbytes,
-                      ql_type_name(f->type), (unsigned long long)f->nbytes);
-        }
+        CHECK_EQ_INT(qlt_same_tensors(out, ref, ref_name), ref->n_tensors);
         for (int64_t i = 0; i < ref->n_kv; i++) {
             const ql_gguf_kv *k = ql_gguf_find_kv(out, ref->kv[i].key);
             CHECK_MSG(k != NULL, "%s: key %s missing", ref_name, ref->kv[i].key);

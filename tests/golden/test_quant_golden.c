@@ -96,15 +96,7 @@ int main(int argc, char **argv)
         if (line[0] == '#' || strncmp(line, "case\t", 5) == 0)
             continue;
         char *col[32];
-        int nc = 0;
-        for (char *p = line; nc < 32;) {
-            col[nc++] = p;
-            char *t = strchr(p, '\t');
-            if (!t)
-                break;
-            *t = '\0';
-            p = t + 1;
-        }
+        int nc = qlt_split_tabs(line, col, 32);
         if (nc < C_NCOLS_MIN || strcmp(col[C_TYPE], want_type) != 0)
             continue;
         int64_t rows = 0, cols = 0, qbytes = 0;

@@ -10,58 +10,26 @@ set -u
 qlab="$1"
 dir="$2"
 tsv="$dir/expected.tsv"
-# Sanitizers must not exit with 1, the code a correct rejection uses.
-ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=86"
-UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}halt_on_error=1:exitcode=87"
-export ASAN_OPTIONS UBSAN_OPTIONS
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+# shellcheck source=SCRIPTDIR/../e2e/lib.sh
+. "$(dirname "$0")/../e2e/lib.sh"
+sanitizer_exit_codes
 n=0
 
-sanitizer_report() {
-    grep -qE 'Sanitizer|runtime error:' "$tmp/err"
-}
-
 # Every corpus file is listed, and every listed file exists.
-for f in "$dir"/*.gguf; do
-    name=$(basename "$f")
-    if ! awk -F '\t' -v n="$name" '$1 == n { found = 1 } END { exit !found }' "$tsv"; then
-        echo "FAIL: $name is not listed in expected.tsv"
-        fail=1
-    fi
-done
+all_listed "$tsv" "$dir"/*.gguf
 
 tab=$(printf '\t')
 while IFS="$tab" read -r name want; do
     case "$name" in '#'* | '') continue ;; esac
     f="$dir/$name"
     n=$((n + 1))
-    if [ ! -f "$f" ]; then
-        echo "FAIL: $name listed in expected.tsv but missing"
-        fail=1
-        continue
-    fi
+    [ -f "$f" ] || { bad "$name listed in expected.tsv but missing"; continue; }
     "$qlab" inspect "$f" >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    first=$(head -n 1 "$tmp/err")
-    lines=$(wc -l <"$tmp/err")
-    if [ "$rc" -ne 1 ]; then
-        echo "FAIL: $name: exit $rc, expected 1"; cat "$tmp/err"; fail=1
-    elif sanitizer_report; then
-        echo "FAIL: $name: sanitizer report"; cat "$tmp/err"; fail=1
-    elif [ -s "$tmp/out" ]; then
-        echo "FAIL: $name: printed to stdout before failing"; fail=1
-    elif [ "$lines" -ne 1 ]; then
-        echo "FAIL: $name: $lines lines on stderr, expected one"; cat "$tmp/err"; fail=1
-    elif case "$first" in "qlab: error: $f: offset "*) false ;; *) true ;; esac; then
-        echo "FAIL: $name: message does not start with 'qlab: error: $f: offset N:'"
-        echo "  got: $first"; fail=1
-    elif ! printf '%s\n' "$first" | grep -qF -- "$want"; then
-        echo "FAIL: $name: message lacks '$want'"
-        echo "  got: $first"; fail=1
+    refused "$name" $? "qlab: error: $f: offset " "$want" || continue
+    if [ -s "$tmp/out" ]; then
+        bad "$name: printed to stdout before failing"
     else
-        echo "ok: $name"
+        ok "$name"
     fi
 done <"$tsv"
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "ql_config.h"
+#include "types.h"
 
 int qlt_failures = 0;
 int qlt_checks = 0;
@@ -45,6 +46,15 @@ const char *qlt_tmpdir(void)
     return dir;
 }
 
+const char *qlt_tmp(const char *name)
+{
+    static _Thread_local char bufs[16][4096];
+    static _Thread_local int next = 0;
+    char *b = bufs[next++ % 16];
+    snprintf(b, sizeof bufs[0], "%s/%s", qlt_tmpdir(), name);
+    return b;
+}
+
 void qlt_skip(const char *reason)
 {
     printf("SKIP: %s\n", reason);
@@ -70,6 +80,51 @@ void *qlt_read_file(const char *path, size_t *len)
     if (len)
         *len = (size_t)n;
     return buf;
+}
+
+bool qlt_same_file(const char *a, const char *b)
+{
+    size_t na, nb;
+    void *pa = qlt_read_file(a, &na), *pb = qlt_read_file(b, &nb);
+    bool same = na == nb && memcmp(pa, pb, na) == 0;
+    free(pa);
+    free(pb);
+    return same;
+}
+
+int qlt_split_tabs(char *line, char **col, int max)
+{
+    int n = 0;
+    for (char *p = line; n < max;) {
+        col[n++] = p;
+        char *t = strchr(p, '\t');
+        if (!t)
+            break;
+        *t = '\0';
+        p = t + 1;
+    }
+    return n;
+}
+
+int qlt_same_tensors(const ql_gguf *out, const ql_gguf *ref, const char *label)
+{
+    CHECK_EQ_INT(out->n_tensors, ref->n_tensors);
+    int same = 0;
+    for (int64_t i = 0; i < out->n_tensors; i++) {
+        const ql_gguf_tensor *a = &out->tensors[i];
+        const ql_gguf_tensor *b = ql_gguf_find_tensor(ref, a->name);
+        CHECK_MSG(b != NULL, "%s: no tensor %s in the reference", label, a->name);
+        if (!b)
+            continue;
+        CHECK_MSG(a->type == b->type, "%s: %s is %s in qlab's file, %s in llama.cpp's", label,
+                  a->name, ql_type_name(a->type), ql_type_name(b->type));
+        if (a->type == b->type && a->nbytes == b->nbytes &&
+            memcmp(a->data, b->data, a->nbytes) == 0)
+            same++;
+        else
+            CHECK_MSG(false, "%s: tensor %s: bytes differ from llama-quantize's", label, a->name);
+    }
+    return same;
 }
 
 int qlt_done(void)

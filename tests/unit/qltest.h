@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "gguf.h"
+
 extern int qlt_failures;
 extern int qlt_checks;
 
@@ -51,10 +53,20 @@ const char *qlt_shared(const char *rel);
 const char *qlt_source(const char *rel);
 /* Temporary directory for this test (created once, removed by the OS / CI). */
 const char *qlt_tmpdir(void);
+/* Path of name in that directory, from a pool of 16 buffers: the 16 latest stay valid. */
+const char *qlt_tmp(const char *name);
 /* Prints "SKIP: reason" and exits 77. */
 void qlt_skip(const char *reason) __attribute__((noreturn));
 /* Reads a whole binary file (exits the test with a failure when it cannot). */
 void *qlt_read_file(const char *path, size_t *len);
+/* Whether two files hold the same bytes (exits like qlt_read_file when one is missing). */
+bool qlt_same_file(const char *a, const char *b);
+/* Splits line in place at its tabs into at most max columns; returns how many. */
+int qlt_split_tabs(char *line, char **col, int max);
+/* Compares qlab's file out with llama.cpp's ref, file name label: as many tensors,
+ * and every tensor of out in ref with the same type and bytes (a failed check per
+ * tensor that is not). Returns the number of identical tensors. */
+int qlt_same_tensors(const ql_gguf *out, const ql_gguf *ref, const char *label);
 /* Prints a summary and returns the exit code (0 ok, 1 failures). */
 int qlt_done(void);
 

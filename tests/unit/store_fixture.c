@@ -2,10 +2,91 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "config.h"
+#include "qltest.h"
 #include "store.h"
 #include "types.h"
+#include "util.h"
+
+void qlt_store_add_inputs(ql_store *s, int64_t *model, int64_t *text)
+{
+    ql_error err;
+    ql_store_model m;
+    ql_store_model_init(&m);
+    m.sha256 = QLT_FIXTURE_MODEL_SHA;
+    m.path = "m.gguf";
+    ql_store_dataset d;
+    ql_store_dataset_init(&d);
+    d.sha256 = QLT_FIXTURE_TEXT_SHA;
+    d.name = "text";
+    CHECK_OK(ql_store_upsert_model(s, &m, model, &err), &err);
+    CHECK_OK(ql_store_upsert_dataset(s, &d, text, &err), &err);
+}
+
+bool qlt_v1_fixture(const char *path)
+{
+    char *sql = NULL;
+    size_t len;
+    ql_error err;
+    CHECK_OK(ql_file_read_all(qlt_source("tests/data/store/v1-fixture.sql"), &sql, &len, &err),
+             &err);
+    if (!sql)
+        return false;
+    sqlite3 *db;
+    bool ok = sqlite3_open(path, &db) == SQLITE_OK;
+    CHECK(ok);
+    if (ok) {
+        ok = sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK;
+        CHECK_MSG(ok, "%s", sqlite3_errmsg(db));
+    }
+    sqlite3_close(db);
+    free(sql);
+    return ok;
+}
+
+void qlt_remove_db(const char *path)
+{
+    const char *suffix[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        char f[4200];
+        snprintf(f, sizeof f, "%s%s", path, suffix[i]);
+        unlink(f);
+    }
+}
+
+const char *qlt_tmp_db(const char *name)
+{
+    const char *p = qlt_tmp(name);
+    qlt_remove_db(p);
+    return p;
+}
+
+int64_t qlt_sql_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t v = -999;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    else
+        fprintf(stderr, "qlt_sql_int(%s): %s\n", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return v;
+}
+
+double qlt_sql_real(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    double v = -999;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_type(st, 0) == SQLITE_NULL ? (double)NAN : sqlite3_column_double(st, 0);
+    else
+        fprintf(stderr, "qlt_sql_real(%s): %s\n", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return v;
+}
 
 /* Metrics of a done run; the values are exact in binary so outputs can be compared as text. */
 typedef struct {

@@ -5,7 +5,12 @@
 #ifndef QL_STORE_FIXTURE_H
 #define QL_STORE_FIXTURE_H
 
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "error.h"
+#include "store.h"
 
 #define QLT_FIXTURE_MODEL_SHA       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define QLT_FIXTURE_TEXT_SHA        "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
@@ -17,5 +22,25 @@
 
 /* Creates the database at path (which must not exist). */
 ql_status qlt_store_fixture(const char *path, ql_error *err);
+
+/* Stores a bare model (QLT_FIXTURE_MODEL_SHA, path "m.gguf") and text
+ * (QLT_FIXTURE_TEXT_SHA, name "text") in s, checking each call; their ids in
+ * *model and *text. */
+void qlt_store_add_inputs(ql_store *s, int64_t *model, int64_t *text);
+
+/* Writes the schema-1 database of tests/data/store/v1-fixture.sql (what qlab wrote
+ * before per-chunk metrics) to path; false, after a failed CHECK, when it cannot. */
+bool qlt_v1_fixture(const char *path);
+
+/* Removes a database with its WAL and shared-memory files. */
+void qlt_remove_db(const char *path);
+/* qlt_tmp(name), with whatever database an earlier run left there removed. */
+const char *qlt_tmp_db(const char *name);
+
+/* The first column of the first row of sql: as an integer (-999 when there is no
+ * row), or as a double (NAN when NULL, -999 when there is no row). A failing
+ * statement prints SQLite's message. */
+int64_t qlt_sql_int(sqlite3 *db, const char *sql);
+double qlt_sql_real(sqlite3 *db, const char *sql);
 
 #endif

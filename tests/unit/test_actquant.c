@@ -16,6 +16,7 @@
 #include "qltest.h"
 #include "quant.h"
 #include "types.h"
+#include "util.h"
 
 /* q8x2 must be at least this many times more accurate (RMS) than q8_0 on Gaussian
  * data. The design ratio is 128 (a residual step of D/128); 50 leaves room for the
@@ -23,17 +24,9 @@
 #define Q8X2_MIN_GAIN 50.0
 
 static uint64_t rng_state;
-static double uniform(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return ((double)(z >> 11) + 0.5) * 0x1p-53;
-}
 static float gauss(void)
 {
-    return (float)(sqrt(-2 * log(uniform())) * cos(2 * M_PI * uniform()));
+    return (float)ql_rng_gauss(&rng_state);
 }
 
 /* d = 1 exactly (max |x| = 127), so q = roundf(x): ties go away from zero (0.5 -> 1,

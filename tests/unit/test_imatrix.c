@@ -21,15 +21,6 @@
  * error stays below n * 2^-24 ~ 1e-5. */
 #define F32_SUM_REL_TOL 2e-5
 
-static const char *tmp(const char *name)
-{
-    static char buf[4][512];
-    static int next = 0;
-    char *b = buf[next++ % 4];
-    snprintf(b, 512, "%s/%s", qlt_tmpdir(), name);
-    return b;
-}
-
 /* ---- an independent observer: sums of x^2 in double per site ---- */
 
 #define MAX_SITES 64
@@ -149,7 +140,7 @@ static void test_collect(const ql_model *m)
     printf("collect: 35 entries, max relative difference to double sums %.3g\n", worst);
 
     /* Both file formats give back the importance (sums / count). */
-    const char *paths[2] = {tmp("u.gguf"), tmp("u.dat")};
+    const char *paths[2] = {qlt_tmp("u.gguf"), qlt_tmp("u.dat")};
     ql_imatrix_format fmts[2] = {QL_IMATRIX_GGUF, QL_IMATRIX_DAT};
     for (int f = 0; f < 2; f++) {
         CHECK_OK(ql_imatrix_write(im, paths[f], fmts[f], &err), &err);
@@ -269,7 +260,7 @@ static void test_threads(void)
     so.layers = 1;
     so.ff = 512;
     ql_error err;
-    const char *path = tmp("synth.gguf");
+    const char *path = qlt_tmp("synth.gguf");
     CHECK_OK(ql_synth_write(&so, path, &err), &err);
     ql_model *m = NULL;
     CHECK_OK(ql_model_load(&m, path, &err), &err);

@@ -18,24 +18,6 @@
 #define GOLDEN_DAT "golden/imatrix/imatrix-stories260K-tscalib-c128.dat"
 #define GOLDEN_TSV "golden/imatrix/imatrix-stories260K-tscalib-c128.values.tsv"
 
-static char tmp_path[512];
-
-static const char *tmp(const char *name)
-{
-    snprintf(tmp_path, sizeof tmp_path, "%s/%s", qlt_tmpdir(), name);
-    return tmp_path;
-}
-
-static bool same_bytes(const char *a, const char *b)
-{
-    size_t na, nb;
-    void *pa = qlt_read_file(a, &na), *pb = qlt_read_file(b, &nb);
-    bool same = na == nb && memcmp(pa, pb, na) == 0;
-    free(pa);
-    free(pb);
-    return same;
-}
-
 /* Compares the importance of every entry of im with the decoded golden table:
  * rows "name \t ncall \t n \t v0,v1,...", values printed with %.9g (exact for
  * float), so the comparison is bitwise. Returns the number of rows seen. */
@@ -118,13 +100,13 @@ static void golden_tests(void)
     CHECK_EQ_INT(check_against_tsv(im, tsv), 35);
 
     /* .dat -> .dat is byte-identical (entry order and values kept). */
-    CHECK_OK(ql_imatrix_write(im, tmp("copy.dat"), QL_IMATRIX_DAT, &err), &err);
-    CHECK(same_bytes(dat, tmp("copy.dat")));
+    CHECK_OK(ql_imatrix_write(im, qlt_tmp("copy.dat"), QL_IMATRIX_DAT, &err), &err);
+    CHECK(qlt_same_file(dat, qlt_tmp("copy.dat")));
 
     /* A .dat does not say its chunk size: GGUF needs one. */
-    st = ql_imatrix_write(im, tmp("nochunk.gguf"), QL_IMATRIX_GGUF, &err);
+    st = ql_imatrix_write(im, qlt_tmp("nochunk.gguf"), QL_IMATRIX_GGUF, &err);
     CHECK(st == QL_EINVAL && strstr(err.msg, "chunk size is unknown"));
-    CHECK(access(tmp("nochunk.gguf"), F_OK) != 0);
+    CHECK(access(qlt_tmp("nochunk.gguf"), F_OK) != 0);
 
     /* To tokens (128-token chunks, as the file was made): 606 x 128 tokens each. */
     CHECK_OK(ql_imatrix_set_chunk_size(im, 128, &err), &err);
@@ -138,9 +120,9 @@ static void golden_tests(void)
     CHECK_EQ_INT(check_against_tsv(im, tsv), 35);
 
     /* -> GGUF: the layout llama-imatrix writes. */
-    CHECK_OK(ql_imatrix_write(im, tmp("golden.gguf"), QL_IMATRIX_GGUF, &err), &err);
+    CHECK_OK(ql_imatrix_write(im, qlt_tmp("golden.gguf"), QL_IMATRIX_GGUF, &err), &err);
     ql_gguf *g = NULL;
-    st = ql_gguf_open(&g, tmp("golden.gguf"), &err);
+    st = ql_gguf_open(&g, qlt_tmp("golden.gguf"), &err);
     CHECK_OK(st, &err);
     if (!st) {
         const char *type = ql_gguf_get_str(g, "general.type", &err);
@@ -163,7 +145,7 @@ static void golden_tests(void)
 
     /* GGUF -> memory: same statistics, same importance. */
     ql_imatrix *im2 = NULL;
-    st = ql_imatrix_read(tmp("golden.gguf"), &im2, &err);
+    st = ql_imatrix_read(qlt_tmp("golden.gguf"), &im2, &err);
     CHECK_OK(st, &err);
     if (!st) {
         CHECK_EQ_INT(im2->n_entries, 35);
@@ -177,12 +159,12 @@ static void golden_tests(void)
         }
         CHECK_EQ_INT(check_against_tsv(im2, tsv), 35);
         /* GGUF -> GGUF is byte-identical. */
-        CHECK_OK(ql_imatrix_write(im2, tmp("golden2.gguf"), QL_IMATRIX_GGUF, &err), &err);
-        CHECK(same_bytes(tmp("golden.gguf"), tmp("golden2.gguf")));
+        CHECK_OK(ql_imatrix_write(im2, qlt_tmp("golden2.gguf"), QL_IMATRIX_GGUF, &err), &err);
+        CHECK(qlt_same_file(qlt_tmp("golden.gguf"), qlt_tmp("golden2.gguf")));
         /* GGUF -> .dat: (sum / 77568) x 606 gives back the stored values here; the
          * file is the one llama-imatrix wrote. */
-        CHECK_OK(ql_imatrix_write(im2, tmp("back.dat"), QL_IMATRIX_DAT, &err), &err);
-        CHECK(same_bytes(dat, tmp("back.dat")));
+        CHECK_OK(ql_imatrix_write(im2, qlt_tmp("back.dat"), QL_IMATRIX_DAT, &err), &err);
+        CHECK(qlt_same_file(dat, qlt_tmp("back.dat")));
         ql_imatrix_free(im2);
     }
 
@@ -231,9 +213,9 @@ static void builder_tests(void)
     CHECK(strcmp(im->entries[0].name, "blk.0.attn_q.weight") == 0);
 
     /* GGUF keeps everything, including in_sum and the per-matrix counts. */
-    CHECK_OK(ql_imatrix_write(im, tmp("experts.gguf"), QL_IMATRIX_GGUF, &err), &err);
+    CHECK_OK(ql_imatrix_write(im, qlt_tmp("experts.gguf"), QL_IMATRIX_GGUF, &err), &err);
     ql_imatrix *g = NULL;
-    ql_status st = ql_imatrix_read(tmp("experts.gguf"), &g, &err);
+    ql_status st = ql_imatrix_read(qlt_tmp("experts.gguf"), &g, &err);
     CHECK_OK(st, &err);
     if (!st) {
         const ql_imatrix_entry *x = ql_imatrix_find(g, "blk.1.ffn_up_exps.weight");
@@ -247,7 +229,7 @@ static void builder_tests(void)
         ql_imatrix_free(g);
     }
     ql_gguf *gg = NULL;
-    if (ql_gguf_open(&gg, tmp("experts.gguf"), &err) == QL_OK) {
+    if (ql_gguf_open(&gg, qlt_tmp("experts.gguf"), &err) == QL_OK) {
         const ql_gguf_tensor *t = ql_gguf_find_tensor(gg, "blk.1.ffn_up_exps.weight.in_sum2");
         const ql_gguf_tensor *c = ql_gguf_find_tensor(gg, "blk.1.ffn_up_exps.weight.counts");
         CHECK(t && t->ne[0] == 4 && t->ne[1] == 3);
@@ -259,9 +241,9 @@ static void builder_tests(void)
 
     /* .dat: one ncall per entry (ceil(300 / 100) = 3), values sum/count*ncall, the
      * unused expert stored as importance 1, the last dataset name only. */
-    CHECK_OK(ql_imatrix_write(im, tmp("experts.dat"), QL_IMATRIX_DAT, &err), &err);
+    CHECK_OK(ql_imatrix_write(im, qlt_tmp("experts.dat"), QL_IMATRIX_DAT, &err), &err);
     ql_imatrix *d = NULL;
-    st = ql_imatrix_read(tmp("experts.dat"), &d, &err);
+    st = ql_imatrix_read(qlt_tmp("experts.dat"), &d, &err);
     CHECK_OK(st, &err);
     if (!st) {
         const ql_imatrix_entry *x = ql_imatrix_find(d, "blk.1.ffn_up_exps.weight");
@@ -279,8 +261,8 @@ static void builder_tests(void)
 
     /* An entry that saw nothing is left out of a .dat, as llama-imatrix does. */
     CHECK_OK(ql_imatrix_add_entry(im, "blk.9.unused.weight", 4, 1, false, &e, &err), &err);
-    CHECK_OK(ql_imatrix_write(im, tmp("skip.dat"), QL_IMATRIX_DAT, &err), &err);
-    if (ql_imatrix_read(tmp("skip.dat"), &d, &err) == QL_OK) {
+    CHECK_OK(ql_imatrix_write(im, qlt_tmp("skip.dat"), QL_IMATRIX_DAT, &err), &err);
+    if (ql_imatrix_read(qlt_tmp("skip.dat"), &d, &err) == QL_OK) {
         CHECK_EQ_INT(d->n_entries, 2);
         CHECK(ql_imatrix_find(d, "blk.9.unused.weight") == NULL);
         ql_imatrix_free(d);
@@ -300,14 +282,14 @@ static void builder_tests(void)
     longname[57] = '\0';
     CHECK_OK(ql_imatrix_add_entry(im, longname, 4, 1, false, &e, &err), &err);
     e->counts[0] = 1;
-    CHECK(ql_imatrix_write(im, tmp("long.gguf"), QL_IMATRIX_GGUF, &err) == QL_EINVAL &&
+    CHECK(ql_imatrix_write(im, qlt_tmp("long.gguf"), QL_IMATRIX_GGUF, &err) == QL_EINVAL &&
           strstr(err.msg, "longer than GGUF's 63-byte tensor names"));
-    CHECK(access(tmp("long.gguf"), F_OK) != 0);
-    CHECK_OK(ql_imatrix_write(im, tmp("long.dat"), QL_IMATRIX_DAT, &err), &err);
+    CHECK(access(qlt_tmp("long.gguf"), F_OK) != 0);
+    CHECK_OK(ql_imatrix_write(im, qlt_tmp("long.dat"), QL_IMATRIX_DAT, &err), &err);
     ql_imatrix_free(im);
 
     CHECK_OK(ql_imatrix_alloc(&im, &err), &err);
-    CHECK(ql_imatrix_write(im, tmp("empty.dat"), QL_IMATRIX_DAT, &err) == QL_EINVAL &&
+    CHECK(ql_imatrix_write(im, qlt_tmp("empty.dat"), QL_IMATRIX_DAT, &err) == QL_EINVAL &&
           strstr(err.msg, "no entries"));
     ql_imatrix_free(im);
     ql_imatrix_free(NULL);
@@ -317,6 +299,9 @@ static void builder_tests(void)
     CHECK(ql_imatrix_format_from_name("x.gguf", &f) && f == QL_IMATRIX_GGUF);
     CHECK(!ql_imatrix_format_from_name("x.bin", &f));
     CHECK(strcmp(ql_imatrix_format_name(QL_IMATRIX_GGUF), "gguf") == 0);
+    CHECK(ql_imatrix_format_parse("dat", &f) && f == QL_IMATRIX_DAT);
+    CHECK(ql_imatrix_format_parse("gguf", &f) && f == QL_IMATRIX_GGUF);
+    CHECK(!ql_imatrix_format_parse("GGUF", &f) && !ql_imatrix_format_parse(".dat", &f));
 
     /* An old .dat without the trailer (chunk count, dataset) still reads. */
     static const unsigned char old[] = {1, 0, 0, 0, 1, 0, 0, 0, 'w',  2,   0,

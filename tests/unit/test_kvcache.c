@@ -23,15 +23,7 @@
 static uint64_t rng_state = 9;
 static float gauss(void)
 {
-    double u[2];
-    for (int k = 0; k < 2; k++) {
-        uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        u[k] = ((double)(z >> 11) + 0.5) * 0x1p-53;
-    }
-    return (float)(sqrt(-2 * log(u[0])) * cos(2 * M_PI * u[1]));
+    return (float)ql_rng_gauss(&rng_state);
 }
 
 static void hooks_per_type(void)

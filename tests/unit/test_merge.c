@@ -22,17 +22,6 @@
 
 #define MAX_INPUTS 16
 
-/* Removes a database with its WAL and shared-memory files. */
-static void remove_db(const char *path)
-{
-    const char *suffix[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
-        char f[600];
-        snprintf(f, sizeof f, "%s%s", path, suffix[i]);
-        unlink(f);
-    }
-}
-
 /* A fresh path in the test's directory (removing what an earlier run left); the
  * string lives until the program ends (a pool large enough for every test). */
 static const char *tmp_db(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -50,7 +39,7 @@ static const char *tmp_db(const char *fmt, ...)
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     snprintf(p, 512, "%s/%s", qlt_tmpdir(), name);
-    remove_db(p);
+    qlt_remove_db(p);
     return p;
 }
 
@@ -721,18 +710,9 @@ static void test_bad_inputs(void)
 static void test_v1_input(void)
 {
     const char *v1 = tmp_db("v1-input.db");
-    char *sql = NULL;
-    size_t len;
-    ql_error err;
-    CHECK_OK(ql_file_read_all(qlt_source("tests/data/store/v1-fixture.sql"), &sql, &len, &err),
-             &err);
-    if (!sql)
+    if (!qlt_v1_fixture(v1))
         return;
-    sqlite3 *db;
-    CHECK(sqlite3_open(v1, &db) == SQLITE_OK);
-    CHECK_MSG(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
-    sqlite3_close(db);
-    free(sql);
+    ql_error err;
     snapshot v1_before = take(v1);
 
     const char *out = tmp_db("v1-out.db");
@@ -821,7 +801,7 @@ static void test_faults(void)
         const char *out = tmp_db("faults-%d.db", existing);
         int stride = existing ? 1 : 7;
         for (int n = 1; n < 5000 && !done; n += stride) {
-            remove_db(out);
+            qlt_remove_db(out);
             if (existing)
                 CHECK_OK(ql_file_write_all(out, start.bytes, start.len, &err), &err);
             snapshot before = take(out);

@@ -14,19 +14,12 @@
 #include "quant_xc.h"
 #include "qltest.h"
 #include "types.h"
+#include "util.h"
 
 static uint64_t rng_state;
-static double uniform(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return ((double)(z >> 11) + 0.5) * 0x1p-53;
-}
 static float gauss(void)
 {
-    return (float)(sqrt(-2 * log(uniform())) * cos(2 * M_PI * uniform()));
+    return (float)ql_rng_gauss(&rng_state);
 }
 
 static void stats_accumulate(void)

@@ -14,23 +14,11 @@
 #include "util.h"
 
 /* Deterministic N(0,1) samples (splitmix64 + Box-Muller), as the golden inputs. */
-static uint64_t rng_state;
-static double uniform(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return ((double)(z >> 11) + 0.5) * 0x1p-53;
-}
-
 static void fill_gauss(float *x, int64_t n, uint64_t seed)
 {
-    rng_state = seed;
-    for (int64_t i = 0; i < n; i++) {
-        double u1 = uniform(), u2 = uniform();
-        x[i] = (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
-    }
+    uint64_t rng = seed;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)ql_rng_gauss(&rng);
 }
 
 static void q8_1_hand_checked(void)

@@ -13,6 +13,7 @@
 #include "qltest.h"
 #include "quant_iq.h"
 #include "types.h"
+#include "util.h"
 
 enum { ROWS = 16, COLS = 1024 };
 
@@ -172,19 +173,9 @@ static void iq1_m_block(void)
 
 static uint64_t rng = 7;
 
-static double uniform01(void)
-{
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return ((double)(z >> 11) + 0.5) * 0x1p-53;
-}
-
 static float gauss(void)
 {
-    double u1 = uniform01(), u2 = uniform01();
-    return (float)(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
+    return (float)ql_rng_gauss(&rng);
 }
 
 /* Relative RMS error bounds for N(0,1) rows: ggml's own errors on its golden

@@ -52,15 +52,6 @@ static void check_same_file(const char *got_path, const char *want_path)
     free(want);
 }
 
-static const char *tmp_path(const char *name)
-{
-    static char buf[8][1024];
-    static int next = 0;
-    char *p = buf[next++ % 8];
-    snprintf(p, sizeof buf[0], "%s/%s", qlt_tmpdir(), name);
-    return p;
-}
-
 static ql_store *open_fixture(const char *path)
 {
     ql_error err;
@@ -310,8 +301,8 @@ static char *list_dir(const char *dir)
 
 static void test_report_text(void)
 {
-    ql_store *s = open_fixture(tmp_path("fixture.db"));
-    const char *dir = tmp_path("out1");
+    ql_store *s = open_fixture(qlt_tmp("fixture.db"));
+    const char *dir = qlt_tmp("out1");
     ql_report_summary sum;
     ql_error err;
     CHECK_OK(report(s, dir, NULL, NULL, false, &sum, &err), &err);
@@ -351,21 +342,11 @@ static void test_report_text(void)
     ql_store_close(s);
 }
 
-static bool same_bytes(const char *p, const char *q)
-{
-    size_t n1, n2;
-    char *a = qlt_read_file(p, &n1), *b = qlt_read_file(q, &n2);
-    bool same = n1 == n2 && memcmp(a, b, n1) == 0;
-    free(a);
-    free(b);
-    return same;
-}
-
 /* Two reports of the same database are byte-identical, file by file. */
 static void test_report_deterministic(void)
 {
-    ql_store *s = open_fixture(tmp_path("fixture.db"));
-    const char *d1 = tmp_path("det1"), *d2 = tmp_path("det2");
+    ql_store *s = open_fixture(qlt_tmp("fixture.db"));
+    const char *d1 = qlt_tmp("det1"), *d2 = qlt_tmp("det2");
     ql_report_summary sum;
     ql_error err;
     CHECK_OK(report(s, d1, NULL, NULL, false, &sum, &err), &err);
@@ -384,7 +365,7 @@ static void test_report_deterministic(void)
             char pa[900], pb[900];
             snprintf(pa, sizeof pa, "%s/%s", a, name);
             snprintf(pb, sizeof pb, "%s/%s", b, name);
-            CHECK_MSG(same_bytes(pa, pb), "%s differs between two runs", name);
+            CHECK_MSG(qlt_same_file(pa, pb), "%s differs between two runs", name);
             compared++;
         }
         free(la);
@@ -396,10 +377,10 @@ static void test_report_deterministic(void)
 
 static void test_report_options(void)
 {
-    ql_store *s = open_fixture(tmp_path("fixture.db"));
+    ql_store *s = open_fixture(qlt_tmp("fixture.db"));
     ql_report_summary sum;
     ql_error err;
-    const char *dir = tmp_path("opts");
+    const char *dir = qlt_tmp("opts");
 
     /* One sweep only. */
     CHECK_OK(report(s, dir, "fixture-mixed", NULL, false, &sum, &err), &err);
@@ -429,7 +410,7 @@ static void test_report_options(void)
     CHECK_MSG(strstr(err.msg, "--tensors 8138: no finished run") != NULL, "%s", err.msg);
 
     /* An output directory that cannot be created. */
-    const char *blocker = tmp_path("blocker");
+    const char *blocker = qlt_tmp("blocker");
     CHECK_OK(ql_file_write_all(blocker, "x", 1, &err), &err);
     snprintf(p, sizeof p, "%s/sub", blocker);
     CHECK(report(s, p, "fixture-mixed", NULL, false, &sum, &err) == QL_EIO);
@@ -442,10 +423,10 @@ static void test_report_edge_cases(void)
 {
     ql_error err;
     ql_store *s;
-    const char *path = tmp_path("edge.db");
+    const char *path = qlt_tmp("edge.db");
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
     ql_report_summary sum;
-    CHECK(report(s, tmp_path("edge-out"), NULL, NULL, false, &sum, &err) == QL_ENOTFOUND);
+    CHECK(report(s, qlt_tmp("edge-out"), NULL, NULL, false, &sum, &err) == QL_ENOTFOUND);
     CHECK(strstr(err.msg, "no sweeps in this database") != NULL);
 
     /* Add finished configs until two share the first hex digit of their hash
@@ -498,18 +479,18 @@ static void test_report_edge_cases(void)
             seen[strlen(seen)] = hash[0];
     }
     CHECK(shared[0] != '\0');
-    CHECK(report(s, tmp_path("edge-out"), NULL, shared, false, &sum, &err) == QL_EINVAL);
+    CHECK(report(s, qlt_tmp("edge-out"), NULL, shared, false, &sum, &err) == QL_EINVAL);
     CHECK_MSG(strstr(err.msg, "several configs of sweep 'edge' match") != NULL, "%s", err.msg);
 
     /* Without imatrix errors the per-tensor plot falls back to rmse; the
      * outlier ratio varies, so it is a column and part of the labels. */
-    CHECK_OK(report(s, tmp_path("edge-out"), NULL, NULL, false, &sum, &err), &err);
-    char *md = slurp(tmp_path("edge-out/edge/report.md"));
+    CHECK_OK(report(s, qlt_tmp("edge-out"), NULL, NULL, false, &sum, &err), &err);
+    char *md = slurp(qlt_tmp("edge-out/edge/report.md"));
     CHECK_MSG(md && strstr(md, "| weights | outliers |   bpw | size |  KLD mean |\n") &&
                   strstr(md, "(F32 norms included). KLD: KL(reference"),
               "%s", md);
     free(md);
-    char *files = list_dir(tmp_path("edge-out/edge"));
+    char *files = list_dir(qlt_tmp("edge-out/edge"));
     char *tensors = strstr(files, "tensors-");
     CHECK(tensors != NULL);
     if (tensors) {
@@ -517,7 +498,7 @@ static void test_report_edge_cases(void)
         snprintf(name, sizeof name, "%.*s", (int)strcspn(tensors, "\n"), tensors);
         if (strstr(name, ".dat")) {
             snprintf(rel, sizeof rel, "edge-out/edge/%s", name);
-            char *dat = slurp(tmp_path(rel));
+            char *dat = slurp(qlt_tmp(rel));
             CHECK(dat && strstr(dat, "columns: layer rmse used_type") &&
                   strstr(dat, "# config Q8_0 outliers="));
             free(dat);
@@ -538,45 +519,45 @@ static void write_script(const char *path, const char *text)
 
 static void test_plots_without_gnuplot(void)
 {
-    ql_store *s = open_fixture(tmp_path("fixture.db"));
+    ql_store *s = open_fixture(qlt_tmp("fixture.db"));
     ql_report_summary sum;
     ql_error err;
     const char *saved = getenv("PATH");
     char *path_copy = ql_strdup(saved ? saved : "");
 
     /* Not on PATH: tables still written, the reason given, no error. */
-    setenv("PATH", tmp_path("no-such-dir"), 1);
+    setenv("PATH", qlt_tmp("no-such-dir"), 1);
     CHECK(!ql_gnuplot_find(NULL, 0));
-    CHECK_OK(report(s, tmp_path("nognu"), "fixture-formats", NULL, true, &sum, &err), &err);
+    CHECK_OK(report(s, qlt_tmp("nognu"), "fixture-formats", NULL, true, &sum, &err), &err);
     CHECK(sum.plots_skipped && strcmp(sum.why, "gnuplot not found on PATH") == 0);
     CHECK_EQ_INT(sum.plots, 0);
-    CHECK(ql_file_exists(tmp_path("nognu/fixture-formats/report.md")));
-    CHECK(ql_file_exists(tmp_path("nognu/fixture-formats/kld_bpw.gp")));
-    CHECK(!ql_file_exists(tmp_path("nognu/fixture-formats/kld_bpw.png")));
+    CHECK(ql_file_exists(qlt_tmp("nognu/fixture-formats/report.md")));
+    CHECK(ql_file_exists(qlt_tmp("nognu/fixture-formats/kld_bpw.gp")));
+    CHECK(!ql_file_exists(qlt_tmp("nognu/fixture-formats/kld_bpw.png")));
 
     /* A gnuplot that fails: its message is in the reason. */
-    const char *bin = tmp_path("fakebin");
+    const char *bin = qlt_tmp("fakebin");
     mkdir(bin, 0755);
     char fake[600];
     snprintf(fake, sizeof fake, "%s/gnuplot", bin);
     write_script(fake, "#!/bin/sh\necho \"line 3: unknown terminal type\" >&2\nexit 1\n");
     setenv("PATH", bin, 1);
     CHECK(ql_gnuplot_find(NULL, 0));
-    CHECK_OK(report(s, tmp_path("badgnu"), "fixture-formats", NULL, true, &sum, &err), &err);
+    CHECK_OK(report(s, qlt_tmp("badgnu"), "fixture-formats", NULL, true, &sum, &err), &err);
     CHECK_MSG(sum.plots_skipped && strstr(sum.why, "kld_bpw.gp: exit status 1: line 3: unknown "
                                                    "terminal type"),
               "%s", sum.why);
-    CHECK(ql_file_exists(tmp_path("badgnu/fixture-formats/formats.csv")));
+    CHECK(ql_file_exists(qlt_tmp("badgnu/fixture-formats/formats.csv")));
 
     /* A gnuplot that succeeds without drawing. */
     write_script(fake, "#!/bin/sh\nexit 0\n");
-    CHECK_OK(report(s, tmp_path("lazygnu"), "fixture-formats", NULL, true, &sum, &err), &err);
+    CHECK_OK(report(s, qlt_tmp("lazygnu"), "fixture-formats", NULL, true, &sum, &err), &err);
     CHECK_MSG(sum.plots_skipped && strstr(sum.why, "wrote no usable image") &&
                   strstr(sum.why, "kld_bpw.png: cannot open"),
               "%s", sum.why);
     /* One that writes something that is not a PNG. */
     write_script(fake, "#!/bin/sh\necho junk > kld_bpw.png\necho junk > kld_bpw.svg\n");
-    CHECK_OK(report(s, tmp_path("junkgnu"), "fixture-formats", NULL, true, &sum, &err), &err);
+    CHECK_OK(report(s, qlt_tmp("junkgnu"), "fixture-formats", NULL, true, &sum, &err), &err);
     CHECK_MSG(sum.plots_skipped && strstr(sum.why, "not a PNG file"), "%s", sum.why);
 
     setenv("PATH", path_copy, 1);
@@ -587,7 +568,7 @@ static void test_plots_without_gnuplot(void)
 static void test_png_check(void)
 {
     ql_error err;
-    const char *p = tmp_path("tiny.png");
+    const char *p = qlt_tmp("tiny.png");
     static const unsigned char png_head[24] = {0x89, 'P', 'N', 'G',  '\r', '\n', 0x1a, '\n',
                                                0,    0,   0,   13,   'I',  'H',  'D',  'R',
                                                0,    0,   3,   0xc0, 0,    0,    2,    0x58};
@@ -603,7 +584,7 @@ static void test_png_check(void)
     CHECK(ql_png_check(p, 0, &err) == QL_EFORMAT && strstr(err.msg, "PNG of size 0x600"));
     CHECK_OK(ql_file_write_all(p, png_head, 7, &err), &err);
     CHECK(ql_png_check(p, 0, &err) == QL_EFORMAT && strstr(err.msg, "no PNG signature"));
-    CHECK(ql_png_check(tmp_path("absent.png"), 0, &err) == QL_EIO);
+    CHECK(ql_png_check(qlt_tmp("absent.png"), 0, &err) == QL_EIO);
 }
 
 /* With the real gnuplot (skipped when it is not installed): every plot is a
@@ -614,10 +595,10 @@ static void test_plots_real_gnuplot(void)
         printf("note: gnuplot not on PATH; real-plot checks skipped\n");
         return;
     }
-    ql_store *s = open_fixture(tmp_path("fixture.db"));
+    ql_store *s = open_fixture(qlt_tmp("fixture.db"));
     ql_report_summary sum;
     ql_error err;
-    CHECK_OK(report(s, tmp_path("plots"), NULL, NULL, true, &sum, &err), &err);
+    CHECK_OK(report(s, qlt_tmp("plots"), NULL, NULL, true, &sum, &err), &err);
     CHECK_MSG(!sum.plots_skipped, "%s", sum.why);
     /* fixture-formats 3, fixture-mixed 2 groups x 3, fixture-failed none. */
     CHECK_EQ_INT(sum.plots, 9);
@@ -628,11 +609,11 @@ static void test_plots_real_gnuplot(void)
         char p[600];
         snprintf(p, sizeof p, "plots/%s.png", pngs[i]);
         size_t len;
-        unsigned char *data = qlt_read_file(tmp_path(p), &len);
+        unsigned char *data = qlt_read_file(qlt_tmp(p), &len);
         CHECK(len >= QL_PLOT_PNG_MIN_BYTES && memcmp(data, "\x89PNG\r\n\x1a\n", 8) == 0);
         free(data);
         snprintf(p, sizeof p, "plots/%s.svg", pngs[i]);
-        char *svg = slurp(tmp_path(p));
+        char *svg = slurp(qlt_tmp(p));
         CHECK(svg && strstr(svg, "<svg") && strstr(svg, "</svg>"));
         free(svg);
     }

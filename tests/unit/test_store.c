@@ -15,34 +15,6 @@
 #include "types.h"
 #include "util.h"
 
-static const char *tmp_db(const char *name)
-{
-    static char path[8][512];
-    static int next = 0;
-    char *p = path[next++ % 8];
-    snprintf(p, 512, "%s/%s", qlt_tmpdir(), name);
-    unlink(p);
-    char side[600];
-    snprintf(side, sizeof side, "%s-wal", p);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", p);
-    unlink(side);
-    return p;
-}
-
-/* First column of the first row as an integer (-999 when there is no row). */
-static int64_t qint(sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    int64_t v = -999;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    else
-        fprintf(stderr, "qint(%s): %s\n", sql, sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    return v;
-}
-
 /* First column of the first row as text, into a static buffer ("<none>" when no row). */
 static const char *qtext(sqlite3 *db, const char *sql)
 {
@@ -70,16 +42,7 @@ static void env_open(env *e, const char *path)
     CHECK_OK(ql_store_open(path, NULL, &e->s, &err), &err);
     if (!e->s)
         exit(1);
-    ql_store_model m;
-    ql_store_model_init(&m);
-    m.sha256 = QLT_FIXTURE_MODEL_SHA;
-    m.path = "m.gguf";
-    ql_store_dataset d;
-    ql_store_dataset_init(&d);
-    d.sha256 = QLT_FIXTURE_TEXT_SHA;
-    d.name = "text";
-    CHECK_OK(ql_store_upsert_model(e->s, &m, &e->model, &err), &err);
-    CHECK_OK(ql_store_upsert_dataset(e->s, &d, &e->text, &err), &err);
+    qlt_store_add_inputs(e->s, &e->model, &e->text);
 }
 
 static int64_t config_id(env *e, const char *canon)
@@ -118,30 +81,31 @@ static void some_metrics(ql_store_metrics *m)
 
 static void test_schema(void)
 {
-    const char *path = tmp_db("schema.db");
+    const char *path = qlt_tmp_db("schema.db");
     ql_store *s;
     ql_error err;
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
     sqlite3 *db = ql_store_handle(s);
-    CHECK_EQ_INT(qint(db, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
-    CHECK_EQ_INT(qint(db, "PRAGMA application_id"), 0x716c6162);
-    CHECK_EQ_INT(qint(db, "PRAGMA foreign_keys"), 1);
+    CHECK_EQ_INT(qlt_sql_int(db, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
+    CHECK_EQ_INT(qlt_sql_int(db, "PRAGMA application_id"), 0x716c6162);
+    CHECK_EQ_INT(qlt_sql_int(db, "PRAGMA foreign_keys"), 1);
     CHECK(strcmp(qtext(db, "PRAGMA journal_mode"), "wal") == 0);
-    CHECK(qint(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'") >= 7);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name IN "
-                          "('results', 'sweep_results', 'run_log', 'failed_runs', "
-                          "'tensor_results')"),
+    CHECK(qlt_sql_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'") >= 7);
+    CHECK_EQ_INT(qlt_sql_int(db,
+                             "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name IN "
+                             "('results', 'sweep_results', 'run_log', 'failed_runs', "
+                             "'tensor_results')"),
                  5);
 
     /* The two results views have the same columns, none of them twice. */
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM pragma_table_info('results') a JOIN "
-                          "pragma_table_info('sweep_results') b ON a.cid = b.cid AND "
-                          "a.name = b.name"),
-                 qint(db, "SELECT count(*) FROM pragma_table_info('sweep_results')"));
-    CHECK_EQ_INT(qint(db, "SELECT count(DISTINCT name) = count(*) FROM "
-                          "pragma_table_info('sweep_results')"),
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM pragma_table_info('results') a JOIN "
+                                 "pragma_table_info('sweep_results') b ON a.cid = b.cid AND "
+                                 "a.name = b.name"),
+                 qlt_sql_int(db, "SELECT count(*) FROM pragma_table_info('sweep_results')"));
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(DISTINCT name) = count(*) FROM "
+                                 "pragma_table_info('sweep_results')"),
                  1);
-    CHECK(qint(db, "SELECT count(*) FROM pragma_table_info('results')") > 50);
+    CHECK(qlt_sql_int(db, "SELECT count(*) FROM pragma_table_info('results')") > 50);
 
     /* The metric columns of the C struct are exactly the table's, in order. */
     const char *const *names;
@@ -163,14 +127,14 @@ static void test_schema(void)
 
     /* Reopening an up-to-date database changes nothing. */
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
-    CHECK_EQ_INT(qint(ql_store_handle(s), "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
+    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
     ql_store_close(s);
     ql_store_close(NULL);
 }
 
 static void test_round_trip(void)
 {
-    const char *path = tmp_db("roundtrip.db");
+    const char *path = qlt_tmp_db("roundtrip.db");
     env e;
     env_open(&e, path);
     ql_error err;
@@ -188,7 +152,7 @@ static void test_round_trip(void)
     CHECK_EQ_INT(id2, e.model);
     CHECK(strcmp(qtext(db, "SELECT path || ' ' || arch || ' ' || n_layer FROM models"),
                  "elsewhere/m.gguf llama 5") == 0);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM models WHERE params IS NULL"), 1);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM models WHERE params IS NULL"), 1);
     m.sha256 = "not-a-hash";
     CHECK(ql_store_upsert_model(e.s, &m, &id2, &err) == QL_EINVAL);
     int64_t c1 = config_id(&e, "weight_type=Q8_0"), c2 = config_id(&e, "weight_type=q8_0");
@@ -221,11 +185,13 @@ static void test_round_trip(void)
     CHECK(strcmp(qtext(db, "SELECT ppl || ' ' || kld_mean || ' ' || n_tokens || ' ' || "
                            "typeof(n_tokens) || ' ' || typeof(bytes) FROM metrics"),
                  "10.5 0.001953125 252 integer integer") == 0);
-    CHECK_EQ_INT(qint(db, "SELECT (ppl_ref IS NULL) + (kld_p99 IS NULL) + (zlib_bytes IS NULL) "
-                          "+ (gguf_bytes IS NULL) + (rmse IS NULL) FROM metrics"),
+    CHECK_EQ_INT(qlt_sql_int(db,
+                             "SELECT (ppl_ref IS NULL) + (kld_p99 IS NULL) + (zlib_bytes IS NULL) "
+                             "+ (gguf_bytes IS NULL) + (rmse IS NULL) FROM metrics"),
                  5);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM metrics WHERE ppl_ref = 0 OR zlib_bytes = 0"), 0);
-    CHECK_EQ_INT(qint(db, "SELECT (ref_seconds IS NULL) + (seconds = 12.5) FROM runs"), 2);
+    CHECK_EQ_INT(
+        qlt_sql_int(db, "SELECT count(*) FROM metrics WHERE ppl_ref = 0 OR zlib_bytes = 0"), 0);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT (ref_seconds IS NULL) + (seconds = 12.5) FROM runs"), 2);
     CHECK(strcmp(qtext(db, "SELECT qlab_version || ' ' || metrics_version || ' ' || threads || "
                            "' ' || sweep FROM runs"),
                  "0.1.0 1 2 test") == 0);
@@ -239,10 +205,11 @@ static void test_round_trip(void)
                            "tensor_errors WHERE layer IS NOT NULL"),
                  "11 Q4_K Q5_0 1 row length 172 3") == 0);
     /* The views see the run. */
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM results WHERE weight_type = 'Q8_0' AND bpw = 8.5"),
-                 1);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM sweep_results WHERE sweep = 'test'"), 1);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM tensor_results"), 2);
+    CHECK_EQ_INT(
+        qlt_sql_int(db, "SELECT count(*) FROM results WHERE weight_type = 'Q8_0' AND bpw = 8.5"),
+        1);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM sweep_results WHERE sweep = 'test'"), 1);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM tensor_results"), 2);
 
     /* A finished run cannot be finished or failed again. */
     CHECK(ql_store_finish_run(e.s, run, &met, NULL, 0, NULL, &err) == QL_EINVAL);
@@ -253,7 +220,7 @@ static void test_round_trip(void)
 
 static void test_skip_and_retry(void)
 {
-    const char *path = tmp_db("skip.db");
+    const char *path = qlt_tmp_db("skip.db");
     env e;
     env_open(&e, path);
     ql_error err;
@@ -279,7 +246,7 @@ static void test_skip_and_retry(void)
                                 &found, &err),
              &err);
     CHECK_EQ_INT(found, 0);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM failed_runs"), 1);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM failed_runs"), 1);
 
     /* Retried: the same row, running again, error cleared, attempts counted. */
     int64_t again = begin_run(&e, "weight_type=Q4_0", 1);
@@ -322,20 +289,20 @@ static void test_skip_and_retry(void)
     CHECK(strstr(err.msg, "is already done with metrics version 1") != NULL);
     CHECK_OK(ql_store_add_to_sweep(e.s, "other-sweep", run, &err), &err);
     CHECK_OK(ql_store_add_to_sweep(e.s, "other-sweep", run, &err), &err);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM sweep_results"), 2);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM sweep_results"), 2);
     info.metrics_version = 2;
     CHECK_OK(ql_store_begin_run(e.s, &key, &info, &r2, &err), &err);
     CHECK_EQ_INT(r2, run);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM metrics"), 0);
-    CHECK_EQ_INT(qint(db, "SELECT attempts FROM runs"), 3);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM runs"), 1);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM metrics"), 0);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT attempts FROM runs"), 3);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM runs"), 1);
     ql_store_close(e.s);
 
     /* A run left 'running' by a killed process is taken over after reopening. */
     env_open(&e, path);
     int64_t r3 = begin_run(&e, "weight_type=Q4_0", 2);
     CHECK_EQ_INT(r3, run);
-    CHECK_EQ_INT(qint(ql_store_handle(e.s), "SELECT attempts FROM runs"), 4);
+    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(e.s), "SELECT attempts FROM runs"), 4);
     ql_store_close(e.s);
 }
 
@@ -347,10 +314,11 @@ typedef struct {
 static snapshot snap(ql_store *s)
 {
     sqlite3 *db = ql_store_handle(s);
-    snapshot p = {
-        qint(db, "SELECT count(*) FROM metrics"), qint(db, "SELECT count(*) FROM tensor_errors"),
-        qint(db, "SELECT count(*) FROM runs WHERE status = 'done'"),
-        qint(db, "SELECT count(*) FROM runs WHERE status = 'running'"), sqlite3_get_autocommit(db)};
+    snapshot p = {qlt_sql_int(db, "SELECT count(*) FROM metrics"),
+                  qlt_sql_int(db, "SELECT count(*) FROM tensor_errors"),
+                  qlt_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'done'"),
+                  qlt_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'running'"),
+                  sqlite3_get_autocommit(db)};
     return p;
 }
 
@@ -362,7 +330,7 @@ static bool same(snapshot a, snapshot b)
 
 static void test_finish_faults(void)
 {
-    const char *path = tmp_db("faults.db");
+    const char *path = qlt_tmp_db("faults.db");
     env e;
     env_open(&e, path);
     ql_error err;
@@ -425,7 +393,7 @@ static void test_finish_faults(void)
     CHECK_OK(ql_store_finish_run(e.s, c, &met, te, 3, NULL, &err), &err);
 
     /* begin_run and fail_run under faults: no half-created run. */
-    int64_t runs_before = qint(ql_store_handle(e.s), "SELECT count(*) FROM runs");
+    int64_t runs_before = qlt_sql_int(ql_store_handle(e.s), "SELECT count(*) FROM runs");
     int begin_failures = 0;
     for (int n = 1; n < 1000; n++) {
         ql_store_run_key key = {config_id(&e, "weight_type=Q6_K"), e.model, e.text, 128, 4};
@@ -440,9 +408,10 @@ static void test_finish_faults(void)
         }
         begin_failures++;
         CHECK_EQ_INT(r, 0);
-        CHECK_EQ_INT(qint(ql_store_handle(e.s), "SELECT count(*) FROM runs"), runs_before);
-        CHECK_EQ_INT(qint(ql_store_handle(e.s), "SELECT count(*) FROM sweep_runs WHERE sweep = "
-                                                "'faults'"),
+        CHECK_EQ_INT(qlt_sql_int(ql_store_handle(e.s), "SELECT count(*) FROM runs"), runs_before);
+        CHECK_EQ_INT(qlt_sql_int(ql_store_handle(e.s),
+                                 "SELECT count(*) FROM sweep_runs WHERE sweep = "
+                                 "'faults'"),
                      0);
         CHECK(sqlite3_get_autocommit(ql_store_handle(e.s)));
     }
@@ -457,7 +426,7 @@ static void test_open_faults(void)
     for (int n = 1; n < 200; n++) {
         char name[32];
         snprintf(name, sizeof name, "open%d.db", n);
-        const char *path = tmp_db(name);
+        const char *path = qlt_tmp_db(name);
         ql_store *s = NULL;
         ql_error err;
         ql_store_options opt = {.fault_after = n};
@@ -472,9 +441,10 @@ static void test_open_faults(void)
         /* Whatever step failed, the next open completes the schema. */
         CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
         if (s) {
-            CHECK_EQ_INT(qint(ql_store_handle(s), "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
-            CHECK(qint(ql_store_handle(s), "SELECT count(*) FROM sqlite_master WHERE name = "
-                                           "'tensor_results'") == 1);
+            CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "PRAGMA user_version"),
+                         QL_STORE_SCHEMA_VERSION);
+            CHECK(qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM sqlite_master WHERE name = "
+                                                  "'tensor_results'") == 1);
             ql_store_close(s);
         }
     }
@@ -489,7 +459,7 @@ static void test_refusals(void)
     sqlite3 *raw;
 
     /* A database from a newer qlab. */
-    const char *newer = tmp_db("newer.db");
+    const char *newer = qlt_tmp_db("newer.db");
     CHECK_OK(ql_store_open(newer, NULL, &s, &err), &err);
     ql_store_close(s);
     CHECK(sqlite3_open(newer, &raw) == SQLITE_OK);
@@ -508,13 +478,13 @@ static void test_refusals(void)
     CHECK(strcmp(err.msg, want) == 0);
 
     /* Somebody else's SQLite file. */
-    const char *foreign = tmp_db("foreign.db");
+    const char *foreign = qlt_tmp_db("foreign.db");
     CHECK(sqlite3_open(foreign, &raw) == SQLITE_OK);
     CHECK(sqlite3_exec(raw, "CREATE TABLE t (x)", NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(raw);
     CHECK(ql_store_open(foreign, NULL, &s, &err) == QL_EDB);
     CHECK(strstr(err.msg, "not a qlab results database (it has tables") != NULL);
-    const char *other = tmp_db("otherapp.db");
+    const char *other = qlt_tmp_db("otherapp.db");
     CHECK(sqlite3_open(other, &raw) == SQLITE_OK);
     CHECK(sqlite3_exec(raw, "PRAGMA application_id = 42", NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(raw);
@@ -522,7 +492,7 @@ static void test_refusals(void)
     CHECK(strstr(err.msg, "not a qlab results database (application_id 0x2a)") != NULL);
 
     /* Not a database at all. */
-    const char *text = tmp_db("text.db");
+    const char *text = qlt_tmp_db("text.db");
     FILE *f = fopen(text, "w");
     CHECK(f != NULL);
     if (f) {
@@ -533,11 +503,11 @@ static void test_refusals(void)
     CHECK(strstr(err.msg, "file is not a database") != NULL);
 
     /* Read-only: a missing file is not created; writes are refused by SQLite. */
-    const char *missing = tmp_db("missing.db");
+    const char *missing = qlt_tmp_db("missing.db");
     CHECK(ql_store_open(missing, &ro, &s, &err) == QL_EIO);
     CHECK(strstr(err.msg, "no results database here") != NULL);
     CHECK(access(missing, F_OK) != 0);
-    const char *fix = tmp_db("fixture.db");
+    const char *fix = qlt_tmp_db("fixture.db");
     CHECK_OK(qlt_store_fixture(fix, &err), &err);
     CHECK_OK(ql_store_open(fix, &ro, &s, &err), &err);
     if (s) {
@@ -554,16 +524,16 @@ static void test_refusals(void)
 
 static void test_fixture(void)
 {
-    const char *path = tmp_db("fixture2.db");
+    const char *path = qlt_tmp_db("fixture2.db");
     ql_error err;
     CHECK_OK(qlt_store_fixture(path, &err), &err);
     ql_store *s;
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
     sqlite3 *db = ql_store_handle(s);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM results"), 3);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM failed_runs"), 1);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM run_log WHERE status = 'running'"), 1);
-    CHECK_EQ_INT(qint(db, "SELECT count(*) FROM tensor_results"), 9);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM results"), 3);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM failed_runs"), 1);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM run_log WHERE status = 'running'"), 1);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM tensor_results"), 9);
     CHECK(strcmp(qtext(db, "SELECT error FROM failed_runs"), QLT_FIXTURE_ERROR) == 0);
     ql_store_close(s);
 }

@@ -18,34 +18,6 @@
 /* Scored tokens per chunk at ctx 128: positions 64..126. */
 #define TOKENS_PER_CHUNK 63
 
-static const char *tmp_db(const char *name)
-{
-    static char path[4][512];
-    static int next = 0;
-    char *p = path[next++ % 4];
-    snprintf(p, 512, "%s/%s", qlt_tmpdir(), name);
-    const char *suffix[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
-        char f[600];
-        snprintf(f, sizeof f, "%s%s", p, suffix[i]);
-        unlink(f);
-    }
-    return p;
-}
-
-/* First column of the first row as a double (NAN when NULL, -999 when no row). */
-static double qreal(sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    double v = -999;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_type(st, 0) == SQLITE_NULL ? (double)NAN : sqlite3_column_double(st, 0);
-    else
-        fprintf(stderr, "qreal(%s): %s\n", sql, sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    return v;
-}
-
 static int64_t begin(ql_store *s, const char *canon, int64_t model, int64_t text)
 {
     ql_config c;
@@ -57,21 +29,6 @@ static int64_t begin(ql_store *s, const char *canon, int64_t model, int64_t text
     ql_store_run_info info = {"chunks", 2, 1, NULL};
     CHECK_OK(ql_store_begin_run(s, &key, &info, &run, &err), &err);
     return run;
-}
-
-static void ids(ql_store *s, int64_t *model, int64_t *text)
-{
-    ql_error err;
-    ql_store_model m;
-    ql_store_model_init(&m);
-    m.sha256 = QLT_FIXTURE_MODEL_SHA;
-    m.path = "m.gguf";
-    ql_store_dataset d;
-    ql_store_dataset_init(&d);
-    d.sha256 = QLT_FIXTURE_TEXT_SHA;
-    d.name = "text";
-    CHECK_OK(ql_store_upsert_model(s, &m, model, &err), &err);
-    CHECK_OK(ql_store_upsert_dataset(s, &d, text, &err), &err);
 }
 
 /* Chunk i: kld 0.25 * (i + 1) per token, dyadic so sums are exact. */
@@ -94,23 +51,18 @@ static void make_chunks(ql_store_chunk_metrics *ck, ql_store_metrics *m)
     m->kld_mean = kld / m->n_tokens;
 }
 
-static int64_t count(sqlite3 *db, const char *sql)
-{
-    return (int64_t)qreal(db, sql);
-}
-
 static void test_round_trip_and_validation(void)
 {
-    const char *path = tmp_db("chunks.db");
+    const char *path = qlt_tmp_db("chunks.db");
     ql_store *s = NULL;
     ql_error err;
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
     if (!s)
         return;
     sqlite3 *db = ql_store_handle(s);
-    CHECK_EQ_INT(count(db, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
+    CHECK_EQ_INT(qlt_sql_int(db, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
     int64_t model, text;
-    ids(s, &model, &text);
+    qlt_store_add_inputs(s, &model, &text);
 
     ql_store_chunk_metrics ck[CHUNKS];
     ql_store_metrics m;
@@ -159,19 +111,19 @@ static void test_round_trip_and_validation(void)
         ql_store_run_result r = {.metrics = &mm, .chunks = c, .n_chunks = n};
         CHECK_MSG(ql_store_finish_run_result(s, run, &r, &err) == QL_EINVAL, "%s", bad[i].what);
         CHECK_MSG(strstr(err.msg, bad[i].msg) != NULL, "%s: %s", bad[i].what, err.msg);
-        CHECK_EQ_INT(count(db, "SELECT count(*) FROM chunk_metrics"), 0);
-        CHECK_EQ_INT(count(db, "SELECT count(*) FROM metrics"), 0);
+        CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_metrics"), 0);
+        CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM metrics"), 0);
         CHECK(sqlite3_get_autocommit(db));
     }
 
     CHECK_OK(ql_store_finish_run_result(s, run, &res, &err), &err);
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM chunk_metrics"), CHUNKS);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_metrics"), CHUNKS);
     /* Stored sums reproduce the run's mean; the view gives per-chunk means. */
-    CHECK(qreal(db, "SELECT sum(kld_sum) / sum(n_tokens) FROM chunk_metrics") == m.kld_mean);
-    CHECK(qreal(db, "SELECT kld_mean FROM chunk_results WHERE chunk = 3") == 0.25);
-    CHECK(qreal(db, "SELECT ln_ppl_ratio FROM chunk_results WHERE chunk = 0") == 0.5);
-    CHECK(qreal(db, "SELECT top1_count FROM chunk_results WHERE chunk = 0") == 57);
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM chunk_results WHERE weight_type = 'Q4_0'"),
+    CHECK(qlt_sql_real(db, "SELECT sum(kld_sum) / sum(n_tokens) FROM chunk_metrics") == m.kld_mean);
+    CHECK(qlt_sql_real(db, "SELECT kld_mean FROM chunk_results WHERE chunk = 3") == 0.25);
+    CHECK(qlt_sql_real(db, "SELECT ln_ppl_ratio FROM chunk_results WHERE chunk = 0") == 0.5);
+    CHECK(qlt_sql_real(db, "SELECT top1_count FROM chunk_results WHERE chunk = 0") == 57);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_results WHERE weight_type = 'Q4_0'"),
                  CHUNKS);
 
     /* NULL for what was not measured. */
@@ -184,8 +136,8 @@ static void test_round_trip_and_validation(void)
     }
     ql_store_run_result r2 = {.metrics = &m, .chunks = partial, .n_chunks = CHUNKS};
     CHECK_OK(ql_store_finish_run_result(s, run2, &r2, &err), &err);
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM chunk_metrics WHERE nll_sum IS NULL AND "
-                           "top1_count IS NULL"),
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_metrics WHERE nll_sum IS NULL AND "
+                                 "top1_count IS NULL"),
                  CHUNKS);
 
     /* A run of an older metrics version is retried: its chunk rows go with it. */
@@ -198,18 +150,18 @@ static void test_round_trip_and_validation(void)
     int64_t again;
     CHECK_OK(ql_store_begin_run(s, &key, &info, &again, &err), &err);
     CHECK_EQ_INT(again, run);
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM chunk_metrics"), CHUNKS);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_metrics"), CHUNKS);
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM chunk_metrics WHERE run_id = %lld",
              (long long)run);
-    CHECK_EQ_INT(count(db, sql), 0);
+    CHECK_EQ_INT(qlt_sql_int(db, sql), 0);
     ql_store_close(s);
 }
 
 /* A failure at any SQLite call of finish_run_result leaves no chunk row behind. */
 static void test_faults(void)
 {
-    const char *path = tmp_db("chunk-faults.db");
+    const char *path = qlt_tmp_db("chunk-faults.db");
     ql_store *s = NULL;
     ql_error err;
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
@@ -217,7 +169,7 @@ static void test_faults(void)
         return;
     sqlite3 *db = ql_store_handle(s);
     int64_t model, text;
-    ids(s, &model, &text);
+    qlt_store_add_inputs(s, &model, &text);
     ql_store_chunk_metrics ck[CHUNKS];
     ql_store_metrics m;
     make_chunks(ck, &m);
@@ -232,12 +184,12 @@ static void test_faults(void)
             break;
         failures++;
         CHECK_MSG(st == QL_EDB && strstr(err.msg, "injected fault"), "fault %d: %s", n, err.msg);
-        CHECK_EQ_INT(count(db, "SELECT count(*) FROM chunk_metrics"), 0);
-        CHECK_EQ_INT(count(db, "SELECT count(*) FROM runs WHERE status = 'running'"), 1);
+        CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_metrics"), 0);
+        CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'running'"), 1);
     }
     /* The chunk inserts alone are 4 x (3 binds + 4 binds + step) plus a prepare. */
     CHECK_MSG(failures > 30, "only %d failure points", failures);
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM chunk_metrics"), CHUNKS);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_metrics"), CHUNKS);
     ql_store_close(s);
 }
 
@@ -245,19 +197,11 @@ static void test_faults(void)
  * schema version 1; replaying it gives a true v1 file to migrate. */
 static void test_migration_from_v1(void)
 {
-    const char *path = tmp_db("v1.db");
-    char *sql = NULL;
-    size_t len;
-    ql_error err;
-    CHECK_OK(ql_file_read_all(qlt_source("tests/data/store/v1-fixture.sql"), &sql, &len, &err),
-             &err);
-    if (!sql)
+    const char *path = qlt_tmp_db("v1.db");
+    if (!qlt_v1_fixture(path))
         return;
+    ql_error err;
     sqlite3 *raw;
-    CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
-    CHECK_MSG(sqlite3_exec(raw, sql, NULL, NULL, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(raw));
-    sqlite3_close(raw);
-    free(sql);
 
     /* Read-only access does not migrate: it says how to. */
     ql_store *s = NULL;
@@ -289,21 +233,22 @@ static void test_migration_from_v1(void)
     if (!s)
         return;
     sqlite3 *db = ql_store_handle(s);
-    CHECK_EQ_INT(count(db, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM sqlite_master WHERE name IN ('chunk_metrics', "
-                           "'chunk_results')"),
+    CHECK_EQ_INT(qlt_sql_int(db, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
+    CHECK_EQ_INT(qlt_sql_int(db,
+                             "SELECT count(*) FROM sqlite_master WHERE name IN ('chunk_metrics', "
+                             "'chunk_results')"),
                  2);
     /* Everything of version 1 is still there. */
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM runs"), 5);
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM results"), 3);
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM tensor_results"), 9);
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM failed_runs"), 1);
-    CHECK(qreal(db, "SELECT kld_mean FROM results WHERE weight_type = 'Q4_0'") == 0.0625);
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM chunk_metrics"), 0);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM runs"), 5);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM results"), 3);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM tensor_results"), 9);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM failed_runs"), 1);
+    CHECK(qlt_sql_real(db, "SELECT kld_mean FROM results WHERE weight_type = 'Q4_0'") == 0.0625);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_metrics"), 0);
 
     /* The interrupted Q5_0 run of the fixture is retried and finished with chunks. */
     int64_t model, text;
-    ids(s, &model, &text);
+    qlt_store_add_inputs(s, &model, &text);
     ql_config c;
     CHECK_OK(ql_config_from_string("weight_type=Q5_0", &c, &err), &err);
     int64_t cid, run;
@@ -316,7 +261,7 @@ static void test_migration_from_v1(void)
     make_chunks(ck, &m);
     ql_store_run_result res = {.metrics = &m, .chunks = ck, .n_chunks = QLT_FIXTURE_CHUNKS};
     CHECK_OK(ql_store_finish_run_result(s, run, &res, &err), &err);
-    CHECK_EQ_INT(count(db, "SELECT count(*) FROM chunk_results WHERE weight_type = 'Q5_0'"),
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_results WHERE weight_type = 'Q5_0'"),
                  QLT_FIXTURE_CHUNKS);
     ql_store_close(s);
 

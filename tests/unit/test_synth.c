@@ -20,15 +20,6 @@
  * many times the median channel. */
 #define MIN_MASSIVE_RATIO 10.0
 
-static const char *tmp(const char *name)
-{
-    static char buf[4][512];
-    static int next = 0;
-    char *b = buf[next++ % 4];
-    snprintf(b, 512, "%s/%s", qlt_tmpdir(), name);
-    return b;
-}
-
 static double excess_kurtosis(const float *w, int64_t n)
 {
     double m = 0, m2 = 0, m4 = 0;
@@ -80,19 +71,19 @@ static void test_small(void)
     o.kv_heads = 2;
     o.seed = 7;
     ql_error err;
-    CHECK_OK(ql_synth_write(&o, tmp("a.gguf"), &err), &err);
-    CHECK_OK(ql_synth_write(&o, tmp("b.gguf"), &err), &err);
+    CHECK_OK(ql_synth_write(&o, qlt_tmp("a.gguf"), &err), &err);
+    CHECK_OK(ql_synth_write(&o, qlt_tmp("b.gguf"), &err), &err);
     o.seed = 8;
-    CHECK_OK(ql_synth_write(&o, tmp("c.gguf"), &err), &err);
+    CHECK_OK(ql_synth_write(&o, qlt_tmp("c.gguf"), &err), &err);
     char ha[65], hb[65], hc[65];
-    CHECK_OK(ql_sha256_file(tmp("a.gguf"), ha, &err), &err);
-    CHECK_OK(ql_sha256_file(tmp("b.gguf"), hb, &err), &err);
-    CHECK_OK(ql_sha256_file(tmp("c.gguf"), hc, &err), &err);
+    CHECK_OK(ql_sha256_file(qlt_tmp("a.gguf"), ha, &err), &err);
+    CHECK_OK(ql_sha256_file(qlt_tmp("b.gguf"), hb, &err), &err);
+    CHECK_OK(ql_sha256_file(qlt_tmp("c.gguf"), hc, &err), &err);
     CHECK_MSG(strcmp(ha, hb) == 0, "same seed, different files");
     CHECK_MSG(strcmp(ha, hc) != 0, "different seeds, same file");
 
     ql_model *m;
-    ql_status st = ql_model_load(&m, tmp("a.gguf"), &err);
+    ql_status st = ql_model_load(&m, qlt_tmp("a.gguf"), &err);
     CHECK_OK(st, &err);
     if (st)
         return;
@@ -191,8 +182,8 @@ static void test_small(void)
     /* F16 weights, padded vocabulary */
     o.type = QL_TYPE_F16;
     o.vocab = 600;
-    CHECK_OK(ql_synth_write(&o, tmp("pad.gguf"), &err), &err);
-    st = ql_model_load(&m, tmp("pad.gguf"), &err);
+    CHECK_OK(ql_synth_write(&o, qlt_tmp("pad.gguf"), &err), &err);
+    st = ql_model_load(&m, qlt_tmp("pad.gguf"), &err);
     CHECK_OK(st, &err);
     if (st == QL_OK) {
         CHECK_EQ_INT(m->hp.n_vocab, 600);
@@ -214,21 +205,21 @@ static void test_small(void)
 
     /* errors */
     o.vocab = 100;
-    CHECK(ql_synth_write(&o, tmp("small.gguf"), &err) == QL_EINVAL);
+    CHECK(ql_synth_write(&o, qlt_tmp("small.gguf"), &err) == QL_EINVAL);
     CHECK(strstr(err.msg, "smaller than the tokenizer") != NULL);
     o.vocab = 0;
     o.heads = 3;
-    CHECK(ql_synth_write(&o, tmp("heads.gguf"), &err) == QL_EINVAL);
+    CHECK(ql_synth_write(&o, qlt_tmp("heads.gguf"), &err) == QL_EINVAL);
     o.heads = 4;
     o.kv_heads = 3;
-    CHECK(ql_synth_write(&o, tmp("kv.gguf"), &err) == QL_EINVAL);
+    CHECK(ql_synth_write(&o, qlt_tmp("kv.gguf"), &err) == QL_EINVAL);
     o.kv_heads = 2;
     o.type = QL_TYPE_Q4_0;
-    CHECK(ql_synth_write(&o, tmp("q4.gguf"), &err) == QL_EINVAL);
+    CHECK(ql_synth_write(&o, qlt_tmp("q4.gguf"), &err) == QL_EINVAL);
     o.type = QL_TYPE_F32;
     o.tokenizer_src = "/nonexistent/model.gguf";
-    CHECK(ql_synth_write(&o, tmp("tok.gguf"), &err) != QL_OK);
-    CHECK(!ql_file_exists(tmp("tok.gguf")));
+    CHECK(ql_synth_write(&o, qlt_tmp("tok.gguf"), &err) != QL_OK);
+    CHECK(!ql_file_exists(qlt_tmp("tok.gguf")));
 }
 
 /* The README's sizes: about 2M and 30M parameters, rows multiples of 256. */
@@ -254,7 +245,7 @@ static void test_sizes(void)
         o.kv_heads = sizes[i].kv;
         o.type = sizes[i].type;
         ql_error err;
-        const char *p = tmp("size.gguf");
+        const char *p = qlt_tmp("size.gguf");
         CHECK_OK(ql_synth_write(&o, p, &err), &err);
         ql_model *m;
         if (ql_model_load(&m, p, &err) != QL_OK) {

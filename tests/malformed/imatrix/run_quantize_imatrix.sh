@@ -8,13 +8,10 @@ set -u
 qlab="$1"
 dir="$2"
 model="${QLAB_SHARED:-}/models/stories260K.gguf"
-[ -f "$model" ] || { echo "SKIP: $model not found"; exit 77; }
-ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=86"
-UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}halt_on_error=1:exitcode=87"
-export ASAN_OPTIONS UBSAN_OPTIONS
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+# shellcheck source=SCRIPTDIR/../../e2e/lib.sh
+. "$(dirname "$0")/../../e2e/lib.sh"
+sanitizer_exit_codes
+need_file "$model"
 n=0
 tab=$(printf '\t')
 run() { # file
@@ -23,23 +20,12 @@ run() { # file
         >"$tmp/out" 2>"$tmp/err"
 }
 check_error() { # file substring
-    f=$1; want=$2; name=$(basename "$f")
-    first=$(head -n 1 "$tmp/err")
-    if [ "$rc" -ne 1 ]; then
-        echo "FAIL: $name: exit $rc, expected 1"; cat "$tmp/err"; fail=1
-    elif grep -qE 'Sanitizer|runtime error:' "$tmp/err"; then
-        echo "FAIL: $name: sanitizer report"; cat "$tmp/err"; fail=1
-    elif [ "$(wc -l <"$tmp/err")" -ne 1 ]; then
-        echo "FAIL: $name: expected one line on stderr"; cat "$tmp/err"; fail=1
-    elif case "$first" in "qlab: error: $f: "*) false ;; *) true ;; esac; then
-        echo "FAIL: $name: message does not start with 'qlab: error: $f: '"
-        echo "  got: $first"; fail=1
-    elif ! printf '%s\n' "$first" | grep -qF -- "$want"; then
-        echo "FAIL: $name: message lacks '$want'"; echo "  got: $first"; fail=1
-    elif [ -e "$tmp/q.gguf" ] || [ -n "$(ls "$tmp" | grep '\.tmp')" ]; then
-        echo "FAIL: $name: an output file was left behind"; fail=1
+    f=$1; name=$(basename "$f")
+    refused "$name" "$rc" "qlab: error: $f: " "$2" || return
+    if [ -e "$tmp/q.gguf" ] || [ -n "$(ls "$tmp" | grep '\.tmp')" ]; then
+        bad "$name: an output file was left behind"
     else
-        echo "ok: $name: $first"
+        ok "$name: $(head -n 1 "$tmp/err")"
     fi
 }
 
@@ -67,11 +53,7 @@ while IFS="$tab" read -r name code want; do
         echo "ok: $name: $want"
     fi
 done <"$dir/misfit/expected.tsv"
-for f in "$dir"/misfit/*.dat "$dir"/misfit/*.gguf; do
-    name=$(basename "$f")
-    awk -F '\t' -v n="$name" '$1 == n { found = 1 } END { exit !found }' "$dir/misfit/expected.tsv" ||
-        { echo "FAIL: misfit/$name is not listed in misfit/expected.tsv"; fail=1; }
-done
+all_listed "$dir/misfit/expected.tsv" "$dir"/misfit/*.dat "$dir"/misfit/*.gguf
 # An imatrix none of whose entries names a tensor of the model is worth a warning.
 run "$dir/misfit/foreign_names.dat"
 grep -q "^qlab: warning: no entry of .* names a tensor of" "$tmp/err" &&
