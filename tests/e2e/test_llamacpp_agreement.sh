@@ -54,6 +54,7 @@ function check_abs(what, got, want, lim) {
     ppl["Q8_0"] = 6.355973; kld["Q8_0"] = 0.000951; top["Q8_0"] = 98.232
     ppl["Q4_0"] = 6.804494; kld["Q4_0"] = 0.103007; top["Q4_0"] = 83.877
     t = $1; m = $2; n++
+    printf "qlab %s act %s: PPL %.5f, mean KLD %.6f, top-1 %.3f%%\n", t, m, $3, $4, 100 * $5
     if (m == "f32") {
         check(t " f32 PPL", $3, ppl[t], 0.005)
         if (t == "Q4_0") check(t " f32 mean KLD", $4, kld[t], 0.10)
