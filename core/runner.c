@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "actquant.h"
+#include "calib.h"
 #include "data.h"
 #include "fit.h"
 #include "forward.h"
@@ -44,26 +45,6 @@ void ql_run_opts_init(ql_run_opts *o)
     o->shard.index = 0;
     o->shard.count = 1;
 }
-
-/* ------------------------------------------------------------------------- */
-/* Importance matrices named by the configs of a sweep                        */
-
-/* Outlier channel lists of one ratio, selected from a slot's calibration maxima. */
-typedef struct {
-    double ratio;
-    ql_outlier_set *set;
-} outlier_slot;
-
-typedef struct {
-    char key[QL_CONFIG_IMATRIX_MAX + 64]; /* canonical imatrix axis value */
-    ql_imatrix *im;
-    char sha256[65];
-    /* calib: imatrices only: per-channel max |x| of every product on the same
-     * calibration text (the outlier split's statistics), made on first use. */
-    ql_act_stats *act;
-    outlier_slot *outliers;
-    size_t n_outliers;
-} imatrix_slot;
 
 /* ------------------------------------------------------------------------- */
 /* Quantized tensors shared between configs                                   */
@@ -161,8 +142,7 @@ typedef struct {
     ql_forward *fw;
     ql_reference *ref;
 
-    imatrix_slot *imatrices;
-    size_t n_imatrices;
+    ql_calib *calib; /* the importance matrices and outlier sets the configs name */
     const ql_imatrix *metric_imatrix; /* weights the imatrix_err columns of every run */
 
     ql_store *store;
@@ -179,218 +159,6 @@ typedef struct {
     int kill_after; /* fault injection: SIGKILL after this many begun runs (0 = never) */
     int begun;
 } sweep_ctx;
-
-static ql_status load_imatrix_file(const char *path, imatrix_slot *slot, ql_error *err)
-{
-    char resolved[QL_PATH_MAX];
-    ql_status st = ql_data_resolve(path, resolved, sizeof resolved, NULL, err);
-    if (st)
-        return ql_error_prefix(err, "imatrix: ");
-    if ((st = ql_sha256_file(resolved, slot->sha256, err)))
-        return st;
-    return ql_imatrix_read(resolved, &slot->im, err);
-}
-
-/* Tokenizes a config's calibration text into chunks (ctx default: the sweep's). */
-static ql_status calib_chunks(sweep_ctx *s, const ql_config *c, const char *text_path,
-                              ql_ppl_data *d, ql_error *err)
-{
-    const int ctx = c->imatrix_ctx > 0 ? c->imatrix_ctx : s->sw->ctx;
-    char *text = NULL;
-    size_t len = 0;
-    ql_status st = ql_file_read_all(text_path, &text, &len, err);
-    if (!st && (st = ql_ppl_data_from_text(d, s->tok, text, len, ctx, c->imatrix_chunks, err)))
-        ql_error_prefix(err, "calib:%s: %s: ", c->imatrix, text_path);
-    free(text);
-    return st;
-}
-
-/* The calibration imatrix of `calib:NAME[,ctx=N][,chunks=N]`: llama-imatrix's
- * collection (imatrix.h) over the named text with the sweep's model and the exact
- * reference (f32 K/V), computed once and kept in the cache directory as a GGUF
- * imatrix keyed by (model sha256, text sha256, ctx, chunks, process-output), so
- * shards and resumed sweeps load the same file. The run records the file's sha256. */
-static ql_status calib_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot *slot, ql_error *err)
-{
-    const int ctx = c->imatrix_ctx > 0 ? c->imatrix_ctx : s->sw->ctx;
-    const int chunks = c->imatrix_chunks;
-    const bool process_output = false; /* sweeps have no --process-output */
-    char text_path[QL_PATH_MAX], text_sha[65];
-    const ql_data_entry *te = NULL;
-    ql_status st = ql_data_resolve(c->imatrix, text_path, sizeof text_path, &te, err);
-    if (st)
-        return ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
-    if (te)
-        ql_strlcpy(text_sha, te->sha256, sizeof text_sha);
-    else if ((st = ql_sha256_file(text_path, text_sha, err)))
-        return st;
-    char path[QL_PATH_MAX];
-    int n = snprintf(path, sizeof path, "%s/imatrix-%.16s-%.16s-c%d-n%d-po%d.gguf", s->cache_dir,
-                     s->model_sha, text_sha, ctx, chunks, process_output ? 1 : 0);
-    if (n < 0 || (size_t)n >= sizeof path)
-        return ql_error_set(err, QL_EINVAL, "imatrix cache path under '%s' is too long",
-                            s->cache_dir);
-
-    if (ql_file_exists(path)) {
-        ql_error rerr;
-        ql_imatrix *im = NULL;
-        st = ql_imatrix_read(path, &im, &rerr);
-        if (!st && im->chunk_size == ctx && (chunks == 0 || im->chunk_count <= chunks)) {
-            slot->im = im;
-            if (!s->opts->quiet)
-                fprintf(stderr, "imatrix calib:%s: loaded from cache %s\n", c->imatrix, path);
-            return ql_sha256_file(path, slot->sha256, err);
-        }
-        fprintf(stderr, "qlab: warning: ignoring the cached imatrix %s (%s); computing it again\n",
-                path, st ? rerr.msg : "another chunk size or chunk count");
-        ql_imatrix_free(im);
-    }
-
-    ql_ppl_data d;
-    memset(&d, 0, sizeof d);
-    ql_forward *fw = NULL;
-    if ((st = calib_chunks(s, c, text_path, &d, err)))
-        goto out;
-    if ((st = ql_forward_alloc(&fw, &s->model->hp, ctx, err)))
-        goto out;
-    ql_imatrix_opts o = {process_output, c->imatrix, s->opts->quiet, NULL, NULL};
-    ql_imatrix_summary sum;
-    if ((st = ql_imatrix_collect(fw, s->model->weights, &d, &o, &slot->im, &sum, err))) {
-        ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
-        goto out;
-    }
-    if ((st = ql_make_dirs(s->cache_dir, err)) ||
-        (st = ql_imatrix_write(slot->im, path, QL_IMATRIX_GGUF, err)) ||
-        (st = ql_sha256_file(path, slot->sha256, err)))
-        goto out;
-    if (!s->opts->quiet)
-        fprintf(stderr,
-                "imatrix calib:%s: %lld entries over %lld chunks of %d tokens in %.1f s, cached "
-                "in %s\n",
-                c->imatrix, (long long)sum.n_entries, (long long)sum.n_chunks, ctx, sum.seconds,
-                path);
-out:
-    if (st) {
-        ql_imatrix_free(slot->im);
-        slot->im = NULL;
-    }
-    ql_forward_free(fw);
-    ql_ppl_data_deinit(&d);
-    return st;
-}
-
-/* The per-channel maxima of a calib: slot's text (for the outlier split), computed
- * once per sweep with the reference weights. */
-static ql_status calib_act_stats(sweep_ctx *s, const ql_config *c, imatrix_slot *slot,
-                                 ql_error *err)
-{
-    if (slot->act)
-        return QL_OK;
-    char text_path[QL_PATH_MAX];
-    ql_status st = ql_data_resolve(c->imatrix, text_path, sizeof text_path, NULL, err);
-    if (st)
-        return ql_error_prefix(err, "calib:%s: ", c->imatrix);
-    ql_ppl_data d;
-    memset(&d, 0, sizeof d);
-    ql_forward *fw = NULL;
-    double t0 = ql_now();
-    if (!(st = calib_chunks(s, c, text_path, &d, err)) &&
-        !(st = ql_forward_alloc(&fw, &s->model->hp, d.ctx, err)))
-        st = ql_act_stats_collect(&slot->act, fw, s->model->weights, &d, err);
-    if (st)
-        ql_error_prefix(err, "outlier statistics on calib:%s: ", c->imatrix);
-    else if (!s->opts->quiet)
-        fprintf(stderr, "calib:%s: per-channel activation maxima over %lld chunks in %.1f s\n",
-                c->imatrix, (long long)d.n_chunks, ql_now() - t0);
-    ql_forward_free(fw);
-    ql_ppl_data_deinit(&d);
-    return st;
-}
-
-/* The outlier channels of a config: NULL without a split (outlier_ratio 0). A
- * ratio needs calibration statistics, which come from the calib: text of the
- * config's importance matrix, so the run's identity names them. */
-static ql_status config_outliers(sweep_ctx *s, const ql_config *c, imatrix_slot *slot,
-                                 const ql_outlier_set **out, ql_error *err)
-{
-    *out = NULL;
-    if (c->outlier_ratio <= 0)
-        return QL_OK;
-    if (!slot || c->imatrix_kind != QL_IMATRIX_CALIB)
-        return ql_error_set(err, QL_EINVAL,
-                            "outlier_ratio %g needs calibration statistics: give the config a "
-                            "calibration text with imatrix = calib:<text>",
-                            c->outlier_ratio);
-    for (size_t i = 0; i < slot->n_outliers; i++)
-        if (slot->outliers[i].ratio == c->outlier_ratio) {
-            *out = slot->outliers[i].set;
-            return QL_OK;
-        }
-    ql_status st = calib_act_stats(s, c, slot, err);
-    if (st)
-        return st;
-    outlier_slot *grown = realloc(slot->outliers, (slot->n_outliers + 1) * sizeof *grown);
-    if (!grown)
-        return ql_error_set(err, QL_ENOMEM, "out of memory for outlier lists");
-    slot->outliers = grown;
-    outlier_slot *os = &slot->outliers[slot->n_outliers];
-    os->ratio = c->outlier_ratio;
-    if ((st = ql_outlier_set_build(slot->act, c->outlier_ratio, &os->set, err)))
-        return st;
-    slot->n_outliers++;
-    *out = os->set;
-    return QL_OK;
-}
-
-/* The importance matrix of a config (NULL for none), loading it on first use. */
-static ql_status config_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot **out, ql_error *err)
-{
-    *out = NULL;
-    if (c->imatrix_kind == QL_IMATRIX_NONE)
-        return QL_OK;
-    char key[sizeof s->imatrices[0].key];
-    ql_config_axis_string(c, QL_AXIS_IMATRIX, key, sizeof key);
-    for (size_t i = 0; i < s->n_imatrices; i++)
-        if (strcmp(s->imatrices[i].key, key) == 0) {
-            *out = &s->imatrices[i];
-            return QL_OK;
-        }
-    imatrix_slot *grown = realloc(s->imatrices, (s->n_imatrices + 1) * sizeof *grown);
-    if (!grown)
-        return ql_error_set(err, QL_ENOMEM, "out of memory for an imatrix");
-    s->imatrices = grown;
-    imatrix_slot *slot = &s->imatrices[s->n_imatrices];
-    memset(slot, 0, sizeof *slot);
-    ql_strlcpy(slot->key, key, sizeof slot->key);
-    ql_status st = c->imatrix_kind == QL_IMATRIX_CALIB ? calib_imatrix(s, c, slot, err)
-                                                       : load_imatrix_file(c->imatrix, slot, err);
-    if (st) {
-        ql_imatrix_free(slot->im);
-        return st;
-    }
-    s->n_imatrices++;
-    *out = slot;
-    return QL_OK;
-}
-
-/* Per-column importance of a tensor from im into buf; NULL when im is NULL or has no
- * usable entry for it (llama-quantize then quantizes without importance). */
-static ql_status column_weights(const ql_imatrix *im, const char *name, int64_t n_cols, float *buf,
-                                const float **out, ql_error *err)
-{
-    *out = NULL;
-    if (!im)
-        return QL_OK;
-    ql_status st = ql_imatrix_weights(im, name, n_cols, buf, err);
-    /* As llama-quantize (and ql_imatrix_table): no entry, or a token_embd entry of
-     * another length, means no importance; any other length is an error. */
-    if (st == QL_ENOTFOUND || (st == QL_EFORMAT && strcmp(name, "token_embd.weight") == 0))
-        return QL_OK;
-    if (st)
-        return st;
-    *out = buf;
-    return QL_OK;
-}
 
 /* The cached quantized tensor for (name, type, imatrix), quantizing it on a miss. */
 static ql_status get_qtensor(sweep_ctx *s, const ql_quant_plan_entry *e, const float *src,
@@ -423,7 +191,7 @@ static ql_status get_qtensor(sweep_ctx *s, const ql_quant_plan_entry *e, const f
         return ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", e->name);
     }
     const float *qw, *mw;
-    ql_status st = column_weights(im, e->name, e->n_per_row, s->imat_buf, &qw, err);
+    ql_status st = ql_calib_column_weights(im, e->name, e->n_per_row, s->imat_buf, &qw, err);
     if (!st && (oc || e->used == QL_TYPE_Q8_0_XC)) {
         /* The outlier split (outliers.h): the columns stay exact, the rest is
          * quantized without them; Q8_0_XC keeps them exact inside Q8_0 blocks. */
@@ -438,7 +206,8 @@ static ql_status get_qtensor(sweep_ctx *s, const ql_quant_plan_entry *e, const f
                                    err);
     }
     if (!st)
-        st = column_weights(s->metric_imatrix, e->name, e->n_per_row, s->metric_buf, &mw, err);
+        st = ql_calib_column_weights(s->metric_imatrix, e->name, e->n_per_row, s->metric_buf, &mw,
+                                     err);
     if (!st)
         st = ql_weight_error_add(&nt.werr, src, nt.deq, e->nrows, e->n_per_row, mw, err);
     if (st) {
@@ -576,7 +345,8 @@ static ql_status build_weights(sweep_ctx *s, const ql_quant_plan *plan, const ql
             /* Kept exact: no error, the reference weights are used as they are; with
              * importance weights its sum I w^2 still counts in the relative total. */
             const float *mw = NULL;
-            st = column_weights(s->metric_imatrix, e->name, e->n_per_row, s->metric_buf, &mw, err);
+            st = ql_calib_column_weights(s->metric_imatrix, e->name, e->n_per_row, s->metric_buf,
+                                         &mw, err);
             if (st)
                 break;
             ql_weight_error zero;
@@ -786,7 +556,7 @@ static void fit_candidates(int32_t cap, char *buf, size_t size)
 
 /* Replaces the policy's types by the ones the exact-fit solver chose for a budget,
  * and recomputes the plan's byte totals. */
-static ql_status apply_budget(sweep_ctx *s, const ql_config *c, const imatrix_slot *slot,
+static ql_status apply_budget(sweep_ctx *s, const ql_config *c, const ql_calib_slot *slot,
                               ql_quant_plan *plan, ql_error *err)
 {
     if (c->head_type != QL_TYPE_SAME || c->embd_type != QL_TYPE_SAME)
@@ -795,7 +565,8 @@ static ql_status apply_budget(sweep_ctx *s, const ql_config *c, const imatrix_sl
                             "types too; use head_type = same and embd_type = same");
     ql_fit_imatrix *fim = NULL;
     ql_status st = QL_OK;
-    if (slot && (st = ql_fit_imatrix_wrap(slot->im, slot->sha256, &fim, err)))
+    if (slot && (st = ql_fit_imatrix_wrap(ql_calib_slot_imatrix(slot), ql_calib_slot_sha256(slot),
+                                          &fim, err)))
         return st;
     ql_fit_budget b = {c->budget_kind == QL_BUDGET_BPW ? QL_FIT_BUDGET_BPW : QL_FIT_BUDGET_BYTES,
                        (uint64_t)c->budget_bytes, c->budget_bpw};
@@ -836,14 +607,14 @@ out:
     return st;
 }
 
-static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, imatrix_slot *slot,
+static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, ql_calib_slot *slot,
                                  const char *label, config_result *r, ql_error *err)
 {
     double t0 = ql_now();
     ql_store_metrics_init(&r->m);
     ql_store_timing_init(&r->timing);
     ql_status st;
-    const ql_imatrix *im = slot ? slot->im : NULL;
+    const ql_imatrix *im = ql_calib_slot_imatrix(slot);
     ql_quant_config qc = {c->weight_type, c->head_type, c->embd_type};
     ql_quant_plan *plan;
     if ((st = ql_quant_plan_build(s->model->gguf, &qc, &plan, err)))
@@ -864,7 +635,7 @@ static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, imatrix_slot 
     if (changed)
         ql_quant_plan_totals(plan);
     const ql_outlier_set *os = NULL;
-    if ((st = config_outliers(s, c, slot, &os, err))) {
+    if ((st = ql_calib_config_outliers(s->calib, c, slot, &os, err))) {
         ql_quant_plan_free(plan);
         return st;
     }
@@ -983,24 +754,6 @@ static ql_status open_store(sweep_ctx *s, ql_error *err)
     return ql_store_upsert_dataset(s->store, &d, &s->dataset_id, err);
 }
 
-/* The imatrix that weighs the imatrix_err columns: the first one a config of the
- * sweep names (in expansion order), so every run of a sweep is weighed alike. */
-static ql_status pick_metric_imatrix(sweep_ctx *s, ql_error *err)
-{
-    for (size_t i = 0; i < s->sw->n_points; i++) {
-        const ql_config *c = &s->sw->points[i].config;
-        if (c->imatrix_kind == QL_IMATRIX_NONE)
-            continue;
-        imatrix_slot *slot;
-        ql_status st = config_imatrix(s, c, &slot, err);
-        if (st)
-            return st;
-        s->metric_imatrix = slot->im;
-        return QL_OK;
-    }
-    return QL_OK;
-}
-
 static void sweep_ctx_deinit(sweep_ctx *s)
 {
     qcache_deinit(&s->cache);
@@ -1011,17 +764,9 @@ static void sweep_ctx_deinit(sweep_ctx *s)
     ql_reference_free(s->ref);
     ql_forward_free(s->fw);
     ql_ppl_data_deinit(&s->data);
+    ql_calib_free(s->calib);
     ql_tokenizer_free(s->tok);
     ql_model_free(s->model);
-    for (size_t i = 0; i < s->n_imatrices; i++) {
-        imatrix_slot *slot = &s->imatrices[i];
-        ql_imatrix_free(slot->im);
-        ql_act_stats_free(slot->act);
-        for (size_t k = 0; k < slot->n_outliers; k++)
-            ql_outlier_set_free(slot->outliers[k].set);
-        free(slot->outliers);
-    }
-    free(s->imatrices);
     ql_store_close(s->store);
 }
 
@@ -1158,8 +903,12 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
     ql_threads_set(opts->threads > 0 ? opts->threads : sw->threads);
 
     ql_status st = open_inputs(&s, err);
+    if (!st) {
+        ql_calib_source cs = {s.model, s.tok, s.model_sha, s.cache_dir, sw->ctx, opts->quiet};
+        st = ql_calib_alloc(&s.calib, &cs, err);
+    }
     if (!st)
-        st = pick_metric_imatrix(&s, err);
+        st = ql_calib_pick_metric_imatrix(s.calib, sw, &s.metric_imatrix, err);
     if (!st)
         st = open_store(&s, err);
     if (st)
@@ -1243,12 +992,12 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
          * records which one it used; failing to load it fails the run. */
         ql_error cerr;
         ql_error_clear(&cerr);
-        imatrix_slot *slot = NULL;
-        ql_status cst = config_imatrix(&s, &pt->config, &slot, &cerr);
+        ql_calib_slot *slot = NULL;
+        ql_status cst = ql_calib_config_imatrix(s.calib, &pt->config, &slot, &cerr);
         ql_store_run_key key = {config_id, s.model_id, s.dataset_id, sw->ctx,
                                 (int)s.data.n_chunks};
         ql_store_run_info info = {sw->name, ql_threads_get(), QL_METRICS_VERSION,
-                                  slot ? slot->sha256 : NULL};
+                                  ql_calib_slot_sha256(slot)};
         if ((st = ql_store_begin_run(s.store, &key, &info, &run_id, err)))
             break;
         if (s.kill_after > 0 && ++s.begun > s.kill_after)
