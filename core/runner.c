@@ -1,7 +1,6 @@
 /* The sweep runner: reference once, then every config against it (runner.h). */
 #include "runner.h"
 
-#include <errno.h>
 #include <libgen.h>
 #include <math.h>
 #include <signal.h>
@@ -9,23 +8,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "actquant.h"
+#include "calib.h"
 #include "data.h"
-#include "fit.h"
 #include "forward.h"
 #include "gguf.h"
-#include "imatrix.h"
 #include "imatrix_io.h"
 #include "metrics.h"
 #include "model.h"
-#include "outliers.h"
 #include "perplexity.h"
 #include "progress.h"
-#include "ql_config.h"
-#include "quant.h"
-#include "quant_int8row.h"
+#include "qweights.h"
 #include "reference.h"
 #include "store.h"
 #include "synth.h"
@@ -34,111 +27,11 @@
 #include "types.h"
 #include "util.h"
 
-/* Quantized tensors kept across configs, by default: enough for every tensor of a
- * few configs of a 100M-parameter model. */
-#define DEFAULT_CACHE_BYTES ((size_t)2 << 30)
-
 void ql_run_opts_init(ql_run_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->shard.index = 0;
     o->shard.count = 1;
-}
-
-/* ------------------------------------------------------------------------- */
-/* Importance matrices named by the configs of a sweep                        */
-
-/* Outlier channel lists of one ratio, selected from a slot's calibration maxima. */
-typedef struct {
-    double ratio;
-    ql_outlier_set *set;
-} outlier_slot;
-
-typedef struct {
-    char key[QL_CONFIG_IMATRIX_MAX + 64]; /* canonical imatrix axis value */
-    ql_imatrix *im;
-    char sha256[65];
-    /* calib: imatrices only: per-channel max |x| of every product on the same
-     * calibration text (the outlier split's statistics), made on first use. */
-    ql_act_stats *act;
-    outlier_slot *outliers;
-    size_t n_outliers;
-} imatrix_slot;
-
-/* ------------------------------------------------------------------------- */
-/* Quantized tensors shared between configs                                   */
-
-typedef struct {
-    char name[QL_QUANT_NAME_MAX];
-    int32_t type;
-    const ql_imatrix *imatrix; /* importance used to quantize (identity), NULL = none */
-    const ql_outlier_cols *oc; /* outlier columns kept exact (identity), NULL = none */
-    uint64_t outlier_bytes;    /* f32 values and indices of those columns */
-    void *q;                   /* quantized bytes (storage type: Q8_0 for Q8_0_XC) */
-    size_t q_bytes;
-    float *deq; /* (nrows, n_per_row) dequantized */
-    int64_t nrows, n_per_row;
-    ql_weight_error werr; /* against the reference weights, weighted by the metric imatrix */
-    uint64_t last_use;
-} qtensor;
-
-typedef struct {
-    qtensor *items;
-    size_t n, cap;
-    size_t bytes, max_bytes;
-    uint64_t clock;
-} qcache;
-
-static void qtensor_release(qtensor *t)
-{
-    free(t->q);
-    free(t->deq);
-    t->q = NULL;
-    t->deq = NULL;
-}
-
-static size_t qtensor_mem(const qtensor *t)
-{
-    return t->q_bytes + (size_t)(t->nrows * t->n_per_row) * sizeof(float);
-}
-
-static void qcache_deinit(qcache *c)
-{
-    for (size_t i = 0; i < c->n; i++)
-        qtensor_release(&c->items[i]);
-    free(c->items);
-    memset(c, 0, sizeof *c);
-}
-
-/* Drops least recently used tensors not used by the current config (last_use <
- * keep_from) until the cache fits. */
-static void qcache_trim(qcache *c, uint64_t keep_from)
-{
-    while (c->bytes > c->max_bytes) {
-        size_t victim = SIZE_MAX;
-        for (size_t i = 0; i < c->n; i++)
-            if (c->items[i].last_use < keep_from &&
-                (victim == SIZE_MAX || c->items[i].last_use < c->items[victim].last_use))
-                victim = i;
-        if (victim == SIZE_MAX)
-            return;
-        c->bytes -= qtensor_mem(&c->items[victim]);
-        qtensor_release(&c->items[victim]);
-        c->items[victim] = c->items[--c->n];
-    }
-}
-
-static qtensor *qcache_find(qcache *c, const char *name, int32_t type, const ql_imatrix *im,
-                            const ql_outlier_cols *oc)
-{
-    for (size_t i = 0; i < c->n; i++) {
-        qtensor *t = &c->items[i];
-        if (t->type == type && t->imatrix == im && t->oc == oc && strcmp(t->name, name) == 0) {
-            t->last_use = c->clock;
-            return t;
-        }
-    }
-    return NULL;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -161,537 +54,35 @@ typedef struct {
     ql_forward *fw;
     ql_reference *ref;
 
-    imatrix_slot *imatrices;
-    size_t n_imatrices;
-    const ql_imatrix *metric_imatrix; /* weights the imatrix_err columns of every run */
+    ql_calib *calib; /* the importance matrices and outlier sets the configs name */
+    ql_qweights *qw; /* the configs' quantized weights and the tensor cache they share */
 
     ql_store *store;
     int64_t model_id, dataset_id;
 
-    qcache cache;
     ql_dist_acc *acc;
-    float *logits;  /* (n_scored, n_vocab) */
-    float *imat_buf; /* per-column importance scratch (max row length) */
-    float *metric_buf;
-    int64_t max_row;
+    float *logits; /* (n_scored, n_vocab) */
 
     char eta_note[64]; /* "sweep ETA 3m05s", shown on each config's progress line */
     int kill_after; /* fault injection: SIGKILL after this many begun runs (0 = never) */
     int begun;
 } sweep_ctx;
 
-static ql_status load_imatrix_file(const char *path, imatrix_slot *slot, ql_error *err)
-{
-    char resolved[QL_PATH_MAX];
-    ql_status st = ql_data_resolve(path, resolved, sizeof resolved, NULL, err);
-    if (st)
-        return ql_error_prefix(err, "imatrix: ");
-    if ((st = ql_sha256_file(resolved, slot->sha256, err)))
-        return st;
-    return ql_imatrix_read(resolved, &slot->im, err);
-}
-
-/* Tokenizes a config's calibration text into chunks (ctx default: the sweep's). */
-static ql_status calib_chunks(sweep_ctx *s, const ql_config *c, const char *text_path,
-                              ql_ppl_data *d, ql_error *err)
-{
-    const int ctx = c->imatrix_ctx > 0 ? c->imatrix_ctx : s->sw->ctx;
-    char *text = NULL;
-    size_t len = 0;
-    ql_status st = ql_file_read_all(text_path, &text, &len, err);
-    if (!st && (st = ql_ppl_data_from_text(d, s->tok, text, len, ctx, c->imatrix_chunks, err)))
-        ql_error_prefix(err, "calib:%s: %s: ", c->imatrix, text_path);
-    free(text);
-    return st;
-}
-
-/* The calibration imatrix of `calib:NAME[,ctx=N][,chunks=N]`: llama-imatrix's
- * collection (imatrix.h) over the named text with the sweep's model and the exact
- * reference (f32 K/V), computed once and kept in the cache directory as a GGUF
- * imatrix keyed by (model sha256, text sha256, ctx, chunks, process-output), so
- * shards and resumed sweeps load the same file. The run records the file's sha256. */
-static ql_status calib_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot *slot, ql_error *err)
-{
-    const int ctx = c->imatrix_ctx > 0 ? c->imatrix_ctx : s->sw->ctx;
-    const int chunks = c->imatrix_chunks;
-    const bool process_output = false; /* sweeps have no --process-output */
-    char text_path[QL_PATH_MAX], text_sha[65];
-    const ql_data_entry *te = NULL;
-    ql_status st = ql_data_resolve(c->imatrix, text_path, sizeof text_path, &te, err);
-    if (st)
-        return ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
-    if (te)
-        ql_strlcpy(text_sha, te->sha256, sizeof text_sha);
-    else if ((st = ql_sha256_file(text_path, text_sha, err)))
-        return st;
-    char path[QL_PATH_MAX];
-    int n = snprintf(path, sizeof path, "%s/imatrix-%.16s-%.16s-c%d-n%d-po%d.gguf", s->cache_dir,
-                     s->model_sha, text_sha, ctx, chunks, process_output ? 1 : 0);
-    if (n < 0 || (size_t)n >= sizeof path)
-        return ql_error_set(err, QL_EINVAL, "imatrix cache path under '%s' is too long",
-                            s->cache_dir);
-
-    if (ql_file_exists(path)) {
-        ql_error rerr;
-        ql_imatrix *im = NULL;
-        st = ql_imatrix_read(path, &im, &rerr);
-        if (!st && im->chunk_size == ctx && (chunks == 0 || im->chunk_count <= chunks)) {
-            slot->im = im;
-            if (!s->opts->quiet)
-                fprintf(stderr, "imatrix calib:%s: loaded from cache %s\n", c->imatrix, path);
-            return ql_sha256_file(path, slot->sha256, err);
-        }
-        fprintf(stderr, "qlab: warning: ignoring the cached imatrix %s (%s); computing it again\n",
-                path, st ? rerr.msg : "another chunk size or chunk count");
-        ql_imatrix_free(im);
-    }
-
-    ql_ppl_data d;
-    memset(&d, 0, sizeof d);
-    ql_forward *fw = NULL;
-    if ((st = calib_chunks(s, c, text_path, &d, err)))
-        goto out;
-    if ((st = ql_forward_alloc(&fw, &s->model->hp, ctx, err)))
-        goto out;
-    ql_imatrix_opts o = {process_output, c->imatrix, s->opts->quiet, NULL, NULL};
-    ql_imatrix_summary sum;
-    if ((st = ql_imatrix_collect(fw, s->model->weights, &d, &o, &slot->im, &sum, err))) {
-        ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
-        goto out;
-    }
-    if ((st = ql_make_dirs(s->cache_dir, err)) ||
-        (st = ql_imatrix_write(slot->im, path, QL_IMATRIX_GGUF, err)) ||
-        (st = ql_sha256_file(path, slot->sha256, err)))
-        goto out;
-    if (!s->opts->quiet)
-        fprintf(stderr,
-                "imatrix calib:%s: %lld entries over %lld chunks of %d tokens in %.1f s, cached "
-                "in %s\n",
-                c->imatrix, (long long)sum.n_entries, (long long)sum.n_chunks, ctx, sum.seconds,
-                path);
-out:
-    if (st) {
-        ql_imatrix_free(slot->im);
-        slot->im = NULL;
-    }
-    ql_forward_free(fw);
-    ql_ppl_data_deinit(&d);
-    return st;
-}
-
-/* The per-channel maxima of a calib: slot's text (for the outlier split), computed
- * once per sweep with the reference weights. */
-static ql_status calib_act_stats(sweep_ctx *s, const ql_config *c, imatrix_slot *slot,
-                                 ql_error *err)
-{
-    if (slot->act)
-        return QL_OK;
-    char text_path[QL_PATH_MAX];
-    ql_status st = ql_data_resolve(c->imatrix, text_path, sizeof text_path, NULL, err);
-    if (st)
-        return ql_error_prefix(err, "calib:%s: ", c->imatrix);
-    ql_ppl_data d;
-    memset(&d, 0, sizeof d);
-    ql_forward *fw = NULL;
-    double t0 = ql_now();
-    if (!(st = calib_chunks(s, c, text_path, &d, err)) &&
-        !(st = ql_forward_alloc(&fw, &s->model->hp, d.ctx, err)))
-        st = ql_act_stats_collect(&slot->act, fw, s->model->weights, &d, err);
-    if (st)
-        ql_error_prefix(err, "outlier statistics on calib:%s: ", c->imatrix);
-    else if (!s->opts->quiet)
-        fprintf(stderr, "calib:%s: per-channel activation maxima over %lld chunks in %.1f s\n",
-                c->imatrix, (long long)d.n_chunks, ql_now() - t0);
-    ql_forward_free(fw);
-    ql_ppl_data_deinit(&d);
-    return st;
-}
-
-/* The outlier channels of a config: NULL without a split (outlier_ratio 0). A
- * ratio needs calibration statistics, which come from the calib: text of the
- * config's importance matrix, so the run's identity names them. */
-static ql_status config_outliers(sweep_ctx *s, const ql_config *c, imatrix_slot *slot,
-                                 const ql_outlier_set **out, ql_error *err)
-{
-    *out = NULL;
-    if (c->outlier_ratio <= 0)
-        return QL_OK;
-    if (!slot || c->imatrix_kind != QL_IMATRIX_CALIB)
-        return ql_error_set(err, QL_EINVAL,
-                            "outlier_ratio %g needs calibration statistics: give the config a "
-                            "calibration text with imatrix = calib:<text>",
-                            c->outlier_ratio);
-    for (size_t i = 0; i < slot->n_outliers; i++)
-        if (slot->outliers[i].ratio == c->outlier_ratio) {
-            *out = slot->outliers[i].set;
-            return QL_OK;
-        }
-    ql_status st = calib_act_stats(s, c, slot, err);
-    if (st)
-        return st;
-    outlier_slot *grown = realloc(slot->outliers, (slot->n_outliers + 1) * sizeof *grown);
-    if (!grown)
-        return ql_error_set(err, QL_ENOMEM, "out of memory for outlier lists");
-    slot->outliers = grown;
-    outlier_slot *os = &slot->outliers[slot->n_outliers];
-    os->ratio = c->outlier_ratio;
-    if ((st = ql_outlier_set_build(slot->act, c->outlier_ratio, &os->set, err)))
-        return st;
-    slot->n_outliers++;
-    *out = os->set;
-    return QL_OK;
-}
-
-/* The importance matrix of a config (NULL for none), loading it on first use. */
-static ql_status config_imatrix(sweep_ctx *s, const ql_config *c, imatrix_slot **out, ql_error *err)
-{
-    *out = NULL;
-    if (c->imatrix_kind == QL_IMATRIX_NONE)
-        return QL_OK;
-    char key[sizeof s->imatrices[0].key];
-    ql_config_axis_string(c, QL_AXIS_IMATRIX, key, sizeof key);
-    for (size_t i = 0; i < s->n_imatrices; i++)
-        if (strcmp(s->imatrices[i].key, key) == 0) {
-            *out = &s->imatrices[i];
-            return QL_OK;
-        }
-    imatrix_slot *grown = realloc(s->imatrices, (s->n_imatrices + 1) * sizeof *grown);
-    if (!grown)
-        return ql_error_set(err, QL_ENOMEM, "out of memory for an imatrix");
-    s->imatrices = grown;
-    imatrix_slot *slot = &s->imatrices[s->n_imatrices];
-    memset(slot, 0, sizeof *slot);
-    ql_strlcpy(slot->key, key, sizeof slot->key);
-    ql_status st = c->imatrix_kind == QL_IMATRIX_CALIB ? calib_imatrix(s, c, slot, err)
-                                                       : load_imatrix_file(c->imatrix, slot, err);
-    if (st) {
-        ql_imatrix_free(slot->im);
-        return st;
-    }
-    s->n_imatrices++;
-    *out = slot;
-    return QL_OK;
-}
-
-/* Per-column importance of a tensor from im into buf; NULL when im is NULL or has no
- * usable entry for it (llama-quantize then quantizes without importance). */
-static ql_status column_weights(const ql_imatrix *im, const char *name, int64_t n_cols, float *buf,
-                                const float **out, ql_error *err)
-{
-    *out = NULL;
-    if (!im)
-        return QL_OK;
-    ql_status st = ql_imatrix_weights(im, name, n_cols, buf, err);
-    /* As llama-quantize (and ql_imatrix_table): no entry, or a token_embd entry of
-     * another length, means no importance; any other length is an error. */
-    if (st == QL_ENOTFOUND || (st == QL_EFORMAT && strcmp(name, "token_embd.weight") == 0))
-        return QL_OK;
-    if (st)
-        return st;
-    *out = buf;
-    return QL_OK;
-}
-
-/* The cached quantized tensor for (name, type, imatrix), quantizing it on a miss. */
-static ql_status get_qtensor(sweep_ctx *s, const ql_quant_plan_entry *e, const float *src,
-                             const ql_imatrix *im, const ql_outlier_cols *oc, qtensor **out,
-                             double *quant_seconds, ql_error *err)
-{
-    /* Without columns to keep, a split is a plain quantization: share its entry. */
-    if (oc && oc->n == 0 && e->used != QL_TYPE_Q8_0_XC)
-        oc = NULL;
-    qtensor *t = qcache_find(&s->cache, e->name, e->used, im, oc);
-    if (t) {
-        *out = t;
-        return QL_OK;
-    }
-    double t0 = ql_now();
-    qtensor nt;
-    memset(&nt, 0, sizeof nt);
-    ql_strlcpy(nt.name, e->name, sizeof nt.name);
-    nt.type = e->used;
-    nt.imatrix = im;
-    nt.oc = oc;
-    nt.nrows = e->nrows;
-    nt.n_per_row = e->n_per_row;
-    nt.q_bytes = (size_t)e->bytes;
-    size_t n = (size_t)(e->nrows * e->n_per_row);
-    nt.q = malloc(nt.q_bytes ? nt.q_bytes : 1);
-    nt.deq = malloc(n * sizeof(float));
-    if (!nt.q || !nt.deq) {
-        qtensor_release(&nt);
-        return ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", e->name);
-    }
-    const float *qw, *mw;
-    ql_status st = column_weights(im, e->name, e->n_per_row, s->imat_buf, &qw, err);
-    if (!st && (oc || e->used == QL_TYPE_Q8_0_XC)) {
-        /* The outlier split (outliers.h): the columns stay exact, the rest is
-         * quantized without them; Q8_0_XC keeps them exact inside Q8_0 blocks. */
-        uint64_t qb = 0;
-        st = ql_outliers_quant_weight(e->used, src, e->nrows, e->n_per_row, qw, oc, nt.deq, nt.q,
-                                      nt.q_bytes, &qb, &nt.outlier_bytes, err);
-    } else if (!st) {
-        st = ql_quant_tensor(e->used, src, e->nrows, e->n_per_row, qw, nt.q, nt.q_bytes, NULL,
-                             err);
-        if (!st)
-            st = ql_dequant_tensor(e->used, nt.q, nt.q_bytes, e->nrows, e->n_per_row, nt.deq,
-                                   err);
-    }
-    if (!st)
-        st = column_weights(s->metric_imatrix, e->name, e->n_per_row, s->metric_buf, &mw, err);
-    if (!st)
-        st = ql_weight_error_add(&nt.werr, src, nt.deq, e->nrows, e->n_per_row, mw, err);
-    if (st) {
-        qtensor_release(&nt);
-        return st;
-    }
-    if (s->cache.n == s->cache.cap) {
-        size_t cap = s->cache.cap ? 2 * s->cache.cap : 64;
-        qtensor *grown = realloc(s->cache.items, cap * sizeof *grown);
-        if (!grown) {
-            qtensor_release(&nt);
-            return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor cache");
-        }
-        s->cache.items = grown;
-        s->cache.cap = cap;
-    }
-    nt.last_use = s->cache.clock;
-    s->cache.items[s->cache.n++] = nt;
-    s->cache.bytes += qtensor_mem(&nt);
-    *quant_seconds += ql_now() - t0;
-    *out = &s->cache.items[s->cache.n - 1];
-    return QL_OK;
-}
-
 /* ------------------------------------------------------------------------- */
 /* One config                                                                 */
 
 typedef struct {
     ql_store_metrics m;
-    ql_store_tensor_error *te;
-    size_t n_te;
-    char (*names)[QL_QUANT_NAME_MAX]; /* the records point here (the plan is freed first) */
-    char (*reasons)[QL_QUANT_REASON_MAX];
     ql_store_chunk_metrics *chunks;
     ql_store_timing timing;
-    uint64_t outlier_bytes, outlier_bytes_body; /* f32 columns of the split */
-    const void **site_q;    /* (n_lin,) quantized bytes of each product, NULL if none */
-    ql_store_act_rounding *acts;
-    size_t n_acts;
-    char (*act_names)[96];           /* the act records point here: the weight set and */
-    char (*act_notes)[QL_ACT_NOTE_MAX]; /* the act plan are freed before the run is stored */
+    ql_qweights_result q; /* the weight set, its tensor and activation records */
 } config_result;
 
 static void config_result_deinit(config_result *r)
 {
-    free(r->te);
-    free(r->names);
-    free(r->reasons);
     free(r->chunks);
-    free(r->site_q);
-    free(r->acts);
-    free(r->act_names);
-    free(r->act_notes);
+    ql_qweights_result_deinit(&r->q);
     memset(r, 0, sizeof *r);
-}
-
-/* GGUF file size of the plan (metadata of the source, tensors in their used types);
- * NAN when a type has no GGUF id (INT8_ROW). */
-static double plan_gguf_bytes(const ql_gguf *src, const ql_quant_plan *plan, ql_error *err)
-{
-    for (int64_t i = 0; i < plan->n; i++) {
-        const ql_type_traits *t = ql_type_get(plan->entries[i].used);
-        const ql_type_traits *stored = t ? ql_type_get(t->storage) : NULL;
-        if (!stored || !stored->is_gguf)
-            return (double)NAN;
-    }
-    ql_gguf_writer *w;
-    if (ql_gguf_writer_alloc(&w, err))
-        return (double)NAN;
-    double size = (double)NAN;
-    if (ql_gguf_writer_copy_kvs(w, src, err))
-        goto out;
-    for (int64_t i = 0; i < plan->n; i++) {
-        const ql_quant_plan_entry *e = &plan->entries[i];
-        if (ql_gguf_writer_add_tensor(w, e->name, e->n_dims, e->ne, ql_type_get(e->used)->storage,
-                                      e->bytes, err))
-            goto out;
-    }
-    size = (double)ql_gguf_writer_file_size(w);
-out:
-    ql_gguf_writer_free(w);
-    return size;
-}
-
-/* Quantizes the weights of a config into a weight set borrowing from the cache. */
-static ql_status build_weights(sweep_ctx *s, const ql_quant_plan *plan, const ql_imatrix *im,
-                               const ql_outlier_set *os, ql_weights **out, config_result *r,
-                               double *zlib_bytes, ql_error *err)
-{
-    *out = NULL;
-    ql_weights *w;
-    ql_status st = ql_weights_copy(&w, s->model->weights, err);
-    if (st)
-        return st;
-    r->te = calloc((size_t)plan->n, sizeof *r->te);
-    r->names = calloc((size_t)plan->n, sizeof *r->names);
-    r->reasons = calloc((size_t)plan->n, sizeof *r->reasons);
-    r->site_q = calloc((size_t)w->n_lin, sizeof *r->site_q);
-    ql_zlib_tensor *zt = calloc((size_t)plan->n, sizeof *zt);
-    if (!r->te || !r->names || !r->reasons || !r->site_q || !zt) {
-        free(zt);
-        ql_weights_free(w);
-        return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor records");
-    }
-    ql_weight_error total;
-    memset(&total, 0, sizeof total);
-    total.weighted = true;
-    bool any_weighted = false;
-    double quant_seconds = 0;
-    size_t n_zt = 0;
-    for (int64_t i = 0; i < plan->n && !st; i++) {
-        const ql_quant_plan_entry *e = &plan->entries[i];
-        ql_linear *lin = ql_weights_find(s->model->weights, e->name);
-        if (e->role == QL_ROLE_VECTOR || e->role == QL_ROLE_KEEP || !lin) {
-            /* Stays as the reference has it; its bytes still count. */
-            const ql_gguf_tensor *gt = ql_gguf_find_tensor(s->model->gguf, e->name);
-            if (gt && gt->type == QL_TYPE_F32 && e->used == QL_TYPE_F32)
-                zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, gt->data, e->nrows, e->n_per_row};
-            continue;
-        }
-        ql_store_tensor_error *te = &r->te[r->n_te];
-        ql_strlcpy(r->names[r->n_te], e->name, QL_QUANT_NAME_MAX);
-        te->tensor = r->names[r->n_te];
-        te->requested_type = e->requested;
-        te->used_type = e->used;
-        ql_strlcpy(r->reasons[r->n_te], e->reason, QL_QUANT_REASON_MAX);
-        te->fallback_reason = e->used != e->requested ? r->reasons[r->n_te] : NULL;
-        te->n_rows = e->nrows;
-        te->n_cols = e->n_per_row;
-        te->params = e->nrows * e->n_per_row;
-        te->bytes = (int64_t)e->bytes;
-        te->outlier_cols = -1;
-        r->n_te++;
-        if (e->used == QL_TYPE_F32) {
-            /* Kept exact: no error, the reference weights are used as they are; with
-             * importance weights its sum I w^2 still counts in the relative total. */
-            const float *mw = NULL;
-            st = column_weights(s->metric_imatrix, e->name, e->n_per_row, s->metric_buf, &mw, err);
-            if (st)
-                break;
-            ql_weight_error zero;
-            memset(&zero, 0, sizeof zero);
-            if ((st = ql_weight_error_add(&zero, lin->w, lin->w, e->nrows, e->n_per_row, mw, err)))
-                break;
-            te->rmse = te->max_err = 0;
-            te->imatrix_err = zero.weighted ? 0 : (double)NAN;
-            te->imatrix_err_rel = zero.weighted ? 0 : (double)NAN;
-            any_weighted |= zero.weighted;
-            ql_weight_error_merge(&total, &zero);
-            zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, lin->w, e->nrows, e->n_per_row};
-            continue;
-        }
-        /* The product site of this weight (the lookup table has none), and the
-         * outlier columns of that product when the config splits them. */
-        const ql_weights *ref = s->model->weights;
-        int site = lin >= ref->lin && lin < ref->lin + ref->n_lin ? (int)(lin - ref->lin) : -1;
-        const ql_outlier_cols *oc = os && site >= 0 ? &os->site[site] : NULL;
-        qtensor *qt = NULL;
-        st = get_qtensor(s, e, lin->w, im, oc, &qt, &quant_seconds, err);
-        if (st) {
-            ql_error_prefix(err, "tensor '%s' (%s): ", e->name, ql_type_name(e->used));
-            break;
-        }
-        if (oc)
-            te->outlier_cols = oc->n;
-        r->outlier_bytes += qt->outlier_bytes;
-        if (e->role == QL_ROLE_WEIGHT)
-            r->outlier_bytes_body += qt->outlier_bytes;
-        if (site >= 0)
-            r->site_q[site] = qt->q;
-        te->rmse = ql_weight_error_rmse(&qt->werr);
-        te->max_err = qt->werr.max_abs;
-        te->imatrix_err = qt->werr.weighted ? qt->werr.w_sse : (double)NAN;
-        te->imatrix_err_rel = ql_weight_error_rel(&qt->werr);
-        any_weighted |= qt->werr.weighted;
-        ql_weight_error_merge(&total, &qt->werr);
-        zt[n_zt++] = (ql_zlib_tensor){ql_type_get(qt->type)->storage, qt->q, qt->nrows,
-                                      qt->n_per_row};
-        ql_linear *dst = ql_weights_find(w, e->name);
-        ql_linear_set_weights(dst, qt->deq, false);
-        if (dst == &w->tok_embd && s->model->hp.tied_output) {
-            /* The head of tied embeddings reads the same tensor, with its own outlier
-             * columns when the split gives the head site any. */
-            int out_site = ql_site_output(w);
-            const ql_outlier_cols *hoc = os ? &os->site[out_site] : NULL;
-            qtensor *hq = qt;
-            if (hoc && hoc->n > 0 &&
-                (st = get_qtensor(s, e, lin->w, im, hoc, &hq, &quant_seconds, err)))
-                break;
-            ql_linear_set_weights(&w->lin[out_site], hq->deq, false);
-            r->site_q[out_site] = hq->q;
-            if (hq != qt)
-                r->outlier_bytes += hq->outlier_bytes;
-        }
-    }
-    if (!st) {
-        r->m.rmse = ql_weight_error_rmse(&total);
-        r->m.max_err = total.max_abs;
-        r->m.imatrix_err = total.weighted && any_weighted ? total.w_sse : (double)NAN;
-        r->m.imatrix_err_rel = any_weighted ? ql_weight_error_rel(&total) : (double)NAN;
-        uint64_t z = 0;
-        st = ql_zlib_size_tensors(zt, n_zt, &z, err);
-        *zlib_bytes = st ? (double)NAN : (double)z;
-    }
-    free(zt);
-    r->timing.quantize_seconds = quant_seconds;
-    if (st) {
-        ql_weights_free(w);
-        return st;
-    }
-    *out = w;
-    return QL_OK;
-}
-
-/* Installs the config's activation rounding (and the outlier channels left
- * unrounded) on every product, and records what each product got. */
-static ql_status install_act(const ql_config *c, const ql_quant_plan *plan,
-                             const ql_outlier_set *os, ql_weights *w, ql_act_plan **out,
-                             config_result *r, ql_error *err)
-{
-    *out = NULL;
-    if (c->act_mode == QL_ACT_F32 && !os)
-        return QL_OK; /* nothing to round: no transform, no cost */
-    int32_t *types = malloc((size_t)w->n_lin * sizeof *types);
-    r->acts = calloc((size_t)w->n_lin, sizeof *r->acts);
-    r->act_names = calloc((size_t)w->n_lin, sizeof *r->act_names);
-    r->act_notes = calloc((size_t)w->n_lin, sizeof *r->act_notes);
-    if (!types || !r->acts || !r->act_names || !r->act_notes) {
-        free(types);
-        return ql_error_set(err, QL_ENOMEM, "out of memory for activation roundings");
-    }
-    ql_act_site_types(w, plan, types);
-    ql_status st = ql_act_plan_build(out, w, c->act_mode, types, r->site_q, os, err);
-    free(types);
-    if (st)
-        return st;
-    ql_act_plan_install(*out, w);
-    for (int site = 0; site < w->n_lin; site++) {
-        const ql_act_choice *ch = ql_act_plan_choice(*out, site);
-        int64_t kept = os ? os->site[site].n : -1;
-        if (ch->requested == QL_ACTQ_F32 && kept <= 0)
-            continue;
-        size_t k = r->n_acts++;
-        ql_store_act_rounding *a = &r->acts[k];
-        ql_strlcpy(r->act_names[k], w->lin[site].name, sizeof r->act_names[k]);
-        ql_strlcpy(r->act_notes[k], ch->note, sizeof r->act_notes[k]);
-        a->tensor = r->act_names[k];
-        a->requested = ql_actq_name(ch->requested);
-        a->used = ql_actq_name(ch->used);
-        a->note = ch->used != ch->requested ? r->act_notes[k] : NULL;
-        a->kept_channels = kept;
-    }
-    return QL_OK;
 }
 
 static int32_t kv_ggml_type(ql_kv_type kv)
@@ -761,147 +152,40 @@ static ql_status run_chunks(sweep_ctx *s, const ql_weights *w, const char *label
     return QL_OK;
 }
 
-/* Candidate types of a budget config: the solver's default ladder up to the
- * precision of weight_type (its bits per weight), so `weight_type` caps what a
- * fitted model may spend on one tensor; F16 stays as the fallback of tensors whose
- * rows fit no block type (as in the type policy). */
-static void fit_candidates(int32_t cap, char *buf, size_t size)
-{
-    char ladder[512];
-    ql_strlcpy(ladder, ql_fit_default_types(), sizeof ladder);
-    size_t used = 0;
-    buf[0] = '\0';
-    char *save = NULL;
-    for (char *tok = strtok_r(ladder, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-        const ql_type_traits *t = ql_type_by_name(tok);
-        if (!t || (ql_type_bpw(t->type) > ql_type_bpw(cap) && t->type != QL_TYPE_F16) ||
-            strstr(buf, tok))
-            continue;
-        int k = snprintf(buf + used, size - used, "%s%s", used ? "," : "", t->name);
-        if (k < 0 || (size_t)k >= size - used)
-            break;
-        used += (size_t)k;
-    }
-}
-
-/* Replaces the policy's types by the ones the exact-fit solver chose for a budget,
- * and recomputes the plan's byte totals. */
-static ql_status apply_budget(sweep_ctx *s, const ql_config *c, const imatrix_slot *slot,
-                              ql_quant_plan *plan, ql_error *err)
-{
-    if (c->head_type != QL_TYPE_SAME || c->embd_type != QL_TYPE_SAME)
-        return ql_error_set(err, QL_EINVAL,
-                            "a budget config lets the solver choose the head and embedding "
-                            "types too; use head_type = same and embd_type = same");
-    ql_fit_imatrix *fim = NULL;
-    ql_status st = QL_OK;
-    if (slot && (st = ql_fit_imatrix_wrap(slot->im, slot->sha256, &fim, err)))
-        return st;
-    ql_fit_budget b = {c->budget_kind == QL_BUDGET_BPW ? QL_FIT_BUDGET_BPW : QL_FIT_BUDGET_BYTES,
-                       (uint64_t)c->budget_bytes, c->budget_bpw};
-    char types[512];
-    fit_candidates(c->weight_type, types, sizeof types);
-    ql_fit_options fo;
-    ql_fit_options_init(&fo);
-    fo.types = types;
-    fo.cache_dir = s->cache_dir;
-    fo.quiet = s->opts->quiet;
-    ql_fit_table *table = NULL;
-    ql_fit_plan *fp = NULL;
-    st = ql_fit_plan_model(s->model->gguf, s->model_sha, fim ? ql_fit_imatrix_importance(fim) : NULL,
-                           &b, &fo, &table, &fp, err);
-    if (st)
-        goto out;
-    plan->bytes = plan->body_bytes = 0;
-    plan->n_fallback = 0;
-    for (int64_t i = 0; i < plan->n; i++) {
-        ql_quant_plan_entry *e = &plan->entries[i];
-        int32_t t = ql_fit_plan_type(fp, e->name);
-        if (t != QL_TYPE_INVALID && (e->role == QL_ROLE_WEIGHT || e->role == QL_ROLE_HEAD ||
-                                     e->role == QL_ROLE_EMBD)) {
-            e->requested = e->used = t;
-            e->fallback = QL_FALLBACK_NONE;
-            e->reason[0] = '\0';
-            e->bytes = ql_row_size(t, e->n_per_row) * (uint64_t)e->nrows;
-        }
-        plan->bytes += e->bytes;
-        if (e->role != QL_ROLE_HEAD && e->role != QL_ROLE_EMBD)
-            plan->body_bytes += e->bytes;
-        plan->n_fallback += e->used != e->requested;
-    }
-out:
-    ql_fit_plan_free(fp);
-    ql_fit_table_free(table);
-    ql_fit_imatrix_free(fim);
-    return st;
-}
-
-static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, imatrix_slot *slot,
+/* One config: its quantized weights (qweights.h), the quantized forward pass over
+ * every chunk with the config's K/V type, and the metrics against the reference. */
+static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, ql_calib_slot *slot,
                                  const char *label, config_result *r, ql_error *err)
 {
     double t0 = ql_now();
     ql_store_metrics_init(&r->m);
     ql_store_timing_init(&r->timing);
-    ql_status st;
-    const ql_imatrix *im = slot ? slot->im : NULL;
-    ql_quant_config qc = {c->weight_type, c->head_type, c->embd_type};
-    ql_quant_plan *plan;
-    if ((st = ql_quant_plan_build(s->model->gguf, &qc, &plan, err)))
+    const ql_qweights_result *q = &r->q;
+    ql_status st = ql_qweights_build(s->qw, s->calib, c, slot, &r->q, err);
+    if (st)
         return st;
-    if (c->budget_kind != QL_BUDGET_NONE && (st = apply_budget(s, c, slot, plan, err))) {
-        ql_quant_plan_free(plan);
-        return st;
-    }
-    /* Tensors the importance matrix does not cover cannot take the types that need
-     * one: they fall back as llama-quantize's mixes do (recorded per tensor). */
-    bool changed = false;
-    for (int64_t i = 0; i < plan->n; i++) {
-        ql_quant_plan_entry *e = &plan->entries[i];
-        const ql_type_traits *tr = ql_type_get(e->used);
-        if (tr && tr->requires_imatrix && !(im && ql_imatrix_find(im, e->name)))
-            changed |= ql_quant_plan_no_importance(e);
-    }
-    if (changed)
-        ql_quant_plan_totals(plan);
-    const ql_outlier_set *os = NULL;
-    if ((st = config_outliers(s, c, slot, &os, err))) {
-        ql_quant_plan_free(plan);
-        return st;
-    }
-    s->cache.clock++;
-    ql_weights *w = NULL;
-    ql_act_plan *ap = NULL;
-    double zlib_bytes = (double)NAN;
-    st = build_weights(s, plan, im, os, &w, r, &zlib_bytes, err);
+    st = ql_forward_set_kv_type(s->fw, kv_ggml_type(ql_config_kv_type(c)), err);
     if (!st)
-        st = install_act(c, plan, os, w, &ap, r, err);
-    if (!st)
-        st = ql_forward_set_kv_type(s->fw, kv_ggml_type(ql_config_kv_type(c)), err);
-    if (!st)
-        st = run_chunks(s, w, label, r, err);
+        st = run_chunks(s, q->weights, label, r, err);
     ql_forward_set_kv_type(s->fw, QL_TYPE_F32, NULL);
-    if (!st) {
-        /* Sizes: the quantized tensors plus the exact columns of an outlier split. */
-        double bytes = (double)(plan->bytes + r->outlier_bytes);
-        double body = (double)(plan->body_bytes + r->outlier_bytes_body);
-        r->m.bytes = bytes;
-        r->m.params = (double)plan->params;
-        r->m.bpw = 8.0 * bytes / (double)plan->params;
-        r->m.bytes_body = body;
-        r->m.params_body = (double)plan->body_params;
-        r->m.bpw_body =
-            plan->body_params > 0 ? 8.0 * body / (double)plan->body_params : (double)NAN;
-        ql_error gerr;
-        r->m.gguf_bytes = plan_gguf_bytes(s->model->gguf, plan, &gerr);
-        r->m.zlib_bytes = zlib_bytes;
-        r->timing.ref_seconds = ql_reference_seconds(s->ref);
-        r->timing.seconds = ql_now() - t0;
-    }
-    ql_weights_free(w);
-    ql_act_plan_free(ap);
-    ql_quant_plan_free(plan);
-    qcache_trim(&s->cache, s->cache.clock);
-    return st;
+    if (st)
+        return st;
+    r->m.rmse = q->rmse;
+    r->m.max_err = q->max_err;
+    r->m.imatrix_err = q->imatrix_err;
+    r->m.imatrix_err_rel = q->imatrix_err_rel;
+    r->m.bytes = q->bytes;
+    r->m.params = q->params;
+    r->m.bpw = q->bpw;
+    r->m.bytes_body = q->bytes_body;
+    r->m.params_body = q->params_body;
+    r->m.bpw_body = q->bpw_body;
+    r->m.gguf_bytes = q->gguf_bytes;
+    r->m.zlib_bytes = q->zlib_bytes;
+    r->timing.quantize_seconds = q->quantize_seconds;
+    r->timing.ref_seconds = ql_reference_seconds(s->ref);
+    r->timing.seconds = ql_now() - t0;
+    return QL_OK;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -983,45 +267,17 @@ static ql_status open_store(sweep_ctx *s, ql_error *err)
     return ql_store_upsert_dataset(s->store, &d, &s->dataset_id, err);
 }
 
-/* The imatrix that weighs the imatrix_err columns: the first one a config of the
- * sweep names (in expansion order), so every run of a sweep is weighed alike. */
-static ql_status pick_metric_imatrix(sweep_ctx *s, ql_error *err)
-{
-    for (size_t i = 0; i < s->sw->n_points; i++) {
-        const ql_config *c = &s->sw->points[i].config;
-        if (c->imatrix_kind == QL_IMATRIX_NONE)
-            continue;
-        imatrix_slot *slot;
-        ql_status st = config_imatrix(s, c, &slot, err);
-        if (st)
-            return st;
-        s->metric_imatrix = slot->im;
-        return QL_OK;
-    }
-    return QL_OK;
-}
-
 static void sweep_ctx_deinit(sweep_ctx *s)
 {
-    qcache_deinit(&s->cache);
+    ql_qweights_free(s->qw);
     ql_dist_acc_free(s->acc);
     free(s->logits);
-    free(s->imat_buf);
-    free(s->metric_buf);
     ql_reference_free(s->ref);
     ql_forward_free(s->fw);
     ql_ppl_data_deinit(&s->data);
+    ql_calib_free(s->calib);
     ql_tokenizer_free(s->tok);
     ql_model_free(s->model);
-    for (size_t i = 0; i < s->n_imatrices; i++) {
-        imatrix_slot *slot = &s->imatrices[i];
-        ql_imatrix_free(slot->im);
-        ql_act_stats_free(slot->act);
-        for (size_t k = 0; k < slot->n_outliers; k++)
-            ql_outlier_set_free(slot->outliers[k].set);
-        free(slot->outliers);
-    }
-    free(s->imatrices);
     ql_store_close(s->store);
 }
 
@@ -1151,15 +407,20 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
         ql_strlcpy(dir, s.db_path, sizeof dir);
         snprintf(s.cache_dir, sizeof s.cache_dir, "%s/cache", dirname(dir));
     }
-    s.cache.max_bytes = opts->cache_bytes ? opts->cache_bytes : DEFAULT_CACHE_BYTES;
     const char *kill = getenv("QLAB_FAULT_KILL_AFTER_RUNS");
     if (kill && !ql_parse_int(kill, &s.kill_after))
         s.kill_after = 0;
     ql_threads_set(opts->threads > 0 ? opts->threads : sw->threads);
 
+    /* The imatrix that weighs every run's imatrix_err columns (calib.h). */
+    const ql_imatrix *metric_imatrix = NULL;
     ql_status st = open_inputs(&s, err);
+    if (!st) {
+        ql_calib_source cs = {s.model, s.tok, s.model_sha, s.cache_dir, sw->ctx, opts->quiet};
+        st = ql_calib_alloc(&s.calib, &cs, err);
+    }
     if (!st)
-        st = pick_metric_imatrix(&s, err);
+        st = ql_calib_pick_metric_imatrix(s.calib, sw, &metric_imatrix, err);
     if (!st)
         st = open_store(&s, err);
     if (st)
@@ -1167,13 +428,12 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
     const ql_hparams *hp = &s.model->hp;
     int64_t n_scored = ql_ppl_n_scored_total(&s.data);
     sum->scored_tokens = n_scored;
-    s.max_row = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
-    if (hp->n_vocab > s.max_row)
-        s.max_row = hp->n_vocab;
+    ql_qweights_opts qo = {s.model,        s.model_sha,       s.cache_dir,
+                           metric_imatrix, opts->cache_bytes, opts->quiet};
+    if ((st = ql_qweights_alloc(&s.qw, &qo, err)))
+        goto out;
     s.logits = malloc((size_t)s.data.n_scored * (size_t)hp->n_vocab * sizeof(float));
-    s.imat_buf = malloc((size_t)s.max_row * sizeof(float));
-    s.metric_buf = malloc((size_t)s.max_row * sizeof(float));
-    if (!s.logits || !s.imat_buf || !s.metric_buf) {
+    if (!s.logits) {
         st = ql_error_set(err, QL_ENOMEM, "out of memory for the sweep buffers");
         goto out;
     }
@@ -1243,12 +503,12 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
          * records which one it used; failing to load it fails the run. */
         ql_error cerr;
         ql_error_clear(&cerr);
-        imatrix_slot *slot = NULL;
-        ql_status cst = config_imatrix(&s, &pt->config, &slot, &cerr);
+        ql_calib_slot *slot = NULL;
+        ql_status cst = ql_calib_config_imatrix(s.calib, &pt->config, &slot, &cerr);
         ql_store_run_key key = {config_id, s.model_id, s.dataset_id, sw->ctx,
                                 (int)s.data.n_chunks};
         ql_store_run_info info = {sw->name, ql_threads_get(), QL_METRICS_VERSION,
-                                  slot ? slot->sha256 : NULL};
+                                  ql_calib_slot_sha256(slot)};
         if ((st = ql_store_begin_run(s.store, &key, &info, &run_id, err)))
             break;
         if (s.kill_after > 0 && ++s.begun > s.kill_after)
@@ -1277,8 +537,9 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
             fprintf(stderr, "qlab: config %zu (%s) failed: %s\n", i, row->label, cerr.msg);
             st = ql_store_fail_run(s.store, run_id, cerr.msg, ql_now() - t0, err);
         } else {
-            ql_store_run_result res = {&r.m,  r.te,   r.n_te,          r.chunks,
-                                       (size_t)s.data.n_chunks, &r.timing, r.acts, r.n_acts};
+            ql_store_run_result res = {
+                &r.m,      r.q.tensors, r.q.n_tensors, r.chunks, (size_t)s.data.n_chunks,
+                &r.timing, r.q.acts,    r.q.n_acts};
             st = ql_store_finish_run_result(s.store, run_id, &res, err);
             sum->n_run++;
             sum->forward_seconds += r.timing.quant_seconds;
