@@ -1,13 +1,17 @@
 /* The sweep runner: reference once, then every config against it (runner.h). */
 #include "runner.h"
 
+#include <errno.h>
 #include <libgen.h>
 #include <math.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "calib.h"
 #include "data.h"
@@ -294,6 +298,8 @@ typedef struct {
 static void print_summary(const summary_row *rows, size_t n, const ql_run_summary *sum,
                           const sweep_ctx *s)
 {
+    if (s->opts->no_summary)
+        return;
     static const ql_table_column cols[] = {
         {"#", NULL, true},       {"config", NULL, false},   {"status", NULL, false},
         {"bpw", NULL, true},     {"PPL", NULL, true},       {"ΔPPL", NULL, true},
@@ -390,6 +396,155 @@ static void config_label(const ql_sweep *sw, const ql_config *c, char *buf, size
 }
 
 /* ------------------------------------------------------------------------- */
+/* Several configs at once (--jobs): child processes, each a shard of this run    */
+
+extern char **environ;
+
+/* The state of a config's run in the store: 'done', 'failed', or "" when it has none;
+ * *run_id receives its id. */
+static void run_state(sweep_ctx *s, const char *hash, char state[16], int64_t *run_id)
+{
+    state[0] = '\0';
+    *run_id = 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(ql_store_handle(s->store),
+                           "SELECT r.id, r.status FROM runs r JOIN configs c ON c.id = r.config_id"
+                           " JOIN models m ON m.id = r.model_id JOIN datasets d ON d.id = "
+                           "r.dataset_id WHERE c.hash = ?1 AND m.sha256 = ?2 AND d.sha256 = ?3"
+                           " AND r.ctx = ?4 AND r.chunks = ?5",
+                           -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, s->model_sha, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, s->text_sha, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 4, s->sw->ctx);
+    sqlite3_bind_int64(st, 5, s->data.n_chunks);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        *run_id = sqlite3_column_int64(st, 0);
+        ql_strlcpy(state, (const char *)sqlite3_column_text(st, 1), 16);
+    }
+    sqlite3_finalize(st);
+}
+
+/* Configs of this run that are finished (done or failed) in the store. */
+static size_t count_finished(sweep_ctx *s, const bool *todo)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->sw->n_points; i++) {
+        if (!todo[i])
+            continue;
+        char state[16];
+        int64_t id;
+        run_state(s, s->sw->points[i].hash, state, &id);
+        n += strcmp(state, "done") == 0 || strcmp(state, "failed") == 0;
+    }
+    return n;
+}
+
+/* Runs the todo configs in `jobs` child processes: `qlab sweep FILE --shard k/n` with
+ * this run's shard refined (child j of shard K/N is shard K + N j of N jobs), the same
+ * database (SQLite serializes their short transactions) and cache directory (so they
+ * load the reference and calibration matrices this process just made). The parent
+ * shows one progress line for the whole sweep and fills the summary rows from the
+ * store afterwards. */
+static ql_status run_jobs(sweep_ctx *s, const bool *todo, size_t n_todo, summary_row *rows,
+                          ql_run_summary *sum, ql_error *err)
+{
+    const ql_run_opts *o = s->opts;
+    const int jobs = o->jobs;
+    int threads = ql_threads_get() / jobs;
+    if (threads < 1)
+        threads = 1;
+    pid_t *pids = calloc((size_t)jobs, sizeof *pids);
+    if (!pids)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for %d jobs", jobs);
+    ql_status st = QL_OK;
+    int started = 0;
+    for (int j = 0; j < jobs; j++) {
+        char shard[64], nthreads[16];
+        snprintf(shard, sizeof shard, "%d/%d", o->shard.index + o->shard.count * j,
+                 o->shard.count * jobs);
+        snprintf(nthreads, sizeof nthreads, "%d", threads);
+        char *argv[] = {"qlab",       "sweep",   (char *)s->sw->path, "--db",
+                        s->db_path,   "--cache-dir", s->cache_dir,    "--threads",
+                        nthreads,     "--shard", shard,               "--quiet",
+                        "--no-summary", NULL};
+        int rc = posix_spawn(&pids[j], "/proc/self/exe", NULL, NULL, argv, environ);
+        if (rc != 0) {
+            st = ql_error_set(err, QL_EIO, "cannot start job %d of %d: %s", j + 1, jobs,
+                              strerror(rc));
+            break;
+        }
+        started++;
+    }
+    ql_progress p;
+    ql_progress_begin(&p, "configs", "config", (int64_t)n_todo, o->quiet);
+    double t0 = ql_now();
+    int running = started, failures = 0;
+    char why[256] = "";
+    while (running > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0) {
+            running--;
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                failures++;
+                if (WIFSIGNALED(status))
+                    snprintf(why, sizeof why, "a job was killed by signal %d", WTERMSIG(status));
+                else
+                    snprintf(why, sizeof why, "a job exited with status %d",
+                             WEXITSTATUS(status));
+            }
+            continue;
+        }
+        if (pid < 0 && errno != EINTR)
+            break;
+        ql_progress_update(&p, (int64_t)count_finished(s, todo), NULL);
+        usleep(200 * 1000);
+    }
+    ql_progress_end(&p, (int64_t)count_finished(s, todo), NULL);
+    free(pids);
+    sum->configs_seconds = ql_now() - t0;
+    if (!st && failures)
+        st = ql_error_set(err, QL_EEXTERNAL,
+                          "%s: %d of %d jobs failed (%s); finished configs are stored, run the "
+                          "sweep again to resume",
+                          s->sw->path, failures, jobs, why);
+
+    /* The summary rows of the configs the jobs ran, from the store. */
+    for (size_t i = 0, r = 0; i < s->sw->n_points; i++) {
+        if (!ql_shard_keeps(&o->shard, i))
+            continue;
+        summary_row *row = &rows[r++];
+        if (!todo[i])
+            continue;
+        char state[16];
+        int64_t run_id;
+        run_state(s, s->sw->points[i].hash, state, &run_id);
+        if (strcmp(state, "done") == 0) {
+            sum->n_run++;
+            row->status = "ok";
+            stored_row(s->store, run_id, row);
+            sqlite3_stmt *q;
+            if (sqlite3_prepare_v2(ql_store_handle(s->store),
+                                   "SELECT quant_seconds FROM runs WHERE id = ?1", -1, &q,
+                                   NULL) == SQLITE_OK) {
+                sqlite3_bind_int64(q, 1, run_id);
+                if (sqlite3_step(q) == SQLITE_ROW)
+                    sum->forward_seconds += sqlite3_column_double(q, 0);
+                sqlite3_finalize(q);
+            }
+        } else if (strcmp(state, "failed") == 0) {
+            sum->n_failed++;
+            row->status = "failed";
+        } else {
+            row->status = "not run";
+        }
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------------- */
 
 ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_summary *sum,
                            ql_error *err)
@@ -397,6 +552,8 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
     memset(sum, 0, sizeof *sum);
     sweep_ctx s;
     memset(&s, 0, sizeof s);
+    bool *todo = NULL;
+    summary_row *rows = NULL;
     s.sw = sw;
     s.opts = opts;
     ql_strlcpy(s.db_path, opts->db_path ? opts->db_path : "results/qlab.db", sizeof s.db_path);
@@ -443,6 +600,11 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
     /* Which configs still need work: decided before the reference is computed, so
      * a finished sweep costs nothing. */
     size_t n_todo = 0;
+    todo = calloc(sw->n_points ? sw->n_points : 1, sizeof *todo);
+    if (!todo) {
+        st = ql_error_set(err, QL_ENOMEM, "out of memory for the config list");
+        goto out;
+    }
     for (size_t i = 0; i < sw->n_points; i++) {
         if (!ql_shard_keeps(&opts->shard, i))
             continue;
@@ -452,6 +614,7 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
                                 (int)s.data.n_chunks, QL_METRICS_VERSION, &done, err);
         if (st)
             goto out;
+        todo[i] = done == 0;
         n_todo += done == 0;
     }
     if (!opts->quiet)
@@ -468,9 +631,44 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
         sum->ref_seconds = ql_reference_seconds(s.ref);
     }
 
-    summary_row *rows = calloc(sum->n_configs ? sum->n_configs : 1, sizeof *rows);
+    rows = calloc(sum->n_configs ? sum->n_configs : 1, sizeof *rows);
     if (!rows) {
         st = ql_error_set(err, QL_ENOMEM, "out of memory for the summary");
+        goto out;
+    }
+    if (opts->jobs > 1 && n_todo > 1) {
+        /* The jobs load the calibration matrices from the cache: make them here once. */
+        for (size_t i = 0; i < sw->n_points && !st; i++) {
+            ql_calib_slot *slot;
+            ql_error cerr;
+            if (todo[i])
+                (void)ql_calib_config_imatrix(s.calib, &sw->points[i].config, &slot, &cerr);
+        }
+        size_t r = 0;
+        for (size_t i = 0; i < sw->n_points; i++) {
+            if (!ql_shard_keeps(&opts->shard, i))
+                continue;
+            summary_row *row = &rows[r++];
+            row->index = i;
+            config_label(sw, &sw->points[i].config, row->label, sizeof row->label);
+            row->bpw = (double)NAN;
+            if (!todo[i]) {
+                int64_t done = 0;
+                sum->n_skipped++;
+                row->status = "done before";
+                if (!(st = ql_store_find_done(s.store, sw->points[i].hash, s.model_sha,
+                                              s.text_sha, sw->ctx, (int)s.data.n_chunks,
+                                              QL_METRICS_VERSION, &done, err)) &&
+                    done) {
+                    stored_row(s.store, done, row);
+                    st = ql_store_add_to_sweep(s.store, sw->name, done, err);
+                }
+            }
+        }
+        if (!st)
+            st = run_jobs(&s, todo, n_todo, rows, sum, err);
+        if (!st || st == QL_EEXTERNAL)
+            print_summary(rows, r, sum, &s);
         goto out;
     }
     size_t n_rows = 0, k = 0;
@@ -559,8 +757,9 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
     sum->configs_seconds = ql_now() - t_configs;
     if (!st)
         print_summary(rows, n_rows, sum, &s);
-    free(rows);
 out:
+    free(rows);
+    free(todo);
     sweep_ctx_deinit(&s);
     return st;
 }

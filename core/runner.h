@@ -25,6 +25,10 @@ typedef struct {
     ql_shard shard;        /* {0, 1} = every config */
     bool quiet;            /* no progress lines (results and the summary still print) */
     size_t cache_bytes;    /* memory for quantized tensors kept across configs; 0 = default */
+    bool no_summary;       /* do not print the summary table and timing lines */
+    int jobs;              /* > 1: evaluate configs in this many processes at once (each a
+                              shard of this run with threads / jobs threads, sharing the
+                              reference and calibration cache and the database) */
 } ql_run_opts;
 
 typedef struct {

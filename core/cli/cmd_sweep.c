@@ -9,8 +9,8 @@
 
 static void help(void)
 {
-    printf("usage: qlab sweep FILE [--db PATH] [--threads N] [--shard K/N|auto]\n"
-           "                 [--cache-dir DIR] [--quiet] [--strict] [--list]\n"
+    printf("usage: qlab sweep FILE [--db PATH] [--threads N] [--jobs N] [--shard K/N|auto]\n"
+           "                 [--cache-dir DIR] [--quiet] [--strict] [--no-summary] [--list]\n"
            "\n"
            "Reads a sweep file (experiments/*.sweep), checks it and expands its [grid] into\n"
            "configs (every error names the file and line), then evaluates every config that\n"
@@ -22,11 +22,14 @@ static void help(void)
            "options:\n"
            "  --db PATH      results store (default results/qlab.db)\n"
            "  --threads N    threads (default: the sweep's 'threads', else all cores)\n"
+           "  --jobs N       evaluate N configs at once in separate processes (threads are\n"
+           "                 divided among them); the best use of cores for small models\n"
            "  --cache-dir D  where the reference log-probs and the calibration imatrices\n"
            "                 (imatrix = calib:NAME) are cached (default <db dir>/cache);\n"
            "                 shards of one sweep may share it\n"
            "  --quiet        no progress lines\n"
            "  --strict       exit 1 when a config failed (failures are stored either way)\n"
+           "  --no-summary   do not print the summary table (the store has everything)\n"
            "  --list         print the configs (index, hash prefix, canonical form) and stop\n"
            "  --shard K/N    keep configs i with i mod N == K (0 <= K < N); 'auto' takes K and N\n"
            "                 from SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT\n"
@@ -63,6 +66,8 @@ int ql_cmd_sweep(int argc, char **argv)
             list = true;
         } else if (strcmp(a, "--quiet") == 0) {
             ro.quiet = true;
+        } else if (strcmp(a, "--no-summary") == 0) {
+            ro.no_summary = true;
         } else if (strcmp(a, "--strict") == 0) {
             strict = true;
         } else if (strcmp(a, "--db") == 0 || strcmp(a, "--cache-dir") == 0) {
@@ -72,6 +77,11 @@ int ql_cmd_sweep(int argc, char **argv)
                 ro.db_path = argv[i];
             else
                 ro.cache_dir = argv[i];
+        } else if (strcmp(a, "--jobs") == 0 || strcmp(a, "-j") == 0) {
+            if (++i >= argc)
+                return ql_cli_usage("sweep", "--jobs needs a value");
+            if (!ql_cli_parse_int_opt("sweep", "--jobs", argv[i], 1, 256, &ro.jobs))
+                return QL_EXIT_USAGE;
         } else if (strcmp(a, "--threads") == 0) {
             if (++i >= argc)
                 return ql_cli_usage("sweep", "--threads needs a value");

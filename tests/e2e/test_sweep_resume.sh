@@ -75,4 +75,26 @@ fi
 "$qlab" sweep "$tmp/small.sweep" --db "$tmp/b.db" --cache-dir "$tmp/cache-b" >"$tmp/c.out" 2>&1
 grep -q "7 configs (0 run, 7 already done, 0 failed)" "$tmp/c.out" && ok "a finished sweep runs nothing" \
     || { bad "third run"; cat "$tmp/c.out"; }
+
+# --jobs: the configs run in three processes sharing the database and the cache; the
+# results equal the single-process run's, and one summary covers them all.
+"$qlab" sweep "$tmp/small.sweep" --db "$tmp/j.db" --cache-dir "$tmp/cache-j" --jobs 3 \
+    >"$tmp/j.out" 2>"$tmp/j.err" || { bad "sweep --jobs 3 failed"; cat "$tmp/j.err"; }
+[ "$(grep -c "^sweep resume-test:" "$tmp/j.out")" = 1 ] && \
+    grep -q "7 configs (7 run, 0 already done, 0 failed)" "$tmp/j.out" && ok "--jobs 3: one summary of 7 runs" \
+    || { bad "--jobs summary"; cat "$tmp/j.out"; }
+if "$(dirname "$0")/compare_results.sh" "$qlab" "$tmp/a.db" "$tmp/j.db" >"$tmp/cmp" 2>&1; then
+    ok "--jobs 3 stores the same results as one process"
+else
+    bad "--jobs results differ"; cat "$tmp/cmp"
+fi
+# A job killed mid-sweep fails the sweep (exit 1, naming it); the next run resumes.
+QLAB_FAULT_KILL_AFTER_RUNS=1 "$qlab" sweep "$tmp/small.sweep" --db "$tmp/k.db" --cache-dir "$tmp/cache-j" \
+    --jobs 2 >"$tmp/k.out" 2>"$tmp/k.err"
+code=$?
+[ "$code" = 1 ] && grep -q "jobs failed (a job was killed by signal 9)" "$tmp/k.err" \
+    && ok "a killed job fails the sweep with a message" || { bad "killed job: exit $code"; cat "$tmp/k.err"; }
+"$qlab" sweep "$tmp/small.sweep" --db "$tmp/k.db" --cache-dir "$tmp/cache-j" --jobs 2 >"$tmp/k2.out" 2>&1 \
+    && "$(dirname "$0")/compare_results.sh" "$qlab" "$tmp/a.db" "$tmp/k.db" >"$tmp/cmp" 2>&1 \
+    && ok "resumed with --jobs: the same results" || { bad "resume with --jobs"; cat "$tmp/k2.out" "$tmp/cmp"; }
 exit $fail
