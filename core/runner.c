@@ -68,7 +68,8 @@ typedef struct {
     float *logits; /* (n_scored, n_vocab) */
 
     char eta_note[64]; /* "sweep ETA 3m05s", shown on each config's progress line */
-    int kill_after; /* fault injection: SIGKILL after this many begun runs (0 = never) */
+    int kill_after;    /* fault injection: SIGKILL after this many begun runs (0 = never) */
+    int pause_after;   /* fault injection: wait for a signal after this many begun runs */
     int begun;
 } sweep_ctx;
 
@@ -92,16 +93,20 @@ static void config_result_deinit(config_result *r)
 static int32_t kv_ggml_type(ql_kv_type kv)
 {
     switch (kv) {
-    case QL_KV_F16: return QL_TYPE_F16;
-    case QL_KV_Q8_0: return QL_TYPE_Q8_0;
-    case QL_KV_Q4_0: return QL_TYPE_Q4_0;
-    default: return QL_TYPE_F32;
+    case QL_KV_F16:
+        return QL_TYPE_F16;
+    case QL_KV_Q8_0:
+        return QL_TYPE_Q8_0;
+    case QL_KV_Q4_0:
+        return QL_TYPE_Q4_0;
+    default:
+        return QL_TYPE_F32;
     }
 }
 
 /* Runs the quantized forward pass over every chunk and compares with the reference. */
-static ql_status run_chunks(sweep_ctx *s, const ql_weights *w, const char *label,
-                            config_result *r, ql_error *err)
+static ql_status run_chunks(sweep_ctx *s, const ql_weights *w, const char *label, config_result *r,
+                            ql_error *err)
 {
     const ql_ppl_data *d = &s->data;
     ql_dist_acc_reset(s->acc);
@@ -201,8 +206,8 @@ static ql_status open_inputs(sweep_ctx *s, ql_error *err)
     const ql_data_entry *me = NULL, *te = NULL;
     ql_status st;
     if (ql_synth_is_spec(sw->model))
-        st = ql_synth_materialize(sw->model, s->cache_dir, s->model_path, sizeof s->model_path,
-                                  err);
+        st =
+            ql_synth_materialize(sw->model, s->cache_dir, s->model_path, sizeof s->model_path, err);
     else
         st = ql_data_resolve(sw->model, s->model_path, sizeof s->model_path, &me, err);
     if (st)
@@ -301,8 +306,8 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
     if (s->opts->no_summary)
         return;
     static const ql_table_column cols[] = {
-        {"#", NULL, true},       {"config", NULL, false},   {"status", NULL, false},
-        {"bpw", NULL, true},     {"PPL", NULL, true},       {"ΔPPL", NULL, true},
+        {"#", NULL, true},        {"config", NULL, false}, {"status", NULL, false},
+        {"bpw", NULL, true},      {"PPL", NULL, true},     {"ΔPPL", NULL, true},
         {"KLD mean", NULL, true}, {"top-1 %", NULL, true},
     };
     ql_table *t = ql_table_alloc(cols, sizeof cols / sizeof cols[0]);
@@ -461,14 +466,15 @@ static ql_status run_jobs(sweep_ctx *s, const bool *todo, size_t n_todo, summary
     ql_status st = QL_OK;
     int started = 0;
     for (int j = 0; j < jobs; j++) {
-        char shard[64], nthreads[16];
+        char shard[64], nthreads[16], parent[24];
         snprintf(shard, sizeof shard, "%d/%d", o->shard.index + o->shard.count * j,
                  o->shard.count * jobs);
         snprintf(nthreads, sizeof nthreads, "%d", threads);
-        char *argv[] = {"qlab",       "sweep",   (char *)s->sw->path, "--db",
-                        s->db_path,   "--cache-dir", s->cache_dir,    "--threads",
-                        nthreads,     "--shard", shard,               "--quiet",
-                        "--no-summary", NULL};
+        snprintf(parent, sizeof parent, "%ld", (long)getpid());
+        char *argv[] = {"qlab",        "sweep",      (char *)s->sw->path, "--db",     s->db_path,
+                        "--cache-dir", s->cache_dir, "--threads",         nthreads,   "--shard",
+                        shard,         "--quiet",    "--no-summary",      "--job-of", parent,
+                        NULL};
         int rc = posix_spawn(&pids[j], "/proc/self/exe", NULL, NULL, argv, environ);
         if (rc != 0) {
             st = ql_error_set(err, QL_EIO, "cannot start job %d of %d: %s", j + 1, jobs,
@@ -492,8 +498,7 @@ static ql_status run_jobs(sweep_ctx *s, const bool *todo, size_t n_todo, summary
                 if (WIFSIGNALED(status))
                     snprintf(why, sizeof why, "a job was killed by signal %d", WTERMSIG(status));
                 else
-                    snprintf(why, sizeof why, "a job exited with status %d",
-                             WEXITSTATUS(status));
+                    snprintf(why, sizeof why, "a job exited with status %d", WEXITSTATUS(status));
             }
             continue;
         }
@@ -567,6 +572,9 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
     const char *kill = getenv("QLAB_FAULT_KILL_AFTER_RUNS");
     if (kill && !ql_parse_int(kill, &s.kill_after))
         s.kill_after = 0;
+    const char *pause_env = getenv("QLAB_FAULT_PAUSE_AFTER_RUNS");
+    if (pause_env && !ql_parse_int(pause_env, &s.pause_after))
+        s.pause_after = 0;
     ql_threads_set(opts->threads > 0 ? opts->threads : sw->threads);
 
     /* The imatrix that weighs every run's imatrix_err columns (calib.h). */
@@ -656,9 +664,9 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
                 int64_t done = 0;
                 sum->n_skipped++;
                 row->status = "done before";
-                if (!(st = ql_store_find_done(s.store, sw->points[i].hash, s.model_sha,
-                                              s.text_sha, sw->ctx, (int)s.data.n_chunks,
-                                              QL_METRICS_VERSION, &done, err)) &&
+                if (!(st = ql_store_find_done(s.store, sw->points[i].hash, s.model_sha, s.text_sha,
+                                              sw->ctx, (int)s.data.n_chunks, QL_METRICS_VERSION,
+                                              &done, err)) &&
                     done) {
                     stored_row(s.store, done, row);
                     st = ql_store_add_to_sweep(s.store, sw->name, done, err);
@@ -703,14 +711,17 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
         ql_error_clear(&cerr);
         ql_calib_slot *slot = NULL;
         ql_status cst = ql_calib_config_imatrix(s.calib, &pt->config, &slot, &cerr);
-        ql_store_run_key key = {config_id, s.model_id, s.dataset_id, sw->ctx,
-                                (int)s.data.n_chunks};
+        ql_store_run_key key = {config_id, s.model_id, s.dataset_id, sw->ctx, (int)s.data.n_chunks};
         ql_store_run_info info = {sw->name, ql_threads_get(), QL_METRICS_VERSION,
                                   ql_calib_slot_sha256(slot)};
         if ((st = ql_store_begin_run(s.store, &key, &info, &run_id, err)))
             break;
-        if (s.kill_after > 0 && ++s.begun > s.kill_after)
-            raise(SIGKILL); /* fault injection for the resume test: dies mid-sweep */
+        /* Fault injection for the resume tests: die, or hang until signalled, mid-sweep. */
+        s.begun++;
+        if (s.kill_after > 0 && s.begun > s.kill_after)
+            raise(SIGKILL);
+        if (s.pause_after > 0 && s.begun > s.pause_after)
+            pause();
 
         char label[256];
         snprintf(label, sizeof label, "config %zu/%zu %s", k, sum->n_configs, row->label);

@@ -1,6 +1,9 @@
 /* qlab sweep: run a sweep file into the results store, or list its configs. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include "../runner.h"
 #include "../sweep.h"
@@ -33,6 +36,8 @@ static void help(void)
            "  --list         print the configs (index, hash prefix, canonical form) and stop\n"
            "  --shard K/N    keep configs i with i mod N == K (0 <= K < N); 'auto' takes K and N\n"
            "                 from SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT\n"
+           "  --job-of PID   (set by --jobs) this process is a job of sweep process PID and\n"
+           "                 ends when that process ends\n"
            "\n"
            "Axes and what is implemented today:\n");
     const ql_capability *caps;
@@ -87,6 +92,19 @@ int ql_cmd_sweep(int argc, char **argv)
                 return ql_cli_usage("sweep", "--threads needs a value");
             if (!ql_cli_parse_int_opt("sweep", "--threads", argv[i], 1, 4096, &ro.threads))
                 return QL_EXIT_USAGE;
+        } else if (strcmp(a, "--job-of") == 0) {
+            int parent;
+            if (++i >= argc)
+                return ql_cli_usage("sweep", "--job-of needs a process id");
+            if (!ql_cli_parse_int_opt("sweep", "--job-of", argv[i], 1, 1 << 30, &parent))
+                return QL_EXIT_USAGE;
+            /* A job must not outlive the sweep that started it: a rerun of that sweep
+             * would start a second job on the same configs. */
+            if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != (pid_t)parent) {
+                fprintf(stderr, "qlab sweep: the sweep process %d that started this job is gone\n",
+                        parent);
+                return QL_EXIT_RUNTIME;
+            }
         } else if (strcmp(a, "--shard") == 0) {
             if (++i >= argc)
                 return ql_cli_usage("sweep", "--shard needs a value (K/N or auto)");

@@ -97,4 +97,29 @@ code=$?
 "$qlab" sweep "$tmp/small.sweep" --db "$tmp/k.db" --cache-dir "$tmp/cache-j" --jobs 2 >"$tmp/k2.out" 2>&1 \
     && "$(dirname "$0")/compare_results.sh" "$qlab" "$tmp/a.db" "$tmp/k.db" >"$tmp/cmp" 2>&1 \
     && ok "resumed with --jobs: the same results" || { bad "resume with --jobs"; cat "$tmp/k2.out" "$tmp/cmp"; }
+# The sweep process killed while its jobs work (fault injection: each job hangs in its
+# second config through QLAB_FAULT_PAUSE_AFTER_RUNS): the jobs end with it instead of
+# living on beside the rerun, and the rerun completes the sweep.
+job_pids() { # DB: the live qlab processes writing to DB
+    for d in /proc/[0-9]*; do
+        tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q -- "sweep .* --db $1 " && echo "${d#/proc/}"
+    done
+}
+QLAB_FAULT_PAUSE_AFTER_RUNS=1 "$qlab" sweep "$tmp/small.sweep" --db "$tmp/p.db" \
+    --cache-dir "$tmp/cache-j" --jobs 2 >"$tmp/p.out" 2>"$tmp/p.err" &
+parent=$!
+n=0
+while [ "$(rows "$tmp/p.db" "SELECT count(*) FROM runs WHERE status = 'running'" 2>/dev/null)" != 2 ] \
+    && [ $n -lt 600 ]; do sleep 0.2; n=$((n + 1)); done
+[ $n -lt 600 ] && ok "both jobs hang in their second config" || bad "the jobs never reached their second config"
+kill -9 "$parent"
+wait "$parent" 2>/dev/null
+n=0
+while [ -n "$(job_pids "$tmp/p.db")" ] && [ $n -lt 100 ]; do sleep 0.2; n=$((n + 1)); done
+left=$(job_pids "$tmp/p.db")
+[ -z "$left" ] && ok "the jobs end when the sweep process is killed" \
+    || { bad "jobs outlive their sweep process: $left"; kill -9 $left 2>/dev/null; }
+"$qlab" sweep "$tmp/small.sweep" --db "$tmp/p.db" --cache-dir "$tmp/cache-j" --jobs 2 >"$tmp/p2.out" 2>&1 \
+    && "$(dirname "$0")/compare_results.sh" "$qlab" "$tmp/a.db" "$tmp/p.db" >"$tmp/cmp" 2>&1 \
+    && ok "rerun after the kill: the same results" || { bad "rerun after the kill"; cat "$tmp/p2.out" "$tmp/cmp"; }
 exit $fail
