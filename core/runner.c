@@ -18,6 +18,7 @@
 #include "forward.h"
 #include "gguf.h"
 #include "imatrix_io.h"
+#include "kvcache.h"
 #include "metrics.h"
 #include "model.h"
 #include "perplexity.h"
@@ -90,20 +91,6 @@ static void config_result_deinit(config_result *r)
     memset(r, 0, sizeof *r);
 }
 
-static int32_t kv_ggml_type(ql_kv_type kv)
-{
-    switch (kv) {
-    case QL_KV_F16:
-        return QL_TYPE_F16;
-    case QL_KV_Q8_0:
-        return QL_TYPE_Q8_0;
-    case QL_KV_Q4_0:
-        return QL_TYPE_Q4_0;
-    default:
-        return QL_TYPE_F32;
-    }
-}
-
 /* Runs the quantized forward pass over every chunk and compares with the reference. */
 static ql_status run_chunks(sweep_ctx *s, const ql_weights *w, const char *label, config_result *r,
                             ql_error *err)
@@ -173,7 +160,7 @@ static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, ql_calib_slot
     ql_status st = ql_qweights_build(s->qw, s->calib, c, slot, &r->q, err);
     if (st)
         return st;
-    st = ql_forward_set_kv_type(s->fw, kv_ggml_type(ql_config_kv_type(c)), err);
+    st = ql_forward_set_kv_type(s->fw, ql_kv_ggml_type(ql_config_kv_type(c)), err);
     if (!st)
         st = run_chunks(s, q->weights, label, r, err);
     ql_forward_set_kv_type(s->fw, QL_TYPE_F32, NULL);
