@@ -384,23 +384,6 @@ bool ql_gguf_type_known(int32_t type)
     return tr && tr->is_gguf && tr->block_size > 0;
 }
 
-/* Grows a table of elements of size esz to hold at least need entries. */
-static bool grow(void **p, int64_t *cap, int64_t need, size_t esz)
-{
-    if (need <= *cap)
-        return true;
-    int64_t ncap = *cap ? *cap * 2 : 64;
-    while (ncap < need)
-        ncap *= 2;
-    void *np = realloc(*p, (size_t)ncap * esz);
-    if (!np)
-        return false;
-    memset((char *)np + (size_t)*cap * esz, 0, (size_t)(ncap - *cap) * esz);
-    *p = np;
-    *cap = ncap;
-    return true;
-}
-
 /* Magic, version and the two counts. */
 static ql_status parse_header(cursor *c, ql_gguf *g, uint64_t *n_tensors, uint64_t *n_kv)
 {
@@ -452,9 +435,9 @@ static ql_status parse_header(cursor *c, ql_gguf *g, uint64_t *n_tensors, uint64
 static ql_status parse_kvs(cursor *c, ql_gguf *g, uint64_t n_kv)
 {
     ql_status st;
-    int64_t cap = 0;
+    size_t cap = 0;
     for (uint64_t i = 0; i < n_kv; i++) {
-        if (!grow((void **)&g->kv, &cap, (int64_t)i + 1, sizeof *g->kv))
+        if (!ql_grow((void **)&g->kv, &cap, (size_t)i + 1, sizeof *g->kv))
             return out_of_memory(c, "the metadata table");
         ql_gguf_kv *kv = &g->kv[i];
         kv->offset = c->off;
@@ -601,9 +584,9 @@ static ql_status parse_tensor_info(cursor *c, ql_gguf_tensor *t, uint64_t i, uin
 static ql_status parse_tensors(cursor *c, ql_gguf *g, uint64_t n_tensors)
 {
     ql_status st;
-    int64_t cap = 0;
+    size_t cap = 0;
     for (uint64_t i = 0; i < n_tensors; i++) {
-        if (!grow((void **)&g->tensors, &cap, (int64_t)i + 1, sizeof *g->tensors))
+        if (!ql_grow((void **)&g->tensors, &cap, (size_t)i + 1, sizeof *g->tensors))
             return out_of_memory(c, "the tensor table");
         g->n_tensors = (int64_t)i + 1;
         if ((st = parse_tensor_info(c, &g->tensors[i], i, g->alignment)))

@@ -198,14 +198,8 @@ typedef struct {
 
 static bool u16_push(u16_vec *a, uint16_t x)
 {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? 2 * a->cap : 4096;
-        uint16_t *nv = realloc(a->v, cap * sizeof *nv);
-        if (!nv)
-            return false;
-        a->v = nv;
-        a->cap = cap;
-    }
+    if (a->n == a->cap && !ql_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v))
+        return false;
     a->v[a->n++] = x;
     return true;
 }

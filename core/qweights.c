@@ -191,15 +191,9 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
         return st;
     }
     qcache *c = &q->cache;
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 64;
-        qtensor *grown = realloc(c->items, cap * sizeof *grown);
-        if (!grown) {
-            qtensor_release(&nt);
-            return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor cache");
-        }
-        c->items = grown;
-        c->cap = cap;
+    if (c->n == c->cap && !ql_grow((void **)&c->items, &c->cap, c->n + 1, sizeof *c->items)) {
+        qtensor_release(&nt);
+        return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor cache");
     }
     nt.last_use = c->clock;
     c->items[c->n++] = nt;

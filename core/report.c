@@ -186,14 +186,9 @@ static ql_status list_sweeps(ctx *c, char ***out, size_t *n, ql_error *err)
         bool more;
         if ((rc = step(c, st, &more, err)) || !more)
             break;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 8;
-            char **nn = realloc(names, cap * sizeof *nn);
-            if (!nn) {
-                rc = oom(err);
-                break;
-            }
-            names = nn;
+        if (!ql_grow((void **)&names, &cap, *n + 1, sizeof *names)) {
+            rc = oom(err);
+            break;
         }
         if (!(names[*n] = col_string(st, 0))) {
             rc = oom(err);
@@ -237,14 +232,9 @@ static ql_status load_groups(ctx *c, group **out, size_t *n, ql_error *err)
         bool more;
         if ((rc = step(c, st, &more, err)) || !more)
             break;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 4;
-            group *ng = realloc(gs, cap * sizeof *ng);
-            if (!ng) {
-                rc = oom(err);
-                break;
-            }
-            gs = ng;
+        if (!ql_grow((void **)&gs, &cap, *n + 1, sizeof *gs)) {
+            rc = oom(err);
+            break;
         }
         group *g = &gs[*n];
         memset(g, 0, sizeof *g);
@@ -313,14 +303,9 @@ static ql_status load_rows(ctx *c, group *g, ql_error *err)
         bool more;
         if ((rc = step(c, st, &more, err)) || !more)
             break;
-        if (g->nrows == cap) {
-            cap = cap ? 2 * cap : 16;
-            row *nr = realloc(g->rows, cap * sizeof *nr);
-            if (!nr) {
-                rc = oom(err);
-                break;
-            }
-            g->rows = nr;
+        if (!ql_grow((void **)&g->rows, &cap, g->nrows + 1, sizeof *g->rows)) {
+            rc = oom(err);
+            break;
         }
         row *r = &g->rows[g->nrows++];
         memset(r, 0, sizeof *r);
@@ -368,14 +353,9 @@ static ql_status load_failures(ctx *c, group *g, ql_error *err)
         bool more;
         if ((rc = step(c, st, &more, err)) || !more)
             break;
-        if (g->nfails == cap) {
-            cap = cap ? 2 * cap : 4;
-            failure *nf = realloc(g->fails, cap * sizeof *nf);
-            if (!nf) {
-                rc = oom(err);
-                break;
-            }
-            g->fails = nf;
+        if (!ql_grow((void **)&g->fails, &cap, g->nfails + 1, sizeof *g->fails)) {
+            rc = oom(err);
+            break;
         }
         failure *f = &g->fails[g->nfails++];
         memset(f, 0, sizeof *f);
@@ -1127,14 +1107,9 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
                                          name ? name : "?", used ? used : "?", v1, v2);
             continue;
         }
-        if (n == cap) {
-            cap = cap ? 2 * cap : 64;
-            tensor_point *np = realloc(pts, cap * sizeof *np);
-            if (!np) {
-                rc = oom(err);
-                break;
-            }
-            pts = np;
+        if (!ql_grow((void **)&pts, &cap, n + 1, sizeof *pts)) {
+            rc = oom(err);
+            break;
         }
         tensor_point *p = &pts[n++];
         tensor_class(name ? name : "", p->cls, sizeof p->cls);

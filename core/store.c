@@ -477,7 +477,7 @@ static ql_status migrate_2_to_3(ql_store *s, ql_error *err)
 
 typedef ql_status (*migration_fn)(ql_store *s, ql_error *err);
 static const migration_fn migrations[QL_STORE_SCHEMA_VERSION] = {migrate_0_to_1, migrate_1_to_2,
-                                                                  migrate_2_to_3};
+                                                                 migrate_2_to_3};
 
 static ql_status check_identity(ql_store *s, int64_t version, int64_t app_id, int64_t n_objects,
                                 ql_error *err)
@@ -988,22 +988,25 @@ void ql_store_timing_init(ql_store_timing *t)
     t->seconds = t->quantize_seconds = t->ref_seconds = t->quant_seconds = (double)NAN;
 }
 
-/* The status of a run inside the current transaction. */
-static ql_status run_status(ql_store *s, int64_t run_id, char out[16], ql_error *err)
+/* The status and chunk count of a run, inside the current transaction. */
+static ql_status run_state(ql_store *s, int64_t run_id, char status[16], int64_t *chunks,
+                           ql_error *err)
 {
     sqlite3_stmt *st;
-    ql_status rc = prep(s, "SELECT status FROM runs WHERE id = ?1", &st, err);
+    ql_status rc = prep(s, "SELECT status, chunks FROM runs WHERE id = ?1", &st, err);
     if (rc)
         return rc;
     if ((rc = bind_count(s, st, 1, run_id, err)))
         goto out;
     int r = step(s, st);
-    if (r == SQLITE_ROW)
-        ql_strlcpy(out, (const char *)sqlite3_column_text(st, 0), 16);
-    else if (r == SQLITE_DONE)
+    if (r == SQLITE_ROW) {
+        ql_strlcpy(status, (const char *)sqlite3_column_text(st, 0), 16);
+        *chunks = sqlite3_column_int64(st, 1);
+    } else if (r == SQLITE_DONE) {
         rc = ql_error_set(err, QL_ENOTFOUND, "%s: no run %lld", s->path, (long long)run_id);
-    else
-        rc = db_fail(s, r, "reading the run status", err);
+    } else {
+        rc = db_fail(s, r, "reading the run", err);
+    }
 out:
     sqlite3_finalize(st);
     return rc;
@@ -1011,7 +1014,8 @@ out:
 
 ql_status ql_store_run_status(ql_store *s, int64_t run_id, char out[16], ql_error *err)
 {
-    return run_status(s, run_id, out, err);
+    int64_t chunks;
+    return run_state(s, run_id, out, &chunks, err);
 }
 
 static ql_status insert_metrics(ql_store *s, int64_t run_id, const ql_store_metrics *m,
@@ -1167,27 +1171,6 @@ out:
     return rc;
 }
 
-/* The chunk count of a run inside the current transaction. */
-static ql_status run_chunks(ql_store *s, int64_t run_id, int64_t *chunks, ql_error *err)
-{
-    sqlite3_stmt *st;
-    ql_status rc = prep(s, "SELECT chunks FROM runs WHERE id = ?1", &st, err);
-    if (rc)
-        return rc;
-    if ((rc = bind_count(s, st, 1, run_id, err)))
-        goto out;
-    int r = step(s, st);
-    if (r == SQLITE_ROW)
-        *chunks = sqlite3_column_int64(st, 0);
-    else if (r == SQLITE_DONE)
-        rc = ql_error_set(err, QL_ENOTFOUND, "%s: no run %lld", s->path, (long long)run_id);
-    else
-        rc = db_fail(s, r, "reading the run's chunk count", err);
-out:
-    sqlite3_finalize(st);
-    return rc;
-}
-
 /* Checks the per-chunk records against the run before anything is written:
  * one record per chunk 0..chunks-1, sane counts, token total = n_tokens. */
 static ql_status check_chunks(ql_store *s, int64_t run_id, int64_t chunks,
@@ -1284,16 +1267,15 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_store
     ql_status rc = begin(s, err);
     if (rc)
         return rc;
-    if ((rc = run_status(s, run_id, status, err)))
+    if ((rc = run_state(s, run_id, status, &chunks, err)))
         goto out;
     if (strcmp(status, "running") != 0) {
         rc = ql_error_set(err, QL_EINVAL, "%s: run %lld is %s, not running", s->path,
                           (long long)run_id, status);
         goto out;
     }
-    if (res->n_chunks > 0 && ((rc = run_chunks(s, run_id, &chunks, err)) ||
-                              (rc = check_chunks(s, run_id, chunks, res->chunks, res->n_chunks,
-                                                 res->metrics->n_tokens, err))))
+    if (res->n_chunks > 0 && (rc = check_chunks(s, run_id, chunks, res->chunks, res->n_chunks,
+                                                res->metrics->n_tokens, err)))
         goto out;
     if ((rc = insert_metrics(s, run_id, res->metrics, err)) ||
         (rc = insert_tensor_errors(s, run_id, res->tensors, res->n_tensors, err)) ||

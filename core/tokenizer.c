@@ -92,14 +92,8 @@ static bool bigram_less(const ql_bigram *a, const ql_bigram *b)
 
 bool ql_bigram_push(ql_bigram_heap *h, ql_bigram b)
 {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 1024;
-        ql_bigram *a = realloc(h->a, cap * sizeof *a);
-        if (!a)
-            return false;
-        h->a = a;
-        h->cap = cap;
-    }
+    if (h->n == h->cap && !ql_grow((void **)&h->a, &h->cap, h->n + 1, sizeof *h->a))
+        return false;
     size_t i = h->n++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
@@ -898,14 +892,8 @@ typedef struct {
 
 static bool frag_push(fraglist *l, int32_t tok, size_t off, size_t len)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 16;
-        fragment *f = realloc(l->f, cap * sizeof *f);
-        if (!f)
-            return false;
-        l->f = f;
-        l->cap = cap;
-    }
+    if (l->n == l->cap && !ql_grow((void **)&l->f, &l->cap, l->n + 1, sizeof *l->f))
+        return false;
     l->f[l->n].tok = tok;
     l->f[l->n].off = off;
     l->f[l->n].len = len;

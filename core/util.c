@@ -252,6 +252,25 @@ size_t ql_strlcpy(char *dst, const char *src, size_t size)
     return n;
 }
 
+bool ql_grow(void **p, size_t *cap, size_t need, size_t esz)
+{
+    if (need <= *cap)
+        return true;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2 / esz)
+            return false;
+        ncap *= 2;
+    }
+    void *np = realloc(*p, ncap * esz);
+    if (!np)
+        return false;
+    memset((char *)np + *cap * esz, 0, (ncap - *cap) * esz);
+    *p = np;
+    *cap = ncap;
+    return true;
+}
+
 char *ql_strdup(const char *s)
 {
     size_t n = strlen(s) + 1;

@@ -50,6 +50,11 @@ int ql_threads_get(void);
 /* Copies at most size-1 bytes and always terminates; returns strlen(src). */
 size_t ql_strlcpy(char *dst, const char *src, size_t size);
 
+/* Makes the array *p of elements of size esz hold at least need of them: doubles
+ * *cap (from 16) as often as needed, zeroes the new elements. False when out of
+ * memory (*p and *cap unchanged). */
+bool ql_grow(void **p, size_t *cap, size_t need, size_t esz);
+
 /* Duplicates a string (NULL on allocation failure). */
 char *ql_strdup(const char *s);
 

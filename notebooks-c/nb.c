@@ -147,14 +147,9 @@ ql_status nb_load_results(ql_store *s, const nb_options *o, nb_result **out, siz
         bool row;
         if ((st = ql_query_step(q, &row, err)) || !row)
             break;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 32;
-            nb_result *nr = realloc(*out, cap * sizeof *nr);
-            if (!nr) {
-                st = ql_error_set(err, QL_ENOMEM, "out of memory");
-                break;
-            }
-            *out = nr;
+        if (!ql_grow((void **)out, &cap, *n + 1, sizeof **out)) {
+            st = ql_error_set(err, QL_ENOMEM, "out of memory");
+            break;
         }
         read_result(q, &(*out)[(*n)++]);
     }

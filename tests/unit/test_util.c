@@ -1,6 +1,7 @@
 /* util.h: the deterministic random stream the benchmarks and tests draw from. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "qltest.h"
 #include "util.h"
@@ -39,8 +40,37 @@ static void splitmix64_stream(void)
     CHECK_NEAR(sum2 / GAUSS_N - mean * mean, 1.0, GAUSS_MOM_TOL);
 }
 
+/* ql_grow keeps what the array held, zeroes what it adds, grows geometrically, and
+ * refuses a size that would overflow without touching the array. */
+static void grow_array(void)
+{
+    int *a = NULL;
+    size_t cap = 0;
+    CHECK(ql_grow((void **)&a, &cap, 1, sizeof *a));
+    CHECK(a != NULL && cap == 16);
+    for (int i = 0; i < 16; i++)
+        CHECK(a[i] == 0);
+    for (int i = 0; i < 16; i++)
+        a[i] = i + 1;
+    int *before = a;
+    CHECK(ql_grow((void **)&a, &cap, 16, sizeof *a) && a == before && cap == 16);
+    CHECK(ql_grow((void **)&a, &cap, 100, sizeof *a));
+    CHECK(cap == 128);
+    int kept = 1;
+    for (int i = 0; i < 16; i++)
+        kept &= a[i] == i + 1;
+    for (size_t i = 16; i < cap; i++)
+        kept &= a[i] == 0;
+    CHECK(kept);
+    before = a;
+    CHECK(!ql_grow((void **)&a, &cap, SIZE_MAX / 2, sizeof *a));
+    CHECK(a == before && cap == 128);
+    free(a);
+}
+
 int main(void)
 {
     splitmix64_stream();
+    grow_array();
     return qlt_done();
 }
