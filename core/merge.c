@@ -37,22 +37,24 @@ enum {
 /* In the order they are merged (referenced tables first). since: the schema
  * version that introduced the table (an older input simply lacks it); id: the
  * column the staging copy is looked up by; key: the column naming a row of a
- * run's child table in messages. */
+ * run's child table in messages, and row: what such a row is, in words. */
 static const struct {
     const char *name;
     int since;
     const char *id;
     const char *key;
+    const char *row;
 } tables[N_TABLES] = {
-    [T_MODELS] = {"models", 1, "id", NULL},
-    [T_DATASETS] = {"datasets", 1, "id", NULL},
-    [T_CONFIGS] = {"configs", 1, "id", NULL},
-    [T_RUNS] = {"runs", 1, "id", NULL},
-    [T_SWEEP_RUNS] = {"sweep_runs", 1, "run_id", NULL},
-    [T_METRICS] = {"metrics", 1, "run_id", NULL},
-    [T_TENSOR_ERRORS] = {"tensor_errors", 1, "run_id", "tensor"},
-    [T_CHUNK_METRICS] = {"chunk_metrics", 2, "run_id", "chunk"},
-    [T_ACT_ROUNDINGS] = {"act_roundings", 3, "run_id", "tensor"},
+    [T_MODELS] = {"models", 1, "id", NULL, NULL},
+    [T_DATASETS] = {"datasets", 1, "id", NULL, NULL},
+    [T_CONFIGS] = {"configs", 1, "id", NULL, NULL},
+    [T_RUNS] = {"runs", 1, "id", NULL, NULL},
+    [T_SWEEP_RUNS] = {"sweep_runs", 1, "run_id", NULL, NULL},
+    [T_METRICS] = {"metrics", 1, "run_id", NULL, NULL},
+    [T_TENSOR_ERRORS] = {"tensor_errors", 1, "run_id", "tensor", "the errors of tensor"},
+    [T_CHUNK_METRICS] = {"chunk_metrics", 2, "run_id", "chunk", "the sums of chunk"},
+    [T_ACT_ROUNDINGS] = {"act_roundings", 3, "run_id", "tensor",
+                         "the activation rounding records of tensor"},
 };
 
 #define MAX_COLS     64
@@ -742,8 +744,8 @@ static ql_status check_metrics(merger *m, int64_t src, ql_error *err)
     return refuse_run(m, src, in_id, what, a, b, err);
 }
 
-/* The tensor errors (or per-chunk sums) of runs done on both sides must be the
- * same set of rows. */
+/* The rows of a run's child table (tensor errors, per-chunk sums, activation
+ * roundings) of runs done on both sides must be the same set. */
 static ql_status check_children(merger *m, int t, int64_t src, ql_error *err)
 {
     const col_list *c = &m->cols[t];
@@ -778,10 +780,7 @@ static ql_status check_children(merger *m, int t, int64_t src, ql_error *err)
     int64_t in_id = sqlite3_column_int64(st, 0);
     char key[64], what[256];
     value_text(st, 1, key, sizeof key);
-    if (t == T_TENSOR_ERRORS)
-        snprintf(what, sizeof what, "the errors of tensor %s differ", key);
-    else
-        snprintf(what, sizeof what, "the sums of chunk %s differ", key);
+    snprintf(what, sizeof what, "%s %s differ", tables[t].row, key);
     sqlite3_finalize(st);
     return refuse_run(m, src, in_id, what, NULL, NULL, err);
 }

@@ -9,8 +9,8 @@
  *   configs            by content hash (a hash stored with another canonical
  *                      text, or a canonical text under another hash, is refused)
  *   runs               by identity (config, model, text, ctx, chunks), with
- *                      their metrics, tensor errors, per-chunk sums and sweep
- *                      memberships
+ *                      their metrics, tensor errors, per-chunk sums, activation
+ *                      roundings and sweep memberships
  *
  * Which run wins when both databases hold the same identity:
  *   - output missing                      -> the input's run is added;
@@ -19,7 +19,8 @@
  *     version over a done run of an older one, as a sweep would re-run it);
  *   - otherwise the output's run is kept;
  *   - both done with the same metrics version: qlab's results are reproducible,
- *     so their metrics, tensor errors and per-chunk sums must be equal (provenance
+ *     so their metrics, tensor errors, per-chunk sums and activation roundings
+ *     must be equal (provenance
  *     such as timings, host and commit may differ and the output's is kept). If
  *     any value differs the merge is REFUSED, naming the run and the first
  *     difference: silently keeping either value would hide that two builds or
@@ -40,7 +41,7 @@
  *
  * Inputs must be qlab results databases (application_id 'qlab') of schema version
  * 1..QL_STORE_SCHEMA_VERSION; tables an older version lacks (chunk_metrics before
- * version 2) are simply absent from it. The output is created when missing and
+ * version 2, act_roundings before 3) are simply absent from it. The output is created when missing and
  * migrated to the current schema when older (like any qlab write). The inputs are
  * only read. An input that is the output file itself is refused. */
 #ifndef QL_MERGE_H

@@ -20,9 +20,9 @@ static void help(void)
            "Refused, with OUT.db left as it was:\n"
            "  - shards of one sweep (by name) that disagree on model, text, ctx, chunks or\n"
            "    metrics version;\n"
-           "  - a run done on both sides whose metrics, tensor errors or per-chunk sums\n"
-           "    differ (qlab's results are reproducible, so one side is from another build\n"
-           "    or input);\n"
+           "  - a run done on both sides whose metrics, tensor errors, per-chunk sums or\n"
+           "    activation roundings differ (qlab's results are reproducible, so one side\n"
+           "    is from another build or input);\n"
            "  - an input that is not a qlab results database or is OUT.db itself.\n"
            "Everything is written in one transaction; merging the same input twice changes\n"
            "nothing.\n");

@@ -27,7 +27,7 @@ static void help(void)
            "The default output is an aligned text table (NULL shown as NULL). Views:\n"
            "results (one row per finished run), sweep_results, run_log, failed_runs,\n"
            "tensor_results, chunk_results; tables: models, datasets, configs, runs,\n"
-           "sweep_runs, metrics, tensor_errors, chunk_metrics.\n",
+           "sweep_runs, metrics, tensor_errors, chunk_metrics, act_roundings.\n",
            QL_STORE_DEFAULT_PATH);
 }
 

@@ -469,8 +469,8 @@ static void test_refuse_other_setup(void)
     check_untouched(out, &none, "refused merge into a new output");
 }
 
-/* Runs done on both sides must agree in metrics, tensor errors and chunk sums,
- * and a config hash must stand for the same canonical text. */
+/* Runs done on both sides must agree in metrics, tensor errors, chunk sums and
+ * activation roundings, and a config hash must stand for the same canonical text. */
 static void test_refuse_other_values(void)
 {
     static const struct {
@@ -484,6 +484,9 @@ static void test_refuse_other_values(void)
          "but the errors of tensor 'token_embd.weight' differ"},
         {"UPDATE chunk_metrics SET kld_sum = kld_sum + 1 WHERE chunk = 1",
          "but the sums of chunk 1 differ"},
+        {"INSERT INTO act_roundings SELECT id, 'blk.0.ffn_down.weight', 'q8_K', 'q8_0',"
+         " 'row length 172', NULL FROM runs WHERE status = 'done'",
+         "but the activation rounding records of tensor 'blk.0.ffn_down.weight' differ"},
         {"UPDATE configs SET canonical = canonical || ' ' WHERE id = 1",
          "(a changed canonical form?)"},
         {"UPDATE configs SET hash = '" QLT_SHARD_MODEL_SHA_B "' WHERE id = 1",
