@@ -446,38 +446,18 @@ static ql_status pragma_int(ql_store *s, const char *sql, int64_t *out, ql_error
 
 /* migrations[v] takes a database from schema version v to v + 1, inside the
  * transaction that then sets user_version. A change of schema adds an entry
- * (ALTER TABLE, data moves in C) and bumps QL_STORE_SCHEMA_VERSION. */
-static ql_status exec_all(ql_store *s, const char *const *sql, size_t n, const char *what,
-                          ql_error *err)
-{
-    for (size_t i = 0; i < n; i++) {
-        ql_status st = exec(s, sql[i], what, err);
-        if (st)
-            return st;
-    }
-    return QL_OK;
-}
-
-static ql_status migrate_0_to_1(ql_store *s, ql_error *err)
-{
-    return exec_all(s, schema_v1, sizeof schema_v1 / sizeof schema_v1[0], "creating the schema",
-                    err);
-}
-
-static ql_status migrate_1_to_2(ql_store *s, ql_error *err)
-{
-    return exec_all(s, schema_v2, sizeof schema_v2 / sizeof schema_v2[0],
-                    "adding chunk_metrics (schema version 2)", err);
-}
-
-static ql_status migrate_2_to_3(ql_store *s, ql_error *err)
-{
-    return exec(s, schema_v3[0], "adding act_roundings (schema version 3)", err);
-}
-
-typedef ql_status (*migration_fn)(ql_store *s, ql_error *err);
-static const migration_fn migrations[QL_STORE_SCHEMA_VERSION] = {migrate_0_to_1, migrate_1_to_2,
-                                                                 migrate_2_to_3};
+ * (CREATE or ALTER TABLE statements) and bumps QL_STORE_SCHEMA_VERSION. */
+#define SQL_LIST(a) a, sizeof a / sizeof a[0]
+static const struct {
+    const char *const *sql;
+    size_t n;
+    const char *what;
+} migrations[QL_STORE_SCHEMA_VERSION] = {
+    {SQL_LIST(schema_v1), "creating the schema"},
+    {SQL_LIST(schema_v2), "adding chunk_metrics (schema version 2)"},
+    {SQL_LIST(schema_v3), "adding act_roundings (schema version 3)"},
+};
+#undef SQL_LIST
 
 static ql_status check_identity(ql_store *s, int64_t version, int64_t app_id, int64_t n_objects,
                                 ql_error *err)
@@ -526,8 +506,9 @@ static ql_status migrate(ql_store *s, ql_error *err)
     if ((st = pragma_int(s, "PRAGMA user_version", &version, err)))
         goto out_rollback;
     for (int64_t v = version; v < QL_STORE_SCHEMA_VERSION; v++)
-        if ((st = migrations[v](s, err)))
-            goto out_rollback;
+        for (size_t i = 0; i < migrations[v].n; i++)
+            if ((st = exec(s, migrations[v].sql[i], migrations[v].what, err)))
+                goto out_rollback;
     char sql[128];
     snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d",
              QL_STORE_SCHEMA_VERSION, QL_STORE_APPLICATION_ID);

@@ -34,7 +34,8 @@
 
 /* Version of the schema this qlab writes (PRAGMA user_version). History:
  *   1  models, datasets, configs, runs, sweep_runs, metrics, tensor_errors + views
- *   2  chunk_metrics (per-chunk sums of a run) and the chunk_results view */
+ *   2  chunk_metrics (per-chunk sums of a run) and the chunk_results view
+ *   3  act_roundings (the activation rounding each product used) */
 #define QL_STORE_SCHEMA_VERSION  3
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
