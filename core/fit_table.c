@@ -254,41 +254,18 @@ static void format_types(const int32_t *types, int n, char *out, size_t size)
 /* ---------------------------------------------------------------------------
  * Source rows as f32 */
 
-static bool readable_type(int32_t type)
+/* Makes a source tensor's rows readable as f32 (ql_dequant_row): its type must
+ * decode, and IQ types need their lattice tables loaded. */
+static ql_status prepare_source(const ql_gguf *model, const ql_gguf_tensor *gt, ql_error *err)
 {
-    if (type == QL_TYPE_F32 || type == QL_TYPE_F16 || type == QL_TYPE_BF16)
-        return true;
-    const ql_type_traits *tr = ql_type_get(type);
-    return tr && tr->dequantize && tr->block_size > 0;
-}
-
-static void row_to_f32(const ql_gguf_tensor *gt, int64_t row, float *out)
-{
-    const int64_t ne0 = gt->ne[0];
-    const size_t rb = ql_row_size(gt->type, ne0);
-    const uint8_t *src = (const uint8_t *)gt->data + (size_t)row * rb;
-    switch (gt->type) {
-    case QL_TYPE_F32:
-        memcpy(out, src, sizeof(float) * (size_t)ne0);
-        break;
-    case QL_TYPE_F16:
-        for (int64_t j = 0; j < ne0; j++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * j, 2);
-            out[j] = ql_fp16_to_fp32(h);
-        }
-        break;
-    case QL_TYPE_BF16:
-        for (int64_t j = 0; j < ne0; j++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * j, 2);
-            out[j] = ql_bf16_to_fp32(h);
-        }
-        break;
-    default:
-        ql_type_get(gt->type)->dequantize(src, out, 1, ne0);
-        break;
-    }
+    const ql_type_traits *tr = ql_type_get(gt->type);
+    if (!tr || !tr->dequantize || tr->block_size <= 0 || !gt->data)
+        return ql_error_set(err, QL_EUNSUPPORTED,
+                            "%s: tensor '%s': qlab cannot read its source type %s", model->path,
+                            gt->name, ql_type_name(gt->type));
+    if (ql_type_prepare(gt->type, err) != QL_OK)
+        return ql_error_prefix(err, "%s: tensor '%s': ", model->path, gt->name);
+    return QL_OK;
 }
 
 /* ---------------------------------------------------------------------------
@@ -344,9 +321,10 @@ static ql_status tensor_importance(const ql_gguf *model, const ql_gguf_tensor *g
         /* llama-imatrix leaves the head out. Its input is the RMS-normalised state
          * (mean square 1) times output_norm, so E[x_j^2] ~ output_norm_j^2. */
         const ql_gguf_tensor *norm = ql_gguf_find_tensor(model, "output_norm.weight");
-        if (norm && norm->n_dims == 1 && norm->ne[0] == ne0 && readable_type(norm->type) &&
-            norm->data) {
-            row_to_f32(norm, 0, ti->weights);
+        ql_error norm_err;
+        if (norm && norm->n_dims == 1 && norm->ne[0] == ne0 &&
+            prepare_source(model, norm, &norm_err) == QL_OK) {
+            ql_dequant_row(norm->type, norm->data, 0, ne0, ti->weights);
             for (int64_t j = 0; j < ne0; j++)
                 ti->weights[j] *= ti->weights[j];
             ti->src = QL_FIT_IMP_OUTPUT_NORM;
@@ -434,7 +412,8 @@ static ql_status measure_chunk(const tensor_work *w, int32_t type, int chunk, do
     const int64_t rows_per_expert = gt->n_dims >= 3 ? gt->ne[1] : w->n_rows;
     const bool per_expert = w->imp.quant && w->imp.quant_n > ne0;
     for (int64_t k = 0; k < nr; k++)
-        row_to_f32(gt, sample_row(r0 + k, w->n_sample, w->n_rows), x + k * ne0);
+        ql_dequant_row(gt->type, gt->data, sample_row(r0 + k, w->n_sample, w->n_rows), ne0,
+                       x + k * ne0);
     /* Quantize in runs of rows that share their importance vector (one expert). */
     int64_t k = 0;
     while (k < nr) {
@@ -590,13 +569,8 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
         }
         ft->assigned = true;
         t->assigned_params += ft->n_params;
-        if (!readable_type(gt->type)) {
-            rc = ql_error_set(err, QL_EUNSUPPORTED,
-                              "%s: tensor '%s': qlab cannot read its "
-                              "source type %s",
-                              model->path, gt->name, ql_type_name(gt->type));
+        if ((rc = prepare_source(model, gt, err)))
             goto out;
-        }
         tensor_work *w = &tw[n_tw++];
         w->gt = gt;
         w->ft = ft;

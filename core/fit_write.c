@@ -18,29 +18,6 @@
 /* ggml's quantization version (GGML_QNT_VERSION), written by llama-quantize. */
 #define QL_GGML_QNT_VERSION 2
 
-/* One row of a source tensor as f32 (F32/F16/BF16 or any type qlab can dequantize). */
-static void source_row(const ql_gguf_tensor *gt, int64_t row, float *out)
-{
-    const int64_t ne0 = gt->ne[0];
-    const uint8_t *src = (const uint8_t *)gt->data + (size_t)row * ql_row_size(gt->type, ne0);
-    switch (gt->type) {
-    case QL_TYPE_F32:
-        memcpy(out, src, sizeof(float) * (size_t)ne0);
-        break;
-    case QL_TYPE_F16:
-    case QL_TYPE_BF16:
-        for (int64_t j = 0; j < ne0; j++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * j, 2);
-            out[j] = gt->type == QL_TYPE_F16 ? ql_fp16_to_fp32(h) : ql_bf16_to_fp32(h);
-        }
-        break;
-    default:
-        ql_type_get(gt->type)->dequantize(src, out, 1, ne0);
-        break;
-    }
-}
-
 /* The importance vector the quantizer receives for a tensor (NULL: none), checked
  * against its shape as the error table checks it. */
 static ql_status quant_importance(const ql_gguf_tensor *gt, const ql_fit_importance *imp,
@@ -76,6 +53,8 @@ static ql_status quantize_tensor(const ql_gguf_tensor *gt, int32_t type, const f
     const size_t rs = ql_row_size(type, ne0);
     const int64_t block = WRITE_BLOCK_VALUES / ne0 > 0 ? WRITE_BLOCK_VALUES / ne0 : 1;
     const int64_t buf_rows = block < rows_per_part ? block : rows_per_part;
+    if (ql_type_prepare(gt->type, err) != QL_OK) /* IQ sources: their lattice tables */
+        return ql_error_prefix(err, "tensor '%s': ", gt->name);
     float *x = malloc(sizeof(float) * (size_t)(buf_rows * ne0));
     if (!x)
         return ql_error_set(err, QL_ENOMEM, "fit: out of memory quantizing '%s'", gt->name);
@@ -87,7 +66,7 @@ static ql_status quantize_tensor(const ql_gguf_tensor *gt, int32_t type, const f
         const int64_t nr = r0 + buf_rows < part_end ? buf_rows : part_end - r0;
 #pragma omp parallel for schedule(static) num_threads(n_threads)
         for (int64_t r = 0; r < nr; r++)
-            source_row(gt, r0 + r, x + r * ne0);
+            ql_dequant_row(gt->type, gt->data, r0 + r, ne0, x + r * ne0);
         const float *w = imat ? imat + (per_expert ? part * ne0 : 0) : NULL;
         rc = ql_quant_tensor(type, x, nr, ne0, w, dst + (size_t)r0 * rs, dst_size - (size_t)r0 * rs,
                              NULL, err);

@@ -84,6 +84,12 @@ ql_status ql_quant_tensor(int32_t type, const float *src, int64_t nrows, int64_t
     return QL_OK;
 }
 
+void ql_dequant_row(int32_t type, const void *data, int64_t row, int64_t n_per_row, float *out)
+{
+    const size_t row_size = ql_row_size(type, n_per_row);
+    ql_type_get(type)->dequantize((const char *)data + (size_t)row * row_size, out, 1, n_per_row);
+}
+
 ql_status ql_dequant_tensor(int32_t type, const void *src, size_t src_size, int64_t nrows,
                             int64_t n_per_row, float *dst, ql_error *err)
 {

@@ -46,6 +46,10 @@ ql_status ql_quant_tensor(int32_t type, const float *src, int64_t nrows, int64_t
 ql_status ql_dequant_tensor(int32_t type, const void *src, size_t src_size, int64_t nrows,
                             int64_t n_per_row, float *dst, ql_error *err);
 
+/* Row `row` of a tensor of `type` (rows of n_per_row values from data) as f32.
+ * The type must decode (a dequantize function) and be prepared (ql_type_prepare). */
+void ql_dequant_row(int32_t type, const void *data, int64_t row, int64_t n_per_row, float *out);
+
 /* Rows per chunk of the parallel loops: enough rows for about 16K values. */
 int64_t ql_quant_chunk_rows(int64_t n_per_row);
 

@@ -55,4 +55,14 @@ matches "$tmp/out" "KV cache    80.00 KiB (81920 B) = 5 layers x ctx 128 x 4 KV 
 matches "$tmp/out" "budget      744.00 KiB (761856 B) = envelope - KV cache - reserve" "envelope budget"
 expect 1 "envelope too small" "$qlab" fit "$model" --envelope 200KiB --ctx 128 --reserve 150KiB --dry-run --cache-dir "$tmp/cache"
 matches "$tmp/err" "leaves nothing for the model" "envelope error"
+# A source model in an IQ type: its rows are decoded through the lattice tables,
+# which must be loaded before the first row is read (and again when the error
+# table comes from the cache).
+"$qlab" synth -o "$tmp/s.gguf" --dim 256 --ff 512 --layers 1 --heads 4 --kv-heads 4 >/dev/null 2>&1 &&
+    "$qlab" quantize "$tmp/s.gguf" "$tmp/s-iq3s.gguf" --type IQ3_S >/dev/null 2>&1 ||
+    { echo "FAIL: making the IQ3_S source model"; fail=1; }
+expect 0 "fit from an IQ3_S model" "$qlab" fit "$tmp/s-iq3s.gguf" --budget bpw:6 --types Q4_K,Q8_0,F16 --dry-run --cache-dir "$tmp/cache-iq"
+expect 0 "fit from an IQ3_S model, written" "$qlab" fit "$tmp/s-iq3s.gguf" --budget bpw:6 -o "$tmp/fit-iq.gguf" --cache-dir "$tmp/cache-iq" --quiet
+expect 0 "again, the table from the cache" "$qlab" fit "$tmp/s-iq3s.gguf" --budget bpw:6 -o "$tmp/fit-iq2.gguf" --cache-dir "$tmp/cache-iq" --quiet
+matches "$tmp/out" "read from the cache" "the IQ3_S source's table comes from the cache"
 exit $fail
