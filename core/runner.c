@@ -6,7 +6,6 @@
 #include <math.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -342,24 +341,18 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
     printf("results: %s\n", s->db_path);
 }
 
-/* Fills a summary row of a run found done in the store from its stored metrics. */
+/* Fills a summary row of a done run from the store (left as it is when unreadable). */
 static void stored_row(ql_store *store, int64_t run_id, summary_row *row)
 {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(ql_store_handle(store),
-                           "SELECT bpw, ppl, ppl - ppl_ref, kld_mean, top1_agree FROM metrics "
-                           "WHERE run_id = ?1",
-                           -1, &st, NULL) != SQLITE_OK)
+    ql_store_run_brief b;
+    ql_error e;
+    if (ql_store_run_brief_get(store, run_id, &b, &e) != QL_OK || isnan(b.bpw))
         return;
-    sqlite3_bind_int64(st, 1, run_id);
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
-        row->bpw = sqlite3_column_double(st, 0);
-        row->ppl = sqlite3_column_double(st, 1);
-        row->dppl = sqlite3_column_double(st, 2);
-        row->kld = sqlite3_column_double(st, 3);
-        row->top1 = sqlite3_column_double(st, 4);
-    }
-    sqlite3_finalize(st);
+    row->bpw = b.bpw;
+    row->ppl = b.ppl;
+    row->dppl = b.dppl;
+    row->kld = b.kld_mean;
+    row->top1 = b.top1_agree;
 }
 
 /* Short label of a config: the axes that vary in the sweep. */
@@ -392,44 +385,55 @@ static void config_label(const ql_sweep *sw, const ql_config *c, char *buf, size
 
 extern char **environ;
 
-/* The state of a config's run in the store: 'done', 'failed', or "" when it has none;
- * *run_id receives its id. */
-static void run_state(sweep_ctx *s, const char *hash, char state[16], int64_t *run_id)
+static int cmp_run_state(const void *a, const void *b)
 {
-    state[0] = '\0';
-    *run_id = 0;
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(ql_store_handle(s->store),
-                           "SELECT r.id, r.status FROM runs r JOIN configs c ON c.id = r.config_id"
-                           " JOIN models m ON m.id = r.model_id JOIN datasets d ON d.id = "
-                           "r.dataset_id WHERE c.hash = ?1 AND m.sha256 = ?2 AND d.sha256 = ?3"
-                           " AND r.ctx = ?4 AND r.chunks = ?5",
-                           -1, &st, NULL) != SQLITE_OK)
-        return;
-    sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, s->model_sha, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, s->text_sha, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 4, s->sw->ctx);
-    sqlite3_bind_int64(st, 5, s->data.n_chunks);
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        *run_id = sqlite3_column_int64(st, 0);
-        ql_strlcpy(state, (const char *)sqlite3_column_text(st, 1), 16);
-    }
-    sqlite3_finalize(st);
+    return strcmp(((const ql_store_run_state *)a)->config_hash,
+                  ((const ql_store_run_state *)b)->config_hash);
 }
 
-/* Configs of this run that are finished (done or failed) in the store. */
-static size_t count_finished(sweep_ctx *s, const bool *todo)
+/* The run of a config among states sorted by hash, or NULL. */
+static const ql_store_run_state *find_state(const ql_store_run_state *st, size_t n,
+                                            const char *hash)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < s->sw->n_points; i++) {
-        if (!todo[i])
-            continue;
-        char state[16];
-        int64_t id;
-        run_state(s, s->sw->points[i].hash, state, &id);
-        n += strcmp(state, "done") == 0 || strcmp(state, "failed") == 0;
-    }
+    ql_store_run_state key;
+    ql_strlcpy(key.config_hash, hash, sizeof key.config_hash);
+    return n ? bsearch(&key, st, n, sizeof *st, cmp_run_state) : NULL;
+}
+
+/* The run of config i if the jobs finished it: done with this metrics version, or
+ * failed, in an attempt begun after `before` (the states before the jobs started). */
+static const ql_store_run_state *finished_run(const sweep_ctx *s, size_t i,
+                                              const ql_store_run_state *before, size_t n_before,
+                                              const ql_store_run_state *now, size_t n_now)
+{
+    const char *hash = s->sw->points[i].hash;
+    const ql_store_run_state *r = find_state(now, n_now, hash);
+    if (!r || !(strcmp(r->status, "failed") == 0 ||
+                (strcmp(r->status, "done") == 0 && r->metrics_version == QL_METRICS_VERSION)))
+        return NULL;
+    const ql_store_run_state *b = find_state(before, n_before, hash);
+    return !b || r->attempts > b->attempts ? r : NULL;
+}
+
+/* The store's run states of this sweep's model, text, ctx and chunks. */
+static ql_status run_states(sweep_ctx *s, ql_store_run_state **out, size_t *n, ql_error *err)
+{
+    return ql_store_run_states(s->store, s->model_sha, s->text_sha, s->sw->ctx,
+                               (int)s->data.n_chunks, out, n, err);
+}
+
+/* How many todo configs the jobs finished so far (0 when the store is busy). */
+static size_t count_finished(sweep_ctx *s, const bool *todo, const ql_store_run_state *before,
+                             size_t n_before)
+{
+    ql_store_run_state *now;
+    size_t n_now, n = 0;
+    ql_error e;
+    if (run_states(s, &now, &n_now, &e) != QL_OK)
+        return 0;
+    for (size_t i = 0; i < s->sw->n_points; i++)
+        n += todo[i] && finished_run(s, i, before, n_before, now, n_now) != NULL;
+    free(now);
     return n;
 }
 
@@ -447,10 +451,18 @@ static ql_status run_jobs(sweep_ctx *s, const bool *todo, size_t n_todo, summary
     int threads = ql_threads_get() / jobs;
     if (threads < 1)
         threads = 1;
+    /* What the store holds before the jobs: a config counts as finished by them only
+     * in an attempt they began. */
+    ql_store_run_state *before = NULL;
+    size_t n_before = 0;
+    ql_status st = run_states(s, &before, &n_before, err);
+    if (st)
+        return st;
     pid_t *pids = calloc((size_t)jobs, sizeof *pids);
-    if (!pids)
+    if (!pids) {
+        free(before);
         return ql_error_set(err, QL_ENOMEM, "out of memory for %d jobs", jobs);
-    ql_status st = QL_OK;
+    }
     int started = 0;
     for (int j = 0; j < jobs; j++) {
         char shard[64], nthreads[16], parent[24];
@@ -491,10 +503,10 @@ static ql_status run_jobs(sweep_ctx *s, const bool *todo, size_t n_todo, summary
         }
         if (pid < 0 && errno != EINTR)
             break;
-        ql_progress_update(&p, (int64_t)count_finished(s, todo), NULL);
+        ql_progress_update(&p, (int64_t)count_finished(s, todo, before, n_before), NULL);
         usleep(200 * 1000);
     }
-    ql_progress_end(&p, (int64_t)count_finished(s, todo), NULL);
+    ql_progress_end(&p, (int64_t)count_finished(s, todo, before, n_before), NULL);
     free(pids);
     sum->configs_seconds = ql_now() - t0;
     if (!st && failures)
@@ -504,35 +516,35 @@ static ql_status run_jobs(sweep_ctx *s, const bool *todo, size_t n_todo, summary
                           s->sw->path, failures, jobs, why);
 
     /* The summary rows of the configs the jobs ran, from the store. */
+    ql_store_run_state *now = NULL;
+    size_t n_now = 0;
+    ql_error serr;
+    if (run_states(s, &now, &n_now, &serr) != QL_OK && !st)
+        st = ql_error_set(err, serr.status, "%s", serr.msg);
     for (size_t i = 0, r = 0; i < s->sw->n_points; i++) {
         if (!ql_shard_keeps(&o->shard, i))
             continue;
         summary_row *row = &rows[r++];
         if (!todo[i])
             continue;
-        char state[16];
-        int64_t run_id;
-        run_state(s, s->sw->points[i].hash, state, &run_id);
-        if (strcmp(state, "done") == 0) {
-            sum->n_run++;
-            row->status = "ok";
-            stored_row(s->store, run_id, row);
-            sqlite3_stmt *q;
-            if (sqlite3_prepare_v2(ql_store_handle(s->store),
-                                   "SELECT quant_seconds FROM runs WHERE id = ?1", -1, &q,
-                                   NULL) == SQLITE_OK) {
-                sqlite3_bind_int64(q, 1, run_id);
-                if (sqlite3_step(q) == SQLITE_ROW)
-                    sum->forward_seconds += sqlite3_column_double(q, 0);
-                sqlite3_finalize(q);
-            }
-        } else if (strcmp(state, "failed") == 0) {
+        const ql_store_run_state *run = finished_run(s, i, before, n_before, now, n_now);
+        ql_store_run_brief b;
+        if (!run) {
+            row->status = "not run";
+        } else if (strcmp(run->status, "failed") == 0) {
             sum->n_failed++;
             row->status = "failed";
         } else {
-            row->status = "not run";
+            sum->n_run++;
+            row->status = "ok";
+            stored_row(s->store, run->run_id, row);
+            if (ql_store_run_brief_get(s->store, run->run_id, &b, &serr) == QL_OK &&
+                !isnan(b.quant_seconds))
+                sum->forward_seconds += b.quant_seconds;
         }
     }
+    free(before);
+    free(now);
     return st;
 }
 

@@ -825,6 +825,90 @@ out:
     return rc;
 }
 
+ql_status ql_store_run_states(ql_store *s, const char *model_sha256, const char *dataset_sha256,
+                              int ctx, int chunks, ql_store_run_state **out, size_t *n,
+                              ql_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    static const char sql[] = "SELECT c.hash, r.id, r.status, r.attempts, r.metrics_version"
+                              " FROM runs r JOIN configs c ON c.id = r.config_id"
+                              " JOIN models m ON m.id = r.model_id"
+                              " JOIN datasets d ON d.id = r.dataset_id"
+                              " WHERE m.sha256 = ?1 AND d.sha256 = ?2 AND r.ctx = ?3"
+                              " AND r.chunks = ?4 ORDER BY c.hash";
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, sql, &st, err);
+    if (rc)
+        return rc;
+    if ((rc = bind_text(s, st, 1, model_sha256, err)) ||
+        (rc = bind_text(s, st, 2, dataset_sha256, err)) || (rc = bind_count(s, st, 3, ctx, err)) ||
+        (rc = bind_count(s, st, 4, chunks, err)))
+        goto out;
+    size_t cap = 0;
+    int r;
+    while ((r = step(s, st)) == SQLITE_ROW) {
+        if (!ql_grow((void **)out, &cap, *n + 1, sizeof **out)) {
+            rc = ql_error_set(err, QL_ENOMEM, "%s: out of memory for the run states", s->path);
+            goto out;
+        }
+        ql_store_run_state *x = &(*out)[(*n)++];
+        ql_strlcpy(x->config_hash, (const char *)sqlite3_column_text(st, 0), sizeof x->config_hash);
+        x->run_id = sqlite3_column_int64(st, 1);
+        ql_strlcpy(x->status, (const char *)sqlite3_column_text(st, 2), sizeof x->status);
+        x->attempts = sqlite3_column_int64(st, 3);
+        x->metrics_version = sqlite3_column_int(st, 4);
+    }
+    if (r != SQLITE_DONE)
+        rc = db_fail(s, r, "reading the run states", err);
+out:
+    sqlite3_finalize(st);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+static double col_or_nan(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? (double)NAN : sqlite3_column_double(st, i);
+}
+
+ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief *out,
+                                 ql_error *err)
+{
+    out->bpw = out->ppl = out->dppl = out->kld_mean = out->top1_agree = out->quant_seconds =
+        (double)NAN;
+    sqlite3_stmt *st;
+    ql_status rc = prep(s,
+                        "SELECT m.bpw, m.ppl, m.ppl - m.ppl_ref, m.kld_mean, m.top1_agree,"
+                        " r.quant_seconds FROM runs r LEFT JOIN metrics m ON m.run_id = r.id"
+                        " WHERE r.id = ?1",
+                        &st, err);
+    if (rc)
+        return rc;
+    if ((rc = bind_count(s, st, 1, run_id, err)))
+        goto out;
+    int r = step(s, st);
+    if (r == SQLITE_ROW) {
+        out->bpw = col_or_nan(st, 0);
+        out->ppl = col_or_nan(st, 1);
+        out->dppl = col_or_nan(st, 2);
+        out->kld_mean = col_or_nan(st, 3);
+        out->top1_agree = col_or_nan(st, 4);
+        out->quant_seconds = col_or_nan(st, 5);
+    } else if (r == SQLITE_DONE) {
+        rc = ql_error_set(err, QL_ENOTFOUND, "%s: no run %lld", s->path, (long long)run_id);
+    } else {
+        rc = db_fail(s, r, "reading the run's figures", err);
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
 static ql_status add_member(ql_store *s, const char *sweep, int64_t run_id, ql_error *err)
 {
     sqlite3_stmt *st;

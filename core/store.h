@@ -119,6 +119,30 @@ ql_status ql_store_find_done(ql_store *s, const char *config_hash, const char *m
                              const char *dataset_sha256, int ctx, int chunks, int metrics_version,
                              int64_t *run_id, ql_error *err);
 
+/* Where each run of one model, text, ctx and chunks stands: what a sweep process
+ * watching its jobs (runner.c) compares against the states it saw before them. */
+typedef struct {
+    char config_hash[65];
+    int64_t run_id;
+    char status[16]; /* running, done, failed */
+    int64_t attempts;
+    int metrics_version;
+} ql_store_run_state;
+
+/* All such runs, sorted by config hash (*out: caller frees; NULL when none). */
+ql_status ql_store_run_states(ql_store *s, const char *model_sha256, const char *dataset_sha256,
+                              int ctx, int chunks, ql_store_run_state **out, size_t *n,
+                              ql_error *err);
+
+/* The headline figures of a done run (NAN where not measured). */
+typedef struct {
+    double bpw, ppl, dppl, kld_mean, top1_agree;
+    double quant_seconds; /* its quantized forward pass */
+} ql_store_run_brief;
+
+ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief *out,
+                                 ql_error *err);
+
 /* Marks the run 'running' (new row, or a retry of a failed, interrupted or
  * older-metrics run: its old metrics and tensor errors are deleted and attempts
  * incremented) and records it as a member of info->sweep. A run already done

@@ -97,6 +97,20 @@ code=$?
 "$qlab" sweep "$tmp/small.sweep" --db "$tmp/k.db" --cache-dir "$tmp/cache-j" --jobs 2 >"$tmp/k2.out" 2>&1 \
     && "$(dirname "$0")/compare_results.sh" "$qlab" "$tmp/a.db" "$tmp/k.db" >"$tmp/cmp" 2>&1 \
     && ok "resumed with --jobs: the same results" || { bad "resume with --jobs"; cat "$tmp/k2.out" "$tmp/cmp"; }
+# Runs of another metrics version are redone by the jobs; the summary counts only
+# what the jobs finished, not the old runs they did not get to (each job here dies
+# when it begins its second config).
+sqlite3 "$tmp/a.db" "VACUUM INTO '$tmp/v.db'" && sqlite3 "$tmp/v.db" "UPDATE runs SET metrics_version = 2"
+if [ "$(rows "$tmp/v.db" "SELECT count(*) FROM runs WHERE metrics_version = 2")" = 7 ]; then
+    QLAB_FAULT_KILL_AFTER_RUNS=1 "$qlab" sweep "$tmp/small.sweep" --db "$tmp/v.db" \
+        --cache-dir "$tmp/cache-a" --jobs 2 >"$tmp/v.out" 2>"$tmp/v.err"
+    grep -q "7 configs (2 run, 0 already done, 0 failed)" "$tmp/v.out" \
+        && ok "--jobs summary: only the two configs the jobs redid count as run" \
+        || { bad "--jobs summary over other-version runs"; cat "$tmp/v.out" "$tmp/v.err"; }
+else
+    bad "could not age the runs of $tmp/v.db"
+fi
+
 # The sweep process killed while its jobs work (fault injection: each job hangs in its
 # second config through QLAB_FAULT_PAUSE_AFTER_RUNS): the jobs end with it instead of
 # living on beside the rerun, and the rerun completes the sweep.
