@@ -203,10 +203,11 @@ ql_status ql_reference_get(ql_reference **out, ql_forward *fw, const ql_weights 
     r->seconds = ql_now() - t0;
     ql_progress_end(&p, ql_ppl_n_scored_total(d), NULL);
     if (opts->cache_dir) {
-        if (ql_make_dirs(opts->cache_dir, err) == QL_OK)
+        ql_error dir_err; /* an uncachable reference is still a good reference */
+        if (ql_make_dirs(opts->cache_dir, &dir_err) == QL_OK)
             save(r, d, key);
         else
-            fprintf(stderr, "qlab: warning: %s\n", err->msg);
+            fprintf(stderr, "qlab: warning: %s\n", dir_err.msg);
     }
     *out = r;
     return QL_OK;

@@ -34,9 +34,10 @@ static void print_token(const ql_tokenizer *tok, int32_t id, bool ids, bool firs
     if (ids) {
         printf(first ? "%d" : " %d", (int)id);
     } else {
-        char piece[256];
-        size_t n = ql_token_to_piece(tok, id, piece, sizeof piece);
-        fwrite(piece, 1, n < sizeof piece ? n : sizeof piece, stdout);
+        const char *piece;
+        size_t n;
+        if (ql_tokenizer_piece(tok, id, &piece, &n, NULL) == QL_OK) /* whole, however long */
+            fwrite(piece, 1, n, stdout);
     }
     fflush(stdout);
 }

@@ -85,7 +85,7 @@ int ql_cmd_imatrix(int argc, char **argv)
         else if (strcmp(a, "--format") == 0)
             fmt = v;
         else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0)
-            ok = ql_cli_parse_int_opt("imatrix", a, v, 1, 1 << 20, &ctx);
+            ok = ql_cli_parse_int_opt("imatrix", a, v, 4, 1 << 20, &ctx);
         else if (strcmp(a, "--chunks") == 0)
             ok = ql_cli_parse_int_opt("imatrix", a, v, 1, 1 << 30, &chunks);
         else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)

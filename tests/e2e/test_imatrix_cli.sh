@@ -72,6 +72,7 @@ expect 2 "no --text" "$qlab" imatrix stories260K -o "$tmp/x.gguf"
 expect 2 "no -o" "$qlab" imatrix stories260K --text ts-calib
 expect 2 "unknown option" "$qlab" imatrix stories260K --text ts-calib -o "$tmp/x.gguf" --bogus 1
 expect 2 "bad --format" "$qlab" imatrix stories260K --text ts-calib -o "$tmp/x.gguf" --format json
+expect 2 "--ctx below 4 (a chunk needs tokens to score)" "$qlab" imatrix stories260K --text ts-calib -o "$tmp/x.gguf" --ctx 2
 expect 2 "--format contradicts the name" "$qlab" imatrix stories260K --text ts-calib -o "$tmp/x.gguf" --format dat
 expect 2 "bad --kv-type" "$qlab" imatrix stories260K --text ts-calib -o "$tmp/x.gguf" --kv-type q8_0
 expect 2 "bad --ctx" "$qlab" imatrix stories260K --text ts-calib -o "$tmp/x.gguf" --ctx 0
