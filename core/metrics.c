@@ -9,6 +9,7 @@ struct ql_dist_acc {
     /* Per-token values, in token order. */
     double *nll_q, *nll_p, *kld, *dp, *maxabs;
     uint8_t *top1;
+    double *scratch; /* for the order statistics, so finishing cannot fail */
 };
 
 ql_status ql_dist_acc_alloc(ql_dist_acc **out, int64_t max_tokens, int64_t n_vocab,
@@ -30,7 +31,8 @@ ql_status ql_dist_acc_alloc(ql_dist_acc **out, int64_t max_tokens, int64_t n_voc
     a->dp = malloc(n * sizeof(double));
     a->maxabs = malloc(n * sizeof(double));
     a->top1 = malloc(n);
-    if (!a->nll_q || !a->nll_p || !a->kld || !a->dp || !a->maxabs || !a->top1) {
+    a->scratch = malloc(n * sizeof(double));
+    if (!a->nll_q || !a->nll_p || !a->kld || !a->dp || !a->maxabs || !a->top1 || !a->scratch) {
         ql_dist_acc_free(a);
         return ql_error_set(err, QL_ENOMEM, "metrics: out of memory for %lld tokens",
                             (long long)max_tokens);
@@ -49,6 +51,7 @@ void ql_dist_acc_free(ql_dist_acc *a)
     free(a->dp);
     free(a->maxabs);
     free(a->top1);
+    free(a->scratch);
     free(a);
 }
 
@@ -151,11 +154,6 @@ void ql_dist_acc_range(const ql_dist_acc *a, int64_t begin, int64_t end, double 
     *top1_count = t1;
 }
 
-int64_t ql_dist_acc_count(const ql_dist_acc *a)
-{
-    return a->n;
-}
-
 double ql_percentile_sorted(const double *sorted, int64_t n, double f)
 {
     if (n <= 0)
@@ -209,20 +207,17 @@ void ql_dist_acc_finish(const ql_dist_acc *a, ql_dist_metrics *out)
     mean_err(a->nll_p, n, &m, &se);
     out->ppl_ref = exp(m);
     out->ppl_ref_err = out->ppl_ref * se;
-    double *tmp = malloc((size_t)n * sizeof(double));
-    if (tmp) {
-        for (int64_t i = 0; i < n; i++)
-            tmp[i] = a->nll_q[i] - a->nll_p[i];
-        mean_err(tmp, n, &out->ln_ppl_ratio, &out->ln_ppl_ratio_err);
-        memcpy(tmp, a->kld, (size_t)n * sizeof(double));
-        qsort(tmp, (size_t)n, sizeof(double), cmp_double);
-        out->kld_median = ql_percentile_sorted(tmp, n, 0.5);
-        out->kld_p90 = ql_percentile_sorted(tmp, n, 0.90);
-        out->kld_p99 = ql_percentile_sorted(tmp, n, 0.99);
-        out->kld_p999 = ql_percentile_sorted(tmp, n, 0.999);
-        out->kld_max = tmp[n - 1];
-        free(tmp);
-    }
+    double *tmp = a->scratch;
+    for (int64_t i = 0; i < n; i++)
+        tmp[i] = a->nll_q[i] - a->nll_p[i];
+    mean_err(tmp, n, &out->ln_ppl_ratio, &out->ln_ppl_ratio_err);
+    memcpy(tmp, a->kld, (size_t)n * sizeof(double));
+    qsort(tmp, (size_t)n, sizeof(double), cmp_double);
+    out->kld_median = ql_percentile_sorted(tmp, n, 0.5);
+    out->kld_p90 = ql_percentile_sorted(tmp, n, 0.90);
+    out->kld_p99 = ql_percentile_sorted(tmp, n, 0.99);
+    out->kld_p999 = ql_percentile_sorted(tmp, n, 0.999);
+    out->kld_max = tmp[n - 1];
     mean_err(a->kld, n, &out->kld_mean, &out->kld_mean_err);
     double s = 0, s2 = 0, mn = a->dp[0], mx = a->dp[0], mabs = 0;
     int64_t agree = 0;

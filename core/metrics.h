@@ -61,9 +61,6 @@ void ql_dist_acc_finish(const ql_dist_acc *a, ql_dist_metrics *out);
 void ql_dist_acc_range(const ql_dist_acc *a, int64_t begin, int64_t end, double *kld_sum,
                        double *nll_sum, double *nll_ref_sum, int64_t *top1_count);
 
-/* Tokens added so far. */
-int64_t ql_dist_acc_count(const ql_dist_acc *a);
-
 /* Log-softmax of n logits into out (double internally, float out). */
 void ql_log_softmax(const float *logits, int64_t n, float *out);
 

@@ -12,19 +12,6 @@
 /* llama.cpp's default when {arch}.rope.freq_base is absent. */
 #define DEFAULT_ROPE_FREQ_BASE 10000.0f
 
-const char *ql_arch_name(ql_arch a)
-{
-    switch (a) {
-    case QL_ARCH_LLAMA:
-        return "llama";
-    case QL_ARCH_QWEN2:
-        return "qwen2";
-    case QL_ARCH_QWEN3:
-        return "qwen3";
-    }
-    return "?";
-}
-
 /* ------------------------------------------------------------------------ */
 /* Weight sets                                                                */
 

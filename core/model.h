@@ -173,7 +173,4 @@ ql_status ql_model_from_gguf(ql_model **out, ql_gguf *g, ql_error *err);
 
 void ql_model_free(ql_model *m);
 
-/* "llama", "qwen2", ... */
-const char *ql_arch_name(ql_arch a);
-
 #endif

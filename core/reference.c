@@ -68,11 +68,6 @@ bool ql_reference_from_cache(const ql_reference *r)
     return r->from_cache;
 }
 
-const char *ql_reference_cache_path(const ql_reference *r)
-{
-    return r->path;
-}
-
 static void identity_key(const ql_reference_opts *o, const ql_ppl_data *d, int64_t n_vocab,
                          char key[65])
 {

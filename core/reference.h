@@ -43,7 +43,5 @@ const float *ql_reference_chunk(const ql_reference *r, int64_t chunk);
 /* Seconds the computation took (0 when loaded from the cache), and whether it was. */
 double ql_reference_seconds(const ql_reference *r);
 bool ql_reference_from_cache(const ql_reference *r);
-/* The cache file used (empty when none). */
-const char *ql_reference_cache_path(const ql_reference *r);
 
 #endif

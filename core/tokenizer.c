@@ -129,32 +129,12 @@ ql_bigram ql_bigram_pop(ql_bigram_heap *h)
 
 bool ql_tok_scratch_text(ql_tok_scratch *s, size_t n)
 {
-    if (n <= s->cap_text)
-        return true;
-    size_t cap = s->cap_text ? s->cap_text : 4096;
-    while (cap < n)
-        cap *= 2;
-    char *p = realloc(s->text, cap);
-    if (!p)
-        return false;
-    s->text = p;
-    s->cap_text = cap;
-    return true;
+    return n <= s->cap_text || ql_grow((void **)&s->text, &s->cap_text, n, 1);
 }
 
 bool ql_tok_scratch_syms(ql_tok_scratch *s, size_t n)
 {
-    if (n <= s->cap_syms)
-        return true;
-    size_t cap = s->cap_syms ? s->cap_syms : 1024;
-    while (cap < n)
-        cap *= 2;
-    ql_sym *p = realloc(s->syms, cap * sizeof *p);
-    if (!p)
-        return false;
-    s->syms = p;
-    s->cap_syms = cap;
-    return true;
+    return n <= s->cap_syms || ql_grow((void **)&s->syms, &s->cap_syms, n, sizeof *s->syms);
 }
 
 bool ql_tok_merge(const ql_tokenizer *t, ql_tok_scratch *s, size_t off, size_t n,
@@ -377,8 +357,6 @@ static ql_status detect_control(ql_tokenizer *t, const ql_gguf *g, ql_error *err
         ql_status st = special_id(t, g, groups[i].key, &id, &present, err);
         if (st != QL_OK)
             return st;
-        if (i == 0)
-            t->eot = id;
         /* The deprecated prefix/suffix/middle keys also set the FIM ids. */
         if (!present && i >= 2 && i <= 4) {
             static const char *const old_keys[] = {"tokenizer.ggml.prefix_token_id",
@@ -490,16 +468,8 @@ typedef struct {
 
 static bool buf_put(buf *b, const void *s, size_t n)
 {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 1 << 16;
-        while (cap < b->n + n)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return false;
-        b->p = p;
-        b->cap = cap;
-    }
+    if (b->n + n > b->cap && !ql_grow((void **)&b->p, &b->cap, b->n + n, 1))
+        return false;
     memcpy(b->p + b->n, s, n);
     b->n += n;
     return true;
@@ -635,7 +605,6 @@ static ql_status load_merges(ql_tokenizer *t, const ql_gguf *g, char **arena_pos
                 break;
         }
     }
-    t->n_merges = (int32_t)arr->n;
     return QL_OK;
 }
 
@@ -789,7 +758,6 @@ ql_status ql_tokenizer_from_gguf(ql_tokenizer **out, const ql_gguf *g, ql_error 
         t->add_eos = false;
         t->add_space_prefix = false;
     }
-    t->eot = -1;
     if (t->bos >= t->n_vocab)
         t->bos = -1;
     if (t->eos >= t->n_vocab)

@@ -154,7 +154,7 @@ struct ql_tokenizer {
     char *arena; /* token texts (each NUL-terminated) */
     ql_strhash token_index;
 
-    int32_t bos, eos, unk, eot; /* -1 when absent */
+    int32_t bos, eos, unk; /* -1 when absent */
     bool add_bos, add_eos;
     bool add_space_prefix; /* SPM: prefix a space to text at the start and after a special token */
 
@@ -172,7 +172,6 @@ struct ql_tokenizer {
     /* BPE */
     ql_pretok pre;
     ql_merge *merges;
-    int32_t n_merges;
     ql_strhash merge_index;
     char gpt2_bytes[256][2]; /* UTF-8 of the GPT-2 code point of each byte */
     uint8_t gpt2_len[256];

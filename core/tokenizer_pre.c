@@ -153,14 +153,8 @@ void ql_pretok_deinit(ql_pretok *p)
 
 static bool seg_push(ql_tok_scratch *s, size_t *n, size_t len)
 {
-    if (*n == s->cap_seg2) {
-        size_t cap = s->cap_seg2 ? 2 * s->cap_seg2 : 1024;
-        size_t *p = realloc(s->seg2, cap * sizeof *p);
-        if (!p)
-            return false;
-        s->seg2 = p;
-        s->cap_seg2 = cap;
-    }
+    if (*n == s->cap_seg2 && !ql_grow((void **)&s->seg2, &s->cap_seg2, *n + 1, sizeof *s->seg2))
+        return false;
     s->seg2[(*n)++] = len;
     return true;
 }
