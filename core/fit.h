@@ -206,6 +206,10 @@ typedef struct {
     /* Candidate types, comma- or space-separated GGUF names; NULL = the default
      * ladder (ql_fit_default_types). */
     const char *types;
+    /* Leaves out the candidates above this many bits per weight (F16 stays, as the
+     * fallback of rows no block type fits); 0 = no cap. A sweep's budget config
+     * caps the ladder at its weight_type this way. */
+    double max_bpw;
     /* Rows per tensor to measure; 0 = every row (exact). */
     int64_t sample_rows;
     /* Directory of the cache; NULL = <qlab root>/results/cache; "" = no cache. */

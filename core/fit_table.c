@@ -242,6 +242,16 @@ static ql_status parse_types(const char *list, int32_t *out, int *n_out, ql_erro
     return QL_OK;
 }
 
+/* Keeps the types of at most max_bpw bits per weight, and F16; returns the count. */
+static int cap_bpw(int32_t *types, int n, double max_bpw)
+{
+    int kept = 0;
+    for (int k = 0; k < n; k++)
+        if (types[k] == QL_TYPE_F16 || ql_type_bpw(types[k]) <= max_bpw)
+            types[kept++] = types[k];
+    return kept;
+}
+
 static void format_types(const int32_t *types, int n, char *out, size_t size)
 {
     out[0] = '\0';
@@ -496,6 +506,10 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
             return rc;
         memcpy(req32, req, sizeof req);
         n_req32 = n_req;
+    }
+    if (opt->max_bpw > 0) {
+        n_req = cap_bpw(req, n_req, opt->max_bpw);
+        n_req32 = cap_bpw(req32, n_req32, opt->max_bpw);
     }
     /* Drop what qlab cannot produce, with a note. */
     bool usable[128] = {0};
@@ -1187,6 +1201,10 @@ ql_status ql_fit_table_compute(const ql_gguf *model, const char *model_sha256,
         format_types(ty, n, t->types, sizeof t->types);
     } else {
         ql_strlcpy(t->types, "default", sizeof t->types);
+    }
+    if (opt->max_bpw > 0) {
+        size_t used = strlen(t->types);
+        snprintf(t->types + used, sizeof t->types - used, " up to %g bpw", opt->max_bpw);
     }
     t->sample_rows = opt->sample_rows;
 

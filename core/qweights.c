@@ -206,29 +206,6 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
 /* ------------------------------------------------------------------------- */
 /* The plan                                                                   */
 
-/* Candidate types of a budget config: the solver's default ladder up to the
- * precision of weight_type (its bits per weight), so `weight_type` caps what a
- * fitted model may spend on one tensor; F16 stays as the fallback of tensors whose
- * rows fit no block type (as in the type policy). */
-static void fit_candidates(int32_t cap, char *buf, size_t size)
-{
-    char ladder[512];
-    ql_strlcpy(ladder, ql_fit_default_types(), sizeof ladder);
-    size_t used = 0;
-    buf[0] = '\0';
-    char *save = NULL;
-    for (char *tok = strtok_r(ladder, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-        const ql_type_traits *t = ql_type_by_name(tok);
-        if (!t || (ql_type_bpw(t->type) > ql_type_bpw(cap) && t->type != QL_TYPE_F16) ||
-            strstr(buf, tok))
-            continue;
-        int k = snprintf(buf + used, size - used, "%s%s", used ? "," : "", t->name);
-        if (k < 0 || (size_t)k >= size - used)
-            break;
-        used += (size_t)k;
-    }
-}
-
 /* Replaces the policy's types by the ones the exact-fit solver chose for a budget,
  * and recomputes the plan's byte totals. */
 static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql_calib_slot *slot,
@@ -245,11 +222,11 @@ static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql
         return st;
     ql_fit_budget b = {c->budget_kind == QL_BUDGET_BPW ? QL_FIT_BUDGET_BPW : QL_FIT_BUDGET_BYTES,
                        (uint64_t)c->budget_bytes, c->budget_bpw};
-    char types[512];
-    fit_candidates(c->weight_type, types, sizeof types);
+    /* The solver's default ladder up to the precision of weight_type, so that
+     * weight_type caps what a fitted model may spend on one tensor. */
     ql_fit_options fo;
     ql_fit_options_init(&fo);
-    fo.types = types;
+    fo.max_bpw = ql_type_bpw(c->weight_type);
     fo.cache_dir = q->cache_dir;
     fo.quiet = q->quiet;
     ql_fit_table *table = NULL;

@@ -34,4 +34,28 @@ fallbacks=$(rows "$tmp/b.db" "SELECT count(*) FROM tensor_errors t JOIN runs r O
 [ "$fallbacks" = 0 ] && ok "solver choices are recorded as requested types" || bad "fallbacks: $fallbacks"
 ppl=$(rows "$tmp/b.db" "SELECT ppl IS NOT NULL AND kld_mean > 0 FROM results WHERE budget = 'bpw:7.5'")
 [ "$ppl" = 1 ] && ok "bpw:7.5 has PPL and KLD" || bad "bpw:7.5 metrics"
+
+# weight_type caps the ladder: with Q5_0 no tensor gets a type above 5.5 bits per
+# weight (F16 only where no block type fits, and norms stay F32), even under a
+# budget that could pay for Q8_0.
+cat >"$tmp/cap.sweep" <<'END'
+[sweep]
+name    = budget-cap
+model   = stories260K
+text    = ts-eval
+ctx     = 64
+chunks  = 4
+threads = 1
+
+[grid]
+weight_type = Q5_0
+budget      = bpw:9
+END
+"$qlab" sweep "$tmp/cap.sweep" --db "$tmp/c.db" --cache-dir "$tmp/cache" >"$tmp/out" 2>"$tmp/err" \
+    || { bad "capped budget sweep failed"; cat "$tmp/err"; }
+above=$(rows "$tmp/c.db" "SELECT group_concat(DISTINCT used_type) FROM tensor_errors
+    WHERE used_type NOT IN ('Q4_0', 'Q4_1', 'Q5_0', 'IQ4_NL', 'F16', 'F32')")
+used=$(rows "$tmp/c.db" "SELECT group_concat(DISTINCT used_type) FROM tensor_errors")
+[ -z "$above" ] && [ -n "$used" ] && ok "weight_type Q5_0 caps the fitted types ($used)" \
+    || bad "types above Q5_0 under its cap: '$above'"
 exit $fail
