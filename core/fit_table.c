@@ -7,7 +7,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "data.h"
 #include "fp16.h"
@@ -1151,19 +1150,6 @@ static bool table_matches_model(const ql_fit_table *t, const ql_gguf *model)
     return true;
 }
 
-static void mkdir_p(const char *dir)
-{
-    char tmp[4096];
-    ql_strlcpy(tmp, dir, sizeof tmp);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(tmp, 0777);
-            *p = '/';
-        }
-    mkdir(tmp, 0777);
-}
-
 /* ---------------------------------------------------------------------------
  * Entry point */
 
@@ -1244,7 +1230,8 @@ ql_status ql_fit_table_compute(const ql_gguf *model, const char *model_sha256,
                      t->cache_path,
                      cs != QL_OK ? cerr.msg : "it belongs to another model or settings");
         }
-        mkdir_p(dir);
+        ql_error dir_err; /* a failure shows as "cache not written" after the table */
+        (void)ql_make_dirs(dir, &dir_err);
     }
     if ((rc = compute(model, imp, opt, t, err)) != QL_OK)
         goto fail;
