@@ -20,7 +20,8 @@ static const ql_named_query named[] = {
     {"formats", "", 0, "one row per finished config (and model, text), sorted by bpw",
      "SELECT substr(config_hash, 1, 12) AS config, sweep, model, dataset, ctx, weight_type,"
      " act_mode, outlier_ratio AS outliers, head_type AS head, embd_type AS embd, kv_type AS kv,"
-     " imatrix, round(bpw, 4) AS bpw, bytes, round(ppl, 4) AS ppl, round(ppl_err, 4) AS ppl_err,"
+     " imatrix, round(bpw, 4) AS bpw, round(bpw_body, 4) AS bpw_body, bytes, round(ppl, 4) AS ppl,"
+     " round(ppl_err, 4) AS ppl_err,"
      " round(d_ppl, 4) AS d_ppl, round(kld_mean, 6) AS kld_mean, round(kld_p99, 6) AS kld_p99,"
      " round(top1_agree, 4) AS top1, round(max_abs_prob_err, 4) AS max_dp,"
      " round(imatrix_err_rel, 6) AS imatrix_err_rel"

@@ -158,6 +158,7 @@ static void test_named(void)
                *f16 = strstr(text, ",F16,");
     CHECK(q4 && q8 && f16 && q4 < q8 && q8 < f16);
     CHECK(strstr(text, "IQ4_NL") == NULL); /* failed runs are not results */
+    CHECK(strstr(text, ",bpw,bpw_body,bytes,") != NULL); /* bpw with and without head/embd */
     free(text);
 
     /* tensors: by hash prefix (the pinned Q4_0 hash starts 88005179). */
