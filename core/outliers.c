@@ -311,45 +311,6 @@ ql_status ql_act_stats_read(const char *path, ql_act_stats **out, ql_act_stats_o
     return st;
 }
 
-ql_status ql_act_stats_collect(ql_act_stats **out, ql_forward *fw, const ql_weights *w,
-                               const ql_ppl_data *d, ql_error *err)
-{
-    *out = NULL;
-    const ql_hparams *hp = ql_forward_hparams(fw);
-    if (d->ctx > ql_forward_max_ctx(fw))
-        return ql_error_set(err, QL_EINVAL,
-                            "calibration: chunks of %d tokens exceed the forward pass's %d", d->ctx,
-                            ql_forward_max_ctx(fw));
-    ql_act_stats *st = NULL;
-    ql_status rc = ql_act_stats_alloc_for(&st, w, err);
-    if (rc)
-        return rc;
-    int32_t *tokens = malloc((size_t)d->ctx * sizeof *tokens);
-    float *logits = malloc((size_t)d->ctx * (size_t)hp->n_vocab * sizeof *logits);
-    if (!tokens || !logits) {
-        rc = ql_error_set(err, QL_ENOMEM, "calibration: out of memory for %d x %d logits", d->ctx,
-                          hp->n_vocab);
-        goto out;
-    }
-    ql_forward_set_observer(fw, ql_act_stats_observe, st);
-    for (int64_t c = 0; c < d->n_chunks && !rc; c++) {
-        ql_ppl_chunk_input(d, c, tokens);
-        rc = ql_forward_run(fw, w, tokens, d->ctx, 0, 0, logits, err);
-        if (rc)
-            ql_error_prefix(err, "calibration chunk %lld: ", (long long)c);
-    }
-    ql_forward_set_observer(fw, NULL, NULL);
-out:
-    free(tokens);
-    free(logits);
-    if (rc) {
-        ql_act_stats_free(st);
-        return rc;
-    }
-    *out = st;
-    return QL_OK;
-}
-
 /* ------------------------------------------------------------------------- */
 /* Selection                                                                   */
 

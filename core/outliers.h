@@ -4,8 +4,9 @@
  * Calibration. A forward pass over a calibration text records, at every product site
  * (model.h: lin[site]), the largest |x| seen on each input channel: per site n_in
  * floats (ql_act_stats). The accumulator is fed through the forward's observer seam
- * (ql_act_stats_observe) or directly (ql_act_stats_add); an importance-matrix
- * collector can share the same pass by chaining observers.
+ * (ql_act_stats_observe) or directly (ql_act_stats_add). The calibration pass is the
+ * importance matrix's (ql_imatrix_collect, imatrix.h, with ql_act_stats_observe as its
+ * `also` observer): one pass over the text gives both, and calib.h keeps both.
  *
  * Selection. With ratio r > 0, a channel is an outlier when its magnitude is strictly
  * above r times the median channel magnitude of its site (for an even count, the mean
@@ -43,7 +44,6 @@
 #include "error.h"
 #include "forward.h"
 #include "model.h"
-#include "perplexity.h"
 
 /* At most n_in / QL_OUTLIER_CAP_DIV outlier channels per matrix. */
 #define QL_OUTLIER_CAP_DIV 16
@@ -118,14 +118,6 @@ ql_status ql_act_stats_write(const ql_act_stats *s, const ql_act_stats_origin *o
  * widths are the ones it expects. */
 ql_status ql_act_stats_read(const char *path, ql_act_stats **out, ql_act_stats_origin *origin,
                             ql_error *err);
-
-/* A calibration pass: runs every chunk of d through fw with weights w (the reference
- * weights: the statistics describe the unquantized model) and records every site's
- * inputs into a new *out. Every position of a chunk is run (out_first = 0), so each
- * site sees n_chunks * ctx rows. fw's observer is replaced during the pass and removed
- * afterwards. */
-ql_status ql_act_stats_collect(ql_act_stats **out, ql_forward *fw, const ql_weights *w,
-                               const ql_ppl_data *d, ql_error *err);
 
 /* ------------------------------------------------------------------------- */
 /* Selection                                                                   */
