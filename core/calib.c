@@ -23,7 +23,8 @@ struct ql_calib_slot {
     ql_imatrix *im;
     char sha256[65];
     /* calib: imatrices only: per-channel max |x| of every product on the same
-     * calibration text (the outlier split's statistics), made on first use. */
+     * calibration text (the outlier split's statistics), from the imatrix's pass or
+     * the cache beside it. */
     ql_act_stats *act;
     outlier_slot *outliers;
     size_t n_outliers;
@@ -117,78 +118,210 @@ static ql_status calib_chunks(const ql_calib *cal, const ql_config *c, const cha
     return st;
 }
 
-/* The calibration imatrix of `calib:NAME[,ctx=N][,chunks=N]`: llama-imatrix's
- * collection (imatrix.h) over the named text with the sweep's model and the exact
- * reference (f32 K/V), computed once and kept in the cache directory as a GGUF
- * imatrix keyed by (model sha256, text sha256, ctx, chunks, process-output), so
- * shards and resumed sweeps load the same file. The run records the file's sha256. */
-static ql_status calib_imatrix(const ql_calib *cal, const ql_config *c, ql_calib_slot *slot,
-                               ql_error *err)
+/* The cache files of a calib: text, both keyed by (model sha256, text sha256, ctx,
+ * chunks, process-output): the GGUF imatrix, and beside it the activation maxima of
+ * the same pass (outliers.h's layout). */
+typedef struct {
+    int ctx, chunks;
+    char text_path[QL_PATH_MAX];
+    char text_sha[65];
+    char imatrix[QL_PATH_MAX];
+    char maxima[QL_PATH_MAX];
+} calib_files;
+
+static ql_status calib_files_of(const ql_calib *cal, const ql_config *c, calib_files *f,
+                                ql_error *err)
 {
-    const int ctx = c->imatrix_ctx > 0 ? c->imatrix_ctx : cal->ctx;
-    const int chunks = c->imatrix_chunks;
     const bool process_output = false; /* sweeps have no --process-output */
-    char text_path[QL_PATH_MAX], text_sha[65];
+    memset(f, 0, sizeof *f);
+    f->ctx = c->imatrix_ctx > 0 ? c->imatrix_ctx : cal->ctx;
+    f->chunks = c->imatrix_chunks;
     const ql_data_entry *te = NULL;
-    ql_status st = ql_data_resolve(c->imatrix, text_path, sizeof text_path, &te, err);
+    ql_status st = ql_data_resolve(c->imatrix, f->text_path, sizeof f->text_path, &te, err);
     if (st)
         return ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
     if (te)
-        ql_strlcpy(text_sha, te->sha256, sizeof text_sha);
-    else if ((st = ql_sha256_file(text_path, text_sha, err)))
+        ql_strlcpy(f->text_sha, te->sha256, sizeof f->text_sha);
+    else if ((st = ql_sha256_file(f->text_path, f->text_sha, err)))
         return st;
-    char path[QL_PATH_MAX];
-    int n = snprintf(path, sizeof path, "%s/imatrix-%.16s-%.16s-c%d-n%d-po%d.gguf", cal->cache_dir,
-                     cal->model_sha, text_sha, ctx, chunks, process_output ? 1 : 0);
-    if (n < 0 || (size_t)n >= sizeof path)
-        return ql_error_set(err, QL_EINVAL, "imatrix cache path under '%s' is too long",
-                            cal->cache_dir);
-
-    if (ql_file_exists(path)) {
-        ql_error rerr;
-        ql_imatrix *im = NULL;
-        st = ql_imatrix_read(path, &im, &rerr);
-        if (!st && im->chunk_size == ctx && (chunks == 0 || im->chunk_count <= chunks)) {
-            slot->im = im;
-            if (!cal->quiet)
-                fprintf(stderr, "imatrix calib:%s: loaded from cache %s\n", c->imatrix, path);
-            return ql_sha256_file(path, slot->sha256, err);
-        }
-        fprintf(stderr, "qlab: warning: ignoring the cached imatrix %s (%s); computing it again\n",
-                path, st ? rerr.msg : "another chunk size or chunk count");
-        ql_imatrix_free(im);
+    char *paths[2] = {f->imatrix, f->maxima};
+    const char *exts[2] = {"gguf", "amax"};
+    for (int k = 0; k < 2; k++) {
+        int n = snprintf(paths[k], QL_PATH_MAX, "%s/imatrix-%.16s-%.16s-c%d-n%d-po%d.%s",
+                         cal->cache_dir, cal->model_sha, f->text_sha, f->ctx, f->chunks,
+                         process_output ? 1 : 0, exts[k]);
+        if (n < 0 || n >= QL_PATH_MAX)
+            return ql_error_set(err, QL_EINVAL, "imatrix cache path under '%s' is too long",
+                                cal->cache_dir);
     }
+    return QL_OK;
+}
 
+/* The cached imatrix into slot (and its file's sha256): *hit = false, and a warning
+ * when the file is there but unusable, means it has to be computed. */
+static ql_status load_cached_imatrix(const ql_calib *cal, const ql_config *c, const calib_files *f,
+                                     ql_calib_slot *slot, bool *hit, ql_error *err)
+{
+    *hit = false;
+    if (!ql_file_exists(f->imatrix))
+        return QL_OK;
+    ql_error rerr;
+    ql_imatrix *im = NULL;
+    ql_status st = ql_imatrix_read(f->imatrix, &im, &rerr);
+    if (st || im->chunk_size != f->ctx || (f->chunks > 0 && im->chunk_count > f->chunks)) {
+        fprintf(stderr, "qlab: warning: ignoring the cached imatrix %s (%s); computing it again\n",
+                f->imatrix, st ? rerr.msg : "another chunk size or chunk count");
+        ql_imatrix_free(im);
+        return QL_OK;
+    }
+    if ((st = ql_sha256_file(f->imatrix, slot->sha256, err))) {
+        ql_imatrix_free(im);
+        return st;
+    }
+    slot->im = im;
+    *hit = true;
+    if (!cal->quiet)
+        fprintf(stderr, "imatrix calib:%s: loaded from cache %s\n", c->imatrix, f->imatrix);
+    return QL_OK;
+}
+
+/* The cached maxima of the pass that made the slot's imatrix, checked against the
+ * model (sites and widths) and the imatrix (text, chunks): NULL, and a warning when
+ * the file is there but unusable, means they have to be computed. */
+static ql_act_stats *load_cached_maxima(const ql_calib *cal, const ql_config *c,
+                                        const calib_files *f, const ql_imatrix *im)
+{
+    if (!ql_file_exists(f->maxima))
+        return NULL;
+    ql_error rerr;
+    ql_act_stats *act = NULL;
+    ql_act_stats_origin o;
+    const ql_weights *w = cal->model->weights;
+    ql_status st = ql_act_stats_read(f->maxima, &act, &o, &rerr);
+    if (!st && strcmp(o.model_sha256, cal->model_sha) != 0)
+        st = ql_error_set(&rerr, QL_EFORMAT, "made with model %.16s..., expected %.16s...",
+                          o.model_sha256, cal->model_sha);
+    if (!st && strcmp(o.text_sha256, f->text_sha) != 0)
+        st = ql_error_set(&rerr, QL_EFORMAT, "made on text %.16s..., expected %.16s...",
+                          o.text_sha256, f->text_sha);
+    if (!st && (o.chunk_size != im->chunk_size || o.chunk_count != im->chunk_count))
+        st = ql_error_set(&rerr, QL_EFORMAT,
+                          "%lld chunks of %lld tokens, the cached imatrix has %lld of %lld",
+                          (long long)o.chunk_count, (long long)o.chunk_size,
+                          (long long)im->chunk_count, (long long)im->chunk_size);
+    if (!st && act->n_sites != w->n_lin)
+        st = ql_error_set(&rerr, QL_EFORMAT, "%d sites, the model has %d products", act->n_sites,
+                          w->n_lin);
+    for (int s = 0; !st && s < w->n_lin; s++)
+        if (act->n_in[s] != w->lin[s].n_in)
+            st = ql_error_set(&rerr, QL_EFORMAT, "site %d (%s) is %lld wide, the model's %lld", s,
+                              w->lin[s].name, (long long)act->n_in[s], (long long)w->lin[s].n_in);
+    if (st) {
+        fprintf(stderr,
+                "qlab: warning: ignoring the cached activation maxima %s (%s); computing them "
+                "again\n",
+                f->maxima, rerr.msg);
+        ql_act_stats_free(act);
+        return NULL;
+    }
+    if (!cal->quiet)
+        fprintf(stderr, "calib:%s: activation maxima loaded from cache %s\n", c->imatrix,
+                f->maxima);
+    return act;
+}
+
+/* One calibration pass over the text: llama-imatrix's collection (imatrix.h) with the
+ * per-channel maxima of every product (outliers.h) observed alongside, with the
+ * sweep's model, the reference weights and f32 K/V. */
+static ql_status calib_pass(const ql_calib *cal, const ql_config *c, const calib_files *f,
+                            ql_imatrix **im, ql_act_stats **act, ql_imatrix_summary *sum,
+                            ql_error *err)
+{
+    *im = NULL;
+    *act = NULL;
     ql_ppl_data d;
     memset(&d, 0, sizeof d);
     ql_forward *fw = NULL;
-    if ((st = calib_chunks(cal, c, text_path, &d, err)))
-        goto out;
-    if ((st = ql_forward_alloc(&fw, &cal->model->hp, ctx, err)))
-        goto out;
-    ql_imatrix_opts o = {process_output, c->imatrix, cal->quiet, NULL, NULL};
-    ql_imatrix_summary sum;
-    if ((st = ql_imatrix_collect(fw, cal->model->weights, &d, &o, &slot->im, &sum, err))) {
-        ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
-        goto out;
+    ql_status st = calib_chunks(cal, c, f->text_path, &d, err);
+    if (!st)
+        st = ql_forward_alloc(&fw, &cal->model->hp, f->ctx, err);
+    if (!st)
+        st = ql_act_stats_alloc_for(act, cal->model->weights, err);
+    if (!st) {
+        const bool process_output = false; /* as in the cache file names */
+        ql_imatrix_opts o = {process_output, c->imatrix, cal->quiet, ql_act_stats_observe, *act};
+        if ((st = ql_imatrix_collect(fw, cal->model->weights, &d, &o, im, sum, err)))
+            ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
     }
-    if ((st = ql_make_dirs(cal->cache_dir, err)) ||
-        (st = ql_imatrix_write(slot->im, path, QL_IMATRIX_GGUF, err)) ||
-        (st = ql_sha256_file(path, slot->sha256, err)))
-        goto out;
-    if (!cal->quiet)
-        fprintf(stderr,
-                "imatrix calib:%s: %lld entries over %lld chunks of %d tokens in %.1f s, cached "
-                "in %s\n",
-                c->imatrix, (long long)sum.n_entries, (long long)sum.n_chunks, ctx, sum.seconds,
-                path);
-out:
     if (st) {
-        ql_imatrix_free(slot->im);
-        slot->im = NULL;
+        ql_act_stats_free(*act);
+        *act = NULL;
     }
     ql_forward_free(fw);
     ql_ppl_data_deinit(&d);
+    return st;
+}
+
+/* The calibration resources of `calib:NAME[,ctx=N][,chunks=N]`: the imatrix and the
+ * activation maxima, from one pass over the named text, computed once and kept in the
+ * cache directory, so that shards, job processes and resumed sweeps load the same
+ * files. When only the maxima are missing or unusable (a cache from before they were
+ * kept, a damaged file), the pass runs again for them and the cached imatrix stays.
+ * The run records the imatrix file's sha256. */
+static ql_status calib_imatrix(const ql_calib *cal, const ql_config *c, ql_calib_slot *slot,
+                               ql_error *err)
+{
+    calib_files f;
+    bool im_cached = false;
+    ql_status st = calib_files_of(cal, c, &f, err);
+    if (!st)
+        st = load_cached_imatrix(cal, c, &f, slot, &im_cached, err);
+    if (st)
+        return st;
+    if (im_cached && (slot->act = load_cached_maxima(cal, c, &f, slot->im)))
+        return QL_OK;
+
+    ql_imatrix *im = NULL;
+    ql_act_stats *act = NULL;
+    ql_imatrix_summary sum;
+    if ((st = calib_pass(cal, c, &f, &im, &act, &sum, err)) ||
+        (st = ql_make_dirs(cal->cache_dir, err)))
+        goto out;
+    if (!im_cached) {
+        if ((st = ql_imatrix_write(im, f.imatrix, QL_IMATRIX_GGUF, err)) ||
+            (st = ql_sha256_file(f.imatrix, slot->sha256, err)))
+            goto out;
+        slot->im = im;
+        im = NULL;
+        if (!cal->quiet)
+            fprintf(stderr,
+                    "imatrix calib:%s: %lld entries over %lld chunks of %d tokens in %.1f s, "
+                    "cached in %s\n",
+                    c->imatrix, (long long)sum.n_entries, (long long)sum.n_chunks, f.ctx,
+                    sum.seconds, f.imatrix);
+    } else if (!cal->quiet) {
+        fprintf(stderr, "calib:%s: activation maxima over %lld chunks of %d tokens in %.1f s\n",
+                c->imatrix, (long long)sum.n_chunks, f.ctx, sum.seconds);
+    }
+    /* The maxima are only a cache: failing to keep them costs a pass next time. */
+    ql_act_stats_origin o;
+    memset(&o, 0, sizeof o);
+    ql_strlcpy(o.model_sha256, cal->model_sha, sizeof o.model_sha256);
+    ql_strlcpy(o.text_sha256, f.text_sha, sizeof o.text_sha256);
+    o.chunk_size = f.ctx;
+    o.chunk_count = sum.n_chunks;
+    ql_error werr;
+    if (ql_act_stats_write(act, &o, f.maxima, &werr))
+        fprintf(stderr, "qlab: warning: cannot cache the activation maxima: %s\n", werr.msg);
+    else if (!cal->quiet)
+        fprintf(stderr, "calib:%s: activation maxima of %d products cached in %s\n", c->imatrix,
+                act->n_sites, f.maxima);
+    slot->act = act;
+    act = NULL;
+out:
+    /* On failure the caller frees the slot, with a cached imatrix it may hold. */
+    ql_imatrix_free(im);
+    ql_act_stats_free(act);
     return st;
 }
 
@@ -262,34 +395,6 @@ ql_status ql_calib_column_weights(const ql_imatrix *im, const char *name, int64_
 /* ------------------------------------------------------------------------- */
 /* Activation maxima and outlier channels                                     */
 
-/* The per-channel maxima of a calib: slot's text (for the outlier split), computed
- * once per sweep with the reference weights. */
-static ql_status calib_act_stats(const ql_calib *cal, const ql_config *c, ql_calib_slot *slot,
-                                 ql_error *err)
-{
-    if (slot->act)
-        return QL_OK;
-    char text_path[QL_PATH_MAX];
-    ql_status st = ql_data_resolve(c->imatrix, text_path, sizeof text_path, NULL, err);
-    if (st)
-        return ql_error_prefix(err, "calib:%s: ", c->imatrix);
-    ql_ppl_data d;
-    memset(&d, 0, sizeof d);
-    ql_forward *fw = NULL;
-    double t0 = ql_now();
-    if (!(st = calib_chunks(cal, c, text_path, &d, err)) &&
-        !(st = ql_forward_alloc(&fw, &cal->model->hp, d.ctx, err)))
-        st = ql_act_stats_collect(&slot->act, fw, cal->model->weights, &d, err);
-    if (st)
-        ql_error_prefix(err, "outlier statistics on calib:%s: ", c->imatrix);
-    else if (!cal->quiet)
-        fprintf(stderr, "calib:%s: per-channel activation maxima over %lld chunks in %.1f s\n",
-                c->imatrix, (long long)d.n_chunks, ql_now() - t0);
-    ql_forward_free(fw);
-    ql_ppl_data_deinit(&d);
-    return st;
-}
-
 /* A ratio needs calibration statistics, which come from the calib: text of the
  * config's importance matrix, so the run's identity names them. */
 ql_status ql_calib_config_outliers(ql_calib *cal, const ql_config *c, ql_calib_slot *slot,
@@ -308,16 +413,16 @@ ql_status ql_calib_config_outliers(ql_calib *cal, const ql_config *c, ql_calib_s
             *out = slot->outliers[i].set;
             return QL_OK;
         }
-    ql_status st = calib_act_stats(cal, c, slot, err);
-    if (st)
-        return st;
+    /* A calib: slot always holds the maxima of its pass (calib_imatrix). */
+    QL_ASSERT(slot->act != NULL);
     outlier_slot *grown = realloc(slot->outliers, (slot->n_outliers + 1) * sizeof *grown);
     if (!grown)
         return ql_error_set(err, QL_ENOMEM, "out of memory for outlier lists");
     slot->outliers = grown;
     outlier_slot *os = &slot->outliers[slot->n_outliers];
     os->ratio = c->outlier_ratio;
-    if ((st = ql_outlier_set_build(slot->act, c->outlier_ratio, &os->set, err)))
+    ql_status st = ql_outlier_set_build(slot->act, c->outlier_ratio, &os->set, err);
+    if (st)
         return st;
     slot->n_outliers++;
     *out = os->set;

@@ -2,11 +2,19 @@
  *
  * A config's `imatrix` axis names an importance matrix: a file (imatrix_io.h reads
  * every format it knows) or `calib:TEXT[,ctx=N][,chunks=N]`, collected over TEXT with
- * the sweep's model and kept under the cache directory as a GGUF imatrix. A calib:
- * imatrix also carries what else derives from the same text: the per-channel
- * activation maxima of every product (outliers.h) and, per outlier_ratio, the outlier
- * channel sets selected from them. Each resource is made on first use and shared by
- * every config of the sweep that names it.
+ * the sweep's model. A calib: imatrix also carries what else derives from the same
+ * text: the per-channel activation maxima of every product (outliers.h), observed in
+ * the same forward pass, and, per outlier_ratio, the outlier channel sets selected
+ * from them. The imatrix and the maxima are kept under the cache directory, side by
+ * side under one key (model, text, ctx, chunks):
+ *   imatrix-<model sha256:16>-<text sha256:16>-c<ctx>-n<chunks>-po0.gguf  GGUF imatrix
+ *   imatrix-<model sha256:16>-<text sha256:16>-c<ctx>-n<chunks>-po0.amax  maxima
+ *                                                 (layout: outliers.h, the cache file)
+ * so a resumed sweep, another shard or a `--jobs` process loads both and runs no
+ * calibration pass. A cache file that is unusable (damaged, or of another model,
+ * text or chunk count) is named in a warning and made again; maxima missing beside a
+ * cached imatrix are made by a pass that keeps the cached imatrix. Each resource is
+ * made on first use and shared by every config of the sweep that names it.
  *
  * Ownership: a ql_calib owns its slots, their imatrices, statistics and outlier sets;
  * every pointer it hands out stays valid until ql_calib_free. It borrows the model and
@@ -44,8 +52,9 @@ ql_status ql_calib_alloc(ql_calib **out, const ql_calib_source *src, ql_error *e
 void ql_calib_free(ql_calib *cal); /* NULL is fine */
 
 /* The slot of c's importance matrix, loading the file or computing (or loading from
- * the cache) the calib: imatrix on first use; *out = NULL for imatrix = none. A load
- * that fails leaves no slot behind: the next config naming it tries again. */
+ * the cache) the calib: imatrix and its activation maxima on first use; *out = NULL
+ * for imatrix = none. A load that fails leaves no slot behind: the next config naming
+ * it tries again. */
 ql_status ql_calib_config_imatrix(ql_calib *cal, const ql_config *c, ql_calib_slot **out,
                                   ql_error *err);
 
@@ -56,7 +65,7 @@ const char *ql_calib_slot_sha256(const ql_calib_slot *slot);
 
 /* The outlier channels of c (slot: c's, from ql_calib_config_imatrix): *out = NULL
  * without a split (outlier_ratio 0). A ratio needs the activation maxima of a calib:
- * text, computed once per slot; the sets are kept per ratio. */
+ * text (the slot holds them); the sets are kept per ratio. */
 ql_status ql_calib_config_outliers(ql_calib *cal, const ql_config *c, ql_calib_slot *slot,
                                    const ql_outlier_set **out, ql_error *err);
 

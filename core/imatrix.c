@@ -172,19 +172,7 @@ ql_status ql_imatrix_collector_finish(ql_imatrix_collector *c, int64_t chunk_siz
         return st;
     }
     /* Entries that saw nothing are dropped, as llama-imatrix skips them on save. */
-    int64_t kept = 0;
-    for (int64_t i = 0; i < im->n_entries; i++) {
-        ql_imatrix_entry *e = &im->entries[i];
-        if (e->counts[0] > 0) {
-            im->entries[kept++] = *e;
-        } else {
-            free(e->name);
-            free(e->sums);
-            free(e->in_sum);
-            free(e->counts);
-        }
-    }
-    im->n_entries = kept;
+    ql_imatrix_drop_empty(im);
     im->chunk_size = chunk_size;
     im->chunk_count = chunk_count;
     if (dataset && (st = ql_imatrix_add_dataset(im, dataset, err))) {

@@ -115,6 +115,22 @@ ql_status ql_imatrix_add_dataset(ql_imatrix *im, const char *name, ql_error *err
     return QL_OK;
 }
 
+void ql_imatrix_drop_empty(ql_imatrix *im)
+{
+    int64_t kept = 0;
+    for (int64_t i = 0; i < im->n_entries; i++) {
+        ql_imatrix_entry *e = &im->entries[i];
+        bool any = false;
+        for (int64_t m = 0; m < e->n_mat; m++)
+            any = any || e->counts[m] > 0;
+        if (any)
+            im->entries[kept++] = *e;
+        else
+            entry_deinit(e);
+    }
+    im->n_entries = kept;
+}
+
 static int cmp_entry(const void *a, const void *b)
 {
     return strcmp(((const ql_imatrix_entry *)a)->name, ((const ql_imatrix_entry *)b)->name);

@@ -82,6 +82,10 @@ ql_status ql_imatrix_add_dataset(ql_imatrix *im, const char *name, ql_error *err
 /* Entry by weight tensor name, or NULL. */
 const ql_imatrix_entry *ql_imatrix_find(const ql_imatrix *im, const char *tensor_name);
 
+/* Removes the entries that counted no token in any of their matrices (llama-imatrix
+ * leaves them out of its files); the others keep their order. */
+void ql_imatrix_drop_empty(ql_imatrix *im);
+
 /* Sorts the entries by name (llama-imatrix's output order). */
 void ql_imatrix_sort(ql_imatrix *im);
 

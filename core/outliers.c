@@ -8,6 +8,7 @@
 #include "quant.h"
 #include "quant_xc.h"
 #include "types.h"
+#include "util.h"
 
 /* ------------------------------------------------------------------------- */
 /* Calibration statistics                                                      */
@@ -119,43 +120,195 @@ void ql_act_stats_observe(void *ctx, int site, const ql_linear *lin, const float
     ql_act_stats_add(st, site, x, n_tok);
 }
 
-ql_status ql_act_stats_collect(ql_act_stats **out, ql_forward *fw, const ql_weights *w,
-                               const ql_ppl_data *d, ql_error *err)
+/* ------------------------------------------------------------------------- */
+/* The cache file (layout in outliers.h)                                       */
+
+#define AMAX_MAGIC        "QLAMAX\0\0\1"
+#define AMAX_VERSION      1
+#define AMAX_HEADER_BYTES 256
+
+typedef struct {
+    char magic[8];
+    uint32_t version;
+    uint32_t n_sites;
+    int64_t chunk_size;
+    int64_t chunk_count;
+    char model_sha256[64];
+    char text_sha256[64];
+    char body_sha256[64];
+    char pad[AMAX_HEADER_BYTES - 8 - 4 - 4 - 8 - 8 - 3 * 64];
+} amax_header;
+
+_Static_assert(sizeof(amax_header) == AMAX_HEADER_BYTES, "maxima header is 256 bytes");
+
+static bool is_sha256_hex(const char *s, size_t len)
 {
-    *out = NULL;
-    const ql_hparams *hp = ql_forward_hparams(fw);
-    if (d->ctx > ql_forward_max_ctx(fw))
+    if (len != 64)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+ql_status ql_act_stats_write(const ql_act_stats *s, const ql_act_stats_origin *origin,
+                             const char *path, ql_error *err)
+{
+    if (!is_sha256_hex(origin->model_sha256, strlen(origin->model_sha256)) ||
+        !is_sha256_hex(origin->text_sha256, strlen(origin->text_sha256)))
         return ql_error_set(err, QL_EINVAL,
-                            "calibration: chunks of %d tokens exceed the forward pass's %d", d->ctx,
-                            ql_forward_max_ctx(fw));
+                            "%s: the model and text must be named by hex SHA-256 digests", path);
+    if (origin->chunk_size < 1 || origin->chunk_count < 1)
+        return ql_error_set(err, QL_EINVAL, "%s: %lld chunks of %lld tokens", path,
+                            (long long)origin->chunk_count, (long long)origin->chunk_size);
+    size_t n_values = 0;
+    for (int i = 0; i < s->n_sites; i++)
+        n_values += (size_t)s->n_in[i];
+    const size_t body = (size_t)s->n_sites * 2 * sizeof(int64_t) + n_values * sizeof(float);
+    uint8_t *buf = calloc(1, AMAX_HEADER_BYTES + body);
+    if (!buf)
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory for %zu bytes", path,
+                            AMAX_HEADER_BYTES + body);
+    uint8_t *p = buf + AMAX_HEADER_BYTES;
+    memcpy(p, s->n_in, (size_t)s->n_sites * sizeof(int64_t));
+    p += (size_t)s->n_sites * sizeof(int64_t);
+    memcpy(p, s->n_rows, (size_t)s->n_sites * sizeof(int64_t));
+    p += (size_t)s->n_sites * sizeof(int64_t);
+    for (int i = 0; i < s->n_sites; i++) {
+        memcpy(p, s->amax[i], (size_t)s->n_in[i] * sizeof(float));
+        p += (size_t)s->n_in[i] * sizeof(float);
+    }
+    amax_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, AMAX_MAGIC, sizeof h.magic);
+    h.version = AMAX_VERSION;
+    h.n_sites = (uint32_t)s->n_sites;
+    h.chunk_size = origin->chunk_size;
+    h.chunk_count = origin->chunk_count;
+    memcpy(h.model_sha256, origin->model_sha256, 64);
+    memcpy(h.text_sha256, origin->text_sha256, 64);
+    char digest[65];
+    ql_sha256_hex(buf + AMAX_HEADER_BYTES, body, digest);
+    memcpy(h.body_sha256, digest, 64);
+    memcpy(buf, &h, sizeof h);
+    ql_status st = ql_file_write_all(path, buf, AMAX_HEADER_BYTES + body, err);
+    free(buf);
+    return st;
+}
+
+/* Checks one file's header and body against each other (the layout's rules). */
+static ql_status parse_act_stats(const uint8_t *buf, size_t size, const char *path,
+                                 ql_act_stats **out, ql_act_stats_origin *origin, ql_error *err)
+{
+    if (size < AMAX_HEADER_BYTES)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: %zu bytes, shorter than the %d-byte header of an activation "
+                            "maxima file",
+                            path, size, AMAX_HEADER_BYTES);
+    amax_header h;
+    memcpy(&h, buf, sizeof h);
+    if (memcmp(h.magic, AMAX_MAGIC, sizeof h.magic) != 0)
+        return ql_error_set(err, QL_EFORMAT, "%s: offset 0: not an activation maxima file (magic)",
+                            path);
+    if (h.version != AMAX_VERSION)
+        return ql_error_set(err, QL_EFORMAT, "%s: offset 8: version %u, expected %d", path,
+                            (unsigned)h.version, AMAX_VERSION);
+    const size_t body = size - AMAX_HEADER_BYTES;
+    if (h.n_sites < 1 || h.n_sites > INT32_MAX || h.n_sites > body / (2 * sizeof(int64_t)))
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: offset 12: %u sites, expected 1 to %zu for a body of %zu bytes",
+                            path, (unsigned)h.n_sites, body / (2 * sizeof(int64_t)), body);
+    if (h.chunk_size < 1 || h.chunk_count < 1)
+        return ql_error_set(err, QL_EFORMAT, "%s: offset 16: %lld chunks of %lld tokens", path,
+                            (long long)h.chunk_count, (long long)h.chunk_size);
+    if (!is_sha256_hex(h.model_sha256, 64) || !is_sha256_hex(h.text_sha256, 64) ||
+        !is_sha256_hex(h.body_sha256, 64))
+        return ql_error_set(err, QL_EFORMAT, "%s: offset 32: a SHA-256 field is not 64 hex digits",
+                            path);
+    const int n = (int)h.n_sites;
+    const uint8_t *widths = buf + AMAX_HEADER_BYTES;
+    /* The widths fix the body's size. Each, and their sum, is bounded by what the body
+     * could hold at all, so the sum cannot overflow; the size is checked after. */
+    const size_t cap = body / sizeof(float);
+    size_t n_values = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t w;
+        memcpy(&w, widths + (size_t)i * sizeof w, sizeof w);
+        if (w < 1 || (uint64_t)w > cap - n_values)
+            return ql_error_set(err, QL_EFORMAT,
+                                "%s: offset %zu: site %d is %lld wide, expected 1 to %zu (what "
+                                "a file of %zu bytes can hold)",
+                                path, AMAX_HEADER_BYTES + (size_t)i * sizeof w, i, (long long)w,
+                                cap - n_values, size);
+        n_values += (size_t)w;
+    }
+    const size_t want =
+        AMAX_HEADER_BYTES + (size_t)n * 2 * sizeof(int64_t) + n_values * sizeof(float);
+    if (size != want)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: %zu bytes, expected %zu for %d sites of %zu values in all", path,
+                            size, want, n, n_values);
+    char digest[65];
+    ql_sha256_hex(buf + AMAX_HEADER_BYTES, body, digest);
+    if (memcmp(digest, h.body_sha256, 64) != 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: the body's SHA-256 is %.16s..., the header says %.16s... (a "
+                            "corrupt file)",
+                            path, digest, h.body_sha256);
+
+    int64_t *n_in = malloc((size_t)n * sizeof *n_in);
+    if (!n_in)
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
+    memcpy(n_in, widths, (size_t)n * sizeof *n_in);
     ql_act_stats *st = NULL;
-    ql_status rc = ql_act_stats_alloc_for(&st, w, err);
+    ql_status rc = ql_act_stats_alloc(&st, n, n_in, err);
+    free(n_in);
     if (rc)
         return rc;
-    int32_t *tokens = malloc((size_t)d->ctx * sizeof *tokens);
-    float *logits = malloc((size_t)d->ctx * (size_t)hp->n_vocab * sizeof *logits);
-    if (!tokens || !logits) {
-        rc = ql_error_set(err, QL_ENOMEM, "calibration: out of memory for %d x %d logits", d->ctx,
-                          hp->n_vocab);
-        goto out;
+    const uint8_t *p = widths + (size_t)n * sizeof(int64_t);
+    memcpy(st->n_rows, p, (size_t)n * sizeof(int64_t));
+    p += (size_t)n * sizeof(int64_t);
+    for (int i = 0; i < n && !rc; i++) {
+        if (st->n_rows[i] < 0)
+            rc = ql_error_set(err, QL_EFORMAT, "%s: site %d: %lld rows", path, i,
+                              (long long)st->n_rows[i]);
+        memcpy(st->amax[i], p, (size_t)st->n_in[i] * sizeof(float));
+        for (int64_t j = 0; j < st->n_in[i] && !rc; j++)
+            if (!(st->amax[i][j] >= 0.0f)) /* also NaN */
+                rc = ql_error_set(err, QL_EFORMAT,
+                                  "%s: offset %zu: site %d channel %lld has maximum %g, expected "
+                                  ">= 0",
+                                  path, (size_t)(p - buf) + (size_t)j * sizeof(float), i,
+                                  (long long)j, (double)st->amax[i][j]);
+        p += (size_t)st->n_in[i] * sizeof(float);
     }
-    ql_forward_set_observer(fw, ql_act_stats_observe, st);
-    for (int64_t c = 0; c < d->n_chunks && !rc; c++) {
-        ql_ppl_chunk_input(d, c, tokens);
-        rc = ql_forward_run(fw, w, tokens, d->ctx, 0, 0, logits, err);
-        if (rc)
-            ql_error_prefix(err, "calibration chunk %lld: ", (long long)c);
-    }
-    ql_forward_set_observer(fw, NULL, NULL);
-out:
-    free(tokens);
-    free(logits);
     if (rc) {
         ql_act_stats_free(st);
         return rc;
     }
+    memcpy(origin->model_sha256, h.model_sha256, 64);
+    origin->model_sha256[64] = '\0';
+    memcpy(origin->text_sha256, h.text_sha256, 64);
+    origin->text_sha256[64] = '\0';
+    origin->chunk_size = h.chunk_size;
+    origin->chunk_count = h.chunk_count;
     *out = st;
     return QL_OK;
+}
+
+ql_status ql_act_stats_read(const char *path, ql_act_stats **out, ql_act_stats_origin *origin,
+                            ql_error *err)
+{
+    *out = NULL;
+    memset(origin, 0, sizeof *origin);
+    char *buf = NULL;
+    size_t size = 0;
+    ql_status st = ql_file_read_all(path, &buf, &size, err);
+    if (st)
+        return st;
+    st = parse_act_stats((const uint8_t *)buf, size, path, out, origin, err);
+    free(buf);
+    return st;
 }
 
 /* ------------------------------------------------------------------------- */

@@ -4,8 +4,9 @@
  * Calibration. A forward pass over a calibration text records, at every product site
  * (model.h: lin[site]), the largest |x| seen on each input channel: per site n_in
  * floats (ql_act_stats). The accumulator is fed through the forward's observer seam
- * (ql_act_stats_observe) or directly (ql_act_stats_add); an importance-matrix
- * collector can share the same pass by chaining observers.
+ * (ql_act_stats_observe) or directly (ql_act_stats_add). The calibration pass is the
+ * importance matrix's (ql_imatrix_collect, imatrix.h, with ql_act_stats_observe as its
+ * `also` observer): one pass over the text gives both, and calib.h keeps both.
  *
  * Selection. With ratio r > 0, a channel is an outlier when its magnitude is strictly
  * above r times the median channel magnitude of its site (for an even count, the mean
@@ -43,7 +44,6 @@
 #include "error.h"
 #include "forward.h"
 #include "model.h"
-#include "perplexity.h"
 
 /* At most n_in / QL_OUTLIER_CAP_DIV outlier channels per matrix. */
 #define QL_OUTLIER_CAP_DIV 16
@@ -80,13 +80,44 @@ ql_status ql_act_stats_alloc_for(ql_act_stats **out, const ql_weights *w, ql_err
  *   ql_forward_set_observer(fw, ql_act_stats_observe, st). */
 void ql_act_stats_observe(void *ctx, int site, const ql_linear *lin, const float *x, int64_t n_tok);
 
-/* A calibration pass: runs every chunk of d through fw with weights w (the reference
- * weights: the statistics describe the unquantized model) and records every site's
- * inputs into a new *out. Every position of a chunk is run (out_first = 0), so each
- * site sees n_chunks * ctx rows. fw's observer is replaced during the pass and removed
- * afterwards. */
-ql_status ql_act_stats_collect(ql_act_stats **out, ql_forward *fw, const ql_weights *w,
-                               const ql_ppl_data *d, ql_error *err);
+/* ---- the cache file ----
+ *
+ * A calibration pass is the costliest step of an outlier config, so calib.c keeps its
+ * maxima in a file beside the calib: imatrix of the same pass. Layout (little endian,
+ * like every qlab file; qlab builds only on little-endian hosts):
+ *   header, 256 bytes:
+ *     0   char[8]  magic "QLAMAX\0\0\1"
+ *     8   u32      version (1)
+ *     12  u32      n_sites
+ *     16  i64      chunk_size (tokens per chunk)
+ *     24  i64      chunk_count (chunks run)
+ *     32  char[64] model_sha256 (hex, of the model file)
+ *     96  char[64] text_sha256 (hex, of the calibration text)
+ *     160 char[64] body_sha256 (hex, of every byte after the header)
+ *     224 zero padding
+ *   body: i64 n_in[n_sites] | i64 n_rows[n_sites] | per site in order, f32 amax[n_in]
+ * A reader trusts nothing: magic, version, the size the widths imply, the checksum,
+ * widths > 0, rows >= 0 and every maximum >= 0 (not NaN) are checked, and an error
+ * names the file and what differs. */
+
+/* What a set of maxima was computed from. */
+typedef struct {
+    char model_sha256[65]; /* hex SHA-256 of the model file */
+    char text_sha256[65];  /* hex SHA-256 of the calibration text */
+    int64_t chunk_size;    /* tokens per chunk (>= 1) */
+    int64_t chunk_count;   /* chunks run (>= 1) */
+} ql_act_stats_origin;
+
+/* Writes s and its origin to path atomically (temporary file, then rename). */
+ql_status ql_act_stats_write(const ql_act_stats *s, const ql_act_stats_origin *origin,
+                             const char *path, ql_error *err);
+
+/* Reads a file ql_act_stats_write wrote: *out (free with ql_act_stats_free) and its
+ * origin. QL_EIO when the file cannot be read, QL_EFORMAT when it is not a valid
+ * maxima file (the message says why). The caller checks that the origin and the
+ * widths are the ones it expects. */
+ql_status ql_act_stats_read(const char *path, ql_act_stats **out, ql_act_stats_origin *origin,
+                            ql_error *err);
 
 /* ------------------------------------------------------------------------- */
 /* Selection                                                                   */

@@ -12,6 +12,7 @@
 #include "actquant.h"
 #include "data.h"
 #include "forward.h"
+#include "imatrix.h"
 #include "metrics.h"
 #include "model.h"
 #include "outliers.h"
@@ -121,7 +122,11 @@ int main(void)
     ql_ppl_data calib;
     CHECK_OK(load_text(tok, "ts-calib", CALIB_CHUNKS, &calib, &err), &err);
     ql_act_stats *st;
-    CHECK_OK(ql_act_stats_collect(&st, h.fw, h.m->weights, &calib, &err), &err);
+    CHECK_OK(ql_act_stats_alloc_for(&st, h.m->weights, &err), &err);
+    ql_imatrix_opts io = {false, NULL, true, ql_act_stats_observe, st};
+    ql_imatrix *im = NULL;
+    CHECK_OK(ql_imatrix_collect(h.fw, h.m->weights, &calib, &io, &im, NULL, &err), &err);
+    ql_imatrix_free(im);
 
     /* 2. the reference on the evaluation text */
     CHECK_OK(load_text(tok, "ts-eval", EVAL_CHUNKS, &h.eval, &err), &err);

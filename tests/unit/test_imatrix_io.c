@@ -338,6 +338,30 @@ static void builder_tests(void)
         CHECK(v == 4.0f);
         ql_imatrix_free(im);
     }
+
+    /* Dropping the entries without a counted token keeps the others in order; an
+     * entry counts when any of its matrices does. */
+    CHECK_OK(ql_imatrix_alloc(&im, &err), &err);
+    const char *names[] = {"a", "b", "c", "d", "e"};
+    const int64_t mats[] = {1, 2, 1, 2, 1};
+    const int64_t counted[][2] = {{0, 0}, {0, 3}, {5, 0}, {0, 0}, {0, 0}};
+    for (int i = 0; i < 5; i++) {
+        CHECK_OK(ql_imatrix_add_entry(im, names[i], 4, mats[i], i == 3, &e, &err), &err);
+        for (int64_t m = 0; m < mats[i]; m++)
+            e->counts[m] = counted[i][m];
+    }
+    ql_imatrix_drop_empty(im);
+    CHECK_EQ_INT(im->n_entries, 2);
+    CHECK(im->n_entries == 2 && strcmp(im->entries[0].name, "b") == 0 &&
+          strcmp(im->entries[1].name, "c") == 0 && im->entries[0].n_mat == 2 &&
+          im->entries[0].counts[1] == 3);
+    CHECK(ql_imatrix_find(im, "a") == NULL && ql_imatrix_find(im, "d") == NULL);
+    /* the freed slots can be reused */
+    CHECK_OK(ql_imatrix_add_entry(im, "a", 4, 1, false, NULL, &err), &err);
+    CHECK_EQ_INT(im->n_entries, 3);
+    ql_imatrix_drop_empty(im);
+    CHECK_EQ_INT(im->n_entries, 2);
+    ql_imatrix_free(im);
 }
 
 int main(void)

@@ -10,6 +10,7 @@
 #include "actquant.h"
 #include "forward.h"
 #include "fp16.h"
+#include "imatrix.h"
 #include "kvcache.h"
 #include "model.h"
 #include "outliers.h"
@@ -174,8 +175,13 @@ static void plan_in_forward(const ql_model *m)
         toks[i] = (int32_t)((i * 53 + 7) % m->hp.n_vocab);
     ql_ppl_data d;
     CHECK_OK(ql_ppl_data_from_tokens(&d, toks, 3 * CTX, 1, CTX, 0, &err), &err);
+    /* the calibration pass: the imatrix's, with the maxima observed alongside */
     ql_act_stats *st;
-    CHECK_OK(ql_act_stats_collect(&st, fw, m->weights, &d, &err), &err);
+    CHECK_OK(ql_act_stats_alloc_for(&st, m->weights, &err), &err);
+    ql_imatrix_opts io = {false, NULL, true, ql_act_stats_observe, st};
+    ql_imatrix *im = NULL;
+    CHECK_OK(ql_imatrix_collect(fw, m->weights, &d, &io, &im, NULL, &err), &err);
+    ql_imatrix_free(im);
     CHECK_EQ_INT(st->n_sites, m->weights->n_lin);
     for (int s = 0; s < st->n_sites; s++) {
         CHECK_EQ_INT(st->n_rows[s], 3 * CTX); /* every position, every site */

@@ -63,6 +63,149 @@ static void stats_accumulate(void)
     ql_act_stats_free(NULL);
 }
 
+/* Writes `size` bytes of buf to name under the test's directory; returns the path. */
+static const char *put_file(const char *name, const void *buf, size_t size)
+{
+    const char *path = qlt_tmp(name);
+    ql_error err;
+    CHECK_OK(ql_file_write_all(path, buf, size, &err), &err);
+    return path;
+}
+
+/* ql_act_stats_read on a copy of good (size bytes) changed by the caller: the status
+ * and a piece of the message. */
+static void expect_bad(const char *name, const void *buf, size_t size, const char *msg)
+{
+    ql_error err;
+    ql_act_stats *st = (ql_act_stats *)1;
+    ql_act_stats_origin o;
+    const char *path = put_file(name, buf, size);
+    ql_status rc = ql_act_stats_read(path, &st, &o, &err);
+    CHECK_MSG(rc == QL_EFORMAT && st == NULL && strstr(err.msg, path) && strstr(err.msg, msg),
+              "%s: status %d, message '%s', expected '%s'", name, (int)rc, err.msg, msg);
+}
+
+/* Re-signs a changed body so that only the check under test fails. */
+static void resign(uint8_t *buf, size_t size)
+{
+    char digest[65];
+    ql_sha256_hex(buf + 256, size - 256, digest);
+    memcpy(buf + 160, digest, 64);
+}
+
+/* The cache file: a bit-exact round trip, and every kind of damage refused by name. */
+static void stats_file(void)
+{
+    ql_error err;
+    ql_act_stats *st = NULL, *back = NULL;
+    const int64_t widths[3] = {4, 1, 6};
+    CHECK_OK(ql_act_stats_alloc(&st, 3, widths, &err), &err);
+    rng_state = 11;
+    float x[2 * 6];
+    for (int s = 0; s < 3; s++) {
+        for (int64_t j = 0; j < 2 * widths[s]; j++)
+            x[j] = gauss();
+        ql_act_stats_add(st, s, x, 2);
+    }
+    ql_act_stats_add(st, 2, x, 1); /* rows differ per site */
+    ql_act_stats_origin o, ob;
+    memset(&o, 0, sizeof o);
+    ql_sha256_hex("model", 5, o.model_sha256);
+    ql_sha256_hex("text", 4, o.text_sha256);
+    o.chunk_size = 64;
+    o.chunk_count = 8;
+    const char *path = qlt_tmp("stats.amax");
+    CHECK_OK(ql_act_stats_write(st, &o, path, &err), &err);
+    CHECK_OK(ql_act_stats_read(path, &back, &ob, &err), &err);
+    if (back) {
+        CHECK_EQ_INT(back->n_sites, 3);
+        for (int s = 0; s < 3 && back->n_sites == 3; s++) {
+            CHECK_EQ_INT(back->n_in[s], widths[s]);
+            CHECK_EQ_INT(back->n_rows[s], st->n_rows[s]);
+            CHECK(memcmp(back->amax[s], st->amax[s], (size_t)widths[s] * sizeof(float)) == 0);
+        }
+        CHECK(strcmp(ob.model_sha256, o.model_sha256) == 0);
+        CHECK(strcmp(ob.text_sha256, o.text_sha256) == 0);
+        CHECK(ob.chunk_size == 64 && ob.chunk_count == 8);
+    }
+    ql_act_stats_free(back);
+
+    char *good = NULL;
+    size_t size = 0;
+    CHECK_OK(ql_file_read_all(path, &good, &size, &err), &err);
+    /* header, 3 widths and 3 row counts, 11 floats */
+    CHECK_EQ_INT((int64_t)size, 256 + 3 * 16 + 11 * 4);
+    uint8_t *b = malloc(size + 8);
+    if (!good || !b || size != 256 + 3 * 16 + 11 * 4) {
+        free(good);
+        free(b);
+        ql_act_stats_free(st);
+        return;
+    }
+    expect_bad("empty.amax", good, 0, "shorter than the 256-byte header");
+    expect_bad("short.amax", good, size - 1, "expected 348");
+    memcpy(b, good, size);
+    b[size] = 0;
+    expect_bad("long.amax", b, size + 1, "349 bytes, expected 348");
+    memcpy(b, good, size);
+    b[1] = 'X';
+    expect_bad("magic.amax", b, size, "not an activation maxima file");
+    memcpy(b, good, size);
+    b[8] = 2;
+    expect_bad("version.amax", b, size, "version 2, expected 1");
+    memcpy(b, good, size);
+    memset(b + 12, 0, 4);
+    expect_bad("nosites.amax", b, size, "0 sites");
+    memcpy(b, good, size);
+    memset(b + 16, 0, 8);
+    expect_bad("chunks.amax", b, size, "8 chunks of 0 tokens");
+    memcpy(b, good, size);
+    b[40] = 'Z';
+    expect_bad("sha.amax", b, size, "not 64 hex digits");
+    /* A width that claims more values than the file has, or none. */
+    memcpy(b, good, size);
+    int64_t w = 1000;
+    memcpy(b + 256 + 8, &w, sizeof w);
+    expect_bad("wide.amax", b, size, "site 1 is 1000 wide");
+    memcpy(b, good, size);
+    w = 0;
+    memcpy(b + 256, &w, sizeof w);
+    expect_bad("narrow.amax", b, size, "site 0 is 0 wide");
+    /* One changed bit of a maximum: the checksum catches it. */
+    memcpy(b, good, size);
+    b[size - 3] ^= 0x10;
+    expect_bad("flipped.amax", b, size, "corrupt");
+    /* Well-formed and signed, but impossible values. */
+    memcpy(b, good, size);
+    float neg = -1.0f;
+    memcpy(b + 256 + 48 + 4 * 5, &neg, sizeof neg);
+    resign(b, size);
+    expect_bad("negative.amax", b, size, "site 2 channel 0 has maximum -1");
+    memcpy(b, good, size);
+    float nan = NAN;
+    memcpy(b + 256 + 48, &nan, sizeof nan);
+    resign(b, size);
+    expect_bad("nan.amax", b, size, "site 0 channel 0 has maximum nan");
+    memcpy(b, good, size);
+    int64_t rows = -2;
+    memcpy(b + 256 + 24 + 8, &rows, sizeof rows);
+    resign(b, size);
+    expect_bad("rows.amax", b, size, "site 1: -2 rows");
+    /* A missing file is an I/O error, not a format error. */
+    ql_act_stats_origin om;
+    CHECK(ql_act_stats_read(qlt_tmp("no-such.amax"), &back, &om, &err) == QL_EIO && !back);
+    /* The writer refuses an origin it could not read back. */
+    ql_act_stats_origin bad = o;
+    ql_strlcpy(bad.text_sha256, "not-a-digest", sizeof bad.text_sha256);
+    CHECK(ql_act_stats_write(st, &bad, qlt_tmp("bad.amax"), &err) == QL_EINVAL);
+    bad = o;
+    bad.chunk_count = 0;
+    CHECK(ql_act_stats_write(st, &bad, qlt_tmp("bad.amax"), &err) == QL_EINVAL);
+    free(good);
+    free(b);
+    ql_act_stats_free(st);
+}
+
 static void selection_hand_checked(void)
 {
     ql_error err;
@@ -378,6 +521,7 @@ static void split_equivalence(void)
 int main(void)
 {
     stats_accumulate();
+    stats_file();
     selection_hand_checked();
     set_and_bytes();
     weight_side();
