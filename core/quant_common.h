@@ -48,6 +48,21 @@ static inline float ql_roundf(float v)
     return t;
 }
 
+/* A 32-bit field of a block at p (4 bytes, any alignment), little-endian as GGUF
+ * stores it. */
+static inline void ql_put_u32le(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline uint32_t ql_get_u32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 /* max |x[j]| over x[0..n), scanned as ggml does (amax = MAX(amax, |x[j]|)). */
 static inline float ql_absmax(const float *x, int n)
 {
@@ -105,7 +120,10 @@ float ql_make_qkx3_quants(int n, int nmax, const float *x, const float *weights,
                           bool use_mad);
 
 /* Positive-only weighted search used to quantize K-quant sub-block scales and mins
- * (ggml make_qp_quants): L[i] in [0, nmax], value = scale * L[i]. */
+ * and IQ2_XXS's starting scales (ggml make_qp_quants): L[i] in [0, nmax], value =
+ * scale * L[i]. Returns 0 when the largest value is below QL_GROUP_MAX_EPS or the fit
+ * ends with sum w L^2 = 0: ggml b4747 tests max == 0 and divides unguarded there
+ * (later ggml added these guards against NaN scales). */
 float ql_make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float *quant_weights);
 
 /* One row of a block format: the n values at x into the row's blocks at y, weighed
