@@ -106,18 +106,16 @@ float ql_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float 
  * (ggml make_q3_quants with do_rmse): L[i] in [0, 2*nmax). Returns the scale. */
 float ql_make_q3_quants(int n, int nmax, const float *x, int8_t *L);
 
-/* Asymmetric search (ggml make_qkx2_quants): value = scale * L[i] - the_min with
- * L[i] in [0, nmax], trying nstep+1 scales (rmin + rdelta*is + nmax)/(max-min).
- * use_mad selects absolute instead of squared error. Laux is n bytes of scratch. */
-float ql_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                          float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
-                          bool use_mad);
-
-/* Same search as make_qkx2_quants with weights x^2 when weights is NULL and the
- * running best minimum fed back into later candidates (ggml make_qkx3_quants). */
-float ql_make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                          float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
-                          bool use_mad);
+/* Asymmetric search with weights (ggml make_qkx2_quants; make_qkx3_quants is the
+ * same search, x^2 standing in for absent weights, which no caller relies on):
+ * value = scale * L[i] - the_min with L[i] in [0, nmax]. After the plain fit it tries
+ * nstep+1 inverse scales (rmin + rdelta*is + nmax)/(max-min), each refit by weighted
+ * least squares, keeping the best; max - min uses the best minimum so far, so it
+ * moves between trials. use_mad selects absolute instead of squared error. weights
+ * and Laux (scratch) hold n values. */
+float ql_make_qkx_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                         float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                         bool use_mad);
 
 /* Positive-only weighted search used to quantize K-quant sub-block scales and mins
  * and IQ2_XXS's starting scales (ggml make_qp_quants): L[i] in [0, nmax], value =

@@ -93,8 +93,8 @@ static void q2_K_row_ref(const float *x, void *vy, int64_t k, const float *unuse
         for (int j = 0; j < QL_QK_K / 16; ++j) {
             for (int l = 0; l < 16; ++l)
                 weights[l] = fabsf(x[16 * j + l]);
-            scales[j] = ql_make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux,
-                                            -0.5f, 0.1f, 15, true);
+            scales[j] = ql_make_qkx_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux,
+                                           -0.5f, 0.1f, 15, true);
             if (scales[j] > max_scale)
                 max_scale = scales[j];
             if (mins[j] > max_min)
@@ -150,8 +150,8 @@ static void q2_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
                 weight[l] = w[l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
             for (int l = 0; l < 16; ++l)
                 sw[j] += weight[l];
-            scales[j] = ql_make_qkx3_quants(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j], Laux,
-                                            -0.9f, 0.05f, 36, false);
+            scales[j] = ql_make_qkx_quants(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j], Laux,
+                                           -0.9f, 0.05f, 36, false);
         }
         float dm = ql_make_qp_quants(QL_QK_K / 16, 15, scales, Ls, sw);
         float mm = ql_make_qp_quants(QL_QK_K / 16, 15, mins, Lm, sw);
@@ -356,8 +356,8 @@ static void qk45_scales_ref(const float *x, int nmax, float rmin, int nstep, uin
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l)
             weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = ql_make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
-                                        rmin, 0.1f, nstep, false);
+        scales[j] = ql_make_qkx_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
+                                       rmin, 0.1f, nstep, false);
         if (scales[j] > max_scale)
             max_scale = scales[j];
         if (mins[j] > max_min)
@@ -401,8 +401,8 @@ static void qk45_scales_impl(const float *x, const float *qw, int nmax, uint16_t
         for (int l = 0; l < 32; ++l)
             sumw += weights[l];
         sw[j] = sumw;
-        scales[j] = ql_make_qkx3_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
-                                        -0.9f, 0.05f, 36, false);
+        scales[j] = ql_make_qkx_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
+                                       -0.9f, 0.05f, 36, false);
     }
     float d_block = ql_make_qp_quants(QL_QK_K / 32, 63, scales, ls, sw);
     float m_block = ql_make_qp_quants(QL_QK_K / 32, 63, mins, lm, sw);

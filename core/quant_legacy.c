@@ -193,7 +193,7 @@ static void q4_1_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
             weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
         float min;
         float d =
-            ql_make_qkx3_quants(QL_QK4_1, 15, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, false);
+            ql_make_qkx_quants(QL_QK4_1, 15, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, false);
         y[ib].d = ql_fp32_to_fp16(d);
         y[ib].m = ql_fp32_to_fp16(-min);
         for (int j = 0; j < 16; ++j)
@@ -337,7 +337,7 @@ static void q5_1_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
             weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
         float min;
         float d =
-            ql_make_qkx3_quants(QL_QK5_1, 31, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, false);
+            ql_make_qkx_quants(QL_QK5_1, 31, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, false);
         y[ib].d = ql_fp32_to_fp16(d);
         y[ib].m = ql_fp32_to_fp16(-min);
         for (int j = 0; j < QL_QK5_1; ++j)
