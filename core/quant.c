@@ -119,23 +119,6 @@ ql_status ql_dequant_tensor(int32_t type, const void *src, size_t src_size, int6
 /* Type policy                                                                */
 /* ========================================================================= */
 
-const char *ql_tensor_role_name(ql_tensor_role role)
-{
-    switch (role) {
-    case QL_ROLE_WEIGHT:
-        return "weight";
-    case QL_ROLE_HEAD:
-        return "head";
-    case QL_ROLE_EMBD:
-        return "embd";
-    case QL_ROLE_VECTOR:
-        return "1-D";
-    case QL_ROLE_KEEP:
-        return "kept";
-    }
-    return "?";
-}
-
 bool ql_quant_is_weight_type(int32_t type)
 {
     switch (type) {

@@ -126,8 +126,6 @@ ql_status ql_quant_plan_build(const ql_gguf *g, const ql_quant_config *cfg, ql_q
                               ql_error *err);
 void ql_quant_plan_free(ql_quant_plan *p);
 
-const char *ql_tensor_role_name(ql_tensor_role role);
-
 /* A tensor planned in a type ggml cannot make without importance weights (IQ2_XXS,
  * IQ2_XS, IQ1_S) when there are none for it (e.g. token_embd, which no imatrix
  * covers): llama-quantize's very-low-bit mixes give such tensors Q2_K, so the plan

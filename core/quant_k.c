@@ -377,7 +377,8 @@ static void qk45_scales_ref(const float *x, int nmax, float rmin, int nstep, uin
 }
 
 /* Weighted search of ggml's Q4_K/Q5_K impl: make_qkx3_quants per sub-block, then the
- * scales and mins quantized by make_qp_quants under the sub-block weight sums. */
+ * scales and mins quantized by make_qp_quants under the sub-block weight sums. qw:
+ * the block's 256 importance weights (the impl runs only with an imatrix). */
 static void qk45_scales_impl(const float *x, const float *qw, int nmax, uint16_t *d, uint16_t *dmin,
                              uint8_t *packed, uint8_t *L)
 {
@@ -387,16 +388,10 @@ static void qk45_scales_impl(const float *x, const float *qw, int nmax, uint16_t
     for (int l = 0; l < QL_QK_K; ++l)
         sum_x2 += x[l] * x[l];
     float sigma2 = 2 * sum_x2 / QL_QK_K;
-    float av_x = sqrtf(sigma2);
     for (int j = 0; j < QL_QK_K / 32; ++j) {
-        if (qw) {
-            const float *w = qw + 32 * j;
-            for (int l = 0; l < 32; ++l)
-                weights[l] = w[l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
-        } else {
-            for (int l = 0; l < 32; ++l)
-                weights[l] = av_x + fabsf(x[32 * j + l]);
-        }
+        const float *w = qw + 32 * j;
+        for (int l = 0; l < 32; ++l)
+            weights[l] = w[l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
         float sumw = 0;
         for (int l = 0; l < 32; ++l)
             sumw += weights[l];
