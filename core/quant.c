@@ -198,6 +198,11 @@ static bool is_float_type(int32_t t)
     return t == QL_TYPE_F32 || t == QL_TYPE_F16 || t == QL_TYPE_BF16;
 }
 
+/* Values a planned tensor may have: at most 4 bytes per value in any type it can
+ * take (F32; INT8_ROW is 1 + 2 / n_per_row), so its row and byte counts fit in 64
+ * bits. */
+#define MAX_TENSOR_VALUES (INT64_MAX / 4)
+
 static uint64_t tensor_bytes(int32_t type, int64_t n_per_row, int64_t nrows)
 {
     return (uint64_t)ql_row_size(type, n_per_row) * (uint64_t)nrows;
@@ -226,6 +231,12 @@ ql_status ql_quant_plan_tensor(const ql_quant_config *cfg, const char *name, uin
         }
     }
     out->n_per_row = out->ne[0];
+    if (out->nrows > MAX_TENSOR_VALUES / out->n_per_row)
+        return ql_error_set(err, QL_EINVAL,
+                            "tensor '%s': %lld x %lld values, more than the %lld qlab can size "
+                            "in 64 bits",
+                            name, (long long)out->n_per_row, (long long)out->nrows,
+                            (long long)MAX_TENSOR_VALUES);
     const int64_t n_values = out->n_per_row * out->nrows;
 
     const int32_t types[3] = {cfg->weight_type, cfg->head_type, cfg->embd_type};

@@ -106,7 +106,8 @@ bool ql_quant_is_weight_type(int32_t type);
 
 /* Decides one tensor. src_type is the tensor's type in the input (used for KEEP).
  * model_has_output tells whether the model has an output.weight tensor. Errors: a
- * type that is not a weight type, a shape with a zero or negative dimension. */
+ * type that is not a weight type, a shape with a zero or negative dimension, or with
+ * more than INT64_MAX / 4 values (its size in bytes must fit in 64 bits). */
 ql_status ql_quant_plan_tensor(const ql_quant_config *cfg, const char *name, uint32_t n_dims,
                                const int64_t *ne, int32_t src_type, bool model_has_output,
                                ql_quant_plan_entry *out, ql_error *err);

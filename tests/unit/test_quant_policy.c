@@ -166,6 +166,29 @@ static void invalid_requests(void)
     CHECK(ql_quant_is_weight_type(QL_TYPE_Q8_0_XC));
 }
 
+/* Shapes whose value count (or byte count) does not fit in 64 bits are refused,
+ * not planned with a wrapped size. */
+static void oversized_tensors(void)
+{
+    ql_quant_config cfg = {QL_TYPE_Q4_0, NONE, NONE};
+    int64_t ne[2] = {INT64_C(1) << 40, INT64_C(1) << 30}; /* 2^70 values */
+    ql_quant_plan_entry e;
+    ql_error err;
+    CHECK_EQ_INT(ql_quant_plan_tensor(&cfg, "w.weight", 2, ne, QL_TYPE_F32, true, &e, &err),
+                 QL_EINVAL);
+    CHECK(strstr(err.msg, "'w.weight'") && strstr(err.msg, "1099511627776 x 1073741824"));
+    /* 2^62 values fit in int64, but not their 2^64 bytes as F32. */
+    cfg.weight_type = QL_TYPE_F32;
+    ne[0] = ne[1] = INT64_C(1) << 31;
+    CHECK_EQ_INT(ql_quant_plan_tensor(&cfg, "w.weight", 2, ne, QL_TYPE_F32, true, &e, &err),
+                 QL_EINVAL);
+    /* The largest shape allowed: 2^61 - 1 values, bytes exact. */
+    ne[0] = (INT64_C(1) << 61) - 1;
+    ne[1] = 1;
+    CHECK_OK(ql_quant_plan_tensor(&cfg, "w.weight", 2, ne, QL_TYPE_F32, true, &e, &err), &err);
+    CHECK(e.bytes == ((UINT64_C(1) << 61) - 1) * 4);
+}
+
 /* Hand-checked errors: w = (1, 2, 3, 4), w^ = (1, 2.5, 3, 3) over two rows of two,
  * column weights I = (2, 1): sse = 0.25 + 1 = 1.25, rmse = sqrt(1.25/4),
  * max = 1, imatrix_err = 1 * 0.25 + 1 * 1 = 1.25 (both errors are in column 1),
@@ -213,6 +236,7 @@ int main(void)
     no_importance_fallback();
     int8_row_rules();
     invalid_requests();
+    oversized_tensors();
     weight_error();
     return qlt_done();
 }
