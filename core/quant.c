@@ -193,7 +193,7 @@ static int32_t neighbour_type(int32_t type)
     }
 }
 
-static bool is_float_type(int32_t t)
+bool ql_quant_is_float_type(int32_t t)
 {
     return t == QL_TYPE_F32 || t == QL_TYPE_F16 || t == QL_TYPE_BF16;
 }
@@ -257,7 +257,7 @@ ql_status ql_quant_plan_tensor(const ql_quant_config *cfg, const char *name, uin
         out->requested = QL_TYPE_F32;
     } else if (never_quantized(name)) {
         out->role = QL_ROLE_KEEP;
-        out->requested = is_float_type(src_type) ? src_type : QL_TYPE_F32;
+        out->requested = ql_quant_is_float_type(src_type) ? src_type : QL_TYPE_F32;
     } else if (is_head) {
         out->role = QL_ROLE_HEAD;
         out->requested = cfg->head_type != QL_TYPE_INVALID ? cfg->head_type : cfg->weight_type;
@@ -329,6 +329,21 @@ bool ql_quant_plan_no_importance(ql_quant_plan_entry *e)
     return true;
 }
 
+int64_t ql_quant_plan_importance_fallbacks(ql_quant_plan *p, ql_quant_importance_fn has_importance,
+                                           const void *ctx)
+{
+    int64_t n_changed = 0;
+    for (int64_t i = 0; i < p->n; i++) {
+        ql_quant_plan_entry *e = &p->entries[i];
+        const ql_type_traits *tr = ql_type_get(e->used);
+        if (tr && tr->requires_imatrix && !has_importance(ctx, i, e))
+            n_changed += ql_quant_plan_no_importance(e);
+    }
+    if (n_changed > 0)
+        ql_quant_plan_totals(p);
+    return n_changed;
+}
+
 void ql_quant_plan_totals(ql_quant_plan *p)
 {
     p->bytes = p->body_bytes = 0;
@@ -371,15 +386,8 @@ ql_status ql_quant_plan_build(const ql_gguf *g, const ql_quant_config *cfg, ql_q
             return st;
         }
         p->n++;
-        p->bytes += e->bytes;
-        p->params += e->n_per_row * e->nrows;
-        if (e->fallback != QL_FALLBACK_NONE)
-            p->n_fallback++;
-        if (e->role != QL_ROLE_HEAD && e->role != QL_ROLE_EMBD) {
-            p->body_bytes += e->bytes;
-            p->body_params += e->n_per_row * e->nrows;
-        }
     }
+    ql_quant_plan_totals(p);
     *out = p;
     return QL_OK;
 }

@@ -129,6 +129,39 @@ static void no_importance_fallback(void)
     CHECK_EQ_INT(e.used, QL_TYPE_Q4_K);
 }
 
+/* Covers every tensor except token_embd.weight. */
+static bool covers_all_but_embd(const void *ctx, int64_t i, const ql_quant_plan_entry *e)
+{
+    (void)ctx;
+    (void)i;
+    return strcmp(e->name, "token_embd.weight") != 0;
+}
+
+/* The plan-level form: only uncovered entries of a type that needs importance
+ * weights fall back, and the totals follow. */
+static void plan_importance_fallbacks(void)
+{
+    ql_quant_plan_entry entries[3] = {
+        plan(QL_TYPE_IQ2_XS, NONE, NONE, "token_embd.weight", 2, 256, 512, true),
+        plan(QL_TYPE_IQ2_XS, NONE, NONE, "blk.0.attn_q.weight", 2, 256, 256, true),
+        plan(QL_TYPE_IQ2_XS, NONE, NONE, "blk.0.attn_norm.weight", 1, 256, 1, true),
+    };
+    ql_quant_plan p = {.n = 3, .entries = entries};
+    ql_quant_plan_totals(&p);
+    const uint64_t before = p.bytes;
+    CHECK_EQ_INT(p.n_fallback, 0);
+    CHECK_EQ_INT(ql_quant_plan_importance_fallbacks(&p, covers_all_but_embd, NULL), 1);
+    CHECK_EQ_INT(entries[0].used, QL_TYPE_Q2_K);
+    CHECK_EQ_INT(entries[1].used, QL_TYPE_IQ2_XS);
+    CHECK_EQ_INT(entries[2].used, QL_TYPE_F32);
+    CHECK_EQ_INT(p.n_fallback, 1);
+    const uint64_t grown =
+        (ql_row_size(QL_TYPE_Q2_K, 256) - ql_row_size(QL_TYPE_IQ2_XS, 256)) * 512;
+    CHECK_EQ_INT(p.bytes, before + grown);
+    /* Nothing left to change: no second fallback. */
+    CHECK_EQ_INT(ql_quant_plan_importance_fallbacks(&p, covers_all_but_embd, NULL), 0);
+}
+
 static void int8_row_rules(void)
 {
     /* 256 x 256 = 65,536 values: kept as F16. */
@@ -234,6 +267,7 @@ int main(void)
     roles_and_overrides();
     row_length_fallbacks();
     no_importance_fallback();
+    plan_importance_fallbacks();
     int8_row_rules();
     invalid_requests();
     oversized_tensors();
