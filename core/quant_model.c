@@ -48,7 +48,7 @@ void ql_quant_model_report_free(ql_quant_model_report *r)
     free(r);
 }
 
-static ql_status check_gguf_type(int32_t type, const char *what, ql_error *err)
+ql_status ql_quant_model_check_type(int32_t type, const char *what, ql_error *err)
 {
     if (type == QL_TYPE_INVALID)
         return QL_OK;
@@ -63,8 +63,9 @@ static ql_status check_gguf_type(int32_t type, const char *what, ql_error *err)
                             "'qlab quantize' does not have; write Q8_0 instead",
                             what);
     if (!ql_quant_is_weight_type(type))
-        return ql_error_set(err, QL_EINVAL, "%s type %s is not a weight type", what,
-                            ql_type_name(type));
+        return ql_error_set(err, QL_EINVAL,
+                            "%s type %s is not a weight format (activation, integer or unknown)",
+                            what, ql_type_name(type));
     return QL_OK;
 }
 
@@ -228,9 +229,9 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
     *report = NULL;
     const ql_quant_config *cfg = &opts->cfg;
     ql_status st;
-    if ((st = check_gguf_type(cfg->weight_type, "weight", err)) ||
-        (st = check_gguf_type(cfg->head_type, "head", err)) ||
-        (st = check_gguf_type(cfg->embd_type, "embedding", err)))
+    if ((st = ql_quant_model_check_type(cfg->weight_type, "weight", err)) ||
+        (st = ql_quant_model_check_type(cfg->head_type, "head", err)) ||
+        (st = ql_quant_model_check_type(cfg->embd_type, "embedding", err)))
         return st;
     uint32_t ftype = 0;
     if (!ql_quant_llama_ftype(cfg->weight_type, &ftype))

@@ -61,6 +61,12 @@ typedef struct {
  * Q8_0 -> 7, Q4_K -> 14 (Q4_K_S), ... Returns false for types with no GGUF ftype. */
 bool ql_quant_llama_ftype(int32_t type, uint32_t *ftype);
 
+/* Whether ql_quant_model can write type as the `what` type ("weight", "head",
+ * "embedding"): QL_OK for a GGUF weight type and for QL_TYPE_INVALID (the weight
+ * type); otherwise QL_EINVAL with the reason (INT8_ROW and Q8_0_XC are not GGUF
+ * types, Q8_1 and Q8_K not weight types). */
+ql_status ql_quant_model_check_type(int32_t type, const char *what, ql_error *err);
+
 /* Quantizes in_path into out_path. Errors name the file and tensor. INT8_ROW and
  * Q8_0_XC are refused (they are not GGUF types). On success *report (free with
  * ql_quant_model_report_free) describes what was written. */
