@@ -10,9 +10,6 @@
 #include "types.h"
 #include "util.h"
 
-/* general.quantization_version llama-quantize writes (GGML_QNT_VERSION). */
-#define QL_GGML_QNT_VERSION 2
-
 bool ql_quant_llama_ftype(int32_t type, uint32_t *ftype)
 {
     /* One ftype per uniform weight type. Where llama.cpp names several mixes of one
@@ -121,8 +118,8 @@ static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p, const ql_quant_m
     return QL_OK;
 }
 
-/* The quantize.imatrix.* keys llama-quantize writes after general.file_type. */
-static ql_status set_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta *m, ql_error *err)
+ql_status ql_quant_write_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta *m,
+                                      ql_error *err)
 {
     if (!m)
         return QL_OK;
@@ -284,7 +281,7 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
         (st =
              ql_gguf_writer_set_u32(w, "general.quantization_version", QL_GGML_QNT_VERSION, err)) ||
         (st = ql_gguf_writer_set_u32(w, "general.file_type", ftype, err)) ||
-        (st = set_imatrix_keys(w, opts->imatrix_meta, err)))
+        (st = ql_quant_write_imatrix_keys(w, opts->imatrix_meta, err)))
         goto out;
     for (int64_t i = 0; i < r->plan->n; i++) {
         const ql_quant_plan_entry *e = &r->plan->entries[i];

@@ -15,7 +15,11 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "gguf.h"
 #include "quant.h"
+
+/* general.quantization_version llama-quantize writes (ggml's GGML_QNT_VERSION). */
+#define QL_GGML_QNT_VERSION 2
 
 /* Importance weights of a tensor: returns n_mats * n_per_row floats (one vector per
  * 2-D matrix of the tensor, n_mats = ne[2] * ne[3]) or NULL when there are none.
@@ -32,6 +36,11 @@ typedef struct {
     int64_t n_entries;
     int64_t n_chunks;
 } ql_quant_imatrix_meta;
+
+/* Writes m's keys (nothing when m is NULL), as llama-quantize does after
+ * general.file_type. Errors: counts beyond int32, a failed write. */
+ql_status ql_quant_write_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta *m,
+                                      ql_error *err);
 
 typedef struct {
     ql_quant_config cfg;
