@@ -57,8 +57,9 @@ typedef struct {
     int64_t n_outliers;
 } bench_ctx;
 
-static ql_status run_quant(const bench_ctx *c, ql_error *err)
+static ql_status run_quant(const void *ctx, ql_error *err)
 {
+    const bench_ctx *c = ctx;
     if (c->tr->type == QL_TYPE_Q8_0_XC)
         return ql_quant_q8_0_xc(c->x, c->rows, c->cols, c->outliers, c->n_outliers, c->q, c->q_size,
                                 NULL, err);
@@ -66,8 +67,9 @@ static ql_status run_quant(const bench_ctx *c, ql_error *err)
                            err);
 }
 
-static ql_status run_dequant(const bench_ctx *c, ql_error *err)
+static ql_status run_dequant(const void *ctx, ql_error *err)
 {
+    const bench_ctx *c = ctx;
     return ql_dequant_tensor(c->tr->type, c->q, c->q_size, c->rows, c->cols, c->y, err);
 }
 
@@ -76,18 +78,10 @@ static ql_status measure(const bench_ctx *c, bool dequant, int threads, double m
                          double *mbs, ql_error *err)
 {
     ql_threads_set(threads);
-    double best = (double)INFINITY, spent = 0;
-    int runs = 0;
-    while (runs < 1 || spent < min_seconds) {
-        double t0 = ql_now();
-        ql_status st = dequant ? run_dequant(c, err) : run_quant(c, err);
-        if (st)
-            return st;
-        double dt = ql_now() - t0;
-        spent += dt;
-        best = dt < best ? dt : best;
-        runs++;
-    }
+    double best;
+    ql_status st = ql_cli_best_time(dequant ? run_dequant : run_quant, c, min_seconds, &best, err);
+    if (st)
+        return st;
     *mbs = (double)c->rows * (double)c->cols * 4.0 / 1e6 / best;
     return QL_OK;
 }
