@@ -9,14 +9,12 @@
 #include "fp16.h"
 #include "progress.h"
 #include "quant.h"
+#include "quant_model.h"
 #include "util.h"
 
 /* Values converted to f32 at a time while writing (16 MB): bounds the memory
  * besides the one quantized tensor. */
 #define WRITE_BLOCK_VALUES ((int64_t)1 << 22)
-
-/* ggml's quantization version (GGML_QNT_VERSION), written by llama-quantize. */
-#define QL_GGML_QNT_VERSION 2
 
 /* The importance vector the quantizer receives for a tensor (NULL: none), checked
  * against its shape as the error table checks it. */
@@ -106,14 +104,8 @@ ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan, const ql_f
                                      err)) != QL_OK)
         goto out;
     if (imp && imp->lookup && imp->file) {
-        if ((rc = ql_gguf_writer_set_str(w, "quantize.imatrix.file", imp->file, err)) != QL_OK ||
-            (imp->dataset && (rc = ql_gguf_writer_set_str(w, "quantize.imatrix.dataset",
-                                                          imp->dataset, err)) != QL_OK) ||
-            (rc = ql_gguf_writer_set_i32(w, "quantize.imatrix.entries_count",
-                                         (int32_t)imp->n_entries, err)) != QL_OK ||
-            (imp->n_chunks > 0 &&
-             (rc = ql_gguf_writer_set_i32(w, "quantize.imatrix.chunks_count",
-                                          (int32_t)imp->n_chunks, err)) != QL_OK))
+        const ql_quant_imatrix_meta m = {imp->file, imp->dataset, imp->n_entries, imp->n_chunks};
+        if ((rc = ql_quant_write_imatrix_keys(w, &m, err)) != QL_OK)
             goto out;
     }
     ql_gguf_value v = {.type = QL_GGUF_UINT64};

@@ -119,23 +119,6 @@ ql_status ql_dequant_tensor(int32_t type, const void *src, size_t src_size, int6
 /* Type policy                                                                */
 /* ========================================================================= */
 
-const char *ql_tensor_role_name(ql_tensor_role role)
-{
-    switch (role) {
-    case QL_ROLE_WEIGHT:
-        return "weight";
-    case QL_ROLE_HEAD:
-        return "head";
-    case QL_ROLE_EMBD:
-        return "embd";
-    case QL_ROLE_VECTOR:
-        return "1-D";
-    case QL_ROLE_KEEP:
-        return "kept";
-    }
-    return "?";
-}
-
 bool ql_quant_is_weight_type(int32_t type)
 {
     switch (type) {
@@ -210,10 +193,15 @@ static int32_t neighbour_type(int32_t type)
     }
 }
 
-static bool is_float_type(int32_t t)
+bool ql_quant_is_float_type(int32_t t)
 {
     return t == QL_TYPE_F32 || t == QL_TYPE_F16 || t == QL_TYPE_BF16;
 }
+
+/* Values a planned tensor may have: at most 4 bytes per value in any type it can
+ * take (F32; INT8_ROW is 1 + 2 / n_per_row), so its row and byte counts fit in 64
+ * bits. */
+#define MAX_TENSOR_VALUES (INT64_MAX / 4)
 
 static uint64_t tensor_bytes(int32_t type, int64_t n_per_row, int64_t nrows)
 {
@@ -243,6 +231,12 @@ ql_status ql_quant_plan_tensor(const ql_quant_config *cfg, const char *name, uin
         }
     }
     out->n_per_row = out->ne[0];
+    if (out->nrows > MAX_TENSOR_VALUES / out->n_per_row)
+        return ql_error_set(err, QL_EINVAL,
+                            "tensor '%s': %lld x %lld values, more than the %lld qlab can size "
+                            "in 64 bits",
+                            name, (long long)out->n_per_row, (long long)out->nrows,
+                            (long long)MAX_TENSOR_VALUES);
     const int64_t n_values = out->n_per_row * out->nrows;
 
     const int32_t types[3] = {cfg->weight_type, cfg->head_type, cfg->embd_type};
@@ -263,7 +257,7 @@ ql_status ql_quant_plan_tensor(const ql_quant_config *cfg, const char *name, uin
         out->requested = QL_TYPE_F32;
     } else if (never_quantized(name)) {
         out->role = QL_ROLE_KEEP;
-        out->requested = is_float_type(src_type) ? src_type : QL_TYPE_F32;
+        out->requested = ql_quant_is_float_type(src_type) ? src_type : QL_TYPE_F32;
     } else if (is_head) {
         out->role = QL_ROLE_HEAD;
         out->requested = cfg->head_type != QL_TYPE_INVALID ? cfg->head_type : cfg->weight_type;
@@ -335,6 +329,21 @@ bool ql_quant_plan_no_importance(ql_quant_plan_entry *e)
     return true;
 }
 
+int64_t ql_quant_plan_importance_fallbacks(ql_quant_plan *p, ql_quant_importance_fn has_importance,
+                                           const void *ctx)
+{
+    int64_t n_changed = 0;
+    for (int64_t i = 0; i < p->n; i++) {
+        ql_quant_plan_entry *e = &p->entries[i];
+        const ql_type_traits *tr = ql_type_get(e->used);
+        if (tr && tr->requires_imatrix && !has_importance(ctx, i, e))
+            n_changed += ql_quant_plan_no_importance(e);
+    }
+    if (n_changed > 0)
+        ql_quant_plan_totals(p);
+    return n_changed;
+}
+
 void ql_quant_plan_totals(ql_quant_plan *p)
 {
     p->bytes = p->body_bytes = 0;
@@ -377,15 +386,8 @@ ql_status ql_quant_plan_build(const ql_gguf *g, const ql_quant_config *cfg, ql_q
             return st;
         }
         p->n++;
-        p->bytes += e->bytes;
-        p->params += e->n_per_row * e->nrows;
-        if (e->fallback != QL_FALLBACK_NONE)
-            p->n_fallback++;
-        if (e->role != QL_ROLE_HEAD && e->role != QL_ROLE_EMBD) {
-            p->body_bytes += e->bytes;
-            p->body_params += e->n_per_row * e->nrows;
-        }
     }
+    ql_quant_plan_totals(p);
     *out = p;
     return QL_OK;
 }

@@ -104,9 +104,14 @@ typedef struct {
  * formats (Q8_1, Q8_K), integer types and unknown ids. */
 bool ql_quant_is_weight_type(int32_t type);
 
+/* True for F32, F16 and BF16: the types llama-quantize keeps a tensor in and qlab
+ * quantizes from. */
+bool ql_quant_is_float_type(int32_t type);
+
 /* Decides one tensor. src_type is the tensor's type in the input (used for KEEP).
  * model_has_output tells whether the model has an output.weight tensor. Errors: a
- * type that is not a weight type, a shape with a zero or negative dimension. */
+ * type that is not a weight type, a shape with a zero or negative dimension, or with
+ * more than INT64_MAX / 4 values (its size in bytes must fit in 64 bits). */
 ql_status ql_quant_plan_tensor(const ql_quant_config *cfg, const char *name, uint32_t n_dims,
                                const int64_t *ne, int32_t src_type, bool model_has_output,
                                ql_quant_plan_entry *out, ql_error *err);
@@ -126,14 +131,22 @@ ql_status ql_quant_plan_build(const ql_gguf *g, const ql_quant_config *cfg, ql_q
                               ql_error *err);
 void ql_quant_plan_free(ql_quant_plan *p);
 
-const char *ql_tensor_role_name(ql_tensor_role role);
-
 /* A tensor planned in a type ggml cannot make without importance weights (IQ2_XXS,
  * IQ2_XS, IQ1_S) when there are none for it (e.g. token_embd, which no imatrix
  * covers): llama-quantize's very-low-bit mixes give such tensors Q2_K, so the plan
  * does too (then the row-length fallbacks), recording the reason. Returns true when
- * e changed; call ql_quant_plan_totals() afterwards. */
+ * e changed; call ql_quant_plan_totals() afterwards (or use the plan-level
+ * ql_quant_plan_importance_fallbacks). */
 bool ql_quant_plan_no_importance(ql_quant_plan_entry *e);
+
+/* Whether tensor i of a plan (entry e) has importance weights. */
+typedef bool (*ql_quant_importance_fn)(const void *ctx, int64_t i, const ql_quant_plan_entry *e);
+
+/* ql_quant_plan_no_importance over a whole plan: every entry whose type needs
+ * importance weights and for which has_importance(ctx, i, e) is false falls back;
+ * the totals are recomputed when any did. Returns the number of entries changed. */
+int64_t ql_quant_plan_importance_fallbacks(ql_quant_plan *p, ql_quant_importance_fn has_importance,
+                                           const void *ctx);
 
 /* Recomputes a plan's byte, parameter and fallback totals from its entries. */
 void ql_quant_plan_totals(ql_quant_plan *p);

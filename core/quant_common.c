@@ -134,9 +134,12 @@ float ql_make_q3_quants(int n, int nmax, const float *x, int8_t *L)
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-float ql_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                          float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
-                          bool use_mad)
+/* ggml make_qkx2_quants, and make_qkx3_quants given weights: the two differ only in
+ * the all-equal test (max == min there, max <= min here), which agree because the
+ * minimum, clamped to <= 0, never exceeds the maximum. */
+float ql_make_qkx_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                         float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                         bool use_mad)
 {
     float min = x[0], max = x[0];
     float sum_w = weights[0];
@@ -152,27 +155,27 @@ float ql_make_qkx2_quants(int n, int nmax, const float *x, const float *weights,
     }
     if (min > 0)
         min = 0;
-    if (max == min) {
-        for (int i = 0; i < n; ++i)
-            L[i] = 0;
+    if (max <= min) {
+        memset(L, 0, (size_t)n);
         *the_min = -min;
         return 0.f;
     }
     float iscale = (float)nmax / (max - min);
     float scale = 1 / iscale;
-    float best_error = 0;
+    float best_mad = 0;
     for (int i = 0; i < n; ++i) {
         int l = ql_nearest_int(iscale * (x[i] - min));
         L[i] = (uint8_t)imax(0, imin(nmax, l));
         float diff = scale * (float)L[i] + min - x[i];
         diff = use_mad ? fabsf(diff) : diff * diff;
-        best_error += weights[i] * diff;
+        best_mad += weights[i] * diff;
     }
     if (nstep < 1) {
         *the_min = -min;
         return scale;
     }
     for (int is = 0; is <= nstep; ++is) {
+        /* min is the best fit so far (it changes inside this loop). */
         iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
         float sum_l = 0, sum_l2 = 0, sum_xl = 0;
         for (int i = 0; i < n; ++i) {
@@ -192,90 +195,11 @@ float ql_make_qkx2_quants(int n, int nmax, const float *x, const float *weights,
                 this_min = 0;
                 this_scale = sum_xl / sum_l2;
             }
-            float cur_error = 0;
-            for (int i = 0; i < n; ++i) {
-                float diff = this_scale * (float)Laux[i] + this_min - x[i];
-                diff = use_mad ? fabsf(diff) : diff * diff;
-                cur_error += weights[i] * diff;
-            }
-            if (cur_error < best_error) {
-                for (int i = 0; i < n; ++i)
-                    L[i] = Laux[i];
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    *the_min = -min;
-    return scale;
-}
-
-float ql_make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                          float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
-                          bool use_mad)
-{
-    float min = x[0], max = x[0];
-    float sum_w = weights ? weights[0] : x[0] * x[0];
-    float sum_x = sum_w * x[0];
-    for (int i = 1; i < n; ++i) {
-        if (x[i] < min)
-            min = x[i];
-        if (x[i] > max)
-            max = x[i];
-        float w = weights ? weights[i] : x[i] * x[i];
-        sum_w += w;
-        sum_x += w * x[i];
-    }
-    if (min > 0)
-        min = 0;
-    if (max <= min) {
-        memset(L, 0, (size_t)n);
-        *the_min = -min;
-        return 0.f;
-    }
-    float iscale = (float)nmax / (max - min);
-    float scale = 1 / iscale;
-    float best_mad = 0;
-    for (int i = 0; i < n; ++i) {
-        int l = ql_nearest_int(iscale * (x[i] - min));
-        L[i] = (uint8_t)imax(0, imin(nmax, l));
-        float diff = scale * (float)L[i] + min - x[i];
-        diff = use_mad ? fabsf(diff) : diff * diff;
-        float w = weights ? weights[i] : x[i] * x[i];
-        best_mad += w * diff;
-    }
-    if (nstep < 1) {
-        *the_min = -min;
-        return scale;
-    }
-    for (int is = 0; is <= nstep; ++is) {
-        /* min is the best fit so far (it changes inside this loop). */
-        iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-        for (int i = 0; i < n; ++i) {
-            int l = ql_nearest_int(iscale * (x[i] - min));
-            l = imax(0, imin(nmax, l));
-            Laux[i] = (uint8_t)l;
-            float w = weights ? weights[i] : x[i] * x[i];
-            sum_l += w * (float)l;
-            sum_l2 += w * (float)l * (float)l;
-            sum_xl += w * (float)l * x[i];
-        }
-        float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (D > 0) {
-            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-            if (this_min > 0) {
-                this_min = 0;
-                this_scale = sum_xl / sum_l2;
-            }
             float mad = 0;
             for (int i = 0; i < n; ++i) {
                 float diff = this_scale * (float)Laux[i] + this_min - x[i];
                 diff = use_mad ? fabsf(diff) : diff * diff;
-                float w = weights ? weights[i] : x[i] * x[i];
-                mad += w * diff;
+                mad += weights[i] * diff;
             }
             if (mad < best_mad) {
                 for (int i = 0; i < n; ++i)

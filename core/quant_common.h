@@ -48,6 +48,21 @@ static inline float ql_roundf(float v)
     return t;
 }
 
+/* A 32-bit field of a block at p (4 bytes, any alignment), little-endian as GGUF
+ * stores it. */
+static inline void ql_put_u32le(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline uint32_t ql_get_u32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 /* max |x[j]| over x[0..n), scanned as ggml does (amax = MAX(amax, |x[j]|)). */
 static inline float ql_absmax(const float *x, int n)
 {
@@ -91,21 +106,22 @@ float ql_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float 
  * (ggml make_q3_quants with do_rmse): L[i] in [0, 2*nmax). Returns the scale. */
 float ql_make_q3_quants(int n, int nmax, const float *x, int8_t *L);
 
-/* Asymmetric search (ggml make_qkx2_quants): value = scale * L[i] - the_min with
- * L[i] in [0, nmax], trying nstep+1 scales (rmin + rdelta*is + nmax)/(max-min).
- * use_mad selects absolute instead of squared error. Laux is n bytes of scratch. */
-float ql_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                          float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
-                          bool use_mad);
-
-/* Same search as make_qkx2_quants with weights x^2 when weights is NULL and the
- * running best minimum fed back into later candidates (ggml make_qkx3_quants). */
-float ql_make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                          float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
-                          bool use_mad);
+/* Asymmetric search with weights (ggml make_qkx2_quants; make_qkx3_quants is the
+ * same search, x^2 standing in for absent weights, which no caller relies on):
+ * value = scale * L[i] - the_min with L[i] in [0, nmax]. After the plain fit it tries
+ * nstep+1 inverse scales (rmin + rdelta*is + nmax)/(max-min), each refit by weighted
+ * least squares, keeping the best; max - min uses the best minimum so far, so it
+ * moves between trials. use_mad selects absolute instead of squared error. weights
+ * and Laux (scratch) hold n values. */
+float ql_make_qkx_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                         float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                         bool use_mad);
 
 /* Positive-only weighted search used to quantize K-quant sub-block scales and mins
- * (ggml make_qp_quants): L[i] in [0, nmax], value = scale * L[i]. */
+ * and IQ2_XXS's starting scales (ggml make_qp_quants): L[i] in [0, nmax], value =
+ * scale * L[i]. Returns 0 when the largest value is below QL_GROUP_MAX_EPS or the fit
+ * ends with sum w L^2 = 0: ggml b4747 tests max == 0 and divides unguarded there
+ * (later ggml added these guards against NaN scales). */
 float ql_make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float *quant_weights);
 
 /* One row of a block format: the n values at x into the row's blocks at y, weighed

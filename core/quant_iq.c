@@ -14,13 +14,14 @@
 
 #include "fp16.h"
 #include "iq_grids.h"
+#include "quant_common.h"
 #include "types.h"
 
 /* Multi-byte fields are stored in host order, as ggml does; GGUF is little-endian. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "qlab's IQ blocks assume little-endian");
 
-/* Groups whose largest magnitude is below these are stored as zero (ggml's values). */
-#define GROUP_EPS         1e-15f
+/* Groups whose largest magnitude is below these are stored as zero (ggml's values;
+ * the other formats use QL_GROUP_MAX_EPS). */
 #define GROUP_EPS_IQ3_XXS 1e-8f
 #define GROUP_EPS_IQ2_S   1e-8f
 #define GROUP_EPS_IQ1_M   1e-7f
@@ -33,16 +34,6 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "qlab's IQ blocks assu
 /* Small helpers                                                               */
 /* ------------------------------------------------------------------------- */
 
-/* Round to nearest, ties to even, by adding 1.5 * 2^23: exact for |f| < 2^22,
- * and the same bits as ggml's nearest_int for every input. */
-static inline int iround(float f)
-{
-    float v = f + 12582912.f;
-    int32_t i;
-    memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
 /* ggml's MAX: a > b ? a : b, so a NaN second operand wins and a NaN first one loses. */
 static inline float fmax_ggml(float a, float b)
 {
@@ -52,19 +43,6 @@ static inline float fmax_ggml(float a, float b)
 static inline int clampi(int v, int lo, int hi)
 {
     return v < lo ? lo : v > hi ? hi : v;
-}
-
-static inline void put_u32le(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static inline uint32_t get_u32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 static inline uint16_t get_u16le(const uint8_t *p)
@@ -176,7 +154,7 @@ static int32_t lattice_code(const ql_iq_grid *g, const float *xval, float id, in
 {
     int32_t code = 0;
     for (int i = 0; i < g->dim; ++i) {
-        int l = iround(0.5f * (id * xval[i] - 1));
+        int l = ql_nearest_int(0.5f * (id * xval[i] - 1));
         l = clampi(l, 0, g->n_levels - 1);
         L[i] = (int8_t)l;
         code |= l << (g->code_bits * i);
@@ -326,85 +304,12 @@ static float search_scale(const ql_iq_grid *g, const search_spec *sp, const floa
 /* Integer scale of a group relative to the super-block: l with scale ~ d (2l+1). */
 static int group_scale_code(float id, float scale, int max_code)
 {
-    return clampi(iround(0.5f * (id * scale - 1)), 0, max_code);
+    return clampi(ql_nearest_int(0.5f * (id * scale - 1)), 0, max_code);
 }
 
 /* ------------------------------------------------------------------------- */
 /* IQ2_XXS                                                                     */
 /* ------------------------------------------------------------------------- */
-
-/* ggml's make_qp_quants: a weighted fit of x ~ scale * l, l in [0, nmax], used
- * by IQ2_XXS for its starting scale. L is uint8 on purpose: a negative level
- * (the parity-flipped element) wraps exactly as in ggml. */
-static float fit_positive_levels(int n, int nmax, const float *x, uint8_t *L, const float *w)
-{
-    float max = 0;
-    for (int i = 0; i < n; ++i)
-        max = fmax_ggml(max, x[i]);
-    if (!max) {
-        memset(L, 0, (size_t)n);
-        return 0.f;
-    }
-    float iscale = nmax / max;
-    for (int i = 0; i < n; ++i)
-        L[i] = (uint8_t)iround(iscale * x[i]);
-    float scale = 1 / iscale;
-    float best_mse = 0;
-    for (int i = 0; i < n; ++i) {
-        float diff = x[i] - scale * L[i];
-        best_mse += w[i] * diff * diff;
-    }
-    for (int is = -4; is <= 4; ++is) {
-        if (is == 0)
-            continue;
-        float iscale_is = (0.1f * is + nmax) / max;
-        float scale_is = 1 / iscale_is;
-        float mse = 0;
-        for (int i = 0; i < n; ++i) {
-            int l = iround(iscale_is * x[i]);
-            l = l < nmax ? l : nmax;
-            float diff = x[i] - scale_is * l;
-            mse += w[i] * diff * diff;
-        }
-        if (mse < best_mse) {
-            best_mse = mse;
-            iscale = iscale_is;
-        }
-    }
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-        int l = iround(iscale * x[i]);
-        l = l < nmax ? l : nmax;
-        L[i] = (uint8_t)l;
-        sumlx += w[i] * x[i] * l;
-        suml2 += w[i] * l * l;
-    }
-    for (int itry = 0; itry < 5; ++itry) {
-        int n_changed = 0;
-        for (int i = 0; i < n; ++i) {
-            float wi = w[i];
-            float slx = sumlx - wi * x[i] * L[i];
-            float sl2 = suml2 - wi * L[i] * L[i];
-            if (slx > 0 && sl2 > 0) {
-                int new_l = iround(x[i] * sl2 / slx);
-                new_l = new_l < nmax ? new_l : nmax;
-                if (new_l != L[i]) {
-                    slx += wi * x[i] * new_l;
-                    sl2 += wi * new_l * new_l;
-                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
-                        L[i] = (uint8_t)new_l;
-                        sumlx = slx;
-                        suml2 = sl2;
-                        ++n_changed;
-                    }
-                }
-            }
-        }
-        if (!n_changed)
-            break;
-    }
-    return sumlx / suml2;
-}
 
 /* Clears a negative or NaN group scale (only possible in degenerate groups where
  * ggml aborts) so the super-block scale stays finite. */
@@ -440,12 +345,18 @@ static void quantize_row_iq2_xxs(const ql_iq_grid *g, const float *x, void *vy, 
             float max = xval[0];
             for (int i = 1; i < 32; ++i)
                 max = fmax_ggml(max, xval[i]);
-            if (max < GROUP_EPS) {
+            if (max < QL_GROUP_MAX_EPS) {
                 scales[ib] = 0;
                 memset(L, 0, sizeof L);
                 continue;
             }
-            float scale = fit_positive_levels(32, kmax + 1, xval, (uint8_t *)L, weight);
+            /* The starting scale: ggml's make_qp_quants. L goes in as uint8 on purpose:
+             * a negative level (the parity-flipped element) wraps exactly as in ggml.
+             * When the fit ends with sum w l^2 = 0 (no importance on the group's
+             * nonzero levels) this returns 0 where ggml b4747 returns 0/0; the
+             * search below rounds every trial to level 0 from either, so the bytes
+             * agree. */
+            float scale = ql_make_qp_quants(32, kmax + 1, xval, (uint8_t *)L, weight);
             float eff_max = scale * kmax;
             scale = search_scale(g, &spec, xval, weight, waux, eff_max, scale, L, on_grid);
             if (scale < 0) {
@@ -460,7 +371,7 @@ static void quantize_row_iq2_xxs(const ql_iq_grid *g, const float *x, void *vy, 
                 rec[k] = (uint8_t)grid_index_of(g, L + 8 * k, xval + 8 * k, waux + 8 * k, scale);
                 sign_word |= (uint32_t)signs[k] << (7 * k);
             }
-            put_u32le(rec + 4, sign_word);
+            ql_put_u32le(rec + 4, sign_word);
             scales[ib] = scale;
             max_scale = fmax_ggml(max_scale, scale);
         }
@@ -474,7 +385,7 @@ static void quantize_row_iq2_xxs(const ql_iq_grid *g, const float *x, void *vy, 
         for (int ib = 0; ib < QL_QK_K / 32; ++ib) {
             uint8_t *rec = b->qs + 8 * ib;
             uint32_t l = (uint32_t)group_scale_code(id, scales[ib], 15);
-            put_u32le(rec + 4, get_u32le(rec + 4) | l << 28);
+            ql_put_u32le(rec + 4, ql_get_u32le(rec + 4) | l << 28);
         }
     }
 }
@@ -517,7 +428,7 @@ static void quantize_row_iq2_xs(const ql_iq_grid *g, const float *x, void *vy, i
             float max = xval[0];
             for (int i = 1; i < 16; ++i)
                 max = fmax_ggml(max, xval[i]);
-            if (max < GROUP_EPS) {
+            if (max < QL_GROUP_MAX_EPS) {
                 scales[ib] = 0;
                 memset(L, 0, sizeof L);
                 continue;
@@ -695,7 +606,7 @@ static void quantize_row_iq3_xxs(const ql_iq_grid *g, const float *x, void *vy, 
                     (uint8_t)grid_index_of(g, L + 4 * k, xval + 4 * k, waux + 4 * k, scale);
             uint32_t word = (uint32_t)signs[0] | (uint32_t)signs[1] << 7 |
                             (uint32_t)signs[2] << 14 | (uint32_t)signs[3] << 21;
-            put_u32le(sas + 4 * ib, word);
+            ql_put_u32le(sas + 4 * ib, word);
             scales[ib] = scale;
             max_scale = fmax_ggml(max_scale, scale);
         }
@@ -708,7 +619,7 @@ static void quantize_row_iq3_xxs(const ql_iq_grid *g, const float *x, void *vy, 
         float id = 1 / d;
         for (int ib = 0; ib < QL_QK_K / 32; ++ib) {
             uint32_t l = (uint32_t)group_scale_code(id, scales[ib], 15);
-            put_u32le(sas + 4 * ib, get_u32le(sas + 4 * ib) | l << 28);
+            ql_put_u32le(sas + 4 * ib, ql_get_u32le(sas + 4 * ib) | l << 28);
         }
     }
 }
@@ -1209,7 +1120,7 @@ void ql_dequantize_iq2_xxs(const void *src, float *dst, int64_t nrows, int64_t n
         const float d = ql_fp16_to_fp32(x[i].d);
         for (int ib = 0; ib < QL_QK_K / 32; ++ib) {
             const uint8_t *rec = x[i].qs + 8 * ib;
-            uint32_t w = get_u32le(rec + 4);
+            uint32_t w = ql_get_u32le(rec + 4);
             const float db = d * (0.5f + (float)(w >> 28)) * 0.25f;
             for (int l = 0; l < 4; ++l)
                 put_signed8(dst + 8 * l, db, g->values + (size_t)rec[l] * 8,
@@ -1275,7 +1186,7 @@ void ql_dequantize_iq3_xxs(const void *src, float *dst, int64_t nrows, int64_t n
         const uint8_t *qs = x[i].qs;
         const uint8_t *sas = x[i].qs + QL_QK_K / 4;
         for (int ib = 0; ib < QL_QK_K / 32; ++ib) {
-            uint32_t w = get_u32le(sas + 4 * ib);
+            uint32_t w = ql_get_u32le(sas + 4 * ib);
             const float db = d * (0.5f + (float)(w >> 28)) * 0.5f;
             for (int l = 0; l < 4; ++l) {
                 uint8_t signs = g->signs[(w >> (7 * l)) & 127];

@@ -93,8 +93,8 @@ static void q2_K_row_ref(const float *x, void *vy, int64_t k, const float *unuse
         for (int j = 0; j < QL_QK_K / 16; ++j) {
             for (int l = 0; l < 16; ++l)
                 weights[l] = fabsf(x[16 * j + l]);
-            scales[j] = ql_make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux,
-                                            -0.5f, 0.1f, 15, true);
+            scales[j] = ql_make_qkx_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux,
+                                           -0.5f, 0.1f, 15, true);
             if (scales[j] > max_scale)
                 max_scale = scales[j];
             if (mins[j] > max_min)
@@ -150,8 +150,8 @@ static void q2_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
                 weight[l] = w[l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
             for (int l = 0; l < 16; ++l)
                 sw[j] += weight[l];
-            scales[j] = ql_make_qkx3_quants(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j], Laux,
-                                            -0.9f, 0.05f, 36, false);
+            scales[j] = ql_make_qkx_quants(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j], Laux,
+                                           -0.9f, 0.05f, 36, false);
         }
         float dm = ql_make_qp_quants(QL_QK_K / 16, 15, scales, Ls, sw);
         float mm = ql_make_qp_quants(QL_QK_K / 16, 15, mins, Lm, sw);
@@ -356,8 +356,8 @@ static void qk45_scales_ref(const float *x, int nmax, float rmin, int nstep, uin
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l)
             weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = ql_make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
-                                        rmin, 0.1f, nstep, false);
+        scales[j] = ql_make_qkx_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
+                                       rmin, 0.1f, nstep, false);
         if (scales[j] > max_scale)
             max_scale = scales[j];
         if (mins[j] > max_min)
@@ -377,7 +377,8 @@ static void qk45_scales_ref(const float *x, int nmax, float rmin, int nstep, uin
 }
 
 /* Weighted search of ggml's Q4_K/Q5_K impl: make_qkx3_quants per sub-block, then the
- * scales and mins quantized by make_qp_quants under the sub-block weight sums. */
+ * scales and mins quantized by make_qp_quants under the sub-block weight sums. qw:
+ * the block's 256 importance weights (the impl runs only with an imatrix). */
 static void qk45_scales_impl(const float *x, const float *qw, int nmax, uint16_t *d, uint16_t *dmin,
                              uint8_t *packed, uint8_t *L)
 {
@@ -387,22 +388,16 @@ static void qk45_scales_impl(const float *x, const float *qw, int nmax, uint16_t
     for (int l = 0; l < QL_QK_K; ++l)
         sum_x2 += x[l] * x[l];
     float sigma2 = 2 * sum_x2 / QL_QK_K;
-    float av_x = sqrtf(sigma2);
     for (int j = 0; j < QL_QK_K / 32; ++j) {
-        if (qw) {
-            const float *w = qw + 32 * j;
-            for (int l = 0; l < 32; ++l)
-                weights[l] = w[l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
-        } else {
-            for (int l = 0; l < 32; ++l)
-                weights[l] = av_x + fabsf(x[32 * j + l]);
-        }
+        const float *w = qw + 32 * j;
+        for (int l = 0; l < 32; ++l)
+            weights[l] = w[l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
         float sumw = 0;
         for (int l = 0; l < 32; ++l)
             sumw += weights[l];
         sw[j] = sumw;
-        scales[j] = ql_make_qkx3_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
-                                        -0.9f, 0.05f, 36, false);
+        scales[j] = ql_make_qkx_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
+                                       -0.9f, 0.05f, 36, false);
     }
     float d_block = ql_make_qp_quants(QL_QK_K / 32, 63, scales, ls, sw);
     float m_block = ql_make_qp_quants(QL_QK_K / 32, 63, mins, lm, sw);

@@ -30,19 +30,6 @@ static inline int imin(int a, int b)
     return a < b ? a : b;
 }
 
-static inline void put_u32le(uint8_t out[4], uint32_t v)
-{
-    out[0] = (uint8_t)v;
-    out[1] = (uint8_t)(v >> 8);
-    out[2] = (uint8_t)(v >> 16);
-    out[3] = (uint8_t)(v >> 24);
-}
-
-static inline uint32_t get_u32le(const uint8_t in[4])
-{
-    return (uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24;
-}
-
 /* Sum of squares of a whole row divided by its length: the sigma^2 of ggml's
  * importance weights w_j = I_j * sqrt(sigma^2 + x_j^2). */
 static float row_sigma2(const float *x, int64_t n)
@@ -206,7 +193,7 @@ static void q4_1_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
             weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
         float min;
         float d =
-            ql_make_qkx3_quants(QL_QK4_1, 15, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, false);
+            ql_make_qkx_quants(QL_QK4_1, 15, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, false);
         y[ib].d = ql_fp32_to_fp16(d);
         y[ib].m = ql_fp32_to_fp16(-min);
         for (int j = 0; j < 16; ++j)
@@ -248,7 +235,7 @@ static void pack_q5(const int *lv, uint8_t qs[16], uint8_t qh[4])
         h |= (uint32_t)((lv[j] & 0x10) >> 4) << j;
         h |= (uint32_t)((lv[j + 16] & 0x10) >> 4) << (j + 16);
     }
-    put_u32le(qh, h);
+    ql_put_u32le(qh, h);
 }
 
 static void q5_0_row_ref(const float *x, void *vy, int64_t k, const float *unused)
@@ -300,7 +287,7 @@ void ql_dequantize_q5_0(const void *src, float *dst, int64_t nrows, int64_t n_pe
     int64_t nb = nrows * n_per_row / QL_QK5_0;
     for (int64_t i = 0; i < nb; i++, dst += QL_QK5_0) {
         const float d = ql_fp16_to_fp32(x[i].d);
-        const uint32_t qh = get_u32le(x[i].qh);
+        const uint32_t qh = ql_get_u32le(x[i].qh);
         for (int j = 0; j < QL_QK5_0 / 2; ++j) {
             const int h0 = (int)((qh >> j) << 4) & 0x10;
             const int h1 = (int)(qh >> (j + 12)) & 0x10;
@@ -350,7 +337,7 @@ static void q5_1_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
             weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
         float min;
         float d =
-            ql_make_qkx3_quants(QL_QK5_1, 31, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, false);
+            ql_make_qkx_quants(QL_QK5_1, 31, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, false);
         y[ib].d = ql_fp32_to_fp16(d);
         y[ib].m = ql_fp32_to_fp16(-min);
         for (int j = 0; j < QL_QK5_1; ++j)
@@ -373,7 +360,7 @@ void ql_dequantize_q5_1(const void *src, float *dst, int64_t nrows, int64_t n_pe
     for (int64_t i = 0; i < nb; i++, dst += QL_QK5_1) {
         const float d = ql_fp16_to_fp32(x[i].d);
         const float m = ql_fp16_to_fp32(x[i].m);
-        const uint32_t qh = get_u32le(x[i].qh);
+        const uint32_t qh = ql_get_u32le(x[i].qh);
         for (int j = 0; j < QL_QK5_1 / 2; ++j) {
             const int h0 = (int)((qh >> j) << 4) & 0x10;
             const int h1 = (int)(qh >> (j + 12)) & 0x10;

@@ -10,9 +10,6 @@
 #include "types.h"
 #include "util.h"
 
-/* general.quantization_version llama-quantize writes (GGML_QNT_VERSION). */
-#define QL_GGML_QNT_VERSION 2
-
 bool ql_quant_llama_ftype(int32_t type, uint32_t *ftype)
 {
     /* One ftype per uniform weight type. Where llama.cpp names several mixes of one
@@ -48,7 +45,7 @@ void ql_quant_model_report_free(ql_quant_model_report *r)
     free(r);
 }
 
-static ql_status check_gguf_type(int32_t type, const char *what, ql_error *err)
+ql_status ql_quant_model_check_type(int32_t type, const char *what, ql_error *err)
 {
     if (type == QL_TYPE_INVALID)
         return QL_OK;
@@ -63,26 +60,43 @@ static ql_status check_gguf_type(int32_t type, const char *what, ql_error *err)
                             "'qlab quantize' does not have; write Q8_0 instead",
                             what);
     if (!ql_quant_is_weight_type(type))
-        return ql_error_set(err, QL_EINVAL, "%s type %s is not a weight type", what,
-                            ql_type_name(type));
+        return ql_error_set(err, QL_EINVAL,
+                            "%s type %s is not a weight format (activation, integer or unknown)",
+                            what, ql_type_name(type));
     return QL_OK;
 }
 
-static bool is_float(int32_t t)
+/* ctx of has_importance: the source model and the quantization options. */
+typedef struct {
+    const ql_gguf *g;
+    const ql_quant_model_opts *opts;
+} importance_ctx;
+
+/* A tensor written in its source type needs no importance weights; the others have
+ * them when the imatrix has an entry for the tensor. */
+static bool has_importance(const void *ctx, int64_t i, const ql_quant_plan_entry *e)
 {
-    return t == QL_TYPE_F32 || t == QL_TYPE_F16 || t == QL_TYPE_BF16;
+    const importance_ctx *c = ctx;
+    return c->g->tensors[i].type == e->used ||
+           c->opts->imatrix(c->opts->imatrix_ctx, e->name, e->n_per_row, e->ne[2] * e->ne[3]);
 }
 
 /* Validates every tensor of the plan against its source before anything is written. */
-static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p,
-                            const ql_quant_model_opts *opts, ql_error *err)
+static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p, const ql_quant_model_opts *opts,
+                            ql_error *err)
 {
+    /* With an imatrix that has no entry for a tensor (token_embd), the tensor takes
+     * the type llama-quantize's very-low-bit mixes give it. */
+    if (opts->imatrix) {
+        const importance_ctx c = {g, opts};
+        ql_quant_plan_importance_fallbacks(p, has_importance, &c);
+    }
     for (int64_t i = 0; i < p->n; i++) {
         const ql_gguf_tensor *t = &g->tensors[i];
         const ql_quant_plan_entry *e = &p->entries[i];
         if (t->type == e->used)
             continue;
-        if (!is_float(t->type))
+        if (!ql_quant_is_float_type(t->type))
             return ql_error_set(err, QL_EUNSUPPORTED,
                                 "%s: tensor '%s' is %s; qlab quantizes from F32, F16 or BF16 "
                                 "tensors only",
@@ -97,16 +111,6 @@ static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p,
                                 "%s: tensor '%s': %s needs an importance matrix (ggml refuses to "
                                 "quantize it without one)",
                                 g->path, t->name, tr->name);
-        /* With an imatrix that has no entry for this tensor (token_embd), the tensor
-         * takes the type llama-quantize's very-low-bit mixes give it. */
-        if (tr->requires_imatrix &&
-            !opts->imatrix(opts->imatrix_ctx, t->name, e->n_per_row, e->ne[2] * e->ne[3])) {
-            ql_quant_plan_no_importance(&p->entries[i]);
-            ql_quant_plan_totals(p);
-            tr = ql_type_get(e->used);
-            if (t->type == e->used)
-                continue;
-        }
         ql_status st = ql_type_prepare(e->used, err);
         if (st)
             return ql_error_prefix(err, "%s: tensor '%s': ", g->path, t->name);
@@ -114,8 +118,8 @@ static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p,
     return QL_OK;
 }
 
-/* The quantize.imatrix.* keys llama-quantize writes after general.file_type. */
-static ql_status set_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta *m, ql_error *err)
+ql_status ql_quant_write_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta *m,
+                                      ql_error *err)
 {
     if (!m)
         return QL_OK;
@@ -158,7 +162,7 @@ static ql_status quantize_one(const ql_gguf_tensor *t, const ql_quant_plan_entry
                                 (long long)(i / npr), (long long)(i % npr),
                                 isnan(src[i]) ? "NaN" : "infinite");
     const float *imat = NULL;
-    if (opts->imatrix && e->used != t->type)
+    if (opts->imatrix)
         imat = opts->imatrix(opts->imatrix_ctx, t->name, npr, n_mats);
     *used_imatrix = imat != NULL;
     const float *stats_w = imat;
@@ -222,9 +226,9 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
     *report = NULL;
     const ql_quant_config *cfg = &opts->cfg;
     ql_status st;
-    if ((st = check_gguf_type(cfg->weight_type, "weight", err)) ||
-        (st = check_gguf_type(cfg->head_type, "head", err)) ||
-        (st = check_gguf_type(cfg->embd_type, "embedding", err)))
+    if ((st = ql_quant_model_check_type(cfg->weight_type, "weight", err)) ||
+        (st = ql_quant_model_check_type(cfg->head_type, "head", err)) ||
+        (st = ql_quant_model_check_type(cfg->embd_type, "embedding", err)))
         return st;
     uint32_t ftype = 0;
     if (!ql_quant_llama_ftype(cfg->weight_type, &ftype))
@@ -277,7 +281,7 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
         (st =
              ql_gguf_writer_set_u32(w, "general.quantization_version", QL_GGML_QNT_VERSION, err)) ||
         (st = ql_gguf_writer_set_u32(w, "general.file_type", ftype, err)) ||
-        (st = set_imatrix_keys(w, opts->imatrix_meta, err)))
+        (st = ql_quant_write_imatrix_keys(w, opts->imatrix_meta, err)))
         goto out;
     for (int64_t i = 0; i < r->plan->n; i++) {
         const ql_quant_plan_entry *e = &r->plan->entries[i];

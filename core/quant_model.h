@@ -15,7 +15,11 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "gguf.h"
 #include "quant.h"
+
+/* general.quantization_version llama-quantize writes (ggml's GGML_QNT_VERSION). */
+#define QL_GGML_QNT_VERSION 2
 
 /* Importance weights of a tensor: returns n_mats * n_per_row floats (one vector per
  * 2-D matrix of the tensor, n_mats = ne[2] * ne[3]) or NULL when there are none.
@@ -32,6 +36,11 @@ typedef struct {
     int64_t n_entries;
     int64_t n_chunks;
 } ql_quant_imatrix_meta;
+
+/* Writes m's keys (nothing when m is NULL), as llama-quantize does after
+ * general.file_type. Errors: counts beyond int32, a failed write. */
+ql_status ql_quant_write_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta *m,
+                                      ql_error *err);
 
 typedef struct {
     ql_quant_config cfg;
@@ -60,6 +69,12 @@ typedef struct {
 /* LLAMA_FTYPE value for a model whose weights are of type (llama.h, b4747): Q4_0 -> 2,
  * Q8_0 -> 7, Q4_K -> 14 (Q4_K_S), ... Returns false for types with no GGUF ftype. */
 bool ql_quant_llama_ftype(int32_t type, uint32_t *ftype);
+
+/* Whether ql_quant_model can write type as the `what` type ("weight", "head",
+ * "embedding"): QL_OK for a GGUF weight type and for QL_TYPE_INVALID (the weight
+ * type); otherwise QL_EINVAL with the reason (INT8_ROW and Q8_0_XC are not GGUF
+ * types, Q8_1 and Q8_K not weight types). */
+ql_status ql_quant_model_check_type(int32_t type, const char *what, ql_error *err);
 
 /* Quantizes in_path into out_path. Errors name the file and tensor. INT8_ROW and
  * Q8_0_XC are refused (they are not GGUF types). On success *report (free with

@@ -235,8 +235,6 @@ static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql
                            fim ? ql_fit_imatrix_importance(fim) : NULL, &b, &fo, &table, &fp, err);
     if (st)
         goto out;
-    plan->bytes = plan->body_bytes = 0;
-    plan->n_fallback = 0;
     for (int64_t i = 0; i < plan->n; i++) {
         ql_quant_plan_entry *e = &plan->entries[i];
         int32_t t = ql_fit_plan_type(fp, e->name);
@@ -247,16 +245,20 @@ static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql
             e->reason[0] = '\0';
             e->bytes = ql_row_size(t, e->n_per_row) * (uint64_t)e->nrows;
         }
-        plan->bytes += e->bytes;
-        if (e->role != QL_ROLE_HEAD && e->role != QL_ROLE_EMBD)
-            plan->body_bytes += e->bytes;
-        plan->n_fallback += e->used != e->requested;
     }
+    ql_quant_plan_totals(plan);
 out:
     ql_fit_plan_free(fp);
     ql_fit_table_free(table);
     ql_fit_imatrix_free(fim);
     return st;
+}
+
+/* Whether the importance matrix ctx (NULL: none) has an entry for the tensor. */
+static bool imatrix_covers(const void *ctx, int64_t i, const ql_quant_plan_entry *e)
+{
+    (void)i;
+    return ctx && ql_imatrix_find(ctx, e->name);
 }
 
 /* The config's plan: the type policy, the budget's types, and the fallback of
@@ -276,15 +278,7 @@ static ql_status build_plan(const ql_qweights *q, const ql_config *c, const ql_c
     }
     /* Tensors the importance matrix does not cover cannot take the types that need
      * one: they fall back as llama-quantize's mixes do (recorded per tensor). */
-    bool changed = false;
-    for (int64_t i = 0; i < plan->n; i++) {
-        ql_quant_plan_entry *e = &plan->entries[i];
-        const ql_type_traits *tr = ql_type_get(e->used);
-        if (tr && tr->requires_imatrix && !(im && ql_imatrix_find(im, e->name)))
-            changed |= ql_quant_plan_no_importance(e);
-    }
-    if (changed)
-        ql_quant_plan_totals(plan);
+    ql_quant_plan_importance_fallbacks(plan, imatrix_covers, im);
     *out = plan;
     return QL_OK;
 }

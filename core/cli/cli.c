@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,23 @@ int ql_cli_usage(const char *cmd, const char *fmt, ...)
     fprintf(stderr, "\nTry 'qlab %s --help'.\n", cmd);
     va_end(ap);
     return QL_EXIT_USAGE;
+}
+
+ql_status ql_cli_best_time(ql_cli_bench_run run, const void *ctx, double min_seconds, double *best,
+                           ql_error *err)
+{
+    double fastest = (double)INFINITY, spent = 0;
+    for (int runs = 0; runs < 1 || spent < min_seconds; runs++) {
+        const double t0 = ql_now();
+        const ql_status st = run(ctx, err);
+        if (st)
+            return st;
+        const double dt = ql_now() - t0;
+        spent += dt;
+        fastest = dt < fastest ? dt : fastest;
+    }
+    *best = fastest;
+    return QL_OK;
 }
 
 ql_status ql_cli_text_run_init(ql_cli_text_run *r, const char *model_arg, const char *text_arg,

@@ -26,6 +26,15 @@ int ql_cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(pr
 int ql_cli_parse_int_opt(const char *cmd, const char *opt, const char *val, int min, int max,
                          int *out);
 
+/* One run of a benchmark on ctx: QL_OK, or a failure that ends the measurement. */
+typedef ql_status (*ql_cli_bench_run)(const void *ctx, ql_error *err);
+
+/* The benchmarks' timing: *best = the fastest of repeated runs of run(ctx), in
+ * seconds, repeated until they last min_seconds in total (at least one run). Returns
+ * the status of the first failing run. */
+ql_status ql_cli_best_time(ql_cli_bench_run run, const void *ctx, double min_seconds, double *best,
+                           ql_error *err);
+
 /* What qlab eval and qlab imatrix start from: MODEL and --text resolved (paths or
  * names from datasets/manifest.tsv), the model loaded with its tokenizer, the text
  * cut into chunks of ctx tokens, and a forward pass for ctx tokens whose K/V cache

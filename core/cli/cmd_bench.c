@@ -21,7 +21,8 @@ static const char *const usage_text =
     "(1 MB = 10^6 bytes), single-threaded and with N threads (default: all cores), on a\n"
     "fixed synthetic R x C matrix (default 128 x 4096: Student-t-like values, every 128th\n"
     "column 20x larger). Each figure is the best of repeated runs lasting >= S seconds\n"
-    "in total (default 0.05).\n"
+    "in total (default 0.05); the tables a type needs (IQ lattice codebooks) are loaded\n"
+    "before its timing.\n"
     "\n"
     "  --imatrix      time the importance-weighted search (synthetic weights)\n"
     "  --types LIST   only these types (comma separated, e.g. Q4_0,Q4_K,INT8_ROW)\n"
@@ -57,8 +58,9 @@ typedef struct {
     int64_t n_outliers;
 } bench_ctx;
 
-static ql_status run_quant(const bench_ctx *c, ql_error *err)
+static ql_status run_quant(const void *ctx, ql_error *err)
 {
+    const bench_ctx *c = ctx;
     if (c->tr->type == QL_TYPE_Q8_0_XC)
         return ql_quant_q8_0_xc(c->x, c->rows, c->cols, c->outliers, c->n_outliers, c->q, c->q_size,
                                 NULL, err);
@@ -66,8 +68,9 @@ static ql_status run_quant(const bench_ctx *c, ql_error *err)
                            err);
 }
 
-static ql_status run_dequant(const bench_ctx *c, ql_error *err)
+static ql_status run_dequant(const void *ctx, ql_error *err)
 {
+    const bench_ctx *c = ctx;
     return ql_dequant_tensor(c->tr->type, c->q, c->q_size, c->rows, c->cols, c->y, err);
 }
 
@@ -76,20 +79,48 @@ static ql_status measure(const bench_ctx *c, bool dequant, int threads, double m
                          double *mbs, ql_error *err)
 {
     ql_threads_set(threads);
-    double best = (double)INFINITY, spent = 0;
-    int runs = 0;
-    while (runs < 1 || spent < min_seconds) {
-        double t0 = ql_now();
-        ql_status st = dequant ? run_dequant(c, err) : run_quant(c, err);
-        if (st)
-            return st;
-        double dt = ql_now() - t0;
-        spent += dt;
-        best = dt < best ? dt : best;
-        runs++;
-    }
+    double best;
+    ql_status st = ql_cli_best_time(dequant ? run_dequant : run_quant, c, min_seconds, &best, err);
+    if (st)
+        return st;
     *mbs = (double)c->rows * (double)c->cols * 4.0 / 1e6 / best;
     return QL_OK;
+}
+
+/* A type bench quant can time: it quantizes (Q8_0_XC through ql_quant_q8_0_xc) and
+ * decodes. */
+static bool timeable(const ql_type_traits *tr)
+{
+    return (tr->quantize || tr->type == QL_TYPE_Q8_0_XC) && tr->dequantize;
+}
+
+/* Every name of a --types list is a type bench quant can time; else a usage error
+ * names the first that is not (a typo would otherwise print an empty table). */
+static bool check_types(const char *list)
+{
+    for (const char *p = list;;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        char name[32];
+        const ql_type_traits *tr = NULL;
+        if (len < sizeof name) {
+            memcpy(name, p, len);
+            name[len] = '\0';
+            tr = ql_type_by_name(name);
+        }
+        if (!tr) {
+            ql_cli_usage("bench quant", "--types: unknown type '%.*s'", (int)len, p);
+            return false;
+        }
+        if (!timeable(tr)) {
+            ql_cli_usage("bench quant", "--types: %s has no quantizer and decoder to time",
+                         tr->name);
+            return false;
+        }
+        if (!e)
+            return true;
+        p = e + 1;
+    }
 }
 
 static bool type_selected(const char *list, const char *name)
@@ -149,6 +180,8 @@ static int bench_quant(int argc, char **argv)
             return ql_cli_usage("bench quant", "unknown option '%s'", a);
         }
     }
+    if (types && !check_types(types))
+        return QL_EXIT_USAGE;
     if ((int64_t)rows * cols > (INT64_C(1) << 31))
         return ql_cli_usage("bench quant", "matrix of %d x %d values is too large", rows, cols);
 
@@ -181,10 +214,13 @@ static int bench_quant(int argc, char **argv)
     int nt = ql_type_list(list, 64);
     for (int i = 0; i < nt; i++) {
         const ql_type_traits *tr = list[i];
-        bool xc = tr->type == QL_TYPE_Q8_0_XC;
-        if ((!tr->quantize && !xc) || !tr->dequantize || ql_row_size(tr->type, cols) == 0 ||
-            !type_selected(types, tr->name))
+        if (!timeable(tr) || ql_row_size(tr->type, cols) == 0 || !type_selected(types, tr->name))
             continue;
+        /* A one-time load (the IQ codebooks) is not part of the throughput. */
+        if (ql_type_prepare(tr->type, &err)) {
+            rc = ql_cli_fail(&err);
+            goto out;
+        }
         /* Types ggml cannot quantize without importance weights always get them. */
         const bool imat_used = with_imat || tr->requires_imatrix;
         bench_ctx c = {

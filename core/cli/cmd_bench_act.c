@@ -1,7 +1,6 @@
 /* qlab bench act: the cost of activation rounding, and the int8 path of a Q8_0 x q8_0
  * product against the fake-quant path (round, then f32 sgemm on decoded weights). */
 #include <cblas.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +31,8 @@ static float next_gauss(void)
     return (float)ql_rng_gauss(&rng);
 }
 
+typedef enum { RUN_ROUND, RUN_FAKE, RUN_INT } run_kind;
+
 typedef struct {
     int64_t t, k, m;
     const float *x;
@@ -41,13 +42,14 @@ typedef struct {
     ql_block_q8_0 *xb;       /* q8_0 activation blocks */
     float *y;
     ql_act_ctx act;
+    run_kind kind; /* what one timed run does */
 } prod_ctx;
 
-typedef enum { RUN_ROUND, RUN_FAKE, RUN_INT } run_kind;
-
-static void run_once(const prod_ctx *c, run_kind kind)
+static ql_status run_once(const void *ctx, ql_error *err)
 {
-    switch (kind) {
+    (void)err; /* these runs cannot fail */
+    const prod_ctx *c = ctx;
+    switch (c->kind) {
     case RUN_ROUND:
         ql_act_rows(&c->act, c->x, c->xq, c->t);
         break;
@@ -61,21 +63,18 @@ static void run_once(const prod_ctx *c, run_kind kind)
         ql_gemm_q8_0(c->wq, c->xb, c->y, c->t, c->m, c->k);
         break;
     }
+    return QL_OK;
 }
 
-/* Best seconds per run over repeated runs lasting at least min_seconds. */
-static double best_time(const prod_ctx *c, run_kind kind, int threads, double min_seconds)
+/* Best seconds per run of kind with `threads` threads (qlab's and OpenBLAS's). */
+static double best_time(prod_ctx *c, run_kind kind, int threads, double min_seconds)
 {
     ql_threads_set(threads);
     openblas_set_num_threads(threads);
-    double best = (double)INFINITY, spent = 0;
-    for (int runs = 0; runs < 1 || spent < min_seconds; runs++) {
-        const double t0 = ql_now();
-        run_once(c, kind);
-        const double dt = ql_now() - t0;
-        spent += dt;
-        best = dt < best ? dt : best;
-    }
+    c->kind = kind;
+    double best = 0;
+    ql_error err;
+    ql_cli_best_time(run_once, c, min_seconds, &best, &err); /* run_once returns QL_OK */
     return best;
 }
 

@@ -12,16 +12,17 @@
 #include "cli.h"
 #include "commands.h"
 
-static const char *const usage_text =
+static const char *const usage_head =
     "usage: qlab quantize IN.gguf OUT.gguf --type T [--head-type T] [--embd-type T]\n"
     "                     [--imatrix FILE] [--threads N] [--stats [--stats-imatrix FILE]]\n"
     "                     [--quiet]\n"
     "\n"
     "Writes OUT.gguf with every 2-D weight of IN.gguf (F32/F16/BF16) quantized to T,\n"
     "bit-identical to llama.cpp's quantizers, in a file llama.cpp loads.\n"
-    "\n"
-    "  --type T        weight type: F32 F16 BF16 Q8_0 Q5_1 Q5_0 Q4_1 Q4_0 Q6_K Q5_K Q4_K\n"
-    "                  Q3_K Q2_K IQ4_NL IQ4_XS TQ2_0 TQ1_0 (IQ lattice types once built)\n"
+    "\n";
+
+/* Follows the --type line, which lists the types ql_quant_model writes. */
+static const char *const usage_text =
     "  --head-type T   type of output.weight (default: same as --type)\n"
     "  --embd-type T   type of token_embd.weight (default: same as --type)\n"
     "  --imatrix FILE  importance matrix (llama.cpp .dat or GGUF, e.g. from 'qlab imatrix'):\n"
@@ -44,8 +45,38 @@ static const char *const usage_text =
     "and every fallback is listed. INT8_ROW and Q8_0_XC are not GGUF types and are\n"
     "refused here (sweeps evaluate them in memory).\n";
 
-/* Parses a type option; "same" (allowed for head/embd) gives QL_TYPE_INVALID. */
-static int parse_type(const char *opt, const char *val, bool allow_same, int32_t *out)
+/* Width of the usage text's lines. */
+#define USAGE_COLUMNS 86
+
+static void print_usage(void)
+{
+    fputs(usage_head, stdout);
+    static const char type_line[] = "  --type T        weight type:";
+    static const char indent[] = "                 ";
+    fputs(type_line, stdout);
+    size_t col = sizeof type_line - 1;
+    const ql_type_traits *types[64];
+    const int n = ql_type_list(types, 64);
+    for (int i = 0; i < n; i++) {
+        ql_error err;
+        if (ql_quant_model_check_type(types[i]->type, "weight", &err) != QL_OK)
+            continue;
+        const size_t w = 1 + strlen(types[i]->name);
+        if (col + w > USAGE_COLUMNS) {
+            printf("\n%s", indent);
+            col = sizeof indent - 1;
+        }
+        printf(" %s", types[i]->name);
+        col += w;
+    }
+    fputs("\n", stdout);
+    fputs(usage_text, stdout);
+}
+
+/* Parses a type option as what ("weight", "head", "embedding"); "same" (allowed for
+ * head/embd) gives QL_TYPE_INVALID. */
+static int parse_type(const char *opt, const char *what, const char *val, bool allow_same,
+                      int32_t *out)
 {
     if (allow_same && strcmp(val, "same") == 0) {
         *out = QL_TYPE_INVALID;
@@ -56,23 +87,9 @@ static int parse_type(const char *opt, const char *val, bool allow_same, int32_t
         ql_cli_usage("quantize", "%s: unknown type '%s'", opt, val);
         return 0;
     }
-    if (t->type == QL_TYPE_INT8_ROW) {
-        ql_cli_usage("quantize",
-                     "%s INT8_ROW: not a GGUF type; qlab evaluates it in memory (sweeps) and "
-                     "cannot write it to a GGUF file",
-                     opt);
-        return 0;
-    }
-    if (t->type == QL_TYPE_Q8_0_XC) {
-        ql_cli_usage("quantize",
-                     "%s Q8_0_XC: needs calibrated outlier columns, which 'qlab quantize' "
-                     "does not have; use Q8_0",
-                     opt);
-        return 0;
-    }
-    if (!ql_quant_is_weight_type(t->type)) {
-        ql_cli_usage("quantize", "%s %s: not a weight type (activation or integer format)", opt,
-                     t->name);
+    ql_error err;
+    if (ql_quant_model_check_type(t->type, what, &err) != QL_OK) {
+        ql_cli_usage("quantize", "%s: %s", opt, err.msg);
         return 0;
     }
     *out = t->type;
@@ -214,7 +231,7 @@ int ql_cmd_quantize(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage_text, stdout);
+            print_usage();
             return QL_EXIT_OK;
         }
         bool takes_value = strcmp(a, "--type") == 0 || strcmp(a, "--head-type") == 0 ||
@@ -223,14 +240,14 @@ int ql_cmd_quantize(int argc, char **argv)
         if (takes_value && i + 1 >= argc)
             return ql_cli_usage("quantize", "%s needs a value", a);
         if (strcmp(a, "--type") == 0) {
-            if (!parse_type(a, argv[++i], false, &opts.cfg.weight_type))
+            if (!parse_type(a, "weight", argv[++i], false, &opts.cfg.weight_type))
                 return QL_EXIT_USAGE;
             have_type = true;
         } else if (strcmp(a, "--head-type") == 0) {
-            if (!parse_type(a, argv[++i], true, &opts.cfg.head_type))
+            if (!parse_type(a, "head", argv[++i], true, &opts.cfg.head_type))
                 return QL_EXIT_USAGE;
         } else if (strcmp(a, "--embd-type") == 0) {
-            if (!parse_type(a, argv[++i], true, &opts.cfg.embd_type))
+            if (!parse_type(a, "embedding", argv[++i], true, &opts.cfg.embd_type))
                 return QL_EXIT_USAGE;
         } else if (strcmp(a, "--imatrix") == 0) {
             imat.path = argv[++i];

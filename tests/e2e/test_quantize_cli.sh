@@ -28,6 +28,19 @@ matches "$tmp/err" "not a GGUF type" "INT8_ROW reason"
 expect 2 "Q8_0_XC refused" "$qlab" quantize "$model" "$tmp/x.gguf" --type Q8_0_XC
 matches "$tmp/err" "outlier columns" "Q8_0_XC reason"
 expect 2 "Q8_K refused" "$qlab" quantize "$model" "$tmp/x.gguf" --type Q8_K
+matches "$tmp/err" "Q8_K is not a weight format" "Q8_K reason"
+expect 2 "Q8_1 head refused" "$qlab" quantize "$model" "$tmp/x.gguf" --type Q4_0 --head-type Q8_1
+matches "$tmp/err" "head-type: head type Q8_1" "Q8_1 head reason"
+# --help lists the types qlab quantize writes (the lattice types too), not the refused ones.
+expect 0 "quantize --help" "$qlab" quantize --help
+matches "$tmp/out" "^  --type T .* Q4_0 " "--type lists Q4_0"
+has "$tmp/out" "IQ2_XXS" "--type lists the IQ lattice types"
+awk '/^  --type T/ {f = 1} /^  --head-type/ {f = 0} f' "$tmp/out" >"$tmp/types"
+if grep -q "INT8_ROW\|Q8_0_XC\|Q8_K\|Q8_1\|once built" "$tmp/types"; then
+    bad "--type lists a refused type:"; cat "$tmp/types"
+else
+    ok "--type lists no refused type"
+fi
 expect 2 "unknown type" "$qlab" quantize "$model" "$tmp/x.gguf" --type Q9_9
 # stories260K's rows (64, 172) all fall back from IQ2_XXS to IQ4_NL / F16, so no tensor
 # ends up needing the importance matrix IQ2_XXS requires: the file is written.

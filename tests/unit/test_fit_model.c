@@ -754,6 +754,12 @@ static void test_fit_and_write(const llama_shape *shape)
             snprintf(out, sizeof out, "%s/fit-out.gguf", qlt_tmpdir());
             CHECK_OK(ql_fit_write(g, p, &imp, out, true, &err), &err);
             check_written(out, g, p, &imp);
+            /* The imatrix counts are i32 keys: a larger one is refused, not truncated. */
+            ql_fit_importance big = imp;
+            big.n_entries = (int64_t)INT32_MAX + 1;
+            snprintf(out, sizeof out, "%s/fit-big.gguf", qlt_tmpdir());
+            CHECK(ql_fit_write(g, p, &big, out, true, &err) == QL_EINVAL);
+            CHECK_MSG(strstr(err.msg, "2147483648 entries"), "%s", err.msg);
         }
         ql_fit_plan_free(p);
         ql_fit_table_free(t);

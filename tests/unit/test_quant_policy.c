@@ -129,6 +129,39 @@ static void no_importance_fallback(void)
     CHECK_EQ_INT(e.used, QL_TYPE_Q4_K);
 }
 
+/* Covers every tensor except token_embd.weight. */
+static bool covers_all_but_embd(const void *ctx, int64_t i, const ql_quant_plan_entry *e)
+{
+    (void)ctx;
+    (void)i;
+    return strcmp(e->name, "token_embd.weight") != 0;
+}
+
+/* The plan-level form: only uncovered entries of a type that needs importance
+ * weights fall back, and the totals follow. */
+static void plan_importance_fallbacks(void)
+{
+    ql_quant_plan_entry entries[3] = {
+        plan(QL_TYPE_IQ2_XS, NONE, NONE, "token_embd.weight", 2, 256, 512, true),
+        plan(QL_TYPE_IQ2_XS, NONE, NONE, "blk.0.attn_q.weight", 2, 256, 256, true),
+        plan(QL_TYPE_IQ2_XS, NONE, NONE, "blk.0.attn_norm.weight", 1, 256, 1, true),
+    };
+    ql_quant_plan p = {.n = 3, .entries = entries};
+    ql_quant_plan_totals(&p);
+    const uint64_t before = p.bytes;
+    CHECK_EQ_INT(p.n_fallback, 0);
+    CHECK_EQ_INT(ql_quant_plan_importance_fallbacks(&p, covers_all_but_embd, NULL), 1);
+    CHECK_EQ_INT(entries[0].used, QL_TYPE_Q2_K);
+    CHECK_EQ_INT(entries[1].used, QL_TYPE_IQ2_XS);
+    CHECK_EQ_INT(entries[2].used, QL_TYPE_F32);
+    CHECK_EQ_INT(p.n_fallback, 1);
+    const uint64_t grown =
+        (ql_row_size(QL_TYPE_Q2_K, 256) - ql_row_size(QL_TYPE_IQ2_XS, 256)) * 512;
+    CHECK_EQ_INT(p.bytes, before + grown);
+    /* Nothing left to change: no second fallback. */
+    CHECK_EQ_INT(ql_quant_plan_importance_fallbacks(&p, covers_all_but_embd, NULL), 0);
+}
+
 static void int8_row_rules(void)
 {
     /* 256 x 256 = 65,536 values: kept as F16. */
@@ -164,6 +197,29 @@ static void invalid_requests(void)
     CHECK(!ql_quant_is_weight_type(QL_TYPE_I32));
     CHECK(ql_quant_is_weight_type(QL_TYPE_INT8_ROW));
     CHECK(ql_quant_is_weight_type(QL_TYPE_Q8_0_XC));
+}
+
+/* Shapes whose value count (or byte count) does not fit in 64 bits are refused,
+ * not planned with a wrapped size. */
+static void oversized_tensors(void)
+{
+    ql_quant_config cfg = {QL_TYPE_Q4_0, NONE, NONE};
+    int64_t ne[2] = {INT64_C(1) << 40, INT64_C(1) << 30}; /* 2^70 values */
+    ql_quant_plan_entry e;
+    ql_error err;
+    CHECK_EQ_INT(ql_quant_plan_tensor(&cfg, "w.weight", 2, ne, QL_TYPE_F32, true, &e, &err),
+                 QL_EINVAL);
+    CHECK(strstr(err.msg, "'w.weight'") && strstr(err.msg, "1099511627776 x 1073741824"));
+    /* 2^62 values fit in int64, but not their 2^64 bytes as F32. */
+    cfg.weight_type = QL_TYPE_F32;
+    ne[0] = ne[1] = INT64_C(1) << 31;
+    CHECK_EQ_INT(ql_quant_plan_tensor(&cfg, "w.weight", 2, ne, QL_TYPE_F32, true, &e, &err),
+                 QL_EINVAL);
+    /* The largest shape allowed: 2^61 - 1 values, bytes exact. */
+    ne[0] = (INT64_C(1) << 61) - 1;
+    ne[1] = 1;
+    CHECK_OK(ql_quant_plan_tensor(&cfg, "w.weight", 2, ne, QL_TYPE_F32, true, &e, &err), &err);
+    CHECK(e.bytes == ((UINT64_C(1) << 61) - 1) * 4);
 }
 
 /* Hand-checked errors: w = (1, 2, 3, 4), w^ = (1, 2.5, 3, 3) over two rows of two,
@@ -211,8 +267,10 @@ int main(void)
     roles_and_overrides();
     row_length_fallbacks();
     no_importance_fallback();
+    plan_importance_fallbacks();
     int8_row_rules();
     invalid_requests();
+    oversized_tensors();
     weight_error();
     return qlt_done();
 }
