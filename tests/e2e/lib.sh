@@ -4,14 +4,18 @@
 #     . "$(dirname "$0")/../e2e/lib.sh"       (tests/malformed)
 # It makes a temporary directory $tmp (removed on exit) and sets fail=0. Every check
 # prints one "ok: ..." or "FAIL: ..." line; a failure sets fail=1 and shows what was
-# seen. A test ends with `exit "$fail"`; `skip` exits 77, meson's code for skipped.
+# seen. A test ends with `exit "$fail"`; `skip` exits 77, meson's code for skipped,
+# unless a check already failed: then it exits 1, so a skip never hides a failure.
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1"; fail=1; }
-skip() { echo "SKIP: $1"; exit 77; }
+skip() {
+    if [ "$fail" -ne 0 ]; then echo "FAIL: checks failed before the skip ($1)"; exit 1; fi
+    echo "SKIP: $1"; exit 77
+}
 # need_file FILE: skips the test when FILE (shared data under ../shared) is missing.
 need_file() { [ -f "$1" ] || skip "$1 not found"; }
 
