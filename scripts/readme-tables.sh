@@ -29,5 +29,8 @@ awk -v dir="$out" '
     }
     /^<!-- \/report:[^ ]+ -->$/ { skipping = 0 }
     !skipping { print }
-' "$out/README.in" > README.md
+' "$out/README.in" >"$out/README.new"
+# Replaced only when every table was found: a missing report leaves README.md as it was
+# (awk fails, and set -e stops here).
+cp "$out/README.new" README.md
 echo "README.md tables regenerated from $db"

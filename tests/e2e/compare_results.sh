@@ -7,7 +7,8 @@
 # per-chunk sums and sweep memberships. Row ids and provenance (paths, timings,
 # host, threads, qlab commit, attempts, started/finished) are left out: they
 # differ between a single-process sweep and merged shards run on other nodes.
-# Otherwise prints what differs and exits 1. Reads through `qlab query --csv`,
+# Otherwise prints what differs and exits 1; two databases without runs are no
+# evidence of anything and exit 1 too. Reads through `qlab query --csv`,
 # which prints reals in their shortest exact form, so equal means bit-equal.
 set -u
 qlab="$1"
@@ -53,5 +54,10 @@ while IFS='	' read -r name sql; do
         status=1
     fi
 done <"$tmp/queries"
-[ "$status" -eq 0 ] && echo "compare_results: $a and $b hold the same results ($(($(wc -l <"$tmp/runs.a") - 1)) runs)"
+runs=$(($(wc -l <"$tmp/runs.a") - 1))
+if [ "$status" -eq 0 ] && [ "$runs" -eq 0 ]; then
+    echo "compare_results: $a and $b hold no runs: nothing to compare"
+    status=1
+fi
+[ "$status" -eq 0 ] && echo "compare_results: $a and $b hold the same results ($runs runs)"
 exit "$status"

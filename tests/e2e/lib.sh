@@ -4,14 +4,28 @@
 #     . "$(dirname "$0")/../e2e/lib.sh"       (tests/malformed)
 # It makes a temporary directory $tmp (removed on exit) and sets fail=0. Every check
 # prints one "ok: ..." or "FAIL: ..." line; a failure sets fail=1 and shows what was
-# seen. A test ends with `exit "$fail"`; `skip` exits 77, meson's code for skipped.
+# seen. A test ends with `exit "$fail"`; `skip` exits 77, meson's code for skipped,
+# unless a check already failed: then it exits 1, so a skip never hides a failure.
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 
+# Sanitizers must not exit with 1 (ASan's default), the code every runtime error and
+# refusal of qlab uses, nor let undefined behaviour go on: a check expecting exit 1
+# would pass on a sanitizer report. No effect on a build without sanitizers.
+sanitizer_exit_codes() {
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=86"
+    UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}halt_on_error=1:exitcode=87"
+    export ASAN_OPTIONS UBSAN_OPTIONS
+}
+sanitizer_exit_codes
+
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1"; fail=1; }
-skip() { echo "SKIP: $1"; exit 77; }
+skip() {
+    if [ "$fail" -ne 0 ]; then echo "FAIL: checks failed before the skip ($1)"; exit 1; fi
+    echo "SKIP: $1"; exit 77
+}
 # need_file FILE: skips the test when FILE (shared data under ../shared) is missing.
 need_file() { [ -f "$1" ] || skip "$1 not found"; }
 
@@ -54,12 +68,7 @@ ppl_near() {
 
 # ---------------------------------------------------------------- malformed inputs
 # The corpora of tests/malformed: a file is refused with exit 1 and exactly one line
-# on stderr. Sanitizers must not exit with 1, the code a correct refusal uses.
-sanitizer_exit_codes() {
-    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=86"
-    UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}halt_on_error=1:exitcode=87"
-    export ASAN_OPTIONS UBSAN_OPTIONS
-}
+# on stderr.
 # all_listed TSV FILE...: the name of every FILE is the first column of a line of TSV
 # (the corpus has no file its expectations miss).
 all_listed() {

@@ -6,10 +6,12 @@ set -u
 qlab="$1"; ctx="$2"; kv="$3"; want="$4"
 # shellcheck source=SCRIPTDIR/lib.sh
 . "$(dirname "$0")/lib.sh"
-# The issue's bound: 0.1% in PPL. Measured: 6.342213 / 6.905922 with the f16 K/V cache
-# llama.cpp used (within 0.0002%), 6.342169 / 6.906008 with qlab's f32 reference
-# (0.0007% / 0.0011% off: the f16 cache itself moves PPL by that much).
-TOL_REL=0.001
+# Measured: 6.342213 / 6.905922 with the f16 K/V cache llama.cpp used (within 0.0002%),
+# 6.342169 / 6.906008 with qlab's f32 reference (0.0007% / 0.0011% off: the f16 cache
+# itself moves PPL by that much). The bound, 0.01% (the issue asked for 0.1%), is nine
+# times the worst case: room for another machine's BLAS summation order, while a real
+# error in the forward pass (a wrong rounding, a skipped position) moves PPL far more.
+TOL_REL=0.0001
 # One thread: meson runs tests side by side, and busy-waiting thread pools on an
 # oversubscribed machine slow down by an order of magnitude (results do not change).
 ppl_near "ctx $ctx, K/V $kv" "$want" "$TOL_REL" \

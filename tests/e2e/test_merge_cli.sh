@@ -55,6 +55,14 @@ if sh "$compare" "$qlab" "$tmp/single.db" "$tmp/partial.db" >/dev/null; then
 else
     ok "compare_results sees a missing shard"
 fi
+# Shard 11 of 12 of the 11-config fixture: a database without runs, twice.
+fixture --shard 11/12 "$tmp/empty-a.db"
+fixture --shard 11/12 "$tmp/empty-b.db"
+if sh "$compare" "$qlab" "$tmp/empty-a.db" "$tmp/empty-b.db" >"$tmp/cmp"; then
+    bad "compare_results called two databases without runs the same"; cat "$tmp/cmp"
+else
+    has "$tmp/cmp" "hold no runs" "compare_results refuses two databases without runs"
+fi
 
 # Idempotence: the same shards again change no byte.
 db="$tmp/merged-3.db"

@@ -57,6 +57,12 @@ const char *qlt_tmp(const char *name)
 
 void qlt_skip(const char *reason)
 {
+    /* A skip must not hide checks that already failed. */
+    if (qlt_failures) {
+        printf("FAIL: %d of %d checks failed before the test wanted to skip (%s)\n",
+               qlt_failures, qlt_checks, reason);
+        exit(1);
+    }
     printf("SKIP: %s\n", reason);
     exit(QLT_SKIP);
 }

@@ -55,7 +55,7 @@ const char *qlt_source(const char *rel);
 const char *qlt_tmpdir(void);
 /* Path of name in that directory, from a pool of 16 buffers: the 16 latest stay valid. */
 const char *qlt_tmp(const char *name);
-/* Prints "SKIP: reason" and exits 77. */
+/* Prints "SKIP: reason" and exits 77; exits 1 instead when a check already failed. */
 void qlt_skip(const char *reason) __attribute__((noreturn));
 /* Reads a whole binary file (exits the test with a failure when it cannot). */
 void *qlt_read_file(const char *path, size_t *len);

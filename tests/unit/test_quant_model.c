@@ -166,15 +166,13 @@ int main(void)
                                 .quiet = true};
     ql_quant_model_report *r = NULL;
     ql_error err;
-    if (ql_type_get(QL_TYPE_IQ2_XXS)->quantize) {
-        CHECK_EQ_INT(ql_quant_model(in, out, &opts, &r, &err), QL_EINVAL);
-        CHECK(strstr(err.msg, "importance matrix") && strstr(err.msg, "attn_q"));
-        opts.imatrix = lookup;
-        CHECK_OK(ql_quant_model(in, out, &opts, &r, &err), &err);
-        ql_quant_model_report_free(r);
-        r = NULL;
-        opts.imatrix = NULL;
-    }
+    CHECK_EQ_INT(ql_quant_model(in, out, &opts, &r, &err), QL_EINVAL);
+    CHECK(strstr(err.msg, "importance matrix") && strstr(err.msg, "attn_q"));
+    opts.imatrix = lookup;
+    CHECK_OK(ql_quant_model(in, out, &opts, &r, &err), &err);
+    ql_quant_model_report_free(r);
+    r = NULL;
+    opts.imatrix = NULL;
 
     /* Non-finite weights are reported with their position. */
     char nan_path[4096];

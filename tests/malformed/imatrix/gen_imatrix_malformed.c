@@ -7,11 +7,13 @@
  * breaks one thing of a small valid imatrix (two entries of 4 values) and must
  * fail with the message in expected.tsv. Not run by the tests: the committed
  * files are the corpus. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gguf.h"
@@ -206,6 +208,8 @@ int main(int argc, char **argv)
         v172[i] = 2.0f + (float)(i % 5);
     static const float one[2] = {1.0f, 1.0f};
     snprintf(path, sizeof path, "%s/misfit", argv[1]);
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        die(path);
     out_dir = path;
     d.n = 0, d_i32(&d, 2), d_entry(&d, "blk.0.attn_v.weight", 10, 64, v64, 64);
     d_entry(&d, "blk.0.attn_q.weight", 10, 32, v64, 32), d_trailer(&d);

@@ -10,7 +10,6 @@ dir="$2"
 model="${QLAB_SHARED:-}/models/stories260K.gguf"
 # shellcheck source=SCRIPTDIR/../../e2e/lib.sh
 . "$(dirname "$0")/../../e2e/lib.sh"
-sanitizer_exit_codes
 need_file "$model"
 n=0
 tab=$(printf '\t')
