@@ -323,10 +323,10 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
     char ref[32], cfg[32];
     ql_format_duration(sum->ref_seconds, ref, sizeof ref);
     ql_format_duration(sum->configs_seconds, cfg, sizeof cfg);
-    printf("\nsweep %s: %zu configs (%zu run, %zu already done, %zu failed), %lld scored tokens "
+    printf("\nsweep %s: %zu config%s (%zu run, %zu already done, %zu failed), %lld scored tokens "
            "per pass\n",
-           s->sw->name, sum->n_configs, sum->n_run, sum->n_skipped, sum->n_failed,
-           (long long)sum->scored_tokens);
+           s->sw->name, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run,
+           sum->n_skipped, sum->n_failed, (long long)sum->scored_tokens);
     double per_pass = sum->n_run ? sum->forward_seconds / (double)sum->n_run : (double)NAN;
     if (s->ref && !ql_reference_from_cache(s->ref))
         printf("timing: reference pass %s; %zu quantized passes %s (forward %.1f s each, %.2f "
