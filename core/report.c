@@ -7,6 +7,7 @@
 
 #include "analysis.h"
 #include "config.h"
+#include "doc.h"
 #include "plot.h"
 #include "table.h"
 #include "util.h"
@@ -447,50 +448,13 @@ static void config_label(const group *g, char *const *axis, int skip_axis, char 
 
 /* ================================================================ output files */
 
-/* A document built in memory and written atomically. */
-typedef struct {
-    char *p;
-    size_t n;
-    FILE *f;
-} doc;
-
-static ql_status doc_open(doc *d, ql_error *err)
+/* Writes a document to the sweep's directory, logs and counts it (ql_doc_save). */
+static ql_status doc_save(ctx *c, ql_doc *d, const char *name, ql_error *err)
 {
-    d->p = NULL;
-    d->n = 0;
-    d->f = open_memstream(&d->p, &d->n);
-    return d->f ? QL_OK : oom(err);
-}
-
-/* Writes the document to dir/name, logs it and frees it (also on error). */
-static ql_status doc_save(ctx *c, doc *d, const char *name, ql_error *err)
-{
-    bool failed = ferror(d->f) != 0;
-    if (fclose(d->f) != 0)
-        failed = true;
-    d->f = NULL;
-    ql_status rc = QL_OK;
-    char path[4608];
-    snprintf(path, sizeof path, "%s/%s", c->dir, name);
-    if (failed)
-        rc = ql_error_set(err, QL_ENOMEM, "%s: out of memory while writing", path);
-    else if (!(rc = ql_file_write_all(path, d->p, d->n, err))) {
+    ql_status rc = ql_doc_save(d, c->dir, name, c->opt->log, err);
+    if (!rc)
         c->sum->files++;
-        if (c->opt->log)
-            fprintf(c->opt->log, "  %s\n", path);
-    }
-    free(d->p);
-    d->p = NULL;
     return rc;
-}
-
-static void doc_discard(doc *d)
-{
-    if (d->f)
-        fclose(d->f);
-    free(d->p);
-    d->f = NULL;
-    d->p = NULL;
 }
 
 /* Renders one plot unless plots are off or were given up; a failure of
@@ -501,15 +465,13 @@ static void render(ctx *c, const char *script, const char *base)
         return;
     ql_error perr;
     ql_error_clear(&perr);
-    if (ql_plot_render(c->dir, script, base, &perr) != QL_OK) {
+    if (ql_plot_draw(c->dir, script, base, c->opt->log, &perr) != QL_OK) {
         c->sum->plots_skipped = true;
         ql_strlcpy(c->sum->why, perr.msg, sizeof c->sum->why);
         return;
     }
     c->sum->plots++;
     c->sum->files += 2;
-    if (c->opt->log)
-        fprintf(c->opt->log, "  %s/%s.png\n  %s/%s.svg\n", c->dir, base, c->dir, base);
 }
 
 /* ================================================================ the table */
@@ -711,8 +673,8 @@ static const struct {
 
 static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
 {
-    doc d;
-    ql_status rc = doc_open(&d, err);
+    ql_doc d;
+    ql_status rc = ql_doc_open(&d, err);
     if (rc)
         return rc;
     fprintf(d.f, "## Sweep %s\n", c->sweep);
@@ -732,7 +694,7 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
         md_failures(g, d.f);
     }
     if (rc) {
-        doc_discard(&d);
+        ql_doc_discard(&d);
         return rc;
     }
     const char *sep = "\n";
@@ -780,8 +742,8 @@ static ql_status write_csv(ctx *c, group *gs, size_t ng, ql_error *err)
                 rc = ql_table_put(t, ql_fmt_exact(r->v[v], buf, sizeof buf), err);
         }
     }
-    doc d;
-    if (!rc && !(rc = doc_open(&d, err))) {
+    ql_doc d;
+    if (!rc && !(rc = ql_doc_open(&d, err))) {
         ql_table_write_csv(t, d.f);
         rc = doc_save(c, &d, "formats.csv", err);
     }
@@ -881,7 +843,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
     double *x = malloc((n ? n : 1) * sizeof *x), *y = malloc((n ? n : 1) * sizeof *y);
     bool *front = malloc((n ? n : 1) * sizeof *front);
     ql_status rc = QL_OK;
-    doc d = {0};
+    ql_doc d = {0};
     if (!x || !y || !front) {
         rc = oom(err);
         goto out;
@@ -893,7 +855,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
     ql_pareto_front(x, y, n, front, NULL);
 
     /* The front in bpw order (rows are sorted by bpw already). */
-    if ((rc = doc_open(&d, err)))
+    if ((rc = ql_doc_open(&d, err)))
         goto out;
     dat_header(c, g, d.f,
                mp->value == V_KLD ? "Pareto front in (bpw, mean KLD)"
@@ -936,7 +898,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
 
     snprintf(base, sizeof base, "%s%s", mp->name, g->suffix);
     snprintf(script, sizeof script, "%s.gp", base);
-    if ((rc = doc_open(&d, err)))
+    if ((rc = ql_doc_open(&d, err)))
         goto out;
     FILE *f = d.f;
     fprintf(f,
@@ -987,7 +949,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
         goto out;
     render(c, script, base);
 out:
-    doc_discard(&d);
+    ql_doc_discard(&d);
     free(x);
     free(y);
     free(front);
@@ -999,8 +961,8 @@ static ql_status write_plots(ctx *c, const group *g, ql_error *err)
     const char *modes[MAX_SERIES];
     size_t nmodes = act_modes(g, modes, MAX_SERIES);
     char fname[1024], label[512];
-    doc d;
-    ql_status rc = doc_open(&d, err);
+    ql_doc d;
+    ql_status rc = ql_doc_open(&d, err);
     if (rc)
         return rc;
     dat_header(c, g, d.f, "one line per finished config, one block per activation mode");
@@ -1083,7 +1045,7 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
         return rc;
     tensor_point *pts = NULL;
     size_t n = 0, cap = 0;
-    doc d = {0};
+    ql_doc d = {0};
     char outside[2048] = "";
     size_t olen = 0;
     if (sqlite3_bind_int64(st, 1, r->run_id) != SQLITE_OK) {
@@ -1145,7 +1107,7 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
     snprintf(hash12, sizeof hash12, "%.12s", r->hash);
     snprintf(base, sizeof base, "tensors%s-%s", g->suffix, hash12);
     config_label(g, r->axis, -1, label, sizeof label);
-    if ((rc = doc_open(&d, err)))
+    if ((rc = ql_doc_open(&d, err)))
         goto out;
     dat_header(c, g, d.f, "per-tensor weight error by layer");
     fprintf(d.f, "# config %s (%s), run %lld\n# metric: %s\n", label, r->hash, (long long)r->run_id,
@@ -1172,7 +1134,7 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
         goto out;
 
     snprintf(fname, sizeof fname, "%s.gp", base);
-    if ((rc = doc_open(&d, err)))
+    if ((rc = ql_doc_open(&d, err)))
         goto out;
     FILE *f = d.f;
     fprintf(f,
@@ -1202,7 +1164,7 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
     snprintf(fname, sizeof fname, "%s.gp", base);
     render(c, fname, base);
 out:
-    doc_discard(&d);
+    ql_doc_discard(&d);
     sqlite3_finalize(st);
     free(pts);
     return rc;

@@ -239,8 +239,8 @@ static ql_status write_plot(const nb_options *o, const nb_result *runs, const pa
         }
     char labels[64][256];
     size_t nl = 0;
-    nb_doc d;
-    ql_status st = nb_doc_open(&d, err);
+    ql_doc d;
+    ql_status st = ql_doc_open(&d, err);
     if (st)
         return st;
     fprintf(d.f,
@@ -268,7 +268,7 @@ static ql_status write_plot(const nb_options *o, const nb_result *runs, const pa
     char base[64], name[96];
     snprintf(base, sizeof base, "act_cost%s", suffix);
     snprintf(name, sizeof name, "%s.dat", base);
-    if ((st = nb_doc_save(o, &d, name, err)) || (st = nb_doc_open(&d, err)))
+    if ((st = nb_save(o, &d, name, err)) || (st = ql_doc_open(&d, err)))
         return st;
     FILE *f = d.f;
     fprintf(f,
@@ -300,7 +300,7 @@ static ql_status write_plot(const nb_options *o, const nb_result *runs, const pa
     fprintf(f, "\nset terminal %s\nset output '%s.svg'\nreplot\nunset output\n",
             QL_PLOT_SVG_TERMINAL, base);
     snprintf(name, sizeof name, "%s.gp", base);
-    if ((st = nb_doc_save(o, &d, name, err)))
+    if ((st = nb_save(o, &d, name, err)))
         return st;
     nb_plot(o, name, base);
     return QL_OK;
@@ -340,7 +340,7 @@ int main(int argc, char **argv)
     size_t n = 0, np = 0;
     pair *ps = NULL;
     ql_table *t = NULL;
-    nb_doc d = {0};
+    ql_doc d = {0};
     ql_status st;
     if ((st = nb_open(&o, &s, &err)) || (st = nb_load_results(s, &o, &runs, &n, &err)))
         goto out;
@@ -385,7 +385,7 @@ int main(int argc, char **argv)
         {"KLD", NULL, true},         {"ΔKLD", NULL, true},     {"95% CI", NULL, true},
         {"act share %", NULL, true}, {"Δ ln PPL", NULL, true}, {"95% CI", NULL, true},
     };
-    if ((st = nb_doc_open(&d, &err)))
+    if ((st = ql_doc_open(&d, &err)))
         goto out;
     fprintf(d.f,
             "# Cost of activation quantization\n\n"
@@ -439,9 +439,9 @@ int main(int argc, char **argv)
         if (missing < hi - lo && (st = write_plot(&o, runs, ps, lo, hi, suffix, &err)))
             goto out;
     }
-    st = nb_doc_save(&o, &d, "act_cost.md", &err);
+    st = nb_save(&o, &d, "act_cost.md", &err);
 out:
-    nb_doc_discard(&d);
+    ql_doc_discard(&d);
     ql_table_free(t);
     free(ps);
     free(runs);
