@@ -15,7 +15,9 @@
  *   - CSV: RFC 4180 quoting, "\n" line ends, a header row;
  *   - JSON: an array with one object per row (keys in column order), one row per
  *     line; infinities as the strings "inf" / "-inf", blobs as hex strings;
- *   - Markdown: a pipe table, numeric columns right-aligned (`--:`), `|` escaped. */
+ *   - Markdown: the pipe table of ql_table_write_md (table.h): numeric columns
+ *     right-aligned (`--:`), `|` escaped, line breaks as spaces (as in the text
+ *     table). */
 #ifndef QL_QUERY_H
 #define QL_QUERY_H
 

@@ -124,6 +124,12 @@ void ql_table_hide(ql_table *t, size_t col, bool hidden)
     t->hidden[col] = hidden;
 }
 
+void ql_table_align_right(ql_table *t, size_t col, bool right)
+{
+    QL_ASSERT(col < t->ncol);
+    t->cols[col].right = right;
+}
+
 /* ================================================================ Markdown */
 
 /* Width in UTF-8 code points, with '|' counted twice (it is escaped). */

@@ -9,8 +9,9 @@
  *
  * Markdown: a pipe table whose columns are padded to a common width (counted
  * in UTF-8 code points) so that the raw text reads well too; '|' in a cell is
- * escaped; right-aligned columns get a `--:` rule. Columns can be hidden from
- * the Markdown output (CSV always has every column).
+ * escaped and a line break becomes a space; right-aligned columns get a `--:`
+ * rule. Columns can be hidden from the Markdown output (CSV always has every
+ * column).
  * CSV: RFC 4180 quoting, "\n" line ends, one header row. */
 #ifndef QL_TABLE_H
 #define QL_TABLE_H
@@ -52,6 +53,8 @@ bool ql_table_col_empty(const ql_table *t, size_t col);
 
 /* Hides a column from the Markdown output. */
 void ql_table_hide(ql_table *t, size_t col, bool hidden);
+/* Right- or left-aligns a column, e.g. once its values show it holds numbers. */
+void ql_table_align_right(ql_table *t, size_t col, bool right);
 
 /* Writes the table (write errors show in ferror(out)). */
 void ql_table_write_md(const ql_table *t, FILE *out, const char *null_text);

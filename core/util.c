@@ -288,11 +288,17 @@ int ql_format_double(double v, char *buf, size_t size)
         return snprintf(buf, size, v > 0 ? "inf" : "-inf");
     if (v == 0.0)
         return snprintf(buf, size, "0");
+    return snprintf(buf, size, "%.*g", ql_double_precision(v), v);
+}
+
+int ql_double_precision(double v)
+{
     char tmp[40];
-    for (int prec = 1; prec <= 17; prec++) {
+    int prec = 1;
+    for (; prec < 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, v);
         if (strtod(tmp, NULL) == v)
             break;
     }
-    return snprintf(buf, size, "%s", tmp);
+    return prec;
 }

@@ -63,5 +63,8 @@ char *ql_strdup(const char *s);
  * wherever a number is stored as text or compared as text (config canonical
  * forms, query output). Returns the length snprintf would write. */
 int ql_format_double(double v, char *buf, size_t size);
+/* The N of that spelling: the smallest N in 1..17 for which "%.Ng" of a finite v
+ * reads back as exactly v (for writers with their own number syntax, e.g. JSON). */
+int ql_double_precision(double v);
 
 #endif
