@@ -45,7 +45,6 @@ ql_status ql_table_putf(ql_table *t, ql_error *err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 size_t ql_table_rows(const ql_table *t);
-size_t ql_table_cols(const ql_table *t);
 /* The cell (NULL when missing). */
 const char *ql_table_cell(const ql_table *t, size_t row, size_t col);
 /* Whether every cell of a column is missing (true for a table without rows). */
