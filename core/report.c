@@ -484,25 +484,6 @@ static const ql_table_column metric_md[N_M] = {
     {"top-1 %", NULL, true}, {"max |Δp|", NULL, true}, {"imatrix err", NULL, true},
 };
 
-/* Number styles of the Markdown table. */
-typedef enum { FIXED, SIGNED, SCI } num_style;
-
-/* A number with the given decimals (scaled first), or a missing cell for NaN. */
-static ql_status put_num(ql_table *t, double v, num_style style, int decimals, double scale,
-                         ql_error *err)
-{
-    if (isnan(v))
-        return ql_table_put(t, NULL, err);
-    switch (style) {
-    case SIGNED:
-        return ql_table_putf(t, err, "%+.*f", decimals, v * scale);
-    case SCI:
-        return ql_table_putf(t, err, "%.*e", decimals, v * scale);
-    default:
-        return ql_table_putf(t, err, "%.*f", decimals, v * scale);
-    }
-}
-
 /* Writes the group's table; *shown gets a bit (1 << M_...) per metric column shown. */
 static ql_status md_table(const group *g, FILE *out, unsigned *shown, ql_error *err)
 {
@@ -525,7 +506,7 @@ static ql_status md_table(const group *g, FILE *out, unsigned *shown, ql_error *
         if (rc)
             break;
         const double *v = r->v;
-        if ((rc = put_num(t, v[V_BPW], FIXED, 3, 1.0, err)) ||
+        if ((rc = ql_table_put_num(t, v[V_BPW], "%.3f", err)) ||
             (rc = ql_table_put(
                  t, isnan(v[V_BYTES]) ? NULL : ql_fmt_bytes(v[V_BYTES], buf, sizeof buf), err)))
             break;
@@ -535,12 +516,12 @@ static ql_status md_table(const group *g, FILE *out, unsigned *shown, ql_error *
             rc = ql_table_putf(t, err, "%.4f", v[V_PPL]);
         else
             rc = ql_table_putf(t, err, "%.4f ± %.4f", v[V_PPL], v[V_PPL_ERR]);
-        if (rc || (rc = put_num(t, v[V_DPPL], SIGNED, 4, 1.0, err)) ||
-            (rc = put_num(t, v[V_KLD], SCI, 3, 1.0, err)) ||
-            (rc = put_num(t, v[V_KLD_P99], SCI, 3, 1.0, err)) ||
-            (rc = put_num(t, v[V_TOP1], FIXED, 2, 100.0, err)) ||
-            (rc = put_num(t, v[V_MAXDP], FIXED, 4, 1.0, err)) ||
-            (rc = put_num(t, v[V_IMAT], SCI, 3, 1.0, err)))
+        if (rc || (rc = ql_table_put_num(t, v[V_DPPL], "%+.4f", err)) ||
+            (rc = ql_table_put_num(t, v[V_KLD], "%.3e", err)) ||
+            (rc = ql_table_put_num(t, v[V_KLD_P99], "%.3e", err)) ||
+            (rc = ql_table_put_num(t, v[V_TOP1] * 100.0, "%.2f", err)) ||
+            (rc = ql_table_put_num(t, v[V_MAXDP], "%.4f", err)) ||
+            (rc = ql_table_put_num(t, v[V_IMAT], "%.3e", err)))
             break;
     }
     if (!rc) {
@@ -791,26 +772,13 @@ static void plot_title(ctx *c, const group *g, char *buf, size_t size)
              g->chunks);
 }
 
-/* The distinct activation modes of a group, in row order of first appearance
- * sorted by name (the series of the plots). */
+/* The distinct activation modes of a group, sorted by name: the series of the
+ * plots, in the same order in every plot. */
 static size_t act_modes(const group *g, const char **modes, size_t max)
 {
     size_t n = 0;
-    for (size_t i = 0; i < g->nrows; i++) {
-        const char *m = g->rows[i].axis[QL_AXIS_ACT_MODE];
-        size_t k = 0;
-        while (k < n && strcmp(modes[k], m) != 0)
-            k++;
-        if (k == n && n < max)
-            modes[n++] = m;
-    }
-    /* Insertion sort by name: the order of the series is the same in every plot. */
-    for (size_t i = 1; i < n; i++)
-        for (size_t k = i; k > 0 && strcmp(modes[k - 1], modes[k]) > 0; k--) {
-            const char *tmp = modes[k];
-            modes[k] = modes[k - 1];
-            modes[k - 1] = tmp;
-        }
+    for (size_t i = 0; i < g->nrows; i++)
+        ql_strset_add(modes, &n, max, g->rows[i].axis[QL_AXIS_ACT_MODE]);
     return n;
 }
 

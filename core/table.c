@@ -89,6 +89,41 @@ ql_status ql_table_putf(ql_table *t, ql_error *err, const char *fmt, ...)
     return ql_table_put(t, buf, err);
 }
 
+/* Whether fmt has exactly one conversion and it takes a double: flags, width and
+ * precision digits, then one of a e f g (either case); "%%" is text. */
+static bool one_double_conversion(const char *fmt)
+{
+    int n = 0;
+    for (const char *p = fmt; *p; p++) {
+        if (*p != '%')
+            continue;
+        if (*++p == '%')
+            continue;
+        p += strspn(p, "-+ #0");
+        p += strspn(p, "0123456789");
+        if (*p == '.')
+            p += 1 + strspn(p + 1, "0123456789");
+        if (!*p || !strchr("aAeEfFgG", *p))
+            return false;
+        n++;
+    }
+    return n == 1;
+}
+
+ql_status ql_table_put_num(ql_table *t, double v, const char *fmt, ql_error *err)
+{
+    QL_ASSERT(one_double_conversion(fmt));
+    if (isnan(v))
+        return ql_table_put(t, NULL, err);
+    char buf[512];
+    /* fmt is checked above: one conversion of a double. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    snprintf(buf, sizeof buf, fmt, v);
+#pragma GCC diagnostic pop
+    return ql_table_put(t, buf, err);
+}
+
 size_t ql_table_rows(const ql_table *t)
 {
     return t->nrow;

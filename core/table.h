@@ -43,6 +43,11 @@ ql_status ql_table_row(ql_table *t, ql_error *err);
 ql_status ql_table_put(ql_table *t, const char *text, ql_error *err);
 ql_status ql_table_putf(ql_table *t, ql_error *err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The next cell: v formatted by fmt, a printf format that converts exactly one
+ * double (e.g. "%.3f", "%+.4f", "%.3e"; anything else is a programmer error),
+ * or a missing cell when v is NaN. */
+ql_status ql_table_put_num(ql_table *t, double v, const char *fmt, ql_error *err)
+    __attribute__((format(printf, 3, 0)));
 
 size_t ql_table_rows(const ql_table *t);
 /* The cell (NULL when missing). */

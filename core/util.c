@@ -280,6 +280,19 @@ char *ql_strdup(const char *s)
     return d;
 }
 
+void ql_strset_add(const char **set, size_t *n, size_t max, const char *s)
+{
+    size_t i = 0;
+    int c = 1;
+    while (i < *n && (c = strcmp(set[i], s)) < 0)
+        i++;
+    if ((i < *n && c == 0) || *n >= max)
+        return;
+    memmove(set + i + 1, set + i, (*n - i) * sizeof *set);
+    set[i] = s;
+    (*n)++;
+}
+
 int ql_format_double(double v, char *buf, size_t size)
 {
     if (isnan(v))

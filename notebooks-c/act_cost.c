@@ -179,17 +179,6 @@ static ptrdiff_t find_base(const nb_result *runs, size_t n, size_t x)
 
 /* ---------------------------------------------------------------- output */
 
-static ql_status put_num(ql_table *t, double v, const char *style, ql_error *err)
-{
-    if (isnan(v))
-        return ql_table_put(t, NULL, err);
-    if (strcmp(style, "sci") == 0)
-        return ql_table_putf(t, err, "%.3e", v);
-    if (strcmp(style, "signed") == 0)
-        return ql_table_putf(t, err, "%+.3e", v);
-    return ql_table_putf(t, err, "%.1f", v);
-}
-
 static ql_status put_ci(ql_table *t, bool ok, const ql_ci *ci, ql_error *err)
 {
     if (!ok)
@@ -223,20 +212,9 @@ static ql_status write_plot(const nb_options *o, const nb_result *runs, const pa
      * (the runs are in bpw order). */
     const char *modes[16];
     size_t nm = 0;
-    for (size_t i = lo; i < hi; i++) {
-        const char *m = runs[ps[i].x].axis[QL_AXIS_ACT_MODE];
-        size_t k = 0;
-        while (k < nm && strcmp(modes[k], m) != 0)
-            k++;
-        if (k == nm && nm < 16)
-            modes[nm++] = m;
-    }
-    for (size_t i = 1; i < nm; i++)
-        for (size_t k = i; k > 0 && strcmp(modes[k - 1], modes[k]) > 0; k--) {
-            const char *tmp = modes[k];
-            modes[k] = modes[k - 1];
-            modes[k - 1] = tmp;
-        }
+    for (size_t i = lo; i < hi; i++)
+        ql_strset_add(modes, &nm, sizeof modes / sizeof modes[0],
+                      runs[ps[i].x].axis[QL_AXIS_ACT_MODE]);
     char labels[64][256];
     size_t nl = 0;
     ql_doc d;
@@ -415,11 +393,14 @@ int main(int argc, char **argv)
                 p->has_chunks && x->kld > 0 ? 100.0 * p->dkld.estimate / x->kld : (double)NAN;
             if ((st = ql_table_row(t, &err)) || (st = ql_table_put(t, label, &err)) ||
                 (st = ql_table_put(t, x->axis[QL_AXIS_ACT_MODE], &err)) ||
-                (st = put_num(t, b->kld, "sci", &err)) || (st = put_num(t, x->kld, "sci", &err)) ||
-                (st = put_num(t, p->has_chunks ? p->dkld.estimate : (double)NAN, "signed", &err)) ||
+                (st = ql_table_put_num(t, b->kld, "%.3e", &err)) ||
+                (st = ql_table_put_num(t, x->kld, "%.3e", &err)) ||
+                (st = ql_table_put_num(t, p->has_chunks ? p->dkld.estimate : (double)NAN, "%+.3e",
+                                       &err)) ||
                 (st = put_ci(t, p->has_chunks, &p->dkld, &err)) ||
-                (st = put_num(t, share, "pct", &err)) ||
-                (st = put_num(t, p->has_nll ? p->dlnppl.estimate : (double)NAN, "signed", &err)) ||
+                (st = ql_table_put_num(t, share, "%.1f", &err)) ||
+                (st = ql_table_put_num(t, p->has_nll ? p->dlnppl.estimate : (double)NAN, "%+.3e",
+                                       &err)) ||
                 (st = put_ci(t, p->has_nll, &p->dlnppl, &err)))
                 break;
         }

@@ -117,15 +117,6 @@ static ql_status write_plot(const nb_options *o, const nb_result *v, size_t n, c
     return QL_OK;
 }
 
-/* A number cell ('f' fixed or 'e' scientific), missing for NaN. */
-static ql_status put_num(ql_table *t, double v, char style, int decimals, ql_error *err)
-{
-    if (isnan(v))
-        return ql_table_put(t, NULL, err);
-    return style == 'e' ? ql_table_putf(t, err, "%.*e", decimals, v)
-                        : ql_table_putf(t, err, "%.*f", decimals, v);
-}
-
 int main(int argc, char **argv)
 {
     nb_options o;
@@ -199,9 +190,9 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < n && !st; i++) {
             if ((st = ql_table_row(t, &err)) || (st = ql_table_put(t, v[i].label, &err)) ||
                 (st = ql_table_put(t, v[i].axis[QL_AXIS_ACT_MODE], &err)) ||
-                (st = put_num(t, v[i].bpw, 'f', 3, &err)) ||
-                (st = put_num(t, v[i].kld, 'e', 3, &err)) ||
-                (st = put_num(t, v[i].ppl, 'f', 4, &err)) ||
+                (st = ql_table_put_num(t, v[i].bpw, "%.3f", &err)) ||
+                (st = ql_table_put_num(t, v[i].kld, "%.3e", &err)) ||
+                (st = ql_table_put_num(t, v[i].ppl, "%.4f", &err)) ||
                 (st = ql_table_put(t, fk[i] ? "yes" : "no", &err)) ||
                 (st = ql_table_put(t, fp[i] ? "yes" : "no", &err)))
                 break;
