@@ -130,13 +130,22 @@ void ql_query_free(ql_query *q)
     free(q);
 }
 
-ql_status ql_query_bind_text(ql_query *q, int idx, const char *v, ql_error *err)
+static ql_status bind_result(ql_query *q, int idx, int r, ql_error *err)
 {
-    int r = sqlite3_bind_text(q->st, idx, v, -1, SQLITE_TRANSIENT);
     if (r != SQLITE_OK)
         return ql_error_set(err, QL_EINVAL, "%s: query: parameter %d: %s", ql_store_path(q->store),
                             idx, sqlite3_errstr(r));
     return QL_OK;
+}
+
+ql_status ql_query_bind_text(ql_query *q, int idx, const char *v, ql_error *err)
+{
+    return bind_result(q, idx, sqlite3_bind_text(q->st, idx, v, -1, SQLITE_TRANSIENT), err);
+}
+
+ql_status ql_query_bind_int64(ql_query *q, int idx, int64_t v, ql_error *err)
+{
+    return bind_result(q, idx, sqlite3_bind_int64(q->st, idx, (sqlite3_int64)v), err);
 }
 
 ql_status ql_query_step(ql_query *q, bool *row, ql_error *err)

@@ -37,8 +37,9 @@ typedef struct ql_query ql_query;
 ql_status ql_query_prepare(ql_store *s, const char *sql, ql_query **out, ql_error *err);
 void ql_query_free(ql_query *q);
 
-/* Binds ?idx (1-based) to a text value. */
+/* Binds ?idx (1-based) to a text or an integer value. */
 ql_status ql_query_bind_text(ql_query *q, int idx, const char *v, ql_error *err);
+ql_status ql_query_bind_int64(ql_query *q, int idx, int64_t v, ql_error *err);
 
 /* Advances to the next row; *row is false at the end. */
 ql_status ql_query_step(ql_query *q, bool *row, ql_error *err);

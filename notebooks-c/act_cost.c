@@ -63,8 +63,6 @@ static ql_status load_chunks(ql_store *s, int64_t run_id, size_t expect, chunks 
                                     &q, err);
     if (st)
         return st;
-    char id[32];
-    snprintf(id, sizeof id, "%lld", (long long)run_id);
     c->chunk = calloc(expect, sizeof *c->chunk);
     c->tokens = calloc(expect, sizeof *c->tokens);
     c->kld = calloc(expect, sizeof *c->kld);
@@ -74,7 +72,7 @@ static ql_status load_chunks(ql_store *s, int64_t run_id, size_t expect, chunks 
         st = ql_error_set(err, QL_ENOMEM, "out of memory");
         goto out;
     }
-    if ((st = ql_query_bind_text(q, 1, id, err)))
+    if ((st = ql_query_bind_int64(q, 1, run_id, err)))
         goto out;
     for (;;) {
         bool row;

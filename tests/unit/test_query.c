@@ -195,6 +195,29 @@ static void test_named(void)
     free(text);
 }
 
+/* Parameters keep their type: an integer binds as an integer, text as text. */
+static void test_bind(void)
+{
+    ql_error err;
+    ql_error_clear(&err);
+    ql_query *q = NULL;
+    CHECK_OK(ql_query_prepare(store, "SELECT ?1 + 1 AS n, typeof(?1), typeof(?2)", &q, &err), &err);
+    if (!q)
+        return;
+    const int64_t big = (int64_t)1 << 53;
+    CHECK_OK(ql_query_bind_int64(q, 1, big + 1, &err), &err);
+    CHECK_OK(ql_query_bind_text(q, 2, "7", &err), &err);
+    CHECK(ql_query_bind_int64(q, 3, 1, &err) == QL_EINVAL &&
+          strstr(err.msg, "parameter 3: column index out of range"));
+    bool row = false;
+    CHECK_OK(ql_query_step(q, &row, &err), &err);
+    CHECK(row);
+    /* 2^53 + 2 needs every bit of an int64: no detour through a double. */
+    CHECK(ql_query_int(q, 0) == big + 2);
+    CHECK(strcmp(ql_query_text(q, 1), "integer") == 0 && strcmp(ql_query_text(q, 2), "text") == 0);
+    ql_query_free(q);
+}
+
 int main(void)
 {
     char path[512];
@@ -209,6 +232,7 @@ int main(void)
     test_formats();
     test_refusals();
     test_named();
+    test_bind();
     ql_store_close(store);
     return qlt_done();
 }
