@@ -784,6 +784,20 @@ static size_t act_modes(const group *g, const char **modes, size_t max)
 
 #define MAX_SERIES 16
 
+/* The numeric columns of formats.dat, in order; the label and the config hash
+ * follow them. The plot scripts find their y column here (dat_column). */
+static const int dat_cols[] = {V_BPW, V_KLD, V_KLD_P99, V_PPL, V_PPL_ERR, V_TOP1};
+
+/* The gnuplot column number (1-based) of a value in formats.dat. */
+static int dat_column(int value)
+{
+    for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
+        if (dat_cols[k] == value)
+            return (int)k + 1;
+    QL_ASSERT(!"value not in formats.dat");
+    return 0;
+}
+
 typedef struct {
     const char *name;  /* file stem: kld_bpw, ppl_bpw */
     const char *front; /* pareto_kld, pareto_ppl */
@@ -895,7 +909,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
             continue;
         int pt = point_types[s % (sizeof point_types / sizeof point_types[0])];
         fprintf(f, "%s\\\n  'formats%s.dat' index %zu using 1:%d with points pt %d lc %zu title ",
-                sep, g->suffix, s, mp->value == V_KLD ? 2 : 4, pt, s + 1);
+                sep, g->suffix, s, dat_column(mp->value), pt, s + 1);
         char t[128];
         snprintf(t, sizeof t, "act %s", modes[s]);
         ql_gnuplot_quote(f, t);
@@ -934,7 +948,10 @@ static ql_status write_plots(ctx *c, const group *g, ql_error *err)
     if (rc)
         return rc;
     dat_header(c, g, d.f, "one line per finished config, one block per activation mode");
-    fprintf(d.f, "# columns: bpw kld_mean kld_p99 ppl ppl_err top1_agree label config_hash\n");
+    fputs("# columns:", d.f);
+    for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
+        fprintf(d.f, " %s", value_cols[dat_cols[k]]);
+    fputs(" label config_hash\n", d.f);
     for (size_t s = 0; s < nmodes; s++) {
         fprintf(d.f, "%s# index %zu: act_mode %s\n", s ? "\n\n" : "", s, modes[s]);
         for (size_t i = 0; i < g->nrows; i++) {
@@ -942,9 +959,8 @@ static ql_status write_plots(ctx *c, const group *g, ql_error *err)
             if (strcmp(r->axis[QL_AXIS_ACT_MODE], modes[s]) != 0)
                 continue;
             config_label(g, r->axis, QL_AXIS_ACT_MODE, label, sizeof label);
-            static const int cols[] = {V_BPW, V_KLD, V_KLD_P99, V_PPL, V_PPL_ERR, V_TOP1};
-            for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
-                dat_col(d.f, r->v[cols[k]], k == 0);
+            for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
+                dat_col(d.f, r->v[dat_cols[k]], k == 0);
             dat_str(d.f, label);
             fprintf(d.f, " %s\n", r->hash);
         }

@@ -369,6 +369,34 @@ static void test_report_text(void)
           strstr(front, "\"Q8_0\" \"f32\"") && strstr(front, "\"F16\" \"f32\"") &&
           !strstr(front, "q8_0"));
     free(front);
+
+    /* Each script plots the column of formats.dat that the data's header names. */
+    snprintf(got, sizeof got, "%s/fixture-formats/formats.dat", dir);
+    char *dat = slurp(got);
+    const char *head = dat ? strstr(dat, "# columns:") : NULL;
+    CHECK(head != NULL);
+    static const struct {
+        const char *script, *column;
+    } plotted[] = {{"kld_bpw.gp", "kld_mean"}, {"ppl_bpw.gp", "ppl"}};
+    for (size_t i = 0; head && i < sizeof plotted / sizeof plotted[0]; i++) {
+        int col = 0, k = 0;
+        char word[64];
+        for (const char *p = head + strlen("# columns:"); *p != '\n' && col == 0; k++) {
+            int used = 0;
+            if (sscanf(p, " %63s%n", word, &used) != 1)
+                break;
+            p += used;
+            if (strcmp(word, plotted[i].column) == 0)
+                col = k + 1;
+        }
+        snprintf(got, sizeof got, "%s/fixture-formats/%s", dir, plotted[i].script);
+        char *gp = slurp(got), want_using[64];
+        snprintf(want_using, sizeof want_using, "'formats.dat' index 0 using 1:%d ", col);
+        CHECK_MSG(col > 0 && gp && strstr(gp, want_using), "%s: no '%s'", plotted[i].script,
+                  want_using);
+        free(gp);
+    }
+    free(dat);
     ql_store_close(s);
 }
 
