@@ -391,7 +391,9 @@ static void find_varying(group *g)
 
 /* ================================================================ text helpers */
 
-/* A file-name-safe version of s. */
+/* A file-name-safe version of s: characters outside [A-Za-z0-9._+-] become
+ * '_', as does a leading '.'; "" becomes "_". Names the sweep directories and
+ * the group suffixes of the plot files. */
 static void slug(const char *s, char *buf, size_t size)
 {
     size_t o = 0;
@@ -406,11 +408,6 @@ static void slug(const char *s, char *buf, size_t size)
         buf[0] = '_';
     if (!buf[0])
         ql_strlcpy(buf, "_", size);
-}
-
-void ql_report_dir_name(const char *sweep, char *buf, size_t size)
-{
-    slug(sweep, buf, size);
 }
 
 /* How an axis value reads in a table: an outlier ratio of 0 is "off". */
@@ -1238,7 +1235,7 @@ static ql_status report_sweep(ctx *c, ql_error *err)
     group *gs = NULL;
     size_t ng = 0;
     char name[1024];
-    ql_report_dir_name(c->sweep, name, sizeof name);
+    slug(c->sweep, name, sizeof name);
     if ((size_t)snprintf(c->dir, sizeof c->dir, "%s/%s", c->opt->out_dir, name) >= sizeof c->dir)
         return ql_error_set(err, QL_EINVAL, "%s: output path too long", c->opt->out_dir);
     ql_status rc = load_groups(c, &gs, &ng, err);
