@@ -183,6 +183,15 @@ ql_status ql_plot_render(const char *dir, const char *script, const char *base, 
     return QL_OK;
 }
 
+ql_status ql_plot_draw(const char *dir, const char *script, const char *base, FILE *log,
+                       ql_error *err)
+{
+    ql_status st = ql_plot_render(dir, script, base, err);
+    if (!st && log)
+        fprintf(log, "  %s/%s.png\n  %s/%s.svg\n", dir, base, dir, base);
+    return st;
+}
+
 void ql_gnuplot_quote(FILE *out, const char *s)
 {
     fputc('\'', out);

@@ -35,6 +35,13 @@ ql_status ql_png_check(const char *path, size_t min_bytes, ql_error *err);
  * dir/<base>.svg (an SVG document). A missing or broken image is QL_EEXTERNAL. */
 ql_status ql_plot_render(const char *dir, const char *script, const char *base, ql_error *err);
 
+/* ql_plot_render for a program whose plots are optional (the report, the
+ * notebooks): when the plot was drawn, prints "  dir/base.png" and
+ * "  dir/base.svg" to log (NULL = quiet). A failure is returned for the caller
+ * to report as a skipped plot with its reason, not as an error. */
+ql_status ql_plot_draw(const char *dir, const char *script, const char *base, FILE *log,
+                       ql_error *err);
+
 /* Writes s as a gnuplot single-quoted string ('' escapes a quote). */
 void ql_gnuplot_quote(FILE *out, const char *s);
 

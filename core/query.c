@@ -131,13 +131,22 @@ void ql_query_free(ql_query *q)
     free(q);
 }
 
-ql_status ql_query_bind_text(ql_query *q, int idx, const char *v, ql_error *err)
+static ql_status bind_result(ql_query *q, int idx, int r, ql_error *err)
 {
-    int r = sqlite3_bind_text(q->st, idx, v, -1, SQLITE_TRANSIENT);
     if (r != SQLITE_OK)
         return ql_error_set(err, QL_EINVAL, "%s: query: parameter %d: %s", ql_store_path(q->store),
                             idx, sqlite3_errstr(r));
     return QL_OK;
+}
+
+ql_status ql_query_bind_text(ql_query *q, int idx, const char *v, ql_error *err)
+{
+    return bind_result(q, idx, sqlite3_bind_text(q->st, idx, v, -1, SQLITE_TRANSIENT), err);
+}
+
+ql_status ql_query_bind_int64(ql_query *q, int idx, int64_t v, ql_error *err)
+{
+    return bind_result(q, idx, sqlite3_bind_int64(q->st, idx, (sqlite3_int64)v), err);
 }
 
 ql_status ql_query_step(ql_query *q, bool *row, ql_error *err)
@@ -194,17 +203,9 @@ static void buf_add(buf *b, const char *s, size_t n)
 {
     if (b->oom)
         return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
+    if (!ql_grow((void **)&b->p, &b->cap, b->len + n + 1, 1)) {
+        b->oom = true;
+        return;
     }
     memcpy(b->p + b->len, s, n);
     b->len += n;
@@ -266,6 +267,54 @@ static char *cell_text(sqlite3_stmt *st, int i)
     return s ? s : ql_strdup("?"); /* out of memory for one cell: visible, not fatal */
 }
 
+/* Reads every row into a table of cell texts (missing = SQL NULL), because the
+ * aligned formats need every width before their first line. A column is numeric
+ * (*numeric, ncol flags, caller frees; right-aligned in t) when it holds numbers
+ * and nothing else but NULLs. */
+static ql_status collect(ql_query *q, ql_table **t, bool **numeric, ql_error *err)
+{
+    int ncol = ql_query_columns(q);
+    ql_table_column *cols = calloc((size_t)ncol + 1, sizeof *cols);
+    bool *seen_other = calloc((size_t)ncol + 1, sizeof *seen_other);
+    *numeric = calloc((size_t)ncol + 1, sizeof **numeric);
+    *t = NULL;
+    ql_status rc = QL_OK;
+    if (cols && seen_other && *numeric) {
+        for (int c = 0; c < ncol; c++)
+            cols[c] = (ql_table_column){ql_query_column_name(q, c), NULL, false};
+        *t = ql_table_alloc(cols, (size_t)ncol);
+    }
+    if (!*t) {
+        rc = ql_error_set(err, QL_ENOMEM, "query: out of memory");
+        goto out;
+    }
+    for (;;) {
+        bool row;
+        if ((rc = ql_query_step(q, &row, err)) || !row || (rc = ql_table_row(*t, err)))
+            break;
+        for (int c = 0; c < ncol && !rc; c++) {
+            int type = sqlite3_column_type(q->st, c);
+            if (type == SQLITE_INTEGER || type == SQLITE_FLOAT)
+                (*numeric)[c] = true;
+            else if (type != SQLITE_NULL)
+                seen_other[c] = true;
+            char *text = cell_text(q->st, c);
+            rc = ql_table_put(*t, text, err);
+            free(text);
+        }
+        if (rc)
+            break;
+    }
+    for (int c = 0; c < ncol && !rc; c++) {
+        (*numeric)[c] = (*numeric)[c] && !seen_other[c];
+        ql_table_align_right(*t, (size_t)c, (*numeric)[c]);
+    }
+out:
+    free(cols);
+    free(seen_other);
+    return rc;
+}
+
 /* Display width: UTF-8 code points. */
 static size_t display_width(const char *s)
 {
@@ -275,169 +324,77 @@ static size_t display_width(const char *s)
     return w;
 }
 
+/* One cell of the text table, padded to width; line breaks and tabs are
+ * written as spaces, which would break the alignment. */
 static void put_padded(FILE *out, const char *s, size_t width, bool right, bool last)
 {
     size_t w = display_width(s), pad = width > w ? width - w : 0;
     if (right)
-        fprintf(out, "%*s%s", (int)pad, "", s);
-    else if (last)
-        fputs(s, out);
-    else
-        fprintf(out, "%s%*s", s, (int)pad, "");
+        fprintf(out, "%*s", (int)pad, "");
+    for (const char *p = s; *p; p++)
+        fputc(*p == '\n' || *p == '\r' || *p == '\t' ? ' ' : *p, out);
+    if (!right && !last)
+        fprintf(out, "%*s", (int)pad, "");
 }
 
-/* Text for the text table: control characters would break the alignment. */
-static void flatten(char *s)
+/* The text table: columns two spaces apart, numeric ones right-aligned, the
+ * last one unpadded; a dashed rule under the header, "NULL" for SQL NULL and
+ * "(N rows)" at the end. */
+static ql_status write_text(const ql_query *q, const ql_table *t, const bool *numeric, FILE *out,
+                            ql_error *err)
 {
-    for (char *p = s; *p; p++)
-        if (*p == '\n' || *p == '\r' || *p == '\t')
-            *p = ' ';
-}
-
-/* Markdown cell: '|' escaped, newlines as <br>. */
-static char *md_cell(const char *s)
-{
-    buf b = {0};
-    for (const char *p = s; *p; p++) {
-        if (*p == '|')
-            buf_str(&b, "\\|");
-        else if (*p == '\n')
-            buf_str(&b, "<br>");
-        else if (*p != '\r')
-            buf_add(&b, p, 1);
-    }
-    char *r = buf_take(&b);
-    return r ? r : ql_strdup("?");
-}
-
-typedef struct {
-    int ncol;
-    size_t nrow, cap;
-    char **cells; /* nrow x ncol, NULL = SQL NULL */
-    bool *numeric;
-} grid;
-
-static void grid_free(grid *g)
-{
-    for (size_t i = 0; i < g->nrow * (size_t)g->ncol; i++)
-        free(g->cells[i]);
-    free(g->cells);
-    free(g->numeric);
-}
-
-/* Reads every row (the aligned formats need all widths first). */
-static ql_status collect(ql_query *q, grid *g, ql_error *err)
-{
-    g->ncol = ql_query_columns(q);
-    g->numeric = calloc((size_t)g->ncol + 1, sizeof *g->numeric);
-    bool *seen_other = calloc((size_t)g->ncol + 1, sizeof *seen_other);
-    ql_status rc = QL_OK;
-    if (!g->numeric || !seen_other) {
-        rc = ql_error_set(err, QL_ENOMEM, "query: out of memory");
-        goto out;
-    }
-    for (;;) {
-        bool row;
-        if ((rc = ql_query_step(q, &row, err)) || !row)
-            break;
-        if (g->nrow == g->cap) {
-            size_t cap = g->cap ? 2 * g->cap : 64;
-            char **nc = realloc(g->cells, cap * (size_t)g->ncol * sizeof *nc);
-            if (!nc) {
-                rc = ql_error_set(err, QL_ENOMEM, "query: out of memory after %zu rows", g->nrow);
-                break;
-            }
-            g->cells = nc;
-            g->cap = cap;
-        }
-        for (int c = 0; c < g->ncol; c++) {
-            int t = sqlite3_column_type(q->st, c);
-            if (t == SQLITE_INTEGER || t == SQLITE_FLOAT)
-                g->numeric[c] = true;
-            else if (t != SQLITE_NULL)
-                seen_other[c] = true;
-            g->cells[g->nrow * (size_t)g->ncol + (size_t)c] = cell_text(q->st, c);
-        }
-        g->nrow++;
-    }
-    for (int c = 0; c < g->ncol; c++)
-        g->numeric[c] = g->numeric[c] && !seen_other[c];
-out:
-    free(seen_other);
-    return rc;
-}
-
-static ql_status print_table(ql_query *q, FILE *out, bool markdown, ql_error *err)
-{
-    grid g = {0};
-    ql_status rc = collect(q, &g, err);
-    size_t *width = calloc((size_t)g.ncol + 1, sizeof *width);
-    if (!rc && !width)
-        rc = ql_error_set(err, QL_ENOMEM, "query: out of memory");
-    if (rc)
-        goto out;
-    /* Cells as they will be shown. */
-    for (size_t i = 0; i < g.nrow * (size_t)g.ncol; i++) {
-        char *c = g.cells[i];
-        char *shown =
-            c ? (markdown ? md_cell(c) : ql_strdup(c)) : ql_strdup(markdown ? "" : "NULL");
-        free(c);
-        if (shown && !markdown)
-            flatten(shown);
-        g.cells[i] = shown ? shown : NULL;
-        if (!shown) {
-            rc = ql_error_set(err, QL_ENOMEM, "query: out of memory");
-            goto out;
-        }
-    }
-    for (int c = 0; c < g.ncol; c++) {
-        char *h =
-            markdown ? md_cell(ql_query_column_name(q, c)) : ql_strdup(ql_query_column_name(q, c));
-        width[c] = h ? display_width(h) : 1;
-        if (markdown && width[c] < 3)
-            width[c] = 3;
-        free(h);
-        for (size_t r = 0; r < g.nrow; r++) {
-            size_t w = display_width(g.cells[r * (size_t)g.ncol + (size_t)c]);
+    size_t ncol = (size_t)ql_query_columns(q), nrow = ql_table_rows(t);
+    size_t *width = calloc(ncol + 1, sizeof *width);
+    if (!width)
+        return ql_error_set(err, QL_ENOMEM, "query: out of memory");
+    for (size_t c = 0; c < ncol; c++) {
+        width[c] = display_width(ql_query_column_name(q, (int)c));
+        for (size_t r = 0; r < nrow; r++) {
+            const char *s = ql_table_cell(t, r, c);
+            size_t w = display_width(s ? s : "NULL");
             if (w > width[c])
                 width[c] = w;
         }
     }
-    /* Header and rule. */
-    for (int c = 0; c < g.ncol; c++) {
-        char *h =
-            markdown ? md_cell(ql_query_column_name(q, c)) : ql_strdup(ql_query_column_name(q, c));
-        fputs(markdown ? (c ? " | " : "| ") : (c ? "  " : ""), out);
-        put_padded(out, h ? h : "?", width[c], g.numeric[c], !markdown && c == g.ncol - 1);
-        free(h);
+    for (size_t c = 0; c < ncol; c++) {
+        fputs(c ? "  " : "", out);
+        put_padded(out, ql_query_column_name(q, (int)c), width[c], numeric[c], c + 1 == ncol);
     }
-    fputs(markdown ? " |\n" : "\n", out);
-    for (int c = 0; c < g.ncol; c++) {
-        if (markdown) {
-            fputs("|", out);
-            for (size_t k = 0; k < width[c] + 1; k++)
-                fputc('-', out);
-            fputs(g.numeric[c] ? ":" : "-", out);
-        } else {
+    fputc('\n', out);
+    for (size_t c = 0; c < ncol; c++) {
+        fputs(c ? "  " : "", out);
+        for (size_t k = 0; k < width[c]; k++)
+            fputc('-', out);
+    }
+    fputc('\n', out);
+    for (size_t r = 0; r < nrow; r++) {
+        for (size_t c = 0; c < ncol; c++) {
+            const char *s = ql_table_cell(t, r, c);
             fputs(c ? "  " : "", out);
-            for (size_t k = 0; k < width[c]; k++)
-                fputc('-', out);
+            put_padded(out, s ? s : "NULL", width[c], numeric[c], c + 1 == ncol);
         }
+        fputc('\n', out);
     }
-    fputs(markdown ? "|\n" : "\n", out);
-    for (size_t r = 0; r < g.nrow; r++) {
-        for (int c = 0; c < g.ncol; c++) {
-            fputs(markdown ? (c ? " | " : "| ") : (c ? "  " : ""), out);
-            put_padded(out, g.cells[r * (size_t)g.ncol + (size_t)c], width[c], g.numeric[c],
-                       !markdown && c == g.ncol - 1);
-        }
-        fputs(markdown ? " |\n" : "\n", out);
-    }
-    if (!markdown)
-        fprintf(out, "(%zu row%s)\n", g.nrow, g.nrow == 1 ? "" : "s");
-out:
+    fprintf(out, "(%zu row%s)\n", nrow, nrow == 1 ? "" : "s");
     free(width);
-    grid_free(&g);
+    return QL_OK;
+}
+
+/* The text table or, with markdown, ql_table_write_md with SQL NULL as an
+ * empty cell. */
+static ql_status print_table(ql_query *q, FILE *out, bool markdown, ql_error *err)
+{
+    ql_table *t;
+    bool *numeric;
+    ql_status rc = collect(q, &t, &numeric, err);
+    if (!rc) {
+        if (markdown)
+            ql_table_write_md(t, out, "");
+        else
+            rc = write_text(q, t, numeric, out, err);
+    }
+    ql_table_free(t);
+    free(numeric);
     return rc;
 }
 
@@ -467,77 +424,93 @@ static ql_status print_csv(ql_query *q, FILE *out, ql_error *err)
     }
 }
 
-/* One JSON value; reals get the shortest precision that reads back exactly. */
-static json_t *json_cell(sqlite3_stmt *st, int c, size_t *precision)
+/* One JSON value, encoded; reals with the shortest precision that reads back
+ * exactly. NULL when it cannot be encoded (text that is not UTF-8). */
+static char *json_cell(sqlite3_stmt *st, int c)
 {
+    json_t *j;
+    int precision = 17;
     switch (sqlite3_column_type(st, c)) {
     case SQLITE_NULL:
-        return json_null();
+        j = json_null();
+        break;
     case SQLITE_INTEGER:
-        return json_integer((json_int_t)sqlite3_column_int64(st, c));
+        j = json_integer((json_int_t)sqlite3_column_int64(st, c));
+        break;
     case SQLITE_FLOAT: {
         double v = sqlite3_column_double(st, c);
-        if (isinf(v))
-            return json_string(v > 0 ? "inf" : "-inf");
-        char tmp[40];
-        for (*precision = 1; *precision < 17; (*precision)++) {
-            snprintf(tmp, sizeof tmp, "%.*g", (int)*precision, v);
-            if (strtod(tmp, NULL) == v)
-                break;
+        if (isinf(v)) {
+            j = json_string(v > 0 ? "inf" : "-inf");
+        } else {
+            precision = ql_double_precision(v);
+            j = json_real(v);
         }
-        return json_real(v);
+        break;
     }
     case SQLITE_BLOB: {
         char *t = cell_text(st, c);
-        json_t *j = t ? json_string(t) : NULL;
+        j = t ? json_string(t) : NULL;
         free(t);
-        return j;
+        break;
     }
     default:
-        return json_stringn((const char *)sqlite3_column_text(st, c),
-                            (size_t)sqlite3_column_bytes(st, c));
+        j = json_stringn((const char *)sqlite3_column_text(st, c),
+                         (size_t)sqlite3_column_bytes(st, c));
+        break;
     }
+    char *s = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_REAL_PRECISION(precision)) : NULL;
+    json_decref(j);
+    return s;
 }
 
 static ql_status print_json(ql_query *q, FILE *out, ql_error *err)
 {
     int ncol = ql_query_columns(q);
     size_t nrow = 0;
+    ql_status rc = QL_OK;
+    /* The keys, encoded once. */
+    char **keys = calloc((size_t)ncol + 1, sizeof *keys);
+    if (!keys)
+        return ql_error_set(err, QL_ENOMEM, "query: out of memory");
+    for (int c = 0; c < ncol && !rc; c++) {
+        json_t *key = json_string(ql_query_column_name(q, c));
+        if (!key || !(keys[c] = json_dumps(key, JSON_ENCODE_ANY)))
+            rc = ql_error_set(err, QL_EINVAL,
+                              "query: column %d: cannot encode its name '%s' as JSON (not UTF-8?)",
+                              c + 1, ql_query_column_name(q, c));
+        json_decref(key);
+    }
+    if (rc)
+        goto out;
     fputc('[', out);
     for (;;) {
         bool row;
-        ql_status rc = ql_query_step(q, &row, err);
-        if (rc)
-            return rc;
-        if (!row)
+        if ((rc = ql_query_step(q, &row, err)) || !row)
             break;
         fputs(nrow ? ",\n{" : "\n{", out);
-        for (int c = 0; c < ncol; c++) {
-            size_t precision = 17;
-            json_t *key = json_string(ql_query_column_name(q, c));
-            json_t *val = json_cell(q->st, c, &precision);
-            char *ks = key ? json_dumps(key, JSON_ENCODE_ANY) : NULL;
-            char *vs =
-                val ? json_dumps(val, JSON_ENCODE_ANY | JSON_REAL_PRECISION((int)precision)) : NULL;
-            json_decref(key);
-            json_decref(val);
-            if (!ks || !vs) {
-                free(ks);
-                free(vs);
-                return ql_error_set(err, QL_EINVAL,
-                                    "query: row %zu, column '%s': cannot encode as JSON (text "
-                                    "that is not UTF-8?)",
-                                    nrow + 1, ql_query_column_name(q, c));
-            }
-            fprintf(out, "%s%s: %s", c ? ", " : "", ks, vs);
-            free(ks);
-            free(vs);
+        for (int c = 0; c < ncol && !rc; c++) {
+            char *v = json_cell(q->st, c);
+            if (v)
+                fprintf(out, "%s%s: %s", c ? ", " : "", keys[c], v);
+            else
+                rc = ql_error_set(err, QL_EINVAL,
+                                  "query: row %zu, column '%s': cannot encode as JSON (text "
+                                  "that is not UTF-8?)",
+                                  nrow + 1, ql_query_column_name(q, c));
+            free(v);
         }
+        if (rc)
+            break;
         fputc('}', out);
         nrow++;
     }
-    fputs(nrow ? "\n]\n" : "]\n", out);
-    return QL_OK;
+    if (!rc)
+        fputs(nrow ? "\n]\n" : "]\n", out);
+out:
+    for (int c = 0; c < ncol; c++)
+        free(keys[c]);
+    free(keys);
+    return rc;
 }
 
 ql_status ql_query_print(ql_store *s, const char *sql, const char *const *params, int n_params,

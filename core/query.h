@@ -15,7 +15,9 @@
  *   - CSV: RFC 4180 quoting, "\n" line ends, a header row;
  *   - JSON: an array with one object per row (keys in column order), one row per
  *     line; infinities as the strings "inf" / "-inf", blobs as hex strings;
- *   - Markdown: a pipe table, numeric columns right-aligned (`--:`), `|` escaped. */
+ *   - Markdown: the pipe table of ql_table_write_md (table.h): numeric columns
+ *     right-aligned (`--:`), `|` escaped, line breaks as spaces (as in the text
+ *     table). */
 #ifndef QL_QUERY_H
 #define QL_QUERY_H
 
@@ -35,8 +37,9 @@ typedef struct ql_query ql_query;
 ql_status ql_query_prepare(ql_store *s, const char *sql, ql_query **out, ql_error *err);
 void ql_query_free(ql_query *q);
 
-/* Binds ?idx (1-based) to a text value. */
+/* Binds ?idx (1-based) to a text or an integer value. */
 ql_status ql_query_bind_text(ql_query *q, int idx, const char *v, ql_error *err);
+ql_status ql_query_bind_int64(ql_query *q, int idx, int64_t v, ql_error *err);
 
 /* Advances to the next row; *row is false at the end. */
 ql_status ql_query_step(ql_query *q, bool *row, ql_error *err);

@@ -7,6 +7,7 @@
 
 #include "analysis.h"
 #include "config.h"
+#include "doc.h"
 #include "plot.h"
 #include "table.h"
 #include "util.h"
@@ -390,7 +391,9 @@ static void find_varying(group *g)
 
 /* ================================================================ text helpers */
 
-/* A file-name-safe version of s. */
+/* A file-name-safe version of s: characters outside [A-Za-z0-9._+-] become
+ * '_', as does a leading '.'; "" becomes "_". Names the sweep directories and
+ * the group suffixes of the plot files. */
 static void slug(const char *s, char *buf, size_t size)
 {
     size_t o = 0;
@@ -405,11 +408,6 @@ static void slug(const char *s, char *buf, size_t size)
         buf[0] = '_';
     if (!buf[0])
         ql_strlcpy(buf, "_", size);
-}
-
-void ql_report_dir_name(const char *sweep, char *buf, size_t size)
-{
-    slug(sweep, buf, size);
 }
 
 /* How an axis value reads in a table: an outlier ratio of 0 is "off". */
@@ -447,50 +445,13 @@ static void config_label(const group *g, char *const *axis, int skip_axis, char 
 
 /* ================================================================ output files */
 
-/* A document built in memory and written atomically. */
-typedef struct {
-    char *p;
-    size_t n;
-    FILE *f;
-} doc;
-
-static ql_status doc_open(doc *d, ql_error *err)
+/* Writes a document to the sweep's directory, logs and counts it (ql_doc_save). */
+static ql_status doc_save(ctx *c, ql_doc *d, const char *name, ql_error *err)
 {
-    d->p = NULL;
-    d->n = 0;
-    d->f = open_memstream(&d->p, &d->n);
-    return d->f ? QL_OK : oom(err);
-}
-
-/* Writes the document to dir/name, logs it and frees it (also on error). */
-static ql_status doc_save(ctx *c, doc *d, const char *name, ql_error *err)
-{
-    bool failed = ferror(d->f) != 0;
-    if (fclose(d->f) != 0)
-        failed = true;
-    d->f = NULL;
-    ql_status rc = QL_OK;
-    char path[4608];
-    snprintf(path, sizeof path, "%s/%s", c->dir, name);
-    if (failed)
-        rc = ql_error_set(err, QL_ENOMEM, "%s: out of memory while writing", path);
-    else if (!(rc = ql_file_write_all(path, d->p, d->n, err))) {
+    ql_status rc = ql_doc_save(d, c->dir, name, c->opt->log, err);
+    if (!rc)
         c->sum->files++;
-        if (c->opt->log)
-            fprintf(c->opt->log, "  %s\n", path);
-    }
-    free(d->p);
-    d->p = NULL;
     return rc;
-}
-
-static void doc_discard(doc *d)
-{
-    if (d->f)
-        fclose(d->f);
-    free(d->p);
-    d->f = NULL;
-    d->p = NULL;
 }
 
 /* Renders one plot unless plots are off or were given up; a failure of
@@ -501,15 +462,13 @@ static void render(ctx *c, const char *script, const char *base)
         return;
     ql_error perr;
     ql_error_clear(&perr);
-    if (ql_plot_render(c->dir, script, base, &perr) != QL_OK) {
+    if (ql_plot_draw(c->dir, script, base, c->opt->log, &perr) != QL_OK) {
         c->sum->plots_skipped = true;
         ql_strlcpy(c->sum->why, perr.msg, sizeof c->sum->why);
         return;
     }
     c->sum->plots++;
     c->sum->files += 2;
-    if (c->opt->log)
-        fprintf(c->opt->log, "  %s/%s.png\n  %s/%s.svg\n", c->dir, base, c->dir, base);
 }
 
 /* ================================================================ the table */
@@ -521,25 +480,6 @@ static const ql_table_column metric_md[N_M] = {
     {"ΔPPL", NULL, true},    {"KLD mean", NULL, true}, {"KLD p99", NULL, true},
     {"top-1 %", NULL, true}, {"max |Δp|", NULL, true}, {"imatrix err", NULL, true},
 };
-
-/* Number styles of the Markdown table. */
-typedef enum { FIXED, SIGNED, SCI } num_style;
-
-/* A number with the given decimals (scaled first), or a missing cell for NaN. */
-static ql_status put_num(ql_table *t, double v, num_style style, int decimals, double scale,
-                         ql_error *err)
-{
-    if (isnan(v))
-        return ql_table_put(t, NULL, err);
-    switch (style) {
-    case SIGNED:
-        return ql_table_putf(t, err, "%+.*f", decimals, v * scale);
-    case SCI:
-        return ql_table_putf(t, err, "%.*e", decimals, v * scale);
-    default:
-        return ql_table_putf(t, err, "%.*f", decimals, v * scale);
-    }
-}
 
 /* Writes the group's table; *shown gets a bit (1 << M_...) per metric column shown. */
 static ql_status md_table(const group *g, FILE *out, unsigned *shown, ql_error *err)
@@ -563,7 +503,7 @@ static ql_status md_table(const group *g, FILE *out, unsigned *shown, ql_error *
         if (rc)
             break;
         const double *v = r->v;
-        if ((rc = put_num(t, v[V_BPW], FIXED, 3, 1.0, err)) ||
+        if ((rc = ql_table_put_num(t, v[V_BPW], "%.3f", err)) ||
             (rc = ql_table_put(
                  t, isnan(v[V_BYTES]) ? NULL : ql_fmt_bytes(v[V_BYTES], buf, sizeof buf), err)))
             break;
@@ -573,12 +513,12 @@ static ql_status md_table(const group *g, FILE *out, unsigned *shown, ql_error *
             rc = ql_table_putf(t, err, "%.4f", v[V_PPL]);
         else
             rc = ql_table_putf(t, err, "%.4f ± %.4f", v[V_PPL], v[V_PPL_ERR]);
-        if (rc || (rc = put_num(t, v[V_DPPL], SIGNED, 4, 1.0, err)) ||
-            (rc = put_num(t, v[V_KLD], SCI, 3, 1.0, err)) ||
-            (rc = put_num(t, v[V_KLD_P99], SCI, 3, 1.0, err)) ||
-            (rc = put_num(t, v[V_TOP1], FIXED, 2, 100.0, err)) ||
-            (rc = put_num(t, v[V_MAXDP], FIXED, 4, 1.0, err)) ||
-            (rc = put_num(t, v[V_IMAT], SCI, 3, 1.0, err)))
+        if (rc || (rc = ql_table_put_num(t, v[V_DPPL], "%+.4f", err)) ||
+            (rc = ql_table_put_num(t, v[V_KLD], "%.3e", err)) ||
+            (rc = ql_table_put_num(t, v[V_KLD_P99], "%.3e", err)) ||
+            (rc = ql_table_put_num(t, v[V_TOP1] * 100.0, "%.2f", err)) ||
+            (rc = ql_table_put_num(t, v[V_MAXDP], "%.4f", err)) ||
+            (rc = ql_table_put_num(t, v[V_IMAT], "%.3e", err)))
             break;
     }
     if (!rc) {
@@ -711,8 +651,8 @@ static const struct {
 
 static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
 {
-    doc d;
-    ql_status rc = doc_open(&d, err);
+    ql_doc d;
+    ql_status rc = ql_doc_open(&d, err);
     if (rc)
         return rc;
     fprintf(d.f, "## Sweep %s\n", c->sweep);
@@ -732,7 +672,7 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
         md_failures(g, d.f);
     }
     if (rc) {
-        doc_discard(&d);
+        ql_doc_discard(&d);
         return rc;
     }
     const char *sep = "\n";
@@ -780,8 +720,8 @@ static ql_status write_csv(ctx *c, group *gs, size_t ng, ql_error *err)
                 rc = ql_table_put(t, ql_fmt_exact(r->v[v], buf, sizeof buf), err);
         }
     }
-    doc d;
-    if (!rc && !(rc = doc_open(&d, err))) {
+    ql_doc d;
+    if (!rc && !(rc = ql_doc_open(&d, err))) {
         ql_table_write_csv(t, d.f);
         rc = doc_save(c, &d, "formats.csv", err);
     }
@@ -829,30 +769,31 @@ static void plot_title(ctx *c, const group *g, char *buf, size_t size)
              g->chunks);
 }
 
-/* The distinct activation modes of a group, in row order of first appearance
- * sorted by name (the series of the plots). */
+/* The distinct activation modes of a group, sorted by name: the series of the
+ * plots, in the same order in every plot. */
 static size_t act_modes(const group *g, const char **modes, size_t max)
 {
     size_t n = 0;
-    for (size_t i = 0; i < g->nrows; i++) {
-        const char *m = g->rows[i].axis[QL_AXIS_ACT_MODE];
-        size_t k = 0;
-        while (k < n && strcmp(modes[k], m) != 0)
-            k++;
-        if (k == n && n < max)
-            modes[n++] = m;
-    }
-    /* Insertion sort by name: the order of the series is the same in every plot. */
-    for (size_t i = 1; i < n; i++)
-        for (size_t k = i; k > 0 && strcmp(modes[k - 1], modes[k]) > 0; k--) {
-            const char *tmp = modes[k];
-            modes[k] = modes[k - 1];
-            modes[k - 1] = tmp;
-        }
+    for (size_t i = 0; i < g->nrows; i++)
+        ql_strset_add(modes, &n, max, g->rows[i].axis[QL_AXIS_ACT_MODE]);
     return n;
 }
 
 #define MAX_SERIES 16
+
+/* The numeric columns of formats.dat, in order; the label and the config hash
+ * follow them. The plot scripts find their y column here (dat_column). */
+static const int dat_cols[] = {V_BPW, V_KLD, V_KLD_P99, V_PPL, V_PPL_ERR, V_TOP1};
+
+/* The gnuplot column number (1-based) of a value in formats.dat. */
+static int dat_column(int value)
+{
+    for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
+        if (dat_cols[k] == value)
+            return (int)k + 1;
+    QL_ASSERT(!"value not in formats.dat");
+    return 0;
+}
 
 typedef struct {
     const char *name;  /* file stem: kld_bpw, ppl_bpw */
@@ -881,7 +822,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
     double *x = malloc((n ? n : 1) * sizeof *x), *y = malloc((n ? n : 1) * sizeof *y);
     bool *front = malloc((n ? n : 1) * sizeof *front);
     ql_status rc = QL_OK;
-    doc d = {0};
+    ql_doc d = {0};
     if (!x || !y || !front) {
         rc = oom(err);
         goto out;
@@ -893,7 +834,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
     ql_pareto_front(x, y, n, front, NULL);
 
     /* The front in bpw order (rows are sorted by bpw already). */
-    if ((rc = doc_open(&d, err)))
+    if ((rc = ql_doc_open(&d, err)))
         goto out;
     dat_header(c, g, d.f,
                mp->value == V_KLD ? "Pareto front in (bpw, mean KLD)"
@@ -936,7 +877,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
 
     snprintf(base, sizeof base, "%s%s", mp->name, g->suffix);
     snprintf(script, sizeof script, "%s.gp", base);
-    if ((rc = doc_open(&d, err)))
+    if ((rc = ql_doc_open(&d, err)))
         goto out;
     FILE *f = d.f;
     fprintf(f,
@@ -965,7 +906,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
             continue;
         int pt = point_types[s % (sizeof point_types / sizeof point_types[0])];
         fprintf(f, "%s\\\n  'formats%s.dat' index %zu using 1:%d with points pt %d lc %zu title ",
-                sep, g->suffix, s, mp->value == V_KLD ? 2 : 4, pt, s + 1);
+                sep, g->suffix, s, dat_column(mp->value), pt, s + 1);
         char t[128];
         snprintf(t, sizeof t, "act %s", modes[s]);
         ql_gnuplot_quote(f, t);
@@ -987,7 +928,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
         goto out;
     render(c, script, base);
 out:
-    doc_discard(&d);
+    ql_doc_discard(&d);
     free(x);
     free(y);
     free(front);
@@ -999,12 +940,15 @@ static ql_status write_plots(ctx *c, const group *g, ql_error *err)
     const char *modes[MAX_SERIES];
     size_t nmodes = act_modes(g, modes, MAX_SERIES);
     char fname[1024], label[512];
-    doc d;
-    ql_status rc = doc_open(&d, err);
+    ql_doc d;
+    ql_status rc = ql_doc_open(&d, err);
     if (rc)
         return rc;
     dat_header(c, g, d.f, "one line per finished config, one block per activation mode");
-    fprintf(d.f, "# columns: bpw kld_mean kld_p99 ppl ppl_err top1_agree label config_hash\n");
+    fputs("# columns:", d.f);
+    for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
+        fprintf(d.f, " %s", value_cols[dat_cols[k]]);
+    fputs(" label config_hash\n", d.f);
     for (size_t s = 0; s < nmodes; s++) {
         fprintf(d.f, "%s# index %zu: act_mode %s\n", s ? "\n\n" : "", s, modes[s]);
         for (size_t i = 0; i < g->nrows; i++) {
@@ -1012,9 +956,8 @@ static ql_status write_plots(ctx *c, const group *g, ql_error *err)
             if (strcmp(r->axis[QL_AXIS_ACT_MODE], modes[s]) != 0)
                 continue;
             config_label(g, r->axis, QL_AXIS_ACT_MODE, label, sizeof label);
-            static const int cols[] = {V_BPW, V_KLD, V_KLD_P99, V_PPL, V_PPL_ERR, V_TOP1};
-            for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
-                dat_col(d.f, r->v[cols[k]], k == 0);
+            for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
+                dat_col(d.f, r->v[dat_cols[k]], k == 0);
             dat_str(d.f, label);
             fprintf(d.f, " %s\n", r->hash);
         }
@@ -1083,7 +1026,7 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
         return rc;
     tensor_point *pts = NULL;
     size_t n = 0, cap = 0;
-    doc d = {0};
+    ql_doc d = {0};
     char outside[2048] = "";
     size_t olen = 0;
     if (sqlite3_bind_int64(st, 1, r->run_id) != SQLITE_OK) {
@@ -1145,7 +1088,7 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
     snprintf(hash12, sizeof hash12, "%.12s", r->hash);
     snprintf(base, sizeof base, "tensors%s-%s", g->suffix, hash12);
     config_label(g, r->axis, -1, label, sizeof label);
-    if ((rc = doc_open(&d, err)))
+    if ((rc = ql_doc_open(&d, err)))
         goto out;
     dat_header(c, g, d.f, "per-tensor weight error by layer");
     fprintf(d.f, "# config %s (%s), run %lld\n# metric: %s\n", label, r->hash, (long long)r->run_id,
@@ -1172,7 +1115,7 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
         goto out;
 
     snprintf(fname, sizeof fname, "%s.gp", base);
-    if ((rc = doc_open(&d, err)))
+    if ((rc = ql_doc_open(&d, err)))
         goto out;
     FILE *f = d.f;
     fprintf(f,
@@ -1202,7 +1145,7 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
     snprintf(fname, sizeof fname, "%s.gp", base);
     render(c, fname, base);
 out:
-    doc_discard(&d);
+    ql_doc_discard(&d);
     sqlite3_finalize(st);
     free(pts);
     return rc;
@@ -1292,7 +1235,7 @@ static ql_status report_sweep(ctx *c, ql_error *err)
     group *gs = NULL;
     size_t ng = 0;
     char name[1024];
-    ql_report_dir_name(c->sweep, name, sizeof name);
+    slug(c->sweep, name, sizeof name);
     if ((size_t)snprintf(c->dir, sizeof c->dir, "%s/%s", c->opt->out_dir, name) >= sizeof c->dir)
         return ql_error_set(err, QL_EINVAL, "%s: output path too long", c->opt->out_dir);
     ql_status rc = load_groups(c, &gs, &ng, err);

@@ -45,7 +45,6 @@
 #define QL_REPORT_H
 
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdio.h>
 
 #include "error.h"
@@ -76,8 +75,5 @@ typedef struct {
  * not an error (see summary). */
 ql_status ql_report_write(ql_store *s, const ql_report_options *opt, ql_report_summary *summary,
                           ql_error *err);
-
-/* The directory name used for a sweep (see the header comment). */
-void ql_report_dir_name(const char *sweep, char *buf, size_t size);
 
 #endif

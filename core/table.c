@@ -11,9 +11,9 @@ struct ql_table {
     size_t ncol;
     ql_table_column *cols; /* names owned (strdup) */
     bool *hidden;
-    char **cells; /* nrow x ncol, row-major; NULL = missing */
-    size_t nrow, cap;
-    size_t next; /* next column of the current row */
+    char **cells;     /* nrow x ncol, row-major; NULL = missing */
+    size_t nrow, cap; /* rows used, rows allocated */
+    size_t next;      /* next column of the current row */
 };
 
 ql_table *ql_table_alloc(const ql_table_column *cols, size_t ncol)
@@ -59,16 +59,11 @@ void ql_table_free(ql_table *t)
 
 ql_status ql_table_row(ql_table *t, ql_error *err)
 {
-    if (t->nrow == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 16;
-        char **cells = realloc(t->cells, cap * (t->ncol ? t->ncol : 1) * sizeof *cells);
-        if (!cells)
-            return ql_error_set(err, QL_ENOMEM, "table: out of memory at row %zu", t->nrow);
-        t->cells = cells;
-        t->cap = cap;
-    }
-    for (size_t c = 0; c < t->ncol; c++)
-        t->cells[t->nrow * t->ncol + c] = NULL;
+    /* Grown by whole rows (ql_grow checks cap * row size for overflow); the
+     * new rows come zeroed, so every cell of a new row starts missing. */
+    if (!ql_grow((void **)&t->cells, &t->cap, t->nrow + 1,
+                 (t->ncol ? t->ncol : 1) * sizeof *t->cells))
+        return ql_error_set(err, QL_ENOMEM, "table: out of memory at row %zu", t->nrow);
     t->nrow++;
     t->next = 0;
     return QL_OK;
@@ -94,14 +89,44 @@ ql_status ql_table_putf(ql_table *t, ql_error *err, const char *fmt, ...)
     return ql_table_put(t, buf, err);
 }
 
+/* Whether fmt has exactly one conversion and it takes a double: flags, width and
+ * precision digits, then one of a e f g (either case); "%%" is text. */
+static bool one_double_conversion(const char *fmt)
+{
+    int n = 0;
+    for (const char *p = fmt; *p; p++) {
+        if (*p != '%')
+            continue;
+        if (*++p == '%')
+            continue;
+        p += strspn(p, "-+ #0");
+        p += strspn(p, "0123456789");
+        if (*p == '.')
+            p += 1 + strspn(p + 1, "0123456789");
+        if (!*p || !strchr("aAeEfFgG", *p))
+            return false;
+        n++;
+    }
+    return n == 1;
+}
+
+ql_status ql_table_put_num(ql_table *t, double v, const char *fmt, ql_error *err)
+{
+    QL_ASSERT(one_double_conversion(fmt));
+    if (isnan(v))
+        return ql_table_put(t, NULL, err);
+    char buf[512];
+    /* fmt is checked above: one conversion of a double. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    snprintf(buf, sizeof buf, fmt, v);
+#pragma GCC diagnostic pop
+    return ql_table_put(t, buf, err);
+}
+
 size_t ql_table_rows(const ql_table *t)
 {
     return t->nrow;
-}
-
-size_t ql_table_cols(const ql_table *t)
-{
-    return t->ncol;
 }
 
 const char *ql_table_cell(const ql_table *t, size_t row, size_t col)
@@ -122,6 +147,12 @@ void ql_table_hide(ql_table *t, size_t col, bool hidden)
 {
     QL_ASSERT(col < t->ncol);
     t->hidden[col] = hidden;
+}
+
+void ql_table_align_right(ql_table *t, size_t col, bool right)
+{
+    QL_ASSERT(col < t->ncol);
+    t->cols[col].right = right;
 }
 
 /* ================================================================ Markdown */

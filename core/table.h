@@ -9,8 +9,9 @@
  *
  * Markdown: a pipe table whose columns are padded to a common width (counted
  * in UTF-8 code points) so that the raw text reads well too; '|' in a cell is
- * escaped; right-aligned columns get a `--:` rule. Columns can be hidden from
- * the Markdown output (CSV always has every column).
+ * escaped and a line break becomes a space; right-aligned columns get a `--:`
+ * rule. Columns can be hidden from the Markdown output (CSV always has every
+ * column).
  * CSV: RFC 4180 quoting, "\n" line ends, one header row. */
 #ifndef QL_TABLE_H
 #define QL_TABLE_H
@@ -42,9 +43,13 @@ ql_status ql_table_row(ql_table *t, ql_error *err);
 ql_status ql_table_put(ql_table *t, const char *text, ql_error *err);
 ql_status ql_table_putf(ql_table *t, ql_error *err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The next cell: v formatted by fmt, a printf format that converts exactly one
+ * double (e.g. "%.3f", "%+.4f", "%.3e"; anything else is a programmer error),
+ * or a missing cell when v is NaN. */
+ql_status ql_table_put_num(ql_table *t, double v, const char *fmt, ql_error *err)
+    __attribute__((format(printf, 3, 0)));
 
 size_t ql_table_rows(const ql_table *t);
-size_t ql_table_cols(const ql_table *t);
 /* The cell (NULL when missing). */
 const char *ql_table_cell(const ql_table *t, size_t row, size_t col);
 /* Whether every cell of a column is missing (true for a table without rows). */
@@ -52,6 +57,8 @@ bool ql_table_col_empty(const ql_table *t, size_t col);
 
 /* Hides a column from the Markdown output. */
 void ql_table_hide(ql_table *t, size_t col, bool hidden);
+/* Right- or left-aligns a column, e.g. once its values show it holds numbers. */
+void ql_table_align_right(ql_table *t, size_t col, bool right);
 
 /* Writes the table (write errors show in ferror(out)). */
 void ql_table_write_md(const ql_table *t, FILE *out, const char *null_text);

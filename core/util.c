@@ -280,6 +280,19 @@ char *ql_strdup(const char *s)
     return d;
 }
 
+void ql_strset_add(const char **set, size_t *n, size_t max, const char *s)
+{
+    size_t i = 0;
+    int c = 1;
+    while (i < *n && (c = strcmp(set[i], s)) < 0)
+        i++;
+    if ((i < *n && c == 0) || *n >= max)
+        return;
+    memmove(set + i + 1, set + i, (*n - i) * sizeof *set);
+    set[i] = s;
+    (*n)++;
+}
+
 int ql_format_double(double v, char *buf, size_t size)
 {
     if (isnan(v))
@@ -288,11 +301,17 @@ int ql_format_double(double v, char *buf, size_t size)
         return snprintf(buf, size, v > 0 ? "inf" : "-inf");
     if (v == 0.0)
         return snprintf(buf, size, "0");
+    return snprintf(buf, size, "%.*g", ql_double_precision(v), v);
+}
+
+int ql_double_precision(double v)
+{
     char tmp[40];
-    for (int prec = 1; prec <= 17; prec++) {
+    int prec = 1;
+    for (; prec < 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, v);
         if (strtod(tmp, NULL) == v)
             break;
     }
-    return snprintf(buf, size, "%s", tmp);
+    return prec;
 }

@@ -58,10 +58,19 @@ bool ql_grow(void **p, size_t *cap, size_t need, size_t esz);
 /* Duplicates a string (NULL on allocation failure). */
 char *ql_strdup(const char *s);
 
+/* Adds s to set, an array of *n distinct strings kept in strcmp order (the
+ * pointers are stored, not copies), unless it is there already or the set
+ * holds max strings. Used to list the distinct values of a column, e.g. the
+ * activation modes that become the series of a plot. */
+void ql_strset_add(const char **set, size_t *n, size_t max, const char *s);
+
 /* Shortest "%.Ng" spelling of a finite v that reads back as exactly v ("3", "0.1",
  * "2.5e-07"); -0 is written "0", non-finite values "nan", "inf", "-inf". Used
  * wherever a number is stored as text or compared as text (config canonical
  * forms, query output). Returns the length snprintf would write. */
 int ql_format_double(double v, char *buf, size_t size);
+/* The N of that spelling: the smallest N in 1..17 for which "%.Ng" of a finite v
+ * reads back as exactly v (for writers with their own number syntax, e.g. JSON). */
+int ql_double_precision(double v);
 
 #endif

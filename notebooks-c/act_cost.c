@@ -63,8 +63,6 @@ static ql_status load_chunks(ql_store *s, int64_t run_id, size_t expect, chunks 
                                     &q, err);
     if (st)
         return st;
-    char id[32];
-    snprintf(id, sizeof id, "%lld", (long long)run_id);
     c->chunk = calloc(expect, sizeof *c->chunk);
     c->tokens = calloc(expect, sizeof *c->tokens);
     c->kld = calloc(expect, sizeof *c->kld);
@@ -74,7 +72,7 @@ static ql_status load_chunks(ql_store *s, int64_t run_id, size_t expect, chunks 
         st = ql_error_set(err, QL_ENOMEM, "out of memory");
         goto out;
     }
-    if ((st = ql_query_bind_text(q, 1, id, err)))
+    if ((st = ql_query_bind_int64(q, 1, run_id, err)))
         goto out;
     for (;;) {
         bool row;
@@ -179,17 +177,6 @@ static ptrdiff_t find_base(const nb_result *runs, size_t n, size_t x)
 
 /* ---------------------------------------------------------------- output */
 
-static ql_status put_num(ql_table *t, double v, const char *style, ql_error *err)
-{
-    if (isnan(v))
-        return ql_table_put(t, NULL, err);
-    if (strcmp(style, "sci") == 0)
-        return ql_table_putf(t, err, "%.3e", v);
-    if (strcmp(style, "signed") == 0)
-        return ql_table_putf(t, err, "%+.3e", v);
-    return ql_table_putf(t, err, "%.1f", v);
-}
-
 static ql_status put_ci(ql_table *t, bool ok, const ql_ci *ci, ql_error *err)
 {
     if (!ok)
@@ -223,24 +210,13 @@ static ql_status write_plot(const nb_options *o, const nb_result *runs, const pa
      * (the runs are in bpw order). */
     const char *modes[16];
     size_t nm = 0;
-    for (size_t i = lo; i < hi; i++) {
-        const char *m = runs[ps[i].x].axis[QL_AXIS_ACT_MODE];
-        size_t k = 0;
-        while (k < nm && strcmp(modes[k], m) != 0)
-            k++;
-        if (k == nm && nm < 16)
-            modes[nm++] = m;
-    }
-    for (size_t i = 1; i < nm; i++)
-        for (size_t k = i; k > 0 && strcmp(modes[k - 1], modes[k]) > 0; k--) {
-            const char *tmp = modes[k];
-            modes[k] = modes[k - 1];
-            modes[k - 1] = tmp;
-        }
+    for (size_t i = lo; i < hi; i++)
+        ql_strset_add(modes, &nm, sizeof modes / sizeof modes[0],
+                      runs[ps[i].x].axis[QL_AXIS_ACT_MODE]);
     char labels[64][256];
     size_t nl = 0;
-    nb_doc d;
-    ql_status st = nb_doc_open(&d, err);
+    ql_doc d;
+    ql_status st = ql_doc_open(&d, err);
     if (st)
         return st;
     fprintf(d.f,
@@ -268,7 +244,7 @@ static ql_status write_plot(const nb_options *o, const nb_result *runs, const pa
     char base[64], name[96];
     snprintf(base, sizeof base, "act_cost%s", suffix);
     snprintf(name, sizeof name, "%s.dat", base);
-    if ((st = nb_doc_save(o, &d, name, err)) || (st = nb_doc_open(&d, err)))
+    if ((st = nb_save(o, &d, name, err)) || (st = ql_doc_open(&d, err)))
         return st;
     FILE *f = d.f;
     fprintf(f,
@@ -300,7 +276,7 @@ static ql_status write_plot(const nb_options *o, const nb_result *runs, const pa
     fprintf(f, "\nset terminal %s\nset output '%s.svg'\nreplot\nunset output\n",
             QL_PLOT_SVG_TERMINAL, base);
     snprintf(name, sizeof name, "%s.gp", base);
-    if ((st = nb_doc_save(o, &d, name, err)))
+    if ((st = nb_save(o, &d, name, err)))
         return st;
     nb_plot(o, name, base);
     return QL_OK;
@@ -340,7 +316,7 @@ int main(int argc, char **argv)
     size_t n = 0, np = 0;
     pair *ps = NULL;
     ql_table *t = NULL;
-    nb_doc d = {0};
+    ql_doc d = {0};
     ql_status st;
     if ((st = nb_open(&o, &s, &err)) || (st = nb_load_results(s, &o, &runs, &n, &err)))
         goto out;
@@ -385,7 +361,7 @@ int main(int argc, char **argv)
         {"KLD", NULL, true},         {"ΔKLD", NULL, true},     {"95% CI", NULL, true},
         {"act share %", NULL, true}, {"Δ ln PPL", NULL, true}, {"95% CI", NULL, true},
     };
-    if ((st = nb_doc_open(&d, &err)))
+    if ((st = ql_doc_open(&d, &err)))
         goto out;
     fprintf(d.f,
             "# Cost of activation quantization\n\n"
@@ -415,11 +391,14 @@ int main(int argc, char **argv)
                 p->has_chunks && x->kld > 0 ? 100.0 * p->dkld.estimate / x->kld : (double)NAN;
             if ((st = ql_table_row(t, &err)) || (st = ql_table_put(t, label, &err)) ||
                 (st = ql_table_put(t, x->axis[QL_AXIS_ACT_MODE], &err)) ||
-                (st = put_num(t, b->kld, "sci", &err)) || (st = put_num(t, x->kld, "sci", &err)) ||
-                (st = put_num(t, p->has_chunks ? p->dkld.estimate : (double)NAN, "signed", &err)) ||
+                (st = ql_table_put_num(t, b->kld, "%.3e", &err)) ||
+                (st = ql_table_put_num(t, x->kld, "%.3e", &err)) ||
+                (st = ql_table_put_num(t, p->has_chunks ? p->dkld.estimate : (double)NAN, "%+.3e",
+                                       &err)) ||
                 (st = put_ci(t, p->has_chunks, &p->dkld, &err)) ||
-                (st = put_num(t, share, "pct", &err)) ||
-                (st = put_num(t, p->has_nll ? p->dlnppl.estimate : (double)NAN, "signed", &err)) ||
+                (st = ql_table_put_num(t, share, "%.1f", &err)) ||
+                (st = ql_table_put_num(t, p->has_nll ? p->dlnppl.estimate : (double)NAN, "%+.3e",
+                                       &err)) ||
                 (st = put_ci(t, p->has_nll, &p->dlnppl, &err)))
                 break;
         }
@@ -439,9 +418,9 @@ int main(int argc, char **argv)
         if (missing < hi - lo && (st = write_plot(&o, runs, ps, lo, hi, suffix, &err)))
             goto out;
     }
-    st = nb_doc_save(&o, &d, "act_cost.md", &err);
+    st = nb_save(&o, &d, "act_cost.md", &err);
 out:
-    nb_doc_discard(&d);
+    ql_doc_discard(&d);
     ql_table_free(t);
     free(ps);
     free(runs);

@@ -161,38 +161,9 @@ ql_status nb_load_results(ql_store *s, const nb_options *o, nb_result **out, siz
     return st;
 }
 
-ql_status nb_doc_open(nb_doc *d, ql_error *err)
+ql_status nb_save(const nb_options *o, ql_doc *d, const char *name, ql_error *err)
 {
-    d->p = NULL;
-    d->n = 0;
-    d->f = open_memstream(&d->p, &d->n);
-    return d->f ? QL_OK : ql_error_set(err, QL_ENOMEM, "out of memory");
-}
-
-ql_status nb_doc_save(const nb_options *o, nb_doc *d, const char *name, ql_error *err)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", o->out_dir, name);
-    bool failed = ferror(d->f) != 0;
-    if (fclose(d->f) != 0)
-        failed = true;
-    d->f = NULL;
-    ql_status st = failed ? ql_error_set(err, QL_ENOMEM, "%s: out of memory while writing", path)
-                          : ql_file_write_all(path, d->p, d->n, err);
-    if (!st)
-        printf("  %s\n", path);
-    free(d->p);
-    d->p = NULL;
-    return st;
-}
-
-void nb_doc_discard(nb_doc *d)
-{
-    if (d->f)
-        fclose(d->f);
-    free(d->p);
-    d->f = NULL;
-    d->p = NULL;
+    return ql_doc_save(d, o->out_dir, name, stdout, err);
 }
 
 void nb_plot(const nb_options *o, const char *script, const char *base)
@@ -201,12 +172,9 @@ void nb_plot(const nb_options *o, const char *script, const char *base)
         return;
     ql_error err;
     ql_error_clear(&err);
-    if (ql_plot_render(o->out_dir, script, base, &err) != QL_OK) {
+    if (ql_plot_draw(o->out_dir, script, base, stdout, &err) != QL_OK)
         fprintf(stderr, "%s: plot skipped: %s (the data and %s are written)\n", o->prog, err.msg,
                 script);
-        return;
-    }
-    printf("  %s/%s.png\n  %s/%s.svg\n", o->out_dir, base, o->out_dir, base);
 }
 
 int nb_fail(const nb_options *o, const ql_error *err)

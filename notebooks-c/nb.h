@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "doc.h"
 #include "error.h"
 #include "query.h"
 #include "store.h"
@@ -64,17 +65,8 @@ typedef struct {
 ql_status nb_load_results(ql_store *s, const nb_options *o, nb_result **out, size_t *n,
                           ql_error *err);
 
-/* A text file built in memory, written atomically into the output directory. */
-typedef struct {
-    char *p;
-    size_t n;
-    FILE *f;
-} nb_doc;
-
-ql_status nb_doc_open(nb_doc *d, ql_error *err);
-/* Writes out_dir/name, prints its path, frees the document (also on error). */
-ql_status nb_doc_save(const nb_options *o, nb_doc *d, const char *name, ql_error *err);
-void nb_doc_discard(nb_doc *d);
+/* Writes a document (doc.h) to out_dir/name and prints its path. */
+ql_status nb_save(const nb_options *o, ql_doc *d, const char *name, ql_error *err);
 
 /* Runs out_dir/script with gnuplot (unless --no-plots) and checks base.png and
  * base.svg; a missing or failing gnuplot prints why and is not an error. */

@@ -72,8 +72,8 @@ static ql_status write_plot(const nb_options *o, const nb_result *v, size_t n, c
 {
     char base[256], name[300];
     snprintf(base, sizeof base, "pareto%s", suffix);
-    nb_doc d;
-    ql_status st = nb_doc_open(&d, err);
+    ql_doc d;
+    ql_status st = ql_doc_open(&d, err);
     if (st)
         return st;
     fprintf(d.f, "# pareto: %s\n# columns: bpw kld_mean ppl label act_mode\n", v[0].group);
@@ -94,7 +94,7 @@ static ql_status write_plot(const nb_options *o, const nb_result *v, size_t n, c
         }
     }
     snprintf(name, sizeof name, "%s.dat", base);
-    if ((st = nb_doc_save(o, &d, name, err)) || (st = nb_doc_open(&d, err)))
+    if ((st = nb_save(o, &d, name, err)) || (st = ql_doc_open(&d, err)))
         return st;
     bool kld_positive = false;
     for (size_t i = 0; i < n; i++)
@@ -111,19 +111,10 @@ static ql_status write_plot(const nb_options *o, const nb_result *v, size_t n, c
     }
     fputs("unset output\n", d.f);
     snprintf(name, sizeof name, "%s.gp", base);
-    if ((st = nb_doc_save(o, &d, name, err)))
+    if ((st = nb_save(o, &d, name, err)))
         return st;
     nb_plot(o, name, base);
     return QL_OK;
-}
-
-/* A number cell ('f' fixed or 'e' scientific), missing for NaN. */
-static ql_status put_num(ql_table *t, double v, char style, int decimals, ql_error *err)
-{
-    if (isnan(v))
-        return ql_table_put(t, NULL, err);
-    return style == 'e' ? ql_table_putf(t, err, "%.*e", decimals, v)
-                        : ql_table_putf(t, err, "%.*f", decimals, v);
 }
 
 int main(int argc, char **argv)
@@ -145,7 +136,7 @@ int main(int argc, char **argv)
     ptrdiff_t *by = NULL;
     double *x = NULL, *yk = NULL, *yp = NULL;
     ql_table *t = NULL;
-    nb_doc d = {0};
+    ql_doc d = {0};
     ql_status st;
     if ((st = nb_open(&o, &s, &err)) || (st = nb_load_results(s, &o, &all, &n_all, &err)))
         goto out;
@@ -161,7 +152,7 @@ int main(int argc, char **argv)
         {"PPL", NULL, true},        {"KLD front", NULL, false},
         {"PPL front", NULL, false}, {"beaten on KLD by", NULL, false},
     };
-    if (!fk || !fp || !by || !x || !yk || !yp || (st = nb_doc_open(&d, &err))) {
+    if (!fk || !fp || !by || !x || !yk || !yp || (st = ql_doc_open(&d, &err))) {
         st = st ? st : ql_error_set(&err, QL_ENOMEM, "out of memory");
         goto out;
     }
@@ -199,9 +190,9 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < n && !st; i++) {
             if ((st = ql_table_row(t, &err)) || (st = ql_table_put(t, v[i].label, &err)) ||
                 (st = ql_table_put(t, v[i].axis[QL_AXIS_ACT_MODE], &err)) ||
-                (st = put_num(t, v[i].bpw, 'f', 3, &err)) ||
-                (st = put_num(t, v[i].kld, 'e', 3, &err)) ||
-                (st = put_num(t, v[i].ppl, 'f', 4, &err)) ||
+                (st = ql_table_put_num(t, v[i].bpw, "%.3f", &err)) ||
+                (st = ql_table_put_num(t, v[i].kld, "%.3e", &err)) ||
+                (st = ql_table_put_num(t, v[i].ppl, "%.4f", &err)) ||
                 (st = ql_table_put(t, fk[i] ? "yes" : "no", &err)) ||
                 (st = ql_table_put(t, fp[i] ? "yes" : "no", &err)))
                 break;
@@ -225,9 +216,9 @@ int main(int argc, char **argv)
             goto out;
         groups++;
     }
-    st = nb_doc_save(&o, &d, "pareto.md", &err);
+    st = nb_save(&o, &d, "pareto.md", &err);
 out:
-    nb_doc_discard(&d);
+    ql_doc_discard(&d);
     ql_table_free(t);
     free(fk);
     free(fp);

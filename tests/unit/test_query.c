@@ -40,15 +40,20 @@ static void check_output(const char *sql, ql_query_format fmt, const char *want)
     free(got);
 }
 
-static void check_refused(const char *sql, const char *fragment)
+static void check_failed(const char *sql, ql_query_format fmt, const char *fragment)
 {
     ql_error err;
     ql_error_clear(&err);
-    char *got = run(sql, QL_QUERY_TABLE, &err);
-    CHECK_MSG(got == NULL, "'%s' was executed", sql);
+    char *got = run(sql, fmt, &err);
+    CHECK_MSG(got == NULL, "'%s' did not fail", sql);
     free(got);
     CHECK_MSG(strstr(err.msg, fragment) != NULL, "'%s': message '%s' lacks '%s'", sql, err.msg,
               fragment);
+}
+
+static void check_refused(const char *sql, const char *fragment)
+{
+    check_failed(sql, QL_QUERY_TABLE, fragment);
 }
 
 static const char results_sql[] =
@@ -96,6 +101,9 @@ static void test_formats(void)
                  "|-------:|-------------------------------------------------|\n"
                  "|      4 | quantize: IQ4_NL is \"not implemented\", see a\\|b |\n");
     check_output("SELECT 'a\nb' AS x, 1 AS y", QL_QUERY_TABLE, "x    y\n---  -\na b  1\n(1 row)\n");
+    /* Markdown follows the same line-break rule (ql_table_write_md). */
+    check_output("SELECT 'a\nb|c' AS x, 1 AS y", QL_QUERY_MD,
+                 "| x      |   y |\n|--------|----:|\n| a b\\|c |   1 |\n");
 
     /* Reals read back exactly in every format; infinities and blobs are spelled out. */
     check_output("SELECT 0.1 AS a, 1.0 / 3 AS b, 1e400 AS c, x'00ff' AS d", QL_QUERY_JSON,
@@ -103,12 +111,22 @@ static void test_formats(void)
                  "\"x'00ff'\"}\n]\n");
     check_output("SELECT 0.1 AS a, 1.0 / 3 AS b, 1e400 AS c, x'00ff' AS d", QL_QUERY_CSV,
                  "a,b,c,d\n0.1,0.3333333333333333,inf,x'00ff'\n");
+    /* All 17 digits when fewer do not read back. */
+    check_output("SELECT 0.1 + 0.2 AS a", QL_QUERY_JSON, "[\n{\"a\": 0.30000000000000004}\n]\n");
+    check_output("SELECT 0.1 + 0.2 AS a", QL_QUERY_CSV, "a\n0.30000000000000004\n");
 
     /* Empty results. */
     check_output("SELECT 1 AS one WHERE 0", QL_QUERY_TABLE, "one\n---\n(0 rows)\n");
     check_output("SELECT 1 AS one WHERE 0", QL_QUERY_JSON, "[]\n");
     check_output("SELECT 1 AS one WHERE 0", QL_QUERY_CSV, "one\n");
     check_output("SELECT 1 AS one WHERE 0", QL_QUERY_MD, "| one |\n|-----|\n");
+
+    /* JSON needs UTF-8: a bad value names its row and column, a bad column name
+     * fails before any row. */
+    check_failed("SELECT 1 AS n UNION ALL SELECT CAST(x'ff' AS TEXT)", QL_QUERY_JSON,
+                 "row 2, column 'n': cannot encode as JSON");
+    check_failed("SELECT 1 AS \"a\xff\" WHERE 0", QL_QUERY_JSON,
+                 "column 1: cannot encode its name");
 }
 
 static void test_refusals(void)
@@ -178,6 +196,29 @@ static void test_named(void)
     free(text);
 }
 
+/* Parameters keep their type: an integer binds as an integer, text as text. */
+static void test_bind(void)
+{
+    ql_error err;
+    ql_error_clear(&err);
+    ql_query *q = NULL;
+    CHECK_OK(ql_query_prepare(store, "SELECT ?1 + 1 AS n, typeof(?1), typeof(?2)", &q, &err), &err);
+    if (!q)
+        return;
+    const int64_t big = (int64_t)1 << 53;
+    CHECK_OK(ql_query_bind_int64(q, 1, big + 1, &err), &err);
+    CHECK_OK(ql_query_bind_text(q, 2, "7", &err), &err);
+    CHECK(ql_query_bind_int64(q, 3, 1, &err) == QL_EINVAL &&
+          strstr(err.msg, "parameter 3: column index out of range"));
+    bool row = false;
+    CHECK_OK(ql_query_step(q, &row, &err), &err);
+    CHECK(row);
+    /* 2^53 + 2 needs every bit of an int64: no detour through a double. */
+    CHECK(ql_query_int(q, 0) == big + 2);
+    CHECK(strcmp(ql_query_text(q, 1), "integer") == 0 && strcmp(ql_query_text(q, 2), "text") == 0);
+    ql_query_free(q);
+}
+
 int main(void)
 {
     char path[512];
@@ -192,6 +233,7 @@ int main(void)
     test_formats();
     test_refusals();
     test_named();
+    test_bind();
     ql_store_close(store);
     return qlt_done();
 }

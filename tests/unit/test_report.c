@@ -130,6 +130,36 @@ static void test_table(void)
     ql_table_free(t);
     ql_table_free(NULL);
 
+    /* Numbers: a missing cell for NaN; alignment set once the values are known;
+     * rows past the first allocation (16) start with every cell missing. */
+    const ql_table_column num_cols[] = {{"v", NULL, false}, {"w", NULL, false}};
+    t = ql_table_alloc(num_cols, 2);
+    CHECK(t != NULL);
+    const double vals[] = {1.0 / 3, -0.5, (double)NAN};
+    const char *const fmts[] = {"%.3f", "%+.2e", "%.1f"};
+    for (int r = 0; r < 40; r++) {
+        CHECK_OK(ql_table_row(t, &err), &err);
+        if (r < 3)
+            CHECK_OK(ql_table_put_num(t, vals[r], fmts[r], &err), &err);
+    }
+    CHECK_EQ_INT(ql_table_rows(t), 40);
+    CHECK(ql_table_cell(t, 0, 0) && strcmp(ql_table_cell(t, 0, 0), "0.333") == 0);
+    CHECK(ql_table_cell(t, 1, 0) && strcmp(ql_table_cell(t, 1, 0), "-5.00e-01") == 0);
+    int missing = 1;
+    for (size_t r = 0; r < 40; r++)
+        missing &= (r < 2 || ql_table_cell(t, r, 0) == NULL) && ql_table_cell(t, r, 1) == NULL;
+    CHECK(missing);
+    ql_table_align_right(t, 0, true);
+    md = table_md(t);
+    const char *want_head = "|         v | w   |\n"
+                            "|----------:|-----|\n"
+                            "|     0.333 | —   |\n"
+                            "| -5.00e-01 | —   |\n"
+                            "|         — | —   |\n";
+    CHECK_MSG(md && strncmp(md, want_head, strlen(want_head)) == 0, "got:\n%s", md);
+    free(md);
+    ql_table_free(t);
+
     char buf[64];
     CHECK(strcmp(ql_fmt_bytes(512, buf, sizeof buf), "512 B") == 0);
     CHECK(strcmp(ql_fmt_bytes(4608, buf, sizeof buf), "4.50 KiB") == 0);
@@ -339,6 +369,34 @@ static void test_report_text(void)
           strstr(front, "\"Q8_0\" \"f32\"") && strstr(front, "\"F16\" \"f32\"") &&
           !strstr(front, "q8_0"));
     free(front);
+
+    /* Each script plots the column of formats.dat that the data's header names. */
+    snprintf(got, sizeof got, "%s/fixture-formats/formats.dat", dir);
+    char *dat = slurp(got);
+    const char *head = dat ? strstr(dat, "# columns:") : NULL;
+    CHECK(head != NULL);
+    static const struct {
+        const char *script, *column;
+    } plotted[] = {{"kld_bpw.gp", "kld_mean"}, {"ppl_bpw.gp", "ppl"}};
+    for (size_t i = 0; head && i < sizeof plotted / sizeof plotted[0]; i++) {
+        int col = 0, k = 0;
+        char word[64];
+        for (const char *p = head + strlen("# columns:"); *p != '\n' && col == 0; k++) {
+            int used = 0;
+            if (sscanf(p, " %63s%n", word, &used) != 1)
+                break;
+            p += used;
+            if (strcmp(word, plotted[i].column) == 0)
+                col = k + 1;
+        }
+        snprintf(got, sizeof got, "%s/fixture-formats/%s", dir, plotted[i].script);
+        char *gp = slurp(got), want_using[64];
+        snprintf(want_using, sizeof want_using, "'formats.dat' index 0 using 1:%d ", col);
+        CHECK_MSG(col > 0 && gp && strstr(gp, want_using), "%s: no '%s'", plotted[i].script,
+                  want_using);
+        free(gp);
+    }
+    free(dat);
     ql_store_close(s);
 }
 

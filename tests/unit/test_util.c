@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "qltest.h"
 #include "util.h"
@@ -68,9 +69,40 @@ static void grow_array(void)
     free(a);
 }
 
+/* ql_strset_add keeps distinct strings in strcmp order and stops at max. */
+static void string_set(void)
+{
+    const char *set[3];
+    size_t n = 0;
+    const char *in[] = {"q8_0", "f32", "q8_0", "native", "f32", "int8", "aaa"};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        ql_strset_add(set, &n, 3, in[i]);
+    /* The first three distinct values, sorted; later ones do not fit. */
+    CHECK_EQ_INT(n, 3);
+    CHECK(n == 3 && strcmp(set[0], "f32") == 0 && strcmp(set[1], "native") == 0 &&
+          strcmp(set[2], "q8_0") == 0);
+}
+
+/* ql_double_precision: the fewest %g digits that read back exactly, which is
+ * also what ql_format_double writes. */
+static void shortest_precision(void)
+{
+    CHECK_EQ_INT(ql_double_precision(0.5), 1);
+    CHECK_EQ_INT(ql_double_precision(0.1), 1);
+    CHECK_EQ_INT(ql_double_precision(1.0 / 3), 16);
+    CHECK_EQ_INT(ql_double_precision(0.1 + 0.2), 17);
+    CHECK_EQ_INT(ql_double_precision(2.5e-7), 2);
+    char buf[40];
+    CHECK(ql_format_double(0.1 + 0.2, buf, sizeof buf) == 19 &&
+          strcmp(buf, "0.30000000000000004") == 0);
+    CHECK(ql_format_double(2.5e-7, buf, sizeof buf) == 7 && strcmp(buf, "2.5e-07") == 0);
+}
+
 int main(void)
 {
     splitmix64_stream();
     grow_array();
+    string_set();
+    shortest_precision();
     return qlt_done();
 }
