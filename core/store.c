@@ -520,10 +520,10 @@ out_rollback:
     return st;
 }
 
-static ql_status configure(ql_store *s, int busy_ms, ql_error *err)
+static ql_status configure(ql_store *s, ql_error *err)
 {
     ql_status st;
-    int rc = sqlite3_busy_timeout(s->db, busy_ms);
+    int rc = sqlite3_busy_timeout(s->db, QL_STORE_BUSY_TIMEOUT_MS);
     if (rc != SQLITE_OK)
         return db_fail(s, rc, "setting the busy timeout", err);
     if ((st = exec(s, "PRAGMA foreign_keys = ON", "enabling foreign keys", err)))
@@ -581,9 +581,7 @@ ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store 
         goto out_close;
     }
     sqlite3_extended_result_codes(s->db, 1);
-    if ((st = configure(
-             s, opt->busy_timeout_ms > 0 ? opt->busy_timeout_ms : QL_STORE_BUSY_TIMEOUT_MS, err)) ||
-        (st = migrate(s, err)))
+    if ((st = configure(s, err)) || (st = migrate(s, err)))
         goto out_close;
     *out = s;
     return QL_OK;

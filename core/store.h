@@ -46,9 +46,8 @@
 typedef struct ql_store ql_store;
 
 typedef struct {
-    bool readonly;       /* open with SQLITE_OPEN_READONLY; never creates or migrates */
-    int busy_timeout_ms; /* 0 = QL_STORE_BUSY_TIMEOUT_MS */
-    int fault_after;     /* tests: the n-th SQLite call from now fails (0 = never) */
+    bool readonly;   /* open with SQLITE_OPEN_READONLY; never creates or migrates */
+    int fault_after; /* tests: the n-th SQLite call from now fails (0 = never) */
 } ql_store_options;
 
 /* Opens (creating the file and schema unless readonly) and checks the schema
