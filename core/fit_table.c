@@ -22,7 +22,7 @@
 #define CHUNK_ELEMS ((int64_t)1 << 18)
 
 /* Version of the error definition and cache layout; bump when either changes. */
-#define CACHE_FORMAT 2
+#define CACHE_FORMAT 3
 
 #define MAX_TYPES 64
 
@@ -33,8 +33,9 @@ static const char *const ladder_32[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"
 
 const char *ql_fit_default_types(void)
 {
-    return "IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S,Q2_K,Q3_K,IQ4_XS,Q4_K,Q5_K,Q6_K,Q8_0,F16 for "
-           "rows that split into 256-blocks, Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,Q8_0,F16 for the others";
+    return "Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,Q8_0,F16 for every tensor, and IQ2_XXS,IQ2_XS,IQ2_S,"
+           "IQ3_XXS,IQ3_S,Q2_K,Q3_K,IQ4_XS,Q4_K,Q5_K,Q6_K too for rows that split into "
+           "256-blocks";
 }
 
 const char *ql_fit_imp_source_name(ql_fit_imp_source s)
@@ -496,10 +497,17 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
     int n_req = 0, n_req32 = 0;
     const bool deflt = opt->types == NULL;
     if (deflt) {
-        for (size_t k = 0; k < sizeof ladder_k / sizeof ladder_k[0]; k++)
-            req[n_req++] = (int32_t)ql_type_by_name(ladder_k[k])->type;
+        /* Rows of 256-blocks also split into 32-blocks: both ladders are theirs. */
         for (size_t k = 0; k < sizeof ladder_32 / sizeof ladder_32[0]; k++)
-            req32[n_req32++] = (int32_t)ql_type_by_name(ladder_32[k])->type;
+            req32[n_req32++] = req[n_req++] = (int32_t)ql_type_by_name(ladder_32[k])->type;
+        for (size_t k = 0; k < sizeof ladder_k / sizeof ladder_k[0]; k++) {
+            const int32_t ty = (int32_t)ql_type_by_name(ladder_k[k])->type;
+            bool dup = false;
+            for (int m = 0; m < n_req; m++)
+                dup |= req[m] == ty;
+            if (!dup)
+                req[n_req++] = ty;
+        }
     } else {
         if ((rc = parse_types(opt->types, req, &n_req, err)) != QL_OK)
             return rc;
