@@ -882,8 +882,8 @@ ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief
     sqlite3_stmt *st;
     ql_status rc = prep(s,
                         "SELECT m.bpw, m.ppl, m.ppl - m.ppl_ref, m.kld_mean, m.top1_agree,"
-                        " r.quant_seconds FROM runs r LEFT JOIN metrics m ON m.run_id = r.id"
-                        " WHERE r.id = ?1",
+                        " r.quant_seconds, r.status, r.chunks FROM runs r"
+                        " LEFT JOIN metrics m ON m.run_id = r.id WHERE r.id = ?1",
                         &st, err);
     if (rc)
         return rc;
@@ -897,10 +897,12 @@ ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief
         out->kld_mean = col_or_nan(st, 3);
         out->top1_agree = col_or_nan(st, 4);
         out->quant_seconds = col_or_nan(st, 5);
+        ql_strlcpy(out->status, (const char *)sqlite3_column_text(st, 6), sizeof out->status);
+        out->chunks = sqlite3_column_int64(st, 7);
     } else if (r == SQLITE_DONE) {
         rc = ql_error_set(err, QL_ENOTFOUND, "%s: no run %lld", s->path, (long long)run_id);
     } else {
-        rc = db_fail(s, r, "reading the run's figures", err);
+        rc = db_fail(s, r, "reading the run", err);
     }
 out:
     sqlite3_finalize(st);
@@ -1051,34 +1053,13 @@ void ql_store_timing_init(ql_store_timing *t)
     t->seconds = t->quantize_seconds = t->ref_seconds = t->quant_seconds = (double)NAN;
 }
 
-/* The status and chunk count of a run, inside the current transaction. */
-static ql_status run_state(ql_store *s, int64_t run_id, char status[16], int64_t *chunks,
-                           ql_error *err)
-{
-    sqlite3_stmt *st;
-    ql_status rc = prep(s, "SELECT status, chunks FROM runs WHERE id = ?1", &st, err);
-    if (rc)
-        return rc;
-    if ((rc = bind_count(s, st, 1, run_id, err)))
-        goto out;
-    int r = step(s, st);
-    if (r == SQLITE_ROW) {
-        ql_strlcpy(status, (const char *)sqlite3_column_text(st, 0), 16);
-        *chunks = sqlite3_column_int64(st, 1);
-    } else if (r == SQLITE_DONE) {
-        rc = ql_error_set(err, QL_ENOTFOUND, "%s: no run %lld", s->path, (long long)run_id);
-    } else {
-        rc = db_fail(s, r, "reading the run", err);
-    }
-out:
-    sqlite3_finalize(st);
-    return rc;
-}
-
 ql_status ql_store_run_status(ql_store *s, int64_t run_id, char out[16], ql_error *err)
 {
-    int64_t chunks;
-    return run_state(s, run_id, out, &chunks, err);
+    ql_store_run_brief b;
+    ql_status rc = ql_store_run_brief_get(s, run_id, &b, err);
+    if (!rc)
+        ql_strlcpy(out, b.status, 16);
+    return rc;
 }
 
 static ql_status insert_metrics(ql_store *s, int64_t run_id, const ql_store_metrics *m,
@@ -1324,20 +1305,20 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_store
         ql_store_timing_init(&none);
         t = &none;
     }
-    char status[16], now[32];
-    int64_t chunks = 0;
+    char now[32];
+    ql_store_run_brief run;
     sqlite3_stmt *st = NULL;
     ql_status rc = begin(s, err);
     if (rc)
         return rc;
-    if ((rc = run_state(s, run_id, status, &chunks, err)))
+    if ((rc = ql_store_run_brief_get(s, run_id, &run, err)))
         goto out;
-    if (strcmp(status, "running") != 0) {
+    if (strcmp(run.status, "running") != 0) {
         rc = ql_error_set(err, QL_EINVAL, "%s: run %lld is %s, not running", s->path,
-                          (long long)run_id, status);
+                          (long long)run_id, run.status);
         goto out;
     }
-    if (res->n_chunks > 0 && (rc = check_chunks(s, run_id, chunks, res->chunks, res->n_chunks,
+    if (res->n_chunks > 0 && (rc = check_chunks(s, run_id, run.chunks, res->chunks, res->n_chunks,
                                                 res->metrics->n_tokens, err)))
         goto out;
     if ((rc = insert_metrics(s, run_id, res->metrics, err)) ||

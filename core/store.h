@@ -133,8 +133,11 @@ ql_status ql_store_run_states(ql_store *s, const char *model_sha256, const char 
                               int ctx, int chunks, ql_store_run_state **out, size_t *n,
                               ql_error *err);
 
-/* The headline figures of a done run (NAN where not measured). */
+/* A run's status and chunk count, and its headline figures (NAN where not measured,
+ * e.g. before it is done). */
 typedef struct {
+    char status[16]; /* running, done, failed */
+    int64_t chunks;
     double bpw, ppl, dppl, kld_mean, top1_agree;
     double quant_seconds; /* its quantized forward pass */
 } ql_store_run_brief;
