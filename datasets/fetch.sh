@@ -1,7 +1,7 @@
 #!/bin/sh
 # Downloads named entries of datasets/manifest.tsv into datasets/cache/<file> and checks
 # their size and sha256 against the manifest. qlab finds files there by name (see
-# core/data.h for the search order), so after a fetch `qlab data verify NAME` passes.
+# core/base/data.h for the search order), so after a fetch `qlab data verify NAME` passes.
 #
 #   datasets/fetch.sh NAME...            fetch from the entry's source URL
 #   datasets/fetch.sh --list             which entries can be fetched directly

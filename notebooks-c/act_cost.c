@@ -19,12 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analysis.h"
-#include "config.h"
+#include "base/table.h"
+#include "base/util.h"
+#include "experiment/config.h"
 #include "nb.h"
-#include "plot.h"
-#include "table.h"
-#include "util.h"
+#include "results/analysis.h"
+#include "results/plot.h"
 
 typedef struct {
     size_t x, base;  /* indices into the run list: quantized-activation run, f32 run */

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plot.h"
-#include "util.h"
+#include "base/util.h"
+#include "results/plot.h"
 
 static void help(const nb_options *o, const char *summary, const nb_extra_option *extra,
                  int n_extra)

@@ -16,11 +16,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "config.h"
-#include "doc.h"
-#include "error.h"
-#include "query.h"
-#include "store.h"
+#include "base/doc.h"
+#include "base/error.h"
+#include "experiment/config.h"
+#include "results/query.h"
+#include "results/store.h"
 
 #define NB_DEFAULT_DIR "results/notebooks"
 

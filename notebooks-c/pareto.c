@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analysis.h"
-#include "config.h"
+#include "base/table.h"
+#include "base/util.h"
+#include "experiment/config.h"
 #include "nb.h"
-#include "plot.h"
-#include "table.h"
-#include "util.h"
+#include "results/analysis.h"
+#include "results/plot.h"
 
 /* Labels: the weight type and the axes other than act_mode that vary within
  * the group [lo, hi), leaving out their plain values. */

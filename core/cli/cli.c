@@ -6,7 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../util.h"
+#include "base/util.h"
+#include "model/kvcache.h"
 
 int ql_cli_fail(const ql_error *err)
 {

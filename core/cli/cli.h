@@ -5,12 +5,12 @@
 #ifndef QL_CLI_H
 #define QL_CLI_H
 
-#include "../data.h"
-#include "../error.h"
-#include "../forward.h"
-#include "../model.h"
-#include "../perplexity.h"
-#include "../tokenizer.h"
+#include "base/data.h"
+#include "base/error.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/perplexity.h"
+#include "model/tokenizer.h"
 
 #define QL_EXIT_OK 0
 #define QL_EXIT_RUNTIME 1

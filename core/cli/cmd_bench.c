@@ -6,12 +6,12 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../quant.h"
-#include "../quant_xc.h"
-#include "../types.h"
-#include "../util.h"
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "formats/quant_xc.h"
+#include "formats/types.h"
+#include "model/quant.h"
 
 static const char *const usage_text =
     "usage: qlab bench quant [--threads N] [--rows R] [--cols C] [--imatrix] [--types T,T,...]\n"

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../actquant.h"
-#include "../qgemm.h"
-#include "../quant_legacy.h"
-#include "../util.h"
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "experiment/actquant.h"
+#include "formats/qgemm.h"
+#include "formats/quant_legacy.h"
 
 static const char *const usage_text =
     "usage: qlab bench act [--threads N] [--tokens T] [--in K] [--out M] [--min-seconds S]\n"

@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../data.h"
-#include "../forward.h"
-#include "../model.h"
-#include "../util.h"
+#include "base/data.h"
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "model/forward.h"
+#include "model/model.h"
 
 static void help(void)
 {

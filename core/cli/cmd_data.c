@@ -4,7 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../data.h"
+#include "base/data.h"
 #include "cli.h"
 #include "commands.h"
 

@@ -4,18 +4,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../actquant.h"
-#include "../config.h"
-#include "../data.h"
-#include "../forward.h"
-#include "../model.h"
-#include "../perplexity.h"
-#include "../progress.h"
-#include "../tokenizer.h"
-#include "../types.h"
-#include "../util.h"
+#include "base/data.h"
+#include "base/progress.h"
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "experiment/actquant.h"
+#include "experiment/config.h"
+#include "formats/types.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/perplexity.h"
+#include "model/tokenizer.h"
 
 static void help(void)
 {

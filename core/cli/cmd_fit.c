@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../data.h"
-#include "../fit.h"
-#include "../gguf.h"
-#include "../util.h"
+#include "base/data.h"
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "experiment/fit.h"
+#include "model/gguf.h"
 
 static void help(void)
 {

@@ -4,16 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../data.h"
-#include "../forward.h"
-#include "../imatrix.h"
-#include "../model.h"
-#include "../perplexity.h"
-#include "../tokenizer.h"
-#include "../types.h"
-#include "../util.h"
+#include "base/data.h"
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "experiment/imatrix.h"
+#include "formats/types.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/perplexity.h"
+#include "model/tokenizer.h"
 
 /* llama-imatrix's default context. */
 #define DEFAULT_CTX 512

@@ -2,10 +2,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../imatrix_io.h"
-#include "../util.h"
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "model/imatrix_io.h"
 
 /* llama-imatrix's default context size: the chunk size it assumes for a .dat it
  * loads with --in-file, since the .dat format does not record it. */

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../gguf.h"
-#include "../types.h"
-#include "../util.h"
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "formats/types.h"
+#include "model/gguf.h"
 
 #define DEFAULT_MAX_ARRAY  8
 #define DEFAULT_MAX_STRING 200

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../merge.h"
 #include "cli.h"
 #include "commands.h"
+#include "results/merge.h"
 
 static void help(void)
 {

@@ -3,14 +3,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../gguf.h"
-#include "../imatrix.h"
-#include "../imatrix_io.h"
-#include "../quant_model.h"
-#include "../types.h"
-#include "../util.h"
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "experiment/imatrix.h"
+#include "formats/types.h"
+#include "model/gguf.h"
+#include "model/imatrix_io.h"
+#include "model/quant_model.h"
 
 static const char *const usage_head =
     "usage: qlab quantize IN.gguf OUT.gguf --type T [--head-type T] [--embd-type T]\n"

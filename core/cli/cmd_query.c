@@ -2,10 +2,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../query.h"
-#include "../store.h"
 #include "cli.h"
 #include "commands.h"
+#include "results/query.h"
+#include "results/store.h"
 
 static void help(void)
 {

@@ -2,10 +2,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../report.h"
-#include "../store.h"
 #include "cli.h"
 #include "commands.h"
+#include "results/report.h"
+#include "results/store.h"
 
 static void help(void)
 {

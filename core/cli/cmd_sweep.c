@@ -5,10 +5,10 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "../runner.h"
-#include "../sweep.h"
 #include "cli.h"
 #include "commands.h"
+#include "experiment/sweep.h"
+#include "harness/runner.h"
 
 static void help(void)
 {

@@ -3,11 +3,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../synth.h"
-#include "../types.h"
-#include "../util.h"
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "formats/types.h"
+#include "model/synth.h"
 
 static void help(void)
 {

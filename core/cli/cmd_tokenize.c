@@ -3,12 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../data.h"
-#include "../gguf.h"
-#include "../tokenizer.h"
-#include "../util.h"
+#include "base/data.h"
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 
 static void usage(FILE *out)
 {

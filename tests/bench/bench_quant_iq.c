@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "types.h"
-#include "util.h"
+#include "base/util.h"
+#include "formats/types.h"
 
 enum { ROWS = 256, COLS = 4096 };
 

@@ -12,15 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward.h"
-#include "imatrix.h"
-#include "imatrix_io.h"
-#include "model.h"
-#include "perplexity.h"
+#include "base/util.h"
+#include "experiment/imatrix.h"
+#include "formats/types.h"
+#include "model/forward.h"
+#include "model/imatrix_io.h"
+#include "model/kvcache.h"
+#include "model/model.h"
+#include "model/perplexity.h"
+#include "model/tokenizer.h"
 #include "qltest.h"
-#include "tokenizer.h"
-#include "types.h"
-#include "util.h"
 
 #define GOLDEN_DAT "golden/imatrix/imatrix-stories260K-tscalib-c128.dat"
 #define CALIB_TEXT "golden/llamacpp-reference/ts_calib.txt"

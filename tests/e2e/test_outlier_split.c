@@ -9,19 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actquant.h"
-#include "data.h"
-#include "forward.h"
-#include "imatrix.h"
-#include "metrics.h"
-#include "model.h"
-#include "outliers.h"
-#include "perplexity.h"
+#include "base/data.h"
+#include "base/util.h"
+#include "experiment/actquant.h"
+#include "experiment/imatrix.h"
+#include "experiment/metrics.h"
+#include "experiment/outliers.h"
+#include "formats/types.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/perplexity.h"
+#include "model/synth.h"
+#include "model/tokenizer.h"
 #include "qltest.h"
-#include "synth.h"
-#include "tokenizer.h"
-#include "types.h"
-#include "util.h"
 
 /* The split at r = 3 must divide the mean KLD of Q8_0 + q8_0 by at least this. Measured
  * on this model: 9.0 (0.0108 -> 0.0012 nats); 3 leaves room for other seeds and

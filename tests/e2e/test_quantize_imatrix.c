@@ -13,13 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "imatrix.h"
-#include "imatrix_io.h"
-#include "quant_model.h"
+#include "base/util.h"
+#include "experiment/imatrix.h"
+#include "formats/types.h"
+#include "model/gguf.h"
+#include "model/imatrix_io.h"
+#include "model/quant_model.h"
 #include "qltest.h"
-#include "types.h"
-#include "util.h"
 
 #define GOLDEN_IMATRIX "golden/imatrix/imatrix-stories260K-tscalib-c128.dat"
 

@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "quant_model.h"
+#include "formats/types.h"
+#include "model/gguf.h"
+#include "model/quant_model.h"
 #include "qltest.h"
-#include "types.h"
 
 /* Relative RMSE bound per tensor for Q4_0: 4-bit levels against a 16-step scale on
  * these near-Gaussian weights give 0.07-0.10 per tensor (measured: at most 0.096);

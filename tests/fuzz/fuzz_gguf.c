@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "types.h"
+#include "formats/types.h"
+#include "model/gguf.h"
 
 #define FUZZ_NAME "fuzz-input.gguf"
 

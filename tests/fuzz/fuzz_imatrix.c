@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "imatrix_io.h"
+#include "model/imatrix_io.h"
 
 #define FUZZ_NAME "fuzz-input.imatrix"
 

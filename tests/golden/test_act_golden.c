@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actquant.h"
+#include "base/util.h"
+#include "experiment/actquant.h"
 #include "qltest.h"
-#include "util.h"
 
 enum {
     C_CASE,

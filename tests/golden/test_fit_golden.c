@@ -15,8 +15,8 @@
 #include <gsl/gsl_errno.h>
 #include <string.h>
 
-#include "fit.h"
-#include "gguf.h"
+#include "experiment/fit.h"
+#include "model/gguf.h"
 #include "qltest.h"
 
 static const char *const IMATRIX = "golden/imatrix/imatrix-stories260K-tscalib-c128.dat";

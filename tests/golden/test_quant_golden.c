@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
+#include "formats/types.h"
 #include "qltest.h"
-#include "types.h"
-#include "util.h"
 
 enum { C_CASE, C_MATRIX, C_TYPE, C_ID, C_ROWS, C_COLS, C_SEED, C_IMAT, C_INPUT, C_IMATFILE,
        C_QUANT, C_DEQUANT, C_QBYTES, C_NCOLS_MIN = 13 };

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "base/util.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 #include "qltest.h"
-#include "tokenizer.h"
-#include "util.h"
 
 #define MAX_SHOWN 40 /* ids printed per side of a mismatch */
 

@@ -10,10 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "merge_fixture.h"
 #include "report_fixture.h"
 #include "store_fixture.h"
-#include "util.h"
 
 static int usage(void)
 {

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
-#include "store.h"
-#include "types.h"
+#include "experiment/config.h"
+#include "formats/types.h"
+#include "results/store.h"
 
 static const char sweep_text[] = "[sweep]\n"
                                  "model = fixture\n"
@@ -40,12 +40,12 @@ static ql_status finish(ql_store *s, int64_t run, const ql_config *c, int i,
     enum { MAX_CHUNKS = 16 };
     if (spec->chunks > MAX_CHUNKS)
         return ql_error_set(err, QL_EINVAL, "fixture: at most %d chunks", MAX_CHUNKS);
-    ql_store_chunk_metrics ck[MAX_CHUNKS];
-    ql_store_metrics m;
-    ql_store_metrics_init(&m);
+    ql_chunk_record ck[MAX_CHUNKS];
+    ql_run_metrics m;
+    ql_run_metrics_init(&m);
     double kld = 0.0, nll = 0.0, nll_ref = 0.0, top1 = 0.0;
     for (int k = 0; k < spec->chunks; k++) {
-        ck[k] = (ql_store_chunk_metrics){
+        ck[k] = (ql_chunk_record){
             .chunk = k,
             .n_tokens = QLT_SHARD_TOKENS,
             .kld_sum = (i + 1) * (k + 1) / 64.0,
@@ -72,15 +72,15 @@ static ql_status finish(ql_store *s, int64_t run, const ql_config *c, int i,
     m.zlib_bytes = i % 2 ? 1000.0 + i : (double)NAN; /* not measured for some */
 
     ql_type wt = c->weight_type;
-    ql_store_tensor_error te[2] = {
+    ql_tensor_record te[2] = {
         {"token_embd.weight", wt, wt, NULL, 64, 32, 2048, 1024, (i + 1) / 256.0, (i + 1) / 64.0,
          (double)NAN, (double)NAN, -1},
         {"blk.0.attn_q.weight", wt, wt, NULL, 32, 32, 1024, 512, (i + 1) / 128.0, (i + 1) / 32.0,
          (i + 1) / 16.0, 1.0 / 64, -1},
     };
     /* Provenance of the shard, not of the config. */
-    ql_store_timing t = {1.0 + spec->shard.index, 0.25, 0.5, 0.5};
-    ql_store_run_result r = {.metrics = &m,
+    ql_run_timing t = {1.0 + spec->shard.index, 0.25, 0.5, 0.5};
+    ql_run_result r = {.metrics = &m,
                              .tensors = te,
                              .n_tensors = 2,
                              .chunks = ck,

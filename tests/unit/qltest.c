@@ -4,8 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "formats/types.h"
 #include "ql_config.h"
-#include "types.h"
 
 int qlt_failures = 0;
 int qlt_checks = 0;

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 
 extern int qlt_failures;
 extern int qlt_checks;

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
-#include "store.h"
-#include "types.h"
+#include "experiment/config.h"
+#include "formats/types.h"
+#include "results/store.h"
 
 #define MODEL_A_SHA "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
 #define MODEL_B_SHA "dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"
@@ -57,7 +57,7 @@ static double type_error(ql_type t)
 }
 
 typedef struct {
-    ql_store_tensor_error te[MAX_TENSORS];
+    ql_tensor_record te[MAX_TENSORS];
     char names[MAX_TENSORS][48];
     size_t n;
     double params, bytes, params_body, bytes_body;
@@ -66,7 +66,7 @@ typedef struct {
 
 static void add_tensor(weights *w, const tensor_class *tc, int layer, ql_type type)
 {
-    ql_store_tensor_error *t = &w->te[w->n];
+    ql_tensor_record *t = &w->te[w->n];
     if (layer >= 0)
         snprintf(w->names[w->n], sizeof w->names[0], "blk.%d.%s.weight", layer, tc->name);
     else
@@ -156,7 +156,7 @@ static double std_error(const double *v, int n)
 
 /* Per-chunk sums and the run metrics derived from them. */
 static void make_metrics(const ql_config *c, const weights *w, int k, bool model_b, bool no_max_dp,
-                         ql_store_metrics *m, ql_store_chunk_metrics *ck)
+                         ql_run_metrics *m, ql_chunk_record *ck)
 {
     const int T = QLT_REPORT_TOKENS;
     /* KLD per token grows with the importance-weighted weight error; quantized
@@ -171,7 +171,7 @@ static void make_metrics(const ql_config *c, const weights *w, int k, bool model
         double hard = 1.0 + (double)((i * 5) % 8) / 8.0;
         double noise = 1.0 + (double)((3 * i + k) % 5 - 2) / 32.0; /* k: per weight type */
         double mean = base * hard * noise;
-        ql_store_chunk_metrics *x = &ck[i];
+        ql_chunk_record *x = &ck[i];
         x->chunk = i;
         x->n_tokens = T;
         x->kld_sum = mean * T;
@@ -186,7 +186,7 @@ static void make_metrics(const ql_config *c, const weights *w, int k, bool model
         top1 += (double)x->top1_count;
     }
     double n = (double)(T * QLT_REPORT_CHUNKS);
-    ql_store_metrics_init(m);
+    ql_run_metrics_init(m);
     m->n_tokens = n;
     m->kld_mean = kld / n;
     m->kld_mean_err = std_error(chunk_kld, QLT_REPORT_CHUNKS);
@@ -285,11 +285,11 @@ ql_status qlt_report_fixture(const char *path, bool chunks, ql_error *err)
         }
         weights w;
         make_weights(&c, &w);
-        ql_store_metrics m;
-        ql_store_chunk_metrics ck[QLT_REPORT_CHUNKS];
+        ql_run_metrics m;
+        ql_chunk_record ck[QLT_REPORT_CHUNKS];
         make_metrics(&c, &w, (int)c.weight_type, is_b, fr->no_max_dp, &m, ck);
-        ql_store_timing t = {2.5, 0.25, 1.0, 1.0};
-        ql_store_run_result res = {&m, w.te, w.n, ck, chunks ? QLT_REPORT_CHUNKS : 0, &t, NULL, 0};
+        ql_run_timing t = {2.5, 0.25, 1.0, 1.0};
+        ql_run_result res = {&m, w.te, w.n, ck, chunks ? QLT_REPORT_CHUNKS : 0, &t, NULL, 0};
         if ((st = ql_store_finish_run_result(s, run, &res, err)))
             goto out;
     }

@@ -18,7 +18,7 @@
 
 #include <stdbool.h>
 
-#include "error.h"
+#include "base/error.h"
 
 #define QLT_REPORT_CTX     64
 #define QLT_REPORT_CHUNKS  8

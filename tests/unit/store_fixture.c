@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "base/util.h"
+#include "experiment/config.h"
+#include "formats/types.h"
 #include "qltest.h"
-#include "store.h"
-#include "types.h"
-#include "util.h"
+#include "results/store.h"
 
 void qlt_store_add_inputs(ql_store *s, int64_t *model, int64_t *text)
 {
@@ -111,8 +111,8 @@ static ql_status add_run(ql_store *s, int64_t model, int64_t text, const char *c
     if (fail)
         return ql_store_fail_run(s, run, fail, 0.5, err);
 
-    ql_store_metrics m;
-    ql_store_metrics_init(&m);
+    ql_run_metrics m;
+    ql_run_metrics_init(&m);
     m.ppl = fr->ppl;
     m.ppl_err = 0.25;
     m.ppl_ref = 10.0;
@@ -127,14 +127,14 @@ static ql_status add_run(ql_store *s, int64_t model, int64_t text, const char *c
     m.zlib_bytes = fr->zlib_bytes; /* NAN for most: not measured */
 
     ql_type wt = c.weight_type;
-    ql_store_tensor_error te[3] = {
+    ql_tensor_record te[3] = {
         {"token_embd.weight", wt, wt, NULL, 512, 64, 32768, 1000, 0.0625, 0.25, (double)NAN, (double)NAN, -1},
         {"blk.0.attn_q.weight", wt, wt, NULL, 64, 64, 4096, 500, 0.125, 0.5, 2.0, 0.015625, -1},
         {"blk.0.ffn_down.weight", QL_TYPE_Q4_K, QL_TYPE_Q5_0,
          "row length 172 is not a multiple of 256", 64, 172, 11008, 700, 0.25, 1.0, 4.0, 0.03125,
          -1},
     };
-    ql_store_timing t = {12.5, 1.0, 4.0, 5.0};
+    ql_run_timing t = {12.5, 1.0, 4.0, 5.0};
     return ql_store_finish_run(s, run, &m, te, 3, &t, err);
 }
 

@@ -8,15 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actquant.h"
-#include "fp16.h"
-#include "quant_k.h"
-#include "quant_common.h"
-#include "quant_legacy.h"
+#include "base/fp16.h"
+#include "base/util.h"
+#include "experiment/actquant.h"
+#include "formats/quant_common.h"
+#include "formats/quant_k.h"
+#include "formats/quant_legacy.h"
+#include "formats/types.h"
+#include "model/quant.h"
 #include "qltest.h"
-#include "quant.h"
-#include "types.h"
-#include "util.h"
 
 /* q8x2 must be at least this many times more accurate (RMS) than q8_0 on Gaussian
  * data. The design ratio is 128 (a residual step of D/128); 50 leaves room for the

@@ -3,9 +3,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "config.h"
+#include "base/util.h"
+#include "experiment/config.h"
 #include "qltest.h"
-#include "util.h"
 
 /* Parses a config string and returns its canonical form (static buffer). */
 static const char *canon(const char *s)

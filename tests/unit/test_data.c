@@ -10,9 +10,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "data.h"
+#include "base/data.h"
+#include "base/util.h"
 #include "qltest.h"
-#include "util.h"
 
 static char base[512], root[600], shared[600], data[600];
 

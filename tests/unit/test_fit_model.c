@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fit.h"
-#include "fp16.h"
-#include "gguf.h"
+#include "base/fp16.h"
+#include "base/util.h"
+#include "experiment/fit.h"
+#include "model/gguf.h"
 #include "qltest.h"
-#include "util.h"
 
 /* The table sums per-row errors in row order within a chunk and chunks in order;
  * the reference below sums rows in one pass. Same numbers, possibly grouped

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fit.h"
-#include "gguf.h"
+#include "base/util.h"
+#include "experiment/fit.h"
+#include "model/gguf.h"
 #include "qltest.h"
-#include "util.h"
 
 /* The solver proves optimality up to 1e-12 of the error (its pruning threshold);
  * exhaustive search adds the same numbers in another order. Anything within this

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fit.h"
-#include "imatrix_io.h"
+#include "base/util.h"
+#include "experiment/fit.h"
+#include "model/imatrix_io.h"
 #include "qltest.h"
-#include "util.h"
 
 static ql_fit_table *sample_table(void)
 {

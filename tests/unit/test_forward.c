@@ -5,12 +5,13 @@
 #include <math.h>
 #include <string.h>
 
-#include "forward.h"
-#include "fp16.h"
-#include "model.h"
+#include "base/fp16.h"
+#include "base/util.h"
+#include "formats/types.h"
+#include "model/forward.h"
+#include "model/kvcache.h"
+#include "model/model.h"
 #include "qltest.h"
-#include "types.h"
-#include "util.h"
 
 /* The listing's logits come from a float64 reference; an f32 pass differs by
  * accumulated rounding, a few 1e-6 on logits of size ~20 (the issue asks 1e-4). */

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "fp16.h"
+#include "base/fp16.h"
 #include "qltest.h"
 
 static uint32_t bits(float f)

@@ -2,9 +2,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "formats/types.h"
+#include "model/gguf.h"
 #include "qltest.h"
-#include "types.h"
 
 int main(void)
 {

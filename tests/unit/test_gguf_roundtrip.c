@@ -4,7 +4,7 @@
  * and so must the whole data section, since the layout rules are ggml's. */
 #include <string.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "qltest.h"
 
 int main(void)

@@ -5,9 +5,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "formats/types.h"
+#include "model/gguf.h"
 #include "qltest.h"
-#include "types.h"
 
 #define ALIGN 64
 

@@ -1,4 +1,4 @@
-/* Importance-matrix collection (core/imatrix.h): which products get an entry, the
+/* Importance-matrix collection (core/experiment/imatrix.h): which products get an entry, the
  * sums against an independent double-precision observer, token counts with every row
  * of the last layer counted, thread-count independence, non-finite sums, observer
  * chains, and the importance table the quantizer reads (length checks). */
@@ -6,15 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward.h"
-#include "gguf.h"
-#include "imatrix.h"
-#include "imatrix_io.h"
-#include "model.h"
-#include "perplexity.h"
+#include "base/util.h"
+#include "experiment/imatrix.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/imatrix_io.h"
+#include "model/model.h"
+#include "model/perplexity.h"
+#include "model/synth.h"
 #include "qltest.h"
-#include "synth.h"
-#include "util.h"
 
 /* The collector sums x^2 in f32 token after token (as llama-imatrix does); the check
  * sums in double. Over a few hundred positive terms the f32 sum's relative rounding

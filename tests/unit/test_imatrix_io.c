@@ -5,11 +5,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "imatrix_io.h"
+#include "base/util.h"
+#include "formats/types.h"
+#include "model/gguf.h"
+#include "model/imatrix_io.h"
 #include "qltest.h"
-#include "types.h"
-#include "util.h"
 
 /* A value that went through sum/count*ncall and back (.dat written from token
  * counts, read with ncall) is off by at most a few float roundings. */

@@ -14,12 +14,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "data.h"
-#include "iq_grids.h"
+#include "base/data.h"
+#include "base/util.h"
+#include "formats/iq_grids.h"
+#include "formats/quant_iq.h"
+#include "formats/types.h"
 #include "qltest.h"
-#include "quant_iq.h"
-#include "types.h"
-#include "util.h"
 
 static const char *const table_files[] = {
     "iq2xxs_grid.txt",    "iq2xs_grid.txt",     "iq2s_grid.txt",       "iq3xxs_grid.txt",

@@ -7,19 +7,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actquant.h"
-#include "forward.h"
-#include "fp16.h"
-#include "imatrix.h"
-#include "kvcache.h"
-#include "model.h"
-#include "outliers.h"
-#include "perplexity.h"
+#include "base/fp16.h"
+#include "base/util.h"
+#include "experiment/actquant.h"
+#include "experiment/imatrix.h"
+#include "experiment/outliers.h"
+#include "formats/types.h"
+#include "model/forward.h"
+#include "model/kvcache.h"
+#include "model/model.h"
+#include "model/perplexity.h"
+#include "model/quant.h"
+#include "model/synth.h"
 #include "qltest.h"
-#include "quant.h"
-#include "synth.h"
-#include "types.h"
-#include "util.h"
 
 static uint64_t rng_state = 9;
 static float gauss(void)

@@ -10,13 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "merge.h"
+#include "base/util.h"
 #include "merge_fixture.h"
 #include "qltest.h"
 #include "report_fixture.h"
-#include "store.h"
+#include "results/merge.h"
+#include "results/store.h"
 #include "store_fixture.h"
-#include "util.h"
 
 /* ================================================================ helpers */
 

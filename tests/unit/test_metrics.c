@@ -1,7 +1,7 @@
 /* Output-distribution metrics on hand-computed cases. */
 #include <math.h>
 
-#include "metrics.h"
+#include "experiment/metrics.h"
 #include "qltest.h"
 
 /* Hand-computed values are exact up to double rounding of a few operations. */

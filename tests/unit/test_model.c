@@ -5,13 +5,13 @@
 #include <math.h>
 #include <string.h>
 
-#include "forward.h"
-#include "fp16.h"
-#include "gguf.h"
-#include "model.h"
+#include "base/fp16.h"
+#include "base/util.h"
+#include "formats/types.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/model.h"
 #include "qltest.h"
-#include "types.h"
-#include "util.h"
 
 /* An edit of the source model: tensors to drop, retype or reshape, keys to change,
  * extra tensors to add (all filled with a constant). */

@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actquant.h"
-#include "outliers.h"
-#include "quant.h"
-#include "quant_xc.h"
+#include "base/util.h"
+#include "experiment/actquant.h"
+#include "experiment/outliers.h"
+#include "formats/quant_xc.h"
+#include "formats/types.h"
+#include "model/quant.h"
 #include "qltest.h"
-#include "types.h"
-#include "util.h"
 
 static uint64_t rng_state;
 static float gauss(void)

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/unicode.h"
+#include "model/tokenizer_impl.h"
 #include "qltest.h"
-#include "tokenizer_impl.h"
-#include "unicode.h"
 
 /* Words of text joined by '|' (UTF-8), into out. */
 static void split(const ql_pretok *p, const char *text, char *out, size_t size)

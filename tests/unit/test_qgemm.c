@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actquant.h"
-#include "qgemm.h"
+#include "base/util.h"
+#include "experiment/actquant.h"
+#include "formats/qgemm.h"
+#include "formats/quant_legacy.h"
 #include "qltest.h"
-#include "quant_legacy.h"
-#include "util.h"
 
 /* |computed - exact| <= n * u * sum_j |w_j x_j| (u = 2^-24) bounds recursive f32
  * summation of n terms each rounded once; the integer path has n = blocks + 1 roundings

@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
-#include "quant_k.h"
-#include "quant_legacy.h"
+#include "base/util.h"
+#include "formats/quant_k.h"
+#include "formats/quant_legacy.h"
+#include "formats/types.h"
+#include "model/quant.h"
 #include "qltest.h"
-#include "types.h"
-#include "util.h"
 
 /* Deterministic N(0,1) samples (splitmix64 + Box-Muller), as the golden inputs. */
 static void fill_gauss(float *x, int64_t n, uint64_t seed)

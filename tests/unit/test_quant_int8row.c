@@ -7,10 +7,11 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "fp16.h"
-#include "quant_int8row.h"
+#include "base/fp16.h"
+#include "formats/quant_int8row.h"
+#include "formats/zlib_size.h"
+#include "formats/types.h"
 #include "qltest.h"
-#include "types.h"
 
 static uint16_t row_scale(const uint8_t *row)
 {

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fp16.h"
+#include "base/fp16.h"
+#include "base/util.h"
+#include "formats/quant_iq.h"
+#include "formats/types.h"
 #include "qltest.h"
-#include "quant_iq.h"
-#include "types.h"
-#include "util.h"
 
 enum { ROWS = 16, COLS = 1024 };
 

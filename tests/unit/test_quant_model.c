@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fp16.h"
-#include "gguf.h"
-#include "quant.h"
-#include "quant_model.h"
+#include "base/fp16.h"
+#include "formats/types.h"
+#include "model/gguf.h"
+#include "model/quant.h"
+#include "model/quant_model.h"
 #include "qltest.h"
-#include "types.h"
 
 enum { C = 256, R = 8, E = 3 };
 

@@ -4,9 +4,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "quant.h"
+#include "formats/types.h"
+#include "model/quant.h"
 #include "qltest.h"
-#include "types.h"
 
 static ql_quant_plan_entry plan(int32_t wt, int32_t head, int32_t embd, const char *name,
                                 uint32_t n_dims, int64_t ne0, int64_t ne1, bool has_output)

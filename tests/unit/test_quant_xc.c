@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fp16.h"
-#include "quant_legacy.h"
-#include "quant_xc.h"
+#include "base/fp16.h"
+#include "base/util.h"
+#include "formats/quant_legacy.h"
+#include "formats/quant_xc.h"
+#include "formats/types.h"
 #include "qltest.h"
-#include "types.h"
-#include "util.h"
 
 /* Weighted error of a decoded block (outlier columns weigh QL_XC_OUTLIER_WEIGHT). */
 static double weighted_error(const float *x, const ql_block_q8_0 *b, const uint8_t *mask)

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include "qltest.h"
-#include "query.h"
-#include "store.h"
+#include "results/query.h"
+#include "results/store.h"
 #include "store_fixture.h"
 
 static ql_store *store;

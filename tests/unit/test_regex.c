@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/regex.h"
+#include "base/unicode.h"
 #include "qltest.h"
-#include "regex.h"
-#include "unicode.h"
 
 /* Symbols of a UTF-8 text as the engine sees them for this pattern. */
 static size_t to_syms(const ql_regex *re, const char *text, uint32_t *sym)

@@ -19,15 +19,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "analysis.h"
-#include "config.h"
-#include "plot.h"
+#include "base/table.h"
+#include "base/util.h"
+#include "experiment/config.h"
 #include "qltest.h"
-#include "report.h"
 #include "report_fixture.h"
-#include "store.h"
-#include "table.h"
-#include "util.h"
+#include "results/analysis.h"
+#include "results/plot.h"
+#include "results/report.h"
+#include "results/store.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -515,11 +515,11 @@ static void test_report_edge_cases(void)
         ql_store_run_key key = {cid, mid, tid, 32, 2};
         ql_store_run_info info = {"edge", 1, 1, NULL};
         CHECK_OK(ql_store_begin_run(s, &key, &info, &run, &err), &err);
-        ql_store_metrics met;
-        ql_store_metrics_init(&met);
+        ql_run_metrics met;
+        ql_run_metrics_init(&met);
         met.bpw = 8.5;
         met.kld_mean = 0.001 * k;
-        ql_store_tensor_error te = {"blk.0.attn_q.weight",
+        ql_tensor_record te = {"blk.0.attn_q.weight",
                                     QL_TYPE_Q8_0,
                                     QL_TYPE_Q8_0,
                                     NULL,

@@ -8,12 +8,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "base/util.h"
+#include "experiment/config.h"
+#include "formats/types.h"
 #include "qltest.h"
-#include "store.h"
+#include "results/store.h"
 #include "store_fixture.h"
-#include "types.h"
-#include "util.h"
 
 /* First column of the first row as text, into a static buffer ("<none>" when no row). */
 static const char *qtext(sqlite3 *db, const char *sql)
@@ -65,9 +65,9 @@ static int64_t begin_run(env *e, const char *canon, int metrics_version)
     return run;
 }
 
-static void some_metrics(ql_store_metrics *m)
+static void some_metrics(ql_run_metrics *m)
 {
-    ql_store_metrics_init(m);
+    ql_run_metrics_init(m);
     m->ppl = 10.5;
     m->ppl_err = 0.25;
     m->kld_mean = 0.001953125;
@@ -168,15 +168,15 @@ static void test_round_trip(void)
     CHECK_OK(ql_store_run_status(e.s, run, status, &err), &err);
     CHECK(strcmp(status, "running") == 0);
 
-    ql_store_metrics met;
+    ql_run_metrics met;
     some_metrics(&met);
-    ql_store_tensor_error te[2] = {
+    ql_tensor_record te[2] = {
         {"token_embd.weight", QL_TYPE_Q8_0, QL_TYPE_Q8_0, NULL, 512, 64, 32768, 34816, 0.0625, 0.25,
          (double)NAN, (double)NAN, -1},
         {"blk.11.ffn_down.weight", QL_TYPE_Q4_K, QL_TYPE_Q5_0, "row length 172", 64, 172, 11008,
          7568, 0.125, 0.5, 2.0, 0.015625, 3},
     };
-    ql_store_timing t = {12.5, 1.0, (double)NAN, 5.0};
+    ql_run_timing t = {12.5, 1.0, (double)NAN, 5.0};
     CHECK_OK(ql_store_finish_run(e.s, run, &met, te, 2, &t, &err), &err);
     CHECK_OK(ql_store_run_status(e.s, run, status, &err), &err);
     CHECK(strcmp(status, "done") == 0);
@@ -254,7 +254,7 @@ static void test_skip_and_retry(void)
     CHECK(strcmp(qtext(db, "SELECT status || ' ' || attempts || ' ' || coalesce(error, 'NULL') "
                            "FROM runs"),
                  "running 2 NULL") == 0);
-    ql_store_metrics met;
+    ql_run_metrics met;
     some_metrics(&met);
     CHECK_OK(ql_store_finish_run(e.s, run, &met, NULL, 0, NULL, &err), &err);
 
@@ -334,9 +334,9 @@ static void test_finish_faults(void)
     env e;
     env_open(&e, path);
     ql_error err;
-    ql_store_metrics met;
+    ql_run_metrics met;
     some_metrics(&met);
-    ql_store_tensor_error te[3] = {
+    ql_tensor_record te[3] = {
         {"blk.0.attn_q.weight", QL_TYPE_Q4_0, QL_TYPE_Q4_0, NULL, 64, 64, 4096, 2304, 0.1, 0.2, 0.3,
          0.4, -1},
         {"blk.0.attn_k.weight", QL_TYPE_Q4_0, QL_TYPE_Q4_0, NULL, 64, 64, 4096, 2304, 0.1, 0.2, 0.3,
@@ -373,19 +373,19 @@ static void test_finish_faults(void)
     /* A constraint violation in the middle (the same tensor twice) rolls back too. */
     int64_t c = begin_run(&e, "weight_type=Q5_0", 1);
     before = snap(e.s);
-    ql_store_tensor_error dup[3] = {te[0], te[1], te[0]};
+    ql_tensor_record dup[3] = {te[0], te[1], te[0]};
     CHECK(ql_store_finish_run(e.s, c, &met, dup, 3, NULL, &err) == QL_EDB);
     CHECK_MSG(strstr(err.msg, "tensor 'blk.0.attn_q.weight'") &&
                   strstr(err.msg, "UNIQUE constraint failed"),
               "%s", err.msg);
     CHECK(same(snap(e.s), before));
     /* So does an invalid record: a fallback without a reason, a fractional count. */
-    ql_store_tensor_error bad = te[1];
+    ql_tensor_record bad = te[1];
     bad.used_type = QL_TYPE_Q5_0;
-    ql_store_tensor_error mix[2] = {te[0], bad};
+    ql_tensor_record mix[2] = {te[0], bad};
     CHECK(ql_store_finish_run(e.s, c, &met, mix, 2, NULL, &err) == QL_EINVAL);
     CHECK(same(snap(e.s), before));
-    ql_store_metrics frac = met;
+    ql_run_metrics frac = met;
     frac.bytes = 10.5;
     CHECK(ql_store_finish_run(e.s, c, &frac, te, 3, NULL, &err) == QL_EINVAL);
     CHECK(strstr(err.msg, "metric bytes = 10.5 is not a whole count") != NULL);

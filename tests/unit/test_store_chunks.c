@@ -7,11 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "base/util.h"
+#include "experiment/config.h"
 #include "qltest.h"
-#include "store.h"
+#include "results/store.h"
 #include "store_fixture.h"
-#include "util.h"
 
 #define CTX    128
 #define CHUNKS 4
@@ -32,12 +32,12 @@ static int64_t begin(ql_store *s, const char *canon, int64_t model, int64_t text
 }
 
 /* Chunk i: kld 0.25 * (i + 1) per token, dyadic so sums are exact. */
-static void make_chunks(ql_store_chunk_metrics *ck, ql_store_metrics *m)
+static void make_chunks(ql_chunk_record *ck, ql_run_metrics *m)
 {
-    ql_store_metrics_init(m);
+    ql_run_metrics_init(m);
     double kld = 0.0;
     for (int i = 0; i < CHUNKS; i++) {
-        ck[i] = (ql_store_chunk_metrics){
+        ck[i] = (ql_chunk_record){
             .chunk = CHUNKS - 1 - i, /* any order */
             .n_tokens = TOKENS_PER_CHUNK,
             .kld_sum = 0.25 * (i + 1) * TOKENS_PER_CHUNK,
@@ -64,16 +64,16 @@ static void test_round_trip_and_validation(void)
     int64_t model, text;
     qlt_store_add_inputs(s, &model, &text);
 
-    ql_store_chunk_metrics ck[CHUNKS];
-    ql_store_metrics m;
+    ql_chunk_record ck[CHUNKS];
+    ql_run_metrics m;
     make_chunks(ck, &m);
     int64_t run = begin(s, "weight_type=Q4_0", model, text);
-    ql_store_run_result res = {.metrics = &m, .chunks = ck, .n_chunks = CHUNKS};
+    ql_run_result res = {.metrics = &m, .chunks = ck, .n_chunks = CHUNKS};
 
     /* Invalid records: each refused before anything is written. */
     struct {
         const char *what;
-        void (*spoil)(ql_store_chunk_metrics *c, size_t *n, ql_store_metrics *mm);
+        void (*spoil)(ql_chunk_record *c, size_t *n, ql_run_metrics *mm);
         const char *msg;
     } bad[] = {
         {"too few", NULL, "3 per-chunk records for a run of 4 chunks"},
@@ -84,9 +84,9 @@ static void test_round_trip_and_validation(void)
         {"token total", NULL, "the chunks hold 252 scored tokens, the metrics 251"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ql_store_chunk_metrics c[CHUNKS];
+        ql_chunk_record c[CHUNKS];
         memcpy(c, ck, sizeof c);
-        ql_store_metrics mm = m;
+        ql_run_metrics mm = m;
         size_t n = CHUNKS;
         switch (i) {
         case 0:
@@ -108,7 +108,7 @@ static void test_round_trip_and_validation(void)
             mm.n_tokens = 251;
             break;
         }
-        ql_store_run_result r = {.metrics = &mm, .chunks = c, .n_chunks = n};
+        ql_run_result r = {.metrics = &mm, .chunks = c, .n_chunks = n};
         CHECK_MSG(ql_store_finish_run_result(s, run, &r, &err) == QL_EINVAL, "%s", bad[i].what);
         CHECK_MSG(strstr(err.msg, bad[i].msg) != NULL, "%s: %s", bad[i].what, err.msg);
         CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_metrics"), 0);
@@ -128,13 +128,13 @@ static void test_round_trip_and_validation(void)
 
     /* NULL for what was not measured. */
     int64_t run2 = begin(s, "weight_type=Q8_0", model, text);
-    ql_store_chunk_metrics partial[CHUNKS];
+    ql_chunk_record partial[CHUNKS];
     memcpy(partial, ck, sizeof partial);
     for (int i = 0; i < CHUNKS; i++) {
         partial[i].nll_sum = (double)NAN;
         partial[i].top1_count = -1;
     }
-    ql_store_run_result r2 = {.metrics = &m, .chunks = partial, .n_chunks = CHUNKS};
+    ql_run_result r2 = {.metrics = &m, .chunks = partial, .n_chunks = CHUNKS};
     CHECK_OK(ql_store_finish_run_result(s, run2, &r2, &err), &err);
     CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_metrics WHERE nll_sum IS NULL AND "
                                  "top1_count IS NULL"),
@@ -170,11 +170,11 @@ static void test_faults(void)
     sqlite3 *db = ql_store_handle(s);
     int64_t model, text;
     qlt_store_add_inputs(s, &model, &text);
-    ql_store_chunk_metrics ck[CHUNKS];
-    ql_store_metrics m;
+    ql_chunk_record ck[CHUNKS];
+    ql_run_metrics m;
     make_chunks(ck, &m);
     int64_t run = begin(s, "weight_type=Q5_1", model, text);
-    ql_store_run_result res = {.metrics = &m, .chunks = ck, .n_chunks = CHUNKS};
+    ql_run_result res = {.metrics = &m, .chunks = ck, .n_chunks = CHUNKS};
     int failures = 0;
     for (int n = 1; n < 1000; n++) {
         ql_store_inject_fault(s, n);
@@ -256,10 +256,10 @@ static void test_migration_from_v1(void)
     ql_store_run_key key = {cid, model, text, QLT_FIXTURE_CTX, QLT_FIXTURE_CHUNKS};
     ql_store_run_info info = {QLT_FIXTURE_SWEEP, 2, QLT_FIXTURE_METRICS_VERSION, NULL};
     CHECK_OK(ql_store_begin_run(s, &key, &info, &run, &err), &err);
-    ql_store_chunk_metrics ck[QLT_FIXTURE_CHUNKS];
-    ql_store_metrics m;
+    ql_chunk_record ck[QLT_FIXTURE_CHUNKS];
+    ql_run_metrics m;
     make_chunks(ck, &m);
-    ql_store_run_result res = {.metrics = &m, .chunks = ck, .n_chunks = QLT_FIXTURE_CHUNKS};
+    ql_run_result res = {.metrics = &m, .chunks = ck, .n_chunks = QLT_FIXTURE_CHUNKS};
     CHECK_OK(ql_store_finish_run_result(s, run, &res, &err), &err);
     CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM chunk_results WHERE weight_type = 'Q5_0'"),
                  QLT_FIXTURE_CHUNKS);

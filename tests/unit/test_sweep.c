@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
+#include "experiment/sweep.h"
 #include "qltest.h"
-#include "sweep.h"
-#include "util.h"
 
 static const char *canonical(const ql_sweep *sw, size_t i)
 {

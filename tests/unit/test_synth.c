@@ -5,13 +5,13 @@
 #include <math.h>
 #include <string.h>
 
-#include "forward.h"
-#include "gguf.h"
-#include "model.h"
+#include "base/util.h"
+#include "formats/types.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/synth.h"
 #include "qltest.h"
-#include "synth.h"
-#include "types.h"
-#include "util.h"
 
 /* Student-t with nu = 5 has excess kurtosis 6; sampled over tens of thousands of
  * values (plus hot columns) it stays far above a Gaussian's 0. */

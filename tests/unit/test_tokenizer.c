@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "base/util.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 #include "qltest.h"
-#include "tokenizer.h"
-#include "util.h"
 
 #define SP "\xE2\x96\x81" /* U+2581, SentencePiece's space */
 

@@ -2,8 +2,8 @@
  * groups its tables hold, and GPT-2's byte alphabet. */
 #include <string.h>
 
+#include "base/unicode.h"
 #include "qltest.h"
-#include "unicode.h"
 
 /* Decodes s and compares the code points with want[0..n). */
 static void expect_decode(const char *s, size_t len, const uint32_t *want, size_t n)

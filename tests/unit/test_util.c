@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "qltest.h"
-#include "util.h"
 
 /* Box-Muller over 10^5 draws: the sample mean and variance of N(0,1) have standard
  * errors 1/sqrt(n) ~ 0.003 and sqrt(2/n) ~ 0.0045; five of them. */

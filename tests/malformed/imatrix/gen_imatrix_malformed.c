@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "types.h"
+#include "formats/types.h"
+#include "model/gguf.h"
 
 static const char *out_dir;
 

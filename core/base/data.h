@@ -1,0 +1,73 @@
+/* qlab: named models, texts and tables (DESIGN.md section 7).
+ *
+ * datasets/manifest.tsv names every file qlab knows (name, kind, file, sha256,
+ * bytes, source, license). A name resolves to the first existing file among
+ *   $QLAB_DATA/<file>, $QLAB_DATA/<basename>,
+ *   <root>/datasets/cache/<file>, <root>/datasets/cache/<basename>,
+ *   <root>/../shared/<file>
+ * where <root> is $QLAB_ROOT or the source tree qlab was built from. The sha256
+ * is verified the first time a file is used and remembered in
+ * <root>/datasets/cache/verified.tsv (by path, size and mtime). A string that is
+ * not a manifest name is taken as a path. When nothing is found, the error says
+ * where qlab looked and where to download the file. */
+#ifndef QL_DATA_H
+#define QL_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+#define QL_PATH_MAX 4096
+/* Most places a name is looked for (see the search order above). */
+#define QL_DATA_MAX_CANDIDATES 5
+
+typedef struct {
+    char name[128];
+    char kind[16]; /* model | text | table */
+    char file[512];
+    char sha256[65];
+    int64_t bytes;
+    char source[512];
+    char license[256];
+} ql_data_entry;
+
+/* Root directory of the qlab tree ($QLAB_ROOT or the build's source root). */
+const char *ql_data_root(void);
+
+/* Loads the manifest (cached after the first call; thread-safe after that). */
+ql_status ql_data_manifest(const ql_data_entry **entries, int *n, ql_error *err);
+
+/* Forgets the loaded manifest so the next call reads it again (tests; tools that
+ * edit it). Not thread-safe against concurrent users of the entries. */
+void ql_data_reset(void);
+
+/* Finds a manifest entry by name; NULL if absent. */
+const ql_data_entry *ql_data_find(const char *name, ql_error *err);
+
+/* Resolves a name or a path to an existing file, verifying a named file's
+ * sha256 once. entry_out (may be NULL) receives the manifest entry or NULL for
+ * a plain path. */
+ql_status ql_data_resolve(const char *name_or_path, char *path_out, size_t size,
+                          const ql_data_entry **entry_out, ql_error *err);
+
+/* Where a manifest entry is, without verifying; false when nowhere. Used by
+ * `qlab data list`. */
+bool ql_data_locate(const ql_data_entry *e, char *path_out, size_t size);
+
+/* The places a manifest entry is looked for, in search order; returns how many. */
+int ql_data_candidates(const ql_data_entry *e, char out[QL_DATA_MAX_CANDIDATES][QL_PATH_MAX]);
+
+/* Locates an entry and checks its size and sha256: always when force, otherwise
+ * only when the verified-hash cache has no record of this file (path, size,
+ * mtime). A success is remembered in the cache. Errors: QL_ENOTFOUND (message
+ * lists the places looked and how to get the file), QL_EFORMAT (size or sha256
+ * mismatch, expected vs actual), QL_EIO. */
+ql_status ql_data_verify(const ql_data_entry *e, bool force, char *path_out, size_t size,
+                         ql_error *err);
+
+/* True when the cache records path as verified for e (same size and mtime). */
+bool ql_data_is_verified(const ql_data_entry *e, const char *path);
+
+#endif

@@ -1,0 +1,317 @@
+#include "base/util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+ql_status ql_file_read_all(const char *path, char **out, size_t *len, ql_error *err)
+{
+    *out = NULL;
+    if (len)
+        *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ql_error_set(err, QL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    ql_status st = QL_OK;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        st = ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
+        goto out_close;
+    }
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                st = ql_error_set(err, QL_ENOMEM, "%s: out of memory after %zu bytes", path, n);
+                goto out_free;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - 1 - n, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    if (ferror(f)) {
+        st = ql_error_set(err, QL_EIO, "%s: read error: %s", path, strerror(errno));
+        goto out_free;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (len)
+        *len = n;
+    goto out_close;
+out_free:
+    free(buf);
+out_close:
+    fclose(f);
+    return st;
+}
+
+ql_status ql_file_write_all(const char *path, const void *data, size_t len, ql_error *err)
+{
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
+        return ql_error_set(err, QL_EINVAL, "%s: path too long", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return ql_error_set(err, QL_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    size_t w = len ? fwrite(data, 1, len, f) : 0;
+    int close_rc = fclose(f);
+    if (w != len || close_rc != 0) {
+        remove(tmp);
+        return ql_error_set(err, QL_EIO, "%s: write failed: %s", path, strerror(errno));
+    }
+    if (rename(tmp, path) != 0) {
+        remove(tmp);
+        return ql_error_set(err, QL_EIO, "%s: cannot rename from %s: %s", path, tmp,
+                            strerror(errno));
+    }
+    return QL_OK;
+}
+
+bool ql_file_exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+ql_status ql_make_dirs(const char *path, ql_error *err)
+{
+    char p[4096];
+    if (!*path || strlen(path) >= sizeof p)
+        return ql_error_set(err, QL_EINVAL, "'%s': not a usable directory path", path);
+    ql_strlcpy(p, path, sizeof p);
+    /* Each prefix ending before a '/', then the whole path. */
+    for (char *q = p + 1;; q++) {
+        if (*q != '/' && *q != '\0')
+            continue;
+        char saved = *q;
+        *q = '\0';
+        struct stat st;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return ql_error_set(err, QL_EIO, "%s: cannot create directory: %s", p, strerror(errno));
+        if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+            return ql_error_set(err, QL_EIO, "%s: exists and is not a directory", p);
+        *q = saved;
+        if (!saved)
+            return QL_OK;
+    }
+}
+
+static void hex_digest(const unsigned char *md, unsigned n, char *out)
+{
+    static const char hexd[] = "0123456789abcdef";
+    for (unsigned i = 0; i < n; i++) {
+        out[2 * i] = hexd[md[i] >> 4];
+        out[2 * i + 1] = hexd[md[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+void ql_sha256_hex(const void *data, size_t len, char out[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen = 0;
+    EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
+    hex_digest(md, mdlen, out);
+}
+
+ql_status ql_sha256_file(const char *path, char out[65], ql_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ql_error_set(err, QL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    ql_status st = QL_OK;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char *buf = malloc(1 << 20);
+    if (!ctx || !buf) {
+        st = ql_error_set(err, QL_ENOMEM, "%s: out of memory for hashing", path);
+        goto out;
+    }
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    size_t r;
+    while ((r = fread(buf, 1, 1 << 20, f)) > 0)
+        EVP_DigestUpdate(ctx, buf, r);
+    if (ferror(f)) {
+        st = ql_error_set(err, QL_EIO, "%s: read error: %s", path, strerror(errno));
+        goto out;
+    }
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen = 0;
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    hex_digest(md, mdlen, out);
+out:
+    free(buf);
+    EVP_MD_CTX_free(ctx);
+    fclose(f);
+    return st;
+}
+
+bool ql_parse_i64(const char *s, int64_t *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+bool ql_parse_int(const char *s, int *out)
+{
+    int64_t v;
+    if (!ql_parse_i64(s, &v) || v < -2147483647 - 1 || v > 2147483647)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+bool ql_parse_double(const char *s, double *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || *end != '\0' || !isfinite(v))
+        return false;
+    *out = v;
+    return true;
+}
+
+double ql_rng_uniform(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return ((double)(z >> 11) + 0.5) * 0x1p-53;
+}
+
+double ql_rng_gauss(uint64_t *state)
+{
+    const double u1 = ql_rng_uniform(state), u2 = ql_rng_uniform(state);
+    return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+}
+
+double ql_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void ql_utc_timestamp(char out[32])
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static int n_threads = 0;
+
+void ql_threads_set(int n)
+{
+    if (n <= 0)
+        n = omp_get_num_procs();
+    n_threads = n;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int ql_threads_get(void)
+{
+    if (n_threads <= 0)
+        ql_threads_set(0);
+    return n_threads;
+}
+
+size_t ql_strlcpy(char *dst, const char *src, size_t size)
+{
+    size_t n = strlen(src);
+    if (size > 0) {
+        size_t c = n < size - 1 ? n : size - 1;
+        memcpy(dst, src, c);
+        dst[c] = '\0';
+    }
+    return n;
+}
+
+bool ql_grow(void **p, size_t *cap, size_t need, size_t esz)
+{
+    if (need <= *cap)
+        return true;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2 / esz)
+            return false;
+        ncap *= 2;
+    }
+    void *np = realloc(*p, ncap * esz);
+    if (!np)
+        return false;
+    memset((char *)np + *cap * esz, 0, (ncap - *cap) * esz);
+    *p = np;
+    *cap = ncap;
+    return true;
+}
+
+char *ql_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+void ql_strset_add(const char **set, size_t *n, size_t max, const char *s)
+{
+    size_t i = 0;
+    int c = 1;
+    while (i < *n && (c = strcmp(set[i], s)) < 0)
+        i++;
+    if ((i < *n && c == 0) || *n >= max)
+        return;
+    memmove(set + i + 1, set + i, (*n - i) * sizeof *set);
+    set[i] = s;
+    (*n)++;
+}
+
+int ql_format_double(double v, char *buf, size_t size)
+{
+    if (isnan(v))
+        return snprintf(buf, size, "nan");
+    if (isinf(v))
+        return snprintf(buf, size, v > 0 ? "inf" : "-inf");
+    if (v == 0.0)
+        return snprintf(buf, size, "0");
+    return snprintf(buf, size, "%.*g", ql_double_precision(v), v);
+}
+
+int ql_double_precision(double v)
+{
+    char tmp[40];
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        if (strtod(tmp, NULL) == v)
+            break;
+    }
+    return prec;
+}

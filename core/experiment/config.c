@@ -1,0 +1,706 @@
+#include "experiment/config.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/util.h"
+
+/* ---------------------------------------------------------------- names */
+
+static const char *const axis_names[QL_AXIS_COUNT] = {
+    "weight_type", "act_mode", "outlier_ratio", "head_type",
+    "embd_type",   "kv_type",  "imatrix",       "budget",
+};
+
+static const char *const act_names[QL_ACT_COUNT] = {"f32",  "native", "q8_0",
+                                                    "q8_1", "q8_K",   "q8x2"};
+
+static const char *const kv_names[QL_KV_COUNT] = {"auto", "f32", "f16", "q8_0", "q4_0"};
+
+const char *ql_axis_name(ql_axis axis)
+{
+    QL_ASSERT(axis >= 0 && axis < QL_AXIS_COUNT);
+    return axis_names[axis];
+}
+
+bool ql_axis_lookup(const char *name, ql_axis *out)
+{
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        if (strcmp(name, axis_names[a]) == 0) {
+            *out = (ql_axis)a;
+            return true;
+        }
+    return false;
+}
+
+const char *ql_act_mode_name(ql_act_mode mode)
+{
+    QL_ASSERT(mode >= 0 && mode < QL_ACT_COUNT);
+    return act_names[mode];
+}
+
+const char *ql_kv_type_name(ql_kv_type kv)
+{
+    QL_ASSERT(kv >= 0 && kv < QL_KV_COUNT);
+    return kv_names[kv];
+}
+
+/* ---------------------------------------------------------------- capabilities */
+
+/* What the evaluation pipeline implements today. The issue that lands a mode
+ * flips its entry; until then a sweep naming it is rejected before anything runs.
+ * Type names are validated against the type table only: whether a format's
+ * quantizer exists is checked when the sweep quantizes. */
+static const ql_capability capabilities[] = {
+    {QL_AXIS_WEIGHT_TYPE, "<type>", true}, {QL_AXIS_ACT_MODE, "f32", true},
+    {QL_AXIS_ACT_MODE, "native", true},    {QL_AXIS_ACT_MODE, "q8_0", true},
+    {QL_AXIS_ACT_MODE, "q8_1", true},      {QL_AXIS_ACT_MODE, "q8_K", true},
+    {QL_AXIS_ACT_MODE, "q8x2", true},      {QL_AXIS_OUTLIER_RATIO, "0", true},
+    {QL_AXIS_OUTLIER_RATIO, ">1", true},   {QL_AXIS_HEAD_TYPE, "same", true},
+    {QL_AXIS_HEAD_TYPE, "<type>", true},   {QL_AXIS_EMBD_TYPE, "same", true},
+    {QL_AXIS_EMBD_TYPE, "<type>", true},   {QL_AXIS_KV_TYPE, "f32", true},
+    {QL_AXIS_KV_TYPE, "f16", true},        {QL_AXIS_KV_TYPE, "q8_0", true},
+    {QL_AXIS_KV_TYPE, "q4_0", true},       {QL_AXIS_IMATRIX, "none", true},
+    {QL_AXIS_IMATRIX, "<path>", true},     {QL_AXIS_IMATRIX, "calib:<dataset>", true},
+    {QL_AXIS_BUDGET, "none", true},        {QL_AXIS_BUDGET, "<bytes>", true},
+    {QL_AXIS_BUDGET, "bpw:<x>", true},
+};
+
+size_t ql_config_capabilities(const ql_capability **out)
+{
+    *out = capabilities;
+    return sizeof capabilities / sizeof capabilities[0];
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    /* Levenshtein distance, case-insensitive, one row of the DP table. */
+    enum { MAXLEN = 64 };
+    size_t la = strlen(a), lb = strlen(b);
+    if (la >= MAXLEN || lb >= MAXLEN)
+        return (size_t)-1;
+    size_t row[MAXLEN + 1];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t cost =
+                tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
+            size_t best = diag + cost;
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *ql_closest_name(const char *word, const char *const *candidates, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = edit_distance(word, candidates[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = candidates[i];
+        }
+    }
+    /* Two edits catch the usual typos (Q4_O, q4k, IQ4XS) without suggesting
+     * unrelated names for short words. */
+    if (best && best_d <= 2 && best_d < strlen(word))
+        return best;
+    return NULL;
+}
+
+bool ql_config_is_weight_type(const ql_type_traits *t, const char **why)
+{
+    const char *reason = NULL;
+    if (t->type == QL_TYPE_INT8_ROW || t->type == QL_TYPE_Q8_0_XC)
+        return true;
+    if (!t->is_gguf || t->block_size <= 0)
+        reason = "not a GGUF block type";
+    else if (t->type == QL_TYPE_Q8_1 || t->type == QL_TYPE_Q8_K)
+        reason = "an activation-only format (ggml has no matmul with it as the weight)";
+    else if (t->type == QL_TYPE_I8 || t->type == QL_TYPE_I16 || t->type == QL_TYPE_I32 ||
+             t->type == QL_TYPE_I64)
+        reason = "an integer tensor type, not a weight format";
+    else if (t->type == QL_TYPE_F64)
+        reason = "not a quantization target (llama.cpp has no F64 model type)";
+    if (why)
+        *why = reason;
+    return reason == NULL;
+}
+
+/* Every weight type name, in table order, plus `same` when allowed. */
+static size_t weight_type_names(const char **names, size_t max, bool with_same)
+{
+    const ql_type_traits *all[128];
+    int n = ql_type_list(all, 128);
+    size_t k = 0;
+    for (int i = 0; i < n && k < max; i++)
+        if (ql_config_is_weight_type(all[i], NULL))
+            names[k++] = all[i]->name;
+    if (with_same && k < max)
+        names[k++] = "same";
+    return k;
+}
+
+static ql_status parse_type(const char *axis, const char *v, bool allow_same, ql_type *out,
+                            ql_error *err)
+{
+    if (allow_same && strcasecmp(v, "same") == 0) {
+        *out = QL_TYPE_SAME;
+        return QL_OK;
+    }
+    if (!allow_same && strcasecmp(v, "same") == 0)
+        return ql_error_set(err, QL_EFORMAT, "%s: 'same' is only valid for head_type and embd_type",
+                            axis);
+    const ql_type_traits *t = ql_type_by_name(v);
+    if (!t) {
+        const char *names[128];
+        size_t n = weight_type_names(names, 128, allow_same);
+        const char *near = ql_closest_name(v, names, n);
+        if (near)
+            return ql_error_set(err, QL_EFORMAT, "%s: unknown type '%s'; did you mean '%s'?", axis,
+                                v, near);
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: unknown type '%s' (valid: the GGUF weight types F32 F16 BF16 "
+                            "Q8_0 Q4_0 ... IQ1_M, INT8_ROW, Q8_0_XC%s)",
+                            axis, v, allow_same ? ", same" : "");
+    }
+    const char *why = NULL;
+    if (!ql_config_is_weight_type(t, &why))
+        return ql_error_set(err, QL_EFORMAT, "%s: %s is %s", axis, t->name, why);
+    *out = t->type;
+    return QL_OK;
+}
+
+static bool is_plain_token(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (isspace(*p) || iscntrl(*p) || *p == '"')
+            return false;
+    return true;
+}
+
+static ql_status parse_calib(ql_config *c, const char *v, ql_error *err)
+{
+    /* calib:NAME[,ctx=N][,chunks=N] */
+    const char *name = v + strlen("calib:");
+    const char *comma = strchr(name, ',');
+    size_t nlen = comma ? (size_t)(comma - name) : strlen(name);
+    if (nlen == 0)
+        return ql_error_set(err, QL_EFORMAT, "imatrix: '%s' names no dataset (calib:<dataset>)", v);
+    if (nlen >= sizeof c->imatrix)
+        return ql_error_set(err, QL_EFORMAT, "imatrix: dataset name in '%s' is too long", v);
+    memcpy(c->imatrix, name, nlen);
+    c->imatrix[nlen] = '\0';
+    c->imatrix_ctx = 0;
+    c->imatrix_chunks = 0;
+    bool have_ctx = false, have_chunks = false;
+    while (comma) {
+        const char *opt = comma + 1;
+        comma = strchr(opt, ',');
+        size_t olen = comma ? (size_t)(comma - opt) : strlen(opt);
+        char buf[64];
+        if (olen >= sizeof buf)
+            return ql_error_set(err, QL_EFORMAT, "imatrix: bad option in '%s'", v);
+        memcpy(buf, opt, olen);
+        buf[olen] = '\0';
+        char *eq = strchr(buf, '=');
+        if (!eq)
+            return ql_error_set(err, QL_EFORMAT,
+                                "imatrix: option '%s' in '%s' is not ctx=N or chunks=N", buf, v);
+        *eq = '\0';
+        const char *val = eq + 1;
+        int n;
+        if (strcmp(buf, "ctx") == 0) {
+            if (have_ctx)
+                return ql_error_set(err, QL_EFORMAT, "imatrix: ctx given twice in '%s'", v);
+            if (!ql_parse_int(val, &n) || n < QL_CTX_MIN || n > QL_CTX_MAX)
+                return ql_error_set(err, QL_EFORMAT,
+                                    "imatrix: ctx '%s' in '%s' is not an integer in %d..%d", val, v,
+                                    QL_CTX_MIN, QL_CTX_MAX);
+            c->imatrix_ctx = n;
+            have_ctx = true;
+        } else if (strcmp(buf, "chunks") == 0) {
+            if (have_chunks)
+                return ql_error_set(err, QL_EFORMAT, "imatrix: chunks given twice in '%s'", v);
+            if (!ql_parse_int(val, &n) || n < 0)
+                return ql_error_set(err, QL_EFORMAT,
+                                    "imatrix: chunks '%s' in '%s' is not an integer >= 0 (0 = all)",
+                                    val, v);
+            c->imatrix_chunks = n;
+            have_chunks = true;
+        } else {
+            return ql_error_set(err, QL_EFORMAT,
+                                "imatrix: unknown option '%s' in '%s' (options: ctx=N, chunks=N)",
+                                buf, v);
+        }
+    }
+    c->imatrix_kind = QL_IMATRIX_CALIB;
+    return QL_OK;
+}
+
+static ql_status parse_imatrix(ql_config *c, const char *v, ql_error *err)
+{
+    if (!is_plain_token(v) || !*v)
+        return ql_error_set(err, QL_EFORMAT,
+                            "imatrix: '%s' contains whitespace, quotes or control characters", v);
+    if (strcasecmp(v, "none") == 0) {
+        c->imatrix_kind = QL_IMATRIX_NONE;
+        c->imatrix[0] = '\0';
+        c->imatrix_ctx = c->imatrix_chunks = 0;
+        return QL_OK;
+    }
+    if (strncmp(v, "calib:", 6) == 0)
+        return parse_calib(c, v, err);
+    if (strlen(v) >= sizeof c->imatrix)
+        return ql_error_set(err, QL_EFORMAT, "imatrix: path '%.64s...' is too long (max %d)", v,
+                            QL_CONFIG_IMATRIX_MAX - 1);
+    c->imatrix_kind = QL_IMATRIX_FILE;
+    ql_strlcpy(c->imatrix, v, sizeof c->imatrix);
+    c->imatrix_ctx = c->imatrix_chunks = 0;
+    return QL_OK;
+}
+
+/* A byte count above 2^53 would not survive a round trip through a double. */
+#define BUDGET_BYTES_MAX ((int64_t)1 << 53)
+/* The widest weight format is F32. */
+#define BUDGET_BPW_MAX 32.0
+
+static ql_status parse_budget(ql_config *c, const char *v, ql_error *err)
+{
+    if (strcasecmp(v, "none") == 0) {
+        c->budget_kind = QL_BUDGET_NONE;
+        c->budget_bytes = 0;
+        c->budget_bpw = 0.0;
+        return QL_OK;
+    }
+    if (strncasecmp(v, "bpw:", 4) == 0) {
+        double x;
+        if (!ql_parse_double(v + 4, &x) || !(x > 0.0) || x > BUDGET_BPW_MAX)
+            return ql_error_set(err, QL_EFORMAT,
+                                "budget: '%s' is not bpw:X with 0 < X <= 32 bits per weight", v);
+        c->budget_kind = QL_BUDGET_BPW;
+        c->budget_bpw = x;
+        c->budget_bytes = 0;
+        return QL_OK;
+    }
+    /* A number, optionally followed by a binary unit. */
+    size_t len = strlen(v), ulen = 0;
+    while (ulen < len && isalpha((unsigned char)v[len - 1 - ulen]))
+        ulen++;
+    char num[64];
+    if (len - ulen == 0 || len - ulen >= sizeof num)
+        return ql_error_set(err, QL_EFORMAT,
+                            "budget: '%s' is not none, a byte count (4718592, 512MiB, 4.5GiB) "
+                            "or bpw:X",
+                            v);
+    memcpy(num, v, len - ulen);
+    num[len - ulen] = '\0';
+    const char *unit = v + len - ulen;
+    double scale;
+    if (ulen == 0)
+        scale = 1.0;
+    else if (strcasecmp(unit, "KiB") == 0)
+        scale = 1024.0;
+    else if (strcasecmp(unit, "MiB") == 0)
+        scale = 1024.0 * 1024.0;
+    else if (strcasecmp(unit, "GiB") == 0)
+        scale = 1024.0 * 1024.0 * 1024.0;
+    else if (strcasecmp(unit, "KB") == 0 || strcasecmp(unit, "MB") == 0 ||
+             strcasecmp(unit, "GB") == 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "budget: unit '%s' in '%s' is ambiguous; use KiB, MiB or GiB (powers "
+                            "of 1024) or a plain byte count",
+                            unit, v);
+    else
+        return ql_error_set(err, QL_EFORMAT,
+                            "budget: unknown unit '%s' in '%s' (units: KiB, MiB, GiB)", unit, v);
+    int64_t bytes;
+    if (ulen == 0) {
+        if (!ql_parse_i64(num, &bytes))
+            return ql_error_set(err, QL_EFORMAT,
+                                "budget: '%s' is not a whole number of bytes (or give a unit: "
+                                "KiB, MiB, GiB)",
+                                v);
+    } else {
+        double x;
+        if (!ql_parse_double(num, &x))
+            return ql_error_set(err, QL_EFORMAT, "budget: '%s' in '%s' is not a number", num, v);
+        double b = floor(x * scale);
+        if (!(b >= 1.0) || b > (double)BUDGET_BYTES_MAX)
+            return ql_error_set(err, QL_EFORMAT, "budget: '%s' is out of range (1 byte .. 2^53)",
+                                v);
+        bytes = (int64_t)b;
+    }
+    if (bytes < 1 || bytes > BUDGET_BYTES_MAX)
+        return ql_error_set(err, QL_EFORMAT, "budget: '%s' is out of range (1 byte .. 2^53)", v);
+    c->budget_kind = QL_BUDGET_BYTES;
+    c->budget_bytes = bytes;
+    c->budget_bpw = 0.0;
+    return QL_OK;
+}
+
+/* ---------------------------------------------------------------- public */
+
+void ql_config_init(ql_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->weight_type = QL_TYPE_F32;
+    c->act_mode = QL_ACT_F32;
+    c->outlier_ratio = 0.0;
+    c->head_type = QL_TYPE_SAME;
+    c->embd_type = QL_TYPE_SAME;
+    c->kv_type = QL_KV_AUTO;
+    c->imatrix_kind = QL_IMATRIX_NONE;
+    c->budget_kind = QL_BUDGET_NONE;
+}
+
+ql_status ql_config_set(ql_config *c, ql_axis axis, const char *v, ql_error *err)
+{
+    switch (axis) {
+    case QL_AXIS_WEIGHT_TYPE:
+        return parse_type("weight_type", v, false, &c->weight_type, err);
+    case QL_AXIS_HEAD_TYPE:
+        return parse_type("head_type", v, true, &c->head_type, err);
+    case QL_AXIS_EMBD_TYPE:
+        return parse_type("embd_type", v, true, &c->embd_type, err);
+    case QL_AXIS_ACT_MODE:
+        for (int m = 0; m < QL_ACT_COUNT; m++)
+            if (strcasecmp(v, act_names[m]) == 0) {
+                c->act_mode = (ql_act_mode)m;
+                return QL_OK;
+            }
+        {
+            const char *near = ql_closest_name(v, act_names, QL_ACT_COUNT);
+            if (near)
+                return ql_error_set(err, QL_EFORMAT,
+                                    "act_mode: unknown mode '%s'; did you mean '%s'?", v, near);
+            return ql_error_set(err, QL_EFORMAT,
+                                "act_mode: unknown mode '%s' (modes: f32 native q8_0 q8_1 q8_K "
+                                "q8x2)",
+                                v);
+        }
+    case QL_AXIS_KV_TYPE:
+        for (int k = 0; k < QL_KV_COUNT; k++)
+            if (strcasecmp(v, kv_names[k]) == 0) {
+                c->kv_type = (ql_kv_type)k;
+                return QL_OK;
+            }
+        {
+            const char *near = ql_closest_name(v, kv_names, QL_KV_COUNT);
+            if (near)
+                return ql_error_set(err, QL_EFORMAT,
+                                    "kv_type: unknown type '%s'; did you mean '%s'?", v, near);
+            return ql_error_set(err, QL_EFORMAT,
+                                "kv_type: unknown type '%s' (types: auto f32 f16 q8_0 q4_0)", v);
+        }
+    case QL_AXIS_OUTLIER_RATIO: {
+        double r;
+        if (!ql_parse_double(v, &r))
+            return ql_error_set(err, QL_EFORMAT, "outlier_ratio: '%s' is not a number", v);
+        if (r == 0.0) {
+            c->outlier_ratio = 0.0; /* also turns -0 into 0 */
+            return QL_OK;
+        }
+        if (!(r > 1.0))
+            return ql_error_set(err, QL_EFORMAT,
+                                "outlier_ratio: %s must be 0 (off) or greater than 1 (a channel "
+                                "is an outlier above ratio x the median channel)",
+                                v);
+        c->outlier_ratio = r;
+        return QL_OK;
+    }
+    case QL_AXIS_IMATRIX:
+        return parse_imatrix(c, v, err);
+    case QL_AXIS_BUDGET:
+        return parse_budget(c, v, err);
+    case QL_AXIS_COUNT:
+        break;
+    }
+    QL_ASSERT(!"bad axis");
+    return QL_EINVAL;
+}
+
+void ql_config_copy_axis(ql_config *dst, const ql_config *src, ql_axis axis)
+{
+    switch (axis) {
+    case QL_AXIS_WEIGHT_TYPE:
+        dst->weight_type = src->weight_type;
+        return;
+    case QL_AXIS_ACT_MODE:
+        dst->act_mode = src->act_mode;
+        return;
+    case QL_AXIS_OUTLIER_RATIO:
+        dst->outlier_ratio = src->outlier_ratio;
+        return;
+    case QL_AXIS_HEAD_TYPE:
+        dst->head_type = src->head_type;
+        return;
+    case QL_AXIS_EMBD_TYPE:
+        dst->embd_type = src->embd_type;
+        return;
+    case QL_AXIS_KV_TYPE:
+        dst->kv_type = src->kv_type;
+        return;
+    case QL_AXIS_IMATRIX:
+        dst->imatrix_kind = src->imatrix_kind;
+        memcpy(dst->imatrix, src->imatrix, sizeof dst->imatrix);
+        dst->imatrix_ctx = src->imatrix_ctx;
+        dst->imatrix_chunks = src->imatrix_chunks;
+        return;
+    case QL_AXIS_BUDGET:
+        dst->budget_kind = src->budget_kind;
+        dst->budget_bytes = src->budget_bytes;
+        dst->budget_bpw = src->budget_bpw;
+        return;
+    case QL_AXIS_COUNT:
+        break;
+    }
+    QL_ASSERT(!"bad axis");
+}
+
+ql_type ql_config_head_type(const ql_config *c)
+{
+    return c->head_type == QL_TYPE_SAME ? c->weight_type : c->head_type;
+}
+
+ql_type ql_config_embd_type(const ql_config *c)
+{
+    return c->embd_type == QL_TYPE_SAME ? c->weight_type : c->embd_type;
+}
+
+ql_kv_type ql_config_kv_type(const ql_config *c)
+{
+    if (c->kv_type != QL_KV_AUTO)
+        return c->kv_type;
+    /* llama.cpp's default K/V cache is f16: a native config reproduces its numbers. */
+    return c->act_mode == QL_ACT_NATIVE ? QL_KV_F16 : QL_KV_F32;
+}
+
+ql_status ql_config_validate(const ql_config *c, ql_axis *bad_axis, ql_error *err)
+{
+    if (c->imatrix_kind != QL_IMATRIX_NONE)
+        return QL_OK;
+    const struct {
+        ql_axis axis;
+        ql_type type;
+    } roles[] = {
+        {QL_AXIS_WEIGHT_TYPE, c->weight_type},
+        {QL_AXIS_HEAD_TYPE, ql_config_head_type(c)},
+        {QL_AXIS_EMBD_TYPE, ql_config_embd_type(c)},
+    };
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
+        const ql_type_traits *t = ql_type_get(roles[i].type);
+        QL_ASSERT(t);
+        if (t->requires_imatrix) {
+            if (bad_axis)
+                *bad_axis = roles[i].axis;
+            return ql_error_set(err, QL_EFORMAT,
+                                "%s %s needs an importance matrix (ggml refuses to quantize it "
+                                "without one), but imatrix is none",
+                                axis_names[roles[i].axis], t->name);
+        }
+    }
+    return QL_OK;
+}
+
+int ql_config_axis_string(const ql_config *c, ql_axis axis, char *buf, size_t size)
+{
+    char num[40];
+    switch (axis) {
+    case QL_AXIS_WEIGHT_TYPE:
+        return snprintf(buf, size, "%s", ql_type_name(c->weight_type));
+    case QL_AXIS_ACT_MODE:
+        return snprintf(buf, size, "%s", ql_act_mode_name(c->act_mode));
+    case QL_AXIS_OUTLIER_RATIO:
+        ql_format_double(c->outlier_ratio, num, sizeof num);
+        return snprintf(buf, size, "%s", num);
+    case QL_AXIS_HEAD_TYPE:
+    case QL_AXIS_EMBD_TYPE: {
+        ql_type t = axis == QL_AXIS_HEAD_TYPE ? ql_config_head_type(c) : ql_config_embd_type(c);
+        return snprintf(buf, size, "%s", t == c->weight_type ? "same" : ql_type_name(t));
+    }
+    case QL_AXIS_KV_TYPE:
+        return snprintf(buf, size, "%s", ql_kv_type_name(ql_config_kv_type(c)));
+    case QL_AXIS_IMATRIX:
+        if (c->imatrix_kind == QL_IMATRIX_NONE)
+            return snprintf(buf, size, "none");
+        if (c->imatrix_kind == QL_IMATRIX_FILE)
+            return snprintf(buf, size, "%s", c->imatrix);
+        {
+            char ctx[32] = "", chunks[32] = "";
+            if (c->imatrix_ctx > 0)
+                snprintf(ctx, sizeof ctx, ",ctx=%d", c->imatrix_ctx);
+            if (c->imatrix_chunks > 0)
+                snprintf(chunks, sizeof chunks, ",chunks=%d", c->imatrix_chunks);
+            return snprintf(buf, size, "calib:%s%s%s", c->imatrix, ctx, chunks);
+        }
+    case QL_AXIS_BUDGET:
+        if (c->budget_kind == QL_BUDGET_NONE)
+            return snprintf(buf, size, "none");
+        if (c->budget_kind == QL_BUDGET_BYTES)
+            return snprintf(buf, size, "%lld", (long long)c->budget_bytes);
+        ql_format_double(c->budget_bpw, num, sizeof num);
+        return snprintf(buf, size, "bpw:%s", num);
+    case QL_AXIS_COUNT:
+        break;
+    }
+    QL_ASSERT(!"bad axis");
+    return 0;
+}
+
+int ql_config_to_string(const ql_config *c, char *buf, size_t size)
+{
+    int total = 0;
+    for (int a = 0; a < QL_AXIS_COUNT; a++) {
+        char val[QL_CONFIG_IMATRIX_MAX + 64];
+        ql_config_axis_string(c, (ql_axis)a, val, sizeof val);
+        size_t off = (size_t)total < size ? (size_t)total : size;
+        total += snprintf(buf + off, size - off, "%s%s=%s", a ? " " : "", axis_names[a], val);
+    }
+    return total;
+}
+
+void ql_config_hash(const ql_config *c, char out[65])
+{
+    char text[QL_CONFIG_TEXT_MAX];
+    int n = ql_config_to_string(c, text, sizeof text);
+    QL_ASSERT(n > 0 && (size_t)n < sizeof text);
+    ql_sha256_hex(text, (size_t)n, out);
+}
+
+ql_status ql_config_from_string(const char *s, ql_config *c, ql_error *err)
+{
+    ql_config_init(c);
+    bool seen[QL_AXIS_COUNT] = {false};
+    const char *p = s;
+    for (;;) {
+        while (*p && isspace((unsigned char)*p))
+            p++;
+        if (!*p)
+            break;
+        const char *end = p;
+        while (*end && !isspace((unsigned char)*end))
+            end++;
+        char tok[QL_CONFIG_IMATRIX_MAX + 64];
+        size_t len = (size_t)(end - p);
+        if (len >= sizeof tok)
+            return ql_error_set(err, QL_EFORMAT, "config item '%.40s...' is too long", p);
+        memcpy(tok, p, len);
+        tok[len] = '\0';
+        p = end;
+        char *eq = strchr(tok, '=');
+        if (!eq)
+            return ql_error_set(err, QL_EFORMAT, "config item '%s' is not axis=value", tok);
+        *eq = '\0';
+        ql_axis axis;
+        if (!ql_axis_lookup(tok, &axis)) {
+            const char *near = ql_closest_name(tok, axis_names, QL_AXIS_COUNT);
+            if (near)
+                return ql_error_set(err, QL_EFORMAT, "unknown axis '%s'; did you mean '%s'?", tok,
+                                    near);
+            return ql_error_set(err, QL_EFORMAT, "unknown axis '%s'", tok);
+        }
+        if (seen[axis])
+            return ql_error_set(err, QL_EFORMAT, "axis '%s' given twice", tok);
+        seen[axis] = true;
+        ql_status st = ql_config_set(c, axis, eq + 1, err);
+        if (st != QL_OK)
+            return st;
+    }
+    return QL_OK;
+}
+
+/* The capability-table class of an axis value (see the table). */
+static const char *value_class(const ql_config *c, ql_axis axis)
+{
+    switch (axis) {
+    case QL_AXIS_WEIGHT_TYPE:
+        return "<type>";
+    case QL_AXIS_HEAD_TYPE:
+        return ql_config_head_type(c) == c->weight_type ? "same" : "<type>";
+    case QL_AXIS_EMBD_TYPE:
+        return ql_config_embd_type(c) == c->weight_type ? "same" : "<type>";
+    case QL_AXIS_ACT_MODE:
+        return ql_act_mode_name(c->act_mode);
+    case QL_AXIS_OUTLIER_RATIO:
+        return c->outlier_ratio == 0.0 ? "0" : ">1";
+    case QL_AXIS_KV_TYPE:
+        return ql_kv_type_name(ql_config_kv_type(c));
+    case QL_AXIS_IMATRIX:
+        return c->imatrix_kind == QL_IMATRIX_NONE   ? "none"
+               : c->imatrix_kind == QL_IMATRIX_FILE ? "<path>"
+                                                    : "calib:<dataset>";
+    case QL_AXIS_BUDGET:
+        return c->budget_kind == QL_BUDGET_NONE    ? "none"
+               : c->budget_kind == QL_BUDGET_BYTES ? "<bytes>"
+                                                   : "bpw:<x>";
+    case QL_AXIS_COUNT:
+        break;
+    }
+    QL_ASSERT(!"bad axis");
+    return "";
+}
+
+ql_status ql_config_check_axis(const ql_config *c, ql_axis axis, ql_error *err)
+{
+    const char *cls = value_class(c, axis);
+    for (size_t i = 0; i < sizeof capabilities / sizeof capabilities[0]; i++) {
+        if (capabilities[i].axis != axis || strcmp(capabilities[i].value, cls) != 0)
+            continue;
+        if (capabilities[i].implemented)
+            return QL_OK;
+        char val[QL_CONFIG_IMATRIX_MAX + 64];
+        ql_config_axis_string(c, axis, val, sizeof val);
+        if (axis == QL_AXIS_KV_TYPE && c->kv_type == QL_KV_AUTO)
+            return ql_error_set(err, QL_EUNSUPPORTED,
+                                "kv_type %s (implied by act_mode %s) is not implemented yet", val,
+                                ql_act_mode_name(c->act_mode));
+        return ql_error_set(err, QL_EUNSUPPORTED, "%s %s is not implemented yet", axis_names[axis],
+                            val);
+    }
+    QL_ASSERT(!"axis value missing from the capability table");
+    return QL_EINVAL;
+}
+
+ql_status ql_config_check_implemented(const ql_config *c, ql_error *err)
+{
+    for (int a = 0; a < QL_AXIS_COUNT; a++) {
+        ql_status st = ql_config_check_axis(c, (ql_axis)a, err);
+        if (st != QL_OK)
+            return st;
+    }
+    return QL_OK;
+}
+
+int32_t ql_kv_ggml_type(ql_kv_type kv)
+{
+    switch (kv) {
+    case QL_KV_F32:
+        return QL_TYPE_F32;
+    case QL_KV_F16:
+        return QL_TYPE_F16;
+    case QL_KV_Q8_0:
+        return QL_TYPE_Q8_0;
+    case QL_KV_Q4_0:
+        return QL_TYPE_Q4_0;
+    default:
+        QL_ASSERT(!"kv_type auto must be resolved with ql_config_kv_type");
+        return QL_TYPE_F32;
+    }
+}

@@ -1,0 +1,544 @@
+/* A config's quantized weight set, built from its plan over a tensor cache shared
+ * between configs (qweights.h). */
+#include "experiment/qweights.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "experiment/fit.h"
+#include "experiment/metrics.h"
+#include "experiment/outliers.h"
+#include "formats/quant_int8row.h"
+#include "formats/zlib_size.h"
+#include "formats/types.h"
+#include "model/gguf.h"
+
+/* ------------------------------------------------------------------------- */
+/* Quantized tensors shared between configs                                   */
+
+typedef struct {
+    char name[QL_QUANT_NAME_MAX];
+    int32_t type;
+    const ql_imatrix *imatrix; /* importance used to quantize (identity), NULL = none */
+    const ql_outlier_cols *oc; /* outlier columns kept exact (identity), NULL = none */
+    uint64_t outlier_bytes;    /* f32 values and indices of those columns */
+    void *q;                   /* quantized bytes (storage type: Q8_0 for Q8_0_XC) */
+    size_t q_bytes;
+    float *deq; /* (nrows, n_per_row) dequantized */
+    int64_t nrows, n_per_row;
+    ql_weight_error werr; /* against the reference weights, weighted by the metric imatrix */
+    uint64_t last_use;
+} qtensor;
+
+typedef struct {
+    qtensor *items;
+    size_t n, cap;
+    size_t bytes, max_bytes;
+    uint64_t clock; /* advanced once per config; items it touched carry its value */
+} qcache;
+
+struct ql_qweights {
+    const ql_model *model;
+    char model_sha[65];
+    char cache_dir[QL_PATH_MAX];
+    const ql_imatrix *metric_imatrix;
+    bool quiet;
+    qcache cache;
+    float *imat_buf;   /* (max_row,) per-column importance of the tensor being quantized */
+    float *metric_buf; /* (max_row,) the same from the metric imatrix */
+};
+
+static void qtensor_release(qtensor *t)
+{
+    free(t->q);
+    free(t->deq);
+    t->q = NULL;
+    t->deq = NULL;
+}
+
+static size_t qtensor_mem(const qtensor *t)
+{
+    return t->q_bytes + (size_t)(t->nrows * t->n_per_row) * sizeof(float);
+}
+
+static void qcache_deinit(qcache *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        qtensor_release(&c->items[i]);
+    free(c->items);
+    memset(c, 0, sizeof *c);
+}
+
+/* Drops least recently used tensors not used by the current config (last_use <
+ * keep_from) until the cache fits. */
+static void qcache_trim(qcache *c, uint64_t keep_from)
+{
+    while (c->bytes > c->max_bytes) {
+        size_t victim = SIZE_MAX;
+        for (size_t i = 0; i < c->n; i++)
+            if (c->items[i].last_use < keep_from &&
+                (victim == SIZE_MAX || c->items[i].last_use < c->items[victim].last_use))
+                victim = i;
+        if (victim == SIZE_MAX)
+            return;
+        c->bytes -= qtensor_mem(&c->items[victim]);
+        qtensor_release(&c->items[victim]);
+        c->items[victim] = c->items[--c->n];
+    }
+}
+
+static qtensor *qcache_find(qcache *c, const char *name, int32_t type, const ql_imatrix *im,
+                            const ql_outlier_cols *oc)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        qtensor *t = &c->items[i];
+        if (t->type == type && t->imatrix == im && t->oc == oc && strcmp(t->name, name) == 0) {
+            t->last_use = c->clock;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+ql_status ql_qweights_alloc(ql_qweights **out, const ql_qweights_opts *o, ql_error *err)
+{
+    *out = NULL;
+    ql_qweights *q = calloc(1, sizeof *q);
+    if (!q)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for the sweep buffers");
+    q->model = o->model;
+    ql_strlcpy(q->model_sha, o->model_sha, sizeof q->model_sha);
+    ql_strlcpy(q->cache_dir, o->cache_dir, sizeof q->cache_dir);
+    q->metric_imatrix = o->metric_imatrix;
+    q->quiet = o->quiet;
+    q->cache.max_bytes = o->cache_bytes ? o->cache_bytes : QL_QWEIGHTS_CACHE_BYTES;
+    /* The longest row any tensor has: a hidden, feed-forward or vocabulary row. */
+    const ql_hparams *hp = &o->model->hp;
+    int64_t max_row = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+    if (hp->n_vocab > max_row)
+        max_row = hp->n_vocab;
+    q->imat_buf = malloc((size_t)max_row * sizeof(float));
+    q->metric_buf = malloc((size_t)max_row * sizeof(float));
+    if (!q->imat_buf || !q->metric_buf) {
+        ql_qweights_free(q);
+        return ql_error_set(err, QL_ENOMEM, "out of memory for the sweep buffers");
+    }
+    *out = q;
+    return QL_OK;
+}
+
+void ql_qweights_free(ql_qweights *q)
+{
+    if (!q)
+        return;
+    qcache_deinit(&q->cache);
+    free(q->imat_buf);
+    free(q->metric_buf);
+    free(q);
+}
+
+/* The cached quantized tensor for (name, type, imatrix), quantizing it on a miss. */
+static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const float *src,
+                             const ql_imatrix *im, const ql_outlier_cols *oc, qtensor **out,
+                             double *quant_seconds, ql_error *err)
+{
+    /* Without columns to keep, a split is a plain quantization: share its entry. */
+    if (oc && oc->n == 0 && e->used != QL_TYPE_Q8_0_XC)
+        oc = NULL;
+    qtensor *t = qcache_find(&q->cache, e->name, e->used, im, oc);
+    if (t) {
+        *out = t;
+        return QL_OK;
+    }
+    double t0 = ql_now();
+    qtensor nt;
+    memset(&nt, 0, sizeof nt);
+    ql_strlcpy(nt.name, e->name, sizeof nt.name);
+    nt.type = e->used;
+    nt.imatrix = im;
+    nt.oc = oc;
+    nt.nrows = e->nrows;
+    nt.n_per_row = e->n_per_row;
+    nt.q_bytes = (size_t)e->bytes;
+    size_t n = (size_t)(e->nrows * e->n_per_row);
+    nt.q = malloc(nt.q_bytes ? nt.q_bytes : 1);
+    nt.deq = malloc(n * sizeof(float));
+    if (!nt.q || !nt.deq) {
+        qtensor_release(&nt);
+        return ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", e->name);
+    }
+    const float *qw, *mw;
+    ql_status st = ql_calib_column_weights(im, e->name, e->n_per_row, q->imat_buf, &qw, err);
+    if (!st && (oc || e->used == QL_TYPE_Q8_0_XC)) {
+        /* The outlier split (outliers.h): the columns stay exact, the rest is
+         * quantized without them; Q8_0_XC keeps them exact inside Q8_0 blocks. */
+        uint64_t qb = 0;
+        st = ql_outliers_quant_weight(e->used, src, e->nrows, e->n_per_row, qw, oc, nt.deq, nt.q,
+                                      nt.q_bytes, &qb, &nt.outlier_bytes, err);
+    } else if (!st) {
+        st = ql_quant_tensor(e->used, src, e->nrows, e->n_per_row, qw, nt.q, nt.q_bytes, NULL, err);
+        if (!st)
+            st = ql_dequant_tensor(e->used, nt.q, nt.q_bytes, e->nrows, e->n_per_row, nt.deq, err);
+    }
+    if (!st)
+        st = ql_calib_column_weights(q->metric_imatrix, e->name, e->n_per_row, q->metric_buf, &mw,
+                                     err);
+    if (!st)
+        st = ql_weight_error_add(&nt.werr, src, nt.deq, e->nrows, e->n_per_row, mw, err);
+    if (st) {
+        qtensor_release(&nt);
+        return st;
+    }
+    qcache *c = &q->cache;
+    if (c->n == c->cap && !ql_grow((void **)&c->items, &c->cap, c->n + 1, sizeof *c->items)) {
+        qtensor_release(&nt);
+        return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor cache");
+    }
+    nt.last_use = c->clock;
+    c->items[c->n++] = nt;
+    c->bytes += qtensor_mem(&nt);
+    *quant_seconds += ql_now() - t0;
+    *out = &c->items[c->n - 1];
+    return QL_OK;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The plan                                                                   */
+
+/* Replaces the policy's types by the ones the exact-fit solver chose for a budget,
+ * and recomputes the plan's byte totals. */
+static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql_calib_slot *slot,
+                              ql_quant_plan *plan, ql_error *err)
+{
+    if (c->head_type != QL_TYPE_SAME || c->embd_type != QL_TYPE_SAME)
+        return ql_error_set(err, QL_EINVAL,
+                            "a budget config lets the solver choose the head and embedding "
+                            "types too; use head_type = same and embd_type = same");
+    ql_fit_imatrix *fim = NULL;
+    ql_status st = QL_OK;
+    if (slot && (st = ql_fit_imatrix_wrap(ql_calib_slot_imatrix(slot), ql_calib_slot_sha256(slot),
+                                          &fim, err)))
+        return st;
+    ql_fit_budget b = {c->budget_kind == QL_BUDGET_BPW ? QL_FIT_BUDGET_BPW : QL_FIT_BUDGET_BYTES,
+                       (uint64_t)c->budget_bytes, c->budget_bpw};
+    /* The solver's default ladder up to the precision of weight_type, so that
+     * weight_type caps what a fitted model may spend on one tensor. */
+    ql_fit_options fo;
+    ql_fit_options_init(&fo);
+    fo.max_bpw = ql_type_bpw(c->weight_type);
+    fo.cache_dir = q->cache_dir;
+    fo.quiet = q->quiet;
+    ql_fit_table *table = NULL;
+    ql_fit_plan *fp = NULL;
+    st = ql_fit_plan_model(q->model->gguf, q->model_sha,
+                           fim ? ql_fit_imatrix_importance(fim) : NULL, &b, &fo, &table, &fp, err);
+    if (st)
+        goto out;
+    for (int64_t i = 0; i < plan->n; i++) {
+        ql_quant_plan_entry *e = &plan->entries[i];
+        int32_t t = ql_fit_plan_type(fp, e->name);
+        if (t != QL_TYPE_INVALID &&
+            (e->role == QL_ROLE_WEIGHT || e->role == QL_ROLE_HEAD || e->role == QL_ROLE_EMBD)) {
+            e->requested = e->used = t;
+            e->fallback = QL_FALLBACK_NONE;
+            e->reason[0] = '\0';
+            e->bytes = ql_row_size(t, e->n_per_row) * (uint64_t)e->nrows;
+        }
+    }
+    ql_quant_plan_totals(plan);
+out:
+    ql_fit_plan_free(fp);
+    ql_fit_table_free(table);
+    ql_fit_imatrix_free(fim);
+    return st;
+}
+
+/* Whether the importance matrix ctx (NULL: none) has an entry for the tensor. */
+static bool imatrix_covers(const void *ctx, int64_t i, const ql_quant_plan_entry *e)
+{
+    (void)i;
+    return ctx && ql_imatrix_find(ctx, e->name);
+}
+
+/* The config's plan: the type policy, the budget's types, and the fallback of
+ * tensors without importance data. */
+static ql_status build_plan(const ql_qweights *q, const ql_config *c, const ql_calib_slot *slot,
+                            ql_quant_plan **out, ql_error *err)
+{
+    const ql_imatrix *im = ql_calib_slot_imatrix(slot);
+    ql_quant_config qc = {c->weight_type, c->head_type, c->embd_type};
+    ql_quant_plan *plan;
+    ql_status st = ql_quant_plan_build(q->model->gguf, &qc, &plan, err);
+    if (st)
+        return st;
+    if (c->budget_kind != QL_BUDGET_NONE && (st = apply_budget(q, c, slot, plan, err))) {
+        ql_quant_plan_free(plan);
+        return st;
+    }
+    /* Tensors the importance matrix does not cover cannot take the types that need
+     * one: they fall back as llama-quantize's mixes do (recorded per tensor). */
+    ql_quant_plan_importance_fallbacks(plan, imatrix_covers, im);
+    *out = plan;
+    return QL_OK;
+}
+
+/* GGUF file size of the plan (metadata of the source, tensors in their used types);
+ * NAN when a type has no GGUF id (INT8_ROW). */
+static double plan_gguf_bytes(const ql_gguf *src, const ql_quant_plan *plan, ql_error *err)
+{
+    for (int64_t i = 0; i < plan->n; i++) {
+        const ql_type_traits *t = ql_type_get(plan->entries[i].used);
+        const ql_type_traits *stored = t ? ql_type_get(t->storage) : NULL;
+        if (!stored || !stored->is_gguf)
+            return (double)NAN;
+    }
+    ql_gguf_writer *w;
+    if (ql_gguf_writer_alloc(&w, err))
+        return (double)NAN;
+    double size = (double)NAN;
+    if (ql_gguf_writer_copy_kvs(w, src, err))
+        goto out;
+    for (int64_t i = 0; i < plan->n; i++) {
+        const ql_quant_plan_entry *e = &plan->entries[i];
+        if (ql_gguf_writer_add_tensor(w, e->name, e->n_dims, e->ne, ql_type_get(e->used)->storage,
+                                      e->bytes, err))
+            goto out;
+    }
+    size = (double)ql_gguf_writer_file_size(w);
+out:
+    ql_gguf_writer_free(w);
+    return size;
+}
+
+/* ------------------------------------------------------------------------- */
+/* The weight set                                                             */
+
+/* Quantizes the weights of a config into a weight set borrowing from the cache, and
+ * adds up the f32 bytes of the outlier columns (whole model and body). */
+static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const ql_imatrix *im,
+                               const ql_outlier_set *os, ql_qweights_result *r,
+                               uint64_t *outlier_bytes, uint64_t *outlier_bytes_body, ql_error *err)
+{
+    const ql_model *model = q->model;
+    ql_weights *w;
+    ql_status st = ql_weights_copy(&w, model->weights, err);
+    if (st)
+        return st;
+    r->tensors = calloc((size_t)plan->n, sizeof *r->tensors);
+    r->names = calloc((size_t)plan->n, sizeof *r->names);
+    r->reasons = calloc((size_t)plan->n, sizeof *r->reasons);
+    r->site_q = calloc((size_t)w->n_lin, sizeof *r->site_q);
+    ql_zlib_tensor *zt = calloc((size_t)plan->n, sizeof *zt);
+    if (!r->tensors || !r->names || !r->reasons || !r->site_q || !zt) {
+        free(zt);
+        ql_weights_free(w);
+        return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor records");
+    }
+    ql_weight_error total;
+    memset(&total, 0, sizeof total);
+    total.weighted = true;
+    bool any_weighted = false;
+    double quant_seconds = 0;
+    size_t n_zt = 0;
+    for (int64_t i = 0; i < plan->n && !st; i++) {
+        const ql_quant_plan_entry *e = &plan->entries[i];
+        ql_linear *lin = ql_weights_find(model->weights, e->name);
+        if (e->role == QL_ROLE_VECTOR || e->role == QL_ROLE_KEEP || !lin) {
+            /* Stays as the reference has it; its bytes still count. */
+            const ql_gguf_tensor *gt = ql_gguf_find_tensor(model->gguf, e->name);
+            if (gt && gt->type == QL_TYPE_F32 && e->used == QL_TYPE_F32)
+                zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, gt->data, e->nrows, e->n_per_row};
+            continue;
+        }
+        ql_tensor_record *te = &r->tensors[r->n_tensors];
+        ql_strlcpy(r->names[r->n_tensors], e->name, QL_QUANT_NAME_MAX);
+        te->tensor = r->names[r->n_tensors];
+        te->requested_type = e->requested;
+        te->used_type = e->used;
+        ql_strlcpy(r->reasons[r->n_tensors], e->reason, QL_QUANT_REASON_MAX);
+        te->fallback_reason = e->used != e->requested ? r->reasons[r->n_tensors] : NULL;
+        te->n_rows = e->nrows;
+        te->n_cols = e->n_per_row;
+        te->params = e->nrows * e->n_per_row;
+        te->bytes = (int64_t)e->bytes;
+        te->outlier_cols = -1;
+        r->n_tensors++;
+        if (e->used == QL_TYPE_F32) {
+            /* Kept exact: no error, the reference weights are used as they are; with
+             * importance weights its sum I w^2 still counts in the relative total. */
+            const float *mw = NULL;
+            st = ql_calib_column_weights(q->metric_imatrix, e->name, e->n_per_row, q->metric_buf,
+                                         &mw, err);
+            if (st)
+                break;
+            ql_weight_error zero;
+            memset(&zero, 0, sizeof zero);
+            if ((st = ql_weight_error_add(&zero, lin->w, lin->w, e->nrows, e->n_per_row, mw, err)))
+                break;
+            te->rmse = te->max_err = 0;
+            te->imatrix_err = zero.weighted ? 0 : (double)NAN;
+            te->imatrix_err_rel = zero.weighted ? 0 : (double)NAN;
+            any_weighted |= zero.weighted;
+            ql_weight_error_merge(&total, &zero);
+            zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, lin->w, e->nrows, e->n_per_row};
+            continue;
+        }
+        /* The product site of this weight (the lookup table has none), and the
+         * outlier columns of that product when the config splits them. */
+        const ql_weights *ref = model->weights;
+        int site = lin >= ref->lin && lin < ref->lin + ref->n_lin ? (int)(lin - ref->lin) : -1;
+        const ql_outlier_cols *oc = os && site >= 0 ? &os->site[site] : NULL;
+        qtensor *qt = NULL;
+        st = get_qtensor(q, e, lin->w, im, oc, &qt, &quant_seconds, err);
+        if (st) {
+            ql_error_prefix(err, "tensor '%s' (%s): ", e->name, ql_type_name(e->used));
+            break;
+        }
+        if (oc)
+            te->outlier_cols = oc->n;
+        *outlier_bytes += qt->outlier_bytes;
+        if (e->role == QL_ROLE_WEIGHT)
+            *outlier_bytes_body += qt->outlier_bytes;
+        if (site >= 0)
+            r->site_q[site] = qt->q;
+        te->rmse = ql_weight_error_rmse(&qt->werr);
+        te->max_err = qt->werr.max_abs;
+        te->imatrix_err = qt->werr.weighted ? qt->werr.w_sse : (double)NAN;
+        te->imatrix_err_rel = ql_weight_error_rel(&qt->werr);
+        any_weighted |= qt->werr.weighted;
+        ql_weight_error_merge(&total, &qt->werr);
+        zt[n_zt++] =
+            (ql_zlib_tensor){ql_type_get(qt->type)->storage, qt->q, qt->nrows, qt->n_per_row};
+        ql_linear *dst = ql_weights_find(w, e->name);
+        ql_linear_set_weights(dst, qt->deq, false);
+        if (dst == &w->tok_embd && model->hp.tied_output) {
+            /* The head of tied embeddings reads the same tensor, with its own outlier
+             * columns when the split gives the head site any. */
+            int out_site = ql_site_output(w);
+            const ql_outlier_cols *hoc = os ? &os->site[out_site] : NULL;
+            qtensor *hq = qt;
+            if (hoc && hoc->n > 0 &&
+                (st = get_qtensor(q, e, lin->w, im, hoc, &hq, &quant_seconds, err)))
+                break;
+            ql_linear_set_weights(&w->lin[out_site], hq->deq, false);
+            r->site_q[out_site] = hq->q;
+            if (hq != qt)
+                *outlier_bytes += hq->outlier_bytes;
+        }
+    }
+    if (!st) {
+        r->rmse = ql_weight_error_rmse(&total);
+        r->max_err = total.max_abs;
+        r->imatrix_err = total.weighted && any_weighted ? total.w_sse : (double)NAN;
+        r->imatrix_err_rel = any_weighted ? ql_weight_error_rel(&total) : (double)NAN;
+        uint64_t z = 0;
+        st = ql_zlib_size_tensors(zt, n_zt, &z, err);
+        r->zlib_bytes = st ? (double)NAN : (double)z;
+    }
+    free(zt);
+    r->quantize_seconds = quant_seconds;
+    if (st) {
+        ql_weights_free(w);
+        return st;
+    }
+    r->weights = w;
+    return QL_OK;
+}
+
+/* Installs the config's activation rounding (and the outlier channels left
+ * unrounded) on every product, and records what each product got. */
+static ql_status install_act(const ql_config *c, const ql_quant_plan *plan,
+                             const ql_outlier_set *os, ql_qweights_result *r, ql_error *err)
+{
+    ql_weights *w = r->weights;
+    if (c->act_mode == QL_ACT_F32 && !os)
+        return QL_OK; /* nothing to round: no transform, no cost */
+    int32_t *types = malloc((size_t)w->n_lin * sizeof *types);
+    r->acts = calloc((size_t)w->n_lin, sizeof *r->acts);
+    r->act_names = calloc((size_t)w->n_lin, sizeof *r->act_names);
+    r->act_notes = calloc((size_t)w->n_lin, sizeof *r->act_notes);
+    if (!types || !r->acts || !r->act_names || !r->act_notes) {
+        free(types);
+        return ql_error_set(err, QL_ENOMEM, "out of memory for activation roundings");
+    }
+    ql_act_site_types(w, plan, types);
+    ql_status st = ql_act_plan_build(&r->act, w, c->act_mode, types, r->site_q, os, err);
+    free(types);
+    if (st)
+        return st;
+    ql_act_plan_install(r->act, w);
+    for (int site = 0; site < w->n_lin; site++) {
+        const ql_act_choice *ch = ql_act_plan_choice(r->act, site);
+        int64_t kept = os ? os->site[site].n : -1;
+        if (ch->requested == QL_ACTQ_F32 && kept <= 0)
+            continue;
+        size_t k = r->n_acts++;
+        ql_act_record *a = &r->acts[k];
+        ql_strlcpy(r->act_names[k], w->lin[site].name, sizeof r->act_names[k]);
+        ql_strlcpy(r->act_notes[k], ch->note, sizeof r->act_notes[k]);
+        a->tensor = r->act_names[k];
+        a->requested = ql_actq_name(ch->requested);
+        a->used = ql_actq_name(ch->used);
+        a->note = ch->used != ch->requested ? r->act_notes[k] : NULL;
+        a->kept_channels = kept;
+    }
+    return QL_OK;
+}
+
+ql_status ql_qweights_build(ql_qweights *q, ql_calib *cal, const ql_config *c, ql_calib_slot *slot,
+                            ql_qweights_result *r, ql_error *err)
+{
+    memset(r, 0, sizeof *r);
+    /* Trimmed before a config rather than after one: the previous config's weight
+     * set is freed by now, and its tensors (the most recent) stay cached. */
+    qcache_trim(&q->cache, q->cache.clock);
+    ql_quant_plan *plan;
+    ql_status st = build_plan(q, c, slot, &plan, err);
+    if (st)
+        return st;
+    const ql_outlier_set *os = NULL;
+    if ((st = ql_calib_config_outliers(cal, c, slot, &os, err))) {
+        ql_quant_plan_free(plan);
+        return st;
+    }
+    q->cache.clock++;
+    uint64_t outlier_bytes = 0, outlier_bytes_body = 0;
+    st = build_weights(q, plan, ql_calib_slot_imatrix(slot), os, r, &outlier_bytes,
+                       &outlier_bytes_body, err);
+    if (!st)
+        st = install_act(c, plan, os, r, err);
+    if (!st) {
+        /* Sizes: the quantized tensors plus the exact columns of an outlier split. */
+        double bytes = (double)(plan->bytes + outlier_bytes);
+        double body = (double)(plan->body_bytes + outlier_bytes_body);
+        r->bytes = bytes;
+        r->params = (double)plan->params;
+        r->bpw = 8.0 * bytes / (double)plan->params;
+        r->bytes_body = body;
+        r->params_body = (double)plan->body_params;
+        r->bpw_body = plan->body_params > 0 ? 8.0 * body / (double)plan->body_params : (double)NAN;
+        ql_error gerr;
+        r->gguf_bytes = plan_gguf_bytes(q->model->gguf, plan, &gerr);
+    }
+    ql_quant_plan_free(plan);
+    if (st)
+        ql_qweights_result_deinit(r);
+    return st;
+}
+
+void ql_qweights_result_deinit(ql_qweights_result *r)
+{
+    /* The activation plan outlives the set's use: free the set first. */
+    ql_weights_free(r->weights);
+    ql_act_plan_free(r->act);
+    free(r->tensors);
+    free(r->names);
+    free(r->reasons);
+    free(r->site_q);
+    free(r->acts);
+    free(r->act_names);
+    free(r->act_notes);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,99 @@
+/* qlab: sweep files (DESIGN.md section 6) and their expansion into configs.
+ *
+ * A sweep file is INI-style text written by hand:
+ *
+ *   [sweep]
+ *   name    = formats-tiny          # default: the file name without .sweep
+ *   model   = stories260K           # required: a manifest name or a path
+ *   text    = tinystories-valid     # required: a manifest name or a path
+ *   ctx     = 128                   # default 512 (llama-perplexity's)
+ *   chunks  = 16                    # default 0 = every chunk the text holds
+ *   threads = 0                     # default 0 = all cores
+ *   imatrix = calib:tinystories-calib   # any axis here is a single-value default
+ *
+ *   [grid]                          # cartesian product of these lists
+ *   weight_type = F16 Q8_0 Q4_0
+ *   act_mode    = f32
+ *
+ * Lines are `key = value...`; values are separated by whitespace (so paths with
+ * spaces are not supported). A long list may go on over indented lines that are not
+ * `key = ...` lines themselves (errors in them name the key's line). A model may be
+ * `synth:PRESET` or `synth:key=value,...` (synth.h): a synthetic model made once. `#` starts a comment at the start of a line or after
+ * whitespace. Each section appears at most once; each key at most once, and an
+ * axis in [sweep] or in [grid], not both. weight_type must be given somewhere;
+ * the other axes default as in ql_config_init.
+ *
+ * Expansion: axes in ql_axis order, the first varying slowest and the last
+ * fastest, each axis's values in file order; a config whose hash was already
+ * produced is dropped. So config i of a file is stable, which makes
+ * `--shard K/N` (configs with i mod N == K) meaningful across machines.
+ *
+ * Every error names the file and line and quotes the offending text:
+ *   experiments/x.sweep:7: weight_type: unknown type 'Q4_O'; did you mean 'Q4_0'? */
+#ifndef QL_SWEEP_H
+#define QL_SWEEP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/data.h"
+#include "base/error.h"
+#include "experiment/config.h"
+
+/* Largest grid qlab expands (a typo such as a list of 50 types times 6 modes
+ * times 10 ratios should fail fast, not allocate gigabytes). */
+#define QL_SWEEP_MAX_CONFIGS 20000
+#define QL_SWEEP_NAME_MAX    128
+#define QL_SWEEP_DEFAULT_CTX 512
+#define QL_SWEEP_MAX_CHUNKS  10000000
+#define QL_SWEEP_MAX_THREADS 4096
+
+/* Flags of ql_sweep_parse / ql_sweep_load. */
+enum {
+    /* Accept axis values the capability table marks as not implemented yet (for
+     * tests of the expansion; the CLI never sets it). */
+    QL_SWEEP_ALLOW_UNIMPLEMENTED = 1u << 0,
+};
+
+typedef struct {
+    ql_config config;
+    char hash[65];
+} ql_sweep_point;
+
+typedef struct {
+    char path[QL_PATH_MAX]; /* the file as given (used in messages) */
+    char name[QL_SWEEP_NAME_MAX];
+    char model[QL_PATH_MAX];
+    char text[QL_PATH_MAX];
+    int ctx;
+    int chunks;                  /* 0 = all the text holds */
+    int threads;                 /* 0 = all cores */
+    int n_values[QL_AXIS_COUNT]; /* values listed per axis (0 = default) */
+    size_t n_points;
+    ql_sweep_point *points; /* expanded, deduplicated, in expansion order */
+} ql_sweep;
+
+/* Reads and expands a sweep file. On error sw is left empty (deinit is still safe). */
+ql_status ql_sweep_load(const char *path, unsigned flags, ql_sweep *sw, ql_error *err);
+
+/* Same from text in memory; path is only used in messages and for the default name. */
+ql_status ql_sweep_parse(const char *path, const char *text, unsigned flags, ql_sweep *sw,
+                         ql_error *err);
+
+void ql_sweep_deinit(ql_sweep *sw);
+
+/* A slice of a sweep: configs i with i mod count == index. {0, 1} is everything. */
+typedef struct {
+    int index;
+    int count;
+} ql_shard;
+
+/* Parses "K/N" (0 <= K < N) or "auto": K and N from Slurm's job-array variables,
+ * K = (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN) / SLURM_ARRAY_TASK_STEP and
+ * N = SLURM_ARRAY_TASK_COUNT (MIN defaults to 0, STEP to 1). */
+ql_status ql_shard_parse(const char *spec, ql_shard *out, ql_error *err);
+
+bool ql_shard_keeps(const ql_shard *s, size_t i);
+
+#endif

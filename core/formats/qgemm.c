@@ -1,0 +1,160 @@
+/* Integer products of Q8_0 weights and q8_0 activations: the portable reference and an
+ * AVX2 kernel that computes the same f32 operations (see qgemm.h). */
+#include "formats/qgemm.h"
+
+#include <string.h>
+
+#include "base/fp16.h"
+#include "base/util.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_X86_DISPATCH 1
+#endif
+
+static bool force_portable;
+
+void ql_qgemm_force_portable(bool force)
+{
+    force_portable = force;
+}
+
+const char *ql_qgemm_kernel_name(ql_qgemm_kernel k)
+{
+    return k == QL_QGEMM_AVX2 ? "avx2" : "portable";
+}
+
+ql_qgemm_kernel ql_qgemm_kernel_active(void)
+{
+#ifdef HAVE_X86_DISPATCH
+    if (!force_portable && __builtin_cpu_supports("avx2"))
+        return QL_QGEMM_AVX2;
+#endif
+    return QL_QGEMM_PORTABLE;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Portable reference                                                          */
+
+/* The f32 step every kernel performs per block, in block order. */
+static inline float add_block(float sum, int32_t isum, float dw, float dx)
+{
+    return sum + (float)isum * (dw * dx);
+}
+
+static float dot_portable(int64_t nb, const ql_block_q8_0 *w, const ql_block_q8_0 *x)
+{
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < QL_QK8_0; j++)
+            isum += (int32_t)w[b].qs[j] * (int32_t)x[b].qs[j];
+        sum = add_block(sum, isum, ql_fp16_to_fp32(w[b].d), ql_fp16_to_fp32(x[b].d));
+    }
+    return sum;
+}
+
+/* ------------------------------------------------------------------------- */
+/* AVX2                                                                        */
+
+#ifdef HAVE_X86_DISPATCH
+/* 8 int32 partial sums of one block's 32 products. Levels must lie in [-127, 127] (as
+ * ggml's quantizers write them): |w| * sign(x, w) then pairs of u8 x s8 products
+ * summed into int16 (at most 2 * 127 * 127, no saturation), then into int32. */
+__attribute__((target("avx2"))) static inline __m256i block_partial(const ql_block_q8_0 *w,
+                                                                    const ql_block_q8_0 *x)
+{
+    const __m256i qw = _mm256_loadu_si256((const __m256i *)(const void *)w->qs);
+    const __m256i qx = _mm256_loadu_si256((const __m256i *)(const void *)x->qs);
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+/* The exact block sums of 8 consecutive blocks, lane k = block k. */
+__attribute__((target("avx2"))) static inline __m256i block_sums8(const ql_block_q8_0 *w,
+                                                                  const ql_block_q8_0 *x)
+{
+    const __m256i h01 = _mm256_hadd_epi32(block_partial(w + 0, x + 0), block_partial(w + 1, x + 1));
+    const __m256i h23 = _mm256_hadd_epi32(block_partial(w + 2, x + 2), block_partial(w + 3, x + 3));
+    const __m256i h45 = _mm256_hadd_epi32(block_partial(w + 4, x + 4), block_partial(w + 5, x + 5));
+    const __m256i h67 = _mm256_hadd_epi32(block_partial(w + 6, x + 6), block_partial(w + 7, x + 7));
+    /* per 128-bit lane: blocks 0..3 (resp. 4..7), low and high halves of each block */
+    const __m256i h0123 = _mm256_hadd_epi32(h01, h23);
+    const __m256i h4567 = _mm256_hadd_epi32(h45, h67);
+    const __m256i lo = _mm256_permute2x128_si256(h0123, h4567, 0x20);
+    const __m256i hi = _mm256_permute2x128_si256(h0123, h4567, 0x31);
+    return _mm256_add_epi32(lo, hi);
+}
+
+/* 8 fp16 scales (stride of a block) widened (exact). */
+__attribute__((target("avx2"))) static inline __m256 scales8(const ql_block_q8_0 *b)
+{
+    float d[8];
+    for (int k = 0; k < 8; k++)
+        d[k] = ql_fp16_to_fp32(b[k].d);
+    return _mm256_loadu_ps(d);
+}
+
+__attribute__((target("avx2"))) static float dot_avx2(int64_t nb, const ql_block_q8_0 *w,
+                                                      const ql_block_q8_0 *x)
+{
+    float sum = 0.0f;
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        /* (float)isum * (dw * dx) for 8 blocks: the same IEEE operations as add_block */
+        const __m256 isum = _mm256_cvtepi32_ps(block_sums8(w + b, x + b));
+        const __m256 prod = _mm256_mul_ps(isum, _mm256_mul_ps(scales8(w + b), scales8(x + b)));
+        float p[8];
+        _mm256_storeu_ps(p, prod);
+        for (int k = 0; k < 8; k++)
+            sum += p[k];
+    }
+    for (; b < nb; b++) {
+        const __m256i s = block_partial(w + b, x + b);
+        const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        const __m128i s1 = _mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xb1));
+        sum =
+            add_block(sum, _mm_cvtsi128_si32(s1), ql_fp16_to_fp32(w[b].d), ql_fp16_to_fp32(x[b].d));
+    }
+    return sum;
+}
+#endif
+
+/* ------------------------------------------------------------------------- */
+/* Entry points                                                                */
+
+typedef float (*dot_fn)(int64_t nb, const ql_block_q8_0 *w, const ql_block_q8_0 *x);
+
+static dot_fn pick(void)
+{
+#ifdef HAVE_X86_DISPATCH
+    if (ql_qgemm_kernel_active() == QL_QGEMM_AVX2)
+        return dot_avx2;
+#endif
+    return dot_portable;
+}
+
+float ql_vec_dot_q8_0_q8_0(int64_t n, const ql_block_q8_0 *w, const ql_block_q8_0 *x)
+{
+    QL_ASSERT(n % QL_QK8_0 == 0);
+    return pick()(n / QL_QK8_0, w, x);
+}
+
+void ql_gemm_q8_0(const ql_block_q8_0 *w, const ql_block_q8_0 *x, float *y, int64_t n_tok,
+                  int64_t n_out, int64_t n_in)
+{
+    QL_ASSERT(n_in % QL_QK8_0 == 0);
+    const int64_t nb = n_in / QL_QK8_0;
+    const dot_fn dot = pick();
+    /* Rows of W in chunks of 16: a chunk's weights stay in cache across all tokens. */
+    const int64_t chunk = 16, n_chunks = (n_out + chunk - 1) / chunk;
+    const int threads = (int64_t)n_tok * n_out * n_in < 1 << 20 ? 1 : ql_threads_get();
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t c = 0; c < n_chunks; c++) {
+        const int64_t o_end = (c + 1) * chunk < n_out ? (c + 1) * chunk : n_out;
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t o = c * chunk; o < o_end; o++)
+                y[t * n_out + o] = dot(nb, w + o * nb, x + t * nb);
+    }
+}

@@ -1,0 +1,484 @@
+/* The reference forward pass: one function per mathematical block, read top to
+ * bottom in ql_forward_run(). Shapes in comments are (rows, columns), row-major. */
+#include "model/forward.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "formats/types.h"
+
+/* Products and attention below this many multiply-adds run on one thread. Thread
+ * pools hand work over by busy-waiting; for sub-millisecond pieces of work on a
+ * loaded machine (parallel sweep shards, other jobs) that waiting costs up to ten
+ * times the work itself, while the gain when idle is small. */
+#define SERIAL_MACS (4 * 1024 * 1024)
+
+/* Queries per attention tile: the score buffer is (ATT_TILE, max_ctx), not
+ * (max_ctx, max_ctx), and later tiles skip the keys after their last query. */
+#define ATT_TILE 256
+
+struct ql_forward {
+    ql_hparams hp;
+    int max_ctx;
+    int64_t max_in; /* widest product input (for the transform scratch) */
+
+    /* activations of the current chunk (n = max_ctx rows) */
+    float *x;      /* (n, n_embd) residual stream */
+    float *xb;     /* (n, n_embd) normalized input of a block */
+    float *q;      /* (n, n_head * head_dim) queries */
+    float *k;      /* (n, n_head_kv * head_dim) keys of the chunk, before the cache */
+    float *v;      /* (n, n_head_kv * head_dim) values of the chunk */
+    float *att;    /* (n, n_head * head_dim) attention output, heads concatenated */
+    float *proj;   /* (n, n_embd) output of attn_output / ffn_down */
+    float *hg;     /* (n, n_ff) gate, then silu(gate) * up */
+    float *hu;     /* (n, n_ff) up */
+    float *xq;     /* (n, max_in) transformed product input */
+    float *rope;   /* (n, n_rot) cos, sin pairs per position */
+    float *scores; /* (ATT_TILE, max_ctx) scores, then probabilities, of one head */
+
+    /* K/V cache per layer: (n_layer, max_ctx, n_head_kv * head_dim) */
+    float *k_cache;
+    float *v_cache;
+
+    ql_matmul_observer observer;
+    void *observer_ctx;
+    ql_attn_rounding rounding;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Allocation                                                                 */
+
+static void *alloc_floats(int64_t n, size_t elem)
+{
+    return calloc((size_t)(n > 0 ? n : 1), elem);
+}
+
+ql_status ql_forward_alloc(ql_forward **out, const ql_hparams *hp, int max_ctx, ql_error *err)
+{
+    *out = NULL;
+    if (max_ctx <= 0)
+        return ql_error_set(err, QL_EINVAL, "forward: context length %d must be positive", max_ctx);
+    ql_forward *fw = calloc(1, sizeof *fw);
+    if (!fw)
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    fw->hp = *hp;
+    fw->max_ctx = max_ctx;
+    const int64_t n = max_ctx, E = hp->n_embd, F = hp->n_ff;
+    const int64_t QD = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t KD = (int64_t)hp->n_head_kv * hp->head_dim;
+    fw->max_in = E > F ? E : F;
+    if (QD > fw->max_in)
+        fw->max_in = QD;
+    fw->x = alloc_floats(n * E, sizeof(float));
+    fw->xb = alloc_floats(n * E, sizeof(float));
+    fw->q = alloc_floats(n * QD, sizeof(float));
+    fw->k = alloc_floats(n * KD, sizeof(float));
+    fw->v = alloc_floats(n * KD, sizeof(float));
+    fw->att = alloc_floats(n * QD, sizeof(float));
+    fw->proj = alloc_floats(n * E, sizeof(float));
+    fw->hg = alloc_floats(n * F, sizeof(float));
+    fw->hu = alloc_floats(n * F, sizeof(float));
+    fw->xq = alloc_floats(n * fw->max_in, sizeof(float));
+    fw->rope = alloc_floats(n * hp->n_rot, sizeof(float));
+    fw->scores = alloc_floats((n < ATT_TILE ? n : ATT_TILE) * n, sizeof(float));
+    fw->k_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
+    fw->v_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
+    if (!fw->x || !fw->xb || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj || !fw->hg ||
+        !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->k_cache || !fw->v_cache) {
+        ql_forward_free(fw);
+        return ql_error_set(err, QL_ENOMEM, "forward: out of memory for a context of %d tokens",
+                            max_ctx);
+    }
+    ql_strlcpy(fw->rounding.name, "f32", sizeof fw->rounding.name);
+    *out = fw;
+    return QL_OK;
+}
+
+void ql_forward_free(ql_forward *fw)
+{
+    if (!fw)
+        return;
+    free(fw->x);
+    free(fw->xb);
+    free(fw->q);
+    free(fw->k);
+    free(fw->v);
+    free(fw->att);
+    free(fw->proj);
+    free(fw->hg);
+    free(fw->hu);
+    free(fw->xq);
+    free(fw->rope);
+    free(fw->scores);
+    free(fw->k_cache);
+    free(fw->v_cache);
+    free(fw);
+}
+
+const ql_hparams *ql_forward_hparams(const ql_forward *fw)
+{
+    return &fw->hp;
+}
+
+int ql_forward_max_ctx(const ql_forward *fw)
+{
+    return fw->max_ctx;
+}
+
+void ql_forward_set_observer(ql_forward *fw, ql_matmul_observer fn, void *ctx)
+{
+    fw->observer = fn;
+    fw->observer_ctx = fn ? ctx : NULL;
+}
+
+void ql_observer_chain_init(ql_observer_chain *c)
+{
+    memset(c, 0, sizeof *c);
+}
+
+ql_status ql_observer_chain_add(ql_observer_chain *c, ql_matmul_observer fn, void *ctx,
+                                ql_error *err)
+{
+    if (!fn)
+        return QL_OK;
+    if (c->n >= QL_OBSERVER_CHAIN_MAX)
+        return ql_error_set(err, QL_EINVAL, "observer chain: more than %d observers",
+                            QL_OBSERVER_CHAIN_MAX);
+    c->fn[c->n] = fn;
+    c->ctx[c->n] = ctx;
+    c->n++;
+    return QL_OK;
+}
+
+void ql_observer_chain_observe(void *chain, int site, const ql_linear *lin, const float *x,
+                               int64_t n_tok)
+{
+    const ql_observer_chain *c = chain;
+    for (int i = 0; i < c->n; i++)
+        c->fn[i](c->ctx[i], site, lin, x, n_tok);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attention rounding                                                         */
+
+void ql_forward_set_attn_rounding(ql_forward *fw, const ql_attn_rounding *r)
+{
+    if (r) {
+        fw->rounding = *r;
+        fw->rounding.name[sizeof fw->rounding.name - 1] = '\0';
+    } else {
+        memset(&fw->rounding, 0, sizeof fw->rounding);
+        ql_strlcpy(fw->rounding.name, "f32", sizeof fw->rounding.name);
+    }
+}
+
+const char *ql_forward_attn_rounding_name(const ql_forward *fw)
+{
+    return fw->rounding.name;
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* The matmul seam                                                            */
+
+/* C (m, n) = alpha * A (m, k) B (k, n), row-major, A or B given transposed when
+ * ta / tb. Products below SERIAL_MACS run on one thread. */
+static void blas_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+                       const float *b, int ldb, float *c, int ldc)
+{
+    const bool serial = (int64_t)m * n * k < SERIAL_MACS;
+    const int threads = serial ? openblas_get_num_threads() : 0;
+    if (serial && threads > 1)
+        openblas_set_num_threads(1);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+    if (serial && threads > 1)
+        openblas_set_num_threads(threads);
+}
+
+void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const float *x, float *y,
+                       int64_t n_tok)
+{
+    QL_ASSERT(n_tok <= fw->max_ctx && lin->n_in <= fw->max_in);
+    if (fw->observer)
+        fw->observer(fw->observer_ctx, site, lin, x, n_tok);
+    const float *in = x;
+    if (lin->act) {
+        lin->act(lin->act_ctx, lin, x, fw->xq, n_tok);
+        in = fw->xq;
+    }
+    /* y (n_tok, n_out) = in (n_tok, n_in) @ W^T, W (n_out, n_in). OpenBLAS threads the
+     * product over blocks of y; each value's sum over n_in stays in one thread, so the
+     * result does not depend on the thread count (checked by tests/unit/test_synth.c).
+     * Small products run on one thread: see SERIAL_MACS. */
+    const int64_t n_in = lin->n_in, n_out = lin->n_out;
+    blas_sgemm(false, true, (int)n_tok, (int)n_out, (int)n_in, 1.0f, in, (int)n_in, lin->w,
+               (int)n_in, y, (int)n_out);
+    if (lin->act_post)
+        lin->act_post(lin->act_ctx, lin, x, y, n_tok);
+    if (lin->b)
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t o = 0; o < n_out; o++)
+                y[t * n_out + o] += lin->b[o];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Blocks                                                                     */
+/* The element-wise blocks (norms, RoPE, softmax, SwiGLU) run serially: all threads
+ * of the pass are OpenBLAS's. A second pool (OpenMP) next to OpenBLAS's made both
+ * busy-wait against each other, slower on two cores than one thread. */
+
+/* out (n, d) = x / sqrt(mean(x^2) + eps) * w, per row; sums in double as ggml does. */
+static void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps)
+{
+    for (int64_t t = 0; t < n; t++) {
+        const float *xr = x + t * d;
+        float *o = out + t * d;
+        double sum = 0.0;
+        for (int64_t i = 0; i < d; i++)
+            sum += (double)(xr[i] * xr[i]);
+        const double mean = sum / (double)d;
+        const float scale = 1.0f / sqrtf((float)(mean + (double)eps));
+        for (int64_t i = 0; i < d; i++)
+            o[i] = (xr[i] * scale) * w[i];
+    }
+}
+
+/* cos/sin table (n, n_rot) for positions pos0..pos0+n-1: angle of pair i at position p
+ * is p * base^(-2i/n_rot) * freq_scale / freq_factor[i], the power built by repeated
+ * multiplication with theta_scale as ggml's rope cache does. */
+static void rope_table(float *tab, const ql_hparams *hp, const float *freq_factors, int pos0,
+                       int64_t n)
+{
+    const float theta_scale = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
+    for (int64_t t = 0; t < n; t++) {
+        float theta = (float)(pos0 + t);
+        float *c = tab + t * hp->n_rot;
+        for (int i = 0; i < hp->n_rot; i += 2) {
+            const float ff = freq_factors ? freq_factors[i / 2] : 1.0f;
+            const float angle = hp->rope_freq_scale * (theta / ff);
+            c[i] = cosf(angle);
+            c[i + 1] = sinf(angle);
+            theta *= theta_scale;
+        }
+    }
+}
+
+/* Rotates the first n_rot dims of each head of x (n, n_heads * head_dim) in place:
+ * NORM pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2). */
+static void rope(float *x, const float *tab, const ql_hparams *hp, int64_t n, int n_heads)
+{
+    const int hd = hp->head_dim, half = hp->n_rot / 2;
+    for (int64_t t = 0; t < n; t++) {
+        const float *c = tab + t * hp->n_rot;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (t * n_heads + h) * hd;
+            for (int i = 0; i < hp->n_rot; i += 2) {
+                const int a = hp->rope_type == QL_ROPE_NORM ? i : i / 2;
+                const int b = hp->rope_type == QL_ROPE_NORM ? i + 1 : i / 2 + half;
+                const float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c[i] - x1 * c[i + 1];
+                v[b] = x0 * c[i + 1] + x1 * c[i];
+            }
+        }
+    }
+}
+
+/* Per-head RMSNorm of x (n, n_heads * head_dim) with weight w (head_dim,) (qwen3). */
+static void head_norm(float *x, const float *w, const ql_hparams *hp, int64_t n, int n_heads)
+{
+    rmsnorm(x, x, w, n * n_heads, hp->head_dim, hp->norm_eps);
+}
+
+/* Causal grouped-query attention for the chunk's queries q (n, n_head*hd) at positions
+ * pos0.., over cached keys/values kc, vc (pos0+n, n_head_kv*hd); out (n, n_head*hd).
+ * Query head h reads kv head g = h / (n_head / n_head_kv). Per head and tile of
+ * up to ATT_TILE queries:
+ *   S (nt, n_kv) = Q_h K_g^T * scale               (sgemm)
+ *   P = causal softmax of S per row: max subtracted, sum in double, later positions 0
+ *   O_h (nt, hd) = P V_g                            (sgemm)
+ * The products are threaded by OpenBLAS like every other product of the pass, so the
+ * pass has one thread pool; each value's sum stays in one thread, so results do not
+ * depend on the thread count. */
+static void attention(ql_forward *fw, float *out, const float *q, const float *kc, const float *vc,
+                      int pos0, int64_t n)
+{
+    const ql_hparams *hp = &fw->hp;
+    const int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+    const int QD = hp->n_head * hd, KD = hp->n_head_kv * hd;
+    const int M = fw->max_ctx;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const ql_attn_rounding *r = &fw->rounding;
+    float *s = fw->scores; /* (ATT_TILE, max_ctx) */
+    for (int h = 0; h < hp->n_head; h++) {
+        const int g = h / group;
+        for (int t0 = 0; t0 < (int)n; t0 += ATT_TILE) {
+            const int nt = (int)n - t0 < ATT_TILE ? (int)n - t0 : ATT_TILE;
+            const int n_kv = pos0 + t0 + nt; /* positions the tile's last query sees */
+            /* S (nt, n_kv) = Q_h K_g^T * scale */
+            blas_sgemm(false, true, nt, n_kv, hd, scale, q + (int64_t)t0 * QD + h * hd, QD,
+                       kc + g * hd, KD, s, M);
+            for (int i = 0; i < nt; i++) {
+                float *p = s + (int64_t)i * M;
+                const int len = pos0 + t0 + i + 1; /* causal: positions 0..pos0+t */
+                float max = -INFINITY;
+                for (int j = 0; j < len; j++)
+                    if (p[j] > max)
+                        max = p[j];
+                double sum = 0.0;
+                for (int j = 0; j < len; j++) {
+                    p[j] = expf(p[j] - max);
+                    sum += (double)p[j];
+                }
+                const float inv = (float)(1.0 / sum);
+                for (int j = 0; j < len; j++)
+                    p[j] *= inv;
+                if (r->round_p)
+                    r->round_p(r->ctx, p, 1, len);
+                for (int j = len; j < n_kv; j++)
+                    p[j] = 0.0f;
+            }
+            /* O_h (nt, hd) = P (nt, n_kv) V_g (n_kv, hd) */
+            blas_sgemm(false, false, nt, hd, n_kv, 1.0f, s, M, vc + g * hd, KD,
+                       out + (int64_t)t0 * QD + h * hd, QD);
+        }
+    }
+}
+
+/* h (n, n_ff) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
+static void swiglu(float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float g = gate[i];
+        gate[i] = (g / (1.0f + expf(-g))) * up[i];
+    }
+}
+
+static void add_inplace(float *x, const float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+/* ------------------------------------------------------------------------ */
+/* The pass                                                                   */
+
+static ql_status check_weights(const ql_forward *fw, const ql_weights *w, ql_error *err)
+{
+    const ql_hparams *hp = &fw->hp;
+    if (w->n_layer != hp->n_layer || w->n_lin != hp->n_layer * QL_SITES_PER_LAYER + 1 ||
+        w->tok_embd.n_in != hp->n_embd || w->tok_embd.n_out != hp->n_vocab)
+        return ql_error_set(err, QL_EINVAL,
+                            "forward: weight set (%d layers, embedding %lldx%lld) does not "
+                            "match the model (%d layers, %dx%d)",
+                            w->n_layer, (long long)w->tok_embd.n_out, (long long)w->tok_embd.n_in,
+                            hp->n_layer, hp->n_vocab, hp->n_embd);
+    const int64_t E = hp->n_embd, F = hp->n_ff, QD = (int64_t)hp->n_head * hp->head_dim,
+                  KD = (int64_t)hp->n_head_kv * hp->head_dim;
+    /* (n_in, n_out) per site kind, in ql_site_kind order */
+    const int64_t dims[QL_SITES_PER_LAYER][2] = {{E, QD}, {E, KD}, {E, KD}, {QD, E},
+                                                 {E, F},  {E, F},  {F, E}};
+    for (int i = 0; i < w->n_lin; i++) {
+        const ql_linear *l = &w->lin[i];
+        const bool head = i == w->n_lin - 1;
+        const int64_t in = head ? E : dims[i % QL_SITES_PER_LAYER][0];
+        const int64_t out = head ? hp->n_vocab : dims[i % QL_SITES_PER_LAYER][1];
+        if (!l->w || l->n_in != in || l->n_out != out)
+            return ql_error_set(err, QL_EINVAL,
+                                "forward: weight set site %d '%s' is %lldx%lld%s, the model "
+                                "needs %lldx%lld",
+                                i, l->name, (long long)l->n_in, (long long)l->n_out,
+                                l->w ? "" : " without data", (long long)in, (long long)out);
+    }
+    return QL_OK;
+}
+
+ql_status ql_forward_run(ql_forward *fw, const ql_weights *w, const int32_t *tokens, int n_tok,
+                         int pos0, int out_first, float *logits, ql_error *err)
+{
+    const ql_hparams *hp = &fw->hp;
+    if (n_tok <= 0 || pos0 < 0 || (int64_t)pos0 + n_tok > fw->max_ctx)
+        return ql_error_set(err, QL_EINVAL,
+                            "forward: %d tokens at position %d do not fit the context of %d", n_tok,
+                            pos0, fw->max_ctx);
+    if (out_first < 0 || out_first >= n_tok)
+        return ql_error_set(err, QL_EINVAL, "forward: first output row %d outside 0..%d", out_first,
+                            n_tok - 1);
+    ql_status st = check_weights(fw, w, err);
+    if (st)
+        return st;
+    const int64_t E = hp->n_embd, hd = hp->head_dim;
+    const int64_t QD = (int64_t)hp->n_head * hd, KD = (int64_t)hp->n_head_kv * hd;
+    const ql_attn_rounding *r = &fw->rounding;
+
+    /* x (n, E) = token embeddings */
+    for (int t = 0; t < n_tok; t++) {
+        if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
+            return ql_error_set(err, QL_EINVAL,
+                                "forward: token id %d at position %d outside "
+                                "the vocabulary (0..%d)",
+                                (int)tokens[t], pos0 + t, hp->n_vocab - 1);
+        memcpy(fw->x + t * E, w->tok_embd.w + (int64_t)tokens[t] * E, (size_t)E * sizeof(float));
+    }
+    rope_table(fw->rope, hp, w->rope_freqs, pos0, n_tok);
+
+    /* x points at the live rows: all n_tok, then from the last layer's attention output on
+     * only rows out_first..n_tok-1. */
+    float *x = fw->x;
+    int64_t n = n_tok;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const ql_layer_norms *nm = &w->norms[l];
+        const ql_linear *lin = &w->lin[ql_site(l, 0)];
+        float *kc = fw->k_cache + (int64_t)l * fw->max_ctx * KD;
+        float *vc = fw->v_cache + (int64_t)l * fw->max_ctx * KD;
+
+        /* attention block */
+        rmsnorm(fw->xb, x, nm->attn_norm, n, E, hp->norm_eps);
+        ql_forward_matmul(fw, ql_site(l, QL_SITE_Q), &lin[QL_SITE_Q], fw->xb, fw->q, n);
+        ql_forward_matmul(fw, ql_site(l, QL_SITE_K), &lin[QL_SITE_K], fw->xb, fw->k, n);
+        ql_forward_matmul(fw, ql_site(l, QL_SITE_V), &lin[QL_SITE_V], fw->xb, fw->v, n);
+        if (nm->q_norm) {
+            head_norm(fw->q, nm->q_norm, hp, n, hp->n_head);
+            head_norm(fw->k, nm->k_norm, hp, n, hp->n_head_kv);
+        }
+        rope(fw->q, fw->rope, hp, n, hp->n_head);
+        rope(fw->k, fw->rope, hp, n, hp->n_head_kv);
+        /* K, V of this chunk into the cache at positions pos0.. (rounded to the cache type) */
+        float *kdst = kc + (int64_t)pos0 * KD, *vdst = vc + (int64_t)pos0 * KD;
+        memcpy(kdst, fw->k, (size_t)(n * KD) * sizeof(float));
+        memcpy(vdst, fw->v, (size_t)(n * KD) * sizeof(float));
+        if (r->round_k)
+            r->round_k(r->ctx, kdst, n * hp->n_head_kv, hd);
+        if (r->round_v)
+            r->round_v(r->ctx, vdst, n * hp->n_head_kv, hd);
+        if (r->round_q)
+            r->round_q(r->ctx, fw->q, n * hp->n_head, hd);
+        attention(fw, fw->att, fw->q, kc, vc, pos0, n);
+
+        if (l == hp->n_layer - 1 && out_first > 0) {
+            /* drop rows without outputs, as llama.cpp does before the last projection */
+            x += (int64_t)out_first * E;
+            memmove(fw->att, fw->att + (int64_t)out_first * QD,
+                    (size_t)((n - out_first) * QD) * sizeof(float));
+            n -= out_first;
+        }
+        ql_forward_matmul(fw, ql_site(l, QL_SITE_O), &lin[QL_SITE_O], fw->att, fw->proj, n);
+        add_inplace(x, fw->proj, n * E);
+
+        /* feed-forward block */
+        rmsnorm(fw->xb, x, nm->ffn_norm, n, E, hp->norm_eps);
+        ql_forward_matmul(fw, ql_site(l, QL_SITE_GATE), &lin[QL_SITE_GATE], fw->xb, fw->hg, n);
+        ql_forward_matmul(fw, ql_site(l, QL_SITE_UP), &lin[QL_SITE_UP], fw->xb, fw->hu, n);
+        swiglu(fw->hg, fw->hu, n * hp->n_ff);
+        ql_forward_matmul(fw, ql_site(l, QL_SITE_DOWN), &lin[QL_SITE_DOWN], fw->hg, fw->proj, n);
+        add_inplace(x, fw->proj, n * E);
+    }
+
+    /* final norm and LM head: logits (n, n_vocab) */
+    rmsnorm(fw->xb, x, w->output_norm, n, E, hp->norm_eps);
+    ql_forward_matmul(fw, ql_site_output(w), &w->lin[ql_site_output(w)], fw->xb, logits, n);
+    return QL_OK;
+}

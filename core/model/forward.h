@@ -1,0 +1,128 @@
+/* qlab: the reference forward pass of a llama-family model, in f32, over a chunk of
+ * tokens at once.
+ *
+ * Per layer:  x += Wo · attention(RoPE(Wq · n), RoPE(Wk · n), Wv · n),  n = RMSNorm(x) * attn_norm
+ *             x += Wdown · (silu(Wgate · m) * (Wup · m)),                 m = RMSNorm(x) * ffn_norm
+ * then logits = Whead · (RMSNorm(x) * output_norm).
+ *
+ * The arithmetic follows ggml's CPU backend where it matters for agreement with
+ * llama.cpp: RMSNorm sums squares in double and scales by 1/sqrtf(mean + eps);
+ * RoPE angles are p * base^(-2i/n_rot) built by repeated multiplication as ggml
+ * does; softmax subtracts the maximum and sums in double; SiLU is x/(1+expf(-x)).
+ *
+ * The matmul seam: every product goes through ql_forward_matmul(), which
+ *   1. calls the observer (if any) with the input x (n_tok, n_in) of that site,
+ *   2. applies the linear's activation transform (if any) into a scratch buffer,
+ *   3. computes y = x W^T with CBLAS sgemm,
+ *   4. adds the linear's post-product term (act_post, if any) and the bias.
+ * Nothing else in the pass multiplies by a weight matrix, so activation quantization,
+ * outlier splits, imatrix collection and calibration all hook in there.
+ *
+ * Attention precision: K and V are written to a per-layer cache; an attention
+ * rounding (f32 = none, f16 = llama.cpp's default K/V cache, or a custom one) rounds
+ * K and V as they enter the cache, the query before its dot products with K, and
+ * the softmax probabilities before their product with V, as ggml's CPU matmul
+ * converts its second operand to the first operand's dot type.
+ *
+ * Determinism: every output value is computed by one thread in a fixed order, and
+ * the matrix products are checked to be independent of the thread count
+ * (tests/unit/test_synth.c, test_forward.c). All run state is allocated once by
+ * ql_forward_alloc().
+ *
+ * Using the seam (a quantized configuration, calibration):
+ *   ql_weights *ws;  ql_weights_copy(&ws, model->weights, &err);   // borrows everything
+ *   ql_linear *l = ql_weights_find(ws, "blk.0.ffn_down.weight");
+ *   ql_linear_set_weights(l, dequantized_copy, true);  // ws frees it
+ *   l->act = my_fake_quant;  l->act_ctx = &mode;       // x -> xq, NULL = f32
+ *   ql_forward_set_observer(fw, my_imatrix_observer, &stats);  // sees x of every site
+ *   ql_forward_run(fw, ws, tokens, n, 0, n / 2, logits, &err);
+ *   ql_weights_free(ws);
+ *
+ * Threading contract: one ql_forward is used by one caller thread at a time, and two
+ * passes must not run concurrently in one process (the pass adjusts OpenBLAS's global
+ * thread count around small products, and OpenBLAS serializes concurrent calls). It
+ * parallelizes internally with OpenBLAS's threads in every product, attention
+ * included; products below a few million multiply-adds run on one thread. */
+#ifndef QL_FORWARD_H
+#define QL_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "model/model.h"
+
+typedef struct ql_forward ql_forward;
+
+/* Sees the input of every product before any transform: site index (see model.h),
+ * the linear (name, shape), x (n_tok, lin->n_in). Called from the caller's thread,
+ * in the order of the pass. */
+typedef void (*ql_matmul_observer)(void *ctx, int site, const ql_linear *lin, const float *x,
+                                   int64_t n_tok);
+
+/* Rounds n_rows rows of row_len values in place. */
+typedef void (*ql_round_fn)(void *ctx, float *x, int64_t n_rows, int64_t row_len);
+
+/* Attention precision hooks; a NULL function leaves those values in f32. round_k,
+ * round_v and round_q are called once per layer, round_p once per (head, query) row
+ * with that row's probabilities over positions 0..p. Hooks must be reentrant (no
+ * unsynchronized shared state): the pass may call them from several threads. */
+typedef struct {
+    char name[16];       /* shown in messages: "f32", "f16", "q8_0" */
+    ql_round_fn round_k; /* K rows (head_dim) entering the cache, after RoPE */
+    ql_round_fn round_v; /* V rows (head_dim) entering the cache */
+    ql_round_fn round_q; /* query rows (head_dim) before the dot products with K */
+    ql_round_fn round_p; /* probability rows (positions 0..p) before the product with V */
+    void *ctx;
+} ql_attn_rounding;
+
+/* Allocates the run state for chunks of up to max_ctx tokens (also the K/V cache
+ * length). */
+ql_status ql_forward_alloc(ql_forward **out, const ql_hparams *hp, int max_ctx, ql_error *err);
+void ql_forward_free(ql_forward *fw);
+
+const ql_hparams *ql_forward_hparams(const ql_forward *fw);
+int ql_forward_max_ctx(const ql_forward *fw);
+
+/* Installs (or with fn = NULL removes) the product observer. */
+void ql_forward_set_observer(ql_forward *fw, ql_matmul_observer fn, void *ctx);
+
+/* Several observers in one pass (e.g. the imatrix collector and the activation
+ * maxima of the outlier split): install ql_observer_chain_observe with the chain as
+ * its ctx; each member sees every product, in the order they were added. The chain
+ * is the caller's (no allocation) and must outlive the pass. */
+#define QL_OBSERVER_CHAIN_MAX 4
+typedef struct {
+    int n;
+    ql_matmul_observer fn[QL_OBSERVER_CHAIN_MAX];
+    void *ctx[QL_OBSERVER_CHAIN_MAX];
+} ql_observer_chain;
+
+void ql_observer_chain_init(ql_observer_chain *c);
+/* Appends fn (NULL is ignored); QL_EINVAL when the chain is full. */
+ql_status ql_observer_chain_add(ql_observer_chain *c, ql_matmul_observer fn, void *ctx,
+                                ql_error *err);
+/* A ql_matmul_observer: calls every member; chain is a ql_observer_chain. */
+void ql_observer_chain_observe(void *chain, int site, const ql_linear *lin, const float *x,
+                               int64_t n_tok);
+
+/* Installs a custom attention rounding (copied); NULL restores f32. */
+void ql_forward_set_attn_rounding(ql_forward *fw, const ql_attn_rounding *r);
+const char *ql_forward_attn_rounding_name(const ql_forward *fw);
+
+/* Runs tokens[0..n_tok) at positions pos0..pos0+n_tok-1 with weight set w (which must
+ * match the hyper-parameters). Positions before pos0 attend to the K/V cache left by
+ * earlier runs (pos0 = 0 starts a fresh sequence). Writes the logits of positions
+ * out_first..n_tok-1 to logits ((n_tok - out_first), n_vocab), row-major.
+ * As llama.cpp does for tokens without outputs, rows before out_first are dropped
+ * after the last layer's attention: observers of the last layer's attn_output and
+ * FFN products and of the head see only rows out_first..n_tok-1. */
+ql_status ql_forward_run(ql_forward *fw, const ql_weights *w, const int32_t *tokens, int n_tok,
+                         int pos0, int out_first, float *logits, ql_error *err);
+
+/* The one place products happen: y (n_tok, lin->n_out) = x (n_tok, lin->n_in) W^T + b,
+ * with the observer and the linear's activation transform applied. n_tok <= max_ctx. */
+void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const float *x, float *y,
+                       int64_t n_tok);
+
+#endif

@@ -1,0 +1,132 @@
+/* qlab: importance matrices in memory and in llama.cpp's two file formats.
+ *
+ * An importance matrix holds, for every matmul weight W (d_out x d_in, ggml
+ * ne = [d_in, d_out, n_mat]), the per-input-column statistics of the activations
+ * x that met W during calibration: sums[j] = sum over tokens of x_j^2, and the
+ * number of tokens counted. The importance a quantizer gets for column j is
+ * sums[j] / count (the mean of x_j^2), exactly what llama-quantize hands to
+ * ggml_quantize_chunk.
+ *
+ * Legacy .dat (little endian, written by llama-imatrix up to b5xxx; --output-format dat):
+ *   int32 n_entries
+ *   n_entries x { int32 name_len | name bytes | int32 ncall | int32 nval |
+ *                 nval x float32 value }      value = sum / count * ncall
+ *   int32 chunk_count | int32 dataset_len | dataset bytes   (optional trailer)
+ * where ncall = ceil(max count / chunk_size); the chunk size itself is not stored.
+ * llama-quantize uses value / ncall.
+ *
+ * GGUF imatrix (llama-imatrix's default output since mid-2025):
+ *   keys    general.type = "imatrix", imatrix.datasets (arr[str]),
+ *           imatrix.chunk_count (u32), imatrix.chunk_size (u32)
+ *   tensors per entry, F32: <name>.in_sum2 ne = [nval / n_mat, n_mat] (sums of x^2),
+ *           <name>.counts ne = [1, n_mat] (tokens per matrix), and optionally
+ *           <name>.in_sum (sums of x, same shape as in_sum2; newer llama.cpp).
+ *   llama-quantize uses in_sum2 / counts per matrix, 1 where a count is 0.
+ *
+ * In memory the entries keep the order they were read or added in (so a .dat file
+ * round-trips byte for byte); ql_imatrix_sort() gives llama.cpp's sorted order.
+ * Counts are in tokens when chunk_size > 0. A legacy .dat read without knowing
+ * its chunk size has chunk_size == 0 and counts in chunks (count = ncall, sums =
+ * stored values): the importance sums/count is the same either way, and
+ * ql_imatrix_set_chunk_size() converts to tokens the way llama-imatrix does when
+ * it loads a .dat. */
+#ifndef QL_IMATRIX_IO_H
+#define QL_IMATRIX_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+/* ggml tensor names are at most 63 bytes; a GGUF imatrix adds ".in_sum2". */
+#define QL_IMATRIX_NAME_MAX 63
+
+typedef enum {
+    QL_IMATRIX_DAT,  /* legacy binary format */
+    QL_IMATRIX_GGUF, /* GGUF imatrix format */
+} ql_imatrix_format;
+
+typedef struct {
+    char *name;       /* weight tensor name, e.g. "blk.0.attn_q.weight" */
+    int64_t n_values; /* ne[0] x n_mat */
+    int64_t n_mat;    /* matrices sharing the entry (experts of a 3-D weight); 1 for 2-D */
+    float *sums;      /* n_values, [n_mat][n_values / n_mat]: sum of x_j^2 */
+    float *in_sum;    /* same layout: sum of x_j; NULL when absent (legacy, older GGUF) */
+    int64_t *counts;  /* n_mat: tokens counted (chunks when the imatrix's chunk_size is 0) */
+} ql_imatrix_entry;
+
+typedef struct {
+    int64_t n_entries;
+    ql_imatrix_entry *entries;
+    int64_t chunk_count; /* chunks of calibration text behind the statistics (0: unknown) */
+    int64_t chunk_size;  /* tokens per chunk; 0: unknown, counts are in chunks */
+    int64_t n_datasets;
+    char **datasets; /* calibration text names, as llama-imatrix records them */
+    char *path;      /* file it was read from (for messages); NULL when built in memory */
+    int64_t cap_entries;
+} ql_imatrix;
+
+/* ---- lifetime and building (for the collector and for tests) ---- */
+
+ql_status ql_imatrix_alloc(ql_imatrix **out, ql_error *err);
+void ql_imatrix_free(ql_imatrix *im); /* NULL is fine */
+
+/* Appends a zeroed entry (n_values must be a positive multiple of n_mat >= 1;
+ * names unique, 1..QL_IMATRIX_NAME_MAX bytes). *out points into im and stays
+ * valid until the next add or sort. with_in_sum allocates the in_sum array. */
+ql_status ql_imatrix_add_entry(ql_imatrix *im, const char *name, int64_t n_values, int64_t n_mat,
+                               bool with_in_sum, ql_imatrix_entry **out, ql_error *err);
+ql_status ql_imatrix_add_dataset(ql_imatrix *im, const char *name, ql_error *err);
+
+/* Entry by weight tensor name, or NULL. */
+const ql_imatrix_entry *ql_imatrix_find(const ql_imatrix *im, const char *tensor_name);
+
+/* Removes the entries that counted no token in any of their matrices (llama-imatrix
+ * leaves them out of its files); the others keep their order. */
+void ql_imatrix_drop_empty(ql_imatrix *im);
+
+/* Sorts the entries by name (llama-imatrix's output order). */
+void ql_imatrix_sort(ql_imatrix *im);
+
+/* Converts chunk-unit counts (chunk_size == 0, from a .dat) into token counts:
+ * sums and counts are multiplied by chunk_size, as llama-imatrix does when it
+ * loads a .dat. QL_EINVAL when chunk_size < 1 or the counts are already tokens
+ * with another chunk size; a no-op when it is the same. */
+ql_status ql_imatrix_set_chunk_size(ql_imatrix *im, int64_t chunk_size, ql_error *err);
+
+/* ---- files ---- */
+
+/* Reads either format; GGUF is recognised by its magic, anything else is parsed
+ * as .dat. Errors name the file, the byte offset (for .dat; the GGUF reader's
+ * own for the container), the entry, and expected vs actual. */
+ql_status ql_imatrix_read(const char *path, ql_imatrix **out, ql_error *err);
+
+/* The same over a caller's buffer; name is used in messages. */
+ql_status ql_imatrix_read_buffer(const void *buf, size_t size, const char *name, ql_imatrix **out,
+                                 ql_error *err);
+
+/* Writes im to path (atomically: temporary file, then rename). GGUF needs the
+ * chunk size (call ql_imatrix_set_chunk_size() for a .dat-born imatrix). .dat
+ * drops in_sum and keeps only the last dataset name, as llama-imatrix does. */
+ql_status ql_imatrix_write(const ql_imatrix *im, const char *path, ql_imatrix_format format,
+                           ql_error *err);
+
+/* Format from a file name: ".dat" is legacy, ".gguf" is GGUF; false otherwise. */
+bool ql_imatrix_format_from_name(const char *path, ql_imatrix_format *out);
+const char *ql_imatrix_format_name(ql_imatrix_format format);
+/* The format ql_imatrix_format_name() calls s ("dat" or "gguf"); false for any other. */
+bool ql_imatrix_format_parse(const char *s, ql_imatrix_format *out);
+
+/* ---- what a quantizer gets ---- */
+
+/* Fills out[n_cols] with the importance of each input column of tensor_name:
+ * sums / count for each matrix (1 where a matrix has count 0), as llama-quantize
+ * computes it from either format. n_cols is ne[0] x n_mat of the weight (ne[0]
+ * for a 2-D weight). QL_ENOTFOUND when the imatrix has no entry for the tensor
+ * (llama-quantize then quantizes without importance weights); QL_EFORMAT when
+ * the entry has another length (message names the tensor, both lengths). */
+ql_status ql_imatrix_weights(const ql_imatrix *im, const char *tensor_name, int64_t n_cols,
+                             float *out, ql_error *err);
+
+#endif

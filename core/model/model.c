@@ -1,0 +1,490 @@
+/* Model loading: hyper-parameters from GGUF metadata, every tensor turned into f32
+ * and checked against them; weight sets and their ownership. */
+#include "model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fp16.h"
+#include "base/util.h"
+#include "formats/types.h"
+
+/* llama.cpp's default when {arch}.rope.freq_base is absent. */
+#define DEFAULT_ROPE_FREQ_BASE 10000.0f
+
+/* ------------------------------------------------------------------------ */
+/* Weight sets                                                                */
+
+static ql_status own(ql_weights *w, void *p, ql_error *err)
+{
+    if (w->n_owned == w->cap_owned) {
+        int cap = w->cap_owned ? 2 * w->cap_owned : 16;
+        void **o = realloc(w->owned, (size_t)cap * sizeof *o);
+        if (!o) {
+            free(p);
+            return ql_error_set(err, QL_ENOMEM, "out of memory");
+        }
+        w->owned = o;
+        w->cap_owned = cap;
+    }
+    w->owned[w->n_owned++] = p;
+    return QL_OK;
+}
+
+static ql_status weights_alloc(ql_weights **out, int n_layer, ql_error *err)
+{
+    ql_weights *w = calloc(1, sizeof *w);
+    if (!w)
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    w->n_layer = n_layer;
+    w->n_lin = n_layer * QL_SITES_PER_LAYER + 1;
+    w->lin = calloc((size_t)w->n_lin, sizeof *w->lin);
+    w->norms = calloc((size_t)(n_layer > 0 ? n_layer : 1), sizeof *w->norms);
+    if (!w->lin || !w->norms) {
+        ql_weights_free(w);
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    }
+    *out = w;
+    return QL_OK;
+}
+
+static void linear_borrow(ql_linear *dst, const ql_linear *src)
+{
+    *dst = *src;
+    dst->act = NULL;
+    dst->act_ctx = NULL;
+    dst->act_post = NULL;
+    dst->w_owned = NULL;
+    dst->b_owned = NULL;
+}
+
+ql_status ql_weights_copy(ql_weights **out, const ql_weights *src, ql_error *err)
+{
+    *out = NULL;
+    ql_weights *w;
+    ql_status st = weights_alloc(&w, src->n_layer, err);
+    if (st)
+        return st;
+    for (int i = 0; i < src->n_lin; i++)
+        linear_borrow(&w->lin[i], &src->lin[i]);
+    linear_borrow(&w->tok_embd, &src->tok_embd);
+    memcpy(w->norms, src->norms, (size_t)src->n_layer * sizeof *w->norms);
+    w->output_norm = src->output_norm;
+    w->rope_freqs = src->rope_freqs;
+    *out = w;
+    return QL_OK;
+}
+
+static void linear_release(ql_linear *l)
+{
+    free(l->w_owned);
+    free(l->b_owned);
+    l->w_owned = NULL;
+    l->b_owned = NULL;
+}
+
+void ql_weights_free(ql_weights *w)
+{
+    if (!w)
+        return;
+    if (w->lin)
+        for (int i = 0; i < w->n_lin; i++)
+            linear_release(&w->lin[i]);
+    linear_release(&w->tok_embd);
+    for (int i = 0; i < w->n_owned; i++)
+        free(w->owned[i]);
+    free(w->owned);
+    free(w->lin);
+    free(w->norms);
+    free(w);
+}
+
+ql_linear *ql_weights_find(ql_weights *w, const char *name)
+{
+    if (strcmp(w->tok_embd.name, name) == 0)
+        return &w->tok_embd;
+    for (int i = 0; i < w->n_lin; i++)
+        if (strcmp(w->lin[i].name, name) == 0)
+            return &w->lin[i];
+    return NULL;
+}
+
+void ql_linear_set_weights(ql_linear *lin, float *data, bool take_ownership)
+{
+    if (lin->w_owned != data)
+        free(lin->w_owned);
+    lin->w = data;
+    lin->w_owned = take_ownership ? data : NULL;
+}
+
+int64_t ql_weights_n_params(const ql_weights *w, const ql_hparams *hp)
+{
+    int64_t n = w->tok_embd.n_in * w->tok_embd.n_out + hp->n_embd;
+    for (int i = 0; i < w->n_lin; i++) {
+        const ql_linear *l = &w->lin[i];
+        if (i == w->n_lin - 1 && hp->tied_output)
+            continue;
+        n += l->n_in * l->n_out + (l->b ? l->n_out : 0);
+    }
+    n += (int64_t)w->n_layer * 2 * hp->n_embd;
+    if (hp->has_qk_norm)
+        n += (int64_t)w->n_layer * 2 * hp->head_dim;
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hyper-parameters                                                           */
+
+/* Reads {arch}.<suffix> as a positive int. */
+static ql_status get_int(const ql_gguf *g, const char *arch, const char *suffix, bool required,
+                         int def, int *out, ql_error *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    ql_error e;
+    ql_error_clear(&e);
+    if (!ql_gguf_get_i64(g, key, &v, &e)) {
+        if (e.status)
+            return ql_error_set(err, e.status, "%s", e.msg);
+        if (required)
+            return ql_error_set(err, QL_EFORMAT, "%s: required key '%s' is missing", g->path, key);
+        *out = def;
+        return QL_OK;
+    }
+    if (v <= 0 || v > (1 << 30))
+        return ql_error_set(err, QL_EFORMAT, "%s: key '%s' = %lld is out of range (1..%d)", g->path,
+                            key, (long long)v, 1 << 30);
+    *out = (int)v;
+    return QL_OK;
+}
+
+static ql_status get_float(const ql_gguf *g, const char *arch, const char *suffix, bool required,
+                           float def, float *out, ql_error *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    ql_error e;
+    ql_error_clear(&e);
+    if (!ql_gguf_get_f32(g, key, out, &e)) {
+        if (e.status)
+            return ql_error_set(err, e.status, "%s", e.msg);
+        if (required)
+            return ql_error_set(err, QL_EFORMAT, "%s: required key '%s' is missing", g->path, key);
+        *out = def;
+    }
+    return QL_OK;
+}
+
+static ql_status read_hparams(const ql_gguf *g, ql_hparams *hp, ql_error *err)
+{
+    memset(hp, 0, sizeof *hp);
+    ql_error e;
+    ql_error_clear(&e);
+    const char *arch = ql_gguf_get_str(g, "general.architecture", &e);
+    if (!arch) {
+        if (e.status)
+            return ql_error_set(err, e.status, "%s", e.msg);
+        return ql_error_set(err, QL_EFORMAT, "%s: key 'general.architecture' is missing", g->path);
+    }
+    if (strcmp(arch, "llama") == 0)
+        hp->arch = QL_ARCH_LLAMA;
+    else if (strcmp(arch, "qwen2") == 0)
+        hp->arch = QL_ARCH_QWEN2;
+    else if (strcmp(arch, "qwen3") == 0)
+        hp->arch = QL_ARCH_QWEN3;
+    else
+        return ql_error_set(err, QL_EUNSUPPORTED,
+                            "%s: architecture '%s' is not supported (qlab reads llama, qwen2, "
+                            "qwen3)",
+                            g->path, arch);
+    ql_strlcpy(hp->arch_name, arch, sizeof hp->arch_name);
+
+    ql_status st;
+    if ((st = get_int(g, arch, "block_count", true, 0, &hp->n_layer, err)) ||
+        (st = get_int(g, arch, "embedding_length", true, 0, &hp->n_embd, err)) ||
+        (st = get_int(g, arch, "feed_forward_length", true, 0, &hp->n_ff, err)) ||
+        (st = get_int(g, arch, "attention.head_count", true, 0, &hp->n_head, err)) ||
+        (st =
+             get_int(g, arch, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv, err)) ||
+        (st = get_int(g, arch, "context_length", false, 0, &hp->n_ctx_train, err)) ||
+        (st = get_float(g, arch, "attention.layer_norm_rms_epsilon", true, 0.0f, &hp->norm_eps,
+                        err)) ||
+        (st = get_float(g, arch, "rope.freq_base", false, DEFAULT_ROPE_FREQ_BASE,
+                        &hp->rope_freq_base, err)))
+        return st;
+    /* When n_embd is not a multiple of n_head, key_length must say the head size; a
+     * wrong default shows up as a shape error on attn_q. */
+    int def_head = hp->n_embd / hp->n_head;
+    if ((st = get_int(g, arch, "attention.key_length", false, def_head, &hp->head_dim, err)))
+        return st;
+    int v_len;
+    if ((st = get_int(g, arch, "attention.value_length", false, hp->head_dim, &v_len, err)))
+        return st;
+    if (v_len != hp->head_dim)
+        return ql_error_set(err, QL_EUNSUPPORTED,
+                            "%s: %s.attention.value_length %d differs from key_length %d "
+                            "(not supported)",
+                            g->path, arch, v_len, hp->head_dim);
+    if ((st = get_int(g, arch, "rope.dimension_count", false, hp->head_dim, &hp->n_rot, err)))
+        return st;
+    if (hp->n_head % hp->n_head_kv != 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: head_count %d is not a multiple of head_count_kv %d", g->path,
+                            hp->n_head, hp->n_head_kv);
+    if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: rope.dimension_count %d must be even and at most the head "
+                            "size %d",
+                            g->path, hp->n_rot, hp->head_dim);
+    if (!(hp->norm_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: layer_norm_rms_epsilon (%g) and rope.freq_base (%g) must be "
+                            "positive",
+                            g->path, (double)hp->norm_eps, (double)hp->rope_freq_base);
+
+    /* RoPE scaling: none or linear; the Llama 3 frequency factors come as a tensor. */
+    hp->rope_freq_scale = 1.0f;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    const char *scaling = ql_gguf_get_str(g, key, NULL);
+    if (scaling && strcmp(scaling, "none") != 0) {
+        if (strcmp(scaling, "linear") != 0)
+            return ql_error_set(err, QL_EUNSUPPORTED,
+                                "%s: %s = '%s' is not supported (qlab supports none, linear)",
+                                g->path, key, scaling);
+        float factor;
+        if ((st = get_float(g, arch, "rope.scaling.factor", false, 1.0f, &factor, err)))
+            return st;
+        if (!(factor > 0.0f))
+            return ql_error_set(err, QL_EFORMAT, "%s: %s.rope.scaling.factor %g must be > 0",
+                                g->path, arch, (double)factor);
+        hp->rope_freq_scale = 1.0f / factor;
+    }
+    /* As llama.cpp decides (llama_model_rope_type): llama rotates adjacent pairs, the
+     * Qwen family rotates halves. */
+    hp->rope_type = hp->arch == QL_ARCH_LLAMA ? QL_ROPE_NORM : QL_ROPE_NEOX;
+    hp->has_qkv_bias = hp->arch == QL_ARCH_QWEN2;
+    hp->has_qk_norm = hp->arch == QL_ARCH_QWEN3;
+    return QL_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tensors to f32                                                             */
+
+/* Finds a tensor, checks its shape is {ne0} (ne1 == 0) or {ne0, ne1} and returns f32
+ * data: borrowed from the map for F32, else converted into a heap array (*owned). */
+static ql_status tensor_f32(const ql_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                            bool required, const float **data, float **owned, int32_t *type,
+                            ql_error *err)
+{
+    *data = NULL;
+    *owned = NULL;
+    const ql_gguf_tensor *t = ql_gguf_find_tensor(g, name);
+    if (!t) {
+        if (!required)
+            return QL_OK;
+        return ql_error_set(err, QL_EFORMAT, "%s: tensor '%s' is missing", g->path, name);
+    }
+    uint32_t want_dims = ne1 > 0 ? 2 : 1;
+    bool ok = t->n_dims == want_dims && t->ne[0] == ne0 && (ne1 == 0 || t->ne[1] == ne1);
+    if (!ok) {
+        char got[96];
+        if (t->n_dims == 1)
+            snprintf(got, sizeof got, "%lld", (long long)t->ne[0]);
+        else if (t->n_dims == 2)
+            snprintf(got, sizeof got, "%lldx%lld", (long long)t->ne[0], (long long)t->ne[1]);
+        else
+            snprintf(got, sizeof got, "%lldx%lldx%lldx%lld", (long long)t->ne[0],
+                     (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
+        if (ne1 > 0)
+            return ql_error_set(err, QL_EFORMAT,
+                                "%s: tensor '%s' has shape %s, expected %lldx%lld (ggml ne)",
+                                g->path, name, got, (long long)ne0, (long long)ne1);
+        return ql_error_set(err, QL_EFORMAT, "%s: tensor '%s' has shape %s, expected %lld", g->path,
+                            name, got, (long long)ne0);
+    }
+    *type = t->type;
+    int64_t rows = ne1 > 0 ? ne1 : 1;
+    int64_t n = ne0 * rows;
+    if (t->type == QL_TYPE_F32) {
+        *data = t->data;
+        return QL_OK;
+    }
+    const ql_type_traits *tr = ql_type_get(t->type);
+    bool direct = t->type == QL_TYPE_F16 || t->type == QL_TYPE_BF16;
+    if (!t->data || !tr || (!direct && !tr->dequantize))
+        return ql_error_set(err, QL_EUNSUPPORTED,
+                            "%s: tensor '%s' has type %s which qlab cannot read yet", g->path, name,
+                            ql_type_name(t->type));
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f)
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory for tensor '%s' (%lld values)",
+                            g->path, name, (long long)n);
+    if (t->type == QL_TYPE_F16 || t->type == QL_TYPE_BF16) {
+        const uint8_t *src = t->data; /* 2-byte values, possibly unaligned: read bytewise */
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
+            f[i] = t->type == QL_TYPE_F16 ? ql_fp16_to_fp32(h) : ql_bf16_to_fp32(h);
+        }
+    } else {
+        ql_status st = ql_type_prepare(t->type, err);
+        if (st) {
+            free(f);
+            return ql_error_prefix(err, "%s: tensor '%s': ", g->path, name);
+        }
+        tr->dequantize(t->data, f, rows, ne0);
+    }
+    *data = f;
+    *owned = f;
+    return QL_OK;
+}
+
+/* A 2-D product weight (and optional bias) into a linear. */
+static ql_status load_linear(const ql_gguf *g, ql_linear *lin, const char *name, int64_t n_in,
+                             int64_t n_out, bool bias, ql_error *err)
+{
+    snprintf(lin->name, sizeof lin->name, "%s.weight", name);
+    lin->n_in = n_in;
+    lin->n_out = n_out;
+    ql_status st =
+        tensor_f32(g, lin->name, n_in, n_out, true, &lin->w, &lin->w_owned, &lin->src_type, err);
+    if (st || !bias)
+        return st;
+    char bname[112];
+    int32_t btype;
+    snprintf(bname, sizeof bname, "%s.bias", name);
+    return tensor_f32(g, bname, n_out, 0, true, &lin->b, &lin->b_owned, &btype, err);
+}
+
+/* A 1-D tensor owned by the weight set. */
+static ql_status load_vector(const ql_gguf *g, ql_weights *w, const char *name, int64_t n,
+                             bool required, const float **out, ql_error *err)
+{
+    float *owned;
+    int32_t type;
+    ql_status st = tensor_f32(g, name, n, 0, required, out, &owned, &type, err);
+    if (st == QL_OK && owned)
+        st = own(w, owned, err);
+    return st;
+}
+
+static ql_status load_weights(const ql_gguf *g, const ql_hparams *hp, ql_weights *w, ql_error *err)
+{
+    const int64_t E = hp->n_embd, F = hp->n_ff, D = hp->head_dim;
+    const int64_t QD = (int64_t)hp->n_head * D, KD = (int64_t)hp->n_head_kv * D;
+    ql_status st;
+    if ((st = load_linear(g, &w->tok_embd, "token_embd", E, hp->n_vocab, false, err)) ||
+        (st = load_vector(g, w, "output_norm.weight", E, true, &w->output_norm, err)) ||
+        (st = load_vector(g, w, "rope_freqs.weight", hp->n_rot / 2, false, &w->rope_freqs, err)))
+        return st;
+    for (int l = 0; l < hp->n_layer; l++) {
+        char n[64];
+        ql_layer_norms *nm = &w->norms[l];
+        struct {
+            ql_site_kind kind;
+            const char *suffix;
+            int64_t n_in, n_out;
+            bool bias;
+        } sites[] = {
+            {QL_SITE_Q, "attn_q", E, QD, hp->has_qkv_bias},
+            {QL_SITE_K, "attn_k", E, KD, hp->has_qkv_bias},
+            {QL_SITE_V, "attn_v", E, KD, hp->has_qkv_bias},
+            {QL_SITE_O, "attn_output", QD, E, false},
+            {QL_SITE_GATE, "ffn_gate", E, F, false},
+            {QL_SITE_UP, "ffn_up", E, F, false},
+            {QL_SITE_DOWN, "ffn_down", F, E, false},
+        };
+        for (size_t s = 0; s < sizeof sites / sizeof sites[0]; s++) {
+            snprintf(n, sizeof n, "blk.%d.%s", l, sites[s].suffix);
+            if ((st = load_linear(g, &w->lin[ql_site(l, sites[s].kind)], n, sites[s].n_in,
+                                  sites[s].n_out, sites[s].bias, err)))
+                return st;
+        }
+        snprintf(n, sizeof n, "blk.%d.attn_norm.weight", l);
+        if ((st = load_vector(g, w, n, E, true, &nm->attn_norm, err)))
+            return st;
+        snprintf(n, sizeof n, "blk.%d.ffn_norm.weight", l);
+        if ((st = load_vector(g, w, n, E, true, &nm->ffn_norm, err)))
+            return st;
+        if (hp->has_qk_norm) {
+            snprintf(n, sizeof n, "blk.%d.attn_q_norm.weight", l);
+            if ((st = load_vector(g, w, n, D, true, &nm->q_norm, err)))
+                return st;
+            snprintf(n, sizeof n, "blk.%d.attn_k_norm.weight", l);
+            if ((st = load_vector(g, w, n, D, true, &nm->k_norm, err)))
+                return st;
+        }
+    }
+    ql_linear *head = &w->lin[w->n_lin - 1];
+    if (hp->tied_output) {
+        /* The head reads the embedding table; a separate linear so a configuration can
+         * give the head and the lookup different types. */
+        linear_borrow(head, &w->tok_embd);
+        return QL_OK;
+    }
+    return load_linear(g, head, "output", E, hp->n_vocab, false, err);
+}
+
+ql_status ql_model_from_gguf(ql_model **out, ql_gguf *g, ql_error *err)
+{
+    *out = NULL;
+    ql_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        ql_gguf_close(g);
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    }
+    m->gguf = g;
+    m->path = ql_strdup(g->path);
+    ql_status st = QL_ENOMEM;
+    if (!m->path) {
+        ql_error_set(err, st, "out of memory");
+        goto fail;
+    }
+    if ((st = read_hparams(g, &m->hp, err)))
+        goto fail;
+    const ql_gguf_tensor *emb = ql_gguf_find_tensor(g, "token_embd.weight");
+    if (!emb) {
+        st = ql_error_set(err, QL_EFORMAT, "%s: tensor 'token_embd.weight' is missing", g->path);
+        goto fail;
+    }
+    if (emb->n_dims != 2 || emb->ne[0] != m->hp.n_embd || emb->ne[1] <= 0 ||
+        emb->ne[1] > (1 << 30)) {
+        st = ql_error_set(err, QL_EFORMAT,
+                          "%s: tensor 'token_embd.weight' has shape %lldx%lld, expected "
+                          "%dxN_VOCAB (ggml ne)",
+                          g->path, (long long)emb->ne[0], (long long)emb->ne[1], m->hp.n_embd);
+        goto fail;
+    }
+    m->hp.n_vocab = (int)emb->ne[1];
+    m->hp.tied_output = ql_gguf_find_tensor(g, "output.weight") == NULL;
+    if ((st = weights_alloc(&m->weights, m->hp.n_layer, err)) ||
+        (st = load_weights(g, &m->hp, m->weights, err)))
+        goto fail;
+    m->n_params = ql_weights_n_params(m->weights, &m->hp);
+    *out = m;
+    return QL_OK;
+fail:
+    ql_model_free(m);
+    return st;
+}
+
+ql_status ql_model_load(ql_model **out, const char *path, ql_error *err)
+{
+    *out = NULL;
+    ql_gguf *g;
+    ql_status st = ql_gguf_open(&g, path, err);
+    if (st)
+        return st;
+    return ql_model_from_gguf(out, g, err);
+}
+
+void ql_model_free(ql_model *m)
+{
+    if (!m)
+        return;
+    ql_weights_free(m->weights);
+    ql_gguf_close(m->gguf);
+    free(m->path);
+    free(m);
+}

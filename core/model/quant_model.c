@@ -1,0 +1,337 @@
+/* Quantizing a GGUF model file. See quant_model.h. */
+#include "model/quant_model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/progress.h"
+#include "base/util.h"
+#include "formats/types.h"
+#include "model/gguf.h"
+
+bool ql_quant_llama_ftype(int32_t type, uint32_t *ftype)
+{
+    /* One ftype per uniform weight type. Where llama.cpp names several mixes of one
+     * base type, the mix with the fewest overrides is used (Q3_K -> Q3_K_S, Q4_K ->
+     * Q4_K_S, Q5_K -> Q5_K_S); IQ2_S is the base type of LLAMA_FTYPE_MOSTLY_IQ2_M. */
+    static const struct {
+        int32_t type;
+        uint32_t ftype;
+    } map[] = {
+        {QL_TYPE_F32, 0},      {QL_TYPE_F16, 1},     {QL_TYPE_Q4_0, 2},     {QL_TYPE_Q4_1, 3},
+        {QL_TYPE_Q8_0, 7},     {QL_TYPE_Q5_0, 8},    {QL_TYPE_Q5_1, 9},     {QL_TYPE_Q2_K, 10},
+        {QL_TYPE_Q3_K, 11},    {QL_TYPE_Q4_K, 14},   {QL_TYPE_Q5_K, 16},    {QL_TYPE_Q6_K, 18},
+        {QL_TYPE_IQ2_XXS, 19}, {QL_TYPE_IQ2_XS, 20}, {QL_TYPE_IQ3_XXS, 23}, {QL_TYPE_IQ1_S, 24},
+        {QL_TYPE_IQ4_NL, 25},  {QL_TYPE_IQ3_S, 26},  {QL_TYPE_IQ2_S, 29},   {QL_TYPE_IQ4_XS, 30},
+        {QL_TYPE_IQ1_M, 31},   {QL_TYPE_BF16, 32},   {QL_TYPE_TQ1_0, 36},   {QL_TYPE_TQ2_0, 37},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        if (map[i].type == type) {
+            *ftype = map[i].ftype;
+            return true;
+        }
+    }
+    return false;
+}
+
+void ql_quant_model_report_free(ql_quant_model_report *r)
+{
+    if (!r)
+        return;
+    ql_quant_plan_free(r->plan);
+    free(r->errors);
+    free(r->has_imatrix);
+    free(r);
+}
+
+ql_status ql_quant_model_check_type(int32_t type, const char *what, ql_error *err)
+{
+    if (type == QL_TYPE_INVALID)
+        return QL_OK;
+    if (type == QL_TYPE_INT8_ROW)
+        return ql_error_set(err, QL_EINVAL,
+                            "%s type INT8_ROW is not a GGUF type: qlab evaluates it in memory "
+                            "(sweeps) and cannot write it to a GGUF file",
+                            what);
+    if (type == QL_TYPE_Q8_0_XC)
+        return ql_error_set(err, QL_EINVAL,
+                            "%s type Q8_0_XC needs calibrated outlier columns, which "
+                            "'qlab quantize' does not have; write Q8_0 instead",
+                            what);
+    if (!ql_quant_is_weight_type(type))
+        return ql_error_set(err, QL_EINVAL,
+                            "%s type %s is not a weight format (activation, integer or unknown)",
+                            what, ql_type_name(type));
+    return QL_OK;
+}
+
+/* ctx of has_importance: the source model and the quantization options. */
+typedef struct {
+    const ql_gguf *g;
+    const ql_quant_model_opts *opts;
+} importance_ctx;
+
+/* A tensor written in its source type needs no importance weights; the others have
+ * them when the imatrix has an entry for the tensor. */
+static bool has_importance(const void *ctx, int64_t i, const ql_quant_plan_entry *e)
+{
+    const importance_ctx *c = ctx;
+    return c->g->tensors[i].type == e->used ||
+           c->opts->imatrix(c->opts->imatrix_ctx, e->name, e->n_per_row, e->ne[2] * e->ne[3]);
+}
+
+/* Validates every tensor of the plan against its source before anything is written. */
+static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p, const ql_quant_model_opts *opts,
+                            ql_error *err)
+{
+    /* With an imatrix that has no entry for a tensor (token_embd), the tensor takes
+     * the type llama-quantize's very-low-bit mixes give it. */
+    if (opts->imatrix) {
+        const importance_ctx c = {g, opts};
+        ql_quant_plan_importance_fallbacks(p, has_importance, &c);
+    }
+    for (int64_t i = 0; i < p->n; i++) {
+        const ql_gguf_tensor *t = &g->tensors[i];
+        const ql_quant_plan_entry *e = &p->entries[i];
+        if (t->type == e->used)
+            continue;
+        if (!ql_quant_is_float_type(t->type))
+            return ql_error_set(err, QL_EUNSUPPORTED,
+                                "%s: tensor '%s' is %s; qlab quantizes from F32, F16 or BF16 "
+                                "tensors only",
+                                g->path, t->name, ql_type_name(t->type));
+        const ql_type_traits *tr = ql_type_get(e->used);
+        if (!tr->quantize)
+            return ql_error_set(err, QL_EUNSUPPORTED,
+                                "%s: tensor '%s': qlab cannot quantize to %s yet", g->path, t->name,
+                                tr->name);
+        if (tr->requires_imatrix && !opts->imatrix)
+            return ql_error_set(err, QL_EINVAL,
+                                "%s: tensor '%s': %s needs an importance matrix (ggml refuses to "
+                                "quantize it without one)",
+                                g->path, t->name, tr->name);
+        ql_status st = ql_type_prepare(e->used, err);
+        if (st)
+            return ql_error_prefix(err, "%s: tensor '%s': ", g->path, t->name);
+    }
+    return QL_OK;
+}
+
+ql_status ql_quant_write_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta *m,
+                                      ql_error *err)
+{
+    if (!m)
+        return QL_OK;
+    if (m->n_entries > INT32_MAX || m->n_chunks > INT32_MAX)
+        return ql_error_set(err, QL_EINVAL, "imatrix of %lld entries, %lld chunks: beyond i32",
+                            (long long)m->n_entries, (long long)m->n_chunks);
+    ql_status st = QL_OK;
+    if (m->file)
+        st = ql_gguf_writer_set_str(w, "quantize.imatrix.file", m->file, err);
+    if (!st && m->dataset)
+        st = ql_gguf_writer_set_str(w, "quantize.imatrix.dataset", m->dataset, err);
+    if (!st)
+        st =
+            ql_gguf_writer_set_i32(w, "quantize.imatrix.entries_count", (int32_t)m->n_entries, err);
+    if (!st && m->n_chunks > 0)
+        st = ql_gguf_writer_set_i32(w, "quantize.imatrix.chunks_count", (int32_t)m->n_chunks, err);
+    return st;
+}
+
+/* Quantizes one tensor into q (and measures its error when e_out is set). */
+static ql_status quantize_one(const ql_gguf_tensor *t, const ql_quant_plan_entry *e,
+                              const ql_quant_model_opts *opts, float *f32, void *q, size_t q_cap,
+                              float *deq, ql_weight_error *e_out, bool *used_imatrix, ql_error *err)
+{
+    const int64_t npr = e->n_per_row, nrows = e->nrows;
+    const int64_t rows_per_mat = e->ne[1], n_mats = e->ne[2] * e->ne[3];
+    const float *src = t->data;
+    ql_status st;
+    if (t->type != QL_TYPE_F32) {
+        st = ql_dequant_tensor(t->type, t->data, t->nbytes, nrows, npr, f32, err);
+        if (st)
+            return st;
+        src = f32;
+    }
+    /* ggml's quantizers assume finite input (some assert); llama.cpp's loader rejects
+     * such weights too, so report the first one. */
+    for (int64_t i = 0; i < nrows * npr; i++)
+        if (!isfinite(src[i]))
+            return ql_error_set(err, QL_EFORMAT, "weight at row %lld, column %lld is %s",
+                                (long long)(i / npr), (long long)(i % npr),
+                                isnan(src[i]) ? "NaN" : "infinite");
+    const float *imat = NULL;
+    if (opts->imatrix)
+        imat = opts->imatrix(opts->imatrix_ctx, t->name, npr, n_mats);
+    *used_imatrix = imat != NULL;
+    const float *stats_w = imat;
+    if (opts->stats_imatrix)
+        stats_w = opts->stats_imatrix(opts->stats_imatrix_ctx, t->name, npr, n_mats);
+    const size_t mat_bytes = ql_row_size(e->used, npr) * (size_t)rows_per_mat;
+    for (int64_t m = 0; m < n_mats; m++) {
+        st = ql_quant_tensor(e->used, src + m * rows_per_mat * npr, rows_per_mat, npr,
+                             imat ? imat + m * npr : NULL, (char *)q + (size_t)m * mat_bytes,
+                             q_cap - (size_t)m * mat_bytes, NULL, err);
+        if (st)
+            return st;
+    }
+    if (!e_out)
+        return QL_OK;
+    st = ql_dequant_tensor(e->used, q, e->bytes, nrows, npr, deq, err);
+    if (st)
+        return st;
+    for (int64_t m = 0; m < n_mats; m++) {
+        st = ql_weight_error_add(e_out, src + m * rows_per_mat * npr, deq + m * rows_per_mat * npr,
+                                 rows_per_mat, npr, stats_w ? stats_w + m * npr : NULL, err);
+        if (st)
+            return st;
+    }
+    return QL_OK;
+}
+
+/* Error statistics of a tensor written in its source type (w^ = w): zero error, but
+ * its values (and their importance, when it has some) count in the totals. */
+static ql_status copy_stats(const ql_gguf_tensor *t, const ql_quant_plan_entry *e,
+                            const ql_quant_model_opts *opts, float *f32, ql_weight_error *e_out,
+                            ql_error *err)
+{
+    const float *src = t->data;
+    if (t->type != QL_TYPE_F32) {
+        ql_status st =
+            ql_dequant_tensor(t->type, t->data, t->nbytes, e->nrows, e->n_per_row, f32, err);
+        if (st)
+            return st;
+        src = f32;
+    }
+    const int64_t rows_per_mat = e->ne[1], n_mats = e->ne[2] * e->ne[3];
+    ql_imatrix_lookup_fn fn = opts->stats_imatrix ? opts->stats_imatrix : opts->imatrix;
+    void *ctx = opts->stats_imatrix ? opts->stats_imatrix_ctx : opts->imatrix_ctx;
+    const float *w = fn && e->n_dims >= 2 ? fn(ctx, t->name, e->n_per_row, n_mats) : NULL;
+    if (!w)
+        return ql_weight_error_add(e_out, src, src, e->nrows, e->n_per_row, NULL, err);
+    for (int64_t m = 0; m < n_mats; m++) {
+        const float *p = src + m * rows_per_mat * e->n_per_row;
+        ql_status st =
+            ql_weight_error_add(e_out, p, p, rows_per_mat, e->n_per_row, w + m * e->n_per_row, err);
+        if (st)
+            return st;
+    }
+    return QL_OK;
+}
+
+ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_quant_model_opts *opts,
+                         ql_quant_model_report **report, ql_error *err)
+{
+    *report = NULL;
+    const ql_quant_config *cfg = &opts->cfg;
+    ql_status st;
+    if ((st = ql_quant_model_check_type(cfg->weight_type, "weight", err)) ||
+        (st = ql_quant_model_check_type(cfg->head_type, "head", err)) ||
+        (st = ql_quant_model_check_type(cfg->embd_type, "embedding", err)))
+        return st;
+    uint32_t ftype = 0;
+    if (!ql_quant_llama_ftype(cfg->weight_type, &ftype))
+        return ql_error_set(err, QL_EINVAL, "weight type %s has no llama.cpp file type",
+                            ql_type_name(cfg->weight_type));
+
+    double t0 = ql_now();
+    ql_gguf *g = NULL;
+    ql_gguf_writer *w = NULL;
+    float *f32 = NULL, *deq = NULL;
+    uint8_t *q = NULL;
+    ql_quant_model_report *r = calloc(1, sizeof *r);
+    if (!r)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for a quantization report");
+    r->file_type = ftype;
+
+    if ((st = ql_gguf_open(&g, in_path, err)))
+        goto out;
+    if ((st = ql_quant_plan_build(g, cfg, &r->plan, err)))
+        goto out;
+    if ((st = check_plan(g, r->plan, opts, err)))
+        goto out;
+
+    /* Work buffers sized for the largest tensor. */
+    int64_t max_values = 1;
+    uint64_t max_bytes = 1;
+    for (int64_t i = 0; i < r->plan->n; i++) {
+        const ql_quant_plan_entry *e = &r->plan->entries[i];
+        if (e->n_per_row * e->nrows > max_values)
+            max_values = e->n_per_row * e->nrows;
+        if (e->bytes > max_bytes)
+            max_bytes = e->bytes;
+    }
+    r->has_imatrix = calloc((size_t)r->plan->n + 1, sizeof *r->has_imatrix);
+    f32 = malloc((size_t)max_values * sizeof(float));
+    q = malloc((size_t)max_bytes);
+    if (opts->stats) {
+        r->errors = calloc((size_t)r->plan->n + 1, sizeof *r->errors);
+        deq = malloc((size_t)max_values * sizeof(float));
+    }
+    if (!r->has_imatrix || !f32 || !q || (opts->stats && (!r->errors || !deq))) {
+        st = ql_error_set(err, QL_ENOMEM, "out of memory for %lld values of work buffers",
+                          (long long)max_values);
+        goto out;
+    }
+
+    if ((st = ql_gguf_writer_alloc(&w, err)) ||
+        (st = ql_gguf_writer_set_alignment(w, g->alignment, err)) ||
+        (st = ql_gguf_writer_copy_kvs(w, g, err)) ||
+        (st =
+             ql_gguf_writer_set_u32(w, "general.quantization_version", QL_GGML_QNT_VERSION, err)) ||
+        (st = ql_gguf_writer_set_u32(w, "general.file_type", ftype, err)) ||
+        (st = ql_quant_write_imatrix_keys(w, opts->imatrix_meta, err)))
+        goto out;
+    for (int64_t i = 0; i < r->plan->n; i++) {
+        const ql_quant_plan_entry *e = &r->plan->entries[i];
+        if ((st = ql_gguf_writer_add_tensor(w, e->name, e->n_dims, e->ne, e->used, e->bytes, err)))
+            goto out;
+    }
+    if ((st = ql_gguf_writer_begin(w, out_path, err)))
+        goto out;
+
+    ql_progress prog;
+    ql_progress_begin(&prog, "quantize", "tensor", r->plan->n, opts->quiet);
+    for (int64_t i = 0; i < r->plan->n; i++) {
+        const ql_gguf_tensor *t = &g->tensors[i];
+        const ql_quant_plan_entry *e = &r->plan->entries[i];
+        const void *bytes = t->data;
+        ql_weight_error *te = opts->stats ? &r->errors[i] : NULL;
+        if (t->type != e->used) {
+            st = quantize_one(t, e, opts, f32, q, (size_t)max_bytes, deq, te, &r->has_imatrix[i],
+                              err);
+            bytes = q;
+        } else if (te) {
+            /* Copied unchanged: zero error, but count its values and their magnitude. */
+            st = copy_stats(t, e, opts, f32, te, err);
+        }
+        if (st) {
+            ql_error_prefix(err, "%s: tensor '%s' (%s): ", in_path, e->name, ql_type_name(e->used));
+            goto out;
+        }
+        if ((st = ql_gguf_writer_write_tensor(w, bytes, e->bytes, err)))
+            goto out;
+        if (te) {
+            ql_weight_error_merge(&r->total, te);
+            if (e->role != QL_ROLE_HEAD && e->role != QL_ROLE_EMBD)
+                ql_weight_error_merge(&r->body, te);
+        }
+        ql_progress_update(&prog, i + 1, e->name);
+    }
+    ql_progress_end(&prog, r->plan->n, NULL);
+    if ((st = ql_gguf_writer_finish(w, err)))
+        goto out;
+    r->file_size = ql_gguf_writer_file_size(w);
+    r->seconds = ql_now() - t0;
+    *report = r;
+    r = NULL;
+out:
+    ql_gguf_writer_free(w);
+    free(f32);
+    free(deq);
+    free(q);
+    ql_gguf_close(g);
+    ql_quant_model_report_free(r);
+    return st;
+}

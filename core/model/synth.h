@@ -1,0 +1,71 @@
+/* qlab: deterministic synthetic llama-architecture models (`qlab synth`).
+ *
+ * The weights are random but shaped like the statistics that make real models
+ * hard to quantize (DESIGN.md section 7):
+ *   - heavy tails: every 2-D weight is Student-t (nu = 5), scaled to std gain/sqrt(n_in);
+ *   - hot input channels: in every product weight, n_in/128 (at least one) input
+ *     columns are scaled by 3..8, so a few columns carry much larger norms;
+ *   - massive activations: a handful of residual channels (n_embd/128, 2..8) get
+ *     attn_norm/ffn_norm weights of 20..60 instead of about 1, so every product that
+ *     reads the residual stream sees those channels tens of times larger than the
+ *     rest (the weight columns reading them are scaled down in proportion, so the
+ *     products stay in range, as in trained models).
+ * Randomness is GSL's MT19937 seeded with the seed, drawn in file order, so the same
+ * options give a byte-identical file on every machine.
+ *
+ * The tokenizer (tokenizer.ggml.*) is copied from a real model (stories260K by
+ * default, 512 tokens), so the model reads text. A --vocab larger than the
+ * tokenizer's pads the vocabulary with "<unused_N>" tokens of type UNUSED (5) that
+ * the tokenizer never emits (their embedding rows exist and the head scores them, as
+ * for the reserved tokens of real vocabularies); a smaller --vocab is an error.
+ * The file carries every key llama.cpp needs to load a llama model. */
+#ifndef QL_SYNTH_H
+#define QL_SYNTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+typedef struct {
+    int dim; /* embedding length */
+    int ff;  /* feed-forward length */
+    int layers;
+    int heads;
+    int kv_heads;
+    int vocab; /* 0: the tokenizer's size */
+    uint64_t seed;
+    int32_t type;              /* QL_TYPE_F32 or QL_TYPE_F16 for the 2-D weights */
+    int ctx_train;             /* llama.context_length written to the file */
+    const char *tokenizer_src; /* model name or path to copy tokenizer.ggml.* from */
+} ql_synth_opts;
+
+/* Defaults: a 2M-parameter model (dim 256, ff 768, 2 layers, 4 heads, 2 kv heads),
+ * seed 1, F32, context 2048, tokenizer from stories260K. */
+void ql_synth_defaults(ql_synth_opts *o);
+
+/* Writes the model to path. Rejects shapes llama.cpp cannot load (dim not a
+ * multiple of heads, odd head size, heads not a multiple of kv_heads). */
+ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err);
+
+/* A synthetic model named in a sweep file: "synth:" followed by a preset ("2M",
+ * "30M") and/or comma-separated key=value pairs with the option names of `qlab
+ * synth` (dim, ff, layers, heads, kv-heads, vocab, seed, type), e.g.
+ * "synth:30M", "synth:dim=512,ff=1536,layers=4,seed=7". Presets:
+ *   2M:  dim 256, ff 768,  2 layers, 4 heads, 2 kv heads (the defaults)
+ *   30M: dim 512, ff 1536, 10 layers, 8 heads, 4 kv heads
+ * Errors name the spec and the bad item. */
+bool ql_synth_is_spec(const char *s);
+ql_status ql_synth_parse_spec(const char *spec, ql_synth_opts *o, ql_error *err);
+
+/* Makes sure the model of a spec exists as dir/synth-<hash>.gguf (writing it once;
+ * the file is deterministic, so concurrent writers produce the same bytes) and
+ * returns its path. */
+ql_status ql_synth_materialize(const char *spec, const char *dir, char *path, size_t size,
+                               ql_error *err);
+
+/* Parameters the options give (2-D weights, norms, embeddings and head). */
+int64_t ql_synth_n_params(const ql_synth_opts *o, int vocab);
+
+#endif

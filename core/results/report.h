@@ -1,0 +1,79 @@
+/* qlab: format-comparison tables and plots from the results store (`qlab report`).
+ *
+ * For every sweep (or the one asked for) the report writes, under
+ * OUT/<sweep>/ (the sweep name with characters outside [A-Za-z0-9._+-]
+ * replaced by '_'):
+ *
+ *   report.md       a summary (model, text, ctx, chunks, reference PPL, configs
+ *                   done/failed, the axes held fixed) and the format-comparison
+ *                   table, one row per finished config sorted by bpw, then the
+ *                   failed configs with their errors
+ *   formats.csv     the same rows with full-precision values and every axis
+ *   formats.dat     plot data: one block per activation mode
+ *   pareto_kld.dat  the configs on the Pareto front in (bpw, mean KLD)
+ *   pareto_ppl.dat  the same in (bpw, PPL)
+ *   kld_bpw.gp      gnuplot script -> kld_bpw.png, kld_bpw.svg (log-scale y)
+ *   ppl_bpw.gp      gnuplot script -> ppl_bpw.png, ppl_bpw.svg
+ *   tensors-<hash12>.dat/.gp -> .png, .svg: per-tensor error by layer and
+ *                   tensor class for one config
+ *
+ * A sweep whose runs span several (model, text, ctx, chunks) groups gets one
+ * section per group in report.md (groups ordered by model, text, ctx, chunks),
+ * one CSV with the group columns, and plot files with a suffix
+ * "-<model>-<text>-ctx<N>-c<chunks>" per group.
+ *
+ * Table rows are sorted by bpw (NULL last), then by the axes (weight type,
+ * act mode, outlier ratio, head, embd, KV type, imatrix, budget) and the
+ * config hash, so the order is total. Markdown columns: the weight type, the
+ * other axes that vary within the group, then bpw, size, PPL ± err, ΔPPL (vs
+ * the reference), KLD mean, KLD p99, top-1 %, max |Δp| and the relative
+ * imatrix-weighted weight error; a metric column with no value in any row is
+ * left out of the Markdown (the CSV keeps it). Missing values are "—" in
+ * Markdown and empty in CSV. Numbers have fixed formats (ql_table.h); nothing
+ * depends on the time or the machine, so the same database gives
+ * byte-identical tables and data files. Images are not compared.
+ *
+ * Per-tensor plot: the config given by a hash prefix, or by default the run
+ * with the largest mean KLD among those with per-tensor errors (ties: lower
+ * bpw, then hash): the format that suffers most shows where its error sits.
+ * The metric is imatrix_err_rel when every block tensor has it, else rmse.
+ *
+ * gnuplot is optional: without it on PATH, or when it fails, every table and
+ * data file is still written and the summary says why the plots were skipped;
+ * that is not an error. */
+#ifndef QL_REPORT_H
+#define QL_REPORT_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "base/error.h"
+#include "results/store.h"
+
+#define QL_REPORT_DEFAULT_DIR "results"
+
+typedef struct {
+    const char *sweep;   /* only this sweep; NULL = every sweep in the store */
+    const char *out_dir; /* files go to out_dir/<sweep>/, created as needed */
+    const char *tensors; /* config hash prefix (1 to 64 hex digits) for the per-tensor
+                            plot; NULL = the default choice */
+    bool plots;          /* run gnuplot; false = tables and plot data only */
+    FILE *log;           /* one line per file written; NULL = quiet */
+} ql_report_options;
+
+typedef struct {
+    int sweeps;                 /* sweeps reported */
+    int files;                  /* files written (tables, data, scripts, images) */
+    int plots;                  /* plots rendered (each as PNG and SVG) */
+    bool plots_skipped;         /* plots were asked for but not (all) drawn */
+    char why[QL_ERROR_MSG_MAX]; /* why they were skipped */
+} ql_report_summary;
+
+/* Writes the report. Errors: no sweep in the store, an unknown sweep name, a
+ * --tensors prefix that matches no finished config of the reported sweeps or
+ * several, unwritable files, database errors. gnuplot missing or failing is
+ * not an error (see summary). */
+ql_status ql_report_write(ql_store *s, const ql_report_options *opt, ql_report_summary *summary,
+                          ql_error *err);
+
+#endif

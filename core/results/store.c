@@ -1,0 +1,1349 @@
+#include "results/store.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/data.h"
+#include "base/util.h"
+#include "formats/types.h"
+#include "ql_config.h"
+
+struct ql_store {
+    sqlite3 *db;
+    char path[QL_PATH_MAX];
+    bool readonly;
+    int fault;     /* countdown to an injected failure; 0 = off */
+    bool injected; /* the failure being reported was injected */
+};
+
+/* ================================================================ schema */
+
+/* The columns of the results views after run_id and sweep (aliases r, c, mo, d, m). */
+#define RESULT_COLUMNS                                                                             \
+    "       c.hash AS config_hash, c.canonical,\n"                                                 \
+    "       c.weight_type, c.act_mode, c.outlier_ratio, c.head_type, c.embd_type, c.kv_type,\n"    \
+    "       c.imatrix, c.budget,\n"                                                                \
+    "       mo.name AS model, mo.sha256 AS model_sha256, d.name AS dataset,\n"                     \
+    "       d.sha256 AS dataset_sha256, r.ctx, r.chunks,\n"                                        \
+    "       m.ppl, m.ppl_err, m.ppl_ref, m.ppl_ref_err, m.ppl - m.ppl_ref AS d_ppl,\n"             \
+    "       m.ln_ppl_ratio, m.ln_ppl_ratio_err,\n"                                                 \
+    "       m.kld_mean, m.kld_mean_err, m.kld_median, m.kld_p90, m.kld_p99, m.kld_p999,\n"         \
+    "       m.kld_max, m.dp_mean, m.dp_rms, m.dp_min, m.dp_max, m.max_abs_prob_err,\n"             \
+    "       m.top1_agree, m.n_tokens, m.rmse, m.max_err, m.imatrix_err, m.imatrix_err_rel,\n"      \
+    "       m.bytes, m.bpw, m.bytes_body, m.bpw_body, m.gguf_bytes, m.zlib_bytes, m.params,\n"     \
+    "       m.params_body,\n"                                                                      \
+    "       r.seconds, r.quantize_seconds, r.ref_seconds, r.quant_seconds, r.threads, r.host,\n"   \
+    "       r.finished, r.qlab_version, r.qlab_commit, r.metrics_version, r.imatrix_sha256\n"
+#define RESULT_JOINS                                                                               \
+    "JOIN configs c ON c.id = r.config_id\n"                                                       \
+    "JOIN models mo ON mo.id = r.model_id\n"                                                       \
+    "JOIN datasets d ON d.id = r.dataset_id\n"                                                     \
+    "JOIN metrics m ON m.run_id = r.id\n"
+
+/* Version 1. Conventions: ids are INTEGER PRIMARY KEY; natural keys (sha256,
+ * hash, the run identity) are UNIQUE so shard databases can be merged by them;
+ * a NULL measurement means "not measured". */
+static const char *const schema_v1[] = {
+    "CREATE TABLE models (\n"
+    "    id          INTEGER PRIMARY KEY,\n"
+    "    sha256      TEXT NOT NULL UNIQUE CHECK (length(sha256) = 64),\n"
+    "    path        TEXT NOT NULL,       -- where it was read the last time\n"
+    "    name        TEXT,                -- manifest name, NULL for a plain path\n"
+    "    arch        TEXT,                -- general.architecture\n"
+    "    file_bytes  INTEGER,\n"
+    "    params      INTEGER,\n"
+    "    n_layer     INTEGER,\n"
+    "    n_embd      INTEGER,\n"
+    "    n_ff        INTEGER,\n"
+    "    n_head      INTEGER,\n"
+    "    n_head_kv   INTEGER,\n"
+    "    n_vocab     INTEGER,\n"
+    "    n_ctx_train INTEGER\n"
+    ");\n",
+    "CREATE TABLE datasets (\n"
+    "    id              INTEGER PRIMARY KEY,\n"
+    "    sha256          TEXT NOT NULL UNIQUE CHECK (length(sha256) = 64),\n"
+    "    name            TEXT NOT NULL,   -- manifest name or the path as given\n"
+    "    path            TEXT,\n"
+    "    bytes           INTEGER,\n"
+    "    tokens          INTEGER,         -- whole text, under the tokenizer of tokens_model_id\n"
+    "    tokens_model_id INTEGER REFERENCES models(id)\n"
+    ");\n",
+    "CREATE TABLE configs (\n"
+    "    id            INTEGER PRIMARY KEY,\n"
+    "    hash          TEXT NOT NULL UNIQUE CHECK (length(hash) = 64), -- sha256(canonical)\n"
+    "    canonical     TEXT NOT NULL UNIQUE,\n"
+    "    weight_type   TEXT NOT NULL,\n"
+    "    act_mode      TEXT NOT NULL,\n"
+    "    outlier_ratio REAL NOT NULL,     -- 0 = off\n"
+    "    head_type     TEXT NOT NULL,     -- 'same' or a type\n"
+    "    embd_type     TEXT NOT NULL,     -- 'same' or a type\n"
+    "    kv_type       TEXT NOT NULL,     -- resolved (never 'auto')\n"
+    "    imatrix       TEXT NOT NULL,     -- 'none', a path, or "
+    "'calib:<dataset>[,ctx=N][,chunks=N]'\n"
+    "    budget        TEXT NOT NULL,     -- 'none', bytes, or 'bpw:X'\n"
+    "    budget_bytes  INTEGER,           -- the byte budget, NULL unless given in bytes\n"
+    "    budget_bpw    REAL               -- the bpw budget, NULL unless given as bpw:X\n"
+    ");\n",
+    "CREATE TABLE runs (\n"
+    "    id               INTEGER PRIMARY KEY,\n"
+    "    config_id        INTEGER NOT NULL REFERENCES configs(id),\n"
+    "    model_id         INTEGER NOT NULL REFERENCES models(id),\n"
+    "    dataset_id       INTEGER NOT NULL REFERENCES datasets(id),\n"
+    "    ctx              INTEGER NOT NULL CHECK (ctx > 0),\n"
+    "    chunks           INTEGER NOT NULL CHECK (chunks > 0),\n"
+    "    sweep            TEXT,            -- the sweep of the last attempt\n"
+    "    status           TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')),\n"
+    "    error            TEXT,            -- why it failed\n"
+    "    attempts         INTEGER NOT NULL DEFAULT 1 CHECK (attempts > 0),\n"
+    "    started          TEXT NOT NULL,   -- UTC, YYYY-MM-DDTHH:MM:SSZ\n"
+    "    finished         TEXT,\n"
+    "    seconds          REAL,            -- the whole run\n"
+    "    quantize_seconds REAL,\n"
+    "    ref_seconds      REAL,            -- reference forward pass\n"
+    "    quant_seconds    REAL,            -- quantized forward pass\n"
+    "    threads          INTEGER,\n"
+    "    host             TEXT,\n"
+    "    qlab_version     TEXT NOT NULL,\n"
+    "    qlab_commit      TEXT NOT NULL,\n"
+    "    metrics_version  INTEGER NOT NULL CHECK (metrics_version > 0),\n"
+    "    imatrix_sha256   TEXT,\n"
+    "    UNIQUE (config_id, model_id, dataset_id, ctx, chunks),\n"
+    "    CHECK ((status = 'failed') = (error IS NOT NULL)),\n"
+    "    CHECK ((status = 'running') = (finished IS NULL))\n"
+    ");\n",
+    "CREATE INDEX runs_by_status ON runs(status);\n",
+    "CREATE TABLE sweep_runs (            -- every run a sweep includes, also those it skipped\n"
+    "    sweep  TEXT NOT NULL,\n"
+    "    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    PRIMARY KEY (sweep, run_id)\n"
+    ") WITHOUT ROWID;\n",
+    "CREATE TABLE metrics (\n"
+    "    run_id           INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    ppl              REAL,\n"
+    "    ppl_err          REAL,\n"
+    "    ppl_ref          REAL,\n"
+    "    ppl_ref_err      REAL,\n"
+    "    ln_ppl_ratio     REAL,\n"
+    "    ln_ppl_ratio_err REAL,\n"
+    "    kld_mean         REAL,\n"
+    "    kld_mean_err     REAL,\n"
+    "    kld_median       REAL,\n"
+    "    kld_p90          REAL,\n"
+    "    kld_p99          REAL,\n"
+    "    kld_p999         REAL,\n"
+    "    kld_max          REAL,\n"
+    "    dp_mean          REAL,\n"
+    "    dp_rms           REAL,\n"
+    "    dp_min           REAL,\n"
+    "    dp_max           REAL,\n"
+    "    max_abs_prob_err REAL,\n"
+    "    top1_agree       REAL,\n"
+    "    n_tokens         INTEGER,\n"
+    "    rmse             REAL,\n"
+    "    max_err          REAL,\n"
+    "    imatrix_err      REAL,\n"
+    "    imatrix_err_rel  REAL,\n"
+    "    bytes            INTEGER,\n"
+    "    bpw              REAL,\n"
+    "    bytes_body       INTEGER,\n"
+    "    bpw_body         REAL,\n"
+    "    gguf_bytes       INTEGER,\n"
+    "    zlib_bytes       INTEGER,\n"
+    "    params           INTEGER,\n"
+    "    params_body      INTEGER\n"
+    ");\n",
+    "CREATE TABLE tensor_errors (\n"
+    "    run_id          INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    tensor          TEXT NOT NULL,\n"
+    "    layer           INTEGER,         -- N of blk.N.*, NULL for other tensors\n"
+    "    requested_type  TEXT NOT NULL,\n"
+    "    used_type       TEXT NOT NULL,\n"
+    "    fallback        INTEGER NOT NULL CHECK (fallback IN (0, 1)),\n"
+    "    fallback_reason TEXT,\n"
+    "    n_rows          INTEGER NOT NULL,\n"
+    "    n_cols          INTEGER NOT NULL, -- row length (ggml ne[0])\n"
+    "    params          INTEGER NOT NULL,\n"
+    "    bytes           INTEGER NOT NULL,\n"
+    "    rmse            REAL,\n"
+    "    max_err         REAL,\n"
+    "    imatrix_err     REAL,\n"
+    "    imatrix_err_rel REAL,\n"
+    "    outlier_cols    INTEGER,         -- NULL when the outlier split is off\n"
+    "    PRIMARY KEY (run_id, tensor),\n"
+    "    CHECK (fallback = (used_type <> requested_type)),\n"
+    "    CHECK (fallback = (fallback_reason IS NOT NULL))\n"
+    ");\n",
+    /* results and sweep_results share their columns (RESULT_COLUMNS) so that a
+     * report can read either; they differ in where `sweep` comes from. */
+    "-- One row per finished run: config axes, model/text, metrics and provenance;\n"
+    "-- sweep is the sweep that last ran it.\n"
+    "CREATE VIEW results AS\n"
+    "SELECT r.id AS run_id, r.sweep,\n" RESULT_COLUMNS "FROM runs r\n" RESULT_JOINS
+    "WHERE r.status = 'done'",
+    "-- results once per sweep that includes the run, also when an earlier sweep ran\n"
+    "-- it (filter with WHERE sweep = '...').\n"
+    "CREATE VIEW sweep_results AS\n"
+    "SELECT r.id AS run_id, s.sweep,\n" RESULT_COLUMNS
+    "FROM sweep_runs s JOIN runs r ON r.id = s.run_id\n" RESULT_JOINS "WHERE r.status = 'done'",
+    "\n"
+    "-- Every run whatever its status, with its provenance and error.\n"
+    "CREATE VIEW run_log AS\n"
+    "SELECT r.id AS run_id, r.sweep, r.status, r.attempts, c.hash AS config_hash, c.canonical,\n"
+    "       mo.name AS model, mo.sha256 AS model_sha256, d.name AS dataset, r.ctx, r.chunks,\n"
+    "       r.started, r.finished, r.seconds, r.threads, r.host, r.qlab_version,\n"
+    "       r.qlab_commit, r.metrics_version, r.error\n"
+    "FROM runs r\n"
+    "JOIN configs c ON c.id = r.config_id\n"
+    "JOIN models mo ON mo.id = r.model_id\n"
+    "JOIN datasets d ON d.id = r.dataset_id;\n",
+    "\n"
+    "CREATE VIEW failed_runs AS SELECT * FROM run_log WHERE status = 'failed';\n",
+    "\n"
+    "-- Per-tensor errors of finished runs with their config.\n"
+    "CREATE VIEW tensor_results AS\n"
+    "SELECT r.id AS run_id, r.sweep, c.hash AS config_hash, c.canonical, c.weight_type,\n"
+    "       c.act_mode, c.outlier_ratio, mo.name AS model, d.name AS dataset, r.ctx, r.chunks,\n"
+    "       t.tensor, t.layer, t.requested_type, t.used_type, t.fallback, t.fallback_reason,\n"
+    "       t.n_rows, t.n_cols, t.params, t.bytes, 8.0 * t.bytes / t.params AS bpw,\n"
+    "       t.rmse, t.max_err, t.imatrix_err, t.imatrix_err_rel, t.outlier_cols\n"
+    "FROM tensor_errors t\n"
+    "JOIN runs r ON r.id = t.run_id\n"
+    "JOIN configs c ON c.id = r.config_id\n"
+    "JOIN models mo ON mo.id = r.model_id\n"
+    "JOIN datasets d ON d.id = r.dataset_id\n"
+    "WHERE r.status = 'done';\n",
+};
+
+/* Version 2: per-chunk sums of a run, for resampling analyses (paired bootstrap
+ * over chunks). A run has either no rows here or one per chunk 0..chunks-1. */
+static const char *const schema_v2[] = {
+    "CREATE TABLE chunk_metrics (\n"
+    "    run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    chunk       INTEGER NOT NULL CHECK (chunk >= 0), -- index in the text, < runs.chunks\n"
+    "    n_tokens    INTEGER NOT NULL CHECK (n_tokens > 0), -- scored tokens\n"
+    "    kld_sum     REAL,            -- sum of KL(p || q) over the scored tokens (nats)\n"
+    "    nll_sum     REAL,            -- sum of -log q(y)\n"
+    "    nll_ref_sum REAL,            -- sum of -log p(y)\n"
+    "    top1_count  INTEGER CHECK (top1_count BETWEEN 0 AND n_tokens),\n"
+    "    PRIMARY KEY (run_id, chunk)\n"
+    ") WITHOUT ROWID;\n",
+    "\n"
+    "-- Per-chunk means of finished runs with their config (pair two runs by chunk).\n"
+    "CREATE VIEW chunk_results AS\n"
+    "SELECT r.id AS run_id, c.hash AS config_hash, c.weight_type, c.act_mode, c.outlier_ratio,\n"
+    "       c.head_type, c.embd_type, c.kv_type, c.imatrix, c.budget, mo.name AS model,\n"
+    "       d.name AS dataset, r.ctx, r.chunks, k.chunk, k.n_tokens, k.kld_sum, k.nll_sum,\n"
+    "       k.nll_ref_sum, k.top1_count, k.kld_sum / k.n_tokens AS kld_mean,\n"
+    "       (k.nll_sum - k.nll_ref_sum) / k.n_tokens AS ln_ppl_ratio,\n"
+    "       1.0 * k.top1_count / k.n_tokens AS top1_agree\n"
+    "FROM chunk_metrics k\n"
+    "JOIN runs r ON r.id = k.run_id\n"
+    "JOIN configs c ON c.id = r.config_id\n"
+    "JOIN models mo ON mo.id = r.model_id\n"
+    "JOIN datasets d ON d.id = r.dataset_id\n"
+    "WHERE r.status = 'done';\n",
+};
+
+/* Version 3: the activation rounding of every product of a run (act_mode), with
+ * the note saying why a rounding fell back (e.g. rows that do not split into its
+ * blocks). Only products whose input is rounded have a row. */
+static const char *const schema_v3[] = {
+    "CREATE TABLE act_roundings (\n"
+    "    run_id    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "    tensor    TEXT NOT NULL,   -- the product's weight, e.g. blk.0.ffn_down.weight\n"
+    "    requested TEXT NOT NULL,   -- rounding the act_mode asks for: f16, q8_0, q8_K, ...\n"
+    "    used      TEXT NOT NULL,   -- rounding applied\n"
+    "    note      TEXT,            -- why used differs from requested\n"
+    "    kept_channels INTEGER,     -- outlier channels left unrounded\n"
+    "    PRIMARY KEY (run_id, tensor),\n"
+    "    CHECK ((used <> requested) = (note IS NOT NULL))\n"
+    ") WITHOUT ROWID;\n",
+};
+
+/* The metrics columns, in schema order, with their place in ql_run_metrics. */
+static const struct {
+    const char *name;
+    size_t offset;
+    bool integer;
+} metric_cols[] = {
+#define COL(f, is_count) {#f, offsetof(ql_run_metrics, f), is_count},
+    QL_RUN_METRICS(COL)
+#undef COL
+};
+#define N_METRIC_COLS (sizeof metric_cols / sizeof metric_cols[0])
+_Static_assert(N_METRIC_COLS * sizeof(double) == sizeof(ql_run_metrics),
+               "every ql_run_metrics field has a column");
+
+size_t ql_store_metric_columns(const char *const **names)
+{
+    static const char *list[N_METRIC_COLS];
+    for (size_t i = 0; i < N_METRIC_COLS; i++)
+        list[i] = metric_cols[i].name;
+    *names = list;
+    return N_METRIC_COLS;
+}
+
+/* ================================================================ SQLite calls */
+
+/* Every SQLite call that can fail goes through these, so that a test can make
+ * the n-th one fail (ql_store_inject_fault) and check the error path. */
+static bool fault_now(ql_store *s)
+{
+    if (s->fault > 0 && --s->fault == 0) {
+        s->injected = true;
+        return true;
+    }
+    return false;
+}
+
+/* "path: what: reason", the reason being the injected fault or SQLite's message. */
+static ql_status db_fail(ql_store *s, int rc, const char *what, ql_error *err)
+{
+    if (s->injected) {
+        s->injected = false;
+        return ql_error_set(err, QL_EDB, "%s: %s: injected fault", s->path, what);
+    }
+    return ql_error_set(err, QL_EDB, "%s: %s: %s", s->path, what,
+                        s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+}
+
+static ql_status prep(ql_store *s, const char *sql, sqlite3_stmt **st, ql_error *err)
+{
+    *st = NULL;
+    if (fault_now(s))
+        return db_fail(s, SQLITE_IOERR, "preparing a statement", err);
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+    if (rc != SQLITE_OK) {
+        sqlite3_finalize(*st);
+        *st = NULL;
+        return db_fail(s, rc, "preparing a statement", err);
+    }
+    return QL_OK;
+}
+
+static int step(ql_store *s, sqlite3_stmt *st)
+{
+    if (fault_now(s))
+        return SQLITE_IOERR;
+    return sqlite3_step(st);
+}
+
+/* Runs one statement to completion (no rows expected). */
+static ql_status step_done(ql_store *s, sqlite3_stmt *st, const char *what, ql_error *err)
+{
+    int rc = step(s, st);
+    if (rc == SQLITE_DONE)
+        return QL_OK;
+    if (rc == SQLITE_ROW)
+        return ql_error_set(err, QL_EDB, "%s: %s: unexpected result row", s->path, what);
+    return db_fail(s, rc, what, err);
+}
+
+static ql_status exec(ql_store *s, const char *sql, const char *what, ql_error *err)
+{
+    if (fault_now(s))
+        return db_fail(s, SQLITE_IOERR, what, err);
+    char *msg = NULL;
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        ql_error_set(err, QL_EDB, "%s: %s: %s", s->path, what, msg ? msg : sqlite3_errstr(rc));
+        sqlite3_free(msg);
+        return QL_EDB;
+    }
+    return QL_OK;
+}
+
+/* Bind helpers: NULL for a NULL string, a negative count or a NaN. */
+static ql_status bind_rc(ql_store *s, int rc, int idx, ql_error *err)
+{
+    if (rc == SQLITE_OK)
+        return QL_OK;
+    char what[48];
+    snprintf(what, sizeof what, "binding parameter %d", idx);
+    return db_fail(s, rc, what, err);
+}
+
+static ql_status bind_text(ql_store *s, sqlite3_stmt *st, int idx, const char *v, ql_error *err)
+{
+    if (fault_now(s))
+        return bind_rc(s, SQLITE_IOERR, idx, err);
+    int rc = v ? sqlite3_bind_text(st, idx, v, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(st, idx);
+    return bind_rc(s, rc, idx, err);
+}
+
+static ql_status bind_count(ql_store *s, sqlite3_stmt *st, int idx, int64_t v, ql_error *err)
+{
+    if (fault_now(s))
+        return bind_rc(s, SQLITE_IOERR, idx, err);
+    int rc = v >= 0 ? sqlite3_bind_int64(st, idx, v) : sqlite3_bind_null(st, idx);
+    return bind_rc(s, rc, idx, err);
+}
+
+static ql_status bind_real(ql_store *s, sqlite3_stmt *st, int idx, double v, ql_error *err)
+{
+    if (fault_now(s))
+        return bind_rc(s, SQLITE_IOERR, idx, err);
+    int rc = isnan(v) ? sqlite3_bind_null(st, idx) : sqlite3_bind_double(st, idx, v);
+    return bind_rc(s, rc, idx, err);
+}
+
+/* Transactions. BEGIN IMMEDIATE takes the write lock at once, so a concurrent
+ * writer waits in the busy handler instead of failing at the first write. */
+static ql_status begin(ql_store *s, ql_error *err)
+{
+    return exec(s, "BEGIN IMMEDIATE", "starting a transaction", err);
+}
+
+static ql_status commit(ql_store *s, ql_error *err)
+{
+    return exec(s, "COMMIT", "committing", err);
+}
+
+/* Undoes the open transaction, if any. Not subject to fault injection: it is the
+ * recovery path every injected fault must reach. */
+static void rollback(ql_store *s)
+{
+    if (!sqlite3_get_autocommit(s->db))
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+static ql_status pragma_int(ql_store *s, const char *sql, int64_t *out, ql_error *err)
+{
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, sql, &st, err);
+    if (rc)
+        return rc;
+    int r = step(s, st);
+    if (r == SQLITE_ROW)
+        *out = sqlite3_column_int64(st, 0);
+    else
+        rc = r == SQLITE_DONE ? ql_error_set(err, QL_EDB, "%s: '%s' returned nothing", s->path, sql)
+                              : db_fail(s, r, sql, err);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ================================================================ open */
+
+/* migrations[v] takes a database from schema version v to v + 1, inside the
+ * transaction that then sets user_version. A change of schema adds an entry
+ * (CREATE or ALTER TABLE statements) and bumps QL_STORE_SCHEMA_VERSION. */
+#define SQL_LIST(a) a, sizeof a / sizeof a[0]
+static const struct {
+    const char *const *sql;
+    size_t n;
+    const char *what;
+} migrations[QL_STORE_SCHEMA_VERSION] = {
+    {SQL_LIST(schema_v1), "creating the schema"},
+    {SQL_LIST(schema_v2), "adding chunk_metrics (schema version 2)"},
+    {SQL_LIST(schema_v3), "adding act_roundings (schema version 3)"},
+};
+#undef SQL_LIST
+
+static ql_status check_identity(ql_store *s, int64_t version, int64_t app_id, int64_t n_objects,
+                                ql_error *err)
+{
+    if (app_id != 0 && app_id != QL_STORE_APPLICATION_ID)
+        return ql_error_set(err, QL_EDB, "%s: not a qlab results database (application_id 0x%llx)",
+                            s->path, (unsigned long long)app_id);
+    if (version > QL_STORE_SCHEMA_VERSION)
+        return ql_error_set(err, QL_EDB,
+                            "%s: results database schema version %lld is newer than this qlab "
+                            "supports (%d); use a newer qlab",
+                            s->path, (long long)version, QL_STORE_SCHEMA_VERSION);
+    if (version == 0 && n_objects > 0)
+        return ql_error_set(err, QL_EDB,
+                            "%s: not a qlab results database (it has tables but no qlab schema "
+                            "version)",
+                            s->path);
+    return QL_OK;
+}
+
+static ql_status migrate(ql_store *s, ql_error *err)
+{
+    int64_t version, app_id, n_objects;
+    ql_status st;
+    if ((st = pragma_int(s, "PRAGMA user_version", &version, err)) ||
+        (st = pragma_int(s, "PRAGMA application_id", &app_id, err)) ||
+        (st = pragma_int(s, "SELECT count(*) FROM sqlite_master", &n_objects, err)) ||
+        (st = check_identity(s, version, app_id, n_objects, err)))
+        return st;
+    if (s->readonly) {
+        if (version == 0)
+            return ql_error_set(err, QL_EDB, "%s: empty database (no qlab schema)", s->path);
+        if (version < QL_STORE_SCHEMA_VERSION)
+            return ql_error_set(err, QL_EDB,
+                                "%s: results database schema version %lld is older than %d; "
+                                "open it once read-write (e.g. with qlab sweep) to migrate it",
+                                s->path, (long long)version, QL_STORE_SCHEMA_VERSION);
+        return QL_OK;
+    }
+    if (version == QL_STORE_SCHEMA_VERSION)
+        return QL_OK;
+
+    if ((st = begin(s, err)))
+        return st;
+    /* Another process may have migrated between the check and the lock. */
+    if ((st = pragma_int(s, "PRAGMA user_version", &version, err)))
+        goto out_rollback;
+    for (int64_t v = version; v < QL_STORE_SCHEMA_VERSION; v++)
+        for (size_t i = 0; i < migrations[v].n; i++)
+            if ((st = exec(s, migrations[v].sql[i], migrations[v].what, err)))
+                goto out_rollback;
+    char sql[128];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d",
+             QL_STORE_SCHEMA_VERSION, QL_STORE_APPLICATION_ID);
+    if ((st = exec(s, sql, "setting the schema version", err)) || (st = commit(s, err)))
+        goto out_rollback;
+    return QL_OK;
+out_rollback:
+    rollback(s);
+    return st;
+}
+
+static ql_status configure(ql_store *s, ql_error *err)
+{
+    ql_status st;
+    int rc = sqlite3_busy_timeout(s->db, QL_STORE_BUSY_TIMEOUT_MS);
+    if (rc != SQLITE_OK)
+        return db_fail(s, rc, "setting the busy timeout", err);
+    if ((st = exec(s, "PRAGMA foreign_keys = ON", "enabling foreign keys", err)))
+        return st;
+    int64_t fk = 0;
+    if ((st = pragma_int(s, "PRAGMA foreign_keys", &fk, err)))
+        return st;
+    if (fk != 1)
+        return ql_error_set(err, QL_EDB, "%s: this SQLite cannot enforce foreign keys", s->path);
+    if (s->readonly)
+        return QL_OK;
+    /* WAL: readers never block the writer; NORMAL sync is durable against a
+     * killed process (only a power loss can lose the last transactions). */
+    sqlite3_stmt *q;
+    if ((st = prep(s, "PRAGMA journal_mode = WAL", &q, err)))
+        return st;
+    rc = step(s, q);
+    if (rc != SQLITE_ROW)
+        st = db_fail(s, rc, "switching to WAL", err);
+    else if (strcmp((const char *)sqlite3_column_text(q, 0), "wal") != 0)
+        st = ql_error_set(err, QL_EDB, "%s: cannot use WAL journal mode (got '%s')", s->path,
+                          (const char *)sqlite3_column_text(q, 0));
+    sqlite3_finalize(q);
+    if (st)
+        return st;
+    return exec(s, "PRAGMA synchronous = NORMAL", "setting synchronous", err);
+}
+
+ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store **out,
+                        ql_error *err)
+{
+    *out = NULL;
+    ql_store_options defaults = {0};
+    if (!opt)
+        opt = &defaults;
+    if (opt->readonly && !ql_file_exists(path))
+        return ql_error_set(err, QL_EIO, "%s: no results database here (run a sweep first)", path);
+    ql_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
+    if (strlen(path) >= sizeof s->path) {
+        free(s);
+        return ql_error_set(err, QL_EINVAL, "%s: path too long", path);
+    }
+    ql_strlcpy(s->path, path, sizeof s->path);
+    s->readonly = opt->readonly;
+    s->fault = opt->fault_after;
+
+    int flags = opt->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    ql_status st;
+    int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
+    if (rc != SQLITE_OK) {
+        st = ql_error_set(err, QL_EDB, "%s: cannot open database: %s", path,
+                          s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+        goto out_close;
+    }
+    sqlite3_extended_result_codes(s->db, 1);
+    if ((st = configure(s, err)) || (st = migrate(s, err)))
+        goto out_close;
+    *out = s;
+    return QL_OK;
+out_close:
+    ql_store_close(s);
+    return st;
+}
+
+void ql_store_close(ql_store *s)
+{
+    if (!s)
+        return;
+    /* sqlite3_close_v2 closes once the last statement is finalized; every
+     * function here finalizes its own, so this closes at once. */
+    sqlite3_close_v2(s->db);
+    free(s);
+}
+
+struct sqlite3 *ql_store_handle(ql_store *s)
+{
+    return s->db;
+}
+
+const char *ql_store_path(const ql_store *s)
+{
+    return s->path;
+}
+
+void ql_store_inject_fault(ql_store *s, int n)
+{
+    s->fault = n;
+}
+
+/* ================================================================ identities */
+
+void ql_store_model_init(ql_store_model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->file_bytes = m->params = m->n_layer = m->n_embd = m->n_ff = -1;
+    m->n_head = m->n_head_kv = m->n_vocab = m->n_ctx_train = -1;
+}
+
+void ql_store_dataset_init(ql_store_dataset *d)
+{
+    memset(d, 0, sizeof *d);
+    d->bytes = d->tokens = -1;
+}
+
+static bool is_sha256(const char *h)
+{
+    if (!h || strlen(h) != 64)
+        return false;
+    for (int i = 0; i < 64; i++)
+        if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/* Steps a statement that returns one id (RETURNING id / SELECT id). */
+static ql_status step_id(ql_store *s, sqlite3_stmt *st, const char *what, int64_t *id,
+                         ql_error *err)
+{
+    int rc = step(s, st);
+    if (rc == SQLITE_ROW) {
+        *id = sqlite3_column_int64(st, 0);
+        /* Drain so that an INSERT ... RETURNING completes. */
+        rc = step(s, st);
+        if (rc == SQLITE_DONE)
+            return QL_OK;
+    } else if (rc == SQLITE_DONE) {
+        return ql_error_set(err, QL_EDB, "%s: %s: no row", s->path, what);
+    }
+    return db_fail(s, rc, what, err);
+}
+
+ql_status ql_store_upsert_model(ql_store *s, const ql_store_model *m, int64_t *id, ql_error *err)
+{
+    if (!is_sha256(m->sha256))
+        return ql_error_set(err, QL_EINVAL, "%s: model '%s': sha256 '%s' is not 64 hex digits",
+                            s->path, m->path ? m->path : "?", m->sha256 ? m->sha256 : "(null)");
+    if (!m->path)
+        return ql_error_set(err, QL_EINVAL, "%s: model %.12s: no path", s->path, m->sha256);
+    static const char sql[] =
+        "INSERT INTO models (sha256, path, name, arch, file_bytes, params, n_layer, n_embd, n_ff,"
+        " n_head, n_head_kv, n_vocab, n_ctx_train)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+        " ON CONFLICT (sha256) DO UPDATE SET path = excluded.path,"
+        " name = coalesce(name, excluded.name), arch = coalesce(arch, excluded.arch),"
+        " file_bytes = coalesce(file_bytes, excluded.file_bytes),"
+        " params = coalesce(params, excluded.params),"
+        " n_layer = coalesce(n_layer, excluded.n_layer),"
+        " n_embd = coalesce(n_embd, excluded.n_embd), n_ff = coalesce(n_ff, excluded.n_ff),"
+        " n_head = coalesce(n_head, excluded.n_head),"
+        " n_head_kv = coalesce(n_head_kv, excluded.n_head_kv),"
+        " n_vocab = coalesce(n_vocab, excluded.n_vocab),"
+        " n_ctx_train = coalesce(n_ctx_train, excluded.n_ctx_train)"
+        " RETURNING id";
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, sql, &st, err);
+    if (rc)
+        return rc;
+    const int64_t counts[] = {m->file_bytes, m->params,    m->n_layer, m->n_embd,     m->n_ff,
+                              m->n_head,     m->n_head_kv, m->n_vocab, m->n_ctx_train};
+    if ((rc = bind_text(s, st, 1, m->sha256, err)) || (rc = bind_text(s, st, 2, m->path, err)) ||
+        (rc = bind_text(s, st, 3, m->name, err)) || (rc = bind_text(s, st, 4, m->arch, err)))
+        goto out;
+    for (int i = 0; i < 9; i++)
+        if ((rc = bind_count(s, st, 5 + i, counts[i], err)))
+            goto out;
+    rc = step_id(s, st, "storing the model", id, err);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+ql_status ql_store_upsert_dataset(ql_store *s, const ql_store_dataset *d, int64_t *id,
+                                  ql_error *err)
+{
+    if (!is_sha256(d->sha256))
+        return ql_error_set(err, QL_EINVAL, "%s: dataset '%s': sha256 '%s' is not 64 hex digits",
+                            s->path, d->name ? d->name : "?", d->sha256 ? d->sha256 : "(null)");
+    if (!d->name || !*d->name)
+        return ql_error_set(err, QL_EINVAL, "%s: dataset %.12s: no name", s->path, d->sha256);
+    static const char sql[] =
+        "INSERT INTO datasets (sha256, name, path, bytes, tokens, tokens_model_id)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+        " ON CONFLICT (sha256) DO UPDATE SET path = coalesce(excluded.path, path),"
+        " bytes = coalesce(bytes, excluded.bytes),"
+        " tokens_model_id = CASE WHEN tokens IS NULL THEN excluded.tokens_model_id"
+        "                   ELSE tokens_model_id END,"
+        " tokens = coalesce(tokens, excluded.tokens)"
+        " RETURNING id";
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, sql, &st, err);
+    if (rc)
+        return rc;
+    if ((rc = bind_text(s, st, 1, d->sha256, err)) || (rc = bind_text(s, st, 2, d->name, err)) ||
+        (rc = bind_text(s, st, 3, d->path, err)) || (rc = bind_count(s, st, 4, d->bytes, err)) ||
+        (rc = bind_count(s, st, 5, d->tokens, err)) ||
+        (rc = bind_count(s, st, 6, d->tokens >= 0 ? d->tokens_model : -1, err)))
+        goto out;
+    rc = step_id(s, st, "storing the dataset", id, err);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+ql_status ql_store_upsert_config(ql_store *s, const ql_config *c, int64_t *id, ql_error *err)
+{
+    char canonical[QL_CONFIG_TEXT_MAX], hash[65];
+    char axes[QL_AXIS_COUNT][QL_CONFIG_IMATRIX_MAX + 64];
+    ql_config_to_string(c, canonical, sizeof canonical);
+    ql_config_hash(c, hash);
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        ql_config_axis_string(c, (ql_axis)a, axes[a], sizeof axes[a]);
+
+    static const char insert[] =
+        "INSERT INTO configs (hash, canonical, weight_type, act_mode, outlier_ratio, head_type,"
+        " embd_type, kv_type, imatrix, budget, budget_bytes, budget_bpw)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+        " ON CONFLICT (hash) DO NOTHING";
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, insert, &st, err);
+    if (rc)
+        return rc;
+    if ((rc = bind_text(s, st, 1, hash, err)) || (rc = bind_text(s, st, 2, canonical, err)) ||
+        (rc = bind_text(s, st, 3, axes[QL_AXIS_WEIGHT_TYPE], err)) ||
+        (rc = bind_text(s, st, 4, axes[QL_AXIS_ACT_MODE], err)) ||
+        (rc = bind_real(s, st, 5, c->outlier_ratio, err)) ||
+        (rc = bind_text(s, st, 6, axes[QL_AXIS_HEAD_TYPE], err)) ||
+        (rc = bind_text(s, st, 7, axes[QL_AXIS_EMBD_TYPE], err)) ||
+        (rc = bind_text(s, st, 8, axes[QL_AXIS_KV_TYPE], err)) ||
+        (rc = bind_text(s, st, 9, axes[QL_AXIS_IMATRIX], err)) ||
+        (rc = bind_text(s, st, 10, axes[QL_AXIS_BUDGET], err)) ||
+        (rc = bind_count(s, st, 11, c->budget_kind == QL_BUDGET_BYTES ? c->budget_bytes : -1,
+                         err)) ||
+        (rc = bind_real(s, st, 12, c->budget_kind == QL_BUDGET_BPW ? c->budget_bpw : (double)NAN,
+                        err)) ||
+        (rc = step_done(s, st, "storing the config", err)))
+        goto out;
+    sqlite3_finalize(st);
+
+    if ((rc = prep(s, "SELECT id, canonical FROM configs WHERE hash = ?1", &st, err)))
+        return rc;
+    if ((rc = bind_text(s, st, 1, hash, err)))
+        goto out;
+    int r = step(s, st);
+    if (r != SQLITE_ROW) {
+        rc = r == SQLITE_DONE
+                 ? ql_error_set(err, QL_EDB, "%s: config %.12s vanished", s->path, hash)
+                 : db_fail(s, r, "reading the config", err);
+        goto out;
+    }
+    const char *stored = (const char *)sqlite3_column_text(st, 1);
+    if (!stored || strcmp(stored, canonical) != 0) {
+        rc = ql_error_set(err, QL_EDB,
+                          "%s: config %.12s is stored as '%s' but is now '%s' (the canonical "
+                          "form changed?)",
+                          s->path, hash, stored ? stored : "", canonical);
+        goto out;
+    }
+    *id = sqlite3_column_int64(st, 0);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ================================================================ runs */
+
+ql_status ql_store_find_done(ql_store *s, const char *config_hash, const char *model_sha256,
+                             const char *dataset_sha256, int ctx, int chunks, int metrics_version,
+                             int64_t *run_id, ql_error *err)
+{
+    *run_id = 0;
+    static const char sql[] = "SELECT r.id FROM runs r"
+                              " JOIN configs c ON c.id = r.config_id"
+                              " JOIN models m ON m.id = r.model_id"
+                              " JOIN datasets d ON d.id = r.dataset_id"
+                              " WHERE c.hash = ?1 AND m.sha256 = ?2 AND d.sha256 = ?3"
+                              " AND r.ctx = ?4 AND r.chunks = ?5 AND r.status = 'done'"
+                              " AND r.metrics_version = ?6";
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, sql, &st, err);
+    if (rc)
+        return rc;
+    if ((rc = bind_text(s, st, 1, config_hash, err)) ||
+        (rc = bind_text(s, st, 2, model_sha256, err)) ||
+        (rc = bind_text(s, st, 3, dataset_sha256, err)) || (rc = bind_count(s, st, 4, ctx, err)) ||
+        (rc = bind_count(s, st, 5, chunks, err)) ||
+        (rc = bind_count(s, st, 6, metrics_version, err)))
+        goto out;
+    int r = step(s, st);
+    if (r == SQLITE_ROW)
+        *run_id = sqlite3_column_int64(st, 0);
+    else if (r != SQLITE_DONE)
+        rc = db_fail(s, r, "looking for a finished run", err);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+ql_status ql_store_run_states(ql_store *s, const char *model_sha256, const char *dataset_sha256,
+                              int ctx, int chunks, ql_store_run_state **out, size_t *n,
+                              ql_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    static const char sql[] = "SELECT c.hash, r.id, r.status, r.attempts, r.metrics_version"
+                              " FROM runs r JOIN configs c ON c.id = r.config_id"
+                              " JOIN models m ON m.id = r.model_id"
+                              " JOIN datasets d ON d.id = r.dataset_id"
+                              " WHERE m.sha256 = ?1 AND d.sha256 = ?2 AND r.ctx = ?3"
+                              " AND r.chunks = ?4 ORDER BY c.hash";
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, sql, &st, err);
+    if (rc)
+        return rc;
+    if ((rc = bind_text(s, st, 1, model_sha256, err)) ||
+        (rc = bind_text(s, st, 2, dataset_sha256, err)) || (rc = bind_count(s, st, 3, ctx, err)) ||
+        (rc = bind_count(s, st, 4, chunks, err)))
+        goto out;
+    size_t cap = 0;
+    int r;
+    while ((r = step(s, st)) == SQLITE_ROW) {
+        if (!ql_grow((void **)out, &cap, *n + 1, sizeof **out)) {
+            rc = ql_error_set(err, QL_ENOMEM, "%s: out of memory for the run states", s->path);
+            goto out;
+        }
+        ql_store_run_state *x = &(*out)[(*n)++];
+        ql_strlcpy(x->config_hash, (const char *)sqlite3_column_text(st, 0), sizeof x->config_hash);
+        x->run_id = sqlite3_column_int64(st, 1);
+        ql_strlcpy(x->status, (const char *)sqlite3_column_text(st, 2), sizeof x->status);
+        x->attempts = sqlite3_column_int64(st, 3);
+        x->metrics_version = sqlite3_column_int(st, 4);
+    }
+    if (r != SQLITE_DONE)
+        rc = db_fail(s, r, "reading the run states", err);
+out:
+    sqlite3_finalize(st);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+static double col_or_nan(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? (double)NAN : sqlite3_column_double(st, i);
+}
+
+ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief *out,
+                                 ql_error *err)
+{
+    out->bpw = out->ppl = out->dppl = out->kld_mean = out->top1_agree = out->quant_seconds =
+        (double)NAN;
+    sqlite3_stmt *st;
+    ql_status rc = prep(s,
+                        "SELECT m.bpw, m.ppl, m.ppl - m.ppl_ref, m.kld_mean, m.top1_agree,"
+                        " r.quant_seconds, r.status, r.chunks FROM runs r"
+                        " LEFT JOIN metrics m ON m.run_id = r.id WHERE r.id = ?1",
+                        &st, err);
+    if (rc)
+        return rc;
+    if ((rc = bind_count(s, st, 1, run_id, err)))
+        goto out;
+    int r = step(s, st);
+    if (r == SQLITE_ROW) {
+        out->bpw = col_or_nan(st, 0);
+        out->ppl = col_or_nan(st, 1);
+        out->dppl = col_or_nan(st, 2);
+        out->kld_mean = col_or_nan(st, 3);
+        out->top1_agree = col_or_nan(st, 4);
+        out->quant_seconds = col_or_nan(st, 5);
+        ql_strlcpy(out->status, (const char *)sqlite3_column_text(st, 6), sizeof out->status);
+        out->chunks = sqlite3_column_int64(st, 7);
+    } else if (r == SQLITE_DONE) {
+        rc = ql_error_set(err, QL_ENOTFOUND, "%s: no run %lld", s->path, (long long)run_id);
+    } else {
+        rc = db_fail(s, r, "reading the run", err);
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static ql_status add_member(ql_store *s, const char *sweep, int64_t run_id, ql_error *err)
+{
+    sqlite3_stmt *st;
+    ql_status rc =
+        prep(s, "INSERT OR IGNORE INTO sweep_runs (sweep, run_id) VALUES (?1, ?2)", &st, err);
+    if (rc)
+        return rc;
+    if (!(rc = bind_text(s, st, 1, sweep, err)) && !(rc = bind_count(s, st, 2, run_id, err)))
+        rc = step_done(s, st, "recording the sweep's run", err);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+ql_status ql_store_add_to_sweep(ql_store *s, const char *sweep, int64_t run_id, ql_error *err)
+{
+    return add_member(s, sweep, run_id, err);
+}
+
+/* Binds the provenance columns shared by a new run and a retry, at ?1..?8. */
+static ql_status bind_provenance(ql_store *s, sqlite3_stmt *st, const ql_store_run_info *info,
+                                 ql_error *err)
+{
+    char now[32], host[256];
+    ql_utc_timestamp(now);
+    if (gethostname(host, sizeof host) != 0)
+        ql_strlcpy(host, "unknown", sizeof host);
+    host[sizeof host - 1] = '\0';
+    ql_status rc;
+    if ((rc = bind_text(s, st, 1, info->sweep, err)) || (rc = bind_text(s, st, 2, now, err)) ||
+        (rc = bind_count(s, st, 3, info->threads > 0 ? info->threads : -1, err)) ||
+        (rc = bind_text(s, st, 4, host, err)) || (rc = bind_text(s, st, 5, QL_VERSION, err)) ||
+        (rc = bind_text(s, st, 6, QL_COMMIT, err)) ||
+        (rc = bind_count(s, st, 7, info->metrics_version, err)) ||
+        (rc = bind_text(s, st, 8, info->imatrix_sha256, err)))
+        return rc;
+    return QL_OK;
+}
+
+ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
+                             const ql_store_run_info *info, int64_t *run_id, ql_error *err)
+{
+    *run_id = 0;
+    if (info->metrics_version <= 0)
+        return ql_error_set(err, QL_EINVAL, "%s: metrics_version must be > 0", s->path);
+    if (key->ctx <= 0 || key->chunks <= 0)
+        return ql_error_set(err, QL_EINVAL, "%s: run with ctx %d, chunks %d (both must be > 0)",
+                            s->path, key->ctx, key->chunks);
+    sqlite3_stmt *st = NULL;
+    ql_status rc = begin(s, err);
+    if (rc)
+        return rc;
+    if ((rc = prep(s,
+                   "SELECT id, status, metrics_version FROM runs WHERE config_id = ?1 AND"
+                   " model_id = ?2 AND dataset_id = ?3 AND ctx = ?4 AND chunks = ?5",
+                   &st, err)) ||
+        (rc = bind_count(s, st, 1, key->config_id, err)) ||
+        (rc = bind_count(s, st, 2, key->model_id, err)) ||
+        (rc = bind_count(s, st, 3, key->dataset_id, err)) ||
+        (rc = bind_count(s, st, 4, key->ctx, err)) || (rc = bind_count(s, st, 5, key->chunks, err)))
+        goto out;
+    int r = step(s, st);
+    int64_t id = 0;
+    if (r == SQLITE_ROW) {
+        id = sqlite3_column_int64(st, 0);
+        const char *status = (const char *)sqlite3_column_text(st, 1);
+        int64_t mv = sqlite3_column_int64(st, 2);
+        if (status && strcmp(status, "done") == 0 && mv == info->metrics_version) {
+            rc = ql_error_set(err, QL_EINVAL,
+                              "%s: run %lld is already done with metrics version %lld (a sweep "
+                              "skips it)",
+                              s->path, (long long)id, (long long)mv);
+            goto out;
+        }
+    } else if (r != SQLITE_DONE) {
+        rc = db_fail(s, r, "looking up the run", err);
+        goto out;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+
+    if (id == 0) {
+        static const char insert[] =
+            "INSERT INTO runs (sweep, started, threads, host, qlab_version, qlab_commit,"
+            " metrics_version, imatrix_sha256, config_id, model_id, dataset_id, ctx, chunks,"
+            " status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 'running')"
+            " RETURNING id";
+        if ((rc = prep(s, insert, &st, err)) || (rc = bind_provenance(s, st, info, err)) ||
+            (rc = bind_count(s, st, 9, key->config_id, err)) ||
+            (rc = bind_count(s, st, 10, key->model_id, err)) ||
+            (rc = bind_count(s, st, 11, key->dataset_id, err)) ||
+            (rc = bind_count(s, st, 12, key->ctx, err)) ||
+            (rc = bind_count(s, st, 13, key->chunks, err)) ||
+            (rc = step_id(s, st, "creating the run", &id, err)))
+            goto out;
+    } else {
+        /* A retry: forget what the earlier attempt left. */
+        static const char *const clear[] = {"DELETE FROM metrics WHERE run_id = ?1",
+                                            "DELETE FROM tensor_errors WHERE run_id = ?1",
+                                            "DELETE FROM chunk_metrics WHERE run_id = ?1",
+                                            "DELETE FROM act_roundings WHERE run_id = ?1"};
+        for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++) {
+            if ((rc = prep(s, clear[i], &st, err)) || (rc = bind_count(s, st, 1, id, err)) ||
+                (rc = step_done(s, st, "clearing the earlier attempt", err)))
+                goto out;
+            sqlite3_finalize(st);
+            st = NULL;
+        }
+        static const char update[] =
+            "UPDATE runs SET sweep = ?1, started = ?2, threads = ?3, host = ?4,"
+            " qlab_version = ?5, qlab_commit = ?6, metrics_version = ?7, imatrix_sha256 = ?8,"
+            " status = 'running', error = NULL, finished = NULL, seconds = NULL,"
+            " quantize_seconds = NULL, ref_seconds = NULL, quant_seconds = NULL,"
+            " attempts = attempts + 1 WHERE id = ?9";
+        if ((rc = prep(s, update, &st, err)) || (rc = bind_provenance(s, st, info, err)) ||
+            (rc = bind_count(s, st, 9, id, err)) ||
+            (rc = step_done(s, st, "restarting the run", err)))
+            goto out;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (info->sweep && (rc = add_member(s, info->sweep, id, err)))
+        goto out;
+    if ((rc = commit(s, err)))
+        goto out;
+    *run_id = id;
+out:
+    sqlite3_finalize(st);
+    if (rc)
+        rollback(s);
+    return rc;
+}
+
+ql_status ql_store_run_status(ql_store *s, int64_t run_id, char out[16], ql_error *err)
+{
+    ql_store_run_brief b;
+    ql_status rc = ql_store_run_brief_get(s, run_id, &b, err);
+    if (!rc)
+        ql_strlcpy(out, b.status, 16);
+    return rc;
+}
+
+static ql_status insert_metrics(ql_store *s, int64_t run_id, const ql_run_metrics *m,
+                                ql_error *err)
+{
+    char sql[2048];
+    size_t off = (size_t)snprintf(sql, sizeof sql, "INSERT INTO metrics (run_id");
+    for (size_t i = 0; i < N_METRIC_COLS; i++)
+        off += (size_t)snprintf(sql + off, sizeof sql - off, ", %s", metric_cols[i].name);
+    off += (size_t)snprintf(sql + off, sizeof sql - off, ") VALUES (?1");
+    for (size_t i = 0; i < N_METRIC_COLS; i++)
+        off += (size_t)snprintf(sql + off, sizeof sql - off, ", ?%zu", i + 2);
+    snprintf(sql + off, sizeof sql - off, ")");
+    QL_ASSERT(off + 2 < sizeof sql);
+
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, sql, &st, err);
+    if (rc)
+        return rc;
+    if ((rc = bind_count(s, st, 1, run_id, err)))
+        goto out;
+    for (size_t i = 0; i < N_METRIC_COLS; i++) {
+        double v;
+        memcpy(&v, (const char *)m + metric_cols[i].offset, sizeof v);
+        int idx = (int)i + 2;
+        if (metric_cols[i].integer && !isnan(v)) {
+            if (!(v >= 0.0) || v != floor(v) || v > 9007199254740992.0) {
+                rc = ql_error_set(err, QL_EINVAL,
+                                  "%s: run %lld: metric %s = %g is not a whole count", s->path,
+                                  (long long)run_id, metric_cols[i].name, v);
+                goto out;
+            }
+            rc = bind_count(s, st, idx, (int64_t)v, err);
+        } else {
+            rc = bind_real(s, st, idx, v, err);
+        }
+        if (rc)
+            goto out;
+    }
+    rc = step_done(s, st, "storing the metrics", err);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* "blk.12.attn_q.weight" -> 12; -1 for tensors outside the blocks. */
+static int64_t tensor_layer(const char *name)
+{
+    if (strncmp(name, "blk.", 4) != 0)
+        return -1;
+    int64_t n = 0;
+    const char *p = name + 4;
+    if (*p < '0' || *p > '9')
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        n = n * 10 + (*p - '0');
+        if (n > 1000000)
+            return -1;
+    }
+    return *p == '.' ? n : -1;
+}
+
+static ql_status insert_tensor_errors(ql_store *s, int64_t run_id, const ql_tensor_record *te,
+                                      size_t n, ql_error *err)
+{
+    if (n == 0)
+        return QL_OK;
+    static const char sql[] =
+        "INSERT INTO tensor_errors (run_id, tensor, layer, requested_type, used_type, fallback,"
+        " fallback_reason, n_rows, n_cols, params, bytes, rmse, max_err, imatrix_err,"
+        " imatrix_err_rel, outlier_cols)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, sql, &st, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const ql_tensor_record *t = &te[i];
+        const char *name = t->tensor ? t->tensor : "";
+        const ql_type_traits *req = ql_type_get(t->requested_type);
+        const ql_type_traits *used = ql_type_get(t->used_type);
+        bool fallback = t->used_type != t->requested_type;
+        if (!*name || !req || !used || fallback != (t->fallback_reason != NULL) || t->n_rows < 0 ||
+            t->n_cols < 0 || t->params < 0 || t->bytes < 0) {
+            rc = ql_error_set(err, QL_EINVAL,
+                              "%s: run %lld: tensor '%s' (%s -> %s%s%s): invalid record (a "
+                              "fallback needs a reason, types must be known, counts >= 0)",
+                              s->path, (long long)run_id, name, ql_type_name(t->requested_type),
+                              ql_type_name(t->used_type), t->fallback_reason ? ", reason: " : "",
+                              t->fallback_reason ? t->fallback_reason : "");
+            goto out;
+        }
+        sqlite3_reset(st);
+        if ((rc = bind_count(s, st, 1, run_id, err)) || (rc = bind_text(s, st, 2, name, err)) ||
+            (rc = bind_count(s, st, 3, tensor_layer(name), err)) ||
+            (rc = bind_text(s, st, 4, req->name, err)) ||
+            (rc = bind_text(s, st, 5, used->name, err)) ||
+            (rc = bind_count(s, st, 6, fallback ? 1 : 0, err)) ||
+            (rc = bind_text(s, st, 7, t->fallback_reason, err)) ||
+            (rc = bind_count(s, st, 8, t->n_rows, err)) ||
+            (rc = bind_count(s, st, 9, t->n_cols, err)) ||
+            (rc = bind_count(s, st, 10, t->params, err)) ||
+            (rc = bind_count(s, st, 11, t->bytes, err)) ||
+            (rc = bind_real(s, st, 12, t->rmse, err)) ||
+            (rc = bind_real(s, st, 13, t->max_err, err)) ||
+            (rc = bind_real(s, st, 14, t->imatrix_err, err)) ||
+            (rc = bind_real(s, st, 15, t->imatrix_err_rel, err)) ||
+            (rc = bind_count(s, st, 16, t->outlier_cols, err)))
+            goto out;
+        if ((rc = step_done(s, st, "storing a tensor error", err))) {
+            ql_error_prefix(err, "tensor '%s': ", name);
+            goto out;
+        }
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static ql_status insert_act_roundings(ql_store *s, int64_t run_id, const ql_act_record *a,
+                                      size_t n, ql_error *err)
+{
+    if (n == 0)
+        return QL_OK;
+    sqlite3_stmt *st;
+    ql_status rc = prep(s,
+                        "INSERT INTO act_roundings (run_id, tensor, requested, used, note,"
+                        " kept_channels) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        &st, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const ql_act_record *r = &a[i];
+        if (!r->tensor || !*r->tensor || !r->requested || !r->used ||
+            (strcmp(r->requested, r->used) != 0) != (r->note != NULL)) {
+            rc = ql_error_set(err, QL_EINVAL,
+                              "%s: run %lld: activation rounding of '%s': invalid record (a "
+                              "fallback needs a note)",
+                              s->path, (long long)run_id, r->tensor ? r->tensor : "");
+            goto out;
+        }
+        sqlite3_reset(st);
+        if ((rc = bind_count(s, st, 1, run_id, err)) ||
+            (rc = bind_text(s, st, 2, r->tensor, err)) ||
+            (rc = bind_text(s, st, 3, r->requested, err)) ||
+            (rc = bind_text(s, st, 4, r->used, err)) || (rc = bind_text(s, st, 5, r->note, err)) ||
+            (rc = bind_count(s, st, 6, r->kept_channels, err)) ||
+            (rc = step_done(s, st, "storing an activation rounding", err)))
+            goto out;
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Checks the per-chunk records against the run before anything is written:
+ * one record per chunk 0..chunks-1, sane counts, token total = n_tokens. */
+static ql_status check_chunks(ql_store *s, int64_t run_id, int64_t chunks,
+                              const ql_chunk_record *ck, size_t n, double n_tokens,
+                              ql_error *err)
+{
+    if ((int64_t)n != chunks)
+        return ql_error_set(err, QL_EINVAL,
+                            "%s: run %lld: %zu per-chunk records for a run of %lld chunks (give "
+                            "none or one per chunk)",
+                            s->path, (long long)run_id, n, (long long)chunks);
+    unsigned char *seen = calloc(n, 1);
+    if (!seen)
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", s->path);
+    ql_status rc = QL_OK;
+    double total = 0.0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const ql_chunk_record *c = &ck[i];
+        if (c->chunk < 0 || (int64_t)c->chunk >= chunks)
+            rc = ql_error_set(err, QL_EINVAL, "%s: run %lld: chunk index %d is outside 0..%lld",
+                              s->path, (long long)run_id, (int)c->chunk, (long long)chunks - 1);
+        else if (seen[c->chunk]++)
+            rc = ql_error_set(err, QL_EINVAL, "%s: run %lld: chunk %d given twice", s->path,
+                              (long long)run_id, (int)c->chunk);
+        else if (c->n_tokens <= 0 || c->top1_count < -1 || c->top1_count > c->n_tokens)
+            rc = ql_error_set(err, QL_EINVAL,
+                              "%s: run %lld: chunk %d: n_tokens %lld must be > 0 and top1_count "
+                              "%lld within 0..n_tokens (or -1)",
+                              s->path, (long long)run_id, (int)c->chunk, (long long)c->n_tokens,
+                              (long long)c->top1_count);
+        total += (double)c->n_tokens;
+    }
+    free(seen);
+    if (!rc && !isnan(n_tokens) && total != n_tokens)
+        rc = ql_error_set(err, QL_EINVAL,
+                          "%s: run %lld: the chunks hold %.0f scored tokens, the metrics %.0f",
+                          s->path, (long long)run_id, total, n_tokens);
+    return rc;
+}
+
+static ql_status insert_chunk_metrics(ql_store *s, int64_t run_id, const ql_chunk_record *ck,
+                                      size_t n, ql_error *err)
+{
+    if (n == 0)
+        return QL_OK;
+    static const char sql[] =
+        "INSERT INTO chunk_metrics (run_id, chunk, n_tokens, kld_sum, nll_sum, nll_ref_sum,"
+        " top1_count) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, sql, &st, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const ql_chunk_record *c = &ck[i];
+        sqlite3_reset(st);
+        if ((rc = bind_count(s, st, 1, run_id, err)) ||
+            (rc = bind_count(s, st, 2, c->chunk, err)) ||
+            (rc = bind_count(s, st, 3, c->n_tokens, err)) ||
+            (rc = bind_real(s, st, 4, c->kld_sum, err)) ||
+            (rc = bind_real(s, st, 5, c->nll_sum, err)) ||
+            (rc = bind_real(s, st, 6, c->nll_ref_sum, err)) ||
+            (rc = bind_count(s, st, 7, c->top1_count, err)))
+            goto out;
+        if ((rc = step_done(s, st, "storing the chunk metrics", err))) {
+            ql_error_prefix(err, "chunk %d: ", (int)c->chunk);
+            goto out;
+        }
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+ql_status ql_store_finish_run(ql_store *s, int64_t run_id, const ql_run_metrics *m,
+                              const ql_tensor_record *te, size_t n_te,
+                              const ql_run_timing *t, ql_error *err)
+{
+    ql_run_result r = {.metrics = m, .tensors = te, .n_tensors = n_te, .timing = t};
+    return ql_store_finish_run_result(s, run_id, &r, err);
+}
+
+ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_result *res,
+                                     ql_error *err)
+{
+    ql_run_timing none;
+    const ql_run_timing *t = res->timing;
+    if (!t) {
+        ql_run_timing_init(&none);
+        t = &none;
+    }
+    char now[32];
+    ql_store_run_brief run;
+    sqlite3_stmt *st = NULL;
+    ql_status rc = begin(s, err);
+    if (rc)
+        return rc;
+    if ((rc = ql_store_run_brief_get(s, run_id, &run, err)))
+        goto out;
+    if (strcmp(run.status, "running") != 0) {
+        rc = ql_error_set(err, QL_EINVAL, "%s: run %lld is %s, not running", s->path,
+                          (long long)run_id, run.status);
+        goto out;
+    }
+    if (res->n_chunks > 0 && (rc = check_chunks(s, run_id, run.chunks, res->chunks, res->n_chunks,
+                                                res->metrics->n_tokens, err)))
+        goto out;
+    if ((rc = insert_metrics(s, run_id, res->metrics, err)) ||
+        (rc = insert_tensor_errors(s, run_id, res->tensors, res->n_tensors, err)) ||
+        (rc = insert_chunk_metrics(s, run_id, res->chunks, res->n_chunks, err)) ||
+        (rc = insert_act_roundings(s, run_id, res->acts, res->n_acts, err)))
+        goto out;
+    ql_utc_timestamp(now);
+    if ((rc = prep(s,
+                   "UPDATE runs SET status = 'done', finished = ?1, seconds = ?2,"
+                   " quantize_seconds = ?3, ref_seconds = ?4, quant_seconds = ?5 WHERE id = ?6",
+                   &st, err)) ||
+        (rc = bind_text(s, st, 1, now, err)) || (rc = bind_real(s, st, 2, t->seconds, err)) ||
+        (rc = bind_real(s, st, 3, t->quantize_seconds, err)) ||
+        (rc = bind_real(s, st, 4, t->ref_seconds, err)) ||
+        (rc = bind_real(s, st, 5, t->quant_seconds, err)) ||
+        (rc = bind_count(s, st, 6, run_id, err)) ||
+        (rc = step_done(s, st, "marking the run done", err)))
+        goto out;
+    sqlite3_finalize(st);
+    st = NULL;
+    rc = commit(s, err);
+out:
+    sqlite3_finalize(st);
+    if (rc)
+        rollback(s);
+    return rc;
+}
+
+ql_status ql_store_fail_run(ql_store *s, int64_t run_id, const char *error, double seconds,
+                            ql_error *err)
+{
+    char now[32];
+    ql_utc_timestamp(now);
+    sqlite3_stmt *st;
+    ql_status rc = prep(s,
+                        "UPDATE runs SET status = 'failed', error = ?1, finished = ?2,"
+                        " seconds = ?3 WHERE id = ?4 AND status = 'running'",
+                        &st, err);
+    if (rc)
+        return rc;
+    if ((rc = bind_text(s, st, 1, error && *error ? error : "unknown error", err)) ||
+        (rc = bind_text(s, st, 2, now, err)) || (rc = bind_real(s, st, 3, seconds, err)) ||
+        (rc = bind_count(s, st, 4, run_id, err)) ||
+        (rc = step_done(s, st, "recording the failure", err)))
+        goto out;
+    if (sqlite3_changes(s->db) != 1)
+        rc =
+            ql_error_set(err, QL_EINVAL, "%s: run %lld is not running", s->path, (long long)run_id);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
