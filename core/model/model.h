@@ -23,38 +23,7 @@
 
 #include "base/error.h"
 #include "model/gguf.h"
-
-typedef enum {
-    QL_ARCH_LLAMA = 0,
-    QL_ARCH_QWEN2,
-    QL_ARCH_QWEN3,
-} ql_arch;
-
-typedef enum {
-    QL_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]) */
-    QL_ROPE_NEOX,     /* rotate halves (x[i], x[i + n_rot/2]) */
-} ql_rope_type;
-
-typedef struct {
-    ql_arch arch;
-    char arch_name[32];     /* general.architecture as written */
-    int n_layer;            /* block_count */
-    int n_embd;             /* embedding_length: width of the residual stream */
-    int n_ff;               /* feed_forward_length */
-    int n_head;             /* attention.head_count */
-    int n_head_kv;          /* attention.head_count_kv (default n_head) */
-    int head_dim;           /* attention.key_length, default n_embd / n_head */
-    int n_vocab;            /* rows of token_embd.weight */
-    int n_rot;              /* rope.dimension_count, default head_dim */
-    int n_ctx_train;        /* context_length (informative) */
-    float norm_eps;         /* attention.layer_norm_rms_epsilon */
-    float rope_freq_base;   /* rope.freq_base, default 10000 */
-    float rope_freq_scale;  /* 1 / rope.scaling.factor for linear scaling, else 1 */
-    ql_rope_type rope_type; /* NORM for llama, NEOX for qwen2/qwen3 */
-    bool tied_output;       /* no output.weight: the head reuses token_embd.weight */
-    bool has_qkv_bias;      /* qwen2 */
-    bool has_qk_norm;       /* qwen3 */
-} ql_hparams;
+#include "model/hparams.h"
 
 /* Activation transform of one product: writes the transformed input xq (n_tok, n_in)
  * from x (n_tok, n_in). Never in place (Q, K and V share their input). ctx is the
