@@ -231,7 +231,9 @@ void ql_threads_set(int n)
         n = omp_get_num_procs();
     n_threads = n;
     omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    /* Products split their work across OpenMP's threads themselves (gemm.h): OpenBLAS's
+     * own threads would make the result depend on the thread count. */
+    openblas_set_num_threads(1);
 }
 
 int ql_threads_get(void)

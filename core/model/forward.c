@@ -2,19 +2,19 @@
  * bottom in ql_forward_run(). Shapes in comments are (rows, columns), row-major. */
 #include "model/forward.h"
 
-#include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/gemm.h"
 
 #include "base/util.h"
 #include "formats/types.h"
 
-/* Products and attention below this many multiply-adds run on one thread. Thread
- * pools hand work over by busy-waiting; for sub-millisecond pieces of work on a
- * loaded machine (parallel sweep shards, other jobs) that waiting costs up to ten
- * times the work itself, while the gain when idle is small. */
-#define SERIAL_MACS (4 * 1024 * 1024)
+/* Element-wise work below this many values runs on the calling thread: a parallel
+ * region costs more than it saves (see QL_GEMM_SERIAL_MACS for products). */
+#define SERIAL_VALUES (64 * 1024)
 
 /* Queries per attention tile: the score buffer is (ATT_TILE, max_ctx), not
  * (max_ctx, max_ctx), and later tiles skip the keys after their last query. */
@@ -26,18 +26,27 @@ struct ql_forward {
     int64_t max_in; /* widest product input (for the transform scratch) */
 
     /* activations of the current chunk (n = max_ctx rows) */
-    float *x;      /* (n, n_embd) residual stream */
-    float *xb;     /* (n, n_embd) normalized input of a block */
-    float *q;      /* (n, n_head * head_dim) queries */
-    float *k;      /* (n, n_head_kv * head_dim) keys of the chunk, before the cache */
-    float *v;      /* (n, n_head_kv * head_dim) values of the chunk */
-    float *att;    /* (n, n_head * head_dim) attention output, heads concatenated */
-    float *proj;   /* (n, n_embd) output of attn_output / ffn_down */
-    float *hg;     /* (n, n_ff) gate, then silu(gate) * up */
-    float *hu;     /* (n, n_ff) up */
-    float *xq;     /* (n, max_in) transformed product input */
-    float *rope;   /* (n, n_rot) cos, sin pairs per position */
-    float *scores; /* (ATT_TILE, max_ctx) scores, then probabilities, of one head */
+    float *x;                /* (n, n_embd) residual stream */
+    float *xb;               /* (n, n_embd) normalized input of a block */
+    float *q;                /* (n, n_head * head_dim) queries */
+    float *k;                /* (n, n_head_kv * head_dim) keys of the chunk, before the cache */
+    float *v;                /* (n, n_head_kv * head_dim) values of the chunk */
+    float *att;              /* (n, n_head * head_dim) attention output, heads concatenated */
+    float *proj;             /* (n, n_embd) output of attn_output / ffn_down */
+    float *hg;               /* (n, n_ff) gate, then silu(gate) * up */
+    float *hu;               /* (n, n_ff) up */
+    float *xq;               /* (n, max_in) transformed product input */
+    float *rope;             /* (n, n_rot) cos, sin pairs per position */
+    int rope_pos0, rope_n;   /* positions the table holds (rope_n = 0: none) */
+    const float *rope_freqs; /* the frequency factors it was built with */
+    float *scores;           /* (score_slots, ATT_TILE, max_ctx) scores, then probabilities */
+    int score_slots;         /* one per thread that may run an attention task */
+
+    /* ql_forward_run's own binding buffers, allocated on first use */
+    float *layer_buf; /* (ql_weights_layer_floats) one layer's products in f32 */
+    size_t layer_buf_floats;
+    float *head_buf; /* (n_vocab, n_embd) */
+    float *xrun;     /* (n, n_embd) residual stream of ql_forward_run */
 
     /* K/V cache per layer: (n_layer, max_ctx, n_head_kv * head_dim) */
     float *k_cache;
@@ -83,11 +92,14 @@ ql_status ql_forward_alloc(ql_forward **out, const ql_hparams *hp, int max_ctx, 
     fw->hu = alloc_floats(n * F, sizeof(float));
     fw->xq = alloc_floats(n * fw->max_in, sizeof(float));
     fw->rope = alloc_floats(n * hp->n_rot, sizeof(float));
+    fw->score_slots = 1;
     fw->scores = alloc_floats((n < ATT_TILE ? n : ATT_TILE) * n, sizeof(float));
+    fw->xrun = alloc_floats(n * E, sizeof(float));
     fw->k_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
     fw->v_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
     if (!fw->x || !fw->xb || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj || !fw->hg ||
-        !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->k_cache || !fw->v_cache) {
+        !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->k_cache || !fw->v_cache ||
+        !fw->xrun) {
         ql_forward_free(fw);
         return ql_error_set(err, QL_ENOMEM, "forward: out of memory for a context of %d tokens",
                             max_ctx);
@@ -115,6 +127,9 @@ void ql_forward_free(ql_forward *fw)
     free(fw->scores);
     free(fw->k_cache);
     free(fw->v_cache);
+    free(fw->layer_buf);
+    free(fw->head_buf);
+    free(fw->xrun);
     free(fw);
 }
 
@@ -180,24 +195,8 @@ const char *ql_forward_attn_rounding_name(const ql_forward *fw)
     return fw->rounding.name;
 }
 
-
 /* ------------------------------------------------------------------------ */
 /* The matmul seam                                                            */
-
-/* C (m, n) = alpha * A (m, k) B (k, n), row-major, A or B given transposed when
- * ta / tb. Products below SERIAL_MACS run on one thread. */
-static void blas_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
-                       const float *b, int ldb, float *c, int ldc)
-{
-    const bool serial = (int64_t)m * n * k < SERIAL_MACS;
-    const int threads = serial ? openblas_get_num_threads() : 0;
-    if (serial && threads > 1)
-        openblas_set_num_threads(1);
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-                k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
-    if (serial && threads > 1)
-        openblas_set_num_threads(threads);
-}
 
 void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const float *x, float *y,
                        int64_t n_tok)
@@ -210,30 +209,31 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
         lin->act(lin->act_ctx, lin, x, fw->xq, n_tok);
         in = fw->xq;
     }
-    /* y (n_tok, n_out) = in (n_tok, n_in) @ W^T, W (n_out, n_in). OpenBLAS threads the
-     * product over blocks of y; each value's sum over n_in stays in one thread, so the
-     * result does not depend on the thread count (checked by tests/unit/test_synth.c).
-     * Small products run on one thread: see SERIAL_MACS. */
+    /* y (n_tok, n_out) = in (n_tok, n_in) @ W^T, W (n_out, n_in), on gemm.h's fixed tile
+     * grid: the result does not depend on the thread count (tests/unit/test_synth.c). */
     const int64_t n_in = lin->n_in, n_out = lin->n_out;
-    blas_sgemm(false, true, (int)n_tok, (int)n_out, (int)n_in, 1.0f, in, (int)n_in, lin->w,
-               (int)n_in, y, (int)n_out);
+    QL_ASSERT(lin->w != NULL && "the product's layer must be bound");
+    ql_gemm(true, n_tok, n_out, n_in, 1.0f, in, n_in, lin->w, n_in, y, n_out);
     if (lin->act_post)
         lin->act_post(lin->act_ctx, lin, x, y, n_tok);
-    if (lin->b)
+    if (lin->b) {
+#pragma omp parallel for schedule(static) if (n_tok * n_out >= SERIAL_VALUES)
         for (int64_t t = 0; t < n_tok; t++)
             for (int64_t o = 0; o < n_out; o++)
                 y[t * n_out + o] += lin->b[o];
+    }
 }
 
 /* ------------------------------------------------------------------------ */
 /* Blocks                                                                     */
-/* The element-wise blocks (norms, RoPE, softmax, SwiGLU) run serially: all threads
- * of the pass are OpenBLAS's. A second pool (OpenMP) next to OpenBLAS's made both
- * busy-wait against each other, slower on two cores than one thread. */
+/* The element-wise blocks (norms, RoPE, softmax, SwiGLU) run one row per task on
+ * OpenMP's threads, the same pool as the products; a row's arithmetic never depends
+ * on which thread runs it. */
 
 /* out (n, d) = x / sqrt(mean(x^2) + eps) * w, per row; sums in double as ggml does. */
 static void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps)
 {
+#pragma omp parallel for schedule(static) if (n * d >= SERIAL_VALUES)
     for (int64_t t = 0; t < n; t++) {
         const float *xr = x + t * d;
         float *o = out + t * d;
@@ -267,11 +267,23 @@ static void rope_table(float *tab, const ql_hparams *hp, const float *freq_facto
     }
 }
 
+/* The table for positions pos0..pos0+n-1, built when the last one was for others. */
+static void rope_prepare(ql_forward *fw, const float *freq_factors, int pos0, int64_t n)
+{
+    if (fw->rope_n == n && fw->rope_pos0 == pos0 && fw->rope_freqs == freq_factors)
+        return;
+    rope_table(fw->rope, &fw->hp, freq_factors, pos0, n);
+    fw->rope_pos0 = pos0;
+    fw->rope_n = (int)n;
+    fw->rope_freqs = freq_factors;
+}
+
 /* Rotates the first n_rot dims of each head of x (n, n_heads * head_dim) in place:
  * NORM pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2). */
 static void rope(float *x, const float *tab, const ql_hparams *hp, int64_t n, int n_heads)
 {
     const int hd = hp->head_dim, half = hp->n_rot / 2;
+#pragma omp parallel for schedule(static) if (n * n_heads * hd >= SERIAL_VALUES)
     for (int64_t t = 0; t < n; t++) {
         const float *c = tab + t * hp->n_rot;
         for (int h = 0; h < n_heads; h++) {
@@ -293,16 +305,31 @@ static void head_norm(float *x, const float *w, const ql_hparams *hp, int64_t n,
     rmsnorm(x, x, w, n * n_heads, hp->head_dim, hp->norm_eps);
 }
 
+/* One score buffer (ATT_TILE, max_ctx) per thread that may run an attention task. */
+static ql_status score_slots(ql_forward *fw, ql_error *err)
+{
+    const int want = omp_get_max_threads();
+    if (fw->score_slots >= want)
+        return QL_OK;
+    const int64_t per = (fw->max_ctx < ATT_TILE ? fw->max_ctx : ATT_TILE) * (int64_t)fw->max_ctx;
+    float *s = realloc(fw->scores, (size_t)(per * want) * sizeof *s);
+    if (!s)
+        return ql_error_set(err, QL_ENOMEM, "forward: out of memory for %d attention buffers",
+                            want);
+    fw->scores = s;
+    fw->score_slots = want;
+    return QL_OK;
+}
+
 /* Causal grouped-query attention for the chunk's queries q (n, n_head*hd) at positions
  * pos0.., over cached keys/values kc, vc (pos0+n, n_head_kv*hd); out (n, n_head*hd).
  * Query head h reads kv head g = h / (n_head / n_head_kv). Per head and tile of
- * up to ATT_TILE queries:
+ * up to ATT_TILE queries (one task each, on one thread):
  *   S (nt, n_kv) = Q_h K_g^T * scale               (sgemm)
  *   P = causal softmax of S per row: max subtracted, sum in double, later positions 0
  *   O_h (nt, hd) = P V_g                            (sgemm)
- * The products are threaded by OpenBLAS like every other product of the pass, so the
- * pass has one thread pool; each value's sum stays in one thread, so results do not
- * depend on the thread count. */
+ * Tasks write disjoint parts of out, so the result does not depend on the thread
+ * count. */
 static void attention(ql_forward *fw, float *out, const float *q, const float *kc, const float *vc,
                       int pos0, int64_t n)
 {
@@ -312,45 +339,50 @@ static void attention(ql_forward *fw, float *out, const float *q, const float *k
     const int M = fw->max_ctx;
     const float scale = 1.0f / sqrtf((float)hd);
     const ql_attn_rounding *r = &fw->rounding;
-    float *s = fw->scores; /* (ATT_TILE, max_ctx) */
-    for (int h = 0; h < hp->n_head; h++) {
+    const int n_tiles = (int)((n + ATT_TILE - 1) / ATT_TILE);
+    const int64_t per_slot = (M < ATT_TILE ? M : ATT_TILE) * (int64_t)M;
+    const int tasks = hp->n_head * n_tiles;
+    const bool parallel = (int64_t)hp->n_head * n * (pos0 + n) * hd >= QL_GEMM_SERIAL_MACS;
+#pragma omp parallel for schedule(dynamic, 1) if (parallel && tasks > 1)
+    for (int task = 0; task < tasks; task++) {
+        const int h = task / n_tiles, t0 = (task % n_tiles) * ATT_TILE;
         const int g = h / group;
-        for (int t0 = 0; t0 < (int)n; t0 += ATT_TILE) {
-            const int nt = (int)n - t0 < ATT_TILE ? (int)n - t0 : ATT_TILE;
-            const int n_kv = pos0 + t0 + nt; /* positions the tile's last query sees */
-            /* S (nt, n_kv) = Q_h K_g^T * scale */
-            blas_sgemm(false, true, nt, n_kv, hd, scale, q + (int64_t)t0 * QD + h * hd, QD,
-                       kc + g * hd, KD, s, M);
-            for (int i = 0; i < nt; i++) {
-                float *p = s + (int64_t)i * M;
-                const int len = pos0 + t0 + i + 1; /* causal: positions 0..pos0+t */
-                float max = -INFINITY;
-                for (int j = 0; j < len; j++)
-                    if (p[j] > max)
-                        max = p[j];
-                double sum = 0.0;
-                for (int j = 0; j < len; j++) {
-                    p[j] = expf(p[j] - max);
-                    sum += (double)p[j];
-                }
-                const float inv = (float)(1.0 / sum);
-                for (int j = 0; j < len; j++)
-                    p[j] *= inv;
-                if (r->round_p)
-                    r->round_p(r->ctx, p, 1, len);
-                for (int j = len; j < n_kv; j++)
-                    p[j] = 0.0f;
+        float *s = fw->scores + (int64_t)omp_get_thread_num() * per_slot;
+        const int nt = (int)n - t0 < ATT_TILE ? (int)n - t0 : ATT_TILE;
+        const int n_kv = pos0 + t0 + nt; /* positions the tile's last query sees */
+        /* S (nt, n_kv) = Q_h K_g^T * scale */
+        ql_gemm_serial(true, nt, n_kv, hd, scale, q + (int64_t)t0 * QD + h * hd, QD, kc + g * hd,
+                       KD, s, M);
+        for (int i = 0; i < nt; i++) {
+            float *p = s + (int64_t)i * M;
+            const int len = pos0 + t0 + i + 1; /* causal: positions 0..pos0+t */
+            float max = -INFINITY;
+            for (int j = 0; j < len; j++)
+                if (p[j] > max)
+                    max = p[j];
+            double sum = 0.0;
+            for (int j = 0; j < len; j++) {
+                p[j] = expf(p[j] - max);
+                sum += (double)p[j];
             }
-            /* O_h (nt, hd) = P (nt, n_kv) V_g (n_kv, hd) */
-            blas_sgemm(false, false, nt, hd, n_kv, 1.0f, s, M, vc + g * hd, KD,
-                       out + (int64_t)t0 * QD + h * hd, QD);
+            const float inv = (float)(1.0 / sum);
+            for (int j = 0; j < len; j++)
+                p[j] *= inv;
+            if (r->round_p)
+                r->round_p(r->ctx, p, 1, len);
+            for (int j = len; j < n_kv; j++)
+                p[j] = 0.0f;
         }
+        /* O_h (nt, hd) = P (nt, n_kv) V_g (n_kv, hd) */
+        ql_gemm_serial(false, nt, hd, n_kv, 1.0f, s, M, vc + g * hd, KD,
+                       out + (int64_t)t0 * QD + h * hd, QD);
     }
 }
 
 /* h (n, n_ff) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
 static void swiglu(float *gate, const float *up, int64_t n)
 {
+#pragma omp parallel for schedule(static) if (n >= SERIAL_VALUES)
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i];
         gate[i] = (g / (1.0f + expf(-g))) * up[i];
@@ -359,6 +391,7 @@ static void swiglu(float *gate, const float *up, int64_t n)
 
 static void add_inplace(float *x, const float *y, int64_t n)
 {
+#pragma omp parallel for schedule(static) if (n >= SERIAL_VALUES)
     for (int64_t i = 0; i < n; i++)
         x[i] += y[i];
 }
@@ -366,7 +399,7 @@ static void add_inplace(float *x, const float *y, int64_t n)
 /* ------------------------------------------------------------------------ */
 /* The pass                                                                   */
 
-static ql_status check_weights(const ql_forward *fw, const ql_weights *w, ql_error *err)
+ql_status ql_forward_check_weights(const ql_forward *fw, const ql_weights *w, ql_error *err)
 {
     const ql_hparams *hp = &fw->hp;
     if (w->n_layer != hp->n_layer || w->n_lin != hp->n_layer * QL_SITES_PER_LAYER + 1 ||
@@ -386,12 +419,128 @@ static ql_status check_weights(const ql_forward *fw, const ql_weights *w, ql_err
         const bool head = i == w->n_lin - 1;
         const int64_t in = head ? E : dims[i % QL_SITES_PER_LAYER][0];
         const int64_t out = head ? hp->n_vocab : dims[i % QL_SITES_PER_LAYER][1];
-        if (!l->w || l->n_in != in || l->n_out != out)
+        const bool has_values = l->w || l->src.data;
+        if (!has_values || l->n_in != in || l->n_out != out)
             return ql_error_set(err, QL_EINVAL,
                                 "forward: weight set site %d '%s' is %lldx%lld%s, the model "
                                 "needs %lldx%lld",
                                 i, l->name, (long long)l->n_in, (long long)l->n_out,
-                                l->w ? "" : " without data", (long long)in, (long long)out);
+                                has_values ? "" : " without data", (long long)in, (long long)out);
+    }
+    return QL_OK;
+}
+
+ql_status ql_forward_embed(ql_forward *fw, const ql_weights *w, const int32_t *tokens, int n_tok,
+                           int pos0, float *x, ql_error *err)
+{
+    const ql_hparams *hp = &fw->hp;
+    const int64_t E = hp->n_embd;
+    for (int t = 0; t < n_tok; t++) {
+        if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
+            return ql_error_set(err, QL_EINVAL,
+                                "forward: token id %d at position %d outside "
+                                "the vocabulary (0..%d)",
+                                (int)tokens[t], pos0 + t, hp->n_vocab - 1);
+        ql_status st = ql_linear_decode_rows(&w->tok_embd, tokens[t], 1, x + t * E, err);
+        if (st)
+            return st;
+    }
+    return QL_OK;
+}
+
+ql_status ql_forward_block(ql_forward *fw, const ql_weights *w, int l, float *x, int n_tok,
+                           int pos0, int out_first, int *n_out, ql_error *err)
+{
+    const ql_hparams *hp = &fw->hp;
+    if (n_tok <= 0 || pos0 < 0 || (int64_t)pos0 + n_tok > fw->max_ctx)
+        return ql_error_set(err, QL_EINVAL,
+                            "forward: %d tokens at position %d do not fit the context of %d", n_tok,
+                            pos0, fw->max_ctx);
+    if (out_first < 0 || out_first >= n_tok)
+        return ql_error_set(err, QL_EINVAL, "forward: first output row %d outside 0..%d", out_first,
+                            n_tok - 1);
+    QL_ASSERT(l >= 0 && l < hp->n_layer && ql_weights_layer_bound(w, l));
+    ql_status st = score_slots(fw, err);
+    if (st)
+        return st;
+    const int64_t E = hp->n_embd, hd = hp->head_dim;
+    const int64_t QD = (int64_t)hp->n_head * hd, KD = (int64_t)hp->n_head_kv * hd;
+    const ql_attn_rounding *r = &fw->rounding;
+    const ql_layer_norms *nm = &w->norms[l];
+    const ql_linear *lin = &w->lin[ql_site(l, 0)];
+    float *kc = fw->k_cache + (int64_t)l * fw->max_ctx * KD;
+    float *vc = fw->v_cache + (int64_t)l * fw->max_ctx * KD;
+    int64_t n = n_tok;
+    rope_prepare(fw, w->rope_freqs, pos0, n);
+
+    /* attention block */
+    rmsnorm(fw->xb, x, nm->attn_norm, n, E, hp->norm_eps);
+    ql_forward_matmul(fw, ql_site(l, QL_SITE_Q), &lin[QL_SITE_Q], fw->xb, fw->q, n);
+    ql_forward_matmul(fw, ql_site(l, QL_SITE_K), &lin[QL_SITE_K], fw->xb, fw->k, n);
+    ql_forward_matmul(fw, ql_site(l, QL_SITE_V), &lin[QL_SITE_V], fw->xb, fw->v, n);
+    if (nm->q_norm) {
+        head_norm(fw->q, nm->q_norm, hp, n, hp->n_head);
+        head_norm(fw->k, nm->k_norm, hp, n, hp->n_head_kv);
+    }
+    rope(fw->q, fw->rope, hp, n, hp->n_head);
+    rope(fw->k, fw->rope, hp, n, hp->n_head_kv);
+    /* K, V of this chunk into the cache at positions pos0.. (rounded to the cache type) */
+    float *kdst = kc + (int64_t)pos0 * KD, *vdst = vc + (int64_t)pos0 * KD;
+    memcpy(kdst, fw->k, (size_t)(n * KD) * sizeof(float));
+    memcpy(vdst, fw->v, (size_t)(n * KD) * sizeof(float));
+    if (r->round_k)
+        r->round_k(r->ctx, kdst, n * hp->n_head_kv, hd);
+    if (r->round_v)
+        r->round_v(r->ctx, vdst, n * hp->n_head_kv, hd);
+    if (r->round_q)
+        r->round_q(r->ctx, fw->q, n * hp->n_head, hd);
+    attention(fw, fw->att, fw->q, kc, vc, pos0, n);
+
+    if (out_first > 0) {
+        /* drop rows without outputs, as llama.cpp does before the last projection */
+        n -= out_first;
+        memmove(x, x + (int64_t)out_first * E, (size_t)(n * E) * sizeof(float));
+        memmove(fw->att, fw->att + (int64_t)out_first * QD, (size_t)(n * QD) * sizeof(float));
+    }
+    ql_forward_matmul(fw, ql_site(l, QL_SITE_O), &lin[QL_SITE_O], fw->att, fw->proj, n);
+    add_inplace(x, fw->proj, n * E);
+
+    /* feed-forward block */
+    rmsnorm(fw->xb, x, nm->ffn_norm, n, E, hp->norm_eps);
+    ql_forward_matmul(fw, ql_site(l, QL_SITE_GATE), &lin[QL_SITE_GATE], fw->xb, fw->hg, n);
+    ql_forward_matmul(fw, ql_site(l, QL_SITE_UP), &lin[QL_SITE_UP], fw->xb, fw->hu, n);
+    swiglu(fw->hg, fw->hu, n * hp->n_ff);
+    ql_forward_matmul(fw, ql_site(l, QL_SITE_DOWN), &lin[QL_SITE_DOWN], fw->hg, fw->proj, n);
+    add_inplace(x, fw->proj, n * E);
+    if (n_out)
+        *n_out = (int)n;
+    return QL_OK;
+}
+
+void ql_forward_output_norm(ql_forward *fw, const ql_weights *w, const float *x, float *xn,
+                            int64_t n)
+{
+    rmsnorm(xn, x, w->output_norm, n, fw->hp.n_embd, fw->hp.norm_eps);
+}
+
+void ql_forward_head(ql_forward *fw, const ql_weights *w, const float *xn, float *logits, int64_t n)
+{
+    ql_forward_matmul(fw, ql_site_output(w), &w->lin[ql_site_output(w)], xn, logits, n);
+}
+
+/* ql_forward_run's binding buffers, allocated when a weight set first needs them. */
+static ql_status run_buffers(ql_forward *fw, const ql_weights *w, bool layer, ql_error *err)
+{
+    if (layer && !fw->layer_buf) {
+        fw->layer_buf_floats = ql_weights_layer_floats(w);
+        fw->layer_buf = malloc(fw->layer_buf_floats * sizeof(float));
+        if (!fw->layer_buf)
+            return ql_error_set(err, QL_ENOMEM, "forward: out of memory for one layer in f32");
+    }
+    if (!layer && !fw->head_buf) {
+        fw->head_buf = malloc((size_t)fw->hp.n_vocab * (size_t)fw->hp.n_embd * sizeof(float));
+        if (!fw->head_buf)
+            return ql_error_set(err, QL_ENOMEM, "forward: out of memory for the head in f32");
     }
     return QL_OK;
 }
@@ -407,78 +556,36 @@ ql_status ql_forward_run(ql_forward *fw, const ql_weights *w, const int32_t *tok
     if (out_first < 0 || out_first >= n_tok)
         return ql_error_set(err, QL_EINVAL, "forward: first output row %d outside 0..%d", out_first,
                             n_tok - 1);
-    ql_status st = check_weights(fw, w, err);
+    ql_status st = ql_forward_check_weights(fw, w, err);
+    if (!st)
+        st = ql_forward_embed(fw, w, tokens, n_tok, pos0, fw->xrun, err);
     if (st)
         return st;
-    const int64_t E = hp->n_embd, hd = hp->head_dim;
-    const int64_t QD = (int64_t)hp->n_head * hd, KD = (int64_t)hp->n_head_kv * hd;
-    const ql_attn_rounding *r = &fw->rounding;
-
-    /* x (n, E) = token embeddings */
-    for (int t = 0; t < n_tok; t++) {
-        if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
-            return ql_error_set(err, QL_EINVAL,
-                                "forward: token id %d at position %d outside "
-                                "the vocabulary (0..%d)",
-                                (int)tokens[t], pos0 + t, hp->n_vocab - 1);
-        memcpy(fw->x + t * E, w->tok_embd.w + (int64_t)tokens[t] * E, (size_t)E * sizeof(float));
+    /* The set is the caller's; binding only adds f32 values for the call's duration. */
+    ql_weights *ww = (ql_weights *)w;
+    int n = n_tok;
+    for (int l = 0; l < hp->n_layer && !st; l++) {
+        const bool bind = !ql_weights_layer_bound(w, l);
+        if (bind && (st = run_buffers(fw, w, true, err)))
+            break;
+        if (bind && (st = ql_weights_bind_layer(ww, l, fw->layer_buf, fw->layer_buf_floats, err)))
+            break;
+        st = ql_forward_block(fw, w, l, fw->xrun, n, pos0, l == hp->n_layer - 1 ? out_first : 0, &n,
+                              err);
+        if (bind)
+            ql_weights_unbind_layer(ww, l);
     }
-    rope_table(fw->rope, hp, w->rope_freqs, pos0, n_tok);
-
-    /* x points at the live rows: all n_tok, then from the last layer's attention output on
-     * only rows out_first..n_tok-1. */
-    float *x = fw->x;
-    int64_t n = n_tok;
-    for (int l = 0; l < hp->n_layer; l++) {
-        const ql_layer_norms *nm = &w->norms[l];
-        const ql_linear *lin = &w->lin[ql_site(l, 0)];
-        float *kc = fw->k_cache + (int64_t)l * fw->max_ctx * KD;
-        float *vc = fw->v_cache + (int64_t)l * fw->max_ctx * KD;
-
-        /* attention block */
-        rmsnorm(fw->xb, x, nm->attn_norm, n, E, hp->norm_eps);
-        ql_forward_matmul(fw, ql_site(l, QL_SITE_Q), &lin[QL_SITE_Q], fw->xb, fw->q, n);
-        ql_forward_matmul(fw, ql_site(l, QL_SITE_K), &lin[QL_SITE_K], fw->xb, fw->k, n);
-        ql_forward_matmul(fw, ql_site(l, QL_SITE_V), &lin[QL_SITE_V], fw->xb, fw->v, n);
-        if (nm->q_norm) {
-            head_norm(fw->q, nm->q_norm, hp, n, hp->n_head);
-            head_norm(fw->k, nm->k_norm, hp, n, hp->n_head_kv);
-        }
-        rope(fw->q, fw->rope, hp, n, hp->n_head);
-        rope(fw->k, fw->rope, hp, n, hp->n_head_kv);
-        /* K, V of this chunk into the cache at positions pos0.. (rounded to the cache type) */
-        float *kdst = kc + (int64_t)pos0 * KD, *vdst = vc + (int64_t)pos0 * KD;
-        memcpy(kdst, fw->k, (size_t)(n * KD) * sizeof(float));
-        memcpy(vdst, fw->v, (size_t)(n * KD) * sizeof(float));
-        if (r->round_k)
-            r->round_k(r->ctx, kdst, n * hp->n_head_kv, hd);
-        if (r->round_v)
-            r->round_v(r->ctx, vdst, n * hp->n_head_kv, hd);
-        if (r->round_q)
-            r->round_q(r->ctx, fw->q, n * hp->n_head, hd);
-        attention(fw, fw->att, fw->q, kc, vc, pos0, n);
-
-        if (l == hp->n_layer - 1 && out_first > 0) {
-            /* drop rows without outputs, as llama.cpp does before the last projection */
-            x += (int64_t)out_first * E;
-            memmove(fw->att, fw->att + (int64_t)out_first * QD,
-                    (size_t)((n - out_first) * QD) * sizeof(float));
-            n -= out_first;
-        }
-        ql_forward_matmul(fw, ql_site(l, QL_SITE_O), &lin[QL_SITE_O], fw->att, fw->proj, n);
-        add_inplace(x, fw->proj, n * E);
-
-        /* feed-forward block */
-        rmsnorm(fw->xb, x, nm->ffn_norm, n, E, hp->norm_eps);
-        ql_forward_matmul(fw, ql_site(l, QL_SITE_GATE), &lin[QL_SITE_GATE], fw->xb, fw->hg, n);
-        ql_forward_matmul(fw, ql_site(l, QL_SITE_UP), &lin[QL_SITE_UP], fw->xb, fw->hu, n);
-        swiglu(fw->hg, fw->hu, n * hp->n_ff);
-        ql_forward_matmul(fw, ql_site(l, QL_SITE_DOWN), &lin[QL_SITE_DOWN], fw->hg, fw->proj, n);
-        add_inplace(x, fw->proj, n * E);
-    }
-
+    if (st)
+        return st;
     /* final norm and LM head: logits (n, n_vocab) */
-    rmsnorm(fw->xb, x, w->output_norm, n, E, hp->norm_eps);
-    ql_forward_matmul(fw, ql_site_output(w), &w->lin[ql_site_output(w)], fw->xb, logits, n);
+    const bool bind = !ql_weights_head_bound(w);
+    if (bind && ((st = run_buffers(fw, w, false, err)) ||
+                 (st = ql_weights_bind_head(ww, fw->head_buf,
+                                            (size_t)hp->n_vocab * (size_t)hp->n_embd, err))))
+        return st;
+    ql_forward_output_norm(fw, w, fw->xrun, fw->xb, n);
+    ql_forward_head(fw, w, fw->xb, logits, n);
+    if (bind)
+        ql_weights_unbind_head(ww);
     return QL_OK;
 }

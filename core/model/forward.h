@@ -10,10 +10,16 @@
  * RoPE angles are p * base^(-2i/n_rot) built by repeated multiplication as ggml
  * does; softmax subtracts the maximum and sums in double; SiLU is x/(1+expf(-x)).
  *
+ * The pass in pieces, for a harness that runs many chunks layer by layer
+ * (model/scheduler.h): ql_forward_embed, then ql_forward_block for each layer whose
+ * products are bound (model.h), then ql_forward_output_norm and ql_forward_head.
+ * ql_forward_run composes them for one chunk, binding each layer into the pass's own
+ * buffer when the caller has not (one layer and the head in f32 at a time).
+ *
  * The matmul seam: every product goes through ql_forward_matmul(), which
  *   1. calls the observer (if any) with the input x (n_tok, n_in) of that site,
  *   2. applies the linear's activation transform (if any) into a scratch buffer,
- *   3. computes y = x W^T with CBLAS sgemm,
+ *   3. computes y = x W^T (base/gemm.h),
  *   4. adds the linear's post-product term (act_post, if any) and the bias.
  * Nothing else in the pass multiplies by a weight matrix, so activation quantization,
  * outlier splits, imatrix collection and calibration all hook in there.
@@ -24,25 +30,23 @@
  * the softmax probabilities before their product with V, as ggml's CPU matmul
  * converts its second operand to the first operand's dot type.
  *
- * Determinism: every output value is computed by one thread in a fixed order, and
- * the matrix products are checked to be independent of the thread count
- * (tests/unit/test_synth.c, test_forward.c). All run state is allocated once by
- * ql_forward_alloc().
+ * Determinism: every output value is computed by one thread in a fixed order that does
+ * not depend on the thread count: products on base/gemm.h's fixed tile grid, attention
+ * one (head, query tile) per task, element-wise blocks one row per task
+ * (tests/unit/test_synth.c, test_forward.c). Run state is allocated once by
+ * ql_forward_alloc(); the binding buffers on first use.
  *
  * Using the seam (a quantized configuration, calibration):
  *   ql_weights *ws;  ql_weights_copy(&ws, model->weights, &err);   // borrows everything
  *   ql_linear *l = ql_weights_find(ws, "blk.0.ffn_down.weight");
- *   ql_linear_set_weights(l, dequantized_copy, true);  // ws frees it
+ *   ql_linear_set_src(l, &quantized_bytes);           // decoded when its layer is bound
  *   l->act = my_fake_quant;  l->act_ctx = &mode;       // x -> xq, NULL = f32
  *   ql_forward_set_observer(fw, my_imatrix_observer, &stats);  // sees x of every site
  *   ql_forward_run(fw, ws, tokens, n, 0, n / 2, logits, &err);
  *   ql_weights_free(ws);
  *
- * Threading contract: one ql_forward is used by one caller thread at a time, and two
- * passes must not run concurrently in one process (the pass adjusts OpenBLAS's global
- * thread count around small products, and OpenBLAS serializes concurrent calls). It
- * parallelizes internally with OpenBLAS's threads in every product, attention
- * included; products below a few million multiply-adds run on one thread. */
+ * Threading contract: one ql_forward is used by one caller thread at a time. It
+ * parallelizes internally with OpenMP's threads (ql_threads_set). */
 #ifndef QL_FORWARD_H
 #define QL_FORWARD_H
 
@@ -116,9 +120,34 @@ const char *ql_forward_attn_rounding_name(const ql_forward *fw);
  * out_first..n_tok-1 to logits ((n_tok - out_first), n_vocab), row-major.
  * As llama.cpp does for tokens without outputs, rows before out_first are dropped
  * after the last layer's attention: observers of the last layer's attn_output and
- * FFN products and of the head see only rows out_first..n_tok-1. */
+ * FFN products and of the head see only rows out_first..n_tok-1. Layers and the head
+ * that are not bound are bound into the pass's own buffers for the call. */
 ql_status ql_forward_run(ql_forward *fw, const ql_weights *w, const int32_t *tokens, int n_tok,
                          int pos0, int out_first, float *logits, ql_error *err);
+
+/* Checks that w has the model's shapes (every product, the embedding table). */
+ql_status ql_forward_check_weights(const ql_forward *fw, const ql_weights *w, ql_error *err);
+
+/* x (n_tok, n_embd) = the embedding rows of tokens[0..n_tok); a token outside the
+ * vocabulary is an error naming position pos0 + t. */
+ql_status ql_forward_embed(ql_forward *fw, const ql_weights *w, const int32_t *tokens, int n_tok,
+                           int pos0, float *x, ql_error *err);
+
+/* Transformer block `layer` on the residual stream x (n_tok rows at positions pos0..),
+ * in place; the layer's products must be bound. With out_first > 0 the rows before it
+ * are dropped after the block's attention (the last layer of a pass with outputs from
+ * out_first on): x then holds the n_tok - out_first remaining rows from its start, and
+ * *n_out (may be NULL) receives the rows left. K and V go to the cache of this layer. */
+ql_status ql_forward_block(ql_forward *fw, const ql_weights *w, int layer, float *x, int n_tok,
+                           int pos0, int out_first, int *n_out, ql_error *err);
+
+/* xn (n, n_embd) = RMSNorm(x) * output_norm, the input of the head. */
+void ql_forward_output_norm(ql_forward *fw, const ql_weights *w, const float *x, float *xn,
+                            int64_t n);
+
+/* logits (n, n_vocab) = the head's product of xn (n, n_embd); the head must be bound. */
+void ql_forward_head(ql_forward *fw, const ql_weights *w, const float *xn, float *logits,
+                     int64_t n);
 
 /* The one place products happen: y (n_tok, lin->n_out) = x (n_tok, lin->n_in) W^T + b,
  * with the observer and the linear's activation transform applied. n_tok <= max_ctx. */

@@ -53,6 +53,11 @@ static void linear_borrow(ql_linear *dst, const ql_linear *src)
     dst->act_post = NULL;
     dst->w_owned = NULL;
     dst->b_owned = NULL;
+    /* Values bound into someone's buffer are transient: the copy binds its own. */
+    if (src->bound) {
+        dst->w = NULL;
+        dst->bound = false;
+    }
 }
 
 ql_status ql_weights_copy(ql_weights **out, const ql_weights *src, ql_error *err)
@@ -106,12 +111,199 @@ ql_linear *ql_weights_find(ql_weights *w, const char *name)
     return NULL;
 }
 
+/* An F32 source without exact columns needs no decoding: its rows are the values. */
+static bool src_in_place(const ql_weight_src *s)
+{
+    return s->type == QL_TYPE_F32 && s->n_exact == 0 && s->data != NULL;
+}
+
+void ql_linear_set_src(ql_linear *lin, const ql_weight_src *src)
+{
+    free(lin->w_owned);
+    lin->w_owned = NULL;
+    lin->bound = false;
+    lin->src = *src;
+    lin->w = src_in_place(src) ? src->data : NULL;
+}
+
 void ql_linear_set_weights(ql_linear *lin, float *data, bool take_ownership)
 {
-    if (lin->w_owned != data)
-        free(lin->w_owned);
-    lin->w = data;
+    const ql_weight_src src = {QL_TYPE_F32, data, 0, NULL, NULL};
+    if (lin->w_owned == data)
+        lin->w_owned = NULL; /* replaced by itself: keep it */
+    ql_linear_set_src(lin, &src);
     lin->w_owned = take_ownership ? data : NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decoding and binding                                                       */
+
+/* Rows decoded per task: a task of a few hundred KB keeps the threads busy without
+ * making small tensors pay for a parallel region. */
+#define DECODE_VALUES_PER_TASK (64 * 1024)
+
+/* Whether qlab can decode rows of this type and length. */
+static bool decodable(int32_t type, int64_t n_in)
+{
+    const ql_type_traits *tr = ql_type_get(type);
+    return tr && tr->dequantize && ql_row_size(type, n_in) > 0;
+}
+
+/* n rows of 2-byte values (F16/BF16), read bytewise: the map gives no alignment. */
+static void decode_halves(int32_t type, const uint8_t *src, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
+        out[i] = type == QL_TYPE_F16 ? ql_fp16_to_fp32(h) : ql_bf16_to_fp32(h);
+    }
+}
+
+ql_status ql_linear_decode_rows(const ql_linear *lin, int64_t row0, int64_t n_rows, float *out,
+                                ql_error *err)
+{
+    const ql_weight_src *s = &lin->src;
+    const int64_t n_in = lin->n_in;
+    QL_ASSERT(row0 >= 0 && n_rows >= 0 && row0 + n_rows <= lin->n_out);
+    if (lin->w) { /* bound or in place: the values are there */
+        memcpy(out, lin->w + row0 * n_in, (size_t)(n_rows * n_in) * sizeof *out);
+        return QL_OK;
+    }
+    if (!s->data || !decodable(s->type, n_in))
+        return ql_error_set(err, QL_EUNSUPPORTED,
+                            "tensor '%s' (%lldx%lld): qlab cannot decode type %s", lin->name,
+                            (long long)n_in, (long long)lin->n_out, ql_type_name(s->type));
+    ql_status st = ql_type_prepare(s->type, err);
+    if (st)
+        return ql_error_prefix(err, "tensor '%s': ", lin->name);
+    const ql_type_traits *tr = ql_type_get(s->type);
+    const size_t row_bytes = ql_row_size(s->type, n_in);
+    const uint8_t *base = (const uint8_t *)s->data + (size_t)row0 * row_bytes;
+    int64_t per_task = DECODE_VALUES_PER_TASK / n_in;
+    if (per_task < 1)
+        per_task = 1;
+    const int64_t tasks = (n_rows + per_task - 1) / per_task;
+#pragma omp parallel for schedule(static) if (tasks > 1)
+    for (int64_t t = 0; t < tasks; t++) {
+        const int64_t r = t * per_task;
+        const int64_t nr = n_rows - r < per_task ? n_rows - r : per_task;
+        const uint8_t *src = base + (size_t)r * row_bytes;
+        float *dst = out + r * n_in;
+        if (s->type == QL_TYPE_F16 || s->type == QL_TYPE_BF16)
+            decode_halves(s->type, src, dst, nr * n_in);
+        else if (s->type == QL_TYPE_F32)
+            memcpy(dst, src, (size_t)(nr * n_in) * sizeof *dst);
+        else
+            tr->dequantize(src, dst, nr, n_in);
+        for (int64_t i = 0; i < nr; i++)
+            for (int64_t j = 0; j < s->n_exact; j++)
+                dst[i * n_in + s->exact_cols[j]] = s->exact_vals[(row0 + r + i) * s->n_exact + j];
+    }
+    return QL_OK;
+}
+
+size_t ql_weights_layer_floats(const ql_weights *w)
+{
+    size_t n = 0;
+    for (int k = 0; k < QL_SITES_PER_LAYER && w->n_layer > 0; k++) {
+        const ql_linear *l = &w->lin[k];
+        n += (size_t)(l->n_in * l->n_out);
+    }
+    return n;
+}
+
+/* Binds one linear into buf at *used floats (nothing when it has values already). */
+static ql_status bind_linear(ql_linear *lin, float *buf, size_t buf_floats, size_t *used,
+                             ql_error *err)
+{
+    if (lin->w)
+        return QL_OK;
+    const size_t n = (size_t)(lin->n_in * lin->n_out);
+    QL_ASSERT(*used + n <= buf_floats);
+    float *dst = buf + *used;
+    ql_status st = ql_linear_decode_rows(lin, 0, lin->n_out, dst, err);
+    if (st)
+        return st;
+    lin->w = dst;
+    lin->bound = true;
+    *used += n;
+    return QL_OK;
+}
+
+static void unbind_linear(ql_linear *lin)
+{
+    if (lin->bound) {
+        lin->w = NULL;
+        lin->bound = false;
+    }
+}
+
+ql_status ql_weights_bind_layer(ql_weights *w, int layer, float *buf, size_t buf_floats,
+                                ql_error *err)
+{
+    QL_ASSERT(layer >= 0 && layer < w->n_layer);
+    size_t used = 0;
+    for (int k = 0; k < QL_SITES_PER_LAYER; k++) {
+        ql_status st =
+            bind_linear(&w->lin[ql_site(layer, (ql_site_kind)k)], buf, buf_floats, &used, err);
+        if (st) {
+            ql_weights_unbind_layer(w, layer);
+            return st;
+        }
+    }
+    return QL_OK;
+}
+
+ql_status ql_weights_bind_head(ql_weights *w, float *buf, size_t buf_floats, ql_error *err)
+{
+    size_t used = 0;
+    return bind_linear(&w->lin[ql_site_output(w)], buf, buf_floats, &used, err);
+}
+
+void ql_weights_unbind_layer(ql_weights *w, int layer)
+{
+    for (int k = 0; k < QL_SITES_PER_LAYER; k++)
+        unbind_linear(&w->lin[ql_site(layer, (ql_site_kind)k)]);
+}
+
+void ql_weights_unbind_head(ql_weights *w)
+{
+    unbind_linear(&w->lin[ql_site_output(w)]);
+}
+
+bool ql_weights_layer_bound(const ql_weights *w, int layer)
+{
+    for (int k = 0; k < QL_SITES_PER_LAYER; k++)
+        if (!w->lin[ql_site(layer, (ql_site_kind)k)].w)
+            return false;
+    return true;
+}
+
+bool ql_weights_head_bound(const ql_weights *w)
+{
+    return w->lin[ql_site_output(w)].w != NULL;
+}
+
+ql_status ql_weights_bind_all(ql_weights *w, ql_error *err)
+{
+    for (int i = 0; i < w->n_lin; i++) {
+        ql_linear *lin = &w->lin[i];
+        if (lin->w && !lin->bound)
+            continue;
+        unbind_linear(lin);
+        float *f = malloc((size_t)(lin->n_in * lin->n_out) * sizeof *f);
+        if (!f)
+            return ql_error_set(err, QL_ENOMEM,
+                                "out of memory for tensor '%s' in f32 (%lld values)", lin->name,
+                                (long long)(lin->n_in * lin->n_out));
+        ql_status st = ql_linear_decode_rows(lin, 0, lin->n_out, f, err);
+        if (st) {
+            free(f);
+            return st;
+        }
+        lin->w = f;
+        lin->w_owned = f;
+    }
+    return QL_OK;
 }
 
 int64_t ql_weights_n_params(const ql_weights *w, const ql_hparams *hp)
@@ -132,14 +324,12 @@ int64_t ql_weights_n_params(const ql_weights *w, const ql_hparams *hp)
 /* ------------------------------------------------------------------------ */
 /* Tensors to f32                                                             */
 
-/* Finds a tensor, checks its shape is {ne0} (ne1 == 0) or {ne0, ne1} and returns f32
- * data: borrowed from the map for F32, else converted into a heap array (*owned). */
-static ql_status tensor_f32(const ql_gguf *g, const char *name, int64_t ne0, int64_t ne1,
-                            bool required, const float **data, float **owned, int32_t *type,
-                            ql_error *err)
+/* Finds a tensor and checks its shape is {ne0} (ne1 == 0) or {ne0, ne1}; *out = NULL
+ * when it is missing and not required. */
+static ql_status find_tensor(const ql_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                             bool required, const ql_gguf_tensor **out, ql_error *err)
 {
-    *data = NULL;
-    *owned = NULL;
+    *out = NULL;
     const ql_gguf_tensor *t = ql_gguf_find_tensor(g, name);
     if (!t) {
         if (!required)
@@ -164,6 +354,22 @@ static ql_status tensor_f32(const ql_gguf *g, const char *name, int64_t ne0, int
         return ql_error_set(err, QL_EFORMAT, "%s: tensor '%s' has shape %s, expected %lld", g->path,
                             name, got, (long long)ne0);
     }
+    *out = t;
+    return QL_OK;
+}
+
+/* A 1-D or 2-D tensor as f32: borrowed from the map for F32, else converted into a heap
+ * array (*owned). */
+static ql_status tensor_f32(const ql_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                            bool required, const float **data, float **owned, int32_t *type,
+                            ql_error *err)
+{
+    *data = NULL;
+    *owned = NULL;
+    const ql_gguf_tensor *t;
+    ql_status fst = find_tensor(g, name, ne0, ne1, required, &t, err);
+    if (fst || !t)
+        return fst;
     *type = t->type;
     int64_t rows = ne1 > 0 ? ne1 : 1;
     int64_t n = ne0 * rows;
@@ -181,12 +387,8 @@ static ql_status tensor_f32(const ql_gguf *g, const char *name, int64_t ne0, int
     if (!f)
         return ql_error_set(err, QL_ENOMEM, "%s: out of memory for tensor '%s' (%lld values)",
                             g->path, name, (long long)n);
-    if (t->type == QL_TYPE_F16 || t->type == QL_TYPE_BF16) {
-        const uint8_t *src = t->data; /* 2-byte values, possibly unaligned: read bytewise */
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
-            f[i] = t->type == QL_TYPE_F16 ? ql_fp16_to_fp32(h) : ql_bf16_to_fp32(h);
-        }
+    if (direct) {
+        decode_halves(t->type, t->data, f, n);
     } else {
         ql_status st = ql_type_prepare(t->type, err);
         if (st) {
@@ -200,17 +402,27 @@ static ql_status tensor_f32(const ql_gguf *g, const char *name, int64_t ne0, int
     return QL_OK;
 }
 
-/* A 2-D product weight (and optional bias) into a linear. */
+/* A 2-D product weight (and optional bias) into a linear: the weight stays in the map
+ * as its source; the bias is turned into f32. */
 static ql_status load_linear(const ql_gguf *g, ql_linear *lin, const char *name, int64_t n_in,
                              int64_t n_out, bool bias, ql_error *err)
 {
     snprintf(lin->name, sizeof lin->name, "%s.weight", name);
     lin->n_in = n_in;
     lin->n_out = n_out;
-    ql_status st =
-        tensor_f32(g, lin->name, n_in, n_out, true, &lin->w, &lin->w_owned, &lin->src_type, err);
-    if (st || !bias)
+    const ql_gguf_tensor *t;
+    ql_status st = find_tensor(g, lin->name, n_in, n_out, true, &t, err);
+    if (st)
         return st;
+    if (!t->data || !decodable(t->type, n_in))
+        return ql_error_set(err, QL_EUNSUPPORTED,
+                            "%s: tensor '%s' has type %s which qlab cannot read yet", g->path,
+                            lin->name, ql_type_name(t->type));
+    const ql_weight_src src = {t->type, t->data, 0, NULL, NULL};
+    ql_linear_set_src(lin, &src);
+    lin->src_type = t->type;
+    if (!bias)
+        return QL_OK;
     char bname[112];
     int32_t btype;
     snprintf(bname, sizeof bname, "%s.bias", name);

@@ -1,16 +1,17 @@
 /* qlab: llama-family models read from GGUF: hyper-parameters and weight sets.
  *
- * A model is its hyper-parameters plus one reference weight set in f32. The
- * forward pass (forward.h) takes the hyper-parameters and a weight set
- * separately, so a harness can run the same model with many weight sets: a
- * quantized configuration is a copy of the reference set in which some
- * tensors are replaced by dequantized f32 copies and some products carry an
- * activation transform.
+ * A model is its hyper-parameters plus one reference weight set. A weight set says
+ * where every tensor's values come from (ql_weight_src): rows of the file's own type
+ * in the model's memory map, or a configuration's quantized bytes. Weights are not
+ * widened to f32 when a model is loaded: the forward pass needs f32 only for the
+ * layer it computes, and materializes it just before (ql_weights_bind_layer; F32
+ * sources are used in place) and releases it after. No f32 copy of the whole model
+ * exists unless a caller asks for one (ql_weights_bind_all, for small models).
  *
- * Supported architectures, as llama.cpp reads them:
- *   llama  (TinyLlama, Llama 2/3, SmolLM, stories260K): RoPE on adjacent pairs;
- *   qwen2  (biases on Q, K and V): RoPE on halves (NEOX);
- *   qwen3  (per-head RMSNorm of Q and K before RoPE): RoPE on halves (NEOX).
+ * The forward pass (forward.h) takes the hyper-parameters and a weight set
+ * separately, so a harness can run the same model with many weight sets: a quantized
+ * configuration is a copy of the reference set in which some tensors' sources are a
+ * config's quantized bytes and some products carry an activation transform.
  *
  * Layouts follow ggml: a 2-D tensor with ne = {n_in, n_out} is n_out rows of
  * n_in values, row r contiguous. A product y = W x takes x (n_in,) to y (n_out,). */
@@ -40,19 +41,34 @@ typedef void (*ql_act_fn)(void *ctx, const ql_linear *lin, const float *x, float
 typedef void (*ql_act_post_fn)(void *ctx, const ql_linear *lin, const float *x, float *y,
                                int64_t n_tok);
 
+/* Where a 2-D weight's values come from: n_out rows of ql_row_size(type, n_in) bytes of
+ * a ggml (or qlab) type, and optionally columns whose exact f32 values replace the
+ * decoded ones (an outlier split keeps them exact). Borrowed: the bytes belong to the
+ * model's memory map or to a config's tensor cache and must outlive every use. */
+typedef struct {
+    int32_t type;
+    const void *data;
+    int64_t n_exact;           /* columns kept exact; 0 = none */
+    const int64_t *exact_cols; /* (n_exact,) ascending column indices */
+    const float *exact_vals;   /* (n_out, n_exact) row-major */
+} ql_weight_src;
+
 /* A 2-D weight used as a product y = W x (+ b). */
 struct ql_linear {
-    char name[96];    /* GGUF tensor name, e.g. "blk.3.attn_q.weight" */
-    int64_t n_in;     /* row length (ggml ne[0]) */
-    int64_t n_out;    /* number of rows (ggml ne[1]) */
-    const float *w;   /* (n_out, n_in) row-major */
-    const float *b;   /* (n_out,) bias or NULL */
-    int32_t src_type; /* ggml type the tensor had in the GGUF file */
-    ql_act_fn act;    /* NULL: the input is used as is (f32), at no cost */
+    char name[96];     /* GGUF tensor name, e.g. "blk.3.attn_q.weight" */
+    int64_t n_in;      /* row length (ggml ne[0]) */
+    int64_t n_out;     /* number of rows (ggml ne[1]) */
+    ql_weight_src src; /* where the values come from */
+    const float *w;    /* (n_out, n_in) row-major f32 when bound (see ql_weights_bind_layer),
+                          else NULL; an F32 source without exact columns is bound in place */
+    const float *b;    /* (n_out,) bias or NULL */
+    int32_t src_type;  /* ggml type the tensor has in the model file */
+    ql_act_fn act;     /* NULL: the input is used as is (f32), at no cost */
     void *act_ctx;
     ql_act_post_fn act_post; /* NULL: nothing added after the product */
-    /* private: heap copies this linear owns (freed with the weight set), NULL if borrowed */
-    float *w_owned;
+    /* private */
+    bool bound;     /* w points into a caller's buffer (ql_weights_bind_layer) */
+    float *w_owned; /* f32 values this linear owns (ql_weights_bind_all), or NULL */
     float *b_owned;
 };
 
@@ -75,7 +91,7 @@ typedef struct {
     const float *ffn_norm;  /* (n_embd,) */
 } ql_layer_norms;
 
-/* A weight set: every tensor the forward pass reads, in f32.
+/* A weight set: every tensor the forward pass reads; 1-D tensors in f32.
  * Sites: lin[l * QL_SITES_PER_LAYER + kind] for layer l, then lin[n_lin - 1] is the
  * LM head (output.weight, or a copy of the token_embd linear when tied). The site
  * index is what observers receive. */
@@ -114,10 +130,43 @@ void ql_weights_free(ql_weights *w);
 /* The linear (product site or token_embd) with this GGUF tensor name, or NULL. */
 ql_linear *ql_weights_find(ql_weights *w, const char *name);
 
-/* Replaces a linear's weights by data ((n_out, n_in), f32). With take_ownership the
- * set frees data (allocated with malloc) when the linear is replaced again or the set
- * is freed; otherwise data is borrowed and must outlive the set. */
+/* Replaces a linear's values by data ((n_out, n_in), f32): its source becomes F32 data.
+ * With take_ownership the set frees data (allocated with malloc) when the linear is
+ * replaced again or the set is freed; otherwise data is borrowed and must outlive it. */
 void ql_linear_set_weights(ql_linear *lin, float *data, bool take_ownership);
+
+/* Makes a linear read src (borrowed) instead of its current source; unbinds it. */
+void ql_linear_set_src(ql_linear *lin, const ql_weight_src *src);
+
+/* Decodes rows row0 .. row0 + n_rows - 1 of a linear's source into out (n_rows, n_in)
+ * f32, exact columns written back; parallel over rows. Errors: a type qlab cannot
+ * decode (named with the tensor). */
+ql_status ql_linear_decode_rows(const ql_linear *lin, int64_t row0, int64_t n_rows, float *out,
+                                ql_error *err);
+
+/* Floats a buffer needs to bind any layer of w (the sum of its sites' n_in * n_out). */
+size_t ql_weights_layer_floats(const ql_weights *w);
+
+/* Binds the products of layer l: a linear already bound (or owning its values, or an
+ * F32 source without exact columns, which is used in place) stays as it is; the others
+ * are decoded into buf (buf_floats floats, at least ql_weights_layer_floats). */
+ql_status ql_weights_bind_layer(ql_weights *w, int layer, float *buf, size_t buf_floats,
+                                ql_error *err);
+
+/* Binds the head (site ql_site_output) the same way; buf holds n_vocab * n_embd floats. */
+ql_status ql_weights_bind_head(ql_weights *w, float *buf, size_t buf_floats, ql_error *err);
+
+/* Undoes ql_weights_bind_layer / _head: the linears decoded into a buffer are unbound. */
+void ql_weights_unbind_layer(ql_weights *w, int layer);
+void ql_weights_unbind_head(ql_weights *w);
+
+/* Decodes every product that is not bound into f32 arrays the set owns, so that it can be
+ * run without binding: a whole f32 copy of the model, for small models and tests. */
+ql_status ql_weights_bind_all(ql_weights *w, ql_error *err);
+
+/* Whether every product of layer l (or the head) has f32 values to multiply with. */
+bool ql_weights_layer_bound(const ql_weights *w, int layer);
+bool ql_weights_head_bound(const ql_weights *w);
 
 /* Number of parameters of a weight set (2-D weights, biases and norms; a tied head
  * counted once). */
@@ -126,15 +175,15 @@ int64_t ql_weights_n_params(const ql_weights *w, const ql_hparams *hp);
 typedef struct {
     char *path;
     ql_hparams hp;
-    ql_weights *weights; /* reference f32 weights (owned) */
+    ql_weights *weights; /* the reference weight set (owned): the file's tensors */
     ql_gguf *gguf;       /* the open file: metadata for the tokenizer, source types */
     int64_t n_params;
 } ql_model;
 
-/* Loads a GGUF model. Every tensor is turned into f32: F32 is used in place (from
- * the memory map), F16/BF16 are widened, other types are dequantized through the
- * type traits (core/formats/types.h). Shapes are checked against the hyper-parameters;
- * errors name the file and tensor with expected vs actual. */
+/* Loads a GGUF model. 2-D weights stay in the memory map in their file type (decoded by
+ * the type traits, formats/types.h, when bound); norms and biases are turned into f32.
+ * Shapes and types are checked against the hyper-parameters and against what qlab can
+ * decode; errors name the file and tensor with expected vs actual. */
 ql_status ql_model_load(ql_model **out, const char *path, ql_error *err);
 
 /* Same from an already opened GGUF (the model takes ownership of g, also on error). */

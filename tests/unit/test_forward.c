@@ -365,6 +365,7 @@ static void test_errors(const ql_model *m)
     ql_weights *ws;
     CHECK_OK(ql_weights_copy(&ws, m->weights, &err), &err);
     ws->lin[ql_site(1, QL_SITE_O)].w = NULL;
+    ws->lin[ql_site(1, QL_SITE_O)].src.data = NULL;
     CHECK(ql_forward_run(fw, ws, t, 4, 0, 0, logits, &err) == QL_EINVAL);
     CHECK(strstr(err.msg, "'blk.1.attn_output.weight'") != NULL);
     ql_weights_free(ws);

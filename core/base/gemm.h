@@ -1,0 +1,47 @@
+/* qlab: matrix products through BLAS, split across threads by qlab itself.
+ *
+ * C (m, n) = alpha * A (m, k) · op(B), row-major, op(B) = B^T when B is given as (n, k)
+ * rows (trans_b, the layout of a weight matrix) or B itself when given as (k, n).
+ *
+ * Why not let OpenBLAS thread the product: its split of a product across threads
+ * depends on the thread count, and with some kernels (Haswell, which some machines
+ * force through OPENBLAS_CORETYPE) the split changes the last bits of the result. A
+ * stored result must not depend on the number of cores. So OpenBLAS runs single
+ * threaded here, and the product is cut into a grid of tiles that depends only on
+ * (m, n, k): each tile is one single-threaded sgemm, the tiles are shared out among
+ * OpenMP threads in any order. Every output value is then computed by the same
+ * sequence of operations whatever the thread count. Different kernels (SkylakeX vs
+ * Haswell) still differ in their last bits; ql_gemm_kernel() names the one in use so
+ * that it can be recorded with the results.
+ *
+ * Products below QL_GEMM_SERIAL_MACS multiply-adds are one tile: for them the hand-over
+ * to other threads costs more than it saves.
+ *
+ * Thread count: OpenMP's (ql_threads_set in util.h). May be called from any thread,
+ * but not from inside an OpenMP parallel region (the tiles would run on one thread:
+ * correct, only slower). */
+#ifndef QL_GEMM_H
+#define QL_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define QL_GEMM_SERIAL_MACS (4 * 1024 * 1024)
+
+void ql_gemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+             int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+
+/* The same on the calling thread only: for code that already runs one product per
+ * thread (attention heads). The result equals ql_gemm's for the same arguments only
+ * when ql_gemm would use a single tile; callers that need both to agree use one of them
+ * for a given product. */
+void ql_gemm_serial(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                    int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+
+/* The tile grid of a product: tiles of at most *tile_m rows and *tile_n columns. */
+void ql_gemm_tiles(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n);
+
+/* The BLAS library and kernel in use, e.g. "OpenBLAS 0.3.21 Haswell" (static storage). */
+const char *ql_gemm_kernel(void);
+
+#endif
