@@ -2,9 +2,12 @@
 #include "base/gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "base/error.h"
 
 /* Columns per tile: wide enough that packing A once per tile costs little next to the
  * tile's products (1/QL_GEMM_TILE_N of them), narrow enough that a weight matrix of a
@@ -80,6 +83,45 @@ void ql_gemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const f
         /* B's tile: rows j0.. of B (n, k) when transposed, else its columns j0.. */
         const float *bt = trans_b ? b + j0 * ldb : b + j0;
         sgemm(trans_b, mm, nn, k, alpha, a + i0 * lda, lda, bt, ldb, c + i0 * ldc + j0, ldc);
+    }
+}
+
+size_t ql_gemm_scratch_floats(int64_t n, int64_t k)
+{
+    return (size_t)((n < TILE_N ? n : TILE_N) * k);
+}
+
+void ql_gemm_decoded(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     ql_gemm_rows_fn rows, const void *ctx, float *scratch, int n_slots, float *c,
+                     int64_t ldc)
+{
+    pthread_once(&serial_once, make_serial);
+    if (m <= 0 || n <= 0)
+        return;
+    int64_t tm, tn;
+    ql_gemm_tiles(m, n, k, &tm, &tn);
+    const int64_t tiles_m = ceil_div(m, tm), tiles_n = ceil_div(n, tn);
+    const int64_t tiles = tiles_m * tiles_n;
+    const size_t slot = ql_gemm_scratch_floats(n, k);
+    QL_ASSERT(n_slots >= 1);
+    /* Row tiles inner: consecutive tasks of a thread often reuse its decoded tile. */
+#pragma omp parallel if (tiles > 1)
+    {
+        const int id = omp_get_thread_num();
+        QL_ASSERT(id < n_slots);
+        float *bt = scratch + (size_t)id * slot;
+        int64_t have = -1; /* the column tile bt holds */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tiles; t++) {
+            const int64_t tj = t / tiles_m, ti = t % tiles_m;
+            const int64_t i0 = ti * tm, j0 = tj * tn;
+            const int64_t mm = m - i0 < tm ? m - i0 : tm, nn = n - j0 < tn ? n - j0 : tn;
+            if (have != tj) {
+                rows(ctx, j0, nn, bt);
+                have = tj;
+            }
+            sgemm(true, mm, nn, k, alpha, a + i0 * lda, lda, bt, k, c + i0 * ldc + j0, ldc);
+        }
     }
 }
 

@@ -24,6 +24,7 @@
 #define QL_GEMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define QL_GEMM_SERIAL_MACS (4 * 1024 * 1024)
@@ -37,6 +38,22 @@ void ql_gemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const f
  * for a given product. */
 void ql_gemm_serial(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                     int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+
+/* Rows row0 .. row0 + n_rows - 1 of B (n, k) decoded into out (n_rows, k) f32. Called
+ * from several threads at once, each with its own out. */
+typedef void (*ql_gemm_rows_fn)(const void *ctx, int64_t row0, int64_t n_rows, float *out);
+
+/* ql_gemm(true, ...) with B produced tile by tile by rows(): no f32 copy of B exists,
+ * only one tile of it per thread (scratch: n_slots buffers of ql_gemm_scratch_floats(n,
+ * k) floats, n_slots >= the OpenMP threads). The tile grid is ql_gemm's, so the result
+ * is bit-identical to ql_gemm on the decoded B. Each tile of B is decoded once per
+ * row tile of A. */
+void ql_gemm_decoded(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     ql_gemm_rows_fn rows, const void *ctx, float *scratch, int n_slots, float *c,
+                     int64_t ldc);
+
+/* Floats one scratch slot of ql_gemm_decoded needs for B of n rows of k values. */
+size_t ql_gemm_scratch_floats(int64_t n, int64_t k);
 
 /* The tile grid of a product: tiles of at most *tile_m rows and *tile_n columns. */
 void ql_gemm_tiles(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n);

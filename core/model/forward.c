@@ -45,8 +45,10 @@ struct ql_forward {
     /* ql_forward_run's own binding buffers, allocated on first use */
     float *layer_buf; /* (ql_weights_layer_floats) one layer's products in f32 */
     size_t layer_buf_floats;
-    float *head_buf; /* (n_vocab, n_embd) */
-    float *xrun;     /* (n, n_embd) residual stream of ql_forward_run */
+    float *tiles; /* (tile_slots, ql_gemm_scratch_floats) a decoded weight tile per
+                     thread, for products whose weight is not bound */
+    int tile_slots;
+    float *xrun; /* (n, n_embd) residual stream of ql_forward_run */
 
     /* K/V cache per layer: (n_layer, max_ctx, n_head_kv * head_dim) */
     float *k_cache;
@@ -128,7 +130,7 @@ void ql_forward_free(ql_forward *fw)
     free(fw->k_cache);
     free(fw->v_cache);
     free(fw->layer_buf);
-    free(fw->head_buf);
+    free(fw->tiles);
     free(fw->xrun);
     free(fw);
 }
@@ -198,6 +200,12 @@ const char *ql_forward_attn_rounding_name(const ql_forward *fw)
 /* ------------------------------------------------------------------------ */
 /* The matmul seam                                                            */
 
+/* ql_gemm_rows_fn over a linear prepared by ql_linear_prepare. */
+static void decode_tile(const void *lin, int64_t row0, int64_t n_rows, float *out)
+{
+    ql_linear_decode_prepared(lin, row0, n_rows, out);
+}
+
 void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const float *x, float *y,
                        int64_t n_tok)
 {
@@ -212,8 +220,14 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
     /* y (n_tok, n_out) = in (n_tok, n_in) @ W^T, W (n_out, n_in), on gemm.h's fixed tile
      * grid: the result does not depend on the thread count (tests/unit/test_synth.c). */
     const int64_t n_in = lin->n_in, n_out = lin->n_out;
-    QL_ASSERT(lin->w != NULL && "the product's layer must be bound");
-    ql_gemm(true, n_tok, n_out, n_in, 1.0f, in, n_in, lin->w, n_in, y, n_out);
+    if (lin->w) {
+        ql_gemm(true, n_tok, n_out, n_in, 1.0f, in, n_in, lin->w, n_in, y, n_out);
+    } else {
+        /* Not bound (the head, mostly): decoded tile by tile, the same tile grid. */
+        QL_ASSERT(fw->tile_slots >= omp_get_max_threads() && "thread_slots() first");
+        ql_gemm_decoded(n_tok, n_out, n_in, 1.0f, in, n_in, decode_tile, lin, fw->tiles,
+                        fw->tile_slots, y, n_out);
+    }
     if (lin->act_post)
         lin->act_post(lin->act_ctx, lin, x, y, n_tok);
     if (lin->b) {
@@ -305,19 +319,30 @@ static void head_norm(float *x, const float *w, const ql_hparams *hp, int64_t n,
     rmsnorm(x, x, w, n * n_heads, hp->head_dim, hp->norm_eps);
 }
 
-/* One score buffer (ATT_TILE, max_ctx) per thread that may run an attention task. */
-static ql_status score_slots(ql_forward *fw, ql_error *err)
+/* Per-thread buffers: a score buffer (ATT_TILE, max_ctx) for attention tasks and a
+ * weight tile for products of unbound weights, one per thread that may run a task. */
+static ql_status thread_slots(ql_forward *fw, ql_error *err)
 {
     const int want = omp_get_max_threads();
-    if (fw->score_slots >= want)
-        return QL_OK;
-    const int64_t per = (fw->max_ctx < ATT_TILE ? fw->max_ctx : ATT_TILE) * (int64_t)fw->max_ctx;
-    float *s = realloc(fw->scores, (size_t)(per * want) * sizeof *s);
-    if (!s)
-        return ql_error_set(err, QL_ENOMEM, "forward: out of memory for %d attention buffers",
-                            want);
-    fw->scores = s;
-    fw->score_slots = want;
+    if (fw->score_slots < want) {
+        const int64_t per =
+            (fw->max_ctx < ATT_TILE ? fw->max_ctx : ATT_TILE) * (int64_t)fw->max_ctx;
+        float *s = realloc(fw->scores, (size_t)(per * want) * sizeof *s);
+        if (!s)
+            return ql_error_set(err, QL_ENOMEM, "forward: out of memory for %d attention buffers",
+                                want);
+        fw->scores = s;
+        fw->score_slots = want;
+    }
+    if (fw->tile_slots < want) {
+        const int64_t rows = fw->hp.n_vocab > fw->hp.n_ff ? fw->hp.n_vocab : fw->hp.n_ff;
+        const size_t per = ql_gemm_scratch_floats(rows, fw->max_in);
+        float *t = realloc(fw->tiles, per * (size_t)want * sizeof *t);
+        if (!t)
+            return ql_error_set(err, QL_ENOMEM, "forward: out of memory for %d weight tiles", want);
+        fw->tiles = t;
+        fw->tile_slots = want;
+    }
     return QL_OK;
 }
 
@@ -426,6 +451,9 @@ ql_status ql_forward_check_weights(const ql_forward *fw, const ql_weights *w, ql
                                 "needs %lldx%lld",
                                 i, l->name, (long long)l->n_in, (long long)l->n_out,
                                 has_values ? "" : " without data", (long long)in, (long long)out);
+        ql_status st = ql_linear_prepare(l, err);
+        if (st)
+            return st;
     }
     return QL_OK;
 }
@@ -460,7 +488,7 @@ ql_status ql_forward_block(ql_forward *fw, const ql_weights *w, int l, float *x,
         return ql_error_set(err, QL_EINVAL, "forward: first output row %d outside 0..%d", out_first,
                             n_tok - 1);
     QL_ASSERT(l >= 0 && l < hp->n_layer && ql_weights_layer_bound(w, l));
-    ql_status st = score_slots(fw, err);
+    ql_status st = thread_slots(fw, err);
     if (st)
         return st;
     const int64_t E = hp->n_embd, hd = hp->head_dim;
@@ -523,24 +551,27 @@ void ql_forward_output_norm(ql_forward *fw, const ql_weights *w, const float *x,
     rmsnorm(xn, x, w->output_norm, n, fw->hp.n_embd, fw->hp.norm_eps);
 }
 
-void ql_forward_head(ql_forward *fw, const ql_weights *w, const float *xn, float *logits, int64_t n)
+ql_status ql_forward_head(ql_forward *fw, const ql_weights *w, const float *xn, float *logits,
+                          int64_t n, ql_error *err)
 {
-    ql_forward_matmul(fw, ql_site_output(w), &w->lin[ql_site_output(w)], xn, logits, n);
+    const ql_linear *head = &w->lin[ql_site_output(w)];
+    ql_status st = thread_slots(fw, err);
+    if (!st)
+        st = ql_linear_prepare(head, err);
+    if (st)
+        return st;
+    ql_forward_matmul(fw, ql_site_output(w), head, xn, logits, n);
+    return QL_OK;
 }
 
-/* ql_forward_run's binding buffers, allocated when a weight set first needs them. */
-static ql_status run_buffers(ql_forward *fw, const ql_weights *w, bool layer, ql_error *err)
+/* ql_forward_run's binding buffer, allocated when a weight set first needs it. */
+static ql_status run_buffer(ql_forward *fw, const ql_weights *w, ql_error *err)
 {
-    if (layer && !fw->layer_buf) {
+    if (!fw->layer_buf) {
         fw->layer_buf_floats = ql_weights_layer_floats(w);
         fw->layer_buf = malloc(fw->layer_buf_floats * sizeof(float));
         if (!fw->layer_buf)
             return ql_error_set(err, QL_ENOMEM, "forward: out of memory for one layer in f32");
-    }
-    if (!layer && !fw->head_buf) {
-        fw->head_buf = malloc((size_t)fw->hp.n_vocab * (size_t)fw->hp.n_embd * sizeof(float));
-        if (!fw->head_buf)
-            return ql_error_set(err, QL_ENOMEM, "forward: out of memory for the head in f32");
     }
     return QL_OK;
 }
@@ -566,7 +597,7 @@ ql_status ql_forward_run(ql_forward *fw, const ql_weights *w, const int32_t *tok
     int n = n_tok;
     for (int l = 0; l < hp->n_layer && !st; l++) {
         const bool bind = !ql_weights_layer_bound(w, l);
-        if (bind && (st = run_buffers(fw, w, true, err)))
+        if (bind && (st = run_buffer(fw, w, err)))
             break;
         if (bind && (st = ql_weights_bind_layer(ww, l, fw->layer_buf, fw->layer_buf_floats, err)))
             break;
@@ -578,14 +609,6 @@ ql_status ql_forward_run(ql_forward *fw, const ql_weights *w, const int32_t *tok
     if (st)
         return st;
     /* final norm and LM head: logits (n, n_vocab) */
-    const bool bind = !ql_weights_head_bound(w);
-    if (bind && ((st = run_buffers(fw, w, false, err)) ||
-                 (st = ql_weights_bind_head(ww, fw->head_buf,
-                                            (size_t)hp->n_vocab * (size_t)hp->n_embd, err))))
-        return st;
     ql_forward_output_norm(fw, w, fw->xrun, fw->xb, n);
-    ql_forward_head(fw, w, fw->xb, logits, n);
-    if (bind)
-        ql_weights_unbind_head(ww);
-    return QL_OK;
+    return ql_forward_head(fw, w, fw->xb, logits, n, err);
 }

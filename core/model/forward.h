@@ -120,8 +120,8 @@ const char *ql_forward_attn_rounding_name(const ql_forward *fw);
  * out_first..n_tok-1 to logits ((n_tok - out_first), n_vocab), row-major.
  * As llama.cpp does for tokens without outputs, rows before out_first are dropped
  * after the last layer's attention: observers of the last layer's attn_output and
- * FFN products and of the head see only rows out_first..n_tok-1. Layers and the head
- * that are not bound are bound into the pass's own buffers for the call. */
+ * FFN products and of the head see only rows out_first..n_tok-1. Layers that are not
+ * bound are bound into the pass's own buffer for the call; the head never needs to be. */
 ql_status ql_forward_run(ql_forward *fw, const ql_weights *w, const int32_t *tokens, int n_tok,
                          int pos0, int out_first, float *logits, ql_error *err);
 
@@ -145,9 +145,10 @@ ql_status ql_forward_block(ql_forward *fw, const ql_weights *w, int layer, float
 void ql_forward_output_norm(ql_forward *fw, const ql_weights *w, const float *x, float *xn,
                             int64_t n);
 
-/* logits (n, n_vocab) = the head's product of xn (n, n_embd); the head must be bound. */
-void ql_forward_head(ql_forward *fw, const ql_weights *w, const float *xn, float *logits,
-                     int64_t n);
+/* logits (n, n_vocab) = the head's product of xn (n, n_embd). An unbound head is decoded
+ * tile by tile (no f32 copy of it exists), with the same result as a bound one. */
+ql_status ql_forward_head(ql_forward *fw, const ql_weights *w, const float *xn, float *logits,
+                          int64_t n, ql_error *err);
 
 /* The one place products happen: y (n_tok, lin->n_out) = x (n_tok, lin->n_in) W^T + b,
  * with the observer and the linear's activation transform applied. n_tok <= max_ctx. */

@@ -158,27 +158,50 @@ static void decode_halves(int32_t type, const uint8_t *src, float *out, int64_t 
     }
 }
 
-ql_status ql_linear_decode_rows(const ql_linear *lin, int64_t row0, int64_t n_rows, float *out,
-                                ql_error *err)
+ql_status ql_linear_prepare(const ql_linear *lin, ql_error *err)
 {
-    const ql_weight_src *s = &lin->src;
-    const int64_t n_in = lin->n_in;
-    QL_ASSERT(row0 >= 0 && n_rows >= 0 && row0 + n_rows <= lin->n_out);
-    if (lin->w) { /* bound or in place: the values are there */
-        memcpy(out, lin->w + row0 * n_in, (size_t)(n_rows * n_in) * sizeof *out);
+    if (lin->w)
         return QL_OK;
-    }
-    if (!s->data || !decodable(s->type, n_in))
+    const ql_weight_src *s = &lin->src;
+    if (!s->data || !decodable(s->type, lin->n_in))
         return ql_error_set(err, QL_EUNSUPPORTED,
                             "tensor '%s' (%lldx%lld): qlab cannot decode type %s", lin->name,
-                            (long long)n_in, (long long)lin->n_out, ql_type_name(s->type));
+                            (long long)lin->n_in, (long long)lin->n_out, ql_type_name(s->type));
     ql_status st = ql_type_prepare(s->type, err);
     if (st)
         return ql_error_prefix(err, "tensor '%s': ", lin->name);
-    const ql_type_traits *tr = ql_type_get(s->type);
+    return QL_OK;
+}
+
+void ql_linear_decode_prepared(const ql_linear *lin, int64_t row0, int64_t n_rows, float *out)
+{
+    const ql_weight_src *s = &lin->src;
+    const int64_t n_in = lin->n_in;
+    if (lin->w) { /* bound or in place: the values are there */
+        memcpy(out, lin->w + row0 * n_in, (size_t)(n_rows * n_in) * sizeof *out);
+        return;
+    }
     const size_t row_bytes = ql_row_size(s->type, n_in);
-    const uint8_t *base = (const uint8_t *)s->data + (size_t)row0 * row_bytes;
-    int64_t per_task = DECODE_VALUES_PER_TASK / n_in;
+    const uint8_t *src = (const uint8_t *)s->data + (size_t)row0 * row_bytes;
+    if (s->type == QL_TYPE_F16 || s->type == QL_TYPE_BF16)
+        decode_halves(s->type, src, out, n_rows * n_in);
+    else if (s->type == QL_TYPE_F32)
+        memcpy(out, src, (size_t)(n_rows * n_in) * sizeof *out);
+    else
+        ql_type_get(s->type)->dequantize(src, out, n_rows, n_in);
+    for (int64_t i = 0; i < n_rows; i++)
+        for (int64_t j = 0; j < s->n_exact; j++)
+            out[i * n_in + s->exact_cols[j]] = s->exact_vals[(row0 + i) * s->n_exact + j];
+}
+
+ql_status ql_linear_decode_rows(const ql_linear *lin, int64_t row0, int64_t n_rows, float *out,
+                                ql_error *err)
+{
+    QL_ASSERT(row0 >= 0 && n_rows >= 0 && row0 + n_rows <= lin->n_out);
+    ql_status st = ql_linear_prepare(lin, err);
+    if (st)
+        return st;
+    int64_t per_task = DECODE_VALUES_PER_TASK / lin->n_in;
     if (per_task < 1)
         per_task = 1;
     const int64_t tasks = (n_rows + per_task - 1) / per_task;
@@ -186,17 +209,7 @@ ql_status ql_linear_decode_rows(const ql_linear *lin, int64_t row0, int64_t n_ro
     for (int64_t t = 0; t < tasks; t++) {
         const int64_t r = t * per_task;
         const int64_t nr = n_rows - r < per_task ? n_rows - r : per_task;
-        const uint8_t *src = base + (size_t)r * row_bytes;
-        float *dst = out + r * n_in;
-        if (s->type == QL_TYPE_F16 || s->type == QL_TYPE_BF16)
-            decode_halves(s->type, src, dst, nr * n_in);
-        else if (s->type == QL_TYPE_F32)
-            memcpy(dst, src, (size_t)(nr * n_in) * sizeof *dst);
-        else
-            tr->dequantize(src, dst, nr, n_in);
-        for (int64_t i = 0; i < nr; i++)
-            for (int64_t j = 0; j < s->n_exact; j++)
-                dst[i * n_in + s->exact_cols[j]] = s->exact_vals[(row0 + r + i) * s->n_exact + j];
+        ql_linear_decode_prepared(lin, row0 + r, nr, out + r * lin->n_in);
     }
     return QL_OK;
 }
@@ -253,21 +266,10 @@ ql_status ql_weights_bind_layer(ql_weights *w, int layer, float *buf, size_t buf
     return QL_OK;
 }
 
-ql_status ql_weights_bind_head(ql_weights *w, float *buf, size_t buf_floats, ql_error *err)
-{
-    size_t used = 0;
-    return bind_linear(&w->lin[ql_site_output(w)], buf, buf_floats, &used, err);
-}
-
 void ql_weights_unbind_layer(ql_weights *w, int layer)
 {
     for (int k = 0; k < QL_SITES_PER_LAYER; k++)
         unbind_linear(&w->lin[ql_site(layer, (ql_site_kind)k)]);
-}
-
-void ql_weights_unbind_head(ql_weights *w)
-{
-    unbind_linear(&w->lin[ql_site_output(w)]);
 }
 
 bool ql_weights_layer_bound(const ql_weights *w, int layer)
@@ -276,11 +278,6 @@ bool ql_weights_layer_bound(const ql_weights *w, int layer)
         if (!w->lin[ql_site(layer, (ql_site_kind)k)].w)
             return false;
     return true;
-}
-
-bool ql_weights_head_bound(const ql_weights *w)
-{
-    return w->lin[ql_site_output(w)].w != NULL;
 }
 
 ql_status ql_weights_bind_all(ql_weights *w, ql_error *err)

@@ -144,6 +144,15 @@ void ql_linear_set_src(ql_linear *lin, const ql_weight_src *src);
 ql_status ql_linear_decode_rows(const ql_linear *lin, int64_t row0, int64_t n_rows, float *out,
                                 ql_error *err);
 
+/* Checks that the linear's source can be decoded and loads the tables its type needs
+ * (the IQ codebooks), so that ql_linear_decode_prepared may be called. */
+ql_status ql_linear_prepare(const ql_linear *lin, ql_error *err);
+
+/* ql_linear_decode_rows on the calling thread, without checks, after ql_linear_prepare:
+ * for code that decodes tiles of a weight from several threads (gemm.h's decoded
+ * products). */
+void ql_linear_decode_prepared(const ql_linear *lin, int64_t row0, int64_t n_rows, float *out);
+
 /* Floats a buffer needs to bind any layer of w (the sum of its sites' n_in * n_out). */
 size_t ql_weights_layer_floats(const ql_weights *w);
 
@@ -153,20 +162,16 @@ size_t ql_weights_layer_floats(const ql_weights *w);
 ql_status ql_weights_bind_layer(ql_weights *w, int layer, float *buf, size_t buf_floats,
                                 ql_error *err);
 
-/* Binds the head (site ql_site_output) the same way; buf holds n_vocab * n_embd floats. */
-ql_status ql_weights_bind_head(ql_weights *w, float *buf, size_t buf_floats, ql_error *err);
-
-/* Undoes ql_weights_bind_layer / _head: the linears decoded into a buffer are unbound. */
+/* Undoes ql_weights_bind_layer: the linears decoded into a buffer are unbound. */
 void ql_weights_unbind_layer(ql_weights *w, int layer);
-void ql_weights_unbind_head(ql_weights *w);
 
 /* Decodes every product that is not bound into f32 arrays the set owns, so that it can be
  * run without binding: a whole f32 copy of the model, for small models and tests. */
 ql_status ql_weights_bind_all(ql_weights *w, ql_error *err);
 
-/* Whether every product of layer l (or the head) has f32 values to multiply with. */
+/* Whether every product of layer l has f32 values to multiply with. (The head need not
+ * be bound: an unbound product decodes its weight tile by tile, forward.h.) */
 bool ql_weights_layer_bound(const ql_weights *w, int layer);
-bool ql_weights_head_bound(const ql_weights *w);
 
 /* Number of parameters of a weight set (2-D weights, biases and norms; a tied head
  * counted once). */
