@@ -285,29 +285,24 @@ static ql_status write_plot(const nb_options *o, const nb_result *runs, const pa
 int main(int argc, char **argv)
 {
     nb_options o;
-    const char *resamples_arg = NULL, *seed_arg = NULL;
-    const nb_extra_option extra[] = {
-        {"--resamples", &resamples_arg, "bootstrap resamples (default 10000, at least 100)"},
-        {"--seed", &seed_arg, "seed of the bootstrap's random numbers (default 20240601)"},
-    };
-    int rc = nb_parse(argc, argv, &o,
-                      "The cost of activation quantization per weight type: ΔKLD and Δ ln PPL "
-                      "against the\nsame weights with f32 activations, with paired-bootstrap "
-                      "intervals over chunks.\nWrites act_cost.md and act_cost[-N].png/.svg.",
-                      extra, 2);
-    if (rc >= 0)
-        return rc;
     int64_t resamples = QL_BOOTSTRAP_RESAMPLES, seed = (int64_t)QL_BOOTSTRAP_SEED;
-    if (resamples_arg &&
-        (!ql_parse_i64(resamples_arg, &resamples) || resamples < 100 || resamples > 100000000)) {
-        fprintf(stderr, "%s: --resamples expects an integer in 100..100000000, got '%s'\n", o.prog,
-                resamples_arg);
-        return 2;
-    }
-    if (seed_arg && (!ql_parse_i64(seed_arg, &seed) || seed < 0)) {
-        fprintf(stderr, "%s: --seed expects a non-negative integer, got '%s'\n", o.prog, seed_arg);
-        return 2;
-    }
+    char resamples_help[80], seed_help[80];
+    snprintf(resamples_help, sizeof resamples_help,
+             "bootstrap resamples (default %d, at least 100)", QL_BOOTSTRAP_RESAMPLES);
+    snprintf(seed_help, sizeof seed_help, "seed of the bootstrap's random numbers (default %lld)",
+             (long long)seed);
+    const ql_opt extra[] = {
+        ql_opt_i64("resamples", 0, &resamples, 100, 100000000, "N", resamples_help),
+        ql_opt_i64("seed", 's', &seed, 0, INT64_MAX, "S", seed_help),
+    };
+    const int rc = nb_parse(argc, argv, &o,
+                            "The cost of activation quantization per weight type: ΔKLD and Δ ln "
+                            "PPL against the\nsame weights with f32 activations, with "
+                            "paired-bootstrap intervals over chunks.\nWrites act_cost.md and "
+                            "act_cost[-N].png/.svg.",
+                            extra, QL_OPT_COUNT(extra));
+    if (rc != QL_OPT_GO_ON)
+        return rc;
 
     ql_error err;
     ql_error_clear(&err);

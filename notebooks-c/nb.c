@@ -6,64 +6,41 @@
 #include "base/util.h"
 #include "results/plot.h"
 
-static void help(const nb_options *o, const char *summary, const nb_extra_option *extra,
-                 int n_extra)
+static void help(const ql_opt_parser *p)
 {
-    printf("usage: %s [--db PATH] [-o DIR] [--sweep NAME] [--no-plots]", o->prog);
-    for (int i = 0; i < n_extra; i++)
-        printf(" [%s X]", extra[i].name);
-    printf("\n\n%s\n\noptions:\n"
-           "  --db PATH       results database (default %s)\n"
-           "  -o, --out DIR   output directory (default %s)\n"
-           "  --sweep NAME    only the runs of this sweep\n"
-           "  --no-plots      tables and plot data only, do not run gnuplot\n",
-           summary, QL_STORE_DEFAULT_PATH, NB_DEFAULT_DIR);
-    for (int i = 0; i < n_extra; i++)
-        printf("  %-15s %s\n", extra[i].name, extra[i].help);
+    printf("usage: %s [options]\n\n%s\n\n", p->prog, (const char *)p->help_ctx);
+    ql_opt_print_options(stdout, p);
 }
 
-static int usage(const nb_options *o, const char *msg, const char *arg)
-{
-    fprintf(stderr, "%s: %s%s%s\nTry '%s --help'.\n", o->prog, msg, arg ? " " : "", arg ? arg : "",
-            o->prog);
-    return 2;
-}
+/* The options every program has, then the program's own. */
+#define NB_COMMON_OPTIONS 4
 
-int nb_parse(int argc, char **argv, nb_options *o, const char *summary,
-             const nb_extra_option *extra, int n_extra)
+int nb_parse(int argc, char **argv, nb_options *o, const char *summary, const ql_opt *extra,
+             size_t n_extra)
 {
     const char *slash = strrchr(argv[0], '/');
     o->prog = slash ? slash + 1 : argv[0];
     o->db = QL_STORE_DEFAULT_PATH;
     o->out_dir = NB_DEFAULT_DIR;
     o->sweep = NULL;
-    o->plots = true;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], **target = NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help(o, summary, extra, n_extra);
-            return 0;
-        }
-        if (strcmp(a, "--no-plots") == 0) {
-            o->plots = false;
-            continue;
-        }
-        if (strcmp(a, "--db") == 0)
-            target = &o->db;
-        else if (strcmp(a, "-o") == 0 || strcmp(a, "--out") == 0)
-            target = &o->out_dir;
-        else if (strcmp(a, "--sweep") == 0)
-            target = &o->sweep;
-        for (int k = 0; k < n_extra && !target; k++)
-            if (strcmp(a, extra[k].name) == 0)
-                target = extra[k].value;
-        if (!target)
-            return usage(o, a[0] == '-' ? "unknown option" : "unexpected argument", a);
-        if (++i >= argc || !*argv[i])
-            return usage(o, "a value is missing after", a);
-        *target = argv[i];
-    }
-    return -1;
+    bool no_plots = false;
+    QL_ASSERT(n_extra <= QL_OPT_MAX - NB_COMMON_OPTIONS);
+    ql_opt opts[QL_OPT_MAX] = {
+        ql_opt_str("db", 0, &o->db, "PATH", "results database (default " QL_STORE_DEFAULT_PATH ")"),
+        ql_opt_str("out", 'o', &o->out_dir, "DIR", "output directory (default " NB_DEFAULT_DIR ")"),
+        ql_opt_str("sweep", 0, &o->sweep, "NAME", "only the runs of this sweep"),
+        ql_opt_flag("no-plots", 0, &no_plots, "tables and plot data only, do not run gnuplot"),
+    };
+    for (size_t i = 0; i < n_extra; i++)
+        opts[NB_COMMON_OPTIONS + i] = extra[i];
+    ql_opt_parser p = {.prog = o->prog,
+                       .opts = opts,
+                       .n_opts = NB_COMMON_OPTIONS + n_extra,
+                       .help = help,
+                       .help_ctx = summary};
+    const int rc = ql_opt_parse(&p, argc, argv);
+    o->plots = !no_plots;
+    return rc;
 }
 
 ql_status nb_open(const nb_options *o, ql_store **s, ql_error *err)

@@ -3,13 +3,14 @@
  * gnuplot plot (script + data next to the images) into an output directory,
  * and takes the options
  *
- *   --db PATH   results database (default results/qlab.db)
- *   -o DIR      output directory (default results/notebooks)
- *   --sweep N   only the runs of one sweep
- *   --no-plots  tables and plot data only
+ *   --db PATH        results database (default results/qlab.db)
+ *   -o, --out DIR    output directory (default results/notebooks)
+ *   --sweep N        only the runs of one sweep
+ *   --no-plots       tables and plot data only
  *
- * plus its own. Exit codes as qlab: 0 ok (also when gnuplot is missing: the
- * plot is skipped with a message), 1 runtime error, 2 usage error. */
+ * plus its own, parsed as qlab's commands parse theirs (cli/opt.h). Exit codes as
+ * qlab: 0 ok (also when gnuplot is missing: the plot is skipped with a message),
+ * 1 runtime error, 2 usage error. */
 #ifndef QL_NB_H
 #define QL_NB_H
 
@@ -18,6 +19,7 @@
 
 #include "base/doc.h"
 #include "base/error.h"
+#include "cli/opt.h"
 #include "experiment/config.h"
 #include "results/query.h"
 #include "results/store.h"
@@ -30,17 +32,10 @@ typedef struct {
     bool plots;
 } nb_options;
 
-/* An option of one program: "--name" taking a value stored in *value. */
-typedef struct {
-    const char *name;
-    const char **value;
-    const char *help;
-} nb_extra_option;
-
-/* Parses the common options and the extra ones. Returns -1 to go on, else the
- * exit code (0 after --help, 2 on a usage error). */
-int nb_parse(int argc, char **argv, nb_options *o, const char *summary,
-             const nb_extra_option *extra, int n_extra);
+/* Parses the common options and the program's own (extra, n_extra of them).
+ * Returns QL_OPT_GO_ON, else the exit code (0 after --help, 2 on a usage error). */
+int nb_parse(int argc, char **argv, nb_options *o, const char *summary, const ql_opt *extra,
+             size_t n_extra);
 
 /* Opens the store read-only. */
 ql_status nb_open(const nb_options *o, ql_store **s, ql_error *err);

@@ -125,7 +125,7 @@ int main(int argc, char **argv)
                       "against PPL,\nper model, text and context. Writes pareto.md and "
                       "pareto[-N].png/.svg.",
                       NULL, 0);
-    if (rc >= 0)
+    if (rc != QL_OPT_GO_ON)
         return rc;
     ql_error err;
     ql_error_clear(&err);

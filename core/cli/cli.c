@@ -1,8 +1,6 @@
 #include "cli.h"
 
-#include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,15 +13,17 @@ int ql_cli_fail(const ql_error *err)
     return QL_EXIT_RUNTIME;
 }
 
-int ql_cli_usage(const char *cmd, const char *fmt, ...)
+ql_opt ql_cli_model_opt(const char **slot)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "qlab %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nTry 'qlab %s --help'.\n", cmd);
-    va_end(ap);
-    return QL_EXIT_USAGE;
+    return ql_opt_str("model", 'm', slot, "MODEL",
+                      "the model, instead of the MODEL argument (as llama.cpp's -m)");
+}
+
+ql_status ql_cli_parse_imatrix_format(void *ctx, const char *val, ql_error *err)
+{
+    if (!ql_imatrix_format_parse(val, ctx))
+        return ql_error_set(err, QL_EINVAL, "expected dat or gguf, got '%s'", val);
+    return QL_OK;
 }
 
 ql_status ql_cli_best_time(ql_cli_bench_run run, const void *ctx, double min_seconds, double *best,
@@ -65,16 +65,4 @@ void ql_cli_text_run_deinit(ql_cli_text_run *r)
     ql_tokenizer_free(r->tok);
     ql_model_free(r->model);
     memset(r, 0, sizeof *r);
-}
-
-int ql_cli_parse_int_opt(const char *cmd, const char *opt, const char *val, int min, int max,
-                         int *out)
-{
-    int v;
-    if (!ql_parse_int(val, &v) || v < min || v > max) {
-        ql_cli_usage(cmd, "%s expects an integer in %d..%d, got '%s'", opt, min, max, val);
-        return 0;
-    }
-    *out = v;
-    return 1;
 }

@@ -1,4 +1,5 @@
-/* qlab command line: shared helpers for the subcommands.
+/* qlab command line: shared helpers for the subcommands, whose options go through
+ * opt.h.
  *
  * Exit codes: 0 success, 1 runtime error (bad input file, failed write, ...),
  * 2 usage error (unknown option, missing argument). */
@@ -8,23 +9,25 @@
 #include "base/data.h"
 #include "base/error.h"
 #include "model/forward.h"
+#include "model/imatrix_io.h"
 #include "model/model.h"
 #include "model/perplexity.h"
 #include "model/tokenizer.h"
+#include "opt.h"
 
-#define QL_EXIT_OK 0
+#define QL_EXIT_OK      0
 #define QL_EXIT_RUNTIME 1
-#define QL_EXIT_USAGE 2
+#define QL_EXIT_USAGE   2
 
 /* Prints "qlab: error: <msg>" and returns QL_EXIT_RUNTIME. */
 int ql_cli_fail(const ql_error *err);
 
-/* Prints "qlab <cmd>: <msg>" and a hint to --help; returns QL_EXIT_USAGE. */
-int ql_cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* -m, --model MODEL: the model argument given as an option (llama.cpp's -m); slot is
+ * the parser's args[k] that MODEL fills. */
+ql_opt ql_cli_model_opt(const char **slot);
 
-/* Parses --threads values etc.: prints a usage error and returns false when bad. */
-int ql_cli_parse_int_opt(const char *cmd, const char *opt, const char *val, int min, int max,
-                         int *out);
+/* --format of the imatrix commands: dat or gguf into the ql_imatrix_format ctx. */
+ql_status ql_cli_parse_imatrix_format(void *ctx, const char *val, ql_error *err);
 
 /* One run of a benchmark on ctx: QL_OK, or a failure that ends the measurement. */
 typedef ql_status (*ql_cli_bench_run)(const void *ctx, ql_error *err);

@@ -13,21 +13,21 @@
 #include "formats/types.h"
 #include "model/quant.h"
 
-static const char *const usage_text =
-    "usage: qlab bench quant [--threads N] [--rows R] [--cols C] [--imatrix] [--types T,T,...]\n"
-    "                        [--min-seconds S]\n"
-    "\n"
-    "Quantize and dequantize throughput of every implemented type, in MB/s of f32 input\n"
-    "(1 MB = 10^6 bytes), single-threaded and with N threads (default: all cores), on a\n"
-    "fixed synthetic R x C matrix (default 128 x 4096: Student-t-like values, every 128th\n"
-    "column 20x larger). Each figure is the best of repeated runs lasting >= S seconds\n"
-    "in total (default 0.05); the tables a type needs (IQ lattice codebooks) are loaded\n"
-    "before its timing.\n"
-    "\n"
-    "  --imatrix      time the importance-weighted search (synthetic weights)\n"
-    "  --types LIST   only these types (comma separated, e.g. Q4_0,Q4_K,INT8_ROW)\n"
-    "\n"
-    "Q8_0_XC is timed with the 20x columns as its outlier columns.\n";
+static void help(const ql_opt_parser *p)
+{
+    printf("usage: qlab bench quant [--threads N] [--rows R] [--cols C] [--imatrix] [--types "
+           "T,T,...]\n"
+           "                        [--min-seconds S]\n"
+           "\n"
+           "Quantize and dequantize throughput of every implemented type, in MB/s of f32 input\n"
+           "(1 MB = 10^6 bytes), single-threaded and with N threads, on a fixed synthetic R x C\n"
+           "matrix (Student-t-like values, every 128th column 20x larger). Each figure is the\n"
+           "best of repeated runs lasting >= S seconds in total; the tables a type needs (IQ\n"
+           "lattice codebooks) are loaded before its timing.\n"
+           "\n");
+    ql_opt_print_options(stdout, p);
+    printf("\nQ8_0_XC is timed with the 20x columns as its outlier columns.\n");
+}
 
 #define OUTLIER_STRIDE 128
 
@@ -96,30 +96,29 @@ static bool timeable(const ql_type_traits *tr)
 
 /* Every name of a --types list is a type bench quant can time; else a usage error
  * names the first that is not (a typo would otherwise print an empty table). */
-static bool check_types(const char *list)
+static bool check_types(const ql_opt_parser *p, const char *list)
 {
-    for (const char *p = list;;) {
-        const char *e = strchr(p, ',');
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
+    for (const char *s = list;;) {
+        const char *e = strchr(s, ',');
+        const size_t len = e ? (size_t)(e - s) : strlen(s);
         char name[32];
         const ql_type_traits *tr = NULL;
         if (len < sizeof name) {
-            memcpy(name, p, len);
+            memcpy(name, s, len);
             name[len] = '\0';
             tr = ql_type_by_name(name);
         }
         if (!tr) {
-            ql_cli_usage("bench quant", "--types: unknown type '%.*s'", (int)len, p);
+            ql_opt_usage(p, "--types: unknown type '%.*s'", (int)len, s);
             return false;
         }
         if (!timeable(tr)) {
-            ql_cli_usage("bench quant", "--types: %s has no quantizer and decoder to time",
-                         tr->name);
+            ql_opt_usage(p, "--types: %s has no quantizer and decoder to time", tr->name);
             return false;
         }
         if (!e)
             return true;
-        p = e + 1;
+        s = e + 1;
     }
 }
 
@@ -140,50 +139,36 @@ static bool type_selected(const char *list, const char *name)
 
 static int bench_quant(int argc, char **argv)
 {
-    int rows = 128, cols = 4096, threads = ql_threads_get();
+    int rows = 128, cols = 4096, threads = 0;
     bool with_imat = false;
     const char *types = NULL;
     double min_seconds = 0.05;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage_text, stdout);
-            return QL_EXIT_OK;
-        }
-        bool takes_value = strcmp(a, "--threads") == 0 || strcmp(a, "--rows") == 0 ||
-                           strcmp(a, "--cols") == 0 || strcmp(a, "--types") == 0 ||
-                           strcmp(a, "--min-seconds") == 0;
-        if (takes_value && i + 1 >= argc)
-            return ql_cli_usage("bench quant", "%s needs a value", a);
-        if (strcmp(a, "--threads") == 0) {
-            if (!ql_cli_parse_int_opt("bench quant", a, argv[++i], 1, 4096, &threads))
-                return QL_EXIT_USAGE;
-        } else if (strcmp(a, "--rows") == 0) {
-            if (!ql_cli_parse_int_opt("bench quant", a, argv[++i], 1, 1 << 20, &rows))
-                return QL_EXIT_USAGE;
-        } else if (strcmp(a, "--cols") == 0) {
-            if (!ql_cli_parse_int_opt("bench quant", a, argv[++i], 1, 1 << 20, &cols))
-                return QL_EXIT_USAGE;
-            if (cols % 256 != 0)
-                return ql_cli_usage("bench quant", "--cols must be a multiple of 256, got %d",
-                                    cols);
-        } else if (strcmp(a, "--min-seconds") == 0) {
-            if (!ql_parse_double(argv[++i], &min_seconds) || !(min_seconds >= 0) ||
-                min_seconds > 3600)
-                return ql_cli_usage("bench quant", "--min-seconds expects 0..3600, got '%s'",
-                                    argv[i]);
-        } else if (strcmp(a, "--types") == 0) {
-            types = argv[++i];
-        } else if (strcmp(a, "--imatrix") == 0) {
-            with_imat = true;
-        } else {
-            return ql_cli_usage("bench quant", "unknown option '%s'", a);
-        }
-    }
-    if (types && !check_types(types))
+    const ql_opt opts[] = {
+        ql_opt_threads(&threads, "threads of the second column (default: $OMP_NUM_THREADS,\n"
+                                 "else all cores)"),
+        ql_opt_int("rows", 0, &rows, 1, 1 << 20, "R", "matrix rows (default 128)"),
+        ql_opt_int("cols", 0, &cols, 256, 1 << 20, "C",
+                   "matrix columns, a multiple of 256 (default 4096)"),
+        ql_opt_flag("imatrix", 0, &with_imat,
+                    "time the importance-weighted search (synthetic weights)"),
+        ql_opt_str("types", 0, &types, "LIST",
+                   "only these types (comma separated, e.g. Q4_0,Q4_K,INT8_ROW)"),
+        ql_opt_double("min-seconds", 0, &min_seconds, 0, 3600, "S",
+                      "time each figure for at least S seconds (default 0.05)"),
+    };
+    ql_opt_parser p = {
+        .prog = "qlab bench quant", .opts = opts, .n_opts = QL_OPT_COUNT(opts), .help = help};
+    const int prc = ql_opt_parse(&p, argc, argv);
+    if (prc != QL_OPT_GO_ON)
+        return prc;
+    if (cols % 256 != 0)
+        return ql_opt_usage(&p, "--cols must be a multiple of 256, got %d", cols);
+    if (types && !check_types(&p, types))
         return QL_EXIT_USAGE;
     if ((int64_t)rows * cols > (INT64_C(1) << 31))
-        return ql_cli_usage("bench quant", "matrix of %d x %d values is too large", rows, cols);
+        return ql_opt_usage(&p, "matrix of %d x %d values is too large", rows, cols);
+    if (threads == 0)
+        threads = ql_threads_get();
 
     const size_t n = (size_t)rows * (size_t)cols;
     float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
@@ -256,23 +241,37 @@ out:
     return rc;
 }
 
+static void bench_help(const ql_opt_parser *p)
+{
+    printf("usage: qlab bench act|forward|quant [options]\n\n"
+           "Benchmarks:\n"
+           "  act       activation rounding and int8 products (qlab bench act --help)\n"
+           "  forward   tokens/s of the reference forward pass (qlab bench forward --help)\n"
+           "  quant     quantize/dequantize throughput per type (qlab bench quant --help)\n\n");
+    ql_opt_print_options(stdout, p);
+}
+
 int ql_cmd_bench(int argc, char **argv)
 {
-    if (argc < 2)
-        return ql_cli_usage("bench", "expects a benchmark name: act, forward, quant");
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        printf("usage: qlab bench act|forward|quant [options]\n\n"
-               "Benchmarks:\n"
-               "  act       activation rounding and int8 products (qlab bench act --help)\n"
-               "  forward   tokens/s of the reference forward pass (qlab bench forward --help)\n"
-               "  quant     quantize/dequantize throughput per type (qlab bench quant --help)\n");
-        return QL_EXIT_OK;
-    }
-    if (strcmp(argv[1], "act") == 0)
-        return ql_bench_act(argc - 1, argv + 1);
-    if (strcmp(argv[1], "quant") == 0)
-        return bench_quant(argc - 1, argv + 1);
-    if (strcmp(argv[1], "forward") == 0)
-        return ql_bench_forward(argc - 1, argv + 1);
-    return ql_cli_usage("bench", "unknown benchmark '%s' (known: act, forward, quant)", argv[1]);
+    const char *args[1];
+    static const char *const names[] = {"a benchmark name (act, forward, quant)"};
+    ql_opt_parser p = {.prog = "qlab bench",
+                       .args = args,
+                       .max_args = 1,
+                       .arg_names = names,
+                       .n_required = 1,
+                       .stop_at_arg = true,
+                       .help = bench_help};
+    const int rc = ql_opt_parse(&p, argc, argv);
+    if (rc != QL_OPT_GO_ON)
+        return rc;
+    argc -= p.next;
+    argv += p.next;
+    if (strcmp(args[0], "act") == 0)
+        return ql_bench_act(argc, argv);
+    if (strcmp(args[0], "quant") == 0)
+        return bench_quant(argc, argv);
+    if (strcmp(args[0], "forward") == 0)
+        return ql_bench_forward(argc, argv);
+    return ql_opt_usage(&p, "unknown benchmark '%s' (known: act, forward, quant)", args[0]);
 }

@@ -12,18 +12,21 @@
 #include "formats/qgemm.h"
 #include "formats/quant_legacy.h"
 
-static const char *const usage_text =
-    "usage: qlab bench act [--threads N] [--tokens T] [--in K] [--out M] [--min-seconds S]\n"
-    "\n"
-    "1. Activation rounding throughput (MB/s of f32 input) of every rounding on a T x K\n"
-    "   batch (default 128 x 4096), single-threaded as the forward pass runs it.\n"
-    "2. One product y (T, M) = x (T, K) W^T with Q8_0 weights and q8_0 activations\n"
-    "   (default 128 x 1024 x 4096), 1 and N threads (default: all cores):\n"
-    "     fake-quant  round x (actquant), f32 sgemm with the decoded W (OpenBLAS)\n"
-    "     int8 C      quantize x to q8_0 blocks, integer kernel, portable C\n"
-    "     int8 AVX2   the same with the AVX2 kernel (when the CPU has it)\n"
-    "   in GMAC/s (10^9 multiply-adds per second; T*M*K per product).\n"
-    "Each figure is the best of repeated runs lasting >= S seconds in total (default 0.2).\n";
+static void help(const ql_opt_parser *p)
+{
+    printf("usage: qlab bench act [--threads N] [--tokens T] [--in K] [--out M] [--min-seconds S]\n"
+           "\n"
+           "1. Activation rounding throughput (MB/s of f32 input) of every rounding on a T x K\n"
+           "   batch, single-threaded as the forward pass runs it.\n"
+           "2. One product y (T, M) = x (T, K) W^T with Q8_0 weights and q8_0 activations,\n"
+           "   1 and N threads:\n"
+           "     fake-quant  round x (actquant), f32 sgemm with the decoded W (OpenBLAS)\n"
+           "     int8 C      quantize x to q8_0 blocks, integer kernel, portable C\n"
+           "     int8 AVX2   the same with the AVX2 kernel (when the CPU has it)\n"
+           "   in GMAC/s (10^9 multiply-adds per second; T*M*K per product).\n"
+           "Each figure is the best of repeated runs lasting >= S seconds in total.\n\n");
+    ql_opt_print_options(stdout, p);
+}
 
 static uint64_t rng;
 static float next_gauss(void)
@@ -80,41 +83,29 @@ static double best_time(prod_ctx *c, run_kind kind, int threads, double min_seco
 
 int ql_bench_act(int argc, char **argv)
 {
-    int tokens = 128, k = 4096, m = 1024, threads = ql_threads_get();
+    int tokens = 128, k = 4096, m = 1024, threads = 0;
     double min_seconds = 0.2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage_text, stdout);
-            return QL_EXIT_OK;
-        }
-        if (i + 1 >= argc)
-            return ql_cli_usage("bench act", "unknown option or missing value: '%s'", a);
-        const char *v = argv[++i];
-        if (strcmp(a, "--threads") == 0) {
-            if (!ql_cli_parse_int_opt("bench act", a, v, 1, 4096, &threads))
-                return QL_EXIT_USAGE;
-        } else if (strcmp(a, "--tokens") == 0) {
-            if (!ql_cli_parse_int_opt("bench act", a, v, 1, 65536, &tokens))
-                return QL_EXIT_USAGE;
-        } else if (strcmp(a, "--in") == 0) {
-            if (!ql_cli_parse_int_opt("bench act", a, v, 256, 1 << 20, &k))
-                return QL_EXIT_USAGE;
-            if (k % 256 != 0)
-                return ql_cli_usage("bench act", "--in must be a multiple of 256, got %d", k);
-        } else if (strcmp(a, "--out") == 0) {
-            if (!ql_cli_parse_int_opt("bench act", a, v, 1, 1 << 20, &m))
-                return QL_EXIT_USAGE;
-        } else if (strcmp(a, "--min-seconds") == 0) {
-            if (!ql_parse_double(v, &min_seconds) || !(min_seconds >= 0) || min_seconds > 3600)
-                return ql_cli_usage("bench act", "--min-seconds expects 0..3600, got '%s'", v);
-        } else {
-            return ql_cli_usage("bench act", "unknown option '%s'", a);
-        }
-    }
+    const ql_opt opts[] = {
+        ql_opt_threads(&threads, "threads of the product's second column (default:\n"
+                                 "$OMP_NUM_THREADS, else all cores)"),
+        ql_opt_int("tokens", 0, &tokens, 1, 65536, "T", "tokens of the batch (default 128)"),
+        ql_opt_int("in", 0, &k, 256, 1 << 20, "K", "input width, a multiple of 256 (default 4096)"),
+        ql_opt_int("out", 0, &m, 1, 1 << 20, "M", "output rows of the product (default 1024)"),
+        ql_opt_double("min-seconds", 0, &min_seconds, 0, 3600, "S",
+                      "time each figure for at least S seconds (default 0.2)"),
+    };
+    ql_opt_parser op = {
+        .prog = "qlab bench act", .opts = opts, .n_opts = QL_OPT_COUNT(opts), .help = help};
+    const int prc = ql_opt_parse(&op, argc, argv);
+    if (prc != QL_OPT_GO_ON)
+        return prc;
+    if (k % 256 != 0)
+        return ql_opt_usage(&op, "--in must be a multiple of 256, got %d", k);
     if ((int64_t)tokens * k > (INT64_C(1) << 28) || (int64_t)m * k > (INT64_C(1) << 28))
-        return ql_cli_usage("bench act", "matrices of %d x %d and %d x %d values are too large",
-                            tokens, k, m, k);
+        return ql_opt_usage(&op, "matrices of %d x %d and %d x %d values are too large", tokens, k,
+                            m, k);
+    if (threads == 0)
+        threads = ql_threads_get();
 
     const size_t nx = (size_t)tokens * (size_t)k, nw = (size_t)m * (size_t)k;
     prod_ctx c = {.t = tokens, .k = k, .m = m};

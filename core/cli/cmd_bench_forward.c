@@ -11,13 +11,14 @@
 #include "model/forward.h"
 #include "model/model.h"
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab bench forward MODEL [--ctx N] [--threads N] [--chunks K]\n\n"
            "Runs K chunks (default 4, after one untimed warm-up chunk) of N tokens (default\n"
            "256) through the f32 reference forward pass and prints tokens per second with\n"
            "the model's size. MODEL is a path or a name from datasets/manifest.tsv.\n"
-           "The tokens are a fixed pseudo-random sequence: speed does not depend on them.\n");
+           "The tokens are a fixed pseudo-random sequence: speed does not depend on them.\n\n");
+    ql_opt_print_options(stdout, p);
 }
 
 /* Deterministic token ids (BOS-free: speed is all that is measured). */
@@ -32,39 +33,28 @@ static void fill_tokens(int32_t *t, int n, int vocab, uint32_t seed)
 
 int ql_bench_forward(int argc, char **argv)
 {
-    const char *model_arg = NULL;
+    const char *args[1];
     int ctx = 256, threads = 0, chunks = 4;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help();
-            return QL_EXIT_OK;
-        }
-        if (a[0] != '-') {
-            if (model_arg)
-                return ql_cli_usage("bench forward", "more than one model: '%s'", a);
-            model_arg = a;
-            continue;
-        }
-        if (i + 1 >= argc)
-            return ql_cli_usage("bench forward", "unknown option or missing value: '%s'", a);
-        const char *v = argv[++i];
-        int ok;
-        if (strcmp(a, "--ctx") == 0)
-            ok = ql_cli_parse_int_opt("bench forward", a, v, 4, 1 << 20, &ctx);
-        else if (strcmp(a, "--threads") == 0)
-            ok = ql_cli_parse_int_opt("bench forward", a, v, 1, 1024, &threads);
-        else if (strcmp(a, "--chunks") == 0)
-            ok = ql_cli_parse_int_opt("bench forward", a, v, 1, 1 << 20, &chunks);
-        else
-            return ql_cli_usage("bench forward", "unknown option '%s'", a);
-        if (!ok)
-            return QL_EXIT_USAGE;
-    }
-    if (!model_arg)
-        return ql_cli_usage("bench forward", "missing MODEL");
-    if (threads > 0)
-        ql_threads_set(threads);
+    const ql_opt opts[] = {
+        ql_cli_model_opt(&args[0]),
+        ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N", "tokens per chunk (default 256)"),
+        ql_opt_int("chunks", 0, &chunks, 1, 1 << 20, "K", "timed chunks (default 4)"),
+        ql_opt_threads(&threads, QL_OPT_THREADS_HELP),
+    };
+    static const char *const names[] = {"MODEL"};
+    ql_opt_parser p = {.prog = "qlab bench forward",
+                       .opts = opts,
+                       .n_opts = QL_OPT_COUNT(opts),
+                       .args = args,
+                       .max_args = 1,
+                       .arg_names = names,
+                       .n_required = 1,
+                       .help = help};
+    const int prc = ql_opt_parse(&p, argc, argv);
+    if (prc != QL_OPT_GO_ON)
+        return prc;
+    const char *model_arg = args[0];
+    ql_threads_set(threads);
 
     ql_error err;
     ql_error_clear(&err);

@@ -1,6 +1,7 @@
 /* qlab data: the named models and texts of datasets/manifest.tsv, where each one
  * was found, and a forced sha256 check. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -8,7 +9,7 @@
 #include "cli.h"
 #include "commands.h"
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab data list\n"
            "       qlab data verify [NAME...]\n"
@@ -30,11 +31,16 @@ static void help(void)
            "\n"
            "Missing files: datasets/fetch.sh NAME downloads a direct-URL entry into\n"
            "datasets/cache/ and checks its sha256.\n"
-           "Exit codes: 0 all good, 1 a check failed or a name is unknown, 2 usage.\n");
+           "Exit codes: 0 all good, 1 a check failed or a name is unknown, 2 usage.\n\n");
+    ql_opt_print_options(stdout, p);
 }
 
-static int cmd_list(void)
+static int cmd_list(int argc, char **argv)
 {
+    ql_opt_parser p = {.prog = "qlab data list", .help = help};
+    const int rc = ql_opt_parse(&p, argc, argv);
+    if (rc != QL_OPT_GO_ON)
+        return rc;
     ql_error err;
     ql_error_clear(&err);
     const ql_data_entry *es;
@@ -96,7 +102,8 @@ static bool verify_one(const ql_data_entry *e, bool named, int *n_missing)
     return false;
 }
 
-static int cmd_verify(int argc, char **argv)
+/* Verifies the named entries, or every one when n == 0. */
+static int verify_names(const char *const *names, size_t n_names)
 {
     ql_error err;
     ql_error_clear(&err);
@@ -108,18 +115,18 @@ static int cmd_verify(int argc, char **argv)
     for (int i = 0; i < n; i++)
         if ((int)strlen(es[i].name) > name_width)
             name_width = (int)strlen(es[i].name);
-    if (argc == 0) {
+    if (n_names == 0) {
         for (int i = 0; i < n; i++, checked++)
             failed += !verify_one(&es[i], false, &missing);
     } else {
-        for (int i = 0; i < argc; i++, checked++) {
-            const ql_data_entry *e = ql_data_find(argv[i], &err);
+        for (size_t i = 0; i < n_names; i++, checked++) {
+            const ql_data_entry *e = ql_data_find(names[i], &err);
             if (!e) {
-                printf("FAILED   %s\n", argv[i]);
+                printf("FAILED   %s\n", names[i]);
                 fprintf(stderr,
                         "qlab: error: '%s' is not a name in the data manifest (see "
                         "'qlab data list')\n",
-                        argv[i]);
+                        names[i]);
                 failed++;
                 continue;
             }
@@ -130,25 +137,39 @@ static int cmd_verify(int argc, char **argv)
     return failed ? QL_EXIT_RUNTIME : QL_EXIT_OK;
 }
 
+static int cmd_verify(int argc, char **argv)
+{
+    const char **names = calloc((size_t)argc, sizeof *names);
+    if (!names) {
+        fprintf(stderr, "qlab: error: out of memory\n");
+        return QL_EXIT_RUNTIME;
+    }
+    ql_opt_parser p = {
+        .prog = "qlab data verify", .args = names, .max_args = (size_t)argc, .help = help};
+    int rc = ql_opt_parse(&p, argc, argv);
+    if (rc == QL_OPT_GO_ON)
+        rc = verify_names(names, p.n_args);
+    free(names);
+    return rc;
+}
+
 int ql_cmd_data(int argc, char **argv)
 {
-    if (argc < 2)
-        return ql_cli_usage("data", "missing subcommand (list or verify)");
-    const char *sub = argv[1];
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            help();
-            return QL_EXIT_OK;
-        }
-    for (int i = 2; i < argc; i++)
-        if (argv[i][0] == '-')
-            return ql_cli_usage("data", "unknown option '%s'", argv[i]);
-    if (strcmp(sub, "list") == 0) {
-        if (argc > 2)
-            return ql_cli_usage("data", "'list' takes no arguments");
-        return cmd_list();
-    }
-    if (strcmp(sub, "verify") == 0)
-        return cmd_verify(argc - 2, argv + 2);
-    return ql_cli_usage("data", "unknown subcommand '%s' (expected list or verify)", sub);
+    const char *args[1];
+    static const char *const names[] = {"the subcommand (list or verify)"};
+    ql_opt_parser p = {.prog = "qlab data",
+                       .args = args,
+                       .max_args = 1,
+                       .arg_names = names,
+                       .n_required = 1,
+                       .stop_at_arg = true,
+                       .help = help};
+    const int rc = ql_opt_parse(&p, argc, argv);
+    if (rc != QL_OPT_GO_ON)
+        return rc;
+    if (strcmp(args[0], "list") == 0)
+        return cmd_list(argc - p.next, argv + p.next);
+    if (strcmp(args[0], "verify") == 0)
+        return cmd_verify(argc - p.next, argv + p.next);
+    return ql_opt_usage(&p, "unknown subcommand '%s' (expected list or verify)", args[0]);
 }

@@ -17,7 +17,7 @@
 #include "model/perplexity.h"
 #include "model/tokenizer.h"
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab eval MODEL --text FILE|NAME [--ctx N] [--chunks K] [--threads N]\n"
            "                 [--kv-type f32|f16|q8_0|q4_0] [--act-mode MODE] [--quiet]\n\n"
@@ -35,7 +35,14 @@ static void help(void)
            "q8_1, q8_K, q8x2, or native: what llama.cpp's CPU backend uses for the type\n"
            "each weight has in the file (with --kv-type f16, a quantized GGUF then gives\n"
            "llama-perplexity's numbers). MODEL and the text are paths or names from\n"
-           "datasets/manifest.tsv (e.g. stories260K, ts-eval, tinystories-valid).\n");
+           "datasets/manifest.tsv (e.g. stories260K, ts-eval, tinystories-valid).\n\n");
+    ql_opt_print_options(stdout, p);
+}
+
+/* --act-mode: the act_mode axis of a config, as a sweep spells it. */
+static ql_status parse_act_mode(void *ctx, const char *val, ql_error *err)
+{
+    return ql_config_set(ctx, QL_AXIS_ACT_MODE, val, err);
 }
 
 typedef struct {
@@ -62,62 +69,39 @@ static void on_chunk(void *ctx, int64_t chunk, const float *logits, const int32_
 
 int ql_cmd_eval(int argc, char **argv)
 {
-    const char *model_arg = NULL, *text_arg = NULL;
+    const char *args[1], *text_arg = NULL;
     int ctx = 512, chunks = 0, threads = 0;
     int32_t kv_type = QL_TYPE_F32;
     ql_config act_cfg; /* only its act_mode axis is used */
     ql_config_init(&act_cfg);
     bool quiet = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help();
-            return QL_EXIT_OK;
-        }
-        if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
-            quiet = true;
-            continue;
-        }
-        if (a[0] != '-') {
-            if (model_arg)
-                return ql_cli_usage("eval", "more than one model: '%s'", a);
-            model_arg = a;
-            continue;
-        }
-        if (i + 1 >= argc)
-            return ql_cli_usage("eval", "unknown option or missing value: '%s'", a);
-        const char *v = argv[++i];
-        int ok = 1;
-        if (strcmp(a, "--text") == 0 || strcmp(a, "-f") == 0)
-            text_arg = v;
-        else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0)
-            ok = ql_cli_parse_int_opt("eval", a, v, 4, 1 << 20, &ctx);
-        else if (strcmp(a, "--chunks") == 0)
-            ok = ql_cli_parse_int_opt("eval", a, v, 1, 1 << 30, &chunks);
-        else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
-            ok = ql_cli_parse_int_opt("eval", a, v, 1, 1024, &threads);
-        else if (strcmp(a, "--kv-type") == 0) {
-            const ql_type_traits *t = ql_type_by_name(v);
-            if (!t || (t->type != QL_TYPE_F32 && t->type != QL_TYPE_F16 &&
-                       t->type != QL_TYPE_Q8_0 && t->type != QL_TYPE_Q4_0))
-                return ql_cli_usage("eval", "--kv-type expects f32, f16, q8_0 or q4_0, got '%s'",
-                                    v);
-            kv_type = t->type;
-        } else if (strcmp(a, "--act-mode") == 0) {
-            ql_error aerr;
-            if (ql_config_set(&act_cfg, QL_AXIS_ACT_MODE, v, &aerr))
-                return ql_cli_usage("eval", "--act-mode: %s", aerr.msg);
-        } else
-            return ql_cli_usage("eval", "unknown option '%s'", a);
-        if (!ok)
-            return QL_EXIT_USAGE;
-    }
-    if (!model_arg)
-        return ql_cli_usage("eval", "missing MODEL");
-    if (!text_arg)
-        return ql_cli_usage("eval", "missing --text FILE|NAME");
-    if (threads > 0)
-        ql_threads_set(threads);
+    static const int32_t kv_types[] = {QL_TYPE_F32, QL_TYPE_F16, QL_TYPE_Q8_0, QL_TYPE_Q4_0};
+    const ql_opt opts[] = {
+        ql_cli_model_opt(&args[0]),
+        ql_opt_required(ql_opt_str("text", 'f', &text_arg, "FILE|NAME", "the text to score")),
+        ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N", "tokens per chunk (default 512)"),
+        ql_opt_int("chunks", 0, &chunks, 1, 1 << 30, "K", "at most K chunks (default: all)"),
+        ql_opt_threads(&threads, QL_OPT_THREADS_HELP),
+        ql_opt_type("kv-type", 0, &kv_type, kv_types, QL_OPT_COUNT(kv_types), "T",
+                    "K/V cache rounding: f32 (default), f16, q8_0 or q4_0"),
+        ql_opt_func("act-mode", 0, parse_act_mode, &act_cfg, "MODE",
+                    "activation rounding: f32 (default), native, q8_0, q8_1, q8_K, q8x2"),
+        ql_opt_flag("quiet", 'q', &quiet, "no per-chunk lines and notes"),
+    };
+    static const char *const names[] = {"MODEL"};
+    ql_opt_parser p = {.prog = "qlab eval",
+                       .opts = opts,
+                       .n_opts = QL_OPT_COUNT(opts),
+                       .args = args,
+                       .max_args = 1,
+                       .arg_names = names,
+                       .n_required = 1,
+                       .help = help};
+    const int prc = ql_opt_parse(&p, argc, argv);
+    if (prc != QL_OPT_GO_ON)
+        return prc;
+    const char *model_arg = args[0];
+    ql_threads_set(threads);
 
     ql_error err;
     ql_error_clear(&err);

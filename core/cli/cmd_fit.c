@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/data.h"
 #include "base/util.h"
@@ -11,7 +12,7 @@
 #include "experiment/fit.h"
 #include "model/gguf.h"
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf(
         "usage: qlab fit MODEL.gguf [--imatrix FILE]\n"
@@ -22,137 +23,106 @@ static void help(void)
         "Chooses one type per weight tensor so that the whole model fits the budget with the\n"
         "least summed imatrix-weighted error sum_rows sum_j I_j (w - w^)^2, and writes the\n"
         "mixed-precision GGUF. MODEL is a path or a name from datasets/manifest.tsv.\n"
-        "\n"
-        "  --imatrix FILE   importance matrix (llama.cpp .dat or GGUF): I_j = sum x_j^2 / count,\n"
-        "                   also handed to the quantizers as llama-quantize does. Without one,\n"
-        "                   I_j = 1 and types that need an imatrix are not candidates.\n"
-        "                   Tensors without an entry: token_embd weighs 1/rows per column (a\n"
-        "                   lookup), output.weight output_norm^2 (its input), others 1.\n"
-        "\n"
-        "budget:\n"
-        "  --budget B       the whole model (fixed tensors included) in bytes: a number with an\n"
-        "                   optional unit, B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB,\n"
-        "                   TB (powers of 1000): 4.5GiB, 1200MB, 123456;\n"
-        "                   or bpw:X: X bits per weight over the weight tensors the solver\n"
-        "                   assigns, with the fixed tensors (norms, F32) on top, so bpw:4.5 gives\n"
-        "                   the weights the bytes of a uniform Q4_K model\n"
-        "  --envelope SIZE  memory available in all: budget = SIZE - KV cache - reserve, where\n"
-        "                   KV cache = n_layer * ctx * n_kv_heads * head_dim * 2 (K, V) * 2 (f16)\n"
-        "  --ctx N          context for the KV cache (default: the model's context_length)\n"
-        "  --reserve SIZE   compute reserve (default: an estimate of llama.cpp's compute buffer\n"
-        "                   for 512-token batches, 4*512*(n_vocab + 4 n_embd + 3 n_ff + n_head "
-        "ctx))\n"
-        "\n"
-        "output:\n"
-        "  -o OUT.gguf      write the fitted model (then read it back and check every tensor)\n"
-        "  --dry-run        print the allocation only\n"
-        "\n"
-        "error table:\n"
-        "  --types LIST     candidate types, comma-separated (default: %s)\n"
-        "  --exact-errors   measure every row (default: at most %d evenly spaced rows per\n"
-        "                   tensor, error scaled by rows / sampled)\n"
-        "  --sample-rows N  rows measured per tensor\n"
-        "  --cache-dir DIR  where the error table is cached (default results/cache)\n"
-        "  --no-cache       neither read nor write the cache\n"
-        "  --threads N      threads (default: all cores)\n"
-        "  --quiet          no progress lines\n",
-        ql_fit_default_types(), QL_FIT_SAMPLE_ROWS);
+        "\n");
+    ql_opt_print_options(stdout, p);
 }
 
 typedef struct {
-    const char *model, *imatrix, *out, *types, *cache_dir, *budget, *envelope, *reserve;
-    int64_t ctx, sample_rows;
-    bool dry_run, no_cache, quiet;
-    int threads;
+    const char *args[1]; /* MODEL */
+    const char *imatrix, *out, *types, *cache_dir;
+    ql_fit_budget budget;
+    uint64_t envelope, reserve;
+    int ctx, sample_rows, threads;
+    bool dry_run, no_cache, exact_errors, quiet;
+    bool has_budget, has_envelope, has_reserve; /* given on the command line */
 } args;
 
+/* --budget: a size or bpw:X. A bad size is reported as ql_fit_parse_size words it:
+ * the parser names --budget already. */
+static ql_status parse_budget(void *ctx, const char *val, ql_error *err)
+{
+    uint64_t bytes;
+    if (strncasecmp(val, "bpw:", 4) != 0 && ql_fit_parse_size(val, &bytes, err) != QL_OK)
+        return err->status;
+    return ql_fit_parse_budget(val, ctx, err);
+}
+
+/* Returns QL_OPT_GO_ON, or the exit code (0 after --help, 2 after a usage error). */
 static int parse_args(int argc, char **argv, args *a)
 {
     memset(a, 0, sizeof *a);
     a->sample_rows = QL_FIT_SAMPLE_ROWS;
-    a->ctx = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        const char *need = NULL; /* option that takes a value */
-        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
-            help();
-            return -1;
-        } else if (strcmp(s, "--dry-run") == 0) {
-            a->dry_run = true;
-        } else if (strcmp(s, "--no-cache") == 0) {
-            a->no_cache = true;
-        } else if (strcmp(s, "--exact-errors") == 0) {
-            a->sample_rows = 0;
-        } else if (strcmp(s, "--quiet") == 0) {
-            a->quiet = true;
-        } else if (strcmp(s, "-o") == 0 || strcmp(s, "--budget") == 0 ||
-                   strcmp(s, "--imatrix") == 0 || strcmp(s, "--types") == 0 ||
-                   strcmp(s, "--cache-dir") == 0 || strcmp(s, "--envelope") == 0 ||
-                   strcmp(s, "--reserve") == 0 || strcmp(s, "--ctx") == 0 ||
-                   strcmp(s, "--threads") == 0 || strcmp(s, "--sample-rows") == 0) {
-            need = s;
-        } else if (s[0] == '-' && s[1] != '\0') {
-            return ql_cli_usage("fit", "unknown option '%s'", s);
-        } else if (!a->model) {
-            a->model = s;
-        } else {
-            return ql_cli_usage("fit", "one model at a time (got '%s' and '%s')", a->model, s);
-        }
-        if (!need)
-            continue;
-        if (++i >= argc)
-            return ql_cli_usage("fit", "%s needs a value", need);
-        const char *v = argv[i];
-        if (strcmp(need, "-o") == 0) {
-            a->out = v;
-        } else if (strcmp(need, "--imatrix") == 0) {
-            a->imatrix = v;
-        } else if (strcmp(need, "--budget") == 0) {
-            a->budget = v;
-        } else if (strcmp(need, "--types") == 0) {
-            a->types = v;
-        } else if (strcmp(need, "--cache-dir") == 0) {
-            a->cache_dir = v;
-        } else if (strcmp(need, "--envelope") == 0) {
-            a->envelope = v;
-        } else if (strcmp(need, "--reserve") == 0) {
-            a->reserve = v;
-        } else if (strcmp(need, "--ctx") == 0) {
-            int c;
-            if (!ql_cli_parse_int_opt("fit", "--ctx", v, 1, 1 << 24, &c))
-                return QL_EXIT_USAGE;
-            a->ctx = c;
-        } else if (strcmp(need, "--threads") == 0) {
-            if (!ql_cli_parse_int_opt("fit", "--threads", v, 1, 4096, &a->threads))
-                return QL_EXIT_USAGE;
-        } else {
-            int n;
-            if (!ql_cli_parse_int_opt("fit", "--sample-rows", v, 1, 1 << 30, &n))
-                return QL_EXIT_USAGE;
-            a->sample_rows = n;
-        }
-    }
-    if (!a->model)
-        return ql_cli_usage("fit", "missing MODEL.gguf");
-    if (!a->budget == !a->envelope)
-        return ql_cli_usage("fit", "give exactly one of --budget and --envelope");
-    if (!a->envelope && (a->reserve || a->ctx > 0))
-        return ql_cli_usage("fit", "--ctx and --reserve belong to --envelope");
+    char types_help[256], exact_help[160];
+    snprintf(types_help, sizeof types_help, "candidate types, comma-separated; default:\n%s",
+             ql_fit_default_types());
+    snprintf(exact_help, sizeof exact_help,
+             "measure every row (default: at most %d evenly spaced rows per\n"
+             "tensor, error scaled by rows / sampled)",
+             QL_FIT_SAMPLE_ROWS);
+    const ql_opt opts[] = {
+        ql_cli_model_opt(&a->args[0]),
+        ql_opt_str("imatrix", 0, &a->imatrix, "FILE",
+                   "importance matrix (llama.cpp .dat or GGUF): I_j = sum x_j^2 / count,\n"
+                   "also handed to the quantizers as llama-quantize does. Without one,\n"
+                   "I_j = 1 and types that need an imatrix are not candidates.\n"
+                   "Tensors without an entry: token_embd weighs 1/rows per column (a\n"
+                   "lookup), output.weight output_norm^2 (its input), others 1."),
+        ql_opt_section("budget:"),
+        ql_opt_func("budget", 0, parse_budget, &a->budget, "B",
+                    "the whole model (fixed tensors included) in bytes: a number with an\n"
+                    "optional unit, B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB,\n"
+                    "TB (powers of 1000): 4.5GiB, 1200MB, 123456;\n"
+                    "or bpw:X: X bits per weight over the weight tensors the solver\n"
+                    "assigns, with the fixed tensors (norms, F32) on top, so bpw:4.5 gives\n"
+                    "the weights the bytes of a uniform Q4_K model"),
+        ql_opt_size("envelope", 0, &a->envelope, "SIZE",
+                    "memory available in all: budget = SIZE - KV cache - reserve, where\n"
+                    "KV cache = n_layer * ctx * n_kv_heads * head_dim * 2 (K, V) * 2 (f16)"),
+        ql_opt_int("ctx", 'c', &a->ctx, 1, 1 << 24, "N",
+                   "context for the KV cache (default: the model's context_length)"),
+        ql_opt_size("reserve", 0, &a->reserve, "SIZE",
+                    "compute reserve (default: an estimate of llama.cpp's compute buffer\n"
+                    "for 512-token batches, 4*512*(n_vocab + 4 n_embd + 3 n_ff + n_head ctx))"),
+        ql_opt_section("output:"),
+        ql_opt_str("output", 'o', &a->out, "OUT.gguf",
+                   "write the fitted model (then read it back and check every tensor)"),
+        ql_opt_flag("dry-run", 0, &a->dry_run, "print the allocation only"),
+        ql_opt_section("error table:"),
+        ql_opt_str("types", 0, &a->types, "LIST", types_help),
+        ql_opt_flag("exact-errors", 0, &a->exact_errors, exact_help),
+        ql_opt_int("sample-rows", 0, &a->sample_rows, 1, 1 << 30, "N", "rows measured per tensor"),
+        ql_opt_str("cache-dir", 0, &a->cache_dir, "DIR",
+                   "where the error table is cached (default results/cache)"),
+        ql_opt_flag("no-cache", 0, &a->no_cache, "neither read nor write the cache"),
+        ql_opt_threads(&a->threads, QL_OPT_THREADS_HELP),
+        ql_opt_flag("quiet", 'q', &a->quiet, "no progress lines"),
+    };
+    static const char *const names[] = {"MODEL.gguf"};
+    ql_opt_parser p = {.prog = "qlab fit",
+                       .opts = opts,
+                       .n_opts = QL_OPT_COUNT(opts),
+                       .args = a->args,
+                       .max_args = 1,
+                       .arg_names = names,
+                       .n_required = 1,
+                       .help = help};
+    const int rc = ql_opt_parse(&p, argc, argv);
+    if (rc != QL_OPT_GO_ON)
+        return rc;
+    a->has_budget = ql_opt_given(&p, "budget");
+    a->has_envelope = ql_opt_given(&p, "envelope");
+    a->has_reserve = ql_opt_given(&p, "reserve");
+    if (a->exact_errors)
+        a->sample_rows = 0;
+    if (a->has_budget == a->has_envelope)
+        return ql_opt_usage(&p, "give exactly one of --budget and --envelope");
+    if (!a->has_envelope && (a->has_reserve || ql_opt_given(&p, "ctx")))
+        return ql_opt_usage(&p, "--ctx and --reserve belong to --envelope");
     if (!a->out == !a->dry_run)
-        return ql_cli_usage("fit", "give exactly one of -o OUT.gguf and --dry-run");
+        return ql_opt_usage(&p, "give exactly one of -o OUT.gguf and --dry-run");
     if (a->no_cache && a->cache_dir)
-        return ql_cli_usage("fit", "--no-cache and --cache-dir exclude each other");
-    /* Malformed sizes are usage errors, found before any work. */
-    ql_error err;
-    ql_fit_budget b;
-    uint64_t size;
-    if (a->budget && ql_fit_parse_budget(a->budget, &b, &err) != QL_OK)
-        return ql_cli_usage("fit", "%s", err.msg);
-    if (a->envelope && ql_fit_parse_size(a->envelope, &size, &err) != QL_OK)
-        return ql_cli_usage("fit", "--envelope: %s", err.msg);
-    if (a->reserve && ql_fit_parse_size(a->reserve, &size, &err) != QL_OK)
-        return ql_cli_usage("fit", "--reserve: %s", err.msg);
-    return 0;
+        return ql_opt_usage(&p, "--no-cache and --cache-dir exclude each other");
+    return QL_OPT_GO_ON;
 }
 
 /* Resolves the budget in bytes, printing the envelope arithmetic when used. */
@@ -160,17 +130,14 @@ static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_ta
                                 uint64_t *budget, ql_error *err)
 {
     char s1[64], s2[64], s3[64], s4[64];
-    if (a->budget) {
-        ql_fit_budget b;
-        ql_status st = ql_fit_parse_budget(a->budget, &b, err);
-        if (st != QL_OK)
-            return st;
-        *budget = ql_fit_budget_resolve(&b, t);
-        if (b.kind == QL_FIT_BUDGET_BPW) {
+    if (a->has_budget) {
+        const ql_fit_budget *b = &a->budget;
+        *budget = ql_fit_budget_resolve(b, t);
+        if (b->kind == QL_FIT_BUDGET_BPW) {
             ql_fit_format_size(*budget, s1, sizeof s1);
             ql_fit_format_size(t->fixed_bytes, s2, sizeof s2);
-            printf("bpw:%-7g %s = %g bits x %lld assigned weights / 8 + fixed tensors %s\n", b.bpw,
-                   s1, b.bpw, (long long)t->assigned_params, s2);
+            printf("bpw:%-7g %s = %g bits x %lld assigned weights / 8 + fixed tensors %s\n", b->bpw,
+                   s1, b->bpw, (long long)t->assigned_params, s2);
         }
         return QL_OK;
     }
@@ -182,15 +149,8 @@ static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_ta
     if (ctx <= 0)
         return ql_error_set(err, QL_EINVAL, "%s: no %s.context_length; give --ctx", g->path,
                             hp.arch);
-    uint64_t envelope, reserve;
-    if ((st = ql_fit_parse_size(a->envelope, &envelope, err)) != QL_OK)
-        return ql_error_prefix(err, "--envelope: ");
-    if (a->reserve) {
-        if ((st = ql_fit_parse_size(a->reserve, &reserve, err)) != QL_OK)
-            return ql_error_prefix(err, "--reserve: ");
-    } else {
-        reserve = ql_fit_reserve_estimate(&hp, ctx);
-    }
+    const uint64_t envelope = a->envelope;
+    const uint64_t reserve = a->has_reserve ? a->reserve : ql_fit_reserve_estimate(&hp, ctx);
     uint64_t kv = ql_fit_kv_bytes(&hp, ctx);
     ql_fit_format_size(envelope, s1, sizeof s1);
     ql_fit_format_size(kv, s2, sizeof s2);
@@ -206,7 +166,7 @@ static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_ta
                "%lld) x 2 bytes (f16)\n",
                s2, (long long)ctx, (long long)hp.kv_heads_sum, (long long)hp.head_dim_k,
                (long long)hp.head_dim_v);
-    printf("reserve     %s%s\n", s3, a->reserve ? "" : " (estimate: 512-token compute buffer)");
+    printf("reserve     %s%s\n", s3, a->has_reserve ? "" : " (estimate: 512-token compute buffer)");
     if ((st = ql_fit_envelope_budget(envelope, kv, reserve, budget, err)) != QL_OK)
         return st;
     ql_fit_format_size(*budget, s4, sizeof s4);
@@ -255,11 +215,10 @@ out:
 int ql_cmd_fit(int argc, char **argv)
 {
     args a;
-    int rc = parse_args(argc, argv, &a);
-    if (rc != 0)
-        return rc < 0 ? QL_EXIT_OK : rc;
-    if (a.threads > 0)
-        ql_threads_set(a.threads);
+    const int rc = parse_args(argc, argv, &a);
+    if (rc != QL_OPT_GO_ON)
+        return rc;
+    ql_threads_set(a.threads);
 
     ql_error err;
     ql_error_clear(&err);
@@ -270,7 +229,7 @@ int ql_cmd_fit(int argc, char **argv)
     ql_fit_plan *p = NULL;
     ql_fit_imatrix *im = NULL;
     const ql_fit_importance *imp = NULL;
-    ql_status st = ql_data_resolve(a.model, path, sizeof path, &entry, &err);
+    ql_status st = ql_data_resolve(a.args[0], path, sizeof path, &entry, &err);
     if (st != QL_OK)
         goto out;
     if ((st = ql_gguf_open(&g, path, &err)) != QL_OK)

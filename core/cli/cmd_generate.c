@@ -11,13 +11,14 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab generate MODEL [--prompt TEXT] [-n N] [--threads N] [--ids]\n\n"
            "Greedy decoding (argmax at every step) of N tokens (default 64) after the\n"
            "prompt, which is tokenized with BOS first when the vocabulary adds it; without\n"
            "a prompt, decoding starts from BOS alone. Stops early at EOS. --ids prints the\n"
-           "token ids (BOS and prompt included) instead of text.\n");
+           "token ids (BOS and prompt included) instead of text.\n\n");
+    ql_opt_print_options(stdout, p);
 }
 
 static int argmax(const float *v, int n)
@@ -44,44 +45,30 @@ static void print_token(const ql_tokenizer *tok, int32_t id, bool ids, bool firs
 
 int ql_cmd_generate(int argc, char **argv)
 {
-    const char *model_arg = NULL, *prompt = "";
+    const char *args[1], *prompt = "";
     int n_gen = 64, threads = 0;
     bool ids = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help();
-            return QL_EXIT_OK;
-        }
-        if (strcmp(a, "--ids") == 0) {
-            ids = true;
-            continue;
-        }
-        if (a[0] != '-') {
-            if (model_arg)
-                return ql_cli_usage("generate", "more than one model: '%s'", a);
-            model_arg = a;
-            continue;
-        }
-        if (i + 1 >= argc)
-            return ql_cli_usage("generate", "unknown option or missing value: '%s'", a);
-        const char *v = argv[++i];
-        int ok = 1;
-        if (strcmp(a, "--prompt") == 0 || strcmp(a, "-p") == 0)
-            prompt = v;
-        else if (strcmp(a, "-n") == 0)
-            ok = ql_cli_parse_int_opt("generate", a, v, 0, 1 << 20, &n_gen);
-        else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
-            ok = ql_cli_parse_int_opt("generate", a, v, 1, 1024, &threads);
-        else
-            return ql_cli_usage("generate", "unknown option '%s'", a);
-        if (!ok)
-            return QL_EXIT_USAGE;
-    }
-    if (!model_arg)
-        return ql_cli_usage("generate", "missing MODEL");
-    if (threads > 0)
-        ql_threads_set(threads);
+    const ql_opt opts[] = {
+        ql_cli_model_opt(&args[0]),
+        ql_opt_text("prompt", 'p', &prompt, "TEXT", "the prompt (default: none, BOS alone)"),
+        ql_opt_int("predict", 'n', &n_gen, 0, 1 << 20, "N", "tokens to generate (default 64)"),
+        ql_opt_threads(&threads, QL_OPT_THREADS_HELP),
+        ql_opt_flag("ids", 0, &ids, "print token ids instead of text"),
+    };
+    static const char *const names[] = {"MODEL"};
+    ql_opt_parser p = {.prog = "qlab generate",
+                       .opts = opts,
+                       .n_opts = QL_OPT_COUNT(opts),
+                       .args = args,
+                       .max_args = 1,
+                       .arg_names = names,
+                       .n_required = 1,
+                       .help = help};
+    const int prc = ql_opt_parse(&p, argc, argv);
+    if (prc != QL_OPT_GO_ON)
+        return prc;
+    const char *model_arg = args[0];
+    ql_threads_set(threads);
 
     ql_error err;
     ql_error_clear(&err);

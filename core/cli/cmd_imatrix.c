@@ -17,8 +17,10 @@
 
 /* llama-imatrix's default context. */
 #define DEFAULT_CTX 512
+#define STR_(x)     #x
+#define STR(x)      STR_(x)
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab imatrix MODEL --text FILE|NAME -o OUT [--ctx N] [--chunks K]\n"
            "                    [--process-output] [--format dat|gguf] [--kv-type f32|f16]\n"
@@ -33,91 +35,64 @@ static void help(void)
            "chunks of N tokens (default %d); each chunk starts with BOS and every position\n"
            "is counted. token_embd (a lookup) gets no entry, output.weight only with\n"
            "--process-output.\n"
-           "\n"
-           "  --text FILE|NAME  calibration text: a path or a name from datasets/manifest.tsv\n"
-           "  -o, --output OUT  the imatrix file; GGUF unless --format dat or OUT ends in .dat\n"
-           "  --ctx N           tokens per chunk (default %d)\n"
-           "  --chunks K        use at most K chunks (default: every whole chunk)\n"
-           "  --process-output  also collect output.weight (the LM head)\n"
-           "  --format F        dat (legacy binary, what llama-imatrix b4747 writes) or gguf\n"
-           "  --kv-type T       f32 (default, the exact reference) or f16 (round K/V like\n"
-           "                    llama.cpp's default cache; reproduces llama-imatrix's numbers\n"
-           "                    to ~4e-5 relative, f32 to ~5e-4 on stories260K)\n"
-           "  --threads N       threads (default: all cores); the result does not depend on N\n"
-           "  --quiet           no progress line\n",
-           DEFAULT_CTX, DEFAULT_CTX);
+           "\n",
+           DEFAULT_CTX);
+    ql_opt_print_options(stdout, p);
 }
 
 int ql_cmd_imatrix(int argc, char **argv)
 {
-    const char *model_arg = NULL, *text_arg = NULL, *out_arg = NULL, *fmt = NULL;
+    const char *args[1], *text_arg = NULL, *out_arg = NULL;
+    ql_imatrix_format format = QL_IMATRIX_GGUF;
     int ctx = DEFAULT_CTX, chunks = 0, threads = 0;
     int32_t kv_type = QL_TYPE_F32;
     bool quiet = false, process_output = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help();
-            return QL_EXIT_OK;
-        }
-        if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
-            quiet = true;
-            continue;
-        }
-        if (strcmp(a, "--process-output") == 0) {
-            process_output = true;
-            continue;
-        }
-        if (a[0] != '-' || a[1] == '\0') {
-            if (model_arg)
-                return ql_cli_usage("imatrix", "unexpected argument '%s'", a);
-            model_arg = a;
-            continue;
-        }
-        if (i + 1 >= argc)
-            return ql_cli_usage("imatrix", "unknown option or missing value: '%s'", a);
-        const char *v = argv[++i];
-        int ok = 1;
-        if (strcmp(a, "--text") == 0 || strcmp(a, "-f") == 0)
-            text_arg = v;
-        else if (strcmp(a, "--output") == 0 || strcmp(a, "-o") == 0)
-            out_arg = v;
-        else if (strcmp(a, "--format") == 0)
-            fmt = v;
-        else if (strcmp(a, "--ctx") == 0 || strcmp(a, "-c") == 0)
-            ok = ql_cli_parse_int_opt("imatrix", a, v, 4, 1 << 20, &ctx);
-        else if (strcmp(a, "--chunks") == 0)
-            ok = ql_cli_parse_int_opt("imatrix", a, v, 1, 1 << 30, &chunks);
-        else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
-            ok = ql_cli_parse_int_opt("imatrix", a, v, 1, 4096, &threads);
-        else if (strcmp(a, "--kv-type") == 0) {
-            const ql_type_traits *t = ql_type_by_name(v);
-            if (!t || (t->type != QL_TYPE_F32 && t->type != QL_TYPE_F16))
-                return ql_cli_usage("imatrix", "--kv-type expects f32 or f16, got '%s'", v);
-            kv_type = t->type;
-        } else
-            return ql_cli_usage("imatrix", "unknown option '%s'", a);
-        if (!ok)
-            return QL_EXIT_USAGE;
-    }
-    if (!model_arg)
-        return ql_cli_usage("imatrix", "missing MODEL");
-    if (!text_arg)
-        return ql_cli_usage("imatrix", "missing --text FILE|NAME");
-    if (!out_arg)
-        return ql_cli_usage("imatrix", "missing -o OUT");
-    ql_imatrix_format format = QL_IMATRIX_GGUF, by_name;
-    bool named = ql_imatrix_format_from_name(out_arg, &by_name);
-    if (fmt) {
-        if (!ql_imatrix_format_parse(fmt, &format))
-            return ql_cli_usage("imatrix", "--format is dat or gguf, got '%s'", fmt);
-        if (named && by_name != format)
-            return ql_cli_usage("imatrix", "--format %s contradicts the name '%s'", fmt, out_arg);
-    } else if (named) {
+    static const int32_t kv_types[] = {QL_TYPE_F32, QL_TYPE_F16};
+    const ql_opt opts[] = {
+        ql_cli_model_opt(&args[0]),
+        ql_opt_required(ql_opt_str("text", 'f', &text_arg, "FILE|NAME",
+                                   "calibration text: a path or a name from "
+                                   "datasets/manifest.tsv")),
+        ql_opt_required(ql_opt_str("output", 'o', &out_arg, "OUT",
+                                   "the imatrix file; GGUF unless --format dat or OUT ends in "
+                                   ".dat")),
+        ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N",
+                   "tokens per chunk (default " STR(DEFAULT_CTX) ")"),
+        ql_opt_int("chunks", 0, &chunks, 1, 1 << 30, "K",
+                   "use at most K chunks (default: every whole chunk)"),
+        ql_opt_flag("process-output", 0, &process_output,
+                    "also collect output.weight (the LM head)"),
+        ql_opt_func("format", 0, ql_cli_parse_imatrix_format, &format, "F",
+                    "dat (legacy binary, what llama-imatrix b4747 writes) or gguf"),
+        ql_opt_type("kv-type", 0, &kv_type, kv_types, QL_OPT_COUNT(kv_types), "T",
+                    "f32 (default, the exact reference) or f16 (round K/V like\n"
+                    "llama.cpp's default cache; reproduces llama-imatrix's numbers\n"
+                    "to ~4e-5 relative, f32 to ~5e-4 on stories260K)"),
+        ql_opt_threads(&threads, "threads (default: $OMP_NUM_THREADS, else all cores); the\n"
+                                 "result does not depend on N"),
+        ql_opt_flag("quiet", 'q', &quiet, "no progress line"),
+    };
+    static const char *const names[] = {"MODEL"};
+    ql_opt_parser p = {.prog = "qlab imatrix",
+                       .opts = opts,
+                       .n_opts = QL_OPT_COUNT(opts),
+                       .args = args,
+                       .max_args = 1,
+                       .arg_names = names,
+                       .n_required = 1,
+                       .help = help};
+    const int prc = ql_opt_parse(&p, argc, argv);
+    if (prc != QL_OPT_GO_ON)
+        return prc;
+    const char *model_arg = args[0];
+    ql_imatrix_format by_name;
+    if (ql_imatrix_format_from_name(out_arg, &by_name)) {
+        if (ql_opt_given(&p, "format") && by_name != format)
+            return ql_opt_usage(&p, "--format %s contradicts the name '%s'",
+                                ql_imatrix_format_name(format), out_arg);
         format = by_name;
     }
-    if (threads > 0)
-        ql_threads_set(threads);
+    ql_threads_set(threads);
 
     ql_error err;
     ql_error_clear(&err);

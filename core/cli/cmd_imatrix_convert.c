@@ -1,6 +1,5 @@
 /* qlab imatrix-convert: between llama.cpp's legacy .dat and GGUF imatrix files. */
 #include <stdio.h>
-#include <string.h>
 
 #include "base/util.h"
 #include "cli.h"
@@ -11,7 +10,7 @@
  * loads with --in-file, since the .dat format does not record it. */
 #define DEFAULT_DAT_CHUNK_SIZE 512
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab imatrix-convert IN OUT [--format dat|gguf] [--chunk-size N]\n"
            "\n"
@@ -20,60 +19,49 @@ static void help(void)
            "format given by --format, or else by OUT's extension (.dat or .gguf).\n"
            "The importance each quantizer gets (mean of x^2 per input column) is the same\n"
            "in both files.\n"
-           "\n"
-           "options:\n"
-           "  --format F       dat (legacy binary) or gguf (GGUF imatrix: <name>.in_sum2,\n"
-           "                   <name>.counts, imatrix.* keys)\n"
-           "  --chunk-size N   tokens per chunk of a .dat input, which the .dat format does\n"
-           "                   not store; sets GGUF's imatrix.chunk_size and the token\n"
-           "                   counts (default %d, what llama-imatrix assumes; use the -c\n"
-           "                   the .dat was made with, e.g. 128)\n"
-           "\n"
+           "\n");
+    ql_opt_print_options(stdout, p);
+    printf("\n"
            "A .dat output keeps only the last dataset name and drops the sums of x\n"
            "(<name>.in_sum) of newer GGUF files, as llama-imatrix does.\n"
-           "Exit codes: 0 written, 1 unreadable or malformed input or failed write, 2 usage.\n",
-           DEFAULT_DAT_CHUNK_SIZE);
+           "Exit codes: 0 written, 1 unreadable or malformed input or failed write, 2 usage.\n");
 }
 
 int ql_cmd_imatrix_convert(int argc, char **argv)
 {
-    const char *in = NULL, *out = NULL, *fmt = NULL;
+    const char *args[2];
+    ql_imatrix_format format = QL_IMATRIX_GGUF;
     int chunk_size = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help();
-            return QL_EXIT_OK;
-        } else if (strcmp(a, "--format") == 0) {
-            if (i + 1 >= argc)
-                return ql_cli_usage("imatrix-convert", "--format needs dat or gguf");
-            fmt = argv[++i];
-        } else if (strcmp(a, "--chunk-size") == 0) {
-            if (i + 1 >= argc)
-                return ql_cli_usage("imatrix-convert", "--chunk-size needs a value");
-            if (!ql_cli_parse_int_opt("imatrix-convert", a, argv[++i], 1, 1 << 24, &chunk_size))
-                return QL_EXIT_USAGE;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            return ql_cli_usage("imatrix-convert", "unknown option '%s'", a);
-        } else if (!in) {
-            in = a;
-        } else if (!out) {
-            out = a;
-        } else {
-            return ql_cli_usage("imatrix-convert", "unexpected argument '%s'", a);
-        }
-    }
-    if (!in || !out)
-        return ql_cli_usage("imatrix-convert", "needs IN and OUT");
-    ql_imatrix_format format;
-    if (fmt) {
-        if (!ql_imatrix_format_parse(fmt, &format))
-            return ql_cli_usage("imatrix-convert", "--format is dat or gguf, got '%s'", fmt);
-    } else if (!ql_imatrix_format_from_name(out, &format)) {
-        return ql_cli_usage("imatrix-convert",
-                            "cannot tell the format of '%s' (not .dat or .gguf); use --format",
+    char chunk_help[320];
+    snprintf(chunk_help, sizeof chunk_help,
+             "tokens per chunk of a .dat input, which the .dat format does\n"
+             "not store; sets GGUF's imatrix.chunk_size and the token\n"
+             "counts (default %d, what llama-imatrix assumes; use the -c\n"
+             "the .dat was made with, e.g. 128)",
+             DEFAULT_DAT_CHUNK_SIZE);
+    const ql_opt opts[] = {
+        ql_opt_str("output", 'o', &args[1], "OUT", "the output file, instead of the OUT argument"),
+        ql_opt_func("format", 0, ql_cli_parse_imatrix_format, &format, "F",
+                    "dat (legacy binary) or gguf (GGUF imatrix: <name>.in_sum2,\n"
+                    "<name>.counts, imatrix.* keys)"),
+        ql_opt_int("chunk-size", 0, &chunk_size, 1, 1 << 24, "N", chunk_help),
+    };
+    static const char *const names[] = {"IN", "OUT"};
+    ql_opt_parser p = {.prog = "qlab imatrix-convert",
+                       .opts = opts,
+                       .n_opts = QL_OPT_COUNT(opts),
+                       .args = args,
+                       .max_args = 2,
+                       .arg_names = names,
+                       .n_required = 2,
+                       .help = help};
+    const int prc = ql_opt_parse(&p, argc, argv);
+    if (prc != QL_OPT_GO_ON)
+        return prc;
+    const char *in = args[0], *out = args[1];
+    if (!ql_opt_given(&p, "format") && !ql_imatrix_format_from_name(out, &format))
+        return ql_opt_usage(&p, "cannot tell the format of '%s' (not .dat or .gguf); use --format",
                             out);
-    }
 
     ql_error err;
     ql_error_clear(&err);
@@ -96,9 +84,8 @@ int ql_cmd_imatrix_convert(int argc, char **argv)
             }
         }
     } else if (chunk_size && chunk_size != im->chunk_size) {
-        rc = ql_cli_usage("imatrix-convert",
-                          "--chunk-size is for .dat input; %s records chunks of %lld tokens", in,
-                          (long long)im->chunk_size);
+        rc = ql_opt_usage(&p, "--chunk-size is for .dat input; %s records chunks of %lld tokens",
+                          in, (long long)im->chunk_size);
         goto out;
     }
     if (ql_imatrix_write(im, out, format, &err)) {

@@ -18,7 +18,7 @@
 /* Widest key column before values start on the same line anyway. */
 #define KEY_COLUMN_MAX 40
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab inspect FILE.gguf [--max-array N] [--max-string N]\n"
            "\n"
@@ -28,15 +28,11 @@ static void help(void)
            "count, bytes and offset (relative to the data section), then the totals and a\n"
            "check that header + tensor data + alignment padding add up to the file size.\n"
            "Tensor types qlab does not know are shown as \"type id N\".\n"
-           "\n"
-           "options:\n"
-           "  --max-array N    show at most N elements of each array, at every nesting\n"
-           "                   level (default %d; 'all' for no limit)\n"
-           "  --max-string N   cut strings after N bytes (default %d; 'all' for no limit)\n"
-           "\n"
+           "\n");
+    ql_opt_print_options(stdout, p);
+    printf("\n"
            "Exit codes: 0 valid file, 1 malformed or unreadable file (the message names\n"
-           "the file, the byte offset, the key or tensor, and expected vs actual), 2 usage.\n",
-           DEFAULT_MAX_ARRAY, DEFAULT_MAX_STRING);
+           "the file, the byte offset, the key or tensor, and expected vs actual), 2 usage.\n");
 }
 
 /* ========================================================================= */
@@ -423,46 +419,46 @@ static void print_keys(printer *p, const ql_gguf *g)
 
 /* ========================================================================= */
 
-/* Parses N (>= 0) or "all". */
-static bool parse_limit(const char *opt, const char *val, int64_t *out)
+/* --max-array, --max-string: N >= 0 or "all". */
+static ql_status parse_limit(void *ctx, const char *val, ql_error *err)
 {
     if (strcmp(val, "all") == 0) {
-        *out = NO_LIMIT;
-        return true;
+        *(int64_t *)ctx = NO_LIMIT;
+        return QL_OK;
     }
-    int64_t v;
-    if (!ql_parse_i64(val, &v) || v < 0) {
-        ql_cli_usage("inspect", "%s expects a number >= 0 or 'all', got '%s'", opt, val);
-        return false;
-    }
-    *out = v;
-    return true;
+    if (ql_opt_parse_int(val, 0, INT64_MAX, ctx, err) != QL_OK)
+        return ql_error_set(err, QL_EINVAL, "expected a number >= 0 or 'all', got '%s'", val);
+    return QL_OK;
 }
 
 int ql_cmd_inspect(int argc, char **argv)
 {
-    const char *path = NULL;
+    const char *args[1];
     printer p = {stdout, DEFAULT_MAX_ARRAY, DEFAULT_MAX_STRING, 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help();
-            return QL_EXIT_OK;
-        } else if (strcmp(a, "--max-array") == 0 || strcmp(a, "--max-string") == 0) {
-            if (i + 1 >= argc)
-                return ql_cli_usage("inspect", "%s needs a value", a);
-            if (!parse_limit(a, argv[++i], a[6] == 'a' ? &p.max_array : &p.max_string))
-                return QL_EXIT_USAGE;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            return ql_cli_usage("inspect", "unknown option '%s'", a);
-        } else if (!path) {
-            path = a;
-        } else {
-            return ql_cli_usage("inspect", "one file at a time (got '%s' and '%s')", path, a);
-        }
-    }
-    if (!path)
-        return ql_cli_usage("inspect", "missing FILE.gguf");
+    char array_help[160], string_help[160];
+    snprintf(array_help, sizeof array_help,
+             "show at most N elements of each array, at every nesting\n"
+             "level (default %d; 'all' for no limit)",
+             DEFAULT_MAX_ARRAY);
+    snprintf(string_help, sizeof string_help,
+             "cut strings after N bytes (default %d; 'all' for no limit)", DEFAULT_MAX_STRING);
+    const ql_opt opts[] = {
+        ql_opt_func("max-array", 0, parse_limit, &p.max_array, "N", array_help),
+        ql_opt_func("max-string", 0, parse_limit, &p.max_string, "N", string_help),
+    };
+    static const char *const names[] = {"FILE.gguf"};
+    ql_opt_parser op = {.prog = "qlab inspect",
+                        .opts = opts,
+                        .n_opts = QL_OPT_COUNT(opts),
+                        .args = args,
+                        .max_args = 1,
+                        .arg_names = names,
+                        .n_required = 1,
+                        .help = help};
+    const int rc = ql_opt_parse(&op, argc, argv);
+    if (rc != QL_OPT_GO_ON)
+        return rc;
+    const char *path = args[0];
 
     ql_error err;
     ql_error_clear(&err);

@@ -1,13 +1,12 @@
 /* qlab merge: fold shard databases into one results database. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cli.h"
 #include "commands.h"
 #include "results/merge.h"
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab merge OUT.db IN.db...\n"
            "\n"
@@ -25,7 +24,8 @@ static void help(void)
            "    is from another build or input);\n"
            "  - an input that is not a qlab results database or is OUT.db itself.\n"
            "Everything is written in one transaction; merging the same input twice changes\n"
-           "nothing.\n");
+           "nothing.\n\n");
+    ql_opt_print_options(stdout, p);
 }
 
 int ql_cmd_merge(int argc, char **argv)
@@ -35,25 +35,14 @@ int ql_cmd_merge(int argc, char **argv)
         fprintf(stderr, "qlab: error: out of memory\n");
         return QL_EXIT_RUNTIME;
     }
-    size_t n = 0;
-    int code = QL_EXIT_OK;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help();
-            goto out;
-        } else if (strcmp(a, "--") == 0) {
-            for (i++; i < argc; i++)
-                paths[n++] = argv[i];
-        } else if (a[0] == '-' && a[1] != '\0') {
-            code = ql_cli_usage("merge", "unknown option '%s'", a);
-            goto out;
-        } else {
-            paths[n++] = a;
-        }
-    }
+    ql_opt_parser p = {.prog = "qlab merge", .args = paths, .max_args = (size_t)argc, .help = help};
+    int code = ql_opt_parse(&p, argc, argv);
+    if (code != QL_OPT_GO_ON)
+        goto out;
+    code = QL_EXIT_OK;
+    const size_t n = p.n_args;
     if (n < 2) {
-        code = ql_cli_usage("merge", "%s",
+        code = ql_opt_usage(&p, "%s",
                             n == 0 ? "missing OUT.db and the input databases"
                                    : "missing the input databases (IN.db...)");
         goto out;

@@ -12,88 +12,65 @@
 #include "model/imatrix_io.h"
 #include "model/quant_model.h"
 
-static const char *const usage_head =
-    "usage: qlab quantize IN.gguf OUT.gguf --type T [--head-type T] [--embd-type T]\n"
-    "                     [--imatrix FILE] [--threads N] [--stats [--stats-imatrix FILE]]\n"
-    "                     [--quiet]\n"
-    "\n"
-    "Writes OUT.gguf with every 2-D weight of IN.gguf (F32/F16/BF16) quantized to T,\n"
-    "bit-identical to llama.cpp's quantizers, in a file llama.cpp loads.\n"
-    "\n";
-
-/* Follows the --type line, which lists the types ql_quant_model writes. */
-static const char *const usage_text =
-    "  --head-type T   type of output.weight (default: same as --type)\n"
-    "  --embd-type T   type of token_embd.weight (default: same as --type)\n"
-    "  --imatrix FILE  importance matrix (llama.cpp .dat or GGUF, e.g. from 'qlab imatrix'):\n"
-    "                  each tensor with an entry is quantized with the importance of its\n"
-    "                  columns (mean x^2), as llama-quantize --imatrix does; tensors without\n"
-    "                  an entry (token_embd, output) are quantized without and listed\n"
-    "  --threads N     threads (default: all cores); the bytes do not depend on N\n"
-    "  --stats         per-tensor error of the dequantized weights vs the source:\n"
-    "                  rmse, max |w - w^| and relative error, plus model totals; with an\n"
-    "                  imatrix also imat_err = sum_rows sum_j I_j (w - w^)^2 and its\n"
-    "                  relative form imat_rel = imat_err / sum_rows sum_j I_j w^2\n"
-    "  --stats-imatrix FILE\n"
-    "                  weigh the --stats errors by FILE instead of --imatrix (quantization\n"
-    "                  does not use it): compares files quantized with and without an\n"
-    "                  imatrix on the same scale\n"
-    "  --quiet         no progress line\n"
-    "\n"
-    "Policy: 1-D tensors stay F32; a row length that does not split into T's blocks\n"
-    "falls back as llama.cpp does (K/IQ types to their 32-block neighbours, then F16),\n"
-    "and every fallback is listed. INT8_ROW and Q8_0_XC are not GGUF types and are\n"
-    "refused here (sweeps evaluate them in memory).\n";
-
-/* Width of the usage text's lines. */
-#define USAGE_COLUMNS 86
-
-static void print_usage(void)
+static void help(const ql_opt_parser *p)
 {
-    fputs(usage_head, stdout);
-    static const char type_line[] = "  --type T        weight type:";
-    static const char indent[] = "                 ";
-    fputs(type_line, stdout);
-    size_t col = sizeof type_line - 1;
+    printf("usage: qlab quantize IN.gguf OUT.gguf --type T [--head-type T] [--embd-type T]\n"
+           "                     [--imatrix FILE] [--threads N] [--stats [--stats-imatrix FILE]]\n"
+           "                     [--quiet]\n"
+           "\n"
+           "Writes OUT.gguf with every 2-D weight of IN.gguf (F32/F16/BF16) quantized to T,\n"
+           "bit-identical to llama.cpp's quantizers, in a file llama.cpp loads.\n"
+           "\n");
+    ql_opt_print_options(stdout, p);
+    printf("\n"
+           "Policy: 1-D tensors stay F32; a row length that does not split into T's blocks\n"
+           "falls back as llama.cpp does (K/IQ types to their 32-block neighbours, then F16),\n"
+           "and every fallback is listed. INT8_ROW and Q8_0_XC are not GGUF types and are\n"
+           "refused here (sweeps evaluate them in memory).\n");
+}
+
+/* Width of the --type help's lines of type names. */
+#define TYPE_LINE_COLUMNS 62
+
+/* "weight type:" and the types ql_quant_model writes, wrapped, into buf. */
+static void type_help(char *buf, size_t size)
+{
+    size_t len = (size_t)snprintf(buf, size, "weight type:"), col = len;
     const ql_type_traits *types[64];
     const int n = ql_type_list(types, 64);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && len < size; i++) {
         ql_error err;
         if (ql_quant_model_check_type(types[i]->type, "weight", &err) != QL_OK)
             continue;
         const size_t w = 1 + strlen(types[i]->name);
-        if (col + w > USAGE_COLUMNS) {
-            printf("\n%s", indent);
-            col = sizeof indent - 1;
-        }
-        printf(" %s", types[i]->name);
-        col += w;
+        const bool wrap = col + w > TYPE_LINE_COLUMNS;
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", wrap ? "\n" : " ", types[i]->name);
+        col = wrap ? w - 1 : col + w;
     }
-    fputs("\n", stdout);
-    fputs(usage_text, stdout);
 }
 
-/* Parses a type option as what ("weight", "head", "embedding"); "same" (allowed for
- * head/embd) gives QL_TYPE_INVALID. */
-static int parse_type(const char *opt, const char *what, const char *val, bool allow_same,
-                      int32_t *out)
+/* A type option: what ("weight", "head", "embedding") for the type check; "same"
+ * (allowed for head/embd) gives QL_TYPE_INVALID. */
+typedef struct {
+    const char *what;
+    bool allow_same;
+    int32_t *dest;
+} type_arg;
+
+static ql_status parse_type(void *ctx, const char *val, ql_error *err)
 {
-    if (allow_same && strcmp(val, "same") == 0) {
-        *out = QL_TYPE_INVALID;
-        return 1;
+    const type_arg *a = ctx;
+    if (a->allow_same && strcmp(val, "same") == 0) {
+        *a->dest = QL_TYPE_INVALID;
+        return QL_OK;
     }
-    const ql_type_traits *t = ql_type_by_name(val);
-    if (!t) {
-        ql_cli_usage("quantize", "%s: unknown type '%s'", opt, val);
-        return 0;
-    }
-    ql_error err;
-    if (ql_quant_model_check_type(t->type, what, &err) != QL_OK) {
-        ql_cli_usage("quantize", "%s: %s", opt, err.msg);
-        return 0;
-    }
-    *out = t->type;
-    return 1;
+    int32_t t;
+    ql_status st = ql_opt_parse_type(val, NULL, 0, &t, err);
+    if (st == QL_OK)
+        st = ql_quant_model_check_type(t, a->what, err);
+    if (st == QL_OK)
+        *a->dest = t;
+    return st;
 }
 
 static void format_shape(const ql_quant_plan_entry *e, char *buf, size_t size)
@@ -223,59 +200,54 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
 
 int ql_cmd_quantize(int argc, char **argv)
 {
-    const char *paths[2] = {NULL, NULL};
-    int n_paths = 0;
+    const char *paths[2];
     ql_quant_model_opts opts = {.cfg = {QL_TYPE_INVALID, QL_TYPE_INVALID, QL_TYPE_INVALID}};
     imatrix_arg imat = {NULL, NULL, NULL}, stats_imat = {NULL, NULL, NULL};
-    bool have_type = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            print_usage();
-            return QL_EXIT_OK;
-        }
-        bool takes_value = strcmp(a, "--type") == 0 || strcmp(a, "--head-type") == 0 ||
-                           strcmp(a, "--embd-type") == 0 || strcmp(a, "--threads") == 0 ||
-                           strcmp(a, "--imatrix") == 0 || strcmp(a, "--stats-imatrix") == 0;
-        if (takes_value && i + 1 >= argc)
-            return ql_cli_usage("quantize", "%s needs a value", a);
-        if (strcmp(a, "--type") == 0) {
-            if (!parse_type(a, "weight", argv[++i], false, &opts.cfg.weight_type))
-                return QL_EXIT_USAGE;
-            have_type = true;
-        } else if (strcmp(a, "--head-type") == 0) {
-            if (!parse_type(a, "head", argv[++i], true, &opts.cfg.head_type))
-                return QL_EXIT_USAGE;
-        } else if (strcmp(a, "--embd-type") == 0) {
-            if (!parse_type(a, "embedding", argv[++i], true, &opts.cfg.embd_type))
-                return QL_EXIT_USAGE;
-        } else if (strcmp(a, "--imatrix") == 0) {
-            imat.path = argv[++i];
-        } else if (strcmp(a, "--stats-imatrix") == 0) {
-            stats_imat.path = argv[++i];
-        } else if (strcmp(a, "--threads") == 0) {
-            int n;
-            if (!ql_cli_parse_int_opt("quantize", a, argv[++i], 1, 4096, &n))
-                return QL_EXIT_USAGE;
-            ql_threads_set(n);
-        } else if (strcmp(a, "--stats") == 0) {
-            opts.stats = true;
-        } else if (strcmp(a, "--quiet") == 0) {
-            opts.quiet = true;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            return ql_cli_usage("quantize", "unknown option '%s'", a);
-        } else if (n_paths < 2) {
-            paths[n_paths++] = a;
-        } else {
-            return ql_cli_usage("quantize", "unexpected argument '%s'", a);
-        }
-    }
-    if (n_paths != 2)
-        return ql_cli_usage("quantize", "expects IN.gguf and OUT.gguf");
-    if (!have_type)
-        return ql_cli_usage("quantize", "--type is required");
+    int threads = 0;
+    type_arg weight = {"weight", false, &opts.cfg.weight_type};
+    type_arg head = {"head", true, &opts.cfg.head_type};
+    type_arg embd = {"embedding", true, &opts.cfg.embd_type};
+    char types[512];
+    type_help(types, sizeof types);
+    const ql_opt table[] = {
+        ql_opt_required(ql_opt_func("type", 0, parse_type, &weight, "T", types)),
+        ql_opt_func("head-type", 0, parse_type, &head, "T",
+                    "type of output.weight (default: same as --type)"),
+        ql_opt_func("embd-type", 0, parse_type, &embd, "T",
+                    "type of token_embd.weight (default: same as --type)"),
+        ql_opt_str("imatrix", 0, &imat.path, "FILE",
+                   "importance matrix (llama.cpp .dat or GGUF, e.g. from 'qlab imatrix'):\n"
+                   "each tensor with an entry is quantized with the importance of its\n"
+                   "columns (mean x^2), as llama-quantize --imatrix does; tensors without\n"
+                   "an entry (token_embd, output) are quantized without and listed"),
+        ql_opt_threads(&threads, "threads (default: $OMP_NUM_THREADS, else all cores); the\n"
+                                 "bytes do not depend on N"),
+        ql_opt_flag("stats", 0, &opts.stats,
+                    "per-tensor error of the dequantized weights vs the source:\n"
+                    "rmse, max |w - w^| and relative error, plus model totals; with an\n"
+                    "imatrix also imat_err = sum_rows sum_j I_j (w - w^)^2 and its\n"
+                    "relative form imat_rel = imat_err / sum_rows sum_j I_j w^2"),
+        ql_opt_str("stats-imatrix", 0, &stats_imat.path, "FILE",
+                   "weigh the --stats errors by FILE instead of --imatrix (quantization\n"
+                   "does not use it): compares files quantized with and without an\n"
+                   "imatrix on the same scale"),
+        ql_opt_flag("quiet", 'q', &opts.quiet, "no progress line"),
+    };
+    static const char *const names[] = {"IN.gguf", "OUT.gguf"};
+    ql_opt_parser p = {.prog = "qlab quantize",
+                       .opts = table,
+                       .n_opts = QL_OPT_COUNT(table),
+                       .args = paths,
+                       .max_args = 2,
+                       .arg_names = names,
+                       .n_required = 2,
+                       .help = help};
+    const int prc = ql_opt_parse(&p, argc, argv);
+    if (prc != QL_OPT_GO_ON)
+        return prc;
     if (stats_imat.path && !opts.stats)
-        return ql_cli_usage("quantize", "--stats-imatrix weighs --stats; add --stats");
+        return ql_opt_usage(&p, "--stats-imatrix weighs --stats; add --stats");
+    ql_threads_set(threads);
 
     ql_error err;
     ql_error_clear(&err);

@@ -7,7 +7,7 @@
 #include "results/query.h"
 #include "results/store.h"
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab query [--db PATH] [--csv|--json|--md] \"SQL\"\n"
            "       qlab query [--db PATH] [--csv|--json|--md] NAME [ARG]\n"
@@ -15,20 +15,15 @@ static void help(void)
            "\n"
            "Runs one read-only SQL statement (or a named query) on the results database\n"
            "and prints the rows. The database is opened read-only; statements that would\n"
-           "write are refused.\n"
-           "\n"
-           "options:\n"
-           "  --db PATH   results database (default %s)\n"
-           "  --csv       comma-separated values with a header row (NULL = empty field)\n"
-           "  --json      an array of objects, one per row (NULL = null)\n"
-           "  --md        a Markdown table (NULL = empty cell)\n"
-           "  --list      list the named queries\n"
-           "\n"
+           "write are refused. A statement that starts with '-' (an SQL comment) goes\n"
+           "after '--', which ends the options.\n"
+           "\n");
+    ql_opt_print_options(stdout, p);
+    printf("\n"
            "The default output is an aligned text table (NULL shown as NULL). Views:\n"
            "results (one row per finished run), sweep_results, run_log, failed_runs,\n"
            "tensor_results, chunk_results; tables: models, datasets, configs, runs,\n"
-           "sweep_runs, metrics, tensor_errors, chunk_metrics, act_roundings.\n",
-           QL_STORE_DEFAULT_PATH);
+           "sweep_runs, metrics, tensor_errors, chunk_metrics, act_roundings.\n");
 }
 
 static void list(void)
@@ -46,41 +41,34 @@ int ql_cmd_query(int argc, char **argv)
 {
     const char *db = QL_STORE_DEFAULT_PATH;
     const char *pos[8];
-    int npos = 0;
-    ql_query_format fmt = QL_QUERY_TABLE;
+    int fmt_code = QL_QUERY_TABLE;
     bool want_list = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help();
-            return QL_EXIT_OK;
-        } else if (strcmp(a, "--list") == 0) {
-            want_list = true;
-        } else if (strcmp(a, "--db") == 0) {
-            if (++i >= argc)
-                return ql_cli_usage("query", "--db needs a path");
-            db = argv[i];
-        } else if (strcmp(a, "--csv") == 0) {
-            fmt = QL_QUERY_CSV;
-        } else if (strcmp(a, "--json") == 0) {
-            fmt = QL_QUERY_JSON;
-        } else if (strcmp(a, "--md") == 0) {
-            fmt = QL_QUERY_MD;
-        } else if (a[0] == '-' && a[1] == '-' && a[2] >= 'a' && a[2] <= 'z') {
-            /* Not "-- comment" SQL: an option qlab does not know. */
-            return ql_cli_usage("query", "unknown option '%s'", a);
-        } else {
-            if (npos == (int)(sizeof pos / sizeof pos[0]))
-                return ql_cli_usage("query", "too many arguments");
-            pos[npos++] = a;
-        }
-    }
+    const ql_opt opts[] = {
+        ql_opt_str("db", 0, &db, "PATH", "results database (default " QL_STORE_DEFAULT_PATH ")"),
+        ql_opt_set("csv", 0, &fmt_code, QL_QUERY_CSV,
+                   "comma-separated values with a header row (NULL = empty field)"),
+        ql_opt_set("json", 0, &fmt_code, QL_QUERY_JSON,
+                   "an array of objects, one per row (NULL = null)"),
+        ql_opt_set("md", 0, &fmt_code, QL_QUERY_MD, "a Markdown table (NULL = empty cell)"),
+        ql_opt_flag("list", 0, &want_list, "list the named queries"),
+    };
+    ql_opt_parser p = {.prog = "qlab query",
+                       .opts = opts,
+                       .n_opts = QL_OPT_COUNT(opts),
+                       .args = pos,
+                       .max_args = QL_OPT_COUNT(pos),
+                       .help = help};
+    const int prc = ql_opt_parse(&p, argc, argv);
+    if (prc != QL_OPT_GO_ON)
+        return prc;
+    const ql_query_format fmt = (ql_query_format)fmt_code;
+    const int npos = (int)p.n_args;
     if (want_list) {
         list();
         return QL_EXIT_OK;
     }
     if (npos == 0)
-        return ql_cli_usage("query", "missing the SQL statement or query NAME");
+        return ql_opt_usage(&p, "missing the SQL statement or query NAME");
 
     const char *sql = pos[0];
     const char *const *params = NULL;
@@ -88,17 +76,17 @@ int ql_cmd_query(int argc, char **argv)
     const ql_named_query *nq = ql_named_query_find(pos[0]);
     if (nq) {
         if (npos - 1 != nq->n_params)
-            return ql_cli_usage("query", "'%s' takes %d argument%s%s%s, got %d", nq->name,
-                                nq->n_params, nq->n_params == 1 ? "" : "s",
-                                nq->n_params ? ": " : "", nq->args, npos - 1);
+            return ql_opt_usage(&p, "'%s' takes %d argument%s%s%s, got %d", nq->name, nq->n_params,
+                                nq->n_params == 1 ? "" : "s", nq->n_params ? ": " : "", nq->args,
+                                npos - 1);
         if (strcmp(nq->name, "tensors") == 0 && strlen(pos[1]) < 4)
-            return ql_cli_usage("query", "tensors: give at least 4 hex digits of the config hash "
-                                         "(see 'qlab query configs')");
+            return ql_opt_usage(&p, "tensors: give at least 4 hex digits of the config hash "
+                                    "(see 'qlab query configs')");
         sql = nq->sql;
         params = pos + 1;
         n_params = nq->n_params;
     } else if (npos > 1) {
-        return ql_cli_usage("query",
+        return ql_opt_usage(&p,
                             "one SQL statement (quote it) or a query NAME; '%s' is not "
                             "a named query (see --list)",
                             pos[0]);

@@ -7,7 +7,7 @@
 #include "results/report.h"
 #include "results/store.h"
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab report [--db PATH] [--sweep NAME] [-o DIR] [--tensors HASH-PREFIX]\n"
            "                   [--no-plots]\n"
@@ -21,54 +21,38 @@ static void help(void)
            "  ppl_bpw.png/.svg   perplexity against bits per weight\n"
            "  tensors-<hash>.png/.svg  per-tensor error by layer for one config\n"
            "  *.dat, *.gp        the plot data and gnuplot scripts (rerun: gnuplot X.gp)\n"
-           "\n"
-           "options:\n"
-           "  --db PATH          results database (default %s)\n"
-           "  --sweep NAME       only this sweep\n"
-           "  -o, --out DIR      output directory (default %s)\n"
-           "  --tensors PREFIX   config (hash prefix, >= 4 hex digits; see 'qlab query\n"
-           "                     configs') for the per-tensor plot; default: the config\n"
-           "                     with the largest mean KLD\n"
-           "  --no-plots         tables and plot data only, do not run gnuplot\n"
-           "\n"
+           "\n");
+    ql_opt_print_options(stdout, p);
+    printf("\n"
            "The same database gives byte-identical tables. Plots need gnuplot on PATH;\n"
-           "without it the tables are still written and the plots skipped (exit 0).\n",
-           QL_STORE_DEFAULT_PATH, QL_REPORT_DEFAULT_DIR);
+           "without it the tables are still written and the plots skipped (exit 0).\n");
 }
 
 int ql_cmd_report(int argc, char **argv)
 {
     const char *db = QL_STORE_DEFAULT_PATH;
     ql_report_options opt = {.out_dir = QL_REPORT_DEFAULT_DIR, .plots = true, .log = stdout};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char **target = NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help();
-            return QL_EXIT_OK;
-        } else if (strcmp(a, "--no-plots") == 0) {
-            opt.plots = false;
-            continue;
-        } else if (strcmp(a, "--db") == 0) {
-            target = &db;
-        } else if (strcmp(a, "--sweep") == 0) {
-            target = &opt.sweep;
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--out") == 0) {
-            target = &opt.out_dir;
-        } else if (strcmp(a, "--tensors") == 0) {
-            target = &opt.tensors;
-        } else if (a[0] == '-') {
-            return ql_cli_usage("report", "unknown option '%s'", a);
-        } else {
-            return ql_cli_usage("report", "unexpected argument '%s'", a);
-        }
-        if (++i >= argc || !*argv[i])
-            return ql_cli_usage("report", "%s needs a value", a);
-        *target = argv[i];
-    }
+    bool no_plots = false;
+    const ql_opt opts[] = {
+        ql_opt_str("db", 0, &db, "PATH", "results database (default " QL_STORE_DEFAULT_PATH ")"),
+        ql_opt_str("sweep", 0, &opt.sweep, "NAME", "only this sweep"),
+        ql_opt_str("out", 'o', &opt.out_dir, "DIR",
+                   "output directory (default " QL_REPORT_DEFAULT_DIR ")"),
+        ql_opt_str("tensors", 0, &opt.tensors, "PREFIX",
+                   "config (hash prefix, >= 4 hex digits; see 'qlab query\n"
+                   "configs') for the per-tensor plot; default: the config\n"
+                   "with the largest mean KLD"),
+        ql_opt_flag("no-plots", 0, &no_plots, "tables and plot data only, do not run gnuplot"),
+    };
+    ql_opt_parser p = {
+        .prog = "qlab report", .opts = opts, .n_opts = QL_OPT_COUNT(opts), .help = help};
+    const int rc = ql_opt_parse(&p, argc, argv);
+    if (rc != QL_OPT_GO_ON)
+        return rc;
+    opt.plots = !no_plots;
     if (opt.tensors && strlen(opt.tensors) < 4)
-        return ql_cli_usage("report", "--tensors: give at least 4 hex digits of the config hash "
-                                      "(see 'qlab query configs')");
+        return ql_opt_usage(&p, "--tensors: give at least 4 hex digits of the config hash "
+                                "(see 'qlab query configs')");
 
     ql_error err;
     ql_error_clear(&err);

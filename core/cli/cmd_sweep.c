@@ -10,7 +10,7 @@
 #include "experiment/sweep.h"
 #include "harness/runner.h"
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab sweep FILE [--db PATH] [--threads N] [--jobs N] [--shard K/N|auto]\n"
            "                 [--cache-dir DIR] [--quiet] [--strict] [--no-summary] [--list]\n"
@@ -21,24 +21,9 @@ static void help(void)
            "config the quantized weights, the quantized forward pass and every metric, stored\n"
            "in one transaction. A failed config is stored with its error; an interrupted\n"
            "sweep resumes where it stopped.\n"
-           "\n"
-           "options:\n"
-           "  --db PATH      results store (default results/qlab.db)\n"
-           "  --threads N    threads (default: the sweep's 'threads', else all cores)\n"
-           "  --jobs N       evaluate N configs at once in separate processes (threads are\n"
-           "                 divided among them); the best use of cores for small models\n"
-           "  --cache-dir D  where the reference log-probs and the calibration imatrices\n"
-           "                 (imatrix = calib:NAME) are cached (default <db dir>/cache);\n"
-           "                 shards of one sweep may share it\n"
-           "  --quiet        no progress lines\n"
-           "  --strict       exit 1 when a config failed (failures are stored either way)\n"
-           "  --no-summary   do not print the summary table (the store has everything)\n"
-           "  --list         print the configs (index, hash prefix, canonical form) and stop\n"
-           "  --shard K/N    keep configs i with i mod N == K (0 <= K < N); 'auto' takes K and N\n"
-           "                 from SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT\n"
-           "  --job-of PID   (set by --jobs) this process is a job of sweep process PID and\n"
-           "                 ends when that process ends\n"
-           "\n"
+           "\n");
+    ql_opt_print_options(stdout, p);
+    printf("\n"
            "Axes and what is implemented today:\n");
     const ql_capability *caps;
     size_t n = ql_config_capabilities(&caps);
@@ -58,73 +43,61 @@ static void help(void)
 
 int ql_cmd_sweep(int argc, char **argv)
 {
-    const char *file = NULL, *shard_spec = NULL;
+    const char *args[1], *shard_spec = NULL;
     bool list = false, strict = false;
+    int parent = 0;
     ql_run_opts ro;
     ql_run_opts_init(&ro);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help();
-            return QL_EXIT_OK;
-        } else if (strcmp(a, "--list") == 0) {
-            list = true;
-        } else if (strcmp(a, "--quiet") == 0) {
-            ro.quiet = true;
-        } else if (strcmp(a, "--no-summary") == 0) {
-            ro.no_summary = true;
-        } else if (strcmp(a, "--strict") == 0) {
-            strict = true;
-        } else if (strcmp(a, "--db") == 0 || strcmp(a, "--cache-dir") == 0) {
-            if (++i >= argc)
-                return ql_cli_usage("sweep", "%s needs a path", a);
-            if (strcmp(a, "--db") == 0)
-                ro.db_path = argv[i];
-            else
-                ro.cache_dir = argv[i];
-        } else if (strcmp(a, "--jobs") == 0 || strcmp(a, "-j") == 0) {
-            if (++i >= argc)
-                return ql_cli_usage("sweep", "--jobs needs a value");
-            if (!ql_cli_parse_int_opt("sweep", "--jobs", argv[i], 1, 256, &ro.jobs))
-                return QL_EXIT_USAGE;
-        } else if (strcmp(a, "--threads") == 0) {
-            if (++i >= argc)
-                return ql_cli_usage("sweep", "--threads needs a value");
-            if (!ql_cli_parse_int_opt("sweep", "--threads", argv[i], 1, 4096, &ro.threads))
-                return QL_EXIT_USAGE;
-        } else if (strcmp(a, "--job-of") == 0) {
-            int parent;
-            if (++i >= argc)
-                return ql_cli_usage("sweep", "--job-of needs a process id");
-            if (!ql_cli_parse_int_opt("sweep", "--job-of", argv[i], 1, 1 << 30, &parent))
-                return QL_EXIT_USAGE;
-            /* A job must not outlive the sweep that started it: a rerun of that sweep
-             * would start a second job on the same configs. */
-            if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != (pid_t)parent) {
-                fprintf(stderr, "qlab sweep: the sweep process %d that started this job is gone\n",
-                        parent);
-                return QL_EXIT_RUNTIME;
-            }
-        } else if (strcmp(a, "--shard") == 0) {
-            if (++i >= argc)
-                return ql_cli_usage("sweep", "--shard needs a value (K/N or auto)");
-            shard_spec = argv[i];
-        } else if (a[0] == '-' && a[1] != '\0') {
-            return ql_cli_usage("sweep", "unknown option '%s'", a);
-        } else if (!file) {
-            file = a;
-        } else {
-            return ql_cli_usage("sweep", "one sweep file at a time (got '%s' and '%s')", file, a);
-        }
+    const ql_opt opts[] = {
+        ql_opt_str("db", 0, &ro.db_path, "PATH", "results store (default results/qlab.db)"),
+        ql_opt_threads(&ro.threads, "threads (default: $OMP_NUM_THREADS, else the sweep's\n"
+                                    "'threads', else all cores)"),
+        ql_opt_int("jobs", 'j', &ro.jobs, 1, 256, "N",
+                   "evaluate N configs at once in separate processes (threads are\n"
+                   "divided among them); the best use of cores for small models"),
+        ql_opt_str("cache-dir", 0, &ro.cache_dir, "DIR",
+                   "where the reference log-probs and the calibration imatrices\n"
+                   "(imatrix = calib:NAME) are cached (default <db dir>/cache);\n"
+                   "shards of one sweep may share it"),
+        ql_opt_flag("quiet", 'q', &ro.quiet, "no progress lines"),
+        ql_opt_flag("strict", 0, &strict,
+                    "exit 1 when a config failed (failures are stored either way)"),
+        ql_opt_flag("no-summary", 0, &ro.no_summary,
+                    "do not print the summary table (the store has everything)"),
+        ql_opt_flag("list", 0, &list,
+                    "print the configs (index, hash prefix, canonical form) and stop"),
+        ql_opt_str("shard", 0, &shard_spec, "K/N",
+                   "keep configs i with i mod N == K (0 <= K < N); 'auto' takes K and N\n"
+                   "from SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT"),
+        ql_opt_int("job-of", 0, &parent, 1, 1 << 30, "PID",
+                   "(set by --jobs) this process is a job of sweep process PID and\n"
+                   "ends when that process ends"),
+    };
+    static const char *const names[] = {"the sweep FILE"};
+    ql_opt_parser p = {.prog = "qlab sweep",
+                       .opts = opts,
+                       .n_opts = QL_OPT_COUNT(opts),
+                       .args = args,
+                       .max_args = 1,
+                       .arg_names = names,
+                       .n_required = 1,
+                       .help = help};
+    const int rc = ql_opt_parse(&p, argc, argv);
+    if (rc != QL_OPT_GO_ON)
+        return rc;
+    const char *file = args[0];
+    /* A job must not outlive the sweep that started it: a rerun of that sweep would
+     * start a second job on the same configs. */
+    if (parent && (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != (pid_t)parent)) {
+        fprintf(stderr, "qlab sweep: the sweep process %d that started this job is gone\n", parent);
+        return QL_EXIT_RUNTIME;
     }
-    if (!file)
-        return ql_cli_usage("sweep", "missing the sweep FILE");
 
     ql_error err;
     ql_error_clear(&err);
     ql_shard shard = {0, 1};
     if (shard_spec && ql_shard_parse(shard_spec, &shard, &err) != QL_OK)
-        return ql_cli_usage("sweep", "%s", err.msg);
+        return ql_opt_usage(&p, "%s", err.msg);
 
     /* Checked before anything else, so a bad file fails before any work. */
     ql_sweep sw;

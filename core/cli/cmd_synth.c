@@ -1,7 +1,6 @@
 /* qlab synth: write a deterministic synthetic llama-architecture GGUF. */
 #include <inttypes.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "base/util.h"
 #include "cli.h"
@@ -9,21 +8,22 @@
 #include "formats/types.h"
 #include "model/synth.h"
 
-static void help(void)
+static void help(const ql_opt_parser *p)
 {
-    printf(
-        "usage: qlab synth -o OUT.gguf [--dim D] [--ff F] [--layers L] [--heads H]\n"
-        "                  [--kv-heads K] [--vocab V] [--seed S] [--type F32|F16]\n"
-        "                  [--ctx N] [--tokenizer MODEL]\n\n"
-        "Writes a deterministic synthetic llama-architecture model whose weights have the\n"
-        "statistics that make quantization hard: Student-t entries, a few input columns\n"
-        "with much larger norms, and norm weights that create a handful of massive\n"
-        "activation channels. The tokenizer is copied from MODEL (default stories260K,\n"
-        "512 tokens); a larger --vocab pads it with unused tokens. Row lengths that are\n"
-        "multiples of 256 let every K-quant apply.\n\n"
-        "Defaults: --dim 256 --ff 768 --layers 2 --heads 4 --kv-heads 2 --seed 1\n"
-        "--type F32 --ctx 2048 (about 2M parameters). A 30M model:\n"
-        "  qlab synth -o synth-30M.gguf --dim 512 --ff 1536 --layers 10 --heads 8 --kv-heads 4\n");
+    printf("usage: qlab synth -o OUT.gguf [--dim D] [--ff F] [--layers L] [--heads H]\n"
+           "                  [--kv-heads K] [--vocab V] [--seed S] [--type F32|F16]\n"
+           "                  [--ctx N] [--tokenizer MODEL]\n\n"
+           "Writes a deterministic synthetic llama-architecture model whose weights have the\n"
+           "statistics that make quantization hard: Student-t entries, a few input columns\n"
+           "with much larger norms, and norm weights that create a handful of massive\n"
+           "activation channels. The tokenizer is copied from MODEL (default stories260K,\n"
+           "512 tokens); a larger --vocab pads it with unused tokens. Row lengths that are\n"
+           "multiples of 256 let every K-quant apply.\n\n");
+    ql_opt_print_options(stdout, p);
+    printf("\n"
+           "Defaults: about 2M parameters. A 30M model:\n"
+           "  qlab synth -o synth-30M.gguf --dim 512 --ff 1536 --layers 10 --heads 8 --kv-heads "
+           "4\n");
 }
 
 int ql_cmd_synth(int argc, char **argv)
@@ -31,52 +31,38 @@ int ql_cmd_synth(int argc, char **argv)
     ql_synth_opts o;
     ql_synth_defaults(&o);
     const char *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            help();
-            return QL_EXIT_OK;
-        }
-        if (i + 1 >= argc)
-            return ql_cli_usage("synth", "unknown option or missing value: '%s'", a);
-        const char *v = argv[++i];
-        int *ip = NULL;
-        if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0)
-            out = v;
-        else if (strcmp(a, "--dim") == 0)
-            ip = &o.dim;
-        else if (strcmp(a, "--ff") == 0)
-            ip = &o.ff;
-        else if (strcmp(a, "--layers") == 0)
-            ip = &o.layers;
-        else if (strcmp(a, "--heads") == 0)
-            ip = &o.heads;
-        else if (strcmp(a, "--kv-heads") == 0)
-            ip = &o.kv_heads;
-        else if (strcmp(a, "--vocab") == 0)
-            ip = &o.vocab;
-        else if (strcmp(a, "--ctx") == 0)
-            ip = &o.ctx_train;
-        else if (strcmp(a, "--tokenizer") == 0)
-            o.tokenizer_src = v;
-        else if (strcmp(a, "--seed") == 0) {
-            int64_t s;
-            if (!ql_parse_i64(v, &s) || s < 0)
-                return ql_cli_usage("synth", "--seed expects a non-negative integer, got '%s'", v);
-            o.seed = (uint64_t)s;
-        } else if (strcmp(a, "--type") == 0) {
-            const ql_type_traits *t = ql_type_by_name(v);
-            if (!t || (t->type != QL_TYPE_F32 && t->type != QL_TYPE_F16))
-                return ql_cli_usage("synth", "--type expects F32 or F16, got '%s'", v);
-            o.type = t->type;
-        } else
-            return ql_cli_usage("synth", "unknown option '%s'", a);
-        if (ip &&
-            !ql_cli_parse_int_opt("synth", a, v, strcmp(a, "--vocab") == 0 ? 0 : 1, 1 << 20, ip))
-            return QL_EXIT_USAGE;
-    }
-    if (!out)
-        return ql_cli_usage("synth", "missing -o OUT.gguf");
+    int64_t seed = (int64_t)o.seed;
+    static const int32_t types[] = {QL_TYPE_F32, QL_TYPE_F16};
+    char h[8][64];
+    snprintf(h[0], sizeof h[0], "embedding width (default %d)", o.dim);
+    snprintf(h[1], sizeof h[1], "feed-forward width (default %d)", o.ff);
+    snprintf(h[2], sizeof h[2], "blocks (default %d)", o.layers);
+    snprintf(h[3], sizeof h[3], "attention heads (default %d)", o.heads);
+    snprintf(h[4], sizeof h[4], "K/V heads (default %d)", o.kv_heads);
+    snprintf(h[5], sizeof h[5], "vocabulary size (default: the tokenizer's)");
+    snprintf(h[6], sizeof h[6], "seed of the weights (default %lld)", (long long)seed);
+    snprintf(h[7], sizeof h[7], "the model's context_length (default %d)", o.ctx_train);
+    const ql_opt opts[] = {
+        ql_opt_required(ql_opt_str("output", 'o', &out, "OUT.gguf", "the model file to write")),
+        ql_opt_int("dim", 0, &o.dim, 1, 1 << 20, "D", h[0]),
+        ql_opt_int("ff", 0, &o.ff, 1, 1 << 20, "F", h[1]),
+        ql_opt_int("layers", 0, &o.layers, 1, 1 << 20, "L", h[2]),
+        ql_opt_int("heads", 0, &o.heads, 1, 1 << 20, "H", h[3]),
+        ql_opt_int("kv-heads", 0, &o.kv_heads, 1, 1 << 20, "K", h[4]),
+        ql_opt_int("vocab", 0, &o.vocab, 0, 1 << 20, "V", h[5]),
+        ql_opt_i64("seed", 's', &seed, 0, INT64_MAX, "S", h[6]),
+        ql_opt_type("type", 0, &o.type, types, QL_OPT_COUNT(types), "F32|F16",
+                    "type of the weight matrices (default F32)"),
+        ql_opt_int("ctx", 0, &o.ctx_train, 1, 1 << 20, "N", h[7]),
+        ql_opt_str("tokenizer", 0, &o.tokenizer_src, "MODEL",
+                   "the model whose tokenizer is copied (default stories260K)"),
+    };
+    ql_opt_parser p = {
+        .prog = "qlab synth", .opts = opts, .n_opts = QL_OPT_COUNT(opts), .help = help};
+    const int rc = ql_opt_parse(&p, argc, argv);
+    if (rc != QL_OPT_GO_ON)
+        return rc;
+    o.seed = (uint64_t)seed;
     ql_error err;
     ql_error_clear(&err);
     double t0 = ql_now();

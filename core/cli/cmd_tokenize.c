@@ -10,20 +10,15 @@
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
-static void usage(FILE *out)
+static void help(const ql_opt_parser *p)
 {
-    fprintf(out,
-            "usage: qlab tokenize MODEL (--text STRING | --file PATH) [--ids] [--no-bos] "
-            "[--stats]\n\n"
-            "Tokenizes a text with the tokenizer stored in a GGUF model (a path, or a model\n"
-            "name from datasets/manifest.tsv), giving the ids llama.cpp gives.\n"
-            "Prints one token per line as \"id<TAB>piece\"; in pieces, \\n \\r \\t \\\\ and\n"
-            "\\xNN stand for control bytes, backslashes and bytes that are not valid UTF-8.\n\n"
-            "  --text STRING  the text to tokenize\n"
-            "  --file PATH    a file to tokenize (a path or a text name, e.g. tinystories-valid)\n"
-            "  --ids          print only the ids, as [1, 2, 3] (like llama-tokenize --ids)\n"
-            "  --no-bos       do not add BOS/EOS even when the model asks for them\n"
-            "  --stats        print the token count and the time taken on stderr\n");
+    printf("usage: qlab tokenize MODEL (--text STRING | --file PATH) [--ids] [--no-bos] "
+           "[--stats]\n\n"
+           "Tokenizes a text with the tokenizer stored in a GGUF model (a path, or a model\n"
+           "name from datasets/manifest.tsv), giving the ids llama.cpp gives.\n"
+           "Prints one token per line as \"id<TAB>piece\"; in pieces, \\n \\r \\t \\\\ and\n"
+           "\\xNN stand for control bytes, backslashes and bytes that are not valid UTF-8.\n\n");
+    ql_opt_print_options(stdout, p);
 }
 
 /* Length of a valid UTF-8 sequence of 2..4 bytes at s (n bytes left), or 0. */
@@ -70,38 +65,34 @@ static void print_piece(const char *p, size_t n)
 
 int ql_cmd_tokenize(int argc, char **argv)
 {
-    const char *model = NULL, *text = NULL, *file = NULL;
+    const char *args[1], *text = NULL, *file = NULL;
     bool ids_only = false, no_bos = false, stats = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return QL_EXIT_OK;
-        } else if (strcmp(a, "--text") == 0 || strcmp(a, "--file") == 0) {
-            if (i + 1 >= argc)
-                return ql_cli_usage("tokenize", "%s needs a value", a);
-            if (a[2] == 't')
-                text = argv[++i];
-            else
-                file = argv[++i];
-        } else if (strcmp(a, "--ids") == 0) {
-            ids_only = true;
-        } else if (strcmp(a, "--no-bos") == 0) {
-            no_bos = true;
-        } else if (strcmp(a, "--stats") == 0) {
-            stats = true;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            return ql_cli_usage("tokenize", "unknown option '%s'", a);
-        } else if (!model) {
-            model = a;
-        } else {
-            return ql_cli_usage("tokenize", "unexpected argument '%s'", a);
-        }
-    }
-    if (!model)
-        return ql_cli_usage("tokenize", "missing MODEL");
+    const ql_opt opts[] = {
+        ql_cli_model_opt(&args[0]),
+        ql_opt_text("text", 'p', &text, "STRING",
+                    "the text to tokenize (as llama-tokenize's -p, --prompt)"),
+        ql_opt_str("file", 'f', &file, "PATH",
+                   "a file to tokenize (a path or a text name, e.g. tinystories-valid)"),
+        ql_opt_flag("ids", 0, &ids_only,
+                    "print only the ids, as [1, 2, 3] (like llama-tokenize --ids)"),
+        ql_opt_flag("no-bos", 0, &no_bos, "do not add BOS/EOS even when the model asks for them"),
+        ql_opt_flag("stats", 0, &stats, "print the token count and the time taken on stderr"),
+    };
+    static const char *const names[] = {"MODEL"};
+    ql_opt_parser op = {.prog = "qlab tokenize",
+                        .opts = opts,
+                        .n_opts = QL_OPT_COUNT(opts),
+                        .args = args,
+                        .max_args = 1,
+                        .arg_names = names,
+                        .n_required = 1,
+                        .help = help};
+    const int prc = ql_opt_parse(&op, argc, argv);
+    if (prc != QL_OPT_GO_ON)
+        return prc;
+    const char *model = args[0];
     if (!text == !file)
-        return ql_cli_usage("tokenize", "give exactly one of --text and --file");
+        return ql_opt_usage(&op, "give exactly one of --text and --file");
 
     int rc = QL_EXIT_RUNTIME;
     ql_error err;

@@ -27,36 +27,58 @@ static const ql_cli_command commands[] = {
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
-static void usage(FILE *out)
+static void help(const ql_opt_parser *p)
 {
-    fprintf(out, "usage: qlab <command> [options]\n\n"
-                 "qlab: a testbed for LLM weight-quantization accuracy experiments.\n\n"
-                 "commands:\n");
+    printf("usage: qlab <command> [options] [arguments]\n\n"
+           "qlab: a testbed for LLM weight-quantization accuracy experiments.\n\n"
+           "commands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\nRun 'qlab <command> --help' for the options of a command.\n"
-                 "Exit codes: 0 success, 1 runtime error, 2 usage error.\n");
+        printf("  %-16s %s\n", commands[i].name, commands[i].summary);
+    printf("\n");
+    ql_opt_print_options(stdout, p);
+    printf("\n"
+           "Run 'qlab <command> --help' for the options of a command. Every command takes\n"
+           "--name=value and --name value alike, short aliases as llama.cpp spells them\n"
+           "(-m model, -f text file, -c context, -t threads, -o output), options before or\n"
+           "after its arguments, and '--' to end the options. A long name may be shortened\n"
+           "to any unique prefix (--thr 2). --threads, where a command has it, defaults to\n"
+           "OMP_NUM_THREADS (its first number), else all cores.\n"
+           "Exit codes: 0 success, 1 runtime error, 2 usage error.\n");
 }
 
 int main(int argc, char **argv)
 {
     /* GSL's default handler aborts; qlab reports errors through statuses instead. */
     gsl_set_error_handler_off();
-    if (argc < 2) {
-        usage(stderr);
-        return QL_EXIT_USAGE;
+    bool version = false;
+    const char *args[1];
+    const ql_opt opts[] = {
+        ql_opt_flag("version", 0, &version, "print the qlab version and commit, as 'qlab version'"),
+    };
+    static const char *const names[] = {"the command"};
+    ql_opt_parser p = {.prog = "qlab",
+                       .opts = opts,
+                       .n_opts = QL_OPT_COUNT(opts),
+                       .args = args,
+                       .max_args = 1,
+                       .arg_names = names,
+                       .stop_at_arg = true,
+                       .help = help};
+    const int rc = ql_opt_parse(&p, argc, argv);
+    if (rc != QL_OPT_GO_ON)
+        return rc;
+    if (version) {
+        char *vargv[] = {(char *)"version", NULL};
+        return ql_cmd_version(1, vargv);
     }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
-        usage(stdout);
+    if (!args[0])
+        return ql_opt_usage(&p, "missing the command");
+    if (strcmp(args[0], "help") == 0) {
+        help(&p);
         return QL_EXIT_OK;
     }
-    if (strcmp(argv[1], "--version") == 0)
-        return ql_cmd_version(1, argv + 1);
     for (size_t i = 0; i < N_COMMANDS; i++)
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "qlab: unknown command '%s'\n", argv[1]);
-    usage(stderr);
-    return QL_EXIT_USAGE;
+        if (strcmp(args[0], commands[i].name) == 0)
+            return commands[i].run(argc - p.next, argv + p.next);
+    return ql_opt_usage(&p, "unknown command '%s'", args[0]);
 }

@@ -33,9 +33,9 @@ expect 2 "Q8_1 head refused" "$qlab" quantize "$model" "$tmp/x.gguf" --type Q4_0
 matches "$tmp/err" "head-type: head type Q8_1" "Q8_1 head reason"
 # --help lists the types qlab quantize writes (the lattice types too), not the refused ones.
 expect 0 "quantize --help" "$qlab" quantize --help
-matches "$tmp/out" "^  --type T .* Q4_0 " "--type lists Q4_0"
+matches "$tmp/out" "^ *--type T .* Q4_0 " "--type lists Q4_0"
 has "$tmp/out" "IQ2_XXS" "--type lists the IQ lattice types"
-awk '/^  --type T/ {f = 1} /^  --head-type/ {f = 0} f' "$tmp/out" >"$tmp/types"
+awk '/^ *--type T/ {f = 1} /^ *--head-type/ {f = 0} f' "$tmp/out" >"$tmp/types"
 if grep -q "INT8_ROW\|Q8_0_XC\|Q8_K\|Q8_1\|once built" "$tmp/types"; then
     bad "--type lists a refused type:"; cat "$tmp/types"
 else
