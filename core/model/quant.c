@@ -119,22 +119,6 @@ ql_status ql_dequant_tensor(int32_t type, const void *src, size_t src_size, int6
 /* Type policy                                                                */
 /* ========================================================================= */
 
-bool ql_quant_is_weight_type(int32_t type)
-{
-    switch (type) {
-    case QL_TYPE_Q8_1:
-    case QL_TYPE_Q8_K:
-    case QL_TYPE_I8:
-    case QL_TYPE_I16:
-    case QL_TYPE_I32:
-    case QL_TYPE_I64:
-    case QL_TYPE_F64:
-        return false;
-    default:
-        return ql_type_get(type) != NULL;
-    }
-}
-
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
@@ -164,33 +148,10 @@ static bool never_quantized(const char *name)
     return strcmp(name, "position_embd.weight") == 0 || strcmp(name, "token_types.weight") == 0;
 }
 
-/* llama.cpp's fallback for a K/IQ/ternary type whose block does not fit the row. */
+/* llama.cpp's fallback for a type whose block does not fit the row (traits column). */
 static int32_t neighbour_type(int32_t type)
 {
-    switch (type) {
-    case QL_TYPE_TQ1_0:
-    case QL_TYPE_TQ2_0:
-        return QL_TYPE_Q4_0;
-    case QL_TYPE_IQ2_XXS:
-    case QL_TYPE_IQ2_XS:
-    case QL_TYPE_IQ2_S:
-    case QL_TYPE_IQ3_XXS:
-    case QL_TYPE_IQ3_S:
-    case QL_TYPE_IQ1_S:
-    case QL_TYPE_IQ1_M:
-    case QL_TYPE_Q2_K:
-    case QL_TYPE_Q3_K:
-    case QL_TYPE_IQ4_XS:
-        return QL_TYPE_IQ4_NL;
-    case QL_TYPE_Q4_K:
-        return QL_TYPE_Q5_0;
-    case QL_TYPE_Q5_K:
-        return QL_TYPE_Q5_1;
-    case QL_TYPE_Q6_K:
-        return QL_TYPE_Q8_0;
-    default:
-        return QL_TYPE_F16; /* 32-value block types (llama.cpp refuses; qlab writes F16) */
-    }
+    return ql_type_get(type)->row_fallback;
 }
 
 bool ql_quant_is_float_type(int32_t t)
@@ -244,9 +205,10 @@ ql_status ql_quant_plan_tensor(const ql_quant_config *cfg, const char *name, uin
     for (int i = 0; i < 3; i++) {
         if (i > 0 && types[i] == QL_TYPE_INVALID)
             continue;
-        if (!ql_quant_is_weight_type(types[i]))
-            return ql_error_set(err, QL_EINVAL, "%s type %s is not a weight type", what[i],
-                                ql_type_name(types[i]));
+        const ql_type_traits *t = ql_type_get(types[i]);
+        if (!ql_type_is_weight(t))
+            return ql_error_set(err, QL_EINVAL, "%s type %s is %s", what[i], ql_type_name(types[i]),
+                                t ? t->not_weight : "not a known type");
     }
 
     /* Role and requested type. */

@@ -99,11 +99,6 @@ typedef struct {
     uint64_t bytes;                   /* size of the tensor in the used type */
 } ql_quant_plan_entry;
 
-/* True when type may be requested as a weight type: a GGUF weight format qlab can
- * write, or INT8_ROW / Q8_0_XC (evaluated in memory). False for activation-only
- * formats (Q8_1, Q8_K), integer types and unknown ids. */
-bool ql_quant_is_weight_type(int32_t type);
-
 /* True for F32, F16 and BF16: the types llama-quantize keeps a tensor in and qlab
  * quantizes from. */
 bool ql_quant_is_float_type(int32_t type);

@@ -106,8 +106,8 @@ static void row_length_fallbacks(void)
 /* A type that needs importance weights, for a tensor the imatrix does not cover. */
 static void no_importance_fallback(void)
 {
-    ql_quant_plan_entry e = plan(QL_TYPE_IQ2_XXS, NONE, NONE, "token_embd.weight", 2, 256, 512,
-                                 true);
+    ql_quant_plan_entry e =
+        plan(QL_TYPE_IQ2_XXS, NONE, NONE, "token_embd.weight", 2, 256, 512, true);
     CHECK_EQ_INT(e.used, QL_TYPE_IQ2_XXS);
     CHECK(ql_quant_plan_no_importance(&e));
     CHECK_EQ_INT(e.used, QL_TYPE_Q2_K);
@@ -194,9 +194,9 @@ static void invalid_requests(void)
     ne[1] = 0;
     CHECK_EQ_INT(ql_quant_plan_tensor(&cfg, "w.weight", 2, ne, QL_TYPE_F32, true, &e, &err),
                  QL_EINVAL);
-    CHECK(!ql_quant_is_weight_type(QL_TYPE_I32));
-    CHECK(ql_quant_is_weight_type(QL_TYPE_INT8_ROW));
-    CHECK(ql_quant_is_weight_type(QL_TYPE_Q8_0_XC));
+    CHECK(!ql_type_is_weight(ql_type_get(QL_TYPE_I32)));
+    CHECK(ql_type_is_weight(ql_type_get(QL_TYPE_INT8_ROW)));
+    CHECK(ql_type_is_weight(ql_type_get(QL_TYPE_Q8_0_XC)));
 }
 
 /* Shapes whose value count (or byte count) does not fit in 64 bits are refused,
