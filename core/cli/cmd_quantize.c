@@ -225,7 +225,9 @@ int ql_cmd_quantize(int argc, char **argv)
 {
     const char *paths[2] = {NULL, NULL};
     int n_paths = 0;
-    ql_quant_model_opts opts = {.cfg = {QL_TYPE_INVALID, QL_TYPE_INVALID, QL_TYPE_INVALID}};
+    ql_quant_model_opts opts = {.cfg = {.weight_type = QL_TYPE_INVALID,
+                                        .head_type = QL_TYPE_INVALID,
+                                        .embd_type = QL_TYPE_INVALID}};
     imatrix_arg imat = {NULL, NULL, NULL}, stats_imat = {NULL, NULL, NULL};
     bool have_type = false;
     for (int i = 1; i < argc; i++) {

@@ -195,7 +195,8 @@ uint64_t ql_fit_budget_resolve(const ql_fit_budget *b, const ql_fit_table *t)
 static ql_status tensor_role(const ql_gguf *model, const ql_gguf_tensor *gt, bool *assigned,
                              int32_t *fixed_type, ql_error *err)
 {
-    const ql_quant_config cfg = {QL_TYPE_F16, QL_TYPE_INVALID, QL_TYPE_INVALID};
+    const ql_quant_config cfg = {
+        .weight_type = QL_TYPE_F16, .head_type = QL_TYPE_INVALID, .embd_type = QL_TYPE_INVALID};
     ql_quant_plan_entry e;
     ql_status st =
         ql_quant_plan_tensor(&cfg, gt->name, gt->n_dims, gt->ne, gt->type,

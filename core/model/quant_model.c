@@ -54,18 +54,23 @@ static bool has_importance(const void *ctx, int64_t i, const ql_quant_plan_entry
 {
     const importance_ctx *c = ctx;
     return c->g->tensors[i].type == e->used ||
-           c->opts->imatrix(c->opts->imatrix_ctx, e->name, e->n_per_row, e->ne[2] * e->ne[3]);
+           (c->opts->imatrix &&
+            c->opts->imatrix(c->opts->imatrix_ctx, e->name, e->n_per_row, e->ne[2] * e->ne[3]));
 }
 
 /* Validates every tensor of the plan against its source before anything is written. */
 static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p, const ql_quant_model_opts *opts,
                             ql_error *err)
 {
-    /* With an imatrix that has no entry for a tensor (token_embd), the tensor takes
-     * the type llama-quantize's very-low-bit mixes give it. */
-    if (opts->imatrix) {
+    /* A tensor without importance weights that its type needs: in a pure plan with
+     * an imatrix that has no entry for it (token_embd) it takes the type
+     * llama-quantize's very-low-bit mixes give such tensors; a mix refuses it, as
+     * llama-quantize does. */
+    if (opts->imatrix || p->mix) {
         const importance_ctx c = {g, opts};
-        ql_quant_plan_importance_fallbacks(p, has_importance, &c);
+        ql_status st = ql_quant_plan_check_importance(p, has_importance, &c, NULL, err);
+        if (st)
+            return ql_error_prefix(err, "%s: ", g->path);
     }
     for (int64_t i = 0; i < p->n; i++) {
         const ql_gguf_tensor *t = &g->tensors[i];
@@ -200,14 +205,24 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
                          ql_quant_model_report **report, ql_error *err)
 {
     *report = NULL;
-    const ql_quant_config *cfg = &opts->cfg;
+    /* Some of the mixes' rules depend on whether there is an imatrix at all. */
+    ql_quant_config cfg_copy = opts->cfg;
+    cfg_copy.has_imatrix = opts->imatrix != NULL;
+    const ql_quant_config *cfg = &cfg_copy;
     ql_status st;
-    if ((st = ql_quant_model_check_type(cfg->weight_type, "weight", err)) ||
+    if ((!cfg->mix && (st = ql_quant_model_check_type(cfg->weight_type, "weight", err))) ||
         (st = ql_quant_model_check_type(cfg->head_type, "head", err)) ||
         (st = ql_quant_model_check_type(cfg->embd_type, "embedding", err)))
         return st;
+    for (int i = 0; i < ql_quant_overrides_count(cfg->overrides); i++)
+        if ((st =
+                 ql_quant_model_check_type(ql_quant_overrides_type(cfg->overrides, i), "its", err)))
+            return ql_error_prefix(
+                err, "--tensor-type '%s': ", ql_quant_overrides_rule(cfg->overrides, i));
     uint32_t ftype = 0;
-    if (!ql_quant_llama_ftype(cfg->weight_type, &ftype))
+    if (cfg->mix)
+        ftype = (uint32_t)cfg->mix->ftype;
+    else if (!ql_quant_llama_ftype(cfg->weight_type, &ftype))
         return ql_error_set(err, QL_EINVAL, "weight type %s has no llama.cpp file type",
                             ql_type_name(cfg->weight_type));
 

@@ -11,7 +11,7 @@
 static ql_quant_plan_entry plan(int32_t wt, int32_t head, int32_t embd, const char *name,
                                 uint32_t n_dims, int64_t ne0, int64_t ne1, bool has_output)
 {
-    ql_quant_config cfg = {wt, head, embd};
+    ql_quant_config cfg = {.weight_type = wt, .head_type = head, .embd_type = embd};
     int64_t ne[2] = {ne0, ne1};
     ql_quant_plan_entry e;
     ql_error err;
@@ -179,7 +179,7 @@ static void int8_row_rules(void)
 
 static void invalid_requests(void)
 {
-    ql_quant_config cfg = {QL_TYPE_Q8_K, NONE, NONE};
+    ql_quant_config cfg = {.weight_type = QL_TYPE_Q8_K, .head_type = NONE, .embd_type = NONE};
     int64_t ne[2] = {256, 4};
     ql_quant_plan_entry e;
     ql_error err;
@@ -203,7 +203,7 @@ static void invalid_requests(void)
  * not planned with a wrapped size. */
 static void oversized_tensors(void)
 {
-    ql_quant_config cfg = {QL_TYPE_Q4_0, NONE, NONE};
+    ql_quant_config cfg = {.weight_type = QL_TYPE_Q4_0, .head_type = NONE, .embd_type = NONE};
     int64_t ne[2] = {INT64_C(1) << 40, INT64_C(1) << 30}; /* 2^70 values */
     ql_quant_plan_entry e;
     ql_error err;
