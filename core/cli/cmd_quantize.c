@@ -1,6 +1,10 @@
-/* qlab quantize: write a GGUF model in another weight type through the type policy. */
+/* qlab quantize: write a GGUF model in other types through the type policy, with
+ * llama-quantize's command line (IN OUT TYPE [nthreads] and its options) or qlab's
+ * pure form (--type T). */
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -13,22 +17,42 @@
 #include "model/quant_model.h"
 
 static const char *const usage_head =
-    "usage: qlab quantize IN.gguf OUT.gguf --type T [--head-type T] [--embd-type T]\n"
-    "                     [--imatrix FILE] [--threads N] [--stats [--stats-imatrix FILE]]\n"
-    "                     [--quiet]\n"
+    "usage: qlab quantize [options] IN.gguf OUT.gguf TYPE [nthreads]\n"
+    "       qlab quantize [options] IN.gguf OUT.gguf --type T\n"
     "\n"
-    "Writes OUT.gguf with every 2-D weight of IN.gguf (F32/F16/BF16) quantized to T,\n"
-    "bit-identical to llama.cpp's quantizers, in a file llama.cpp loads.\n"
-    "\n";
+    "Writes OUT.gguf with the weights of IN.gguf (F32/F16/BF16) quantized, bit-identical\n"
+    "to llama.cpp's quantizers, in a file llama.cpp loads.\n"
+    "\n"
+    "TYPE is a llama-quantize file type, with llama-quantize's per-tensor rules (b4747):\n"
+    "the head, the embeddings, attn_v, attn_k, attn_q, ffn_down and attn_output get the\n"
+    "types its mixes give them by layer position and GQA ratio. A name or a number:\n";
 
-/* Follows the --type line, which lists the types ql_quant_model writes. */
-static const char *const usage_text =
-    "  --head-type T   type of output.weight (default: same as --type)\n"
-    "  --embd-type T   type of token_embd.weight (default: same as --type)\n"
+/* Follows the file types. */
+static const char *const usage_mid =
+    "  (Q3_K, Q4_K and Q5_K mean Q3_K_M, Q4_K_M and Q5_K_M, as in llama-quantize;\n"
+    "  * needs --imatrix)\n"
+    "\n"
+    "options (llama-quantize's):\n"
+    "  --pure          TYPE's default type for every tensor, no per-tensor rules\n"
     "  --imatrix FILE  importance matrix (llama.cpp .dat or GGUF, e.g. from 'qlab imatrix'):\n"
     "                  each tensor with an entry is quantized with the importance of its\n"
     "                  columns (mean x^2), as llama-quantize --imatrix does; tensors without\n"
     "                  an entry (token_embd, output) are quantized without and listed\n"
+    "  --output-tensor-type T      type of output.weight\n"
+    "  --token-embedding-type T    type of token_embd.weight\n"
+    "  --leave-output-tensor       output.weight keeps its type\n"
+    "  --tensor-type REGEX=T       tensors whose name matches REGEX (lowercased, anywhere in\n"
+    "                  the name) get T; repeatable, the first matching rule wins; it wins\n"
+    "                  over TYPE's rules and --type, not over the two options above\n"
+    "  nthreads        threads, as --threads\n"
+    "\n"
+    "qlab's pure form (the experiment axis: one type everywhere):\n";
+
+/* Follows the --type line, which lists the types ql_quant_model writes. */
+static const char *const usage_text =
+    "  --head-type T   type of output.weight (default: same as --type; 'same')\n"
+    "  --embd-type T   type of token_embd.weight (default: same as --type; 'same')\n"
+    "\n"
     "  --threads N     threads (default: all cores); the bytes do not depend on N\n"
     "  --stats         per-tensor error of the dequantized weights vs the source:\n"
     "                  rmse, max |w - w^| and relative error, plus model totals; with an\n"
@@ -40,35 +64,55 @@ static const char *const usage_text =
     "                  imatrix on the same scale\n"
     "  --quiet         no progress line\n"
     "\n"
-    "Policy: 1-D tensors stay F32; a row length that does not split into T's blocks\n"
+    "Policy: 1-D tensors stay F32; a row length that does not split into a type's blocks\n"
     "falls back as llama.cpp does (K/IQ types to their 32-block neighbours, then F16),\n"
-    "and every fallback is listed. INT8_ROW and Q8_0_XC are not GGUF types and are\n"
-    "refused here (sweeps evaluate them in memory).\n";
+    "and every fallback is listed with the rule that chose each type. INT8_ROW and\n"
+    "Q8_0_XC are not GGUF types and are refused here (sweeps evaluate them in memory).\n";
 
 /* Width of the usage text's lines. */
 #define USAGE_COLUMNS 86
 
+/* Prints words after a label, wrapped at USAGE_COLUMNS under an indent. */
+typedef struct {
+    size_t col;
+    const char *indent;
+} wrap;
+
+static void wrap_word(wrap *w, const char *word)
+{
+    const size_t n = 1 + strlen(word);
+    if (w->col + n > USAGE_COLUMNS) {
+        printf("\n%s", w->indent);
+        w->col = strlen(w->indent);
+    }
+    printf(" %s", word);
+    w->col += n;
+}
+
 static void print_usage(void)
 {
     fputs(usage_head, stdout);
-    static const char type_line[] = "  --type T        weight type:";
-    static const char indent[] = "                 ";
-    fputs(type_line, stdout);
-    size_t col = sizeof type_line - 1;
-    const ql_type_traits *types[64];
-    const int n = ql_type_list(types, 64);
-    for (int i = 0; i < n; i++) {
-        ql_error err;
-        if (ql_quant_model_check_type(types[i]->type, "weight", &err) != QL_OK)
-            continue;
-        const size_t w = 1 + strlen(types[i]->name);
-        if (col + w > USAGE_COLUMNS) {
-            printf("\n%s", indent);
-            col = sizeof indent - 1;
-        }
-        printf(" %s", types[i]->name);
-        col += w;
+    wrap w = {0, " "};
+    printf(" ");
+    w.col = 1;
+    const ql_quant_mix *mixes[64];
+    const int n_mix = ql_quant_mix_list(mixes, 64);
+    for (int i = 0; i < n_mix; i++) {
+        char word[48];
+        snprintf(word, sizeof word, "%d=%s%s", (int)mixes[i]->ftype, mixes[i]->name,
+                 mixes[i]->needs_imatrix ? "*" : "");
+        wrap_word(&w, word);
     }
+    fputs("\n", stdout);
+    fputs(usage_mid, stdout);
+    static const char type_line[] = "  --type T        weight type:";
+    w = (wrap){sizeof type_line - 1, "                 "};
+    fputs(type_line, stdout);
+    const ql_type_traits *types[QL_TYPE_ID_LIMIT];
+    const int n = ql_type_list(types, QL_TYPE_ID_LIMIT);
+    for (int i = 0; i < n; i++)
+        if (ql_type_is_gguf_weight(types[i]))
+            wrap_word(&w, types[i]->name);
     fputs("\n", stdout);
     fputs(usage_text, stdout);
 }
@@ -173,14 +217,25 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
         const bool converted = model && e->used != model->tensors[i].type;
         if (converted)
             n_quantized++;
-        if (e->fallback != QL_FALLBACK_NONE)
-            printf("  fallback from %s: %s", ql_type_name(e->requested), e->reason);
-        else if (e->role == QL_ROLE_KEEP)
-            printf("  kept (llama.cpp does not quantize this tensor)");
+        /* Why the type: a rule of the mix or an override, when it is not the plan's
+         * weight type; then the fallback. */
+        const char *sep = "  ";
+        if ((e->role == QL_ROLE_WEIGHT || e->role == QL_ROLE_HEAD || e->role == QL_ROLE_EMBD) &&
+            (e->requested != p->weight_type || strncmp(e->choice, "--", 2) == 0)) {
+            printf("%s%s", sep, e->choice);
+            sep = "; ";
+        }
+        if (e->fallback != QL_FALLBACK_NONE) {
+            printf("%sfallback from %s: %s", sep, ql_type_name(e->requested), e->reason);
+            sep = "; ";
+        } else if (e->role == QL_ROLE_KEEP) {
+            printf("%skept (%s)", sep, e->choice);
+            sep = "; ";
+        }
         if (imat->im && converted && !r->has_imatrix[i]) {
             const char *skipped = ql_imatrix_table_skipped(imat->table);
             n_without++;
-            printf("%s%s: quantized without", e->fallback != QL_FALLBACK_NONE ? "; " : "  ",
+            printf("%s%s: quantized without", sep,
                    skipped && strcmp(skipped, e->name) == 0 ? "imatrix entry of another length"
                                                             : "no imatrix entry");
         }
@@ -193,6 +248,10 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
            (long long)p->body_params, (unsigned long long)p->body_bytes,
            bpw(p->body_bytes, p->body_params));
     printf("fallbacks: %lld of %lld tensors\n", (long long)p->n_fallback, (long long)p->n);
+    if (p->mix)
+        printf("file type: %s (%d), default type %s, %s\n", p->mix->name, (int)p->mix->ftype,
+               ql_type_name(p->weight_type),
+               p->rules ? "llama-quantize's per-tensor rules (b4747)" : "no per-tensor rules");
     if (imat->im) {
         printf("imatrix %s: %lld entries, %lld chunks; %lld of %lld quantized tensors used it, "
                "%lld quantized without (no entry, as llama-quantize does)",
@@ -221,70 +280,191 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
            (unsigned long long)r->file_size, r->file_type, r->seconds);
 }
 
+/* The command line: options, then IN OUT and TYPE [nthreads] or --type. */
+typedef struct {
+    const char *paths[2];
+    const char *file_type; /* the positional TYPE, NULL with --type */
+    const char **rules;    /* --tensor-type, argc entries */
+    int n_rules;
+    bool have_type; /* --type */
+    bool pure;
+} args;
+
+enum {
+    OPT_TYPE = 256,
+    OPT_HEAD_TYPE,
+    OPT_EMBD_TYPE,
+    OPT_OUTPUT_TENSOR_TYPE,
+    OPT_TOKEN_EMBEDDING_TYPE,
+    OPT_TENSOR_TYPE,
+    OPT_LEAVE_OUTPUT,
+    OPT_PURE,
+    OPT_IMATRIX,
+    OPT_STATS_IMATRIX,
+    OPT_THREADS,
+    OPT_STATS,
+    OPT_QUIET,
+};
+
+static const struct option long_options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"type", required_argument, NULL, OPT_TYPE},
+    {"head-type", required_argument, NULL, OPT_HEAD_TYPE},
+    {"embd-type", required_argument, NULL, OPT_EMBD_TYPE},
+    {"output-tensor-type", required_argument, NULL, OPT_OUTPUT_TENSOR_TYPE},
+    {"token-embedding-type", required_argument, NULL, OPT_TOKEN_EMBEDDING_TYPE},
+    {"tensor-type", required_argument, NULL, OPT_TENSOR_TYPE},
+    {"leave-output-tensor", no_argument, NULL, OPT_LEAVE_OUTPUT},
+    {"pure", no_argument, NULL, OPT_PURE},
+    {"imatrix", required_argument, NULL, OPT_IMATRIX},
+    {"stats-imatrix", required_argument, NULL, OPT_STATS_IMATRIX},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"stats", no_argument, NULL, OPT_STATS},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {NULL, 0, NULL, 0},
+};
+
+/* Parses argv into a, opts and the imatrix paths. Returns -1 to go on, else the
+ * exit code (help, a usage error). */
+static int parse_args(int argc, char **argv, args *a, ql_quant_model_opts *opts, imatrix_arg *imat,
+                      imatrix_arg *stats_imat)
+{
+    ql_quant_config *cfg = &opts->cfg;
+    opterr = 0;
+    optind = 1;
+    for (;;) {
+        const int c = getopt_long(argc, argv, ":h", long_options, NULL);
+        if (c == -1)
+            break;
+        /* The option as written, for messages (getopt has moved past it). */
+        const char *opt = argv[optind - 1];
+        int n;
+        switch (c) {
+        case 'h':
+            print_usage();
+            return QL_EXIT_OK;
+        case OPT_TYPE:
+            if (!parse_type("--type", "weight", optarg, false, &cfg->weight_type))
+                return QL_EXIT_USAGE;
+            a->have_type = true;
+            break;
+        case OPT_HEAD_TYPE:
+        case OPT_OUTPUT_TENSOR_TYPE:
+            if (!parse_type(c == OPT_HEAD_TYPE ? "--head-type" : "--output-tensor-type", "head",
+                            optarg, c == OPT_HEAD_TYPE, &cfg->head_type))
+                return QL_EXIT_USAGE;
+            break;
+        case OPT_EMBD_TYPE:
+        case OPT_TOKEN_EMBEDDING_TYPE:
+            if (!parse_type(c == OPT_EMBD_TYPE ? "--embd-type" : "--token-embedding-type",
+                            "embedding", optarg, c == OPT_EMBD_TYPE, &cfg->embd_type))
+                return QL_EXIT_USAGE;
+            break;
+        case OPT_TENSOR_TYPE:
+            a->rules[a->n_rules++] = optarg;
+            break;
+        case OPT_LEAVE_OUTPUT:
+            cfg->leave_output = true;
+            break;
+        case OPT_PURE:
+            a->pure = true;
+            break;
+        case OPT_IMATRIX:
+            imat->path = optarg;
+            break;
+        case OPT_STATS_IMATRIX:
+            stats_imat->path = optarg;
+            break;
+        case OPT_THREADS:
+            if (!ql_cli_parse_int_opt("quantize", "--threads", optarg, 1, 4096, &n))
+                return QL_EXIT_USAGE;
+            ql_threads_set(n);
+            break;
+        case OPT_STATS:
+            opts->stats = true;
+            break;
+        case OPT_QUIET:
+            opts->quiet = true;
+            break;
+        case ':':
+            return ql_cli_usage("quantize", "%s needs a value", opt);
+        default:
+            return ql_cli_usage("quantize", "unknown option '%s'", opt);
+        }
+    }
+    const int n_pos = argc - optind;
+    char **pos = argv + optind;
+    if (n_pos < 2)
+        return ql_cli_usage("quantize", "expects IN.gguf and OUT.gguf");
+    a->paths[0] = pos[0];
+    a->paths[1] = pos[1];
+    if (a->have_type) {
+        if (n_pos > 2)
+            return ql_cli_usage("quantize", "unexpected argument '%s' (TYPE or --type, not both)",
+                                pos[2]);
+        if (a->pure)
+            return ql_cli_usage("quantize", "--pure goes with TYPE (--type is pure already)");
+    } else {
+        if (n_pos < 3)
+            return ql_cli_usage("quantize", "expects a TYPE after OUT.gguf (or --type T)");
+        if (n_pos > 4)
+            return ql_cli_usage("quantize", "unexpected argument '%s'", pos[4]);
+        a->file_type = pos[2];
+        if (!(cfg->mix = ql_quant_mix_by_name(a->file_type)))
+            return ql_cli_usage("quantize", "unknown file type '%s' (see --help)", a->file_type);
+        cfg->pure = a->pure;
+        if (n_pos == 4) {
+            int n;
+            if (!ql_cli_parse_int_opt("quantize", "nthreads", pos[3], 1, 4096, &n))
+                return QL_EXIT_USAGE;
+            ql_threads_set(n);
+        }
+        if (cfg->mix->needs_imatrix && !imat->path)
+            return ql_cli_usage("quantize",
+                                "%s needs --imatrix (llama-quantize refuses it without an "
+                                "importance matrix)",
+                                cfg->mix->name);
+    }
+    if (stats_imat->path && !opts->stats)
+        return ql_cli_usage("quantize", "--stats-imatrix weighs --stats; add --stats");
+    return -1;
+}
+
 int ql_cmd_quantize(int argc, char **argv)
 {
-    const char *paths[2] = {NULL, NULL};
-    int n_paths = 0;
     ql_quant_model_opts opts = {.cfg = {.weight_type = QL_TYPE_INVALID,
                                         .head_type = QL_TYPE_INVALID,
                                         .embd_type = QL_TYPE_INVALID}};
     imatrix_arg imat = {NULL, NULL, NULL}, stats_imat = {NULL, NULL, NULL};
-    bool have_type = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            print_usage();
-            return QL_EXIT_OK;
-        }
-        bool takes_value = strcmp(a, "--type") == 0 || strcmp(a, "--head-type") == 0 ||
-                           strcmp(a, "--embd-type") == 0 || strcmp(a, "--threads") == 0 ||
-                           strcmp(a, "--imatrix") == 0 || strcmp(a, "--stats-imatrix") == 0;
-        if (takes_value && i + 1 >= argc)
-            return ql_cli_usage("quantize", "%s needs a value", a);
-        if (strcmp(a, "--type") == 0) {
-            if (!parse_type(a, "weight", argv[++i], false, &opts.cfg.weight_type))
-                return QL_EXIT_USAGE;
-            have_type = true;
-        } else if (strcmp(a, "--head-type") == 0) {
-            if (!parse_type(a, "head", argv[++i], true, &opts.cfg.head_type))
-                return QL_EXIT_USAGE;
-        } else if (strcmp(a, "--embd-type") == 0) {
-            if (!parse_type(a, "embedding", argv[++i], true, &opts.cfg.embd_type))
-                return QL_EXIT_USAGE;
-        } else if (strcmp(a, "--imatrix") == 0) {
-            imat.path = argv[++i];
-        } else if (strcmp(a, "--stats-imatrix") == 0) {
-            stats_imat.path = argv[++i];
-        } else if (strcmp(a, "--threads") == 0) {
-            int n;
-            if (!ql_cli_parse_int_opt("quantize", a, argv[++i], 1, 4096, &n))
-                return QL_EXIT_USAGE;
-            ql_threads_set(n);
-        } else if (strcmp(a, "--stats") == 0) {
-            opts.stats = true;
-        } else if (strcmp(a, "--quiet") == 0) {
-            opts.quiet = true;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            return ql_cli_usage("quantize", "unknown option '%s'", a);
-        } else if (n_paths < 2) {
-            paths[n_paths++] = a;
-        } else {
-            return ql_cli_usage("quantize", "unexpected argument '%s'", a);
-        }
+    args a = {.rules = calloc((size_t)argc + 1, sizeof(const char *))};
+    if (!a.rules) {
+        fprintf(stderr, "qlab: error: out of memory\n");
+        return QL_EXIT_RUNTIME;
     }
-    if (n_paths != 2)
-        return ql_cli_usage("quantize", "expects IN.gguf and OUT.gguf");
-    if (!have_type)
-        return ql_cli_usage("quantize", "--type is required");
-    if (stats_imat.path && !opts.stats)
-        return ql_cli_usage("quantize", "--stats-imatrix weighs --stats; add --stats");
-
+    int rc = parse_args(argc, argv, &a, &opts, &imat, &stats_imat);
+    if (rc >= 0) {
+        free(a.rules);
+        return rc;
+    }
+    rc = QL_EXIT_OK;
+    const char **paths = a.paths;
+    ql_quant_overrides *overrides = NULL;
     ql_error err;
     ql_error_clear(&err);
     ql_quant_model_report *r = NULL;
     ql_gguf *model = NULL;
-    int rc = QL_EXIT_OK;
     ql_quant_imatrix_meta meta = {NULL, NULL, 0, 0};
+    if (ql_quant_overrides_parse(a.rules, a.n_rules, &overrides, &err)) {
+        rc = ql_cli_usage("quantize", "%s", err.msg);
+        goto out;
+    }
+    opts.cfg.overrides = overrides;
+    for (int i = 0; i < ql_quant_overrides_count(overrides); i++)
+        if (ql_quant_model_check_type(ql_quant_overrides_type(overrides, i), "its", &err)) {
+            rc = ql_cli_usage("quantize", "--tensor-type '%s': %s",
+                              ql_quant_overrides_rule(overrides, i), err.msg);
+            goto out;
+        }
     if (imat.path || stats_imat.path) {
         /* The imatrix is checked against the model's tensors before anything is written. */
         if (ql_gguf_open(&model, paths[0], &err) ||
@@ -319,6 +499,8 @@ int ql_cmd_quantize(int argc, char **argv)
     print_report(r, paths[1], opts.stats, model, &imat, &stats_imat);
 out:
     ql_quant_model_report_free(r);
+    ql_quant_overrides_free(overrides);
+    free(a.rules);
     imatrix_arg_free(&imat);
     imatrix_arg_free(&stats_imat);
     ql_gguf_close(model);
