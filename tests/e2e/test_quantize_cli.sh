@@ -96,6 +96,19 @@ expect 2 "TYPE and --type" "$qlab" quantize "$model" "$tmp/x.gguf" Q4_0 --type Q
 expect 2 "bad nthreads" "$qlab" quantize "$model" "$tmp/x.gguf" Q4_0 zero
 expect 2 "--pure with --type" "$qlab" quantize --pure "$model" "$tmp/x.gguf" --type Q4_0
 [ ! -e "$tmp/x.gguf" ] && echo "ok: no output on refusals" || { echo "FAIL: output"; fail=1; }
+# A model whose rows split into 256-blocks: the K types themselves, by the rules.
+expect 0 "synth 4 layers, GQA 4" "$qlab" synth -o "$tmp/s.gguf" --layers 4 --heads 8 --kv-heads 2
+expect 0 "synth Q4_K_M" "$qlab" quantize --quiet "$tmp/s.gguf" "$tmp/sq.gguf" Q4_K_M
+matches "$tmp/out" "blk.2.attn_v.weight .* Q6_K " "attn_v 2 of 4: Q6_K"
+matches "$tmp/out" "blk.1.attn_v.weight .* Q4_K " "attn_v 1 of 4: Q4_K"
+matches "$tmp/out" "blk.3.ffn_down.weight .* Q6_K " "ffn_down 3 of 4: Q6_K"
+matches "$tmp/out" "^output.weight .* Q6_K " "head Q6_K"
+matches "$tmp/out" "fallbacks: 0 of" "no fallback"
+# IQ2_M's IQ2_S tensors need importance weights: without an imatrix llama-quantize
+# refuses the first one, and so does qlab.
+expect 1 "synth IQ2_M without an imatrix" "$qlab" quantize --quiet "$tmp/s.gguf" "$tmp/x.gguf" IQ2_M
+matches "$tmp/err" "tensor 'blk.0.attn_q.weight': IQ2_S without importance weights" \
+    "the tensor is named"
 expect 0 "quantize --help again" "$qlab" quantize --help
 matches "$tmp/out" "15=Q4_K_M" "--help lists the file types"
 matches "$tmp/out" "20=IQ2_XS\\*" "--help marks those that need an imatrix"
