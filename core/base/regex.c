@@ -420,7 +420,8 @@ static bool put_pattern(xlat *x)
 struct ql_regex {
     char *pattern;
     bool collapsed;
-    bool jit; /* JIT code was generated; pcre2_match uses it */
+    bool jit;         /* JIT code was generated; pcre2_match uses it */
+    bool allow_empty; /* QL_REGEX_ALLOW_EMPTY */
     pcre2_code *code;
 };
 
@@ -450,6 +451,7 @@ ql_status ql_regex_compile(ql_regex **out, const char *pattern, unsigned flags, 
         return ql_error_set(err, QL_ENOMEM, "regex: out of memory");
     }
     re->collapsed = names_category(pattern);
+    re->allow_empty = flags & QL_REGEX_ALLOW_EMPTY;
 
     size_t len = strlen(pattern);
     uint32_t *cps = malloc((len + 1) * sizeof *cps);
@@ -484,7 +486,8 @@ ql_status ql_regex_compile(ql_regex **out, const char *pattern, unsigned flags, 
     }
     /* A lower bound on the length of every match; 0 when some match may be empty. */
     uint32_t min_len = 0;
-    if (pcre2_pattern_info(re->code, PCRE2_INFO_MINLENGTH, &min_len) != 0 || min_len == 0) {
+    if (!re->allow_empty &&
+        (pcre2_pattern_info(re->code, PCRE2_INFO_MINLENGTH, &min_len) != 0 || min_len == 0)) {
         st = ql_error_set(err, QL_EUNSUPPORTED, "regex '%s': pattern can match the empty string",
                           pattern);
         goto out_fail;
@@ -595,7 +598,7 @@ ql_status ql_regex_search(const ql_regex *re, ql_regex_matcher *m, const uint32_
     const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
     *mstart = begin + ov[0];
     *mend = begin + ov[1];
-    QL_ASSERT(*mend > *mstart); /* compile refused patterns with empty matches */
+    QL_ASSERT(*mend > *mstart || re->allow_empty); /* else compile refused empty matches */
     *found = true;
     return QL_OK;
 }

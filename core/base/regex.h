@@ -25,8 +25,9 @@
  * \d is [0-9] and \w is [0-9A-Z_a-z] in both modes, and '.' is any symbol but
  * \n \r U+2028 U+2029.
  *
- * Patterns that can match the empty string are rejected at compile time: the
- * pre-tokenizers never use them and they would make splitting ambiguous.
+ * Patterns that can match the empty string are rejected at compile time (unless
+ * QL_REGEX_ALLOW_EMPTY): the pre-tokenizers never use them and they would make
+ * splitting ambiguous; a search for one may report an empty match.
  *
  * A compiled ql_regex is read-only and may be shared by threads; each thread needs
  * its own ql_regex_matcher. */
@@ -43,7 +44,8 @@ typedef struct ql_regex ql_regex;
 
 /* ql_regex_compile flags. */
 enum {
-    QL_REGEX_NO_JIT = 1u << 0, /* match with PCRE2's interpreter, never its JIT */
+    QL_REGEX_NO_JIT = 1u << 0,      /* match with PCRE2's interpreter, never its JIT */
+    QL_REGEX_ALLOW_EMPTY = 1u << 1, /* accept patterns that can match the empty string */
 };
 
 /* Compiles a UTF-8 pattern (flags: QL_REGEX_*). Errors name the pattern and the
@@ -71,8 +73,9 @@ void ql_regex_matcher_free(ql_regex_matcher *m);
 
 /* Leftmost match inside text[begin, end) that starts at or after `from`
  * (begin <= from <= end); '^' and '$' anchor at begin and end. Sets *found, and
- * [*mstart, *mend) when found (never empty). Fails only when PCRE2 gives up
- * (QL_ENOMEM), with a message naming the pattern and the position. */
+ * [*mstart, *mend) when found (never empty without QL_REGEX_ALLOW_EMPTY). Fails
+ * only when PCRE2 gives up (QL_ENOMEM), with a message naming the pattern and the
+ * position. */
 ql_status ql_regex_search(const ql_regex *re, ql_regex_matcher *m, const uint32_t *text,
                           size_t begin, size_t end, size_t from, bool *found, size_t *mstart,
                           size_t *mend, ql_error *err);

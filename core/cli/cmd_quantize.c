@@ -1,6 +1,9 @@
-/* qlab quantize: write a GGUF model in another weight type through the type policy. */
+/* qlab quantize: write a GGUF model in other types through the type policy, with
+ * llama-quantize's command line (IN OUT TYPE [nthreads] and its options) or qlab's
+ * pure form (--type T). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -12,40 +15,81 @@
 #include "model/imatrix_io.h"
 #include "model/quant_model.h"
 
-static void help(const ql_opt_parser *p)
+static const char *const usage_head =
+    "usage: qlab quantize [options] IN.gguf OUT.gguf TYPE [nthreads]\n"
+    "       qlab quantize [options] IN.gguf OUT.gguf --type T\n"
+    "\n"
+    "Writes OUT.gguf with the weights of IN.gguf (F32/F16/BF16) quantized, bit-identical\n"
+    "to llama.cpp's quantizers, in a file llama.cpp loads.\n"
+    "\n"
+    "TYPE is a llama-quantize file type, with llama-quantize's per-tensor rules (b4747):\n"
+    "the head, the embeddings, attn_v, attn_k, attn_q, ffn_down and attn_output get the\n"
+    "types its mixes give them by layer position and GQA ratio. A name or a number:\n";
+
+/* Follows the options. */
+static const char *const usage_tail =
+    "\n"
+    "  (Q3_K, Q4_K and Q5_K mean Q3_K_M, Q4_K_M and Q5_K_M, as in llama-quantize;\n"
+    "  * needs --imatrix.) nthreads, after TYPE, is --threads as llama-quantize reads it.\n"
+    "  The form with --type is qlab's pure one (the experiment axis: one type everywhere,\n"
+    "  the head and embeddings by --head-type and --embd-type) in place of TYPE.\n"
+    "\n"
+    "Policy: 1-D tensors stay F32; a row length that does not split into a type's blocks\n"
+    "falls back as llama.cpp does (K/IQ types to their 32-block neighbours, then F16),\n"
+    "and every fallback is listed with the rule that chose each type. INT8_ROW and\n"
+    "Q8_0_XC are not GGUF types and are refused here (sweeps evaluate them in memory).\n";
+
+/* Width of the usage text's lines. */
+#define USAGE_COLUMNS 86
+
+/* Prints words after a label, wrapped at USAGE_COLUMNS under an indent. */
+typedef struct {
+    size_t col;
+    const char *indent;
+} wrap;
+
+static void wrap_word(wrap *w, const char *word)
 {
-    printf("usage: qlab quantize IN.gguf OUT.gguf --type T [--head-type T] [--embd-type T]\n"
-           "                     [--imatrix FILE] [--threads N] [--stats [--stats-imatrix FILE]]\n"
-           "                     [--quiet]\n"
-           "\n"
-           "Writes OUT.gguf with every 2-D weight of IN.gguf (F32/F16/BF16) quantized to T,\n"
-           "bit-identical to llama.cpp's quantizers, in a file llama.cpp loads.\n"
-           "\n");
-    ql_opt_print_options(stdout, p);
-    printf("\n"
-           "Policy: 1-D tensors stay F32; a row length that does not split into T's blocks\n"
-           "falls back as llama.cpp does (K/IQ types to their 32-block neighbours, then F16),\n"
-           "and every fallback is listed. INT8_ROW and Q8_0_XC are not GGUF types and are\n"
-           "refused here (sweeps evaluate them in memory).\n");
+    const size_t n = 1 + strlen(word);
+    if (w->col + n > USAGE_COLUMNS) {
+        printf("\n%s", w->indent);
+        w->col = strlen(w->indent);
+    }
+    printf(" %s", word);
+    w->col += n;
 }
 
-/* Width of the --type help's lines of type names. */
-#define TYPE_LINE_COLUMNS 62
+static void help(const ql_opt_parser *p)
+{
+    fputs(usage_head, stdout);
+    wrap w = {1, " "};
+    printf(" ");
+    const ql_quant_mix *mixes[64];
+    const int n_mix = ql_quant_mix_list(mixes, 64);
+    for (int i = 0; i < n_mix; i++) {
+        char word[48];
+        snprintf(word, sizeof word, "%d=%s%s", (int)mixes[i]->ftype, mixes[i]->name,
+                 mixes[i]->needs_imatrix ? "*" : "");
+        wrap_word(&w, word);
+    }
+    fputs("\n\n", stdout);
+    ql_opt_print_options(stdout, p);
+    fputs(usage_tail, stdout);
+}
 
 /* "weight type:" and the types ql_quant_model writes, wrapped, into buf. */
 static void type_help(char *buf, size_t size)
 {
-    size_t len = (size_t)snprintf(buf, size, "weight type:"), col = len;
-    const ql_type_traits *types[64];
-    const int n = ql_type_list(types, 64);
+    size_t len = (size_t)snprintf(buf, size, "weight type, every tensor (pure):"), col = len;
+    const ql_type_traits *types[QL_TYPE_ID_LIMIT];
+    const int n = ql_type_list(types, QL_TYPE_ID_LIMIT);
     for (int i = 0; i < n && len < size; i++) {
-        ql_error err;
-        if (ql_quant_model_check_type(types[i]->type, "weight", &err) != QL_OK)
+        if (!ql_type_is_gguf_weight(types[i]))
             continue;
-        const size_t w = 1 + strlen(types[i]->name);
-        const bool wrap = col + w > TYPE_LINE_COLUMNS;
-        len += (size_t)snprintf(buf + len, size - len, "%s%s", wrap ? "\n" : " ", types[i]->name);
-        col = wrap ? w - 1 : col + w;
+        const size_t wd = 1 + strlen(types[i]->name);
+        const bool brk = col + wd > 62;
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", brk ? "\n" : " ", types[i]->name);
+        col = brk ? wd - 1 : col + wd;
     }
 }
 
@@ -55,6 +99,7 @@ typedef struct {
     const char *what;
     bool allow_same;
     int32_t *dest;
+    bool *given; /* set when the option is given, or NULL */
 } type_arg;
 
 static ql_status parse_type(void *ctx, const char *val, ql_error *err)
@@ -68,8 +113,11 @@ static ql_status parse_type(void *ctx, const char *val, ql_error *err)
     ql_status st = ql_opt_parse_type(val, NULL, 0, &t, err);
     if (st == QL_OK)
         st = ql_quant_model_check_type(t, a->what, err);
-    if (st == QL_OK)
+    if (st == QL_OK) {
         *a->dest = t;
+        if (a->given)
+            *a->given = true;
+    }
     return st;
 }
 
@@ -150,14 +198,25 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
         const bool converted = model && e->used != model->tensors[i].type;
         if (converted)
             n_quantized++;
-        if (e->fallback != QL_FALLBACK_NONE)
-            printf("  fallback from %s: %s", ql_type_name(e->requested), e->reason);
-        else if (e->role == QL_ROLE_KEEP)
-            printf("  kept (llama.cpp does not quantize this tensor)");
+        /* Why the type: a rule of the mix or an override, when it is not the plan's
+         * weight type; then the fallback. */
+        const char *sep = "  ";
+        if ((e->role == QL_ROLE_WEIGHT || e->role == QL_ROLE_HEAD || e->role == QL_ROLE_EMBD) &&
+            (e->requested != p->weight_type || strncmp(e->choice, "--", 2) == 0)) {
+            printf("%s%s", sep, e->choice);
+            sep = "; ";
+        }
+        if (e->fallback != QL_FALLBACK_NONE) {
+            printf("%sfallback from %s: %s", sep, ql_type_name(e->requested), e->reason);
+            sep = "; ";
+        } else if (e->role == QL_ROLE_KEEP) {
+            printf("%skept (%s)", sep, e->choice);
+            sep = "; ";
+        }
         if (imat->im && converted && !r->has_imatrix[i]) {
             const char *skipped = ql_imatrix_table_skipped(imat->table);
             n_without++;
-            printf("%s%s: quantized without", e->fallback != QL_FALLBACK_NONE ? "; " : "  ",
+            printf("%s%s: quantized without", sep,
                    skipped && strcmp(skipped, e->name) == 0 ? "imatrix entry of another length"
                                                             : "no imatrix entry");
         }
@@ -170,6 +229,10 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
            (long long)p->body_params, (unsigned long long)p->body_bytes,
            bpw(p->body_bytes, p->body_params));
     printf("fallbacks: %lld of %lld tensors\n", (long long)p->n_fallback, (long long)p->n);
+    if (p->mix)
+        printf("file type: %s (%d), default type %s, %s\n", p->mix->name, (int)p->mix->ftype,
+               ql_type_name(p->weight_type),
+               p->rules ? "llama-quantize's per-tensor rules (b4747)" : "no per-tensor rules");
     if (imat->im) {
         printf("imatrix %s: %lld entries, %lld chunks; %lld of %lld quantized tensors used it, "
                "%lld quantized without (no entry, as llama-quantize does)",
@@ -198,63 +261,155 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
            (unsigned long long)r->file_size, r->file_type, r->seconds);
 }
 
-int ql_cmd_quantize(int argc, char **argv)
-{
+/* The command line: options, then IN OUT and TYPE [nthreads] or --type. */
+typedef struct {
     const char *paths[2];
-    ql_quant_model_opts opts = {.cfg = {QL_TYPE_INVALID, QL_TYPE_INVALID, QL_TYPE_INVALID}};
-    imatrix_arg imat = {NULL, NULL, NULL}, stats_imat = {NULL, NULL, NULL};
+    const char *file_type; /* the positional TYPE, NULL with --type */
+    const char **rules;    /* --tensor-type, argc entries */
+    int n_rules;
+    bool have_type; /* --type */
+    bool pure;
+} args;
+
+/* --tensor-type REGEX=T, repeatable: the rules in the order given. */
+static ql_status add_rule(void *ctx, const char *val, ql_error *err)
+{
+    args *a = ctx;
+    (void)err;
+    a->rules[a->n_rules++] = val;
+    return QL_OK;
+}
+
+/* Parses argv into a, opts and the imatrix paths. Returns -1 to go on, else the
+ * exit code (help, a usage error). */
+static int parse_args(int argc, char **argv, args *a, ql_quant_model_opts *opts, imatrix_arg *imat,
+                      imatrix_arg *stats_imat)
+{
+    ql_quant_config *cfg = &opts->cfg;
     int threads = 0;
-    type_arg weight = {"weight", false, &opts.cfg.weight_type};
-    type_arg head = {"head", true, &opts.cfg.head_type};
-    type_arg embd = {"embedding", true, &opts.cfg.embd_type};
-    char types[512];
+    type_arg weight = {"weight", false, &cfg->weight_type, &a->have_type};
+    type_arg head = {"head", true, &cfg->head_type, NULL};
+    type_arg embd = {"embedding", true, &cfg->embd_type, NULL};
+    type_arg out_type = {"head", false, &cfg->head_type, NULL};
+    type_arg tok_type = {"embedding", false, &cfg->embd_type, NULL};
+    char types[640];
     type_help(types, sizeof types);
     const ql_opt table[] = {
-        ql_opt_required(ql_opt_func("type", 0, parse_type, &weight, "T", types)),
-        ql_opt_func("head-type", 0, parse_type, &head, "T",
-                    "type of output.weight (default: same as --type)"),
-        ql_opt_func("embd-type", 0, parse_type, &embd, "T",
-                    "type of token_embd.weight (default: same as --type)"),
-        ql_opt_str("imatrix", 0, &imat.path, "FILE",
+        ql_opt_section("options (llama-quantize's):"),
+        ql_opt_flag("pure", 0, &a->pure,
+                    "TYPE's default type for every tensor, no per-tensor rules"),
+        ql_opt_str("imatrix", 0, &imat->path, "FILE",
                    "importance matrix (llama.cpp .dat or GGUF, e.g. from 'qlab imatrix'):\n"
                    "each tensor with an entry is quantized with the importance of its\n"
                    "columns (mean x^2), as llama-quantize --imatrix does; tensors without\n"
                    "an entry (token_embd, output) are quantized without and listed"),
-        ql_opt_threads(&threads, "threads (default: $OMP_NUM_THREADS, else all cores); the\n"
-                                 "bytes do not depend on N"),
-        ql_opt_flag("stats", 0, &opts.stats,
+        ql_opt_func("output-tensor-type", 0, parse_type, &out_type, "T", "type of output.weight"),
+        ql_opt_func("token-embedding-type", 0, parse_type, &tok_type, "T",
+                    "type of token_embd.weight"),
+        ql_opt_flag("leave-output-tensor", 0, &cfg->leave_output, "output.weight keeps its type"),
+        ql_opt_func("tensor-type", 0, add_rule, a, "REGEX=T",
+                    "tensors whose name matches REGEX (lowercased, anywhere in the\n"
+                    "name) get T; repeatable, the first matching rule wins; it wins\n"
+                    "over TYPE's rules and --type, not over the two type options above"),
+        ql_opt_section("qlab's pure form and other options:"),
+        ql_opt_func("type", 0, parse_type, &weight, "T", types),
+        ql_opt_func("head-type", 0, parse_type, &head, "T",
+                    "type of output.weight (default: same as --type; 'same')"),
+        ql_opt_func("embd-type", 0, parse_type, &embd, "T",
+                    "type of token_embd.weight (default: same as --type; 'same')"),
+        ql_opt_threads(&threads, QL_OPT_THREADS_HELP ";\nthe bytes do not depend on N"),
+        ql_opt_flag("stats", 0, &opts->stats,
                     "per-tensor error of the dequantized weights vs the source:\n"
                     "rmse, max |w - w^| and relative error, plus model totals; with an\n"
                     "imatrix also imat_err = sum_rows sum_j I_j (w - w^)^2 and its\n"
                     "relative form imat_rel = imat_err / sum_rows sum_j I_j w^2"),
-        ql_opt_str("stats-imatrix", 0, &stats_imat.path, "FILE",
+        ql_opt_str("stats-imatrix", 0, &stats_imat->path, "FILE",
                    "weigh the --stats errors by FILE instead of --imatrix (quantization\n"
                    "does not use it): compares files quantized with and without an\n"
                    "imatrix on the same scale"),
-        ql_opt_flag("quiet", 'q', &opts.quiet, "no progress line"),
+        ql_opt_flag("quiet", 'q', &opts->quiet, "no progress line"),
     };
-    static const char *const names[] = {"IN.gguf", "OUT.gguf"};
+    const char *pos[4] = {NULL, NULL, NULL, NULL};
+    static const char *const names[] = {"IN.gguf", "OUT.gguf", "TYPE", "nthreads"};
     ql_opt_parser p = {.prog = "qlab quantize",
                        .opts = table,
                        .n_opts = QL_OPT_COUNT(table),
-                       .args = paths,
-                       .max_args = 2,
+                       .args = pos,
+                       .max_args = 4,
                        .arg_names = names,
                        .n_required = 2,
                        .help = help};
     const int prc = ql_opt_parse(&p, argc, argv);
     if (prc != QL_OPT_GO_ON)
         return prc;
-    if (stats_imat.path && !opts.stats)
+    a->paths[0] = pos[0];
+    a->paths[1] = pos[1];
+    if (a->have_type) {
+        if (pos[2])
+            return ql_opt_usage(&p, "unexpected argument '%s' (TYPE or --type, not both)", pos[2]);
+        if (a->pure)
+            return ql_opt_usage(&p, "--pure goes with TYPE (--type is pure already)");
+    } else {
+        if (!pos[2])
+            return ql_opt_usage(&p, "expects a TYPE after OUT.gguf (or --type T)");
+        a->file_type = pos[2];
+        if (!(cfg->mix = ql_quant_mix_by_name(a->file_type)))
+            return ql_opt_usage(&p, "unknown file type '%s' (see --help)", a->file_type);
+        cfg->pure = a->pure;
+        if (pos[3]) {
+            ql_error e;
+            int64_t n;
+            if (ql_opt_parse_int(pos[3], 1, QL_OPT_THREADS_MAX, &n, &e))
+                return ql_opt_usage(&p, "nthreads: %s", e.msg);
+            threads = (int)n;
+        }
+        if (cfg->mix->needs_imatrix && !imat->path)
+            return ql_opt_usage(&p,
+                                "%s needs --imatrix (llama-quantize refuses it without an "
+                                "importance matrix)",
+                                cfg->mix->name);
+    }
+    if (stats_imat->path && !opts->stats)
         return ql_opt_usage(&p, "--stats-imatrix weighs --stats; add --stats");
     ql_threads_set(threads);
+    return -1;
+}
 
+int ql_cmd_quantize(int argc, char **argv)
+{
+    ql_quant_model_opts opts = {.cfg = {.weight_type = QL_TYPE_INVALID,
+                                        .head_type = QL_TYPE_INVALID,
+                                        .embd_type = QL_TYPE_INVALID}};
+    imatrix_arg imat = {NULL, NULL, NULL}, stats_imat = {NULL, NULL, NULL};
+    args a = {.rules = calloc((size_t)argc + 1, sizeof(const char *))};
+    if (!a.rules) {
+        fprintf(stderr, "qlab: error: out of memory\n");
+        return QL_EXIT_RUNTIME;
+    }
+    int rc = parse_args(argc, argv, &a, &opts, &imat, &stats_imat);
+    if (rc >= 0) {
+        free(a.rules);
+        return rc;
+    }
+    rc = QL_EXIT_OK;
+    const char **paths = a.paths;
+    ql_quant_overrides *overrides = NULL;
     ql_error err;
     ql_error_clear(&err);
     ql_quant_model_report *r = NULL;
     ql_gguf *model = NULL;
-    int rc = QL_EXIT_OK;
     ql_quant_imatrix_meta meta = {NULL, NULL, 0, 0};
+    if (ql_quant_overrides_parse(a.rules, a.n_rules, &overrides, &err)) {
+        rc = ql_opt_usage_prog("qlab quantize", "%s", err.msg);
+        goto out;
+    }
+    opts.cfg.overrides = overrides;
+    for (int i = 0; i < ql_quant_overrides_count(overrides); i++)
+        if (ql_quant_model_check_type(ql_quant_overrides_type(overrides, i), "its", &err)) {
+            rc = ql_opt_usage_prog("qlab quantize", "--tensor-type '%s': %s",
+                                   ql_quant_overrides_rule(overrides, i), err.msg);
+            goto out;
+        }
     if (imat.path || stats_imat.path) {
         /* The imatrix is checked against the model's tensors before anything is written. */
         if (ql_gguf_open(&model, paths[0], &err) ||
@@ -289,6 +444,8 @@ int ql_cmd_quantize(int argc, char **argv)
     print_report(r, paths[1], opts.stats, model, &imat, &stats_imat);
 out:
     ql_quant_model_report_free(r);
+    ql_quant_overrides_free(overrides);
+    free(a.rules);
     imatrix_arg_free(&imat);
     imatrix_arg_free(&stats_imat);
     ql_gguf_close(model);

@@ -126,21 +126,9 @@ const char *ql_closest_name(const char *word, const char *const *candidates, siz
 
 bool ql_config_is_weight_type(const ql_type_traits *t, const char **why)
 {
-    const char *reason = NULL;
-    if (t->type == QL_TYPE_INT8_ROW || t->type == QL_TYPE_Q8_0_XC)
-        return true;
-    if (!t->is_gguf || t->block_size <= 0)
-        reason = "not a GGUF block type";
-    else if (t->type == QL_TYPE_Q8_1 || t->type == QL_TYPE_Q8_K)
-        reason = "an activation-only format (ggml has no matmul with it as the weight)";
-    else if (t->type == QL_TYPE_I8 || t->type == QL_TYPE_I16 || t->type == QL_TYPE_I32 ||
-             t->type == QL_TYPE_I64)
-        reason = "an integer tensor type, not a weight format";
-    else if (t->type == QL_TYPE_F64)
-        reason = "not a quantization target (llama.cpp has no F64 model type)";
     if (why)
-        *why = reason;
-    return reason == NULL;
+        *why = t->not_weight;
+    return ql_type_is_weight(t);
 }
 
 /* Every weight type name, in table order, plus `same` when allowed. */

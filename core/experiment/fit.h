@@ -221,13 +221,12 @@ typedef struct {
 /* Defaults: default ladder, QL_FIT_SAMPLE_ROWS rows, default cache, progress on. */
 void ql_fit_options_init(ql_fit_options *o);
 
-/* The default ladder. Every tensor gets the 32-block types
- *   Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q8_0 F16,
- * and tensors whose rows split into 256-blocks also
- *   IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S Q2_K Q3_K IQ4_XS Q4_K Q5_K Q6_K
- * (a 32-block type is sometimes the better buy per byte there too). Types qlab
- * cannot produce yet are skipped (with a note). IQ1_S/IQ1_M are left out: they
- * only make sense for far larger models; name them in --types to use them. */
+/* The default ladder, as text: the types of the traits' ladder_rank column in rank
+ * order. Every tensor gets those of at most 32 values per block (Q4_0 ... F16);
+ * tensors whose rows split into 256-blocks also get the K and IQ ones (a 32-block
+ * type is sometimes the better buy per byte there too). Types qlab cannot produce
+ * yet are skipped (with a note). IQ1_S/IQ1_M are left out: they only make sense for
+ * far larger models; name them in --types to use them. */
 const char *ql_fit_default_types(void);
 
 /* Computes (or loads from the cache) the error table of a model. model_sha256

@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "formats/types.h"
+#include "model/quant_policy.h"
 
 /* The branch and bound only looks for improvements larger than this fraction of
  * the current best error: below it the difference is summation round-off
@@ -726,61 +728,13 @@ void ql_fit_plan_print(FILE *out, const ql_fit_plan *p, const ql_fit_table *t)
             (long long)p->stats.bb_nodes, p->seconds);
 }
 
-/* llama_ftype values (llama.h). */
+/* The file type llama-quantize's TYPE argument of the type's name means: the mixes
+ * of one base type are named after it (Q6_K, IQ2_S), the K types by the _M mix their
+ * name is an alias of (Q4_K -> Q4_K_M), as a fitted model is a mix. */
 static uint32_t file_type_of(int32_t type)
 {
-    switch (type) {
-    case QL_TYPE_F32:
-        return 0;
-    case QL_TYPE_F16:
-        return 1;
-    case QL_TYPE_Q4_0:
-        return 2;
-    case QL_TYPE_Q4_1:
-        return 3;
-    case QL_TYPE_Q8_0:
-        return 7;
-    case QL_TYPE_Q5_0:
-        return 8;
-    case QL_TYPE_Q5_1:
-        return 9;
-    case QL_TYPE_Q2_K:
-        return 10;
-    case QL_TYPE_Q3_K:
-        return 12; /* Q3_K_M */
-    case QL_TYPE_Q4_K:
-        return 15; /* Q4_K_M */
-    case QL_TYPE_Q5_K:
-        return 17; /* Q5_K_M */
-    case QL_TYPE_Q6_K:
-        return 18;
-    case QL_TYPE_IQ2_XXS:
-        return 19;
-    case QL_TYPE_IQ2_XS:
-        return 20;
-    case QL_TYPE_IQ3_XXS:
-        return 23;
-    case QL_TYPE_IQ1_S:
-        return 24;
-    case QL_TYPE_IQ4_NL:
-        return 25;
-    case QL_TYPE_IQ3_S:
-        return 26;
-    case QL_TYPE_IQ2_S:
-        return 28;
-    case QL_TYPE_IQ4_XS:
-        return 30;
-    case QL_TYPE_IQ1_M:
-        return 31;
-    case QL_TYPE_BF16:
-        return 32;
-    case QL_TYPE_TQ1_0:
-        return 36;
-    case QL_TYPE_TQ2_0:
-        return 37;
-    default:
-        return 0;
-    }
+    const ql_quant_mix *m = ql_quant_mix_by_name(ql_type_name(type));
+    return m ? (uint32_t)m->ftype : 0;
 }
 
 uint32_t ql_fit_plan_file_type(const ql_fit_plan *p)

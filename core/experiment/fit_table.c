@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,16 +27,48 @@
 
 #define MAX_TYPES 64
 
-static const char *const ladder_k[] = {"IQ2_XXS", "IQ2_XS", "IQ2_S",  "IQ3_XXS", "IQ3_S",
-                                       "Q2_K",    "Q3_K",   "IQ4_XS", "Q4_K",    "Q5_K",
-                                       "Q6_K",    "Q8_0",   "F16"};
-static const char *const ladder_32[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q8_0", "F16"};
+/* The default ladder, in rank order (the traits' ladder_rank column): the types of
+ * at most 32 values per block for every tensor (all when ladder_32), the others only
+ * for rows that split into their blocks. Returns the count. */
+static int default_ladder(int32_t *out, bool ladder_32)
+{
+    const ql_type_traits *all[QL_TYPE_ID_LIMIT];
+    const int n_all = ql_type_list(all, QL_TYPE_ID_LIMIT);
+    int n = 0;
+    for (int rank = 1; rank <= n_all; rank++)
+        for (int k = 0; k < n_all; k++)
+            if (all[k]->ladder_rank == rank && (!ladder_32 || all[k]->block_size <= 32))
+                out[n++] = (int32_t)all[k]->type;
+    return n;
+}
+
+static pthread_once_t default_types_once = PTHREAD_ONCE_INIT;
+static char default_types_text[512];
+
+static void format_default_types(void)
+{
+    int32_t all[MAX_TYPES], l32[MAX_TYPES];
+    const int n_all = default_ladder(all, false), n32 = default_ladder(l32, true);
+    size_t used = 0;
+    const size_t size = sizeof default_types_text;
+    for (int k = 0; k < n32; k++)
+        used += (size_t)snprintf(default_types_text + used, size - used, "%s%s", k ? "," : "",
+                                 ql_type_name(l32[k]));
+    used += (size_t)snprintf(default_types_text + used, size - used, " for every tensor, and ");
+    for (int k = 0, first = 1; k < n_all; k++) {
+        if (ql_type_get(all[k])->block_size <= 32)
+            continue;
+        used += (size_t)snprintf(default_types_text + used, size - used, "%s%s", first ? "" : ",",
+                                 ql_type_name(all[k]));
+        first = 0;
+    }
+    snprintf(default_types_text + used, size - used, " too for rows that split into 256-blocks");
+}
 
 const char *ql_fit_default_types(void)
 {
-    return "Q4_0,Q4_1,Q5_0,Q5_1,IQ4_NL,Q8_0,F16 for every tensor, and IQ2_XXS,IQ2_XS,IQ2_S,"
-           "IQ3_XXS,IQ3_S,Q2_K,Q3_K,IQ4_XS,Q4_K,Q5_K,Q6_K too for rows that split into "
-           "256-blocks";
+    pthread_once(&default_types_once, format_default_types);
+    return default_types_text;
 }
 
 const char *ql_fit_imp_source_name(ql_fit_imp_source s)
@@ -162,7 +195,8 @@ uint64_t ql_fit_budget_resolve(const ql_fit_budget *b, const ql_fit_table *t)
 static ql_status tensor_role(const ql_gguf *model, const ql_gguf_tensor *gt, bool *assigned,
                              int32_t *fixed_type, ql_error *err)
 {
-    const ql_quant_config cfg = {QL_TYPE_F16, QL_TYPE_INVALID, QL_TYPE_INVALID};
+    const ql_quant_config cfg = {
+        .weight_type = QL_TYPE_F16, .head_type = QL_TYPE_INVALID, .embd_type = QL_TYPE_INVALID};
     ql_quant_plan_entry e;
     ql_status st =
         ql_quant_plan_tensor(&cfg, gt->name, gt->n_dims, gt->ne, gt->type,
@@ -174,24 +208,17 @@ static ql_status tensor_role(const ql_gguf *model, const ql_gguf_tensor *gt, boo
     return QL_OK;
 }
 
-/* Weight types a fitted GGUF may use: the policy's weight types (not the
- * activation-only Q8_1/Q8_K, not the integer and f64 types) that a GGUF file
- * stores under their own id (not the qlab-only INT8_ROW and Q8_0_XC). */
+/* Weight types a fitted GGUF may use: the weight types a GGUF model stores under
+ * their own id (not the qlab-only INT8_ROW and Q8_0_XC). */
 static bool is_weight_type(const ql_type_traits *tr)
 {
-    return ql_quant_is_weight_type((int32_t)tr->type) && tr->is_gguf && tr->storage == tr->type &&
-           tr->block_size > 0;
+    return ql_type_is_gguf_weight(tr);
 }
 
-/* Position of a type in the traits table (the canonical order of candidate lists). */
+/* Position of a type in listings (the canonical order of candidate lists). */
 static int table_rank(int32_t type)
 {
-    const ql_type_traits *all[128];
-    int n = ql_type_list(all, 128);
-    for (int k = 0; k < n; k++)
-        if ((int32_t)all[k]->type == type)
-            return k;
-    return n;
+    return ql_type_get(type)->order;
 }
 
 static int cmp_rank(const void *a, const void *b)
@@ -497,17 +524,9 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
     int n_req = 0, n_req32 = 0;
     const bool deflt = opt->types == NULL;
     if (deflt) {
-        /* Rows of 256-blocks also split into 32-blocks: both ladders are theirs. */
-        for (size_t k = 0; k < sizeof ladder_32 / sizeof ladder_32[0]; k++)
-            req32[n_req32++] = req[n_req++] = (int32_t)ql_type_by_name(ladder_32[k])->type;
-        for (size_t k = 0; k < sizeof ladder_k / sizeof ladder_k[0]; k++) {
-            const int32_t ty = (int32_t)ql_type_by_name(ladder_k[k])->type;
-            bool dup = false;
-            for (int m = 0; m < n_req; m++)
-                dup |= req[m] == ty;
-            if (!dup)
-                req[n_req++] = ty;
-        }
+        /* Rows of 256-blocks also split into 32-blocks: the whole ladder is theirs. */
+        n_req = default_ladder(req, false);
+        n_req32 = default_ladder(req32, true);
     } else {
         if ((rc = parse_types(opt->types, req, &n_req, err)) != QL_OK)
             return rc;

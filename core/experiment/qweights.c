@@ -268,7 +268,8 @@ static ql_status build_plan(const ql_qweights *q, const ql_config *c, const ql_c
                             ql_quant_plan **out, ql_error *err)
 {
     const ql_imatrix *im = ql_calib_slot_imatrix(slot);
-    ql_quant_config qc = {c->weight_type, c->head_type, c->embd_type};
+    ql_quant_config qc = {
+        .weight_type = c->weight_type, .head_type = c->head_type, .embd_type = c->embd_type};
     ql_quant_plan *plan;
     ql_status st = ql_quant_plan_build(q->model->gguf, &qc, &plan, err);
     if (st)

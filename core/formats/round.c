@@ -44,40 +44,7 @@ bool ql_actq_fits(ql_actq q, int64_t n)
 ql_actq ql_actq_native(int32_t weight_type)
 {
     const ql_type_traits *tr = ql_type_get(weight_type);
-    if (!tr)
-        return QL_ACTQ_F32;
-    switch (tr->storage) { /* Q8_0_XC is read as Q8_0 */
-    case QL_TYPE_F16:
-        return QL_ACTQ_F16;
-    case QL_TYPE_BF16:
-        return QL_ACTQ_BF16;
-    case QL_TYPE_Q4_0:
-    case QL_TYPE_Q5_0:
-    case QL_TYPE_Q8_0:
-    case QL_TYPE_IQ4_NL:
-        return QL_ACTQ_Q8_0;
-    case QL_TYPE_Q4_1:
-    case QL_TYPE_Q5_1:
-        return QL_ACTQ_Q8_1;
-    case QL_TYPE_Q2_K:
-    case QL_TYPE_Q3_K:
-    case QL_TYPE_Q4_K:
-    case QL_TYPE_Q5_K:
-    case QL_TYPE_Q6_K:
-    case QL_TYPE_IQ2_XXS:
-    case QL_TYPE_IQ2_XS:
-    case QL_TYPE_IQ2_S:
-    case QL_TYPE_IQ3_XXS:
-    case QL_TYPE_IQ3_S:
-    case QL_TYPE_IQ1_S:
-    case QL_TYPE_IQ1_M:
-    case QL_TYPE_IQ4_XS:
-    case QL_TYPE_TQ1_0:
-    case QL_TYPE_TQ2_0:
-        return QL_ACTQ_Q8_K;
-    default: /* F32, INT8_ROW (no llama.cpp kernel), non-weight types */
-        return QL_ACTQ_F32;
-    }
+    return tr ? tr->native_act : QL_ACTQ_F32;
 }
 
 /* ------------------------------------------------------------------------- */

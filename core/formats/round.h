@@ -9,17 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* A rounding applied to activations (see the header comment). */
-typedef enum {
-    QL_ACTQ_F32 = 0,
-    QL_ACTQ_F16,
-    QL_ACTQ_BF16,
-    QL_ACTQ_Q8_0,
-    QL_ACTQ_Q8_1,
-    QL_ACTQ_Q8_K,
-    QL_ACTQ_Q8X2,
-    QL_ACTQ_COUNT
-} ql_actq;
+#include "formats/actq_ids.h"
 
 /* "f32", "f16", "bf16", "q8_0", "q8_1", "q8_K", "q8x2". */
 const char *ql_actq_name(ql_actq q);
@@ -31,7 +21,8 @@ int64_t ql_actq_block(ql_actq q);
 bool ql_actq_fits(ql_actq q, int64_t n);
 
 /* The rounding llama.cpp's CPU backend applies to the activations of a product with
- * weights of this type (its vec_dot_type); QL_ACTQ_F32 for types without a product. */
+ * weights of this type (its vec_dot_type, the traits' native_act column); QL_ACTQ_F32
+ * for unknown ids and types without a product. */
 ql_actq ql_actq_native(int32_t weight_type);
 
 /* Rounds n values (ql_actq_fits(q, n) must hold) from x into xq; x == xq (in place) is

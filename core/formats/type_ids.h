@@ -41,6 +41,7 @@ typedef enum {
     /* qlab-only weight schemes (not GGUF types) */
     QL_TYPE_INT8_ROW = 64, /* per-row int8, fp16 row scale; evaluated in memory only */
     QL_TYPE_Q8_0_XC = 65,  /* Q8_0 bytes with outlier-exact scales; stored as Q8_0 */
+    QL_TYPE_ID_LIMIT = 66, /* one past the largest id: the size of the traits table */
     QL_TYPE_INVALID = -1,
 } ql_type;
 

@@ -12,27 +12,11 @@
 
 bool ql_quant_llama_ftype(int32_t type, uint32_t *ftype)
 {
-    /* One ftype per uniform weight type. Where llama.cpp names several mixes of one
-     * base type, the mix with the fewest overrides is used (Q3_K -> Q3_K_S, Q4_K ->
-     * Q4_K_S, Q5_K -> Q5_K_S); IQ2_S is the base type of LLAMA_FTYPE_MOSTLY_IQ2_M. */
-    static const struct {
-        int32_t type;
-        uint32_t ftype;
-    } map[] = {
-        {QL_TYPE_F32, 0},      {QL_TYPE_F16, 1},     {QL_TYPE_Q4_0, 2},     {QL_TYPE_Q4_1, 3},
-        {QL_TYPE_Q8_0, 7},     {QL_TYPE_Q5_0, 8},    {QL_TYPE_Q5_1, 9},     {QL_TYPE_Q2_K, 10},
-        {QL_TYPE_Q3_K, 11},    {QL_TYPE_Q4_K, 14},   {QL_TYPE_Q5_K, 16},    {QL_TYPE_Q6_K, 18},
-        {QL_TYPE_IQ2_XXS, 19}, {QL_TYPE_IQ2_XS, 20}, {QL_TYPE_IQ3_XXS, 23}, {QL_TYPE_IQ1_S, 24},
-        {QL_TYPE_IQ4_NL, 25},  {QL_TYPE_IQ3_S, 26},  {QL_TYPE_IQ2_S, 29},   {QL_TYPE_IQ4_XS, 30},
-        {QL_TYPE_IQ1_M, 31},   {QL_TYPE_BF16, 32},   {QL_TYPE_TQ1_0, 36},   {QL_TYPE_TQ2_0, 37},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
-        if (map[i].type == type) {
-            *ftype = map[i].ftype;
-            return true;
-        }
-    }
-    return false;
+    const ql_type_traits *t = ql_type_get(type);
+    if (!t || t->ftype < 0)
+        return false;
+    *ftype = (uint32_t)t->ftype;
+    return true;
 }
 
 void ql_quant_model_report_free(ql_quant_model_report *r)
@@ -49,20 +33,12 @@ ql_status ql_quant_model_check_type(int32_t type, const char *what, ql_error *er
 {
     if (type == QL_TYPE_INVALID)
         return QL_OK;
-    if (type == QL_TYPE_INT8_ROW)
-        return ql_error_set(err, QL_EINVAL,
-                            "%s type INT8_ROW is not a GGUF type: qlab evaluates it in memory "
-                            "(sweeps) and cannot write it to a GGUF file",
-                            what);
-    if (type == QL_TYPE_Q8_0_XC)
-        return ql_error_set(err, QL_EINVAL,
-                            "%s type Q8_0_XC needs calibrated outlier columns, which "
-                            "'qlab quantize' does not have; write Q8_0 instead",
-                            what);
-    if (!ql_quant_is_weight_type(type))
-        return ql_error_set(err, QL_EINVAL,
-                            "%s type %s is not a weight format (activation, integer or unknown)",
-                            what, ql_type_name(type));
+    const ql_type_traits *t = ql_type_get(type);
+    if (!ql_type_is_weight(t))
+        return ql_error_set(err, QL_EINVAL, "%s type %s is not a weight format: %s", what,
+                            ql_type_name(type), t ? t->not_weight : "an unknown type id");
+    if (!ql_type_is_gguf_weight(t))
+        return ql_error_set(err, QL_EINVAL, "%s type %s %s", what, t->name, t->not_in_gguf);
     return QL_OK;
 }
 
@@ -78,18 +54,23 @@ static bool has_importance(const void *ctx, int64_t i, const ql_quant_plan_entry
 {
     const importance_ctx *c = ctx;
     return c->g->tensors[i].type == e->used ||
-           c->opts->imatrix(c->opts->imatrix_ctx, e->name, e->n_per_row, e->ne[2] * e->ne[3]);
+           (c->opts->imatrix &&
+            c->opts->imatrix(c->opts->imatrix_ctx, e->name, e->n_per_row, e->ne[2] * e->ne[3]));
 }
 
 /* Validates every tensor of the plan against its source before anything is written. */
 static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p, const ql_quant_model_opts *opts,
                             ql_error *err)
 {
-    /* With an imatrix that has no entry for a tensor (token_embd), the tensor takes
-     * the type llama-quantize's very-low-bit mixes give it. */
-    if (opts->imatrix) {
+    /* A tensor without importance weights that its type needs: in a pure plan with
+     * an imatrix that has no entry for it (token_embd) it takes the type
+     * llama-quantize's very-low-bit mixes give such tensors; a mix refuses it, as
+     * llama-quantize does. */
+    if (opts->imatrix || p->mix) {
         const importance_ctx c = {g, opts};
-        ql_quant_plan_importance_fallbacks(p, has_importance, &c);
+        ql_status st = ql_quant_plan_check_importance(p, has_importance, &c, NULL, err);
+        if (st)
+            return ql_error_prefix(err, "%s: ", g->path);
     }
     for (int64_t i = 0; i < p->n; i++) {
         const ql_gguf_tensor *t = &g->tensors[i];
@@ -224,14 +205,24 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
                          ql_quant_model_report **report, ql_error *err)
 {
     *report = NULL;
-    const ql_quant_config *cfg = &opts->cfg;
+    /* Some of the mixes' rules depend on whether there is an imatrix at all. */
+    ql_quant_config cfg_copy = opts->cfg;
+    cfg_copy.has_imatrix = opts->imatrix != NULL;
+    const ql_quant_config *cfg = &cfg_copy;
     ql_status st;
-    if ((st = ql_quant_model_check_type(cfg->weight_type, "weight", err)) ||
+    if ((!cfg->mix && (st = ql_quant_model_check_type(cfg->weight_type, "weight", err))) ||
         (st = ql_quant_model_check_type(cfg->head_type, "head", err)) ||
         (st = ql_quant_model_check_type(cfg->embd_type, "embedding", err)))
         return st;
+    for (int i = 0; i < ql_quant_overrides_count(cfg->overrides); i++)
+        if ((st =
+                 ql_quant_model_check_type(ql_quant_overrides_type(cfg->overrides, i), "its", err)))
+            return ql_error_prefix(
+                err, "--tensor-type '%s': ", ql_quant_overrides_rule(cfg->overrides, i));
     uint32_t ftype = 0;
-    if (!ql_quant_llama_ftype(cfg->weight_type, &ftype))
+    if (cfg->mix)
+        ftype = (uint32_t)cfg->mix->ftype;
+    else if (!ql_quant_llama_ftype(cfg->weight_type, &ftype))
         return ql_error_set(err, QL_EINVAL, "weight type %s has no llama.cpp file type",
                             ql_type_name(cfg->weight_type));
 

@@ -1,10 +1,10 @@
 /* qlab: quantizing a whole GGUF model file (what `qlab quantize` runs).
  *
  * Reads a GGUF model whose tensors are F32, F16 or BF16, decides every tensor's type
- * with the type policy (quant.h), quantizes tensor by tensor (multi-threaded over
- * rows) and writes a GGUF file llama.cpp can load: all metadata copied,
- * general.quantization_version = 2 and general.file_type set to llama.cpp's
- * LLAMA_FTYPE for the weight type. Peak memory: about three float copies of the
+ * with the type policy (quant_policy.h: a pure weight type or one of llama-quantize's
+ * mixes), quantizes tensor by tensor (multi-threaded over rows) and writes a GGUF
+ * file llama.cpp can load: all metadata copied, general.quantization_version = 2 and
+ * general.file_type set to llama.cpp's LLAMA_FTYPE of the mix or the weight type. Peak memory: about three float copies of the
  * largest tensor plus its quantized bytes. Optionally measures each tensor's error
  * (dequantized vs source), weighted per input column by an importance vector.
  * Non-finite weights in a tensor to be quantized are an error naming its position. */

@@ -115,7 +115,7 @@ usage_error "generate: malformed -n" "qlab generate" "-n: expected an integer in
 usage_error "generate: missing MODEL" "qlab generate" "missing MODEL" "$qlab" generate -n 3
 usage_error "tokenize: empty --file" "qlab tokenize" "--file: expected PATH, got an empty value" "$qlab" tokenize $m --file=
 usage_error "tokenize: missing MODEL" "qlab tokenize" "missing MODEL" "$qlab" tokenize -p hi
-usage_error "quantize: missing --type" "qlab quantize" "missing --type T" "$qlab" quantize in.gguf out.gguf
+usage_error "quantize: missing TYPE" "qlab quantize" "expects a TYPE after OUT.gguf" "$qlab" quantize in.gguf out.gguf
 usage_error "quantize: unknown type" "qlab quantize" "--type: unknown type 'Q9_9'" "$qlab" quantize in.gguf out.gguf --type=Q9_9
 usage_error "quantize: missing value" "qlab quantize" "--head-type needs a value (T)" "$qlab" quantize in.gguf out.gguf --type Q4_0 --head-type
 usage_error "quantize: three paths" "qlab quantize" "unexpected argument 'c'" "$qlab" quantize a b c --type Q4_0

@@ -54,14 +54,15 @@ static ql_status quantize(const fixture *fx, const char *model, const char *out,
                           int32_t head, bool with_imatrix, bool stats,
                           const ql_quant_imatrix_meta *meta, ql_quant_model_report **r)
 {
-    ql_quant_model_opts opts = {.cfg = {type, head, QL_TYPE_INVALID},
-                                .imatrix = with_imatrix ? ql_imatrix_table_lookup : NULL,
-                                .imatrix_ctx = with_imatrix ? fx->table : NULL,
-                                .stats = stats,
-                                .quiet = true,
-                                .stats_imatrix = stats ? ql_imatrix_table_lookup : NULL,
-                                .stats_imatrix_ctx = stats ? fx->table : NULL,
-                                .imatrix_meta = meta};
+    ql_quant_model_opts opts = {
+        .cfg = {.weight_type = type, .head_type = head, .embd_type = QL_TYPE_INVALID},
+        .imatrix = with_imatrix ? ql_imatrix_table_lookup : NULL,
+        .imatrix_ctx = with_imatrix ? fx->table : NULL,
+        .stats = stats,
+        .quiet = true,
+        .stats_imatrix = stats ? ql_imatrix_table_lookup : NULL,
+        .stats_imatrix_ctx = stats ? fx->table : NULL,
+        .imatrix_meta = meta};
     ql_error err;
     ql_status st = ql_quant_model(model, out, &opts, r, &err);
     CHECK_OK(st, &err);

@@ -51,9 +51,9 @@ static void compare_with_reference(const char *model, const char *dir, int k)
     snprintf(ref_path, sizeof ref_path, "%s/%s", dir, refs[k].file);
     snprintf(out_path, sizeof out_path, "%s/ref%d.gguf", qlt_tmpdir(), k);
     ql_quant_model_opts opts = {
-        .cfg = {ql_type_by_name(refs[k].type)->type,
-                refs[k].head ? ql_type_by_name(refs[k].head)->type : QL_TYPE_INVALID,
-                QL_TYPE_INVALID},
+        .cfg = {.weight_type = ql_type_by_name(refs[k].type)->type,
+                .head_type = refs[k].head ? ql_type_by_name(refs[k].head)->type : QL_TYPE_INVALID,
+                .embd_type = QL_TYPE_INVALID},
         .quiet = true};
     ql_quant_model_report *r = NULL;
     ql_error err;
@@ -90,8 +90,11 @@ static void q4_0_report_and_errors(const char *model)
 {
     char out_path[4096];
     snprintf(out_path, sizeof out_path, "%s/q4_0.gguf", qlt_tmpdir());
-    ql_quant_model_opts opts = {
-        .cfg = {QL_TYPE_Q4_0, QL_TYPE_INVALID, QL_TYPE_INVALID}, .stats = true, .quiet = true};
+    ql_quant_model_opts opts = {.cfg = {.weight_type = QL_TYPE_Q4_0,
+                                        .head_type = QL_TYPE_INVALID,
+                                        .embd_type = QL_TYPE_INVALID},
+                                .stats = true,
+                                .quiet = true};
     ql_quant_model_report *r = NULL;
     ql_error err;
     ql_status st = ql_quant_model(model, out_path, &opts, &r, &err);
@@ -142,7 +145,9 @@ static void refused_types(const char *model)
 {
     char out_path[4096];
     snprintf(out_path, sizeof out_path, "%s/refused.gguf", qlt_tmpdir());
-    ql_quant_model_opts opts = {.cfg = {QL_TYPE_INT8_ROW, QL_TYPE_INVALID, QL_TYPE_INVALID},
+    ql_quant_model_opts opts = {.cfg = {.weight_type = QL_TYPE_INT8_ROW,
+                                        .head_type = QL_TYPE_INVALID,
+                                        .embd_type = QL_TYPE_INVALID},
                                 .quiet = true};
     ql_quant_model_report *r = NULL;
     ql_error err;

@@ -93,10 +93,11 @@ static void quantize_and_compare(const char *in, int32_t type, bool with_imat)
 {
     char out[4096];
     snprintf(out, sizeof out, "%s/out_%s_%d.gguf", qlt_tmpdir(), ql_type_name(type), with_imat);
-    ql_quant_model_opts opts = {.cfg = {type, QL_TYPE_INVALID, QL_TYPE_INVALID},
-                                .imatrix = with_imat ? lookup : NULL,
-                                .stats = true,
-                                .quiet = true};
+    ql_quant_model_opts opts = {
+        .cfg = {.weight_type = type, .head_type = QL_TYPE_INVALID, .embd_type = QL_TYPE_INVALID},
+        .imatrix = with_imat ? lookup : NULL,
+        .stats = true,
+        .quiet = true};
     ql_quant_model_report *r = NULL;
     ql_error err;
     ql_status st = ql_quant_model(in, out, &opts, &r, &err);
@@ -162,7 +163,9 @@ int main(void)
     }
     CHECK(lookups >= 8);
 
-    ql_quant_model_opts opts = {.cfg = {QL_TYPE_IQ2_XXS, QL_TYPE_INVALID, QL_TYPE_INVALID},
+    ql_quant_model_opts opts = {.cfg = {.weight_type = QL_TYPE_IQ2_XXS,
+                                        .head_type = QL_TYPE_INVALID,
+                                        .embd_type = QL_TYPE_INVALID},
                                 .quiet = true};
     ql_quant_model_report *r = NULL;
     ql_error err;

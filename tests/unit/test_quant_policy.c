@@ -11,7 +11,7 @@
 static ql_quant_plan_entry plan(int32_t wt, int32_t head, int32_t embd, const char *name,
                                 uint32_t n_dims, int64_t ne0, int64_t ne1, bool has_output)
 {
-    ql_quant_config cfg = {wt, head, embd};
+    ql_quant_config cfg = {.weight_type = wt, .head_type = head, .embd_type = embd};
     int64_t ne[2] = {ne0, ne1};
     ql_quant_plan_entry e;
     ql_error err;
@@ -106,8 +106,8 @@ static void row_length_fallbacks(void)
 /* A type that needs importance weights, for a tensor the imatrix does not cover. */
 static void no_importance_fallback(void)
 {
-    ql_quant_plan_entry e = plan(QL_TYPE_IQ2_XXS, NONE, NONE, "token_embd.weight", 2, 256, 512,
-                                 true);
+    ql_quant_plan_entry e =
+        plan(QL_TYPE_IQ2_XXS, NONE, NONE, "token_embd.weight", 2, 256, 512, true);
     CHECK_EQ_INT(e.used, QL_TYPE_IQ2_XXS);
     CHECK(ql_quant_plan_no_importance(&e));
     CHECK_EQ_INT(e.used, QL_TYPE_Q2_K);
@@ -179,7 +179,7 @@ static void int8_row_rules(void)
 
 static void invalid_requests(void)
 {
-    ql_quant_config cfg = {QL_TYPE_Q8_K, NONE, NONE};
+    ql_quant_config cfg = {.weight_type = QL_TYPE_Q8_K, .head_type = NONE, .embd_type = NONE};
     int64_t ne[2] = {256, 4};
     ql_quant_plan_entry e;
     ql_error err;
@@ -194,16 +194,16 @@ static void invalid_requests(void)
     ne[1] = 0;
     CHECK_EQ_INT(ql_quant_plan_tensor(&cfg, "w.weight", 2, ne, QL_TYPE_F32, true, &e, &err),
                  QL_EINVAL);
-    CHECK(!ql_quant_is_weight_type(QL_TYPE_I32));
-    CHECK(ql_quant_is_weight_type(QL_TYPE_INT8_ROW));
-    CHECK(ql_quant_is_weight_type(QL_TYPE_Q8_0_XC));
+    CHECK(!ql_type_is_weight(ql_type_get(QL_TYPE_I32)));
+    CHECK(ql_type_is_weight(ql_type_get(QL_TYPE_INT8_ROW)));
+    CHECK(ql_type_is_weight(ql_type_get(QL_TYPE_Q8_0_XC)));
 }
 
 /* Shapes whose value count (or byte count) does not fit in 64 bits are refused,
  * not planned with a wrapped size. */
 static void oversized_tensors(void)
 {
-    ql_quant_config cfg = {QL_TYPE_Q4_0, NONE, NONE};
+    ql_quant_config cfg = {.weight_type = QL_TYPE_Q4_0, .head_type = NONE, .embd_type = NONE};
     int64_t ne[2] = {INT64_C(1) << 40, INT64_C(1) << 30}; /* 2^70 values */
     ql_quant_plan_entry e;
     ql_error err;

@@ -203,8 +203,37 @@ out:
     ql_regex_free(eol);
 }
 
+/* QL_REGEX_ALLOW_EMPTY: patterns that can match nothing compile, and a search may
+ * report an empty match (at the search's start when nothing longer matches there). */
+static void allow_empty(void)
+{
+    static const uint32_t text[] = {'x', 'a', 'a'};
+    static const struct {
+        const char *pattern;
+        size_t ms, me;
+    } cases[] = {{"a*", 0, 0}, {"x|", 0, 1}, {"", 0, 0}, {".*", 0, 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ql_error err;
+        ql_regex *re = NULL;
+        ql_status st = ql_regex_compile(&re, cases[i].pattern, QL_REGEX_ALLOW_EMPTY, &err);
+        CHECK_OK(st, &err);
+        if (st)
+            continue;
+        ql_regex_matcher *m = ql_regex_matcher_alloc();
+        bool found = false;
+        size_t s = 9, e = 9;
+        CHECK_OK(ql_regex_search(re, m, text, 0, 3, 0, &found, &s, &e, &err), &err);
+        CHECK_MSG(found && s == cases[i].ms && e == cases[i].me,
+                  "/%s/ with empty matches allowed: found=%d [%zu, %zu)", cases[i].pattern,
+                  (int)found, s, e);
+        ql_regex_matcher_free(m);
+        ql_regex_free(re);
+    }
+}
+
 int main(void)
 {
+    allow_empty();
     /* Ordered alternation: the first alternative that matches wins, not the longest. */
     expect("a|ab", "ab", 0, 0, 1);
     expect("ab|a", "ab", 0, 0, 2);
