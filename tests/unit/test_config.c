@@ -1,6 +1,7 @@
 /* Configs: parsing of every axis, the canonical form, the pinned content hash,
  * cross-axis rules and the capability table. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -63,6 +64,42 @@ static void test_defaults_and_pinned_hash(void)
     ql_config_hash(&full, hash);
     CHECK_MSG(strcmp(hash, "2185a400decb41a7c317e6a73967b389f2f2e9ab462bf94662c850d9ae97c600") == 0,
               "hash %s", hash);
+}
+
+/* Every line of tests/data/config/canonical-hashes.tsv (written by the qlab before the
+ * axes became one declaration, for every axis and its default): the config reads to
+ * the same canonical form and hash, and so does the canonical form itself. */
+static void test_stored_hashes(void)
+{
+    size_t len;
+    char *text = qlt_read_file(qlt_source("tests/data/config/canonical-hashes.tsv"), &len);
+    size_t n = 0;
+    bool axis_seen[QL_AXIS_COUNT] = {false};
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#')
+            continue;
+        char *col[4];
+        CHECK_MSG(qlt_split_tabs(line, col, 4) == 3, "bad line '%s'", line);
+        for (int pass = 0; pass < 2; pass++) {
+            const char *in = pass ? col[1] : col[0];
+            ql_config c;
+            ql_error err;
+            char canonical[QL_CONFIG_TEXT_MAX], hash[65];
+            CHECK_OK(ql_config_from_string(in, &c, &err), &err);
+            ql_config_to_string(&c, canonical, sizeof canonical);
+            ql_config_hash(&c, hash);
+            CHECK_MSG(strcmp(canonical, col[1]) == 0, "'%s' -> '%s', stored as '%s'", in, canonical,
+                      col[1]);
+            CHECK_MSG(strcmp(hash, col[2]) == 0, "'%s' -> %s, stored as %s", in, hash, col[2]);
+        }
+        for (int a = 0; a < QL_AXIS_COUNT; a++)
+            axis_seen[a] = axis_seen[a] || strstr(col[0], ql_axis_name((ql_axis)a)) != NULL;
+        n++;
+    }
+    CHECK(n >= 70);
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        CHECK_MSG(axis_seen[a], "no stored hash sets %s", ql_axis_name((ql_axis)a));
+    free(text);
 }
 
 static void test_canonical_spelling(void)
@@ -264,6 +301,7 @@ static void test_format_double(void)
 int main(void)
 {
     test_defaults_and_pinned_hash();
+    test_stored_hashes();
     test_canonical_spelling();
     test_round_trip();
     test_errors();
