@@ -325,8 +325,8 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
     ql_format_duration(sum->configs_seconds, cfg, sizeof cfg);
     printf("\nsweep %s: %zu config%s (%zu run, %zu already done, %zu failed), %lld scored tokens "
            "per pass\n",
-           s->sw->name, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run,
-           sum->n_skipped, sum->n_failed, (long long)sum->scored_tokens);
+           s->sw->name, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
+           sum->n_failed, (long long)sum->scored_tokens);
     double per_pass = sum->n_run ? sum->forward_seconds / (double)sum->n_run : (double)NAN;
     if (s->ref && !ql_reference_from_cache(s->ref))
         printf("timing: reference pass %s; %zu quantized passes %s (forward %.1f s each, %.2f "
@@ -358,26 +358,10 @@ static void stored_row(ql_store *store, int64_t run_id, summary_row *row)
 /* Short label of a config: the axes that vary in the sweep. */
 static void config_label(const ql_sweep *sw, const ql_config *c, char *buf, size_t size)
 {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int a = 0; a < QL_AXIS_COUNT; a++) {
-        if (a != QL_AXIS_WEIGHT_TYPE && sw->n_values[a] <= 1)
-            continue;
-        char v[QL_CONFIG_IMATRIX_MAX + 64];
-        ql_config_axis_string(c, (ql_axis)a, v, sizeof v);
-        int k = snprintf(buf + used, size - used, "%s%s%s", used ? " " : "",
-                         a == QL_AXIS_WEIGHT_TYPE ? "" : ql_axis_name((ql_axis)a),
-                         a == QL_AXIS_WEIGHT_TYPE ? v : "");
-        if (k < 0 || (size_t)k >= size - used)
-            break;
-        used += (size_t)k;
-        if (a != QL_AXIS_WEIGHT_TYPE) {
-            k = snprintf(buf + used, size - used, "=%s", v);
-            if (k < 0 || (size_t)k >= size - used)
-                break;
-            used += (size_t)k;
-        }
-    }
+    bool varies[QL_AXIS_COUNT];
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        varies[a] = sw->n_values[a] > 1;
+    ql_config_short_label(c, varies, buf, size);
 }
 
 /* ------------------------------------------------------------------------- */
