@@ -155,12 +155,14 @@ static char *rows_text(sqlite3 *db, const char *sql, const char *param)
     return text;
 }
 
-/* How SQLite sees a table: every column's name, type, NOT NULL, default and key. */
+/* How SQLite sees a table: every column's name, type, NOT NULL, default and key, by
+ * name (a migration appends the columns it adds, a fresh table has them in list
+ * order). */
 static char *table_shape(sqlite3 *db, const char *table)
 {
     return rows_text(db,
                      "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?1)"
-                     " ORDER BY cid",
+                     " ORDER BY name",
                      table);
 }
 
