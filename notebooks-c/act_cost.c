@@ -147,14 +147,14 @@ static ql_status bootstrap_pair(ql_store *s, const nb_result *runs, pair *p, siz
 
 /* ---------------------------------------------------------------- pairing */
 
+/* Same group and the same values of every axis that shapes the weights. */
 static bool same_weights(const nb_result *a, const nb_result *b)
 {
-    static const int axes[] = {QL_AXIS_WEIGHT_TYPE, QL_AXIS_OUTLIER_RATIO, QL_AXIS_HEAD_TYPE,
-                               QL_AXIS_EMBD_TYPE,   QL_AXIS_IMATRIX,       QL_AXIS_BUDGET};
     if (strcmp(a->group, b->group) != 0)
         return false;
-    for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
-        if (strcmp(a->axis[axes[i]], b->axis[axes[i]]) != 0)
+    for (int x = 0; x < QL_AXIS_COUNT; x++)
+        if ((ql_axis_get((ql_axis)x)->flags & QL_AXIS_WEIGHTS) &&
+            strcmp(a->axis[x], b->axis[x]) != 0)
             return false;
     return true;
 }
@@ -184,22 +184,22 @@ static ql_status put_ci(ql_table *t, bool ok, const ql_ci *ci, ql_error *err)
     return ql_table_putf(t, err, "[%+.3e, %+.3e]", ci->lo, ci->hi);
 }
 
-/* Weight-type label of a pair: the weight type plus the weight axes that vary
- * among the group's pairs (outliers, head, embd, imatrix, budget). */
+/* Weight-type label of a pair: the weight type plus the other axes that shape
+ * the weights and vary among the group's pairs (outliers, head, embd, ...). */
 static void weights_label(const nb_result *runs, const pair *ps, size_t lo, size_t hi, size_t i,
                           char *buf, size_t size)
 {
-    static const int axes[] = {QL_AXIS_OUTLIER_RATIO, QL_AXIS_HEAD_TYPE, QL_AXIS_EMBD_TYPE,
-                               QL_AXIS_IMATRIX, QL_AXIS_BUDGET};
-    static const char *const names[] = {"outliers", "head", "embd", "imatrix", "budget"};
     const nb_result *r = &runs[ps[i].x];
     size_t o = (size_t)snprintf(buf, size, "%s", r->axis[QL_AXIS_WEIGHT_TYPE]);
-    for (size_t k = 0; k < sizeof axes / sizeof axes[0] && o < size; k++) {
+    for (int a = 0; a < QL_AXIS_COUNT && o < size; a++) {
+        const ql_axis_info *ai = ql_axis_get((ql_axis)a);
+        if (a == QL_AXIS_WEIGHT_TYPE || !(ai->flags & QL_AXIS_WEIGHTS))
+            continue;
         bool varies = false;
         for (size_t j = lo; j < hi; j++)
-            varies = varies || strcmp(runs[ps[j].x].axis[axes[k]], r->axis[axes[k]]) != 0;
+            varies = varies || strcmp(runs[ps[j].x].axis[a], r->axis[a]) != 0;
         if (varies)
-            o += (size_t)snprintf(buf + o, size - o, " %s=%s", names[k], r->axis[axes[k]]);
+            o += (size_t)snprintf(buf + o, size - o, " %s=%s", ai->label, r->axis[a]);
     }
 }
 

@@ -81,12 +81,22 @@ enum {
     C_PPL,
 };
 
-#define SELECT                                                                                     \
-    "SELECT run_id, model, dataset, ctx, chunks, config_hash, weight_type, act_mode,"              \
-    " outlier_ratio, head_type, embd_type, kv_type, imatrix, budget, bpw, kld_mean, ppl FROM "
-#define ORDER                                                                                      \
-    " ORDER BY model, dataset, ctx, chunks, bpw IS NULL, bpw, weight_type, act_mode,"              \
-    " outlier_ratio, head_type, embd_type, kv_type, imatrix, budget, config_hash"
+/* SELECT ... FROM <from> ORDER BY ...: the columns above, every axis in order. */
+static void results_sql(char *sql, size_t size, const char *from)
+{
+    size_t off =
+        (size_t)snprintf(sql, size, "SELECT run_id, model, dataset, ctx, chunks, config_hash");
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        off += (size_t)snprintf(sql + off, size - off, ", %s", ql_axis_name((ql_axis)a));
+    off += (size_t)snprintf(sql + off, size - off,
+                            ", bpw, kld_mean, ppl FROM %s ORDER BY model, dataset, ctx, chunks,"
+                            " bpw IS NULL, bpw",
+                            from);
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        off += (size_t)snprintf(sql + off, size - off, ", %s", ql_axis_name((ql_axis)a));
+    off += (size_t)snprintf(sql + off, size - off, ", config_hash");
+    QL_ASSERT(off + 1 < size);
+}
 
 static void read_result(const ql_query *q, nb_result *r)
 {
@@ -99,7 +109,8 @@ static void read_result(const ql_query *q, nb_result *r)
              (long long)ql_query_int(q, C_CHUNKS));
     ql_strlcpy(r->hash, ql_query_text(q, C_HASH), sizeof r->hash);
     for (int a = 0; a < QL_AXIS_COUNT; a++) {
-        if (a == QL_AXIS_OUTLIER_RATIO)
+        /* A number reads as in the canonical form (3, not 3.0). */
+        if (ql_axis_get((ql_axis)a)->sql == QL_COLUMN_REAL)
             ql_format_double(ql_query_double(q, C_AXES + a), r->axis[a], sizeof r->axis[a]);
         else
             ql_strlcpy(r->axis[a], ql_query_text(q, C_AXES + a), sizeof r->axis[a]);
@@ -114,9 +125,11 @@ ql_status nb_load_results(ql_store *s, const nb_options *o, nb_result **out, siz
 {
     *out = NULL;
     *n = 0;
+    char all[2048], one[2048];
+    results_sql(all, sizeof all, "results");
+    results_sql(one, sizeof one, "sweep_results WHERE sweep = ?1");
     ql_query *q;
-    ql_status st = nb_prepare(s, o, SELECT "results" ORDER,
-                              SELECT "sweep_results WHERE sweep = ?1" ORDER, &q, err);
+    ql_status st = nb_prepare(s, o, all, one, &q, err);
     if (st)
         return st;
     size_t cap = 0;

@@ -16,12 +16,18 @@
 #include "results/analysis.h"
 #include "results/plot.h"
 
+/* A metric's cell as the metric list formats it; missing for NaN. */
+static ql_status put_metric(ql_table *t, ql_metric_id id, double v, ql_error *err)
+{
+    char buf[64];
+    ql_metric_format(id, v, buf, sizeof buf);
+    return ql_table_put(t, buf[0] ? buf : NULL, err);
+}
+
 /* Labels: the weight type and the axes other than act_mode that vary within
  * the group [lo, hi), leaving out their plain values. */
 static void make_labels(nb_result *v, size_t lo, size_t hi)
 {
-    static const char *const shortname[QL_AXIS_COUNT] = {"",     "act", "outliers", "head",
-                                                         "embd", "kv",  "imatrix",  "budget"};
     for (size_t i = lo; i < hi; i++)
         ql_strlcpy(v[i].label, v[i].axis[QL_AXIS_WEIGHT_TYPE], sizeof v[i].label);
     for (int a = QL_AXIS_OUTLIER_RATIO; a < QL_AXIS_COUNT; a++) {
@@ -30,12 +36,15 @@ static void make_labels(nb_result *v, size_t lo, size_t hi)
             varies = varies || strcmp(v[i].axis[a], v[lo].axis[a]) != 0;
         if (!varies)
             continue;
+        const ql_axis_info *ai = ql_axis_get((ql_axis)a);
+        char dflt[QL_CONFIG_VALUE_MAX];
+        ql_axis_default_string((ql_axis)a, dflt, sizeof dflt);
         for (size_t i = lo; i < hi; i++) {
             const char *val = v[i].axis[a];
-            if (strcmp(val, "0") == 0 || strcmp(val, "same") == 0 || strcmp(val, "none") == 0)
+            if ((ai->flags & QL_AXIS_LABEL_SKIPS_DEFAULT) && strcmp(val, dflt) == 0)
                 continue;
             size_t n = strlen(v[i].label);
-            snprintf(v[i].label + n, sizeof v[i].label - n, " %s=%s", shortname[a], val);
+            snprintf(v[i].label + n, sizeof v[i].label - n, " %s=%s", ai->label, val);
         }
     }
 }
@@ -146,11 +155,17 @@ int main(int argc, char **argv)
     x = calloc(n_all, sizeof *x);
     yk = calloc(n_all, sizeof *yk);
     yp = calloc(n_all, sizeof *yp);
-    static const ql_table_column cols[] = {
-        {"config", NULL, false},    {"act", NULL, false},
-        {"bpw", NULL, true},        {"KLD mean", NULL, true},
-        {"PPL", NULL, true},        {"KLD front", NULL, false},
-        {"PPL front", NULL, false}, {"beaten on KLD by", NULL, false},
+    /* The metrics as the metric list labels and formats them (records.h). */
+    static const ql_metric_id shown[] = {QL_METRIC_bpw, QL_METRIC_kld_mean, QL_METRIC_ppl};
+    const ql_table_column cols[] = {
+        {"config", NULL, false},
+        {ql_axis_get(QL_AXIS_ACT_MODE)->label, NULL, false},
+        {ql_metric_get(shown[0])->label, NULL, true},
+        {ql_metric_get(shown[1])->label, NULL, true},
+        {ql_metric_get(shown[2])->label, NULL, true},
+        {"KLD front", NULL, false},
+        {"PPL front", NULL, false},
+        {"beaten on KLD by", NULL, false},
     };
     if (!fk || !fp || !by || !x || !yk || !yp || (st = ql_doc_open(&d, &err))) {
         st = st ? st : ql_error_set(&err, QL_ENOMEM, "out of memory");
@@ -190,9 +205,9 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < n && !st; i++) {
             if ((st = ql_table_row(t, &err)) || (st = ql_table_put(t, v[i].label, &err)) ||
                 (st = ql_table_put(t, v[i].axis[QL_AXIS_ACT_MODE], &err)) ||
-                (st = ql_table_put_num(t, v[i].bpw, "%.3f", &err)) ||
-                (st = ql_table_put_num(t, v[i].kld, "%.3e", &err)) ||
-                (st = ql_table_put_num(t, v[i].ppl, "%.4f", &err)) ||
+                (st = put_metric(t, shown[0], v[i].bpw, &err)) ||
+                (st = put_metric(t, shown[1], v[i].kld, &err)) ||
+                (st = put_metric(t, shown[2], v[i].ppl, &err)) ||
                 (st = ql_table_put(t, fk[i] ? "yes" : "no", &err)) ||
                 (st = ql_table_put(t, fp[i] ? "yes" : "no", &err)))
                 break;

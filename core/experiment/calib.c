@@ -19,7 +19,7 @@ typedef struct {
 } outlier_slot;
 
 struct ql_calib_slot {
-    char key[QL_CONFIG_IMATRIX_MAX + 64]; /* canonical imatrix axis value */
+    char key[QL_CONFIG_VALUE_MAX]; /* canonical imatrix axis value */
     ql_imatrix *im;
     char sha256[65];
     /* calib: imatrices only: per-channel max |x| of every product on the same

@@ -10,31 +10,10 @@
 
 /* ---------------------------------------------------------------- names */
 
-static const char *const axis_names[QL_AXIS_COUNT] = {
-    "weight_type", "act_mode", "outlier_ratio", "head_type",
-    "embd_type",   "kv_type",  "imatrix",       "budget",
-};
-
 static const char *const act_names[QL_ACT_COUNT] = {"f32",  "native", "q8_0",
                                                     "q8_1", "q8_K",   "q8x2"};
 
 static const char *const kv_names[QL_KV_COUNT] = {"auto", "f32", "f16", "q8_0", "q4_0"};
-
-const char *ql_axis_name(ql_axis axis)
-{
-    QL_ASSERT(axis >= 0 && axis < QL_AXIS_COUNT);
-    return axis_names[axis];
-}
-
-bool ql_axis_lookup(const char *name, ql_axis *out)
-{
-    for (int a = 0; a < QL_AXIS_COUNT; a++)
-        if (strcmp(name, axis_names[a]) == 0) {
-            *out = (ql_axis)a;
-            return true;
-        }
-    return false;
-}
 
 const char *ql_act_mode_name(ql_act_mode mode)
 {
@@ -343,123 +322,329 @@ static ql_status parse_budget(ql_config *c, const char *v, ql_error *err)
     return QL_OK;
 }
 
+/* ---------------------------------------------------------------- the axes
+ *
+ * What each axis of QL_AXES means: parse_<name> reads one value (names
+ * case-insensitive) into its fields, print_<name> writes its canonical value, and
+ * class_<name> names the capability-table class of its value. */
+
+static ql_status parse_weight_type(ql_config *c, const char *v, ql_error *err)
+{
+    return parse_type("weight_type", v, false, &c->weight_type, err);
+}
+
+static int print_weight_type(const ql_config *c, char *buf, size_t size)
+{
+    return snprintf(buf, size, "%s", ql_type_name(c->weight_type));
+}
+
+static const char *class_weight_type(const ql_config *c)
+{
+    return "<type>";
+}
+
+static ql_status parse_act_mode(ql_config *c, const char *v, ql_error *err)
+{
+    for (int m = 0; m < QL_ACT_COUNT; m++)
+        if (strcasecmp(v, act_names[m]) == 0) {
+            c->act_mode = (ql_act_mode)m;
+            return QL_OK;
+        }
+    const char *near = ql_closest_name(v, act_names, QL_ACT_COUNT);
+    if (near)
+        return ql_error_set(err, QL_EFORMAT, "act_mode: unknown mode '%s'; did you mean '%s'?", v,
+                            near);
+    return ql_error_set(err, QL_EFORMAT,
+                        "act_mode: unknown mode '%s' (modes: f32 native q8_0 q8_1 q8_K q8x2)", v);
+}
+
+static int print_act_mode(const ql_config *c, char *buf, size_t size)
+{
+    return snprintf(buf, size, "%s", ql_act_mode_name(c->act_mode));
+}
+
+static const char *class_act_mode(const ql_config *c)
+{
+    return ql_act_mode_name(c->act_mode);
+}
+
+static ql_status parse_outlier_ratio(ql_config *c, const char *v, ql_error *err)
+{
+    double r;
+    if (!ql_parse_double(v, &r))
+        return ql_error_set(err, QL_EFORMAT, "outlier_ratio: '%s' is not a number", v);
+    if (r == 0.0) {
+        c->outlier_ratio = 0.0; /* also turns -0 into 0 */
+        return QL_OK;
+    }
+    if (!(r > 1.0))
+        return ql_error_set(err, QL_EFORMAT,
+                            "outlier_ratio: %s must be 0 (off) or greater than 1 (a channel is an "
+                            "outlier above ratio x the median channel)",
+                            v);
+    c->outlier_ratio = r;
+    return QL_OK;
+}
+
+static int print_outlier_ratio(const ql_config *c, char *buf, size_t size)
+{
+    char num[40];
+    ql_format_double(c->outlier_ratio, num, sizeof num);
+    return snprintf(buf, size, "%s", num);
+}
+
+static const char *class_outlier_ratio(const ql_config *c)
+{
+    return c->outlier_ratio == 0.0 ? "0" : ">1";
+}
+
+static ql_status parse_head_type(ql_config *c, const char *v, ql_error *err)
+{
+    return parse_type("head_type", v, true, &c->head_type, err);
+}
+
+/* A head or embedding type equal to the weight type is written `same`. */
+static int print_role_type(const ql_config *c, ql_type t, char *buf, size_t size)
+{
+    return snprintf(buf, size, "%s", t == c->weight_type ? "same" : ql_type_name(t));
+}
+
+static int print_head_type(const ql_config *c, char *buf, size_t size)
+{
+    return print_role_type(c, ql_config_head_type(c), buf, size);
+}
+
+static const char *class_head_type(const ql_config *c)
+{
+    return ql_config_head_type(c) == c->weight_type ? "same" : "<type>";
+}
+
+static ql_status parse_embd_type(ql_config *c, const char *v, ql_error *err)
+{
+    return parse_type("embd_type", v, true, &c->embd_type, err);
+}
+
+static int print_embd_type(const ql_config *c, char *buf, size_t size)
+{
+    return print_role_type(c, ql_config_embd_type(c), buf, size);
+}
+
+static const char *class_embd_type(const ql_config *c)
+{
+    return ql_config_embd_type(c) == c->weight_type ? "same" : "<type>";
+}
+
+static ql_status parse_kv_type(ql_config *c, const char *v, ql_error *err)
+{
+    for (int k = 0; k < QL_KV_COUNT; k++)
+        if (strcasecmp(v, kv_names[k]) == 0) {
+            c->kv_type = (ql_kv_type)k;
+            return QL_OK;
+        }
+    const char *near = ql_closest_name(v, kv_names, QL_KV_COUNT);
+    if (near)
+        return ql_error_set(err, QL_EFORMAT, "kv_type: unknown type '%s'; did you mean '%s'?", v,
+                            near);
+    return ql_error_set(err, QL_EFORMAT,
+                        "kv_type: unknown type '%s' (types: auto f32 f16 q8_0 q4_0)", v);
+}
+
+/* `auto` is written as the type it stands for. */
+static int print_kv_type(const ql_config *c, char *buf, size_t size)
+{
+    return snprintf(buf, size, "%s", ql_kv_type_name(ql_config_kv_type(c)));
+}
+
+static const char *class_kv_type(const ql_config *c)
+{
+    return ql_kv_type_name(ql_config_kv_type(c));
+}
+
+static int print_imatrix(const ql_config *c, char *buf, size_t size)
+{
+    if (c->imatrix_kind == QL_IMATRIX_NONE)
+        return snprintf(buf, size, "none");
+    if (c->imatrix_kind == QL_IMATRIX_FILE)
+        return snprintf(buf, size, "%s", c->imatrix);
+    /* calib: the options in a fixed order, defaults (0) left out. */
+    char ctx[32] = "", chunks[32] = "";
+    if (c->imatrix_ctx > 0)
+        snprintf(ctx, sizeof ctx, ",ctx=%d", c->imatrix_ctx);
+    if (c->imatrix_chunks > 0)
+        snprintf(chunks, sizeof chunks, ",chunks=%d", c->imatrix_chunks);
+    return snprintf(buf, size, "calib:%s%s%s", c->imatrix, ctx, chunks);
+}
+
+static const char *class_imatrix(const ql_config *c)
+{
+    return c->imatrix_kind == QL_IMATRIX_NONE   ? "none"
+           : c->imatrix_kind == QL_IMATRIX_FILE ? "<path>"
+                                                : "calib:<dataset>";
+}
+
+/* A byte budget as a whole number of bytes, a bpw budget as bpw:X. */
+static int print_budget(const ql_config *c, char *buf, size_t size)
+{
+    char num[40];
+    if (c->budget_kind == QL_BUDGET_NONE)
+        return snprintf(buf, size, "none");
+    if (c->budget_kind == QL_BUDGET_BYTES)
+        return snprintf(buf, size, "%lld", (long long)c->budget_bytes);
+    ql_format_double(c->budget_bpw, num, sizeof num);
+    return snprintf(buf, size, "bpw:%s", num);
+}
+
+static const char *class_budget(const ql_config *c)
+{
+    return c->budget_kind == QL_BUDGET_NONE    ? "none"
+           : c->budget_kind == QL_BUDGET_BYTES ? "<bytes>"
+                                               : "bpw:<x>";
+}
+
+static double column_budget_bytes(const ql_config *c)
+{
+    return c->budget_kind == QL_BUDGET_BYTES ? (double)c->budget_bytes : (double)NAN;
+}
+
+static double column_budget_bpw(const ql_config *c)
+{
+    return c->budget_kind == QL_BUDGET_BPW ? c->budget_bpw : (double)NAN;
+}
+
+/* ---------------------------------------------------------------- the table */
+
+typedef struct {
+    ql_axis_info info;
+    size_t offset, size; /* its fields in ql_config */
+    ql_status (*parse)(ql_config *c, const char *v, ql_error *err);
+    int (*print)(const ql_config *c, char *buf, size_t size);
+    const char *(*value_class)(const ql_config *c);
+} axis_def;
+
+/* The bytes of ql_config from field first to field last. */
+#define FIELD_END(f)        (offsetof(ql_config, f) + sizeof(((ql_config *)0)->f))
+#define FIELDS(first, last) offsetof(ql_config, first), FIELD_END(last) - offsetof(ql_config, first)
+
+#define AXIS_DEF(ID, name, first, last, dflt, sql, since, label, shown, flags, comment)            \
+    [QL_AXIS_##ID] = {{#name, label, shown, dflt, QL_COLUMN_##sql, since, flags},                  \
+                      FIELDS(first, last),                                                         \
+                      parse_##name,                                                                \
+                      print_##name,                                                                \
+                      class_##name},
+static const axis_def axes[QL_AXIS_COUNT] = {QL_AXES(AXIS_DEF)};
+#undef AXIS_DEF
+
+/* What the compiler can check of every axis: a column an ALTER TABLE can add, fields
+ * in order, and a later axis left out of the canonical form at its default. */
+#define AXIS_CHECK(ID, name, first, last, dflt, sql, since, label, shown, flags, comment)          \
+    _Static_assert(QL_COLUMN_##sql != QL_COLUMN_INTEGER,                                           \
+                   #name ": an axis column is TEXT or REAL");                                      \
+    _Static_assert(offsetof(ql_config, first) <= offsetof(ql_config, last),                        \
+                   #name ": fields out of order");                                                 \
+    _Static_assert((since) >= 1, #name ": schema versions start at 1");                            \
+    _Static_assert((since) == 1 || ((flags)&QL_AXIS_OMIT_DEFAULT),                                 \
+                   #name ": an axis added later must be left out of the canonical form at its "    \
+                         "default (QL_AXIS_OMIT_DEFAULT), or every stored config hash changes");
+QL_AXES(AXIS_CHECK)
+#undef AXIS_CHECK
+
+static const char *const axis_names[QL_AXIS_COUNT] = {
+#define AXIS_NAME(ID, name, ...) [QL_AXIS_##ID] = #name,
+    QL_AXES(AXIS_NAME)
+#undef AXIS_NAME
+};
+
+/* The configs columns: the axes', then the extra ones. */
+typedef struct {
+    ql_config_column col;
+    double (*number)(const ql_config *c); /* extra columns */
+} column_def;
+
+static const column_def columns[] = {
+#define AXIS_COLUMN(ID, name, first, last, dflt, sql, since, label, shown, flags, comment)         \
+    {{#name, QL_AXIS_##ID, QL_COLUMN_##sql, since, comment}, NULL},
+    QL_AXES(AXIS_COLUMN)
+#undef AXIS_COLUMN
+#define EXTRA_COLUMN(ID, name, type, since, comment)                                               \
+    {{#name, QL_AXIS_##ID, QL_COLUMN_##type, since, comment}, column_##name},
+        QL_CONFIG_EXTRA_COLUMNS(EXTRA_COLUMN)
+#undef EXTRA_COLUMN
+};
+#define N_COLUMNS (sizeof columns / sizeof columns[0])
+
+const ql_axis_info *ql_axis_get(ql_axis axis)
+{
+    QL_ASSERT(axis >= 0 && axis < QL_AXIS_COUNT);
+    return &axes[axis].info;
+}
+
+const char *ql_axis_name(ql_axis axis)
+{
+    return ql_axis_get(axis)->name;
+}
+
+bool ql_axis_lookup(const char *name, ql_axis *out)
+{
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        if (strcmp(name, axis_names[a]) == 0) {
+            *out = (ql_axis)a;
+            return true;
+        }
+    return false;
+}
+
+int ql_axis_default_string(ql_axis axis, char *buf, size_t size)
+{
+    ql_config d;
+    ql_config_init(&d);
+    return ql_config_axis_string(&d, axis, buf, size);
+}
+
+size_t ql_config_columns(const ql_config_column **out)
+{
+    static ql_config_column list[N_COLUMNS];
+    for (size_t i = 0; i < N_COLUMNS; i++)
+        list[i] = columns[i].col;
+    *out = list;
+    return N_COLUMNS;
+}
+
+void ql_config_column_value(const ql_config *c, size_t i, char *buf, size_t size, double *number)
+{
+    QL_ASSERT(i < N_COLUMNS && size > 0);
+    buf[0] = '\0';
+    *number = (double)NAN;
+    if (columns[i].number) {
+        *number = columns[i].number(c);
+        return;
+    }
+    ql_config_axis_string(c, columns[i].col.axis, buf, size);
+    /* A REAL axis's canonical value is its number's shortest exact spelling. */
+    if (columns[i].col.type == QL_COLUMN_REAL)
+        *number = strtod(buf, NULL);
+}
+
 /* ---------------------------------------------------------------- public */
 
 void ql_config_init(ql_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->weight_type = QL_TYPE_F32;
-    c->act_mode = QL_ACT_F32;
-    c->outlier_ratio = 0.0;
-    c->head_type = QL_TYPE_SAME;
-    c->embd_type = QL_TYPE_SAME;
-    c->kv_type = QL_KV_AUTO;
-    c->imatrix_kind = QL_IMATRIX_NONE;
-    c->budget_kind = QL_BUDGET_NONE;
+    for (int a = 0; a < QL_AXIS_COUNT; a++) {
+        ql_status st = axes[a].parse(c, axes[a].info.default_value, NULL);
+        QL_ASSERT(st == QL_OK);
+    }
 }
 
 ql_status ql_config_set(ql_config *c, ql_axis axis, const char *v, ql_error *err)
 {
-    switch (axis) {
-    case QL_AXIS_WEIGHT_TYPE:
-        return parse_type("weight_type", v, false, &c->weight_type, err);
-    case QL_AXIS_HEAD_TYPE:
-        return parse_type("head_type", v, true, &c->head_type, err);
-    case QL_AXIS_EMBD_TYPE:
-        return parse_type("embd_type", v, true, &c->embd_type, err);
-    case QL_AXIS_ACT_MODE:
-        for (int m = 0; m < QL_ACT_COUNT; m++)
-            if (strcasecmp(v, act_names[m]) == 0) {
-                c->act_mode = (ql_act_mode)m;
-                return QL_OK;
-            }
-        {
-            const char *near = ql_closest_name(v, act_names, QL_ACT_COUNT);
-            if (near)
-                return ql_error_set(err, QL_EFORMAT,
-                                    "act_mode: unknown mode '%s'; did you mean '%s'?", v, near);
-            return ql_error_set(err, QL_EFORMAT,
-                                "act_mode: unknown mode '%s' (modes: f32 native q8_0 q8_1 q8_K "
-                                "q8x2)",
-                                v);
-        }
-    case QL_AXIS_KV_TYPE:
-        for (int k = 0; k < QL_KV_COUNT; k++)
-            if (strcasecmp(v, kv_names[k]) == 0) {
-                c->kv_type = (ql_kv_type)k;
-                return QL_OK;
-            }
-        {
-            const char *near = ql_closest_name(v, kv_names, QL_KV_COUNT);
-            if (near)
-                return ql_error_set(err, QL_EFORMAT,
-                                    "kv_type: unknown type '%s'; did you mean '%s'?", v, near);
-            return ql_error_set(err, QL_EFORMAT,
-                                "kv_type: unknown type '%s' (types: auto f32 f16 q8_0 q4_0)", v);
-        }
-    case QL_AXIS_OUTLIER_RATIO: {
-        double r;
-        if (!ql_parse_double(v, &r))
-            return ql_error_set(err, QL_EFORMAT, "outlier_ratio: '%s' is not a number", v);
-        if (r == 0.0) {
-            c->outlier_ratio = 0.0; /* also turns -0 into 0 */
-            return QL_OK;
-        }
-        if (!(r > 1.0))
-            return ql_error_set(err, QL_EFORMAT,
-                                "outlier_ratio: %s must be 0 (off) or greater than 1 (a channel "
-                                "is an outlier above ratio x the median channel)",
-                                v);
-        c->outlier_ratio = r;
-        return QL_OK;
-    }
-    case QL_AXIS_IMATRIX:
-        return parse_imatrix(c, v, err);
-    case QL_AXIS_BUDGET:
-        return parse_budget(c, v, err);
-    case QL_AXIS_COUNT:
-        break;
-    }
-    QL_ASSERT(!"bad axis");
-    return QL_EINVAL;
+    QL_ASSERT(axis >= 0 && axis < QL_AXIS_COUNT);
+    return axes[axis].parse(c, v, err);
 }
 
 void ql_config_copy_axis(ql_config *dst, const ql_config *src, ql_axis axis)
 {
-    switch (axis) {
-    case QL_AXIS_WEIGHT_TYPE:
-        dst->weight_type = src->weight_type;
-        return;
-    case QL_AXIS_ACT_MODE:
-        dst->act_mode = src->act_mode;
-        return;
-    case QL_AXIS_OUTLIER_RATIO:
-        dst->outlier_ratio = src->outlier_ratio;
-        return;
-    case QL_AXIS_HEAD_TYPE:
-        dst->head_type = src->head_type;
-        return;
-    case QL_AXIS_EMBD_TYPE:
-        dst->embd_type = src->embd_type;
-        return;
-    case QL_AXIS_KV_TYPE:
-        dst->kv_type = src->kv_type;
-        return;
-    case QL_AXIS_IMATRIX:
-        dst->imatrix_kind = src->imatrix_kind;
-        memcpy(dst->imatrix, src->imatrix, sizeof dst->imatrix);
-        dst->imatrix_ctx = src->imatrix_ctx;
-        dst->imatrix_chunks = src->imatrix_chunks;
-        return;
-    case QL_AXIS_BUDGET:
-        dst->budget_kind = src->budget_kind;
-        dst->budget_bytes = src->budget_bytes;
-        dst->budget_bpw = src->budget_bpw;
-        return;
-    case QL_AXIS_COUNT:
-        break;
-    }
-    QL_ASSERT(!"bad axis");
+    QL_ASSERT(axis >= 0 && axis < QL_AXIS_COUNT);
+    memcpy((char *)dst + axes[axis].offset, (const char *)src + axes[axis].offset, axes[axis].size);
 }
 
 ql_type ql_config_head_type(const ql_config *c)
@@ -509,57 +694,30 @@ ql_status ql_config_validate(const ql_config *c, ql_axis *bad_axis, ql_error *er
 
 int ql_config_axis_string(const ql_config *c, ql_axis axis, char *buf, size_t size)
 {
-    char num[40];
-    switch (axis) {
-    case QL_AXIS_WEIGHT_TYPE:
-        return snprintf(buf, size, "%s", ql_type_name(c->weight_type));
-    case QL_AXIS_ACT_MODE:
-        return snprintf(buf, size, "%s", ql_act_mode_name(c->act_mode));
-    case QL_AXIS_OUTLIER_RATIO:
-        ql_format_double(c->outlier_ratio, num, sizeof num);
-        return snprintf(buf, size, "%s", num);
-    case QL_AXIS_HEAD_TYPE:
-    case QL_AXIS_EMBD_TYPE: {
-        ql_type t = axis == QL_AXIS_HEAD_TYPE ? ql_config_head_type(c) : ql_config_embd_type(c);
-        return snprintf(buf, size, "%s", t == c->weight_type ? "same" : ql_type_name(t));
-    }
-    case QL_AXIS_KV_TYPE:
-        return snprintf(buf, size, "%s", ql_kv_type_name(ql_config_kv_type(c)));
-    case QL_AXIS_IMATRIX:
-        if (c->imatrix_kind == QL_IMATRIX_NONE)
-            return snprintf(buf, size, "none");
-        if (c->imatrix_kind == QL_IMATRIX_FILE)
-            return snprintf(buf, size, "%s", c->imatrix);
-        {
-            char ctx[32] = "", chunks[32] = "";
-            if (c->imatrix_ctx > 0)
-                snprintf(ctx, sizeof ctx, ",ctx=%d", c->imatrix_ctx);
-            if (c->imatrix_chunks > 0)
-                snprintf(chunks, sizeof chunks, ",chunks=%d", c->imatrix_chunks);
-            return snprintf(buf, size, "calib:%s%s%s", c->imatrix, ctx, chunks);
-        }
-    case QL_AXIS_BUDGET:
-        if (c->budget_kind == QL_BUDGET_NONE)
-            return snprintf(buf, size, "none");
-        if (c->budget_kind == QL_BUDGET_BYTES)
-            return snprintf(buf, size, "%lld", (long long)c->budget_bytes);
-        ql_format_double(c->budget_bpw, num, sizeof num);
-        return snprintf(buf, size, "bpw:%s", num);
-    case QL_AXIS_COUNT:
-        break;
-    }
-    QL_ASSERT(!"bad axis");
-    return 0;
+    QL_ASSERT(axis >= 0 && axis < QL_AXIS_COUNT);
+    return axes[axis].print(c, buf, size);
+}
+
+/* Whether the canonical form leaves the axis out: flagged, and at its default. */
+static bool omitted(const ql_config *c, ql_axis axis, const char *value)
+{
+    if (!(axes[axis].info.flags & QL_AXIS_OMIT_DEFAULT))
+        return false;
+    char dflt[QL_CONFIG_VALUE_MAX];
+    ql_axis_default_string(axis, dflt, sizeof dflt);
+    return strcmp(value, dflt) == 0;
 }
 
 int ql_config_to_string(const ql_config *c, char *buf, size_t size)
 {
     int total = 0;
     for (int a = 0; a < QL_AXIS_COUNT; a++) {
-        char val[QL_CONFIG_IMATRIX_MAX + 64];
+        char val[QL_CONFIG_VALUE_MAX];
         ql_config_axis_string(c, (ql_axis)a, val, sizeof val);
+        if (omitted(c, (ql_axis)a, val))
+            continue;
         size_t off = (size_t)total < size ? (size_t)total : size;
-        total += snprintf(buf + off, size - off, "%s%s=%s", a ? " " : "", axis_names[a], val);
+        total += snprintf(buf + off, size - off, "%s%s=%s", total ? " " : "", axis_names[a], val);
     }
     return total;
 }
@@ -585,7 +743,7 @@ ql_status ql_config_from_string(const char *s, ql_config *c, ql_error *err)
         const char *end = p;
         while (*end && !isspace((unsigned char)*end))
             end++;
-        char tok[QL_CONFIG_IMATRIX_MAX + 64];
+        char tok[QL_CONFIG_VALUE_MAX];
         size_t len = (size_t)(end - p);
         if (len >= sizeof tok)
             return ql_error_set(err, QL_EFORMAT, "config item '%.40s...' is too long", p);
@@ -614,46 +772,36 @@ ql_status ql_config_from_string(const char *s, ql_config *c, ql_error *err)
     return QL_OK;
 }
 
-/* The capability-table class of an axis value (see the table). */
-static const char *value_class(const ql_config *c, ql_axis axis)
+void ql_config_short_label(const ql_config *c, const bool varies[QL_AXIS_COUNT], char *buf,
+                           size_t size)
 {
-    switch (axis) {
-    case QL_AXIS_WEIGHT_TYPE:
-        return "<type>";
-    case QL_AXIS_HEAD_TYPE:
-        return ql_config_head_type(c) == c->weight_type ? "same" : "<type>";
-    case QL_AXIS_EMBD_TYPE:
-        return ql_config_embd_type(c) == c->weight_type ? "same" : "<type>";
-    case QL_AXIS_ACT_MODE:
-        return ql_act_mode_name(c->act_mode);
-    case QL_AXIS_OUTLIER_RATIO:
-        return c->outlier_ratio == 0.0 ? "0" : ">1";
-    case QL_AXIS_KV_TYPE:
-        return ql_kv_type_name(ql_config_kv_type(c));
-    case QL_AXIS_IMATRIX:
-        return c->imatrix_kind == QL_IMATRIX_NONE   ? "none"
-               : c->imatrix_kind == QL_IMATRIX_FILE ? "<path>"
-                                                    : "calib:<dataset>";
-    case QL_AXIS_BUDGET:
-        return c->budget_kind == QL_BUDGET_NONE    ? "none"
-               : c->budget_kind == QL_BUDGET_BYTES ? "<bytes>"
-                                                   : "bpw:<x>";
-    case QL_AXIS_COUNT:
-        break;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int a = 0; a < QL_AXIS_COUNT; a++) {
+        if (a != QL_AXIS_WEIGHT_TYPE && !varies[a])
+            continue;
+        char v[QL_CONFIG_VALUE_MAX];
+        ql_config_axis_string(c, (ql_axis)a, v, sizeof v);
+        int k =
+            a == QL_AXIS_WEIGHT_TYPE
+                ? snprintf(buf + used, size - used, "%s%s", used ? " " : "", v)
+                : snprintf(buf + used, size - used, "%s%s=%s", used ? " " : "", axis_names[a], v);
+        if (k < 0 || (size_t)k >= size - used)
+            break;
+        used += (size_t)k;
     }
-    QL_ASSERT(!"bad axis");
-    return "";
 }
 
 ql_status ql_config_check_axis(const ql_config *c, ql_axis axis, ql_error *err)
 {
-    const char *cls = value_class(c, axis);
+    QL_ASSERT(axis >= 0 && axis < QL_AXIS_COUNT);
+    const char *cls = axes[axis].value_class(c);
     for (size_t i = 0; i < sizeof capabilities / sizeof capabilities[0]; i++) {
         if (capabilities[i].axis != axis || strcmp(capabilities[i].value, cls) != 0)
             continue;
         if (capabilities[i].implemented)
             return QL_OK;
-        char val[QL_CONFIG_IMATRIX_MAX + 64];
+        char val[QL_CONFIG_VALUE_MAX];
         ql_config_axis_string(c, axis, val, sizeof val);
         if (axis == QL_AXIS_KV_TYPE && c->kv_type == QL_KV_AUTO)
             return ql_error_set(err, QL_EUNSUPPORTED,

@@ -18,9 +18,10 @@
  * bytes. Two configs that compute the same thing therefore have the same
  * canonical form, and its SHA-256 (ql_config_hash) is the config's identity in
  * the results store. Changing the canonical form of an existing config changes
- * its hash and makes every stored result unreachable: tests pin a known hash.
- * An axis added later must appear in the canonical form only when it differs
- * from its default, so that existing hashes stay valid. */
+ * its hash and makes every stored result unreachable: tests pin the hashes of
+ * tests/data/config/canonical-hashes.tsv. An axis added later appears in the
+ * canonical form only when it differs from its default (QL_AXIS_OMIT_DEFAULT),
+ * so that existing hashes stay valid. */
 #ifndef QL_CONFIG_H
 #define QL_CONFIG_H
 
@@ -31,18 +32,79 @@
 #include "base/error.h"
 #include "formats/types.h"
 
-/* The axes in canonical order (also the expansion order of a sweep grid). */
+/* The axes, one line each, in canonical order (also the expansion order of a sweep
+ * grid and the column order of the store's configs table). Everything qlab does
+ * per axis derives from this list; what an axis means (its fields below, its parser,
+ * printer and value classes) lives in config.c under the axis's name.
+ *
+ *   X(ID, name, first, last, default, sql, since, label, shown_default, flags, comment)
+ *
+ *   ID             the enum value QL_AXIS_<ID>
+ *   name           key of the canonical form and the sweep file, and the column of
+ *                  the store's configs table; config.c defines parse_<name>,
+ *                  print_<name> and class_<name>
+ *   first, last    the ql_config fields that hold its value (a contiguous range)
+ *   default        its value when not given, as a sweep file would spell it
+ *   sql            type of its configs column: TEXT (the canonical value) or REAL
+ *   since          store schema version whose configs table first had the column
+ *   label          header of report tables and key of short labels ("head=F32")
+ *   shown_default  how report tables show the default value (NULL: as it is)
+ *   flags          QL_AXIS_* below
+ *   comment        what its configs column holds, for the schema (or NULL)
+ *
+ * An axis added later must carry QL_AXIS_OMIT_DEFAULT: the canonical form of every
+ * config written before it existed must not change (header comment). */
+// clang-format off
+#define QL_AXES(X)                                                                                 \
+    X(WEIGHT_TYPE,   weight_type,   weight_type,   weight_type,    "F32",  TEXT, 1,                \
+      "weights",  NULL,  QL_AXIS_WEIGHTS, NULL)                                                    \
+    X(ACT_MODE,      act_mode,      act_mode,      act_mode,       "f32",  TEXT, 1,                \
+      "act",      NULL,  0, NULL)                                                                  \
+    X(OUTLIER_RATIO, outlier_ratio, outlier_ratio, outlier_ratio,  "0",    REAL, 1,                \
+      "outliers", "off", QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT, "0 = off")                 \
+    X(HEAD_TYPE,     head_type,     head_type,     head_type,      "same", TEXT, 1,                \
+      "head",     NULL,  QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT, "'same' or a type")        \
+    X(EMBD_TYPE,     embd_type,     embd_type,     embd_type,      "same", TEXT, 1,                \
+      "embd",     NULL,  QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT, "'same' or a type")        \
+    X(KV_TYPE,       kv_type,       kv_type,       kv_type,        "auto", TEXT, 1,                \
+      "KV",       NULL,  0, "resolved (never 'auto')")                                             \
+    X(IMATRIX,       imatrix,       imatrix_kind,  imatrix_chunks, "none", TEXT, 1,                \
+      "imatrix",  NULL,  QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT,                            \
+      "'none', a path, or 'calib:<dataset>[,ctx=N][,chunks=N]'")                                   \
+    X(BUDGET,        budget,        budget_kind,   budget_bpw,     "none", TEXT, 1,                \
+      "budget",   NULL,  QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT, "'none', bytes, or 'bpw:X'")
+// clang-format on
+
+/* Flags of an axis. */
+enum {
+    /* The canonical form leaves the axis out while it has its default value. */
+    QL_AXIS_OMIT_DEFAULT = 1u << 0,
+    /* Short labels and plot keys leave it out at its default ("head same", "imatrix
+     * none" go without saying). */
+    QL_AXIS_LABEL_SKIPS_DEFAULT = 1u << 1,
+    /* It changes the quantized weights (not how they are evaluated): runs that differ
+     * only in other axes share their weights. */
+    QL_AXIS_WEIGHTS = 1u << 2,
+};
+
 typedef enum {
-    QL_AXIS_WEIGHT_TYPE,
-    QL_AXIS_ACT_MODE,
-    QL_AXIS_OUTLIER_RATIO,
-    QL_AXIS_HEAD_TYPE,
-    QL_AXIS_EMBD_TYPE,
-    QL_AXIS_KV_TYPE,
-    QL_AXIS_IMATRIX,
-    QL_AXIS_BUDGET,
-    QL_AXIS_COUNT
+#define QL_AXIS_ENUM(ID, ...) QL_AXIS_##ID,
+    QL_AXES(QL_AXIS_ENUM)
+#undef QL_AXIS_ENUM
+        QL_AXIS_COUNT
 } ql_axis;
+
+/* Type of a column of the store's configs table. */
+typedef enum { QL_COLUMN_TEXT, QL_COLUMN_REAL, QL_COLUMN_INTEGER } ql_column_type;
+
+/* Columns of the configs table beyond the axes' own, each derived from one axis's
+ * value: X(ID of the axis, column, type, since, schema comment). config.c defines
+ * column_<column> (the value as a number, NAN for NULL). */
+// clang-format off
+#define QL_CONFIG_EXTRA_COLUMNS(X)                                                                 \
+    X(BUDGET, budget_bytes, INTEGER, 1, "the byte budget, NULL unless given in bytes")             \
+    X(BUDGET, budget_bpw,   REAL,    1, "the bpw budget, NULL unless given as bpw:X")
+// clang-format on
 
 /* How activations entering each matmul are rounded (DESIGN.md section 3). */
 typedef enum {
@@ -66,8 +128,10 @@ typedef enum { QL_BUDGET_NONE, QL_BUDGET_BYTES, QL_BUDGET_BPW } ql_budget_kind;
 #define QL_TYPE_SAME QL_TYPE_INVALID
 
 #define QL_CONFIG_IMATRIX_MAX 1024
-/* Room for any canonical form: eight axes, the imatrix value being the longest. */
-#define QL_CONFIG_TEXT_MAX (QL_CONFIG_IMATRIX_MAX + 512)
+/* Room for the canonical value of any axis (the imatrix path is the longest) and for
+ * the whole canonical form ("name=value " per axis). */
+#define QL_CONFIG_VALUE_MAX (QL_CONFIG_IMATRIX_MAX + 64)
+#define QL_CONFIG_TEXT_MAX  (QL_AXIS_COUNT * (QL_CONFIG_VALUE_MAX + 32))
 
 /* Calibration context lengths accepted in `calib:NAME,ctx=N` (also the range of a sweep's ctx). */
 #define QL_CTX_MIN 8
@@ -93,11 +157,41 @@ typedef struct {
 const char *ql_axis_name(ql_axis axis);
 bool ql_axis_lookup(const char *name, ql_axis *out);
 
+/* What the list says about one axis. */
+typedef struct {
+    const char *name;
+    const char *label;
+    const char *shown_default; /* or NULL */
+    const char *default_value; /* as given: "auto" for kv_type */
+    ql_column_type sql;        /* QL_COLUMN_TEXT or QL_COLUMN_REAL */
+    int since;
+    unsigned flags;
+} ql_axis_info;
+
+const ql_axis_info *ql_axis_get(ql_axis axis);
+
+/* The canonical value of the axis in a config with every default ("same", "f32"). */
+int ql_axis_default_string(ql_axis axis, char *buf, size_t size);
+
+/* A column of the configs table: every axis's, in axis order, then the extra ones. */
+typedef struct {
+    const char *name;
+    ql_axis axis;
+    ql_column_type type;
+    int since;
+    const char *comment; /* for the schema, or NULL */
+} ql_config_column;
+
+size_t ql_config_columns(const ql_config_column **out);
+
+/* The value of configs column i for c: TEXT columns as their text in buf (the axis's
+ * canonical value), the others as *number (NAN for NULL). */
+void ql_config_column_value(const ql_config *c, size_t i, char *buf, size_t size, double *number);
+
 const char *ql_act_mode_name(ql_act_mode mode);
 const char *ql_kv_type_name(ql_kv_type kv);
 
-/* Defaults: weight_type F32, act_mode f32, outlier_ratio 0, head/embd same,
- * kv_type auto, imatrix none, budget none. */
+/* Every axis at its default (the list above). */
 void ql_config_init(ql_config *c);
 
 /* Parses one value of one axis into c (names case-insensitive). Checks the value
@@ -144,6 +238,11 @@ int ql_config_to_string(const ql_config *c, char *buf, size_t size);
 /* Reads `axis=value` pairs separated by spaces, in any order; axes not given
  * take their defaults. Unknown or repeated axes and bad values are errors. */
 ql_status ql_config_from_string(const char *s, ql_config *c, ql_error *err);
+
+/* A short label of a config for progress lines and the sweep summary: the weight
+ * type, then `name=value` for every other axis with varies[axis] set. */
+void ql_config_short_label(const ql_config *c, const bool varies[QL_AXIS_COUNT], char *buf,
+                           size_t size);
 
 /* Lower-case hex SHA-256 of the canonical form. */
 void ql_config_hash(const ql_config *c, char out[65]);

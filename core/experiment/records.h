@@ -8,50 +8,159 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The metrics of DESIGN.md section 4, one line each, in the store's column order:
- * X(name, is_count). A count must be a whole number when measured (stored as an
- * INTEGER); NAN = not measured (stored as NULL). The struct below, the store's
- * columns and its readers are derived from this list. */
+/* The metrics of DESIGN.md section 4, one line each, in the order of the store's
+ * metrics table and results views. Everything qlab does per metric derives from
+ * this list: the struct below, the store's columns, migrations, views, inserts and
+ * readers, the harness's copy of each figure, the report's table, CSV and legend,
+ * the sweep summary and `qlab query formats`. Adding a metric is a line here plus
+ * its computation (a field of the same name in the record its source names).
+ *
+ *   X(name, kind, since, source, pos, label, show, format, digits, flags, note)
+ *
+ *   name     field of ql_run_metrics and column of the metrics table
+ *   kind     REAL:    a double, REAL column; NAN = not measured = NULL
+ *            COUNT:   a whole number >= 0 held in a double (exact to 2^53),
+ *                     INTEGER column; NAN = NULL
+ *            DERIVED: not stored: the views compute it (source is its SQL over the
+ *                     metrics row, alias m); no field
+ *   since    store schema version whose metrics table first had the column (a later
+ *            one becomes ALTER TABLE ... ADD COLUMN for older databases)
+ *   source   which record of a run computes it, under the same field name: DIST
+ *            (ql_dist_metrics, experiment/metrics.h) or WEIGHTS (ql_qweights_result,
+ *            experiment/qweights.h); the SQL of a DERIVED metric
+ *   pos      place in the report's outputs (report.md table, formats.csv, legend, the
+ *            sweep summary, `qlab query formats`), increasing; 0 = in none
+ *   label    header of report.md's table and the sweep summary; NULL = not a column
+ *   show     how a table cell reads: NUM (format), PCT (format of 100 x value),
+ *            BYTES (binary units: 240.47 KiB)
+ *   format   printf format of one double, for NUM and PCT
+ *   digits   decimals of the value in `qlab query formats` (counts as they are);
+ *            -1 = not in it
+ *   flags    QL_METRIC_* below
+ *   note     the sentence report.md's legend gives the column, or NULL */
+// clang-format off
 #define QL_RUN_METRICS(X)                                                                          \
-    X(ppl, false)                                                                                  \
-    X(ppl_err, false)                                                                              \
-    X(ppl_ref, false)                                                                              \
-    X(ppl_ref_err, false)                                                                          \
-    X(ln_ppl_ratio, false)                                                                         \
-    X(ln_ppl_ratio_err, false)                                                                     \
-    X(kld_mean, false)                                                                             \
-    X(kld_mean_err, false)                                                                         \
-    X(kld_median, false)                                                                           \
-    X(kld_p90, false)                                                                              \
-    X(kld_p99, false)                                                                              \
-    X(kld_p999, false)                                                                             \
-    X(kld_max, false)                                                                              \
-    X(dp_mean, false)                                                                              \
-    X(dp_rms, false)                                                                               \
-    X(dp_min, false)                                                                               \
-    X(dp_max, false)                                                                               \
-    X(max_abs_prob_err, false)                                                                     \
-    X(top1_agree, false)                                                                           \
-    X(n_tokens, true)                                                                              \
+    X(ppl,              REAL,    1, DIST,  4, "PPL",       NUM, "%.4f",  4,                        \
+      QL_METRIC_CSV | QL_METRIC_SUMMARY | QL_METRIC_PM,                                            \
+      "PPL ± its standard error; ΔPPL = PPL − reference PPL.")                                     \
+    X(ppl_err,          REAL,    1, DIST,  5, NULL,        NUM, "%.4f",  4, QL_METRIC_CSV, NULL)   \
+    X(ppl_ref,          REAL,    1, DIST,  6, NULL,        NUM, "%.4f", -1, QL_METRIC_CSV, NULL)   \
+    X(ppl_ref_err,      REAL,    1, DIST,  7, NULL,        NUM, "%.4f", -1, QL_METRIC_CSV, NULL)   \
+    X(d_ppl,            DERIVED, 1, "m.ppl - m.ppl_ref",                                           \
+                                       8, "ΔPPL",      NUM, "%+.4f", 4,                            \
+      QL_METRIC_CSV | QL_METRIC_SUMMARY, NULL)                                                     \
+    X(ln_ppl_ratio,     REAL,    1, DIST,  0, NULL,        NUM, "%+.4e", -1, 0, NULL)              \
+    X(ln_ppl_ratio_err, REAL,    1, DIST,  0, NULL,        NUM, "%.4e",  -1, 0, NULL)              \
+    X(kld_mean,         REAL,    1, DIST,  9, "KLD mean",  NUM, "%.3e",  6,                        \
+      QL_METRIC_CSV | QL_METRIC_SUMMARY,                                                           \
+      "KLD: KL(reference ‖ quantized) per scored token in nats, mean and 99th percentile.")        \
+    X(kld_mean_err,     REAL,    1, DIST,  0, NULL,        NUM, "%.3e", -1, 0, NULL)               \
+    X(kld_median,       REAL,    1, DIST,  0, NULL,        NUM, "%.3e", -1, 0, NULL)               \
+    X(kld_p90,          REAL,    1, DIST,  0, NULL,        NUM, "%.3e", -1, 0, NULL)               \
+    X(kld_p99,          REAL,    1, DIST, 10, "KLD p99",   NUM, "%.3e",  6, QL_METRIC_CSV, NULL)   \
+    X(kld_p999,         REAL,    1, DIST,  0, NULL,        NUM, "%.3e", -1, 0, NULL)               \
+    X(kld_max,          REAL,    1, DIST,  0, NULL,        NUM, "%.3e", -1, 0, NULL)               \
+    X(dp_mean,          REAL,    1, DIST,  0, NULL,        NUM, "%+.4e", -1, 0, NULL)              \
+    X(dp_rms,           REAL,    1, DIST,  0, NULL,        NUM, "%.4f", -1, 0, NULL)               \
+    X(dp_min,           REAL,    1, DIST,  0, NULL,        NUM, "%+.4f", -1, 0, NULL)              \
+    X(dp_max,           REAL,    1, DIST,  0, NULL,        NUM, "%+.4f", -1, 0, NULL)              \
+    X(max_abs_prob_err, REAL,    1, DIST, 12, "max |Δp|",  NUM, "%.4f",  4, QL_METRIC_CSV,         \
+      "max |Δp|: the largest change of any token's probability.")                                  \
+    X(top1_agree,       REAL,    1, DIST, 11, "top-1 %",   PCT, "%.2f",  4,                        \
+      QL_METRIC_CSV | QL_METRIC_SUMMARY,                                                           \
+      "top-1: tokens whose most likely next token is the reference's.")                            \
+    X(n_tokens,         COUNT,   1, DIST,  0, NULL,        NUM, "%.0f", -1, 0, NULL)               \
     /* weight side, summed over the model (rmse and max_err over all weights) */                   \
-    X(rmse, false)                                                                                 \
-    X(max_err, false)                                                                              \
-    X(imatrix_err, false)                                                                          \
-    X(imatrix_err_rel, false)                                                                      \
+    X(rmse,             REAL,    1, WEIGHTS, 0, NULL,      NUM, "%.3e", -1, 0, NULL)               \
+    X(max_err,          REAL,    1, WEIGHTS, 0, NULL,      NUM, "%.3e", -1, 0, NULL)               \
+    X(imatrix_err,      REAL,    1, WEIGHTS, 0, NULL,      NUM, "%.3e", -1, 0, NULL)               \
+    X(imatrix_err_rel,  REAL,    1, WEIGHTS, 13, "imatrix err", NUM, "%.3e", 6, QL_METRIC_CSV,     \
+      "imatrix err: Σ I·(w − ŵ)² / Σ I·w² over the quantized weights.")                            \
     /* size: whole model and body (without head and embeddings) */                                 \
-    X(bytes, true)                                                                                 \
-    X(bpw, false)                                                                                  \
-    X(bytes_body, true)                                                                            \
-    X(bpw_body, false)                                                                             \
-    X(gguf_bytes, true)                                                                            \
-    X(zlib_bytes, true)                                                                            \
-    X(params, true)                                                                                \
-    X(params_body, true)
+    X(bytes,            COUNT,   1, WEIGHTS, 3, "size",    BYTES, "%.0f", 0,                       \
+      QL_METRIC_CSV | QL_METRIC_KEEP, NULL)                                                        \
+    X(bpw,              REAL,    1, WEIGHTS, 1, "bpw",     NUM, "%.3f",  4,                        \
+      QL_METRIC_CSV | QL_METRIC_SUMMARY | QL_METRIC_KEEP,                                          \
+      "bpw and size: the quantized weights of the whole model (F32 norms included).")              \
+    X(bytes_body,       COUNT,   1, WEIGHTS, 0, NULL,      BYTES, "%.0f", -1, 0, NULL)             \
+    X(bpw_body,         REAL,    1, WEIGHTS, 2, NULL,      NUM, "%.3f",  4, 0, NULL)               \
+    X(gguf_bytes,       COUNT,   1, WEIGHTS, 0, NULL,      BYTES, "%.0f", -1, 0, NULL)             \
+    X(zlib_bytes,       COUNT,   1, WEIGHTS, 0, NULL,      BYTES, "%.0f", -1, 0, NULL)             \
+    X(params,           COUNT,   1, WEIGHTS, 0, NULL,      NUM, "%.0f", -1, 0, NULL)               \
+    X(params_body,      COUNT,   1, WEIGHTS, 0, NULL,      NUM, "%.0f", -1, 0, NULL)
+// clang-format on
+
+/* Flags of a metric. */
+enum {
+    QL_METRIC_CSV = 1u << 0,     /* a column of the report's formats.csv */
+    QL_METRIC_SUMMARY = 1u << 1, /* a column of the sweep summary */
+    QL_METRIC_PM = 1u << 2,      /* report.md shows it as "value ± <name>_err" */
+    QL_METRIC_KEEP = 1u << 3,    /* report.md keeps the column when no row has a value */
+};
+
+typedef enum { QL_METRIC_KIND_REAL, QL_METRIC_KIND_COUNT, QL_METRIC_KIND_DERIVED } ql_metric_kind;
+
+typedef enum { QL_METRIC_SHOW_NUM, QL_METRIC_SHOW_PCT, QL_METRIC_SHOW_BYTES } ql_metric_show;
+
+/* QL_METRIC_<name>: a metric's index in the list (and in ql_metrics()). */
+typedef enum {
+#define QL_METRIC_ID(name, ...) QL_METRIC_##name,
+    QL_RUN_METRICS(QL_METRIC_ID)
+#undef QL_METRIC_ID
+        QL_N_METRICS
+} ql_metric_id;
+
+/* The stored metrics of one run (every kind but DERIVED). */
 typedef struct {
-#define QL_METRIC_FIELD(name, is_count) double name;
+#define QL_METRIC_FIELD(name, kind, ...) QL_METRIC_FIELD_##kind(name)
+#define QL_METRIC_FIELD_REAL(name)       double name;
+#define QL_METRIC_FIELD_COUNT(name)      double name;
+#define QL_METRIC_FIELD_DERIVED(name)
     QL_RUN_METRICS(QL_METRIC_FIELD)
 #undef QL_METRIC_FIELD
 } ql_run_metrics;
+
+/* For code that fills ql_run_metrics from the records that compute the figures:
+ * with QL_METRIC_FROM_<source>(name) defined for every source (DIST, WEIGHTS),
+ * QL_RUN_METRICS(QL_METRIC_BY_SOURCE) expands it for every stored metric. A source
+ * left undefined does not compile. */
+#define QL_METRIC_BY_SOURCE(name, kind, since, source, ...) QL_METRIC_BY_SOURCE_##kind(name, source)
+#define QL_METRIC_BY_SOURCE_REAL(name, source)              QL_METRIC_FROM_##source(name)
+#define QL_METRIC_BY_SOURCE_COUNT(name, source)             QL_METRIC_FROM_##source(name)
+#define QL_METRIC_BY_SOURCE_DERIVED(name, source)
+
+/* What the list says about one metric. */
+typedef struct {
+    const char *name;
+    ql_metric_kind kind;
+    int since;
+    const char *sql; /* DERIVED: its SQL over the metrics row m; else NULL */
+    size_t offset;   /* of its field in ql_run_metrics (not DERIVED) */
+    int pos;
+    const char *label; /* or NULL */
+    ql_metric_show show;
+    const char *format;
+    int digits;
+    unsigned flags;
+    const char *note; /* or NULL */
+} ql_metric_info;
+
+/* The list, indexed by ql_metric_id; returns QL_N_METRICS. */
+size_t ql_metrics(const ql_metric_info **out);
+const ql_metric_info *ql_metric_get(ql_metric_id id);
+/* By name; NULL when there is none. */
+const ql_metric_info *ql_metric_find(const char *name);
+
+/* The metrics of the report's outputs (pos > 0), in the order of pos; returns how
+ * many. */
+size_t ql_metrics_reported(ql_metric_id out[QL_N_METRICS]);
+
+/* A value as a table cell reads (show and format); "" for NAN. Returns the length
+ * snprintf would write. */
+int ql_metric_format(ql_metric_id id, double v, char *buf, size_t size);
+
+/* The value of a stored metric in m (NAN for a DERIVED one: only the views have it). */
+double ql_run_metric(const ql_run_metrics *m, ql_metric_id id);
 
 /* Sets every field to NAN. */
 void ql_run_metrics_init(ql_run_metrics *m);

@@ -113,26 +113,12 @@ static ql_status run_chunks(sweep_ctx *s, const ql_weights *w, const char *label
 
     ql_dist_metrics dm;
     ql_dist_acc_finish(s->acc, &dm);
-    r->m.ppl = dm.ppl;
-    r->m.ppl_err = dm.ppl_err;
-    r->m.ppl_ref = dm.ppl_ref;
-    r->m.ppl_ref_err = dm.ppl_ref_err;
-    r->m.ln_ppl_ratio = dm.ln_ppl_ratio;
-    r->m.ln_ppl_ratio_err = dm.ln_ppl_ratio_err;
-    r->m.kld_mean = dm.kld_mean;
-    r->m.kld_mean_err = dm.kld_mean_err;
-    r->m.kld_median = dm.kld_median;
-    r->m.kld_p90 = dm.kld_p90;
-    r->m.kld_p99 = dm.kld_p99;
-    r->m.kld_p999 = dm.kld_p999;
-    r->m.kld_max = dm.kld_max;
-    r->m.dp_mean = dm.dp_mean;
-    r->m.dp_rms = dm.dp_rms;
-    r->m.dp_min = dm.dp_min;
-    r->m.dp_max = dm.dp_max;
-    r->m.max_abs_prob_err = dm.max_abs_prob_err;
-    r->m.top1_agree = dm.top1_agree;
-    r->m.n_tokens = (double)dm.n_tokens;
+    /* The metrics records.h says come from the distribution, field by field. */
+#define QL_METRIC_FROM_DIST(name) r->m.name = (double)dm.name;
+#define QL_METRIC_FROM_WEIGHTS(name)
+    QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
+#undef QL_METRIC_FROM_DIST
+#undef QL_METRIC_FROM_WEIGHTS
 
     r->chunks = calloc((size_t)d->n_chunks, sizeof *r->chunks);
     if (!r->chunks)
@@ -165,18 +151,12 @@ static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, ql_calib_slot
     ql_forward_set_kv_type(s->fw, QL_TYPE_F32, NULL);
     if (st)
         return st;
-    r->m.rmse = q->rmse;
-    r->m.max_err = q->max_err;
-    r->m.imatrix_err = q->imatrix_err;
-    r->m.imatrix_err_rel = q->imatrix_err_rel;
-    r->m.bytes = q->bytes;
-    r->m.params = q->params;
-    r->m.bpw = q->bpw;
-    r->m.bytes_body = q->bytes_body;
-    r->m.params_body = q->params_body;
-    r->m.bpw_body = q->bpw_body;
-    r->m.gguf_bytes = q->gguf_bytes;
-    r->m.zlib_bytes = q->zlib_bytes;
+        /* The metrics records.h says come from the weights, field by field. */
+#define QL_METRIC_FROM_DIST(name)
+#define QL_METRIC_FROM_WEIGHTS(name) r->m.name = q->name;
+    QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
+#undef QL_METRIC_FROM_DIST
+#undef QL_METRIC_FROM_WEIGHTS
     r->timing.quantize_seconds = q->quantize_seconds;
     r->timing.ref_seconds = ql_reference_seconds(s->ref);
     r->timing.seconds = ql_now() - t0;
@@ -283,20 +263,39 @@ typedef struct {
     size_t index;
     char label[160];
     const char *status;
-    double bpw, ppl, dppl, kld, top1;
+    double metric[QL_N_METRICS]; /* NAN = not measured */
 } summary_row;
+
+static void summary_row_init(summary_row *r, size_t index)
+{
+    r->index = index;
+    for (int m = 0; m < QL_N_METRICS; m++)
+        r->metric[m] = (double)NAN;
+}
+
+/* The metrics of the summary table (QL_METRIC_SUMMARY), in report order. */
+static size_t summary_metrics(ql_metric_id *ids)
+{
+    ql_metric_id all[QL_N_METRICS];
+    size_t n_all = ql_metrics_reported(all), n = 0;
+    for (size_t k = 0; k < n_all; k++)
+        if (ql_metric_get(all[k])->flags & QL_METRIC_SUMMARY)
+            ids[n++] = all[k];
+    return n;
+}
 
 static void print_summary(const summary_row *rows, size_t n, const ql_run_summary *sum,
                           const sweep_ctx *s)
 {
     if (s->opts->no_summary)
         return;
-    static const ql_table_column cols[] = {
-        {"#", NULL, true},        {"config", NULL, false}, {"status", NULL, false},
-        {"bpw", NULL, true},      {"PPL", NULL, true},     {"ΔPPL", NULL, true},
-        {"KLD mean", NULL, true}, {"top-1 %", NULL, true},
-    };
-    ql_table *t = ql_table_alloc(cols, sizeof cols / sizeof cols[0]);
+    ql_metric_id ids[QL_N_METRICS];
+    size_t nm = summary_metrics(ids);
+    ql_table_column cols[3 + QL_N_METRICS] = {
+        {"#", NULL, true}, {"config", NULL, false}, {"status", NULL, false}};
+    for (size_t k = 0; k < nm; k++)
+        cols[3 + k] = (ql_table_column){ql_metric_get(ids[k])->label, NULL, true};
+    ql_table *t = ql_table_alloc(cols, 3 + nm);
     if (!t)
         return;
     ql_error err;
@@ -306,16 +305,11 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
         ql_table_putf(t, &err, "%zu", r->index);
         ql_table_put(t, r->label, &err);
         ql_table_put(t, r->status, &err);
-        if (isnan(r->bpw)) {
-            for (int k = 0; k < 5; k++)
-                ql_table_put(t, NULL, &err);
-            continue;
+        for (size_t k = 0; k < nm; k++) {
+            char cell[64];
+            ql_metric_format(ids[k], r->metric[ids[k]], cell, sizeof cell);
+            ql_table_put(t, cell[0] ? cell : NULL, &err);
         }
-        ql_table_putf(t, &err, "%.3f", r->bpw);
-        ql_table_putf(t, &err, "%.4f", r->ppl);
-        ql_table_putf(t, &err, "%+.4f", r->dppl);
-        ql_table_putf(t, &err, "%.3e", r->kld);
-        ql_table_putf(t, &err, "%.2f", 100.0 * r->top1);
     }
     printf("\n");
     ql_table_write_md(t, stdout, "—");
@@ -325,8 +319,8 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
     ql_format_duration(sum->configs_seconds, cfg, sizeof cfg);
     printf("\nsweep %s: %zu config%s (%zu run, %zu already done, %zu failed), %lld scored tokens "
            "per pass\n",
-           s->sw->name, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run,
-           sum->n_skipped, sum->n_failed, (long long)sum->scored_tokens);
+           s->sw->name, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
+           sum->n_failed, (long long)sum->scored_tokens);
     double per_pass = sum->n_run ? sum->forward_seconds / (double)sum->n_run : (double)NAN;
     if (s->ref && !ql_reference_from_cache(s->ref))
         printf("timing: reference pass %s; %zu quantized passes %s (forward %.1f s each, %.2f "
@@ -346,38 +340,18 @@ static void stored_row(ql_store *store, int64_t run_id, summary_row *row)
 {
     ql_store_run_brief b;
     ql_error e;
-    if (ql_store_run_brief_get(store, run_id, &b, &e) != QL_OK || isnan(b.bpw))
+    if (ql_store_run_brief_get(store, run_id, &b, &e) != QL_OK)
         return;
-    row->bpw = b.bpw;
-    row->ppl = b.ppl;
-    row->dppl = b.dppl;
-    row->kld = b.kld_mean;
-    row->top1 = b.top1_agree;
+    memcpy(row->metric, b.metric, sizeof row->metric);
 }
 
 /* Short label of a config: the axes that vary in the sweep. */
 static void config_label(const ql_sweep *sw, const ql_config *c, char *buf, size_t size)
 {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int a = 0; a < QL_AXIS_COUNT; a++) {
-        if (a != QL_AXIS_WEIGHT_TYPE && sw->n_values[a] <= 1)
-            continue;
-        char v[QL_CONFIG_IMATRIX_MAX + 64];
-        ql_config_axis_string(c, (ql_axis)a, v, sizeof v);
-        int k = snprintf(buf + used, size - used, "%s%s%s", used ? " " : "",
-                         a == QL_AXIS_WEIGHT_TYPE ? "" : ql_axis_name((ql_axis)a),
-                         a == QL_AXIS_WEIGHT_TYPE ? v : "");
-        if (k < 0 || (size_t)k >= size - used)
-            break;
-        used += (size_t)k;
-        if (a != QL_AXIS_WEIGHT_TYPE) {
-            k = snprintf(buf + used, size - used, "=%s", v);
-            if (k < 0 || (size_t)k >= size - used)
-                break;
-            used += (size_t)k;
-        }
-    }
+    bool varies[QL_AXIS_COUNT];
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        varies[a] = sw->n_values[a] > 1;
+    ql_config_short_label(c, varies, buf, size);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -656,9 +630,8 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
             if (!ql_shard_keeps(&opts->shard, i))
                 continue;
             summary_row *row = &rows[r++];
-            row->index = i;
+            summary_row_init(row, i);
             config_label(sw, &sw->points[i].config, row->label, sizeof row->label);
-            row->bpw = (double)NAN;
             if (!todo[i]) {
                 int64_t done = 0;
                 sum->n_skipped++;
@@ -686,9 +659,8 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
         k++;
         const ql_sweep_point *pt = &sw->points[i];
         summary_row *row = &rows[n_rows++];
-        row->index = i;
+        summary_row_init(row, i);
         config_label(sw, &pt->config, row->label, sizeof row->label);
-        row->bpw = (double)NAN;
         int64_t done = 0;
         st = ql_store_find_done(s.store, pt->hash, s.model_sha, s.text_sha, sw->ctx,
                                 (int)s.data.n_chunks, QL_METRICS_VERSION, &done, err);
@@ -752,11 +724,8 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
             sum->n_run++;
             sum->forward_seconds += r.timing.quant_seconds;
             row->status = "ok";
-            row->bpw = r.m.bpw;
-            row->ppl = r.m.ppl;
-            row->dppl = r.m.ppl - r.m.ppl_ref;
-            row->kld = r.m.kld_mean;
-            row->top1 = r.m.top1_agree;
+            if (!st)
+                stored_row(s.store, run_id, row);
             if (!opts->quiet)
                 fprintf(stderr, "  %s: bpw %.3f, PPL %.4f (ref %.4f), KLD %.3e, top-1 %.2f%%\n",
                         row->label, r.m.bpw, r.m.ppl, r.m.ppl_ref, r.m.kld_mean,

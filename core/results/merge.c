@@ -17,62 +17,26 @@
 
 /* ================================================================ tables
  *
- * The merge never names a column it does not have to: column lists are read
- * from the output's schema (PRAGMA table_info), so a column added to the store
- * later is carried along; only the columns that hold row ids are remapped. */
+ * The merge never names a column it does not have to: the tables and their columns
+ * come from the store's declarations (ql_store_tables, ql_store_columns), so a table
+ * or column added to the store later is carried along, and an older input's missing
+ * columns read as the values the store's migration gives them. Only the columns
+ * that hold row ids are remapped. */
 
-enum {
-    T_MODELS,
-    T_DATASETS,
-    T_CONFIGS,
-    T_RUNS,
-    T_SWEEP_RUNS,
-    T_METRICS,
-    T_TENSOR_ERRORS,
-    T_CHUNK_METRICS,
-    T_ACT_ROUNDINGS,
-    N_TABLES
-};
-
-/* In the order they are merged (referenced tables first). since: the schema
- * version that introduced the table (an older input simply lacks it); id: the
- * column the staging copy is looked up by; key: the column naming a row of a
- * run's child table in messages, and row: what such a row is, in words. */
-static const struct {
-    const char *name;
-    int since;
-    const char *id;
-    const char *key;
-    const char *row;
-} tables[N_TABLES] = {
-    [T_MODELS] = {"models", 1, "id", NULL, NULL},
-    [T_DATASETS] = {"datasets", 1, "id", NULL, NULL},
-    [T_CONFIGS] = {"configs", 1, "id", NULL, NULL},
-    [T_RUNS] = {"runs", 1, "id", NULL, NULL},
-    [T_SWEEP_RUNS] = {"sweep_runs", 1, "run_id", NULL, NULL},
-    [T_METRICS] = {"metrics", 1, "run_id", NULL, NULL},
-    [T_TENSOR_ERRORS] = {"tensor_errors", 1, "run_id", "tensor", "the errors of tensor"},
-    [T_CHUNK_METRICS] = {"chunk_metrics", 2, "run_id", "chunk", "the sums of chunk"},
-    [T_ACT_ROUNDINGS] = {"act_roundings", 3, "run_id", "tensor",
-                         "the activation rounding records of tensor"},
-};
-
-#define MAX_COLS     64
-#define COL_NAME_MAX 32
+#define MAX_TABLES 32
 
 typedef struct {
+    const ql_store_table *t;
     int n;
-    char name[MAX_COLS][COL_NAME_MAX];
-} col_list;
+    ql_store_column col[QL_STORE_COLUMN_MAX];
+} table;
 
 typedef struct {
-    sqlite3 *db;
-    const char *cur; /* the database SQLite errors are about: an input while staging it */
+    ql_store *store; /* the output; its statement helpers run every statement */
     const char *out_path;
     const char *const *in_paths;
-    int fault;     /* countdown to an injected failure; 0 = off */
-    bool injected; /* the failure being reported was injected */
-    col_list cols[N_TABLES];
+    table tab[MAX_TABLES];
+    int n_tab;
 } merger;
 
 /* The name of a database in messages: -1 is the output. */
@@ -81,11 +45,26 @@ static const char *db_name(const merger *m, int64_t src)
     return src < 0 ? m->out_path : m->in_paths[src];
 }
 
+/* The column a staging copy is looked up by: the row id, or the run of run data. */
+static const char *id_column(const table *t)
+{
+    return t->t->role == QL_TABLE_IDENTITY || t->t->role == QL_TABLE_RUNS ? "id" : "run_id";
+}
+
+static const table *table_named(const merger *m, const char *name)
+{
+    for (int t = 0; t < m->n_tab; t++)
+        if (strcmp(m->tab[t].t->name, name) == 0)
+            return &m->tab[t];
+    QL_ASSERT(!"not a table of the store");
+    return NULL;
+}
+
 /* ================================================================ SQL text */
 
 /* Statements are built from column lists of the store's own schema (at most
- * MAX_COLS short names), so a fixed buffer always suffices; running out is a
- * broken invariant, not an input error. */
+ * QL_STORE_COLUMN_MAX short names), so a fixed buffer always suffices; running out
+ * is a broken invariant, not an input error. */
 #define SQL_MAX 16384
 
 typedef struct {
@@ -115,62 +94,26 @@ static bool is_one_of(const char *name, const char *const *list)
 
 /* ================================================================ SQLite calls */
 
-/* Every call that can fail goes through these, so that a test can make the n-th
- * one fail (ql_merge_options.fault_after) and check that the output is intact. */
-static bool fault_now(merger *m)
-{
-    if (m->fault > 0 && --m->fault == 0) {
-        m->injected = true;
-        return true;
-    }
-    return false;
-}
-
-static ql_status db_fail(merger *m, const char *what, ql_error *err)
-{
-    if (m->injected) {
-        m->injected = false;
-        return ql_error_set(err, QL_EDB, "%s: %s: injected fault", m->cur, what);
-    }
-    return ql_error_set(err, QL_EDB, "%s: %s: %s", m->cur, what, sqlite3_errmsg(m->db));
-}
+/* Every statement runs through the output store's helpers, so that its fault
+ * injection (ql_merge_options.fault_after) covers the merge; errors name the
+ * database being read (an input while it is staged, else the output). */
 
 static ql_status prep(merger *m, const char *sql, sqlite3_stmt **st, const char *what,
                       ql_error *err)
 {
-    *st = NULL;
-    if (fault_now(m))
-        return db_fail(m, what, err);
-    if (sqlite3_prepare_v2(m->db, sql, -1, st, NULL) != SQLITE_OK) {
-        ql_status rc = db_fail(m, what, err);
-        sqlite3_finalize(*st);
-        *st = NULL;
-        return rc;
-    }
-    return QL_OK;
-}
-
-static int step(merger *m, sqlite3_stmt *st)
-{
-    if (fault_now(m))
-        return SQLITE_IOERR;
-    return sqlite3_step(st);
+    return ql_store_prepare(m->store, sql, st, NULL, what, err);
 }
 
 static ql_status bind_int(merger *m, sqlite3_stmt *st, int idx, int64_t v, const char *what,
                           ql_error *err)
 {
-    if (fault_now(m) || sqlite3_bind_int64(st, idx, v) != SQLITE_OK)
-        return db_fail(m, what, err);
-    return QL_OK;
+    return ql_store_bind_int64(m->store, st, idx, v, what, err);
 }
 
 static ql_status bind_text(merger *m, sqlite3_stmt *st, int idx, const char *v, const char *what,
                            ql_error *err)
 {
-    if (fault_now(m) || sqlite3_bind_text(st, idx, v, -1, SQLITE_TRANSIENT) != SQLITE_OK)
-        return db_fail(m, what, err);
-    return QL_OK;
+    return ql_store_bind_text(m->store, st, idx, v, what, err);
 }
 
 /* Runs one statement that returns no rows; ?1, when the statement has it, is src. */
@@ -182,11 +125,7 @@ static ql_status run_sql(merger *m, const char *sql, int64_t src, const char *wh
         return rc;
     if (sqlite3_bind_parameter_count(st) > 0 && (rc = bind_int(m, st, 1, src, what, err)))
         goto out;
-    int r = step(m, st);
-    if (r != SQLITE_DONE)
-        rc = r == SQLITE_ROW
-                 ? ql_error_set(err, QL_EDB, "%s: %s: unexpected result row", m->out_path, what)
-                 : db_fail(m, what, err);
+    rc = ql_store_step_done(m->store, st, what, err);
 out:
     sqlite3_finalize(st);
     return rc;
@@ -205,12 +144,7 @@ static ql_status query_first(merger *m, const char *sql, int64_t src, const char
     if (sqlite3_bind_parameter_count(*out) > 0 &&
         (rc = text ? bind_text(m, *out, 1, text, what, err) : bind_int(m, *out, 1, src, what, err)))
         return rc;
-    int r = step(m, *out);
-    if (r == SQLITE_ROW)
-        *row = true;
-    else if (r != SQLITE_DONE)
-        return db_fail(m, what, err);
-    return QL_OK;
+    return ql_store_step(m->store, *out, row, what, err);
 }
 
 /* One integer from a query (0 when it returns no row or NULL). */
@@ -225,48 +159,20 @@ static ql_status query_int(merger *m, const char *sql, int64_t src, int64_t *v, 
     return rc;
 }
 
-/* Undoes the open transaction, if any. Not subject to fault injection: it is the
- * recovery path every injected fault must reach. */
-static void rollback(merger *m)
-{
-    if (!sqlite3_get_autocommit(m->db))
-        sqlite3_exec(m->db, "ROLLBACK", NULL, NULL, NULL);
-}
-
 /* ================================================================ staging */
 
-static ql_status read_columns(merger *m, int t, ql_error *err)
+/* The store's tables and their columns, as the output has them (it was opened,
+ * so migrated, by this qlab). */
+static void read_tables(merger *m)
 {
-    char sql[96];
-    snprintf(sql, sizeof sql, "PRAGMA main.table_info(%s)", tables[t].name);
-    sqlite3_stmt *st;
-    col_list *c = &m->cols[t];
-    c->n = 0;
-    ql_status rc = prep(m, sql, &st, "reading the schema", err);
-    if (rc)
-        return rc;
-    int r;
-    while ((r = step(m, st)) == SQLITE_ROW) {
-        const char *name = (const char *)sqlite3_column_text(st, 1);
-        size_t len = name ? strlen(name) : 0;
-        bool plain = len > 0 && len < COL_NAME_MAX;
-        for (size_t i = 0; plain && i < len; i++)
-            plain = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
-                    name[i] == '_';
-        if (!plain || c->n == MAX_COLS) {
-            rc = ql_error_set(err, QL_EDB, "%s: table %s: unexpected column '%s'", m->out_path,
-                              tables[t].name, name ? name : "");
-            goto out;
-        }
-        ql_strlcpy(c->name[c->n++], name, COL_NAME_MAX);
+    const ql_store_table *t;
+    size_t n = ql_store_tables(&t);
+    QL_ASSERT(n <= MAX_TABLES);
+    m->n_tab = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        m->tab[i].t = &t[i];
+        m->tab[i].n = (int)ql_store_columns(&t[i], m->tab[i].col);
     }
-    if (r != SQLITE_DONE)
-        rc = db_fail(m, "reading the schema", err);
-    else if (c->n == 0)
-        rc = ql_error_set(err, QL_EDB, "%s: no table %s", m->out_path, tables[t].name);
-out:
-    sqlite3_finalize(st);
-    return rc;
 }
 
 /* Temporary tables of the merge: s_<table> holds every input's rows with the
@@ -277,22 +183,22 @@ out:
 static ql_status create_temp_tables(merger *m, ql_error *err)
 {
     ql_status rc;
-    for (int t = 0; t < N_TABLES; t++) {
-        if ((rc = read_columns(m, t, err)))
-            return rc;
+    read_tables(m);
+    for (int t = 0; t < m->n_tab; t++) {
+        const table *tb = &m->tab[t];
         sqlbuf b = {.len = 0};
-        sb_add(&b, "CREATE TEMP TABLE s_%s AS SELECT 0 AS src", tables[t].name);
-        for (int i = 0; i < m->cols[t].n; i++)
-            sb_add(&b, ", %s", m->cols[t].name[i]);
-        sb_add(&b, " FROM main.%s WHERE 0", tables[t].name);
+        sb_add(&b, "CREATE TEMP TABLE s_%s AS SELECT 0 AS src", tb->t->name);
+        for (int i = 0; i < tb->n; i++)
+            sb_add(&b, ", %s", tb->col[i].name);
+        sb_add(&b, " FROM main.%s WHERE 0", tb->t->name);
         if ((rc = run_sql(m, b.text, 0, "creating the staging tables", err)))
             return rc;
         b.len = 0;
         /* Child rows are looked up by run and key when runs are compared (the key
          * columns are NOT NULL, so `=` finds them through this index). */
-        sb_add(&b, "CREATE INDEX temp.s_%s_by_src ON s_%s (src, %s%s%s)", tables[t].name,
-               tables[t].name, tables[t].id, tables[t].key ? ", " : "",
-               tables[t].key ? tables[t].key : "");
+        bool keyed = tb->t->role == QL_TABLE_RUN_DATA && tb->t->key;
+        sb_add(&b, "CREATE INDEX temp.s_%s_by_src ON s_%s (src, %s%s%s)", tb->t->name, tb->t->name,
+               id_column(tb), keyed ? ", " : "", keyed ? tb->t->key : "");
         if ((rc = run_sql(m, b.text, 0, "creating the staging tables", err)))
             return rc;
     }
@@ -343,13 +249,13 @@ static ql_status check_input_schema(merger *m, int64_t src, int64_t *version, ql
 static ql_status stage_input(merger *m, int64_t src, ql_error *err)
 {
     const char *path = m->in_paths[src];
-    m->cur = path;
+    ql_store_set_subject(m->store, path);
     sqlite3_stmt *st;
     ql_status rc = prep(m, "ATTACH ?1 AS qin", &st, "attaching it", err);
     if (rc)
         goto out;
-    if (!(rc = bind_text(m, st, 1, path, "attaching it", err)) && step(m, st) != SQLITE_DONE)
-        rc = db_fail(m, "attaching it", err);
+    if (!(rc = bind_text(m, st, 1, path, "attaching it", err)))
+        rc = ql_store_step_done(m->store, st, "attaching it", err);
     sqlite3_finalize(st);
     if (rc)
         goto out;
@@ -358,29 +264,31 @@ static ql_status stage_input(merger *m, int64_t src, ql_error *err)
     if ((rc = check_input_schema(m, src, &version, err)) ||
         (rc = run_sql(m, "BEGIN", 0, "reading it", err)))
         goto out_detach;
-    for (int t = 0; t < N_TABLES; t++) {
-        if (tables[t].since > version)
-            continue;
-        const col_list *c = &m->cols[t];
+    for (int t = 0; t < m->n_tab; t++) {
+        const table *tb = &m->tab[t];
+        if (tb->t->since > version)
+            continue; /* an older input lacks the table */
         sqlbuf b = {.len = 0};
-        sb_add(&b, "INSERT INTO temp.s_%s (src", tables[t].name);
-        for (int i = 0; i < c->n; i++)
-            sb_add(&b, ", %s", c->name[i]);
+        sb_add(&b, "INSERT INTO temp.s_%s (src", tb->t->name);
+        for (int i = 0; i < tb->n; i++)
+            sb_add(&b, ", %s", tb->col[i].name);
         sb_add(&b, ") SELECT ?1");
-        for (int i = 0; i < c->n; i++)
-            sb_add(&b, ", %s", c->name[i]);
-        sb_add(&b, " FROM qin.%s", tables[t].name);
+        /* A column added after the input's version reads as migration gives it. */
+        for (int i = 0; i < tb->n; i++)
+            sb_add(&b, ", %s", tb->col[i].since > version ? tb->col[i].dflt : tb->col[i].name);
+        sb_add(&b, " FROM qin.%s", tb->t->name);
         if ((rc = run_sql(m, b.text, src, "reading its tables", err)))
             goto out_detach;
     }
     rc = run_sql(m, "COMMIT", 0, "reading its tables", err);
 out_detach:
-    rollback(m);
+    ql_store_rollback(m->store);
     /* Not fault-injected: like rollback, the way back from any failure above. */
-    if (sqlite3_exec(m->db, "DETACH qin", NULL, NULL, NULL) != SQLITE_OK && !rc)
-        rc = ql_error_set(err, QL_EDB, "%s: detaching it: %s", path, sqlite3_errmsg(m->db));
+    if (sqlite3_exec(ql_store_handle(m->store), "DETACH qin", NULL, NULL, NULL) != SQLITE_OK && !rc)
+        rc = ql_error_set(err, QL_EDB, "%s: detaching it: %s", path,
+                          sqlite3_errmsg(ql_store_handle(m->store)));
 out:
-    m->cur = m->out_path;
+    ql_store_set_subject(m->store, NULL);
     return rc;
 }
 
@@ -704,20 +612,22 @@ static ql_status refuse_run(merger *m, int64_t src, int64_t in_id, const char *w
     return rc;
 }
 
-/* The metrics of runs done on both sides must be equal, column by column. */
-static ql_status check_metrics(merger *m, int64_t src, ql_error *err)
+/* The one row of a run's table (metrics) of runs done on both sides must be equal,
+ * column by column. */
+static ql_status check_columns(merger *m, const table *c, int64_t src, ql_error *err)
 {
-    const col_list *c = &m->cols[T_METRICS];
     sqlbuf q = {.len = 0};
     sb_add(&q, "SELECT k.in_id");
     for (int i = 0; i < c->n; i++)
-        if (strcmp(c->name[i], "run_id") != 0)
-            sb_add(&q, ", s.%s, o.%s", c->name[i], c->name[i]);
-    sb_add(&q, " FROM temp.km k JOIN temp.s_metrics s ON s.src = ?1 AND s.run_id = k.in_id"
-               " JOIN main.metrics o ON o.run_id = k.out_id WHERE " BOTH_DONE " AND (0");
+        if (strcmp(c->col[i].name, "run_id") != 0)
+            sb_add(&q, ", s.%s, o.%s", c->col[i].name, c->col[i].name);
+    sb_add(&q,
+           " FROM temp.km k JOIN temp.s_%s s ON s.src = ?1 AND s.run_id = k.in_id"
+           " JOIN main.%s o ON o.run_id = k.out_id WHERE " BOTH_DONE " AND (0",
+           c->t->name, c->t->name);
     for (int i = 0; i < c->n; i++)
-        if (strcmp(c->name[i], "run_id") != 0)
-            sb_add(&q, " OR s.%s IS NOT o.%s", c->name[i], c->name[i]);
+        if (strcmp(c->col[i].name, "run_id") != 0)
+            sb_add(&q, " OR s.%s IS NOT o.%s", c->col[i].name, c->col[i].name);
     sb_add(&q, ") ORDER BY k.in_id LIMIT 1");
     sqlite3_stmt *st;
     bool row;
@@ -727,15 +637,16 @@ static ql_status check_metrics(merger *m, int64_t src, ql_error *err)
         return rc;
     }
     int64_t in_id = sqlite3_column_int64(st, 0);
-    char what[64] = "the metrics differ", a[64] = "", b[64] = "";
+    char what[64], a[64] = "", b[64] = "";
+    snprintf(what, sizeof what, "the %s differ", c->t->name);
     int col = 1;
     for (int i = 0; i < c->n; i++) {
-        if (strcmp(c->name[i], "run_id") == 0)
+        if (strcmp(c->col[i].name, "run_id") == 0)
             continue;
         value_text(st, col, a, sizeof a);
         value_text(st, col + 1, b, sizeof b);
         if (strcmp(a, b) != 0) {
-            snprintf(what, sizeof what, "%s differs", c->name[i]);
+            snprintf(what, sizeof what, "%s differs", c->col[i].name);
             break;
         }
         col += 2;
@@ -746,10 +657,9 @@ static ql_status check_metrics(merger *m, int64_t src, ql_error *err)
 
 /* The rows of a run's child table (tensor errors, per-chunk sums, activation
  * roundings) of runs done on both sides must be the same set. */
-static ql_status check_children(merger *m, int t, int64_t src, ql_error *err)
+static ql_status check_children(merger *m, const table *c, int64_t src, ql_error *err)
 {
-    const col_list *c = &m->cols[t];
-    const char *name = tables[t].name;
+    const char *name = c->t->name;
     sqlbuf q = {.len = 0};
     for (int side = 0; side < 2; side++) {
         /* side 0: input rows the output lacks; side 1: the other way round. */
@@ -757,16 +667,16 @@ static ql_status check_children(merger *m, int t, int64_t src, ql_error *err)
         const char *lack = side == 0 ? "main." : "temp.s_";
         const char *h = side == 0 ? "s" : "o", *l = side == 0 ? "o" : "s";
         sb_add(&q, "%sSELECT k.in_id, %s.%s FROM temp.km k JOIN %s%s %s ON %s.run_id = %s",
-               side ? " UNION ALL " : "", h, tables[t].key, have, name, h, h,
+               side ? " UNION ALL " : "", h, c->t->key, have, name, h, h,
                side == 0 ? "k.in_id AND s.src = ?1" : "k.out_id");
         sb_add(&q,
                " WHERE " BOTH_DONE " AND NOT EXISTS (SELECT 1 FROM %s%s %s WHERE %s.run_id = %s"
                " AND %s.%s = %s.%s",
-               lack, name, l, l, side == 0 ? "k.out_id" : "k.in_id AND s.src = ?1", l,
-               tables[t].key, h, tables[t].key);
+               lack, name, l, l, side == 0 ? "k.out_id" : "k.in_id AND s.src = ?1", l, c->t->key, h,
+               c->t->key);
         for (int i = 0; i < c->n; i++)
-            if (strcmp(c->name[i], "run_id") != 0)
-                sb_add(&q, " AND %s.%s IS %s.%s", l, c->name[i], h, c->name[i]);
+            if (strcmp(c->col[i].name, "run_id") != 0)
+                sb_add(&q, " AND %s.%s IS %s.%s", l, c->col[i].name, h, c->col[i].name);
         sb_add(&q, ")");
     }
     sb_add(&q, " LIMIT 1");
@@ -780,7 +690,7 @@ static ql_status check_children(merger *m, int t, int64_t src, ql_error *err)
     int64_t in_id = sqlite3_column_int64(st, 0);
     char key[64], what[256];
     value_text(st, 1, key, sizeof key);
-    snprintf(what, sizeof what, "%s %s differ", tables[t].row, key);
+    snprintf(what, sizeof what, "%s %s differ", c->t->row, key);
     sqlite3_finalize(st);
     return refuse_run(m, src, in_id, what, NULL, NULL, err);
 }
@@ -791,21 +701,23 @@ static ql_status check_children(merger *m, int t, int64_t src, ql_error *err)
  * in model and dataset fields the output does not know yet. */
 static ql_status merge_identities(merger *m, int64_t src, ql_error *err)
 {
-    static const int order[] = {T_MODELS, T_DATASETS, T_CONFIGS};
-    for (size_t o = 0; o < sizeof order / sizeof order[0]; o++) {
-        int t = order[o];
-        const col_list *c = &m->cols[t];
-        const char *conflict = t == T_CONFIGS ? "hash" : "sha256";
+    for (int t = 0; t < m->n_tab; t++) {
+        const table *c = &m->tab[t];
+        if (c->t->role != QL_TABLE_IDENTITY)
+            continue;
+        /* A config is its content hash: nothing of it is ever filled in. */
+        bool immutable = strcmp(c->t->name, "configs") == 0;
+        const char *conflict = c->t->key;
         sqlbuf q = {.len = 0};
-        sb_add(&q, "INSERT INTO main.%s (", tables[t].name);
+        sb_add(&q, "INSERT INTO main.%s (", c->t->name);
         int n = 0;
         for (int i = 0; i < c->n; i++)
-            if (strcmp(c->name[i], "id") != 0)
-                sb_add(&q, "%s%s", n++ ? ", " : "", c->name[i]);
+            if (strcmp(c->col[i].name, "id") != 0)
+                sb_add(&q, "%s%s", n++ ? ", " : "", c->col[i].name);
         sb_add(&q, ") SELECT ");
         n = 0;
         for (int i = 0; i < c->n; i++) {
-            const char *col = c->name[i];
+            const char *col = c->col[i].name;
             if (strcmp(col, "id") == 0)
                 continue;
             if (strcmp(col, "tokens_model_id") == 0)
@@ -816,9 +728,9 @@ static ql_status merge_identities(merger *m, int64_t src, ql_error *err)
             else
                 sb_add(&q, "%ss.%s", n++ ? ", " : "", col);
         }
-        sb_add(&q, " FROM temp.s_%s s WHERE s.src = ?1 ORDER BY s.id ON CONFLICT (%s) ",
-               tables[t].name, conflict);
-        if (t == T_CONFIGS) {
+        sb_add(&q, " FROM temp.s_%s s WHERE s.src = ?1 ORDER BY s.id ON CONFLICT (%s) ", c->t->name,
+               conflict);
+        if (immutable) {
             sb_add(&q, "DO NOTHING");
         } else {
             /* Only when there is something to fill in, so merging twice writes nothing. */
@@ -826,14 +738,14 @@ static ql_status merge_identities(merger *m, int64_t src, ql_error *err)
             sb_add(&q, "DO UPDATE SET ");
             n = 0;
             for (int i = 0; i < c->n; i++)
-                if (!is_one_of(c->name[i], fixed))
-                    sb_add(&q, "%s%s = coalesce(%s, excluded.%s)", n++ ? ", " : "", c->name[i],
-                           c->name[i], c->name[i]);
+                if (!is_one_of(c->col[i].name, fixed))
+                    sb_add(&q, "%s%s = coalesce(%s, excluded.%s)", n++ ? ", " : "", c->col[i].name,
+                           c->col[i].name, c->col[i].name);
             sb_add(&q, " WHERE 0");
             for (int i = 0; i < c->n; i++)
-                if (!is_one_of(c->name[i], fixed))
-                    sb_add(&q, " OR (%s IS NULL AND excluded.%s IS NOT NULL)", c->name[i],
-                           c->name[i]);
+                if (!is_one_of(c->col[i].name, fixed))
+                    sb_add(&q, " OR (%s IS NULL AND excluded.%s IS NOT NULL)", c->col[i].name,
+                           c->col[i].name);
         }
         ql_status rc = run_sql(m, q.text, src, "merging models, texts and configs", err);
         if (rc)
@@ -844,30 +756,29 @@ static ql_status merge_identities(merger *m, int64_t src, ql_error *err)
 
 /* Copies the rows of a run's child table for the runs being added or replaced
  * (sweep memberships: for every run of the input, ignoring those present). */
-static ql_status copy_children(merger *m, int t, int64_t src, ql_error *err)
+static ql_status copy_children(merger *m, const table *c, int64_t src, ql_error *err)
 {
-    const col_list *c = &m->cols[t];
-    bool membership = t == T_SWEEP_RUNS;
+    bool membership = c->t->role == QL_TABLE_MEMBERS;
     sqlbuf q = {.len = 0};
-    sb_add(&q, "INSERT %sINTO main.%s (", membership ? "OR IGNORE " : "", tables[t].name);
+    sb_add(&q, "INSERT %sINTO main.%s (", membership ? "OR IGNORE " : "", c->t->name);
     for (int i = 0; i < c->n; i++)
-        sb_add(&q, "%s%s", i ? ", " : "", c->name[i]);
+        sb_add(&q, "%s%s", i ? ", " : "", c->col[i].name);
     sb_add(&q, ") SELECT ");
     for (int i = 0; i < c->n; i++) {
-        if (strcmp(c->name[i], "run_id") == 0)
+        if (strcmp(c->col[i].name, "run_id") == 0)
             sb_add(&q, "%sk.out_id", i ? ", " : "");
         else
-            sb_add(&q, "%ss.%s", i ? ", " : "", c->name[i]);
+            sb_add(&q, "%ss.%s", i ? ", " : "", c->col[i].name);
     }
     sb_add(&q, " FROM temp.s_%s s JOIN temp.km k ON k.in_id = s.run_id WHERE s.src = ?1%s",
-           tables[t].name, membership ? "" : " AND k.action IN ('insert', 'replace')");
+           c->t->name, membership ? "" : " AND k.action IN ('insert', 'replace')");
     sb_add(&q, " ORDER BY s.rowid");
     return run_sql(m, q.text, src, "merging runs", err);
 }
 
 static ql_status write_runs(merger *m, int64_t src, ql_error *err)
 {
-    const col_list *c = &m->cols[T_RUNS];
+    const table *c = table_named(m, "runs");
     static const char *const remapped[] = {"config_id", "model_id", "dataset_id", NULL};
     static const char *const identity[] = {"id",  "config_id", "model_id", "dataset_id",
                                            "ctx", "chunks",    "attempts", NULL};
@@ -878,12 +789,12 @@ static ql_status write_runs(merger *m, int64_t src, ql_error *err)
     sb_add(&q, "INSERT INTO main.runs (");
     int n = 0;
     for (int i = 0; i < c->n; i++)
-        if (strcmp(c->name[i], "id") != 0)
-            sb_add(&q, "%s%s", n++ ? ", " : "", c->name[i]);
+        if (strcmp(c->col[i].name, "id") != 0)
+            sb_add(&q, "%s%s", n++ ? ", " : "", c->col[i].name);
     sb_add(&q, ") SELECT ");
     n = 0;
     for (int i = 0; i < c->n; i++) {
-        const char *col = c->name[i];
+        const char *col = c->col[i].name;
         if (strcmp(col, "id") != 0)
             sb_add(&q, "%s%s.%s", n++ ? ", " : "", is_one_of(col, remapped) ? "k" : "s", col);
     }
@@ -900,32 +811,48 @@ static ql_status write_runs(merger *m, int64_t src, ql_error *err)
 
     /* Replaced runs keep their id (and so their sweep memberships); everything
      * else comes from the input, and the attempts add up to the larger count. */
-    static const int children[] = {T_METRICS, T_TENSOR_ERRORS, T_CHUNK_METRICS, T_ACT_ROUNDINGS};
-    for (size_t i = 0; i < sizeof children / sizeof children[0]; i++) {
+    for (int t = 0; t < m->n_tab; t++) {
+        if (m->tab[t].t->role != QL_TABLE_RUN_DATA)
+            continue;
         q.len = 0;
         sb_add(&q,
                "DELETE FROM main.%s WHERE run_id IN (SELECT out_id FROM temp.km"
                " WHERE action = 'replace')",
-               tables[children[i]].name);
+               m->tab[t].t->name);
         if ((rc = run_sql(m, q.text, src, "merging runs", err)))
             return rc;
     }
     q.len = 0;
     sb_add(&q, "UPDATE main.runs SET attempts = max(runs.attempts, s.attempts)");
     for (int i = 0; i < c->n; i++)
-        if (!is_one_of(c->name[i], identity))
-            sb_add(&q, ", %s = s.%s", c->name[i], c->name[i]);
+        if (!is_one_of(c->col[i].name, identity))
+            sb_add(&q, ", %s = s.%s", c->col[i].name, c->col[i].name);
     sb_add(&q, " FROM temp.s_runs s JOIN temp.km k ON k.in_id = s.id"
                " WHERE s.src = ?1 AND k.action = 'replace' AND runs.id = k.out_id");
     if ((rc = run_sql(m, q.text, src, "merging runs", err)))
         return rc;
 
-    static const int copied[] = {T_METRICS, T_TENSOR_ERRORS, T_CHUNK_METRICS, T_ACT_ROUNDINGS,
-                                 T_SWEEP_RUNS};
-    for (size_t i = 0; i < sizeof copied / sizeof copied[0]; i++)
-        if ((rc = copy_children(m, copied[i], src, err)))
+    /* What the runs stored, then their sweep memberships. */
+    for (int t = 0; t < m->n_tab; t++)
+        if (m->tab[t].t->role == QL_TABLE_RUN_DATA && (rc = copy_children(m, &m->tab[t], src, err)))
+            return rc;
+    for (int t = 0; t < m->n_tab; t++)
+        if (m->tab[t].t->role == QL_TABLE_MEMBERS && (rc = copy_children(m, &m->tab[t], src, err)))
             return rc;
     return QL_OK;
+}
+
+/* What runs done on both sides stored must be equal: their one-row tables (metrics)
+ * column by column, the others as sets of rows. */
+static ql_status check_run_data(merger *m, int64_t src, ql_error *err)
+{
+    ql_status rc = QL_OK;
+    for (int t = 0; t < m->n_tab && !rc; t++) {
+        const table *c = &m->tab[t];
+        if (c->t->role == QL_TABLE_RUN_DATA)
+            rc = c->t->key ? check_children(m, c, src, err) : check_columns(m, c, src, err);
+    }
+    return rc;
 }
 
 /* Folds input src into the output (inside the merge's transaction). */
@@ -944,10 +871,8 @@ static ql_status merge_one(merger *m, int64_t src, ql_merge_counts *counts, ql_e
     ql_status rc;
     if ((rc = check_configs(m, src, err)) || (rc = check_sweeps(m, src, err)) ||
         (rc = merge_identities(m, src, err)) || (rc = map_runs(m, src, err)) ||
-        (rc = check_metrics(m, src, err)) || (rc = check_children(m, T_TENSOR_ERRORS, src, err)) ||
-        (rc = check_children(m, T_CHUNK_METRICS, src, err)) ||
-        (rc = check_children(m, T_ACT_ROUNDINGS, src, err)) ||
-        (rc = run_sql(m, decide, src, "merging runs", err)) || (rc = write_runs(m, src, err)))
+        (rc = check_run_data(m, src, err)) || (rc = run_sql(m, decide, src, "merging runs", err)) ||
+        (rc = write_runs(m, src, err)))
         return rc;
 
     static const char *const remember[] = {
@@ -992,7 +917,7 @@ static ql_status merge_all(merger *m, size_t n_in, ql_merge_counts *counts, ql_e
     rc = run_sql(m, "COMMIT", 0, "committing the merge", err);
 out:
     if (rc)
-        rollback(m);
+        ql_store_rollback(m->store);
     return rc;
 }
 
@@ -1041,23 +966,31 @@ ql_status ql_merge(const char *out_path, const char *const *in_paths, size_t n_i
     if (!tally)
         return ql_error_set(err, QL_ENOMEM, "%s: out of memory", out_path);
     ql_store *store = NULL;
+    merger *m = NULL;
     if ((rc = ql_store_open(out_path, NULL, &store, err)))
         goto out_free;
-    merger m = {.db = ql_store_handle(store),
-                .cur = out_path,
-                .out_path = out_path,
-                .in_paths = in_paths,
-                .fault = opt ? opt->fault_after : 0};
-    if ((rc = create_temp_tables(&m, err)))
+    /* On the heap: the column lists of every table are large for a stack. */
+    m = calloc(1, sizeof *m);
+    if (!m) {
+        rc = ql_error_set(err, QL_ENOMEM, "%s: out of memory", out_path);
+        goto out_close;
+    }
+    m->store = store;
+    m->out_path = out_path;
+    m->in_paths = in_paths;
+    if (opt && opt->fault_after > 0)
+        ql_store_inject_fault(store, opt->fault_after);
+    if ((rc = create_temp_tables(m, err)))
         goto out_close;
     for (size_t i = 0; i < n_in; i++)
-        if ((rc = stage_input(&m, (int64_t)i, err)))
+        if ((rc = stage_input(m, (int64_t)i, err)))
             goto out_close;
-    if ((rc = merge_all(&m, n_in, tally, err)))
+    if ((rc = merge_all(m, n_in, tally, err)))
         goto out_close;
     if (counts)
         memcpy(counts, tally, n_in * sizeof *tally);
 out_close:
+    free(m);
     ql_store_close(store);
     if (rc && !existed)
         remove_created(out_path);

@@ -41,7 +41,9 @@
  *
  * Inputs must be qlab results databases (application_id 'qlab') of schema version
  * 1..QL_STORE_SCHEMA_VERSION; tables an older version lacks (chunk_metrics before
- * version 2, act_roundings before 3) are simply absent from it. The output is created when missing and
+ * version 2, act_roundings before 3) are simply absent from it, and a column it
+ * lacks reads as the store's migration fills it in (the store's declarations,
+ * ql_store_columns). The output is created when missing and
  * migrated to the current schema when older (like any qlab write). The inputs are
  * only read. An input that is the output file itself is refused. */
 #ifndef QL_MERGE_H
@@ -60,7 +62,9 @@ typedef struct {
 } ql_merge_counts;
 
 typedef struct {
-    int fault_after; /* tests: the n-th SQLite call of the merge fails (0 = never) */
+    /* tests: the n-th SQLite call of the merge fails (0 = never): the fault injection
+     * of the output's store, whose statement helpers run every statement. */
+    int fault_after;
 } ql_merge_options;
 
 /* Merges n_in databases into out_path, in order (input i is checked against the

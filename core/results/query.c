@@ -2,6 +2,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,16 +17,38 @@ struct ql_query {
 
 /* ================================================================ named queries */
 
-static const ql_named_query named[] = {
-    {"formats", "", 0, "one row per finished config (and model, text), sorted by bpw",
-     "SELECT substr(config_hash, 1, 12) AS config, sweep, model, dataset, ctx, weight_type,"
-     " act_mode, outlier_ratio AS outliers, head_type AS head, embd_type AS embd, kv_type AS kv,"
-     " imatrix, round(bpw, 4) AS bpw, round(bpw_body, 4) AS bpw_body, bytes, round(ppl, 4) AS ppl,"
-     " round(ppl_err, 4) AS ppl_err,"
-     " round(d_ppl, 4) AS d_ppl, round(kld_mean, 6) AS kld_mean, round(kld_p99, 6) AS kld_p99,"
-     " round(top1_agree, 4) AS top1, round(max_abs_prob_err, 4) AS max_dp,"
-     " round(imatrix_err_rel, 6) AS imatrix_err_rel"
-     " FROM results ORDER BY model, dataset, ctx, results.bpw, config_hash"},
+/* `formats`: every axis, then the metrics the metric list gives digits for
+ * (records.h), rounded to them, in report order. Built once. */
+static char formats_sql[4096];
+static pthread_once_t formats_once = PTHREAD_ONCE_INIT;
+
+static void build_formats_sql(void)
+{
+    size_t off = (size_t)snprintf(formats_sql, sizeof formats_sql,
+                                  "SELECT substr(config_hash, 1, 12) AS config, sweep, model,"
+                                  " dataset, ctx");
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        off += (size_t)snprintf(formats_sql + off, sizeof formats_sql - off, ", %s",
+                                ql_axis_name((ql_axis)a));
+    ql_metric_id ids[QL_N_METRICS];
+    size_t n = ql_metrics_reported(ids);
+    for (size_t k = 0; k < n; k++) {
+        const ql_metric_info *mi = ql_metric_get(ids[k]);
+        if (mi->digits < 0)
+            continue;
+        if (mi->kind == QL_METRIC_KIND_COUNT)
+            off += (size_t)snprintf(formats_sql + off, sizeof formats_sql - off, ", %s", mi->name);
+        else
+            off += (size_t)snprintf(formats_sql + off, sizeof formats_sql - off,
+                                    ", round(%s, %d) AS %s", mi->name, mi->digits, mi->name);
+    }
+    off += (size_t)snprintf(formats_sql + off, sizeof formats_sql - off,
+                            " FROM results ORDER BY model, dataset, ctx, results.bpw, config_hash");
+    QL_ASSERT(off + 1 < sizeof formats_sql);
+}
+
+static ql_named_query named[] = {
+    {"formats", "", 0, "one row per finished config (and model, text), sorted by bpw", formats_sql},
     {"failed", "", 0, "failed runs with their errors (retried by the next sweep)",
      "SELECT run_id, sweep, substr(config_hash, 1, 12) AS config, canonical, model, dataset,"
      " ctx, chunks, attempts, finished, error FROM failed_runs ORDER BY run_id"},
@@ -50,15 +73,18 @@ static const ql_named_query named[] = {
 
 size_t ql_named_queries(const ql_named_query **out)
 {
+    pthread_once(&formats_once, build_formats_sql);
     *out = named;
     return sizeof named / sizeof named[0];
 }
 
 const ql_named_query *ql_named_query_find(const char *name)
 {
-    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
-        if (strcmp(named[i].name, name) == 0)
-            return &named[i];
+    const ql_named_query *all;
+    size_t n = ql_named_queries(&all);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(all[i].name, name) == 0)
+            return &all[i];
     return NULL;
 }
 
@@ -77,14 +103,11 @@ ql_status ql_query_prepare(ql_store *s, const char *sql, ql_query **out, ql_erro
     sqlite3 *db = ql_store_handle(s);
     sqlite3_stmt *st = NULL, *extra = NULL;
     const char *tail = NULL;
-    ql_status rc = QL_OK;
+    ql_status rc;
 
     sqlite3_set_authorizer(db, deny_attach, NULL);
-    int r = sqlite3_prepare_v2(db, sql, -1, &st, &tail);
-    if (r != SQLITE_OK) {
-        rc = ql_error_set(err, QL_EINVAL, "%s: query: %s", ql_store_path(s), sqlite3_errmsg(db));
+    if ((rc = ql_store_prepare(s, sql, &st, &tail, "query", err)))
         goto out;
-    }
     if (!st) {
         rc = ql_error_set(err, QL_EINVAL, "%s: query: no SQL statement in '%s'", ql_store_path(s),
                           sql);
@@ -92,8 +115,8 @@ ql_status ql_query_prepare(ql_store *s, const char *sql, ql_query **out, ql_erro
     }
     /* What follows the first statement must be whitespace or comments. */
     if (tail && *tail) {
-        r = sqlite3_prepare_v2(db, tail, -1, &extra, NULL);
-        if (r != SQLITE_OK || extra) {
+        ql_error ignored;
+        if (ql_store_prepare(s, tail, &extra, NULL, "query", &ignored) != QL_OK || extra) {
             rc = ql_error_set(err, QL_EINVAL,
                               "%s: query: one statement at a time; refused the rest: '%.200s'",
                               ql_store_path(s), tail);
@@ -131,32 +154,34 @@ void ql_query_free(ql_query *q)
     free(q);
 }
 
-static ql_status bind_result(ql_query *q, int idx, int r, ql_error *err)
+/* A parameter the statement does not have is the caller's mistake (QL_EINVAL),
+ * a failing store the database's. */
+static ql_status check_param(ql_query *q, int idx, char *what, size_t size, ql_error *err)
 {
-    if (r != SQLITE_OK)
-        return ql_error_set(err, QL_EINVAL, "%s: query: parameter %d: %s", ql_store_path(q->store),
-                            idx, sqlite3_errstr(r));
+    snprintf(what, size, "query: parameter %d", idx);
+    if (idx < 1 || idx > sqlite3_bind_parameter_count(q->st))
+        return ql_error_set(err, QL_EINVAL, "%s: %s: %s", ql_store_path(q->store), what,
+                            sqlite3_errstr(SQLITE_RANGE));
     return QL_OK;
 }
 
 ql_status ql_query_bind_text(ql_query *q, int idx, const char *v, ql_error *err)
 {
-    return bind_result(q, idx, sqlite3_bind_text(q->st, idx, v, -1, SQLITE_TRANSIENT), err);
+    char what[48];
+    ql_status rc = check_param(q, idx, what, sizeof what, err);
+    return rc ? rc : ql_store_bind_text(q->store, q->st, idx, v, what, err);
 }
 
 ql_status ql_query_bind_int64(ql_query *q, int idx, int64_t v, ql_error *err)
 {
-    return bind_result(q, idx, sqlite3_bind_int64(q->st, idx, (sqlite3_int64)v), err);
+    char what[48];
+    ql_status rc = check_param(q, idx, what, sizeof what, err);
+    return rc ? rc : ql_store_bind_int64(q->store, q->st, idx, v, what, err);
 }
 
 ql_status ql_query_step(ql_query *q, bool *row, ql_error *err)
 {
-    int r = sqlite3_step(q->st);
-    *row = r == SQLITE_ROW;
-    if (r == SQLITE_ROW || r == SQLITE_DONE)
-        return QL_OK;
-    return ql_error_set(err, QL_EDB, "%s: query: %s", ql_store_path(q->store),
-                        sqlite3_errmsg(ql_store_handle(q->store)));
+    return ql_store_step(q->store, q->st, row, "query", err);
 }
 
 int ql_query_columns(const ql_query *q)
@@ -520,26 +545,41 @@ ql_status ql_query_print(ql_store *s, const char *sql, const char *const *params
     ql_status rc = ql_query_prepare(s, sql, &q, err);
     if (rc)
         return rc;
+    /* The output is made in memory and written whole: a query that fails on the
+     * way writes nothing. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem) {
+        ql_query_free(q);
+        return ql_error_set(err, QL_ENOMEM, "query: out of memory");
+    }
     for (int i = 0; i < n_params && !rc; i++)
         rc = ql_query_bind_text(q, i + 1, params[i], err);
     if (!rc) {
         switch (fmt) {
         case QL_QUERY_TABLE:
-            rc = print_table(q, out, false, err);
+            rc = print_table(q, mem, false, err);
             break;
         case QL_QUERY_MD:
-            rc = print_table(q, out, true, err);
+            rc = print_table(q, mem, true, err);
             break;
         case QL_QUERY_CSV:
-            rc = print_csv(q, out, err);
+            rc = print_csv(q, mem, err);
             break;
         case QL_QUERY_JSON:
-            rc = print_json(q, out, err);
+            rc = print_json(q, mem, err);
             break;
         }
     }
     ql_query_free(q);
+    bool mem_ok = !ferror(mem);
+    if (fclose(mem) != 0 || !mem_ok)
+        rc = rc ? rc : ql_error_set(err, QL_ENOMEM, "query: out of memory for the output");
+    if (!rc && len > 0 && fwrite(text, 1, len, out) != len)
+        rc = ql_error_set(err, QL_EIO, "query: writing the output failed");
     if (!rc && ferror(out))
         rc = ql_error_set(err, QL_EIO, "query: writing the output failed");
+    free(text);
     return rc;
 }

@@ -5,6 +5,9 @@
  * WITH ... SELECT, read-only PRAGMAs, EXPLAIN) are accepted, one at a time, and
  * ATTACH is refused, whatever mode the store was opened in.
  *
+ * ql_query_print makes the whole output before it writes any of it: a query that
+ * fails on the way (a store failure included) writes nothing.
+ *
  * Output conventions (shared by `qlab query` and the report):
  *   - numbers: integers as is, reals in their shortest exact decimal form
  *     (ql_format_double), infinities as inf / -inf;

@@ -21,44 +21,11 @@
 
 /* ================================================================ data */
 
-/* The values a table row shows, in the order of value_cols. */
-enum {
-    V_BPW,
-    V_BYTES,
-    V_PPL,
-    V_PPL_ERR,
-    V_PPL_REF,
-    V_PPL_REF_ERR,
-    V_DPPL,
-    V_KLD,
-    V_KLD_P99,
-    V_TOP1,
-    V_MAXDP,
-    V_IMAT,
-    V_NTOK,
-    N_V
-};
-static const char *const value_cols[N_V] = {
-    "bpw",      "bytes",    "ppl",     "ppl_err",    "ppl_ref",          "ppl_ref_err",
-    "d_ppl",    "kld_mean", "kld_p99", "top1_agree", "max_abs_prob_err", "imatrix_err_rel",
-    "n_tokens",
-};
-
-/* The config columns of the configs table, in ql_axis order. */
-static const char *const axis_cols[QL_AXIS_COUNT] = {
-    "weight_type", "act_mode", "outlier_ratio", "head_type",
-    "embd_type",   "kv_type",  "imatrix",       "budget",
-};
-/* Short names for headers and labels. */
-static const char *const axis_short[QL_AXIS_COUNT] = {
-    "weights", "act", "outliers", "head", "embd", "KV", "imatrix", "budget",
-};
-
 typedef struct {
     int64_t run_id;
     char hash[65];
     char *axis[QL_AXIS_COUNT]; /* canonical values */
-    double v[N_V];             /* NAN = NULL */
+    double v[QL_N_METRICS];    /* by ql_metric_id; NAN = NULL */
 } row;
 
 typedef struct {
@@ -78,11 +45,22 @@ typedef struct {
     size_t nfails;
     bool varies[QL_AXIS_COUNT];
     char suffix[512]; /* file name suffix; "" for a sweep of one group */
+    /* The per-tensor plot: the run it shows (NULL: none), its tensors inside the
+     * blocks, and a header line per tensor outside them. */
+    const row *tensor_row;
+    struct tensor_point *pts;
+    size_t npts;
+    char outside[2048];
 } group;
+
+/* One sweep: everything its files show, read before any is written. */
+typedef struct {
+    group *gs;
+    size_t ng;
+} sweep_data;
 
 typedef struct {
     ql_store *store;
-    sqlite3 *db;
     const ql_report_options *opt;
     ql_report_summary *sum;
     const char *sweep;
@@ -102,6 +80,7 @@ static void group_free(group *g)
     }
     free(g->rows);
     free(g->fails);
+    free(g->pts);
     free(g->model_sha);
     free(g->model);
     free(g->arch);
@@ -112,28 +91,17 @@ static void group_free(group *g)
 
 /* ================================================================ SQLite */
 
-static ql_status db_error(ctx *c, const char *what, ql_error *err)
-{
-    return ql_error_set(err, QL_EDB, "%s: report: %s: %s", ql_store_path(c->store), what,
-                        sqlite3_errmsg(c->db));
-}
-
+/* The store's statement helpers (fault injection covers the report), with the
+ * report's messages: "db: report: reading: reason". */
 static ql_status prepare(ctx *c, const char *sql, sqlite3_stmt **st, ql_error *err)
 {
-    if (sqlite3_prepare_v2(c->db, sql, -1, st, NULL) != SQLITE_OK) {
-        sqlite3_finalize(*st);
-        *st = NULL;
-        return db_error(c, "preparing a query", err);
-    }
-    return QL_OK;
+    return ql_store_prepare(c->store, sql, st, NULL, "report: preparing a query", err);
 }
 
 /* Steps; *got tells whether a row came. */
 static ql_status step(ctx *c, sqlite3_stmt *st, bool *got, ql_error *err)
 {
-    int r = sqlite3_step(st);
-    *got = r == SQLITE_ROW;
-    return r == SQLITE_ROW || r == SQLITE_DONE ? QL_OK : db_error(c, "reading", err);
+    return ql_store_step(c->store, st, got, "report: reading", err);
 }
 
 static double col_double(sqlite3_stmt *st, int i)
@@ -161,9 +129,12 @@ static char *col_string(sqlite3_stmt *st, int i)
 
 static ql_status bind_text(ctx *c, sqlite3_stmt *st, int idx, const char *v, ql_error *err)
 {
-    if (sqlite3_bind_text(st, idx, v, -1, SQLITE_TRANSIENT) != SQLITE_OK)
-        return db_error(c, "binding a parameter", err);
-    return QL_OK;
+    return ql_store_bind_text(c->store, st, idx, v, "report: binding a parameter", err);
+}
+
+static ql_status bind_int(ctx *c, sqlite3_stmt *st, int idx, int64_t v, ql_error *err)
+{
+    return ql_store_bind_int64(c->store, st, idx, v, "report: binding a parameter", err);
 }
 
 static ql_status oom(ql_error *err)
@@ -268,28 +239,32 @@ static ql_status bind_group(ctx *c, sqlite3_stmt *st, const group *g, ql_error *
     ql_status rc;
     if ((rc = bind_text(c, st, 1, c->sweep, err)) ||
         (rc = bind_text(c, st, 2, g->model_sha, err)) ||
-        (rc = bind_text(c, st, 3, g->dataset_sha, err)))
+        (rc = bind_text(c, st, 3, g->dataset_sha, err)) || (rc = bind_int(c, st, 4, g->ctx, err)))
         return rc;
-    if (sqlite3_bind_int(st, 4, g->ctx) != SQLITE_OK ||
-        sqlite3_bind_int(st, 5, g->chunks) != SQLITE_OK)
-        return db_error(c, "binding a parameter", err);
-    return QL_OK;
+    return bind_int(c, st, 5, g->chunks, err);
+}
+
+/* A select list of every axis (prefix: "" or "c.") into sql at *off. */
+static void add_axes(char *sql, size_t size, size_t *off, const char *prefix)
+{
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        *off +=
+            (size_t)snprintf(sql + *off, size - *off, ", %s%s", prefix, ql_axis_name((ql_axis)a));
 }
 
 static ql_status load_rows(ctx *c, group *g, ql_error *err)
 {
-    char sql[2048];
+    char sql[4096];
     size_t off = (size_t)snprintf(sql, sizeof sql, "SELECT run_id, config_hash");
-    for (int a = 0; a < QL_AXIS_COUNT; a++)
-        off += (size_t)snprintf(sql + off, sizeof sql - off, ", %s", axis_cols[a]);
-    for (int v = 0; v < N_V; v++)
-        off += (size_t)snprintf(sql + off, sizeof sql - off, ", %s", value_cols[v]);
+    add_axes(sql, sizeof sql, &off, "");
+    for (int v = 0; v < QL_N_METRICS; v++)
+        off += (size_t)snprintf(sql + off, sizeof sql - off, ", %s",
+                                ql_metric_get((ql_metric_id)v)->name);
     off += (size_t)snprintf(sql + off, sizeof sql - off,
                             " FROM sweep_results WHERE sweep = ?1 AND model_sha256 = ?2 AND"
                             " dataset_sha256 = ?3 AND ctx = ?4 AND chunks = ?5"
                             " ORDER BY bpw IS NULL, bpw");
-    for (int a = 0; a < QL_AXIS_COUNT; a++)
-        off += (size_t)snprintf(sql + off, sizeof sql - off, ", %s", axis_cols[a]);
+    add_axes(sql, sizeof sql, &off, "");
     off += (size_t)snprintf(sql + off, sizeof sql - off, ", config_hash");
     QL_ASSERT(off + 1 < sizeof sql);
 
@@ -316,7 +291,7 @@ static ql_status load_rows(ctx *c, group *g, ql_error *err)
         bool ok = true;
         for (int a = 0; a < QL_AXIS_COUNT; a++)
             ok = (r->axis[a] = col_string(st, 2 + a)) != NULL && ok;
-        for (int v = 0; v < N_V; v++)
+        for (int v = 0; v < QL_N_METRICS; v++)
             r->v[v] = col_double(st, 2 + QL_AXIS_COUNT + v);
         if (!ok) {
             rc = oom(err);
@@ -332,8 +307,7 @@ static ql_status load_failures(ctx *c, group *g, ql_error *err)
 {
     char sql[1024];
     size_t off = (size_t)snprintf(sql, sizeof sql, "SELECT r.error");
-    for (int a = 0; a < QL_AXIS_COUNT; a++)
-        off += (size_t)snprintf(sql + off, sizeof sql - off, ", c.%s", axis_cols[a]);
+    add_axes(sql, sizeof sql, &off, "c.");
     off += (size_t)snprintf(sql + off, sizeof sql - off,
                             " FROM sweep_runs s JOIN runs r ON r.id = s.run_id"
                             " JOIN configs c ON c.id = r.config_id"
@@ -410,27 +384,26 @@ static void slug(const char *s, char *buf, size_t size)
         ql_strlcpy(buf, "_", size);
 }
 
-/* How an axis value reads in a table: an outlier ratio of 0 is "off". */
-static const char *axis_display(int a, const char *v)
+/* Whether v is the axis's default (canonical) value. */
+static bool is_default(int a, const char *v)
 {
-    return a == QL_AXIS_OUTLIER_RATIO && strcmp(v, "0") == 0 ? "off" : v;
+    char d[QL_CONFIG_VALUE_MAX];
+    ql_axis_default_string((ql_axis)a, d, sizeof d);
+    return strcmp(v, d) == 0;
 }
 
-/* Whether an axis value is the "nothing special" one a label can leave out. */
+/* How an axis value reads in a table: the default as the axis list says (an
+ * outlier ratio of 0 is "off"). */
+static const char *axis_display(int a, const char *v)
+{
+    const char *shown = ql_axis_get((ql_axis)a)->shown_default;
+    return shown && is_default(a, v) ? shown : v;
+}
+
+/* Whether a label can leave an axis value out (head same, outliers off, ...). */
 static bool is_plain(int a, const char *v)
 {
-    switch (a) {
-    case QL_AXIS_OUTLIER_RATIO:
-        return strcmp(v, "0") == 0;
-    case QL_AXIS_HEAD_TYPE:
-    case QL_AXIS_EMBD_TYPE:
-        return strcmp(v, "same") == 0;
-    case QL_AXIS_IMATRIX:
-    case QL_AXIS_BUDGET:
-        return strcmp(v, "none") == 0;
-    default:
-        return false;
-    }
+    return (ql_axis_get((ql_axis)a)->flags & QL_AXIS_LABEL_SKIPS_DEFAULT) && is_default(a, v);
 }
 
 /* "Q4_0 head=F32": the weight type and the axes that vary within the group,
@@ -440,7 +413,8 @@ static void config_label(const group *g, char *const *axis, int skip_axis, char 
     size_t o = (size_t)snprintf(buf, size, "%s", axis[QL_AXIS_WEIGHT_TYPE]);
     for (int a = 1; a < QL_AXIS_COUNT && o < size; a++)
         if (g->varies[a] && a != skip_axis && !is_plain(a, axis[a]))
-            o += (size_t)snprintf(buf + o, size - o, " %s=%s", axis_short[a], axis[a]);
+            o += (size_t)snprintf(buf + o, size - o, " %s=%s", ql_axis_get((ql_axis)a)->label,
+                                  axis[a]);
 }
 
 /* ================================================================ output files */
@@ -473,63 +447,73 @@ static void render(ctx *c, const char *script, const char *base)
 
 /* ================================================================ the table */
 
-/* Metric columns of the Markdown table. */
-enum { M_BPW, M_SIZE, M_PPL, M_DPPL, M_KLD, M_KLD_P99, M_TOP1, M_MAXDP, M_IMAT, N_M };
-static const ql_table_column metric_md[N_M] = {
-    {"bpw", NULL, true},     {"size", NULL, true},     {"PPL", NULL, true},
-    {"ΔPPL", NULL, true},    {"KLD mean", NULL, true}, {"KLD p99", NULL, true},
-    {"top-1 %", NULL, true}, {"max |Δp|", NULL, true}, {"imatrix err", NULL, true},
-};
-
-/* Writes the group's table; *shown gets a bit (1 << M_...) per metric column shown. */
-static ql_status md_table(const group *g, FILE *out, unsigned *shown, ql_error *err)
+/* The metric columns of report.md (a label in the metric list), in report order. */
+static size_t md_metrics(ql_metric_id *ids)
 {
-    ql_table_column cols[QL_AXIS_COUNT + N_M];
+    ql_metric_id all[QL_N_METRICS];
+    size_t n_all = ql_metrics_reported(all), n = 0;
+    for (size_t k = 0; k < n_all; k++)
+        if (ql_metric_get(all[k])->label)
+            ids[n++] = all[k];
+    return n;
+}
+
+/* A metric cell: the value as the list says, "± err" for QL_METRIC_PM when the
+ * error is known; NULL (missing) without a value. */
+static ql_status put_metric(ql_table *t, const row *r, ql_metric_id id, ql_error *err)
+{
+    const ql_metric_info *mi = ql_metric_get(id);
+    char v[64], e[64];
+    if (isnan(r->v[id]))
+        return ql_table_put(t, NULL, err);
+    ql_metric_format(id, r->v[id], v, sizeof v);
+    if (mi->flags & QL_METRIC_PM) {
+        char name[96];
+        snprintf(name, sizeof name, "%s_err", mi->name);
+        const ql_metric_info *ei = ql_metric_find(name);
+        QL_ASSERT(ei); /* the list's contract for QL_METRIC_PM */
+        ql_metric_id eid = (ql_metric_id)(ei - ql_metric_get((ql_metric_id)0));
+        if (!isnan(r->v[eid])) {
+            ql_metric_format(eid, r->v[eid], e, sizeof e);
+            return ql_table_putf(t, err, "%s ± %s", v, e);
+        }
+    }
+    return ql_table_put(t, v, err);
+}
+
+/* Writes the group's table; shown[id] is set for every metric column shown. */
+static ql_status md_table(const group *g, FILE *out, bool shown[QL_N_METRICS], ql_error *err)
+{
+    ql_metric_id ids[QL_N_METRICS];
+    size_t nm = md_metrics(ids);
+    ql_table_column cols[QL_AXIS_COUNT + QL_N_METRICS];
     for (int a = 0; a < QL_AXIS_COUNT; a++)
-        cols[a] = (ql_table_column){axis_short[a], NULL, false};
-    for (int m = 0; m < N_M; m++)
-        cols[QL_AXIS_COUNT + m] = metric_md[m];
-    ql_table *t = ql_table_alloc(cols, QL_AXIS_COUNT + N_M);
+        cols[a] = (ql_table_column){ql_axis_get((ql_axis)a)->label, NULL, false};
+    for (size_t m = 0; m < nm; m++)
+        cols[QL_AXIS_COUNT + m] = (ql_table_column){ql_metric_get(ids[m])->label, NULL, true};
+    ql_table *t = ql_table_alloc(cols, QL_AXIS_COUNT + nm);
     if (!t)
         return oom(err);
     ql_status rc = QL_OK;
-    char buf[64];
     for (size_t i = 0; i < g->nrows && !rc; i++) {
         const row *r = &g->rows[i];
         if ((rc = ql_table_row(t, err)))
             break;
         for (int a = 0; a < QL_AXIS_COUNT && !rc; a++)
             rc = ql_table_put(t, axis_display(a, r->axis[a]), err);
-        if (rc)
-            break;
-        const double *v = r->v;
-        if ((rc = ql_table_put_num(t, v[V_BPW], "%.3f", err)) ||
-            (rc = ql_table_put(
-                 t, isnan(v[V_BYTES]) ? NULL : ql_fmt_bytes(v[V_BYTES], buf, sizeof buf), err)))
-            break;
-        if (isnan(v[V_PPL]))
-            rc = ql_table_put(t, NULL, err);
-        else if (isnan(v[V_PPL_ERR]))
-            rc = ql_table_putf(t, err, "%.4f", v[V_PPL]);
-        else
-            rc = ql_table_putf(t, err, "%.4f ± %.4f", v[V_PPL], v[V_PPL_ERR]);
-        if (rc || (rc = ql_table_put_num(t, v[V_DPPL], "%+.4f", err)) ||
-            (rc = ql_table_put_num(t, v[V_KLD], "%.3e", err)) ||
-            (rc = ql_table_put_num(t, v[V_KLD_P99], "%.3e", err)) ||
-            (rc = ql_table_put_num(t, v[V_TOP1] * 100.0, "%.2f", err)) ||
-            (rc = ql_table_put_num(t, v[V_MAXDP], "%.4f", err)) ||
-            (rc = ql_table_put_num(t, v[V_IMAT], "%.3e", err)))
-            break;
+        for (size_t m = 0; m < nm && !rc; m++)
+            rc = put_metric(t, r, ids[m], err);
     }
     if (!rc) {
         for (int a = 1; a < QL_AXIS_COUNT; a++)
             ql_table_hide(t, (size_t)a, !g->varies[a]);
-        /* Size and bpw stay even when unknown; empty metric columns go. */
-        for (int m = 0; m < N_M; m++) {
-            bool empty = m >= M_PPL && ql_table_col_empty(t, (size_t)(QL_AXIS_COUNT + m));
-            ql_table_hide(t, (size_t)(QL_AXIS_COUNT + m), empty);
+        /* Empty metric columns go, unless the list keeps them (bpw, size). */
+        for (size_t m = 0; m < nm; m++) {
+            bool empty = !(ql_metric_get(ids[m])->flags & QL_METRIC_KEEP) &&
+                         ql_table_col_empty(t, QL_AXIS_COUNT + m);
+            ql_table_hide(t, QL_AXIS_COUNT + m, empty);
             if (!empty)
-                *shown |= 1u << m;
+                shown[ids[m]] = true;
         }
         ql_table_write_md(t, out, NULL_TEXT);
     }
@@ -542,12 +526,12 @@ static void ref_ppl_text(const group *g, char *buf, size_t size)
 {
     double lo = (double)NAN, hi = (double)NAN, lo_err = (double)NAN;
     for (size_t i = 0; i < g->nrows; i++) {
-        double v = g->rows[i].v[V_PPL_REF];
+        double v = g->rows[i].v[QL_METRIC_ppl_ref];
         if (isnan(v))
             continue;
         if (isnan(lo) || v < lo) {
             lo = v;
-            lo_err = g->rows[i].v[V_PPL_REF_ERR];
+            lo_err = g->rows[i].v[QL_METRIC_ppl_ref_err];
         }
         if (isnan(hi) || v > hi)
             hi = v;
@@ -566,7 +550,7 @@ static void tokens_text(const group *g, char *buf, size_t size)
 {
     double lo = (double)NAN, hi = (double)NAN;
     for (size_t i = 0; i < g->nrows; i++) {
-        double v = g->rows[i].v[V_NTOK];
+        double v = g->rows[i].v[QL_METRIC_n_tokens];
         if (!isnan(v)) {
             lo = isnan(lo) || v < lo ? v : lo;
             hi = isnan(hi) || v > hi ? v : hi;
@@ -600,7 +584,7 @@ static void md_summary(const group *g, FILE *out)
         bool first = true;
         for (int a = 0; a < QL_AXIS_COUNT; a++)
             if (!g->varies[a]) {
-                fprintf(out, "%s%s %s", first ? "- fixed: " : " · ", axis_short[a],
+                fprintf(out, "%s%s %s", first ? "- fixed: " : " · ", ql_axis_get((ql_axis)a)->label,
                         axis_display(a, any[a]));
                 first = false;
             }
@@ -634,21 +618,6 @@ static void md_failures(const group *g, FILE *out)
     }
 }
 
-/* What the columns mean, one sentence per metric shown (as bit 1 << M_...). */
-static const struct {
-    unsigned columns;
-    const char *text;
-} legend[] = {
-    {1u << M_BPW | 1u << M_SIZE,
-     "bpw and size: the quantized weights of the whole model (F32 norms included)."},
-    {1u << M_PPL | 1u << M_DPPL, "PPL ± its standard error; ΔPPL = PPL − reference PPL."},
-    {1u << M_KLD | 1u << M_KLD_P99,
-     "KLD: KL(reference ‖ quantized) per scored token in nats, mean and 99th percentile."},
-    {1u << M_TOP1, "top-1: tokens whose most likely next token is the reference's."},
-    {1u << M_MAXDP, "max |Δp|: the largest change of any token's probability."},
-    {1u << M_IMAT, "imatrix err: Σ I·(w − ŵ)² / Σ I·w² over the quantized weights."},
-};
-
 static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
 {
     ql_doc d;
@@ -656,7 +625,7 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
     if (rc)
         return rc;
     fprintf(d.f, "## Sweep %s\n", c->sweep);
-    unsigned shown = 0;
+    bool shown[QL_N_METRICS] = {false};
     for (size_t i = 0; i < ng && !rc; i++) {
         const group *g = &gs[i];
         if (ng > 1)
@@ -666,7 +635,7 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
         md_summary(g, d.f);
         fputc('\n', d.f);
         if (g->nrows)
-            rc = md_table(g, d.f, &shown, err);
+            rc = md_table(g, d.f, shown, err);
         else
             fprintf(d.f, "No finished configs.\n");
         md_failures(g, d.f);
@@ -675,13 +644,18 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
         ql_doc_discard(&d);
         return rc;
     }
+    /* The legend: what the columns shown mean, in report order. */
+    ql_metric_id ids[QL_N_METRICS];
+    size_t nm = md_metrics(ids);
     const char *sep = "\n";
-    for (size_t i = 0; i < sizeof legend / sizeof legend[0]; i++)
-        if (shown & legend[i].columns) {
-            fprintf(d.f, "%s%s", sep, legend[i].text);
+    for (size_t m = 0; m < nm; m++) {
+        const ql_metric_info *mi = ql_metric_get(ids[m]);
+        if (shown[ids[m]] && mi->note) {
+            fprintf(d.f, "%s%s", sep, mi->note);
             sep = " ";
         }
-    if (shown)
+    }
+    if (*sep == ' ')
         fputc('\n', d.f);
     return doc_save(c, &d, "report.md", err);
 }
@@ -690,15 +664,20 @@ static ql_status write_csv(ctx *c, group *gs, size_t ng, ql_error *err)
 {
     enum { G_MODEL, G_DATASET, G_CTX, G_CHUNKS, G_HASH, N_G };
     static const char *const group_cols[N_G] = {"model", "dataset", "ctx", "chunks", "config_hash"};
-    ql_table_column cols[N_G + QL_AXIS_COUNT + N_V - 1];
+    ql_table_column cols[N_G + QL_AXIS_COUNT + QL_N_METRICS];
     size_t nc = 0;
     for (int i = 0; i < N_G; i++)
         cols[nc++] = (ql_table_column){group_cols[i], NULL, false};
     for (int a = 0; a < QL_AXIS_COUNT; a++)
-        cols[nc++] = (ql_table_column){axis_cols[a], NULL, false};
-    /* Every value column except n_tokens (the summary's). */
-    for (int v = 0; v < V_NTOK; v++)
-        cols[nc++] = (ql_table_column){value_cols[v], NULL, true};
+        cols[nc++] = (ql_table_column){ql_axis_name((ql_axis)a), NULL, false};
+    /* The metrics the list puts in the CSV, in report order. */
+    ql_metric_id all[QL_N_METRICS], ids[QL_N_METRICS];
+    size_t n_all = ql_metrics_reported(all), nm = 0;
+    for (size_t k = 0; k < n_all; k++)
+        if (ql_metric_get(all[k])->flags & QL_METRIC_CSV)
+            ids[nm++] = all[k];
+    for (size_t m = 0; m < nm; m++)
+        cols[nc++] = (ql_table_column){ql_metric_get(ids[m])->name, NULL, true};
     ql_table *t = ql_table_alloc(cols, nc);
     if (!t)
         return oom(err);
@@ -716,8 +695,8 @@ static ql_status write_csv(ctx *c, group *gs, size_t ng, ql_error *err)
                 break;
             for (int a = 0; a < QL_AXIS_COUNT && !rc; a++)
                 rc = ql_table_put(t, r->axis[a], err);
-            for (int v = 0; v < V_NTOK && !rc; v++)
-                rc = ql_table_put(t, ql_fmt_exact(r->v[v], buf, sizeof buf), err);
+            for (size_t m = 0; m < nm && !rc; m++)
+                rc = ql_table_put(t, ql_fmt_exact(r->v[ids[m]], buf, sizeof buf), err);
         }
     }
     ql_doc d;
@@ -783,10 +762,11 @@ static size_t act_modes(const group *g, const char **modes, size_t max)
 
 /* The numeric columns of formats.dat, in order; the label and the config hash
  * follow them. The plot scripts find their y column here (dat_column). */
-static const int dat_cols[] = {V_BPW, V_KLD, V_KLD_P99, V_PPL, V_PPL_ERR, V_TOP1};
+static const ql_metric_id dat_cols[] = {QL_METRIC_bpw, QL_METRIC_kld_mean, QL_METRIC_kld_p99,
+                                        QL_METRIC_ppl, QL_METRIC_ppl_err,  QL_METRIC_top1_agree};
 
 /* The gnuplot column number (1-based) of a value in formats.dat. */
-static int dat_column(int value)
+static int dat_column(ql_metric_id value)
 {
     for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
         if (dat_cols[k] == value)
@@ -798,14 +778,15 @@ static int dat_column(int value)
 typedef struct {
     const char *name;  /* file stem: kld_bpw, ppl_bpw */
     const char *front; /* pareto_kld, pareto_ppl */
-    int value;         /* V_KLD or V_PPL */
+    int value;         /* QL_METRIC_kld_mean or QL_METRIC_ppl */
     bool log_y;
     const char *ylabel;
 } metric_plot;
 
 static const metric_plot metric_plots[] = {
-    {"kld_bpw", "pareto_kld", V_KLD, true, "mean KL divergence to the reference (nats)"},
-    {"ppl_bpw", "pareto_ppl", V_PPL, false, "perplexity"},
+    {"kld_bpw", "pareto_kld", QL_METRIC_kld_mean, true,
+     "mean KL divergence to the reference (nats)"},
+    {"ppl_bpw", "pareto_ppl", QL_METRIC_ppl, false, "perplexity"},
 };
 
 /* Whether a value can be drawn on the plot's y axis. */
@@ -828,7 +809,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
-        x[i] = g->rows[i].v[V_BPW];
+        x[i] = g->rows[i].v[QL_METRIC_bpw];
         y[i] = g->rows[i].v[mp->value];
     }
     ql_pareto_front(x, y, n, front, NULL);
@@ -837,12 +818,12 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
     if ((rc = ql_doc_open(&d, err)))
         goto out;
     dat_header(c, g, d.f,
-               mp->value == V_KLD ? "Pareto front in (bpw, mean KLD)"
-                                  : "Pareto front in (bpw, PPL)");
+               mp->value == QL_METRIC_kld_mean ? "Pareto front in (bpw, mean KLD)"
+                                               : "Pareto front in (bpw, PPL)");
     fprintf(d.f,
             "# configs no other config beats on both; columns: bpw %s label act_mode "
             "config_hash\n",
-            value_cols[mp->value]);
+            ql_metric_get(mp->value)->name);
     bool front_drawable = false;
     for (size_t i = 0; i < n; i++) {
         if (!front[i])
@@ -871,7 +852,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
     if (!any) {
         if (c->opt->log)
             fprintf(c->opt->log, "  (%s%s: no %s values to plot)\n", mp->name, g->suffix,
-                    value_cols[mp->value]);
+                    ql_metric_get(mp->value)->name);
         goto out;
     }
 
@@ -884,7 +865,7 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
             "# qlab report: %s against bits per weight, one series per activation mode;\n"
             "# the dashed line joins the Pareto front (configs no other config beats on\n"
             "# both). Data: formats%s.dat, %s%s.dat. Redraw: gnuplot %s\n",
-            value_cols[mp->value], g->suffix, mp->front, g->suffix, script);
+            ql_metric_get(mp->value)->name, g->suffix, mp->front, g->suffix, script);
     plot_title(c, g, title, sizeof title);
     fputs("set encoding utf8\nset title ", f);
     ql_gnuplot_quote(f, title);
@@ -895,9 +876,10 @@ static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp
     fprintf(f, "set offsets graph 0.05, graph 0.05, graph 0.08, graph 0.05\n");
     /* The reference PPL as a horizontal line. */
     double ref = (double)NAN;
-    for (size_t i = 0; i < n && mp->value == V_PPL; i++)
-        if (!isnan(g->rows[i].v[V_PPL_REF]) && (isnan(ref) || g->rows[i].v[V_PPL_REF] < ref))
-            ref = g->rows[i].v[V_PPL_REF];
+    for (size_t i = 0; i < n && mp->value == QL_METRIC_ppl; i++)
+        if (!isnan(g->rows[i].v[QL_METRIC_ppl_ref]) &&
+            (isnan(ref) || g->rows[i].v[QL_METRIC_ppl_ref] < ref))
+            ref = g->rows[i].v[QL_METRIC_ppl_ref];
     fprintf(f, "set terminal %s\nset output '%s.png'\nplot", QL_PLOT_PNG_TERMINAL, base);
     const char *sep = " ";
     static const int point_types[] = {7, 5, 9, 11, 13, 15};
@@ -947,7 +929,7 @@ static ql_status write_plots(ctx *c, const group *g, ql_error *err)
     dat_header(c, g, d.f, "one line per finished config, one block per activation mode");
     fputs("# columns:", d.f);
     for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
-        fprintf(d.f, " %s", value_cols[dat_cols[k]]);
+        fprintf(d.f, " %s", ql_metric_get(dat_cols[k])->name);
     fputs(" label config_hash\n", d.f);
     for (size_t s = 0; s < nmodes; s++) {
         fprintf(d.f, "%s# index %zu: act_mode %s\n", s ? "\n\n" : "", s, modes[s]);
@@ -972,7 +954,7 @@ static ql_status write_plots(ctx *c, const group *g, ql_error *err)
 
 /* ---------------------------------------------------------------- per-tensor plot */
 
-typedef struct {
+typedef struct tensor_point {
     char cls[64];
     int64_t layer;
     char used[32];
@@ -1016,7 +998,8 @@ static void tensor_class(const char *name, char *buf, size_t size)
     snprintf(buf, size, "%.*s", (int)n, p);
 }
 
-static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_error *err)
+/* Reads the tensor errors of the group's plotted run into the group. */
+static ql_status load_tensor_points(ctx *c, group *g, ql_error *err)
 {
     static const char sql[] = "SELECT tensor, layer, used_type, rmse, imatrix_err_rel"
                               " FROM tensor_errors WHERE run_id = ?1 ORDER BY tensor";
@@ -1024,15 +1007,9 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
     ql_status rc = prepare(c, sql, &st, err);
     if (rc)
         return rc;
-    tensor_point *pts = NULL;
-    size_t n = 0, cap = 0;
-    ql_doc d = {0};
-    char outside[2048] = "";
-    size_t olen = 0;
-    if (sqlite3_bind_int64(st, 1, r->run_id) != SQLITE_OK) {
-        rc = db_error(c, "binding a parameter", err);
+    size_t cap = 0, olen = 0;
+    if ((rc = bind_int(c, st, 1, g->tensor_row->run_id, err)))
         goto out;
-    }
     for (;;) {
         bool more;
         if ((rc = step(c, st, &more, err)) || !more)
@@ -1044,25 +1021,39 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
             char v1[32], v2[32];
             ql_format_double(col_double(st, 3), v1, sizeof v1);
             ql_format_double(col_double(st, 4), v2, sizeof v2);
-            if (olen < sizeof outside)
-                olen += (size_t)snprintf(outside + olen, sizeof outside - olen,
+            if (olen < sizeof g->outside)
+                olen += (size_t)snprintf(g->outside + olen, sizeof g->outside - olen,
                                          "#   %s %s rmse %s imatrix_err_rel %s\n",
                                          name ? name : "?", used ? used : "?", v1, v2);
             continue;
         }
-        if (!ql_grow((void **)&pts, &cap, n + 1, sizeof *pts)) {
+        if (!ql_grow((void **)&g->pts, &cap, g->npts + 1, sizeof *g->pts)) {
             rc = oom(err);
             break;
         }
-        tensor_point *p = &pts[n++];
+        tensor_point *p = &g->pts[g->npts++];
         tensor_class(name ? name : "", p->cls, sizeof p->cls);
         p->layer = sqlite3_column_int64(st, 1);
         ql_strlcpy(p->used, used ? used : "?", sizeof p->used);
         p->rmse = col_double(st, 3);
         p->rel = col_double(st, 4);
     }
-    if (rc || n == 0)
-        goto out;
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static ql_status write_tensor_plot(ctx *c, group *g, ql_error *err)
+{
+    const row *r = g->tensor_row;
+    tensor_point *pts = g->pts;
+    size_t n = g->npts;
+    const char *outside = g->outside;
+    size_t olen = strlen(outside);
+    ql_doc d = {0};
+    ql_status rc = QL_OK;
+    if (n == 0)
+        return QL_OK;
     qsort(pts, n, sizeof *pts, cmp_points);
     bool use_rel = true;
     int64_t min_layer = pts[0].layer, max_layer = pts[0].layer;
@@ -1146,8 +1137,6 @@ static ql_status write_tensor_plot(ctx *c, const group *g, const row *r, ql_erro
     render(c, fname, base);
 out:
     ql_doc_discard(&d);
-    sqlite3_finalize(st);
-    free(pts);
     return rc;
 }
 
@@ -1161,9 +1150,7 @@ static ql_status has_layer_tensors(ctx *c, int64_t run_id, bool *yes, ql_error *
     if (rc)
         return rc;
     bool more = false;
-    if (sqlite3_bind_int64(st, 1, run_id) != SQLITE_OK)
-        rc = db_error(c, "binding a parameter", err);
-    else if (!(rc = step(c, st, &more, err)))
+    if (!(rc = bind_int(c, st, 1, run_id, err)) && !(rc = step(c, st, &more, err)))
         *yes = more && sqlite3_column_int(st, 0) != 0;
     sqlite3_finalize(st);
     return rc;
@@ -1201,7 +1188,9 @@ static ql_status tensor_run(ctx *c, const group *g, const row **out, ql_error *e
         }
         /* Largest mean KLD; ties: lower bpw (rows come in bpw order), then hash. */
         const row *b = *out;
-        if (!b || (!isnan(r->v[V_KLD]) && (isnan(b->v[V_KLD]) || r->v[V_KLD] > b->v[V_KLD])))
+        if (!b || (!isnan(r->v[QL_METRIC_kld_mean]) &&
+                   (isnan(b->v[QL_METRIC_kld_mean]) ||
+                    r->v[QL_METRIC_kld_mean] > b->v[QL_METRIC_kld_mean])))
             *out = r;
     }
     return QL_OK;
@@ -1230,57 +1219,74 @@ static ql_status check_tensor_prefix(ctx *c, const group *gs, size_t ng, ql_erro
 
 /* ================================================================ driver */
 
-static ql_status report_sweep(ctx *c, ql_error *err)
+/* Reads everything the files of sweep c->sweep show. */
+static ql_status load_sweep(ctx *c, sweep_data *sd, ql_error *err)
 {
-    group *gs = NULL;
-    size_t ng = 0;
-    char name[1024];
-    slug(c->sweep, name, sizeof name);
-    if ((size_t)snprintf(c->dir, sizeof c->dir, "%s/%s", c->opt->out_dir, name) >= sizeof c->dir)
-        return ql_error_set(err, QL_EINVAL, "%s: output path too long", c->opt->out_dir);
-    ql_status rc = load_groups(c, &gs, &ng, err);
-    for (size_t i = 0; i < ng && !rc; i++) {
-        group *g = &gs[i];
+    ql_status rc = load_groups(c, &sd->gs, &sd->ng, err);
+    for (size_t i = 0; i < sd->ng && !rc; i++) {
+        group *g = &sd->gs[i];
         if ((rc = load_rows(c, g, err)) || (rc = load_failures(c, g, err)))
             break;
         find_varying(g);
-        if (ng > 1) {
+        if (sd->ng > 1) {
             char m[200], d[200];
             slug(g->model, m, sizeof m);
             slug(g->dataset, d, sizeof d);
             snprintf(g->suffix, sizeof g->suffix, "-%s-%s-ctx%d-c%d", m, d, g->ctx, g->chunks);
         }
     }
-    if (rc || (rc = check_tensor_prefix(c, gs, ng, err)) || (rc = ql_make_dirs(c->dir, err)))
-        goto out;
+    if (rc || (rc = check_tensor_prefix(c, sd->gs, sd->ng, err)))
+        return rc;
+    for (size_t i = 0; i < sd->ng && !rc; i++) {
+        group *g = &sd->gs[i];
+        if (g->nrows && !(rc = tensor_run(c, g, &g->tensor_row, err)) && g->tensor_row)
+            rc = load_tensor_points(c, g, err);
+    }
+    return rc;
+}
+
+/* Writes the files of sweep c->sweep from what load_sweep read. */
+static ql_status write_sweep(ctx *c, sweep_data *sd, ql_error *err)
+{
+    char name[1024];
+    slug(c->sweep, name, sizeof name);
+    if ((size_t)snprintf(c->dir, sizeof c->dir, "%s/%s", c->opt->out_dir, name) >= sizeof c->dir)
+        return ql_error_set(err, QL_EINVAL, "%s: output path too long", c->opt->out_dir);
+    ql_status rc = ql_make_dirs(c->dir, err);
+    if (rc)
+        return rc;
     if (c->opt->log)
         fprintf(c->opt->log, "sweep %s:\n", c->sweep);
-    if ((rc = write_report_md(c, gs, ng, err)) || (rc = write_csv(c, gs, ng, err)))
-        goto out;
-    for (size_t i = 0; i < ng && !rc; i++) {
-        const group *g = &gs[i];
+    if ((rc = write_report_md(c, sd->gs, sd->ng, err)) || (rc = write_csv(c, sd->gs, sd->ng, err)))
+        return rc;
+    for (size_t i = 0; i < sd->ng && !rc; i++) {
+        group *g = &sd->gs[i];
         if (!g->nrows)
             continue;
-        const row *tr;
-        if ((rc = write_plots(c, g, err)) || (rc = tensor_run(c, g, &tr, err)))
-            break;
-        if (tr)
-            rc = write_tensor_plot(c, g, tr, err);
+        if (!(rc = write_plots(c, g, err)) && g->tensor_row)
+            rc = write_tensor_plot(c, g, err);
     }
     if (!rc)
         c->sum->sweeps++;
-out:
-    for (size_t i = 0; i < ng; i++)
-        group_free(&gs[i]);
-    free(gs);
     return rc;
+}
+
+static void sweep_data_free(sweep_data *sd, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        for (size_t i = 0; i < sd[k].ng; i++)
+            group_free(&sd[k].gs[i]);
+        free(sd[k].gs);
+    }
+    free(sd);
 }
 
 ql_status ql_report_write(ql_store *s, const ql_report_options *opt, ql_report_summary *summary,
                           ql_error *err)
 {
     memset(summary, 0, sizeof *summary);
-    ctx c = {.store = s, .db = ql_store_handle(s), .opt = opt, .sum = summary};
+    ctx c = {.store = s, .opt = opt, .sum = summary};
+    sweep_data *data = NULL;
     if (opt->tensors) {
         size_t n = strlen(opt->tensors);
         bool hex = n >= 1 && n <= 64;
@@ -1304,15 +1310,8 @@ ql_status ql_report_write(ql_store *s, const ql_report_options *opt, ql_report_s
         goto out;
     }
     bool found = !opt->sweep;
-    for (size_t i = 0; i < n && !rc; i++) {
-        if (opt->sweep && strcmp(opt->sweep, sweeps[i]) != 0)
-            continue;
-        found = true;
-        c.sweep = sweeps[i];
-        rc = report_sweep(&c, err);
-    }
-    if (rc)
-        goto out;
+    for (size_t i = 0; i < n; i++)
+        found = found || strcmp(opt->sweep, sweeps[i]) == 0;
     if (!found) {
         /* List what there is, within the message's room. */
         char list[1024];
@@ -1323,12 +1322,36 @@ ql_status ql_report_write(ql_store *s, const ql_report_options *opt, ql_report_s
                           opt->sweep, list);
         goto out;
     }
-    if (opt->tensors && c.tensors_found == 0)
+    /* Everything is read first, in one read transaction (a consistent snapshot of a
+     * store a sweep may be writing), so that no file is written when reading fails. */
+    if (!(data = calloc(n, sizeof *data))) {
+        rc = oom(err);
+        goto out;
+    }
+    if ((rc = ql_store_exec(s, "BEGIN", "report: reading", err)))
+        goto out;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (opt->sweep && strcmp(opt->sweep, sweeps[i]) != 0)
+            continue;
+        c.sweep = sweeps[i];
+        rc = load_sweep(&c, &data[i], err);
+    }
+    if (!rc && opt->tensors && c.tensors_found == 0)
         rc = ql_error_set(err, QL_ENOTFOUND,
                           "--tensors %s: no finished run with per-tensor errors of a config with "
                           "this hash prefix in the reported sweep%s",
                           opt->tensors, opt->sweep ? "" : "s");
+    if (rc || (rc = ql_store_exec(s, "COMMIT", "report: reading", err)))
+        goto out;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (opt->sweep && strcmp(opt->sweep, sweeps[i]) != 0)
+            continue;
+        c.sweep = sweeps[i];
+        rc = write_sweep(&c, &data[i], err);
+    }
 out:
+    ql_store_rollback(s); /* a no-op unless reading failed */
+    sweep_data_free(data, data ? n : 0);
     free_names(sweeps, n);
     return rc;
 }

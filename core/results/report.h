@@ -25,11 +25,12 @@
  * Table rows are sorted by bpw (NULL last), then by the axes (weight type,
  * act mode, outlier ratio, head, embd, KV type, imatrix, budget) and the
  * config hash, so the order is total. Markdown columns: the weight type, the
- * other axes that vary within the group, then bpw, size, PPL ± err, ΔPPL (vs
- * the reference), KLD mean, KLD p99, top-1 %, max |Δp| and the relative
- * imatrix-weighted weight error; a metric column with no value in any row is
- * left out of the Markdown (the CSV keeps it). Missing values are "—" in
- * Markdown and empty in CSV. Numbers have fixed formats (ql_table.h); nothing
+ * other axes that vary within the group, then the metrics the metric list gives
+ * a label, in its report order (today bpw, size, PPL ± err, ΔPPL, KLD mean, KLD
+ * p99, top-1 %, max |Δp| and the relative imatrix-weighted weight error); a
+ * metric column with no value in any row is left out of the Markdown unless the
+ * list keeps it (the CSV keeps it). Missing values are "—" in Markdown and empty
+ * in CSV. Numbers have the list's formats; nothing
  * depends on the time or the machine, so the same database gives
  * byte-identical tables and data files. Images are not compared.
  *
@@ -37,6 +38,13 @@
  * with the largest mean KLD among those with per-tensor errors (ties: lower
  * bpw, then hash): the format that suffers most shows where its error sits.
  * The metric is imatrix_err_rel when every block tensor has it, else rmse.
+ *
+ * The report reads everything it shows first, in one read transaction (a
+ * consistent snapshot of a store a sweep may be writing), and only then writes:
+ * a database failure leaves every output file as it was.
+ *
+ * Columns, labels, formats and the legend come from the metric and axis lists
+ * (experiment/records.h, experiment/config.h).
  *
  * gnuplot is optional: without it on PATH, or when it fails, every table and
  * data file is still written and the summary says why the plots were skipped;

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,278 +17,11 @@
 struct ql_store {
     sqlite3 *db;
     char path[QL_PATH_MAX];
+    const char *subject; /* the file failures are about (ql_store_set_subject); NULL = path */
     bool readonly;
     int fault;     /* countdown to an injected failure; 0 = off */
     bool injected; /* the failure being reported was injected */
 };
-
-/* ================================================================ schema */
-
-/* The columns of the results views after run_id and sweep (aliases r, c, mo, d, m). */
-#define RESULT_COLUMNS                                                                             \
-    "       c.hash AS config_hash, c.canonical,\n"                                                 \
-    "       c.weight_type, c.act_mode, c.outlier_ratio, c.head_type, c.embd_type, c.kv_type,\n"    \
-    "       c.imatrix, c.budget,\n"                                                                \
-    "       mo.name AS model, mo.sha256 AS model_sha256, d.name AS dataset,\n"                     \
-    "       d.sha256 AS dataset_sha256, r.ctx, r.chunks,\n"                                        \
-    "       m.ppl, m.ppl_err, m.ppl_ref, m.ppl_ref_err, m.ppl - m.ppl_ref AS d_ppl,\n"             \
-    "       m.ln_ppl_ratio, m.ln_ppl_ratio_err,\n"                                                 \
-    "       m.kld_mean, m.kld_mean_err, m.kld_median, m.kld_p90, m.kld_p99, m.kld_p999,\n"         \
-    "       m.kld_max, m.dp_mean, m.dp_rms, m.dp_min, m.dp_max, m.max_abs_prob_err,\n"             \
-    "       m.top1_agree, m.n_tokens, m.rmse, m.max_err, m.imatrix_err, m.imatrix_err_rel,\n"      \
-    "       m.bytes, m.bpw, m.bytes_body, m.bpw_body, m.gguf_bytes, m.zlib_bytes, m.params,\n"     \
-    "       m.params_body,\n"                                                                      \
-    "       r.seconds, r.quantize_seconds, r.ref_seconds, r.quant_seconds, r.threads, r.host,\n"   \
-    "       r.finished, r.qlab_version, r.qlab_commit, r.metrics_version, r.imatrix_sha256\n"
-#define RESULT_JOINS                                                                               \
-    "JOIN configs c ON c.id = r.config_id\n"                                                       \
-    "JOIN models mo ON mo.id = r.model_id\n"                                                       \
-    "JOIN datasets d ON d.id = r.dataset_id\n"                                                     \
-    "JOIN metrics m ON m.run_id = r.id\n"
-
-/* Version 1. Conventions: ids are INTEGER PRIMARY KEY; natural keys (sha256,
- * hash, the run identity) are UNIQUE so shard databases can be merged by them;
- * a NULL measurement means "not measured". */
-static const char *const schema_v1[] = {
-    "CREATE TABLE models (\n"
-    "    id          INTEGER PRIMARY KEY,\n"
-    "    sha256      TEXT NOT NULL UNIQUE CHECK (length(sha256) = 64),\n"
-    "    path        TEXT NOT NULL,       -- where it was read the last time\n"
-    "    name        TEXT,                -- manifest name, NULL for a plain path\n"
-    "    arch        TEXT,                -- general.architecture\n"
-    "    file_bytes  INTEGER,\n"
-    "    params      INTEGER,\n"
-    "    n_layer     INTEGER,\n"
-    "    n_embd      INTEGER,\n"
-    "    n_ff        INTEGER,\n"
-    "    n_head      INTEGER,\n"
-    "    n_head_kv   INTEGER,\n"
-    "    n_vocab     INTEGER,\n"
-    "    n_ctx_train INTEGER\n"
-    ");\n",
-    "CREATE TABLE datasets (\n"
-    "    id              INTEGER PRIMARY KEY,\n"
-    "    sha256          TEXT NOT NULL UNIQUE CHECK (length(sha256) = 64),\n"
-    "    name            TEXT NOT NULL,   -- manifest name or the path as given\n"
-    "    path            TEXT,\n"
-    "    bytes           INTEGER,\n"
-    "    tokens          INTEGER,         -- whole text, under the tokenizer of tokens_model_id\n"
-    "    tokens_model_id INTEGER REFERENCES models(id)\n"
-    ");\n",
-    "CREATE TABLE configs (\n"
-    "    id            INTEGER PRIMARY KEY,\n"
-    "    hash          TEXT NOT NULL UNIQUE CHECK (length(hash) = 64), -- sha256(canonical)\n"
-    "    canonical     TEXT NOT NULL UNIQUE,\n"
-    "    weight_type   TEXT NOT NULL,\n"
-    "    act_mode      TEXT NOT NULL,\n"
-    "    outlier_ratio REAL NOT NULL,     -- 0 = off\n"
-    "    head_type     TEXT NOT NULL,     -- 'same' or a type\n"
-    "    embd_type     TEXT NOT NULL,     -- 'same' or a type\n"
-    "    kv_type       TEXT NOT NULL,     -- resolved (never 'auto')\n"
-    "    imatrix       TEXT NOT NULL,     -- 'none', a path, or "
-    "'calib:<dataset>[,ctx=N][,chunks=N]'\n"
-    "    budget        TEXT NOT NULL,     -- 'none', bytes, or 'bpw:X'\n"
-    "    budget_bytes  INTEGER,           -- the byte budget, NULL unless given in bytes\n"
-    "    budget_bpw    REAL               -- the bpw budget, NULL unless given as bpw:X\n"
-    ");\n",
-    "CREATE TABLE runs (\n"
-    "    id               INTEGER PRIMARY KEY,\n"
-    "    config_id        INTEGER NOT NULL REFERENCES configs(id),\n"
-    "    model_id         INTEGER NOT NULL REFERENCES models(id),\n"
-    "    dataset_id       INTEGER NOT NULL REFERENCES datasets(id),\n"
-    "    ctx              INTEGER NOT NULL CHECK (ctx > 0),\n"
-    "    chunks           INTEGER NOT NULL CHECK (chunks > 0),\n"
-    "    sweep            TEXT,            -- the sweep of the last attempt\n"
-    "    status           TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')),\n"
-    "    error            TEXT,            -- why it failed\n"
-    "    attempts         INTEGER NOT NULL DEFAULT 1 CHECK (attempts > 0),\n"
-    "    started          TEXT NOT NULL,   -- UTC, YYYY-MM-DDTHH:MM:SSZ\n"
-    "    finished         TEXT,\n"
-    "    seconds          REAL,            -- the whole run\n"
-    "    quantize_seconds REAL,\n"
-    "    ref_seconds      REAL,            -- reference forward pass\n"
-    "    quant_seconds    REAL,            -- quantized forward pass\n"
-    "    threads          INTEGER,\n"
-    "    host             TEXT,\n"
-    "    qlab_version     TEXT NOT NULL,\n"
-    "    qlab_commit      TEXT NOT NULL,\n"
-    "    metrics_version  INTEGER NOT NULL CHECK (metrics_version > 0),\n"
-    "    imatrix_sha256   TEXT,\n"
-    "    UNIQUE (config_id, model_id, dataset_id, ctx, chunks),\n"
-    "    CHECK ((status = 'failed') = (error IS NOT NULL)),\n"
-    "    CHECK ((status = 'running') = (finished IS NULL))\n"
-    ");\n",
-    "CREATE INDEX runs_by_status ON runs(status);\n",
-    "CREATE TABLE sweep_runs (            -- every run a sweep includes, also those it skipped\n"
-    "    sweep  TEXT NOT NULL,\n"
-    "    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
-    "    PRIMARY KEY (sweep, run_id)\n"
-    ") WITHOUT ROWID;\n",
-    "CREATE TABLE metrics (\n"
-    "    run_id           INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,\n"
-    "    ppl              REAL,\n"
-    "    ppl_err          REAL,\n"
-    "    ppl_ref          REAL,\n"
-    "    ppl_ref_err      REAL,\n"
-    "    ln_ppl_ratio     REAL,\n"
-    "    ln_ppl_ratio_err REAL,\n"
-    "    kld_mean         REAL,\n"
-    "    kld_mean_err     REAL,\n"
-    "    kld_median       REAL,\n"
-    "    kld_p90          REAL,\n"
-    "    kld_p99          REAL,\n"
-    "    kld_p999         REAL,\n"
-    "    kld_max          REAL,\n"
-    "    dp_mean          REAL,\n"
-    "    dp_rms           REAL,\n"
-    "    dp_min           REAL,\n"
-    "    dp_max           REAL,\n"
-    "    max_abs_prob_err REAL,\n"
-    "    top1_agree       REAL,\n"
-    "    n_tokens         INTEGER,\n"
-    "    rmse             REAL,\n"
-    "    max_err          REAL,\n"
-    "    imatrix_err      REAL,\n"
-    "    imatrix_err_rel  REAL,\n"
-    "    bytes            INTEGER,\n"
-    "    bpw              REAL,\n"
-    "    bytes_body       INTEGER,\n"
-    "    bpw_body         REAL,\n"
-    "    gguf_bytes       INTEGER,\n"
-    "    zlib_bytes       INTEGER,\n"
-    "    params           INTEGER,\n"
-    "    params_body      INTEGER\n"
-    ");\n",
-    "CREATE TABLE tensor_errors (\n"
-    "    run_id          INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
-    "    tensor          TEXT NOT NULL,\n"
-    "    layer           INTEGER,         -- N of blk.N.*, NULL for other tensors\n"
-    "    requested_type  TEXT NOT NULL,\n"
-    "    used_type       TEXT NOT NULL,\n"
-    "    fallback        INTEGER NOT NULL CHECK (fallback IN (0, 1)),\n"
-    "    fallback_reason TEXT,\n"
-    "    n_rows          INTEGER NOT NULL,\n"
-    "    n_cols          INTEGER NOT NULL, -- row length (ggml ne[0])\n"
-    "    params          INTEGER NOT NULL,\n"
-    "    bytes           INTEGER NOT NULL,\n"
-    "    rmse            REAL,\n"
-    "    max_err         REAL,\n"
-    "    imatrix_err     REAL,\n"
-    "    imatrix_err_rel REAL,\n"
-    "    outlier_cols    INTEGER,         -- NULL when the outlier split is off\n"
-    "    PRIMARY KEY (run_id, tensor),\n"
-    "    CHECK (fallback = (used_type <> requested_type)),\n"
-    "    CHECK (fallback = (fallback_reason IS NOT NULL))\n"
-    ");\n",
-    /* results and sweep_results share their columns (RESULT_COLUMNS) so that a
-     * report can read either; they differ in where `sweep` comes from. */
-    "-- One row per finished run: config axes, model/text, metrics and provenance;\n"
-    "-- sweep is the sweep that last ran it.\n"
-    "CREATE VIEW results AS\n"
-    "SELECT r.id AS run_id, r.sweep,\n" RESULT_COLUMNS "FROM runs r\n" RESULT_JOINS
-    "WHERE r.status = 'done'",
-    "-- results once per sweep that includes the run, also when an earlier sweep ran\n"
-    "-- it (filter with WHERE sweep = '...').\n"
-    "CREATE VIEW sweep_results AS\n"
-    "SELECT r.id AS run_id, s.sweep,\n" RESULT_COLUMNS
-    "FROM sweep_runs s JOIN runs r ON r.id = s.run_id\n" RESULT_JOINS "WHERE r.status = 'done'",
-    "\n"
-    "-- Every run whatever its status, with its provenance and error.\n"
-    "CREATE VIEW run_log AS\n"
-    "SELECT r.id AS run_id, r.sweep, r.status, r.attempts, c.hash AS config_hash, c.canonical,\n"
-    "       mo.name AS model, mo.sha256 AS model_sha256, d.name AS dataset, r.ctx, r.chunks,\n"
-    "       r.started, r.finished, r.seconds, r.threads, r.host, r.qlab_version,\n"
-    "       r.qlab_commit, r.metrics_version, r.error\n"
-    "FROM runs r\n"
-    "JOIN configs c ON c.id = r.config_id\n"
-    "JOIN models mo ON mo.id = r.model_id\n"
-    "JOIN datasets d ON d.id = r.dataset_id;\n",
-    "\n"
-    "CREATE VIEW failed_runs AS SELECT * FROM run_log WHERE status = 'failed';\n",
-    "\n"
-    "-- Per-tensor errors of finished runs with their config.\n"
-    "CREATE VIEW tensor_results AS\n"
-    "SELECT r.id AS run_id, r.sweep, c.hash AS config_hash, c.canonical, c.weight_type,\n"
-    "       c.act_mode, c.outlier_ratio, mo.name AS model, d.name AS dataset, r.ctx, r.chunks,\n"
-    "       t.tensor, t.layer, t.requested_type, t.used_type, t.fallback, t.fallback_reason,\n"
-    "       t.n_rows, t.n_cols, t.params, t.bytes, 8.0 * t.bytes / t.params AS bpw,\n"
-    "       t.rmse, t.max_err, t.imatrix_err, t.imatrix_err_rel, t.outlier_cols\n"
-    "FROM tensor_errors t\n"
-    "JOIN runs r ON r.id = t.run_id\n"
-    "JOIN configs c ON c.id = r.config_id\n"
-    "JOIN models mo ON mo.id = r.model_id\n"
-    "JOIN datasets d ON d.id = r.dataset_id\n"
-    "WHERE r.status = 'done';\n",
-};
-
-/* Version 2: per-chunk sums of a run, for resampling analyses (paired bootstrap
- * over chunks). A run has either no rows here or one per chunk 0..chunks-1. */
-static const char *const schema_v2[] = {
-    "CREATE TABLE chunk_metrics (\n"
-    "    run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
-    "    chunk       INTEGER NOT NULL CHECK (chunk >= 0), -- index in the text, < runs.chunks\n"
-    "    n_tokens    INTEGER NOT NULL CHECK (n_tokens > 0), -- scored tokens\n"
-    "    kld_sum     REAL,            -- sum of KL(p || q) over the scored tokens (nats)\n"
-    "    nll_sum     REAL,            -- sum of -log q(y)\n"
-    "    nll_ref_sum REAL,            -- sum of -log p(y)\n"
-    "    top1_count  INTEGER CHECK (top1_count BETWEEN 0 AND n_tokens),\n"
-    "    PRIMARY KEY (run_id, chunk)\n"
-    ") WITHOUT ROWID;\n",
-    "\n"
-    "-- Per-chunk means of finished runs with their config (pair two runs by chunk).\n"
-    "CREATE VIEW chunk_results AS\n"
-    "SELECT r.id AS run_id, c.hash AS config_hash, c.weight_type, c.act_mode, c.outlier_ratio,\n"
-    "       c.head_type, c.embd_type, c.kv_type, c.imatrix, c.budget, mo.name AS model,\n"
-    "       d.name AS dataset, r.ctx, r.chunks, k.chunk, k.n_tokens, k.kld_sum, k.nll_sum,\n"
-    "       k.nll_ref_sum, k.top1_count, k.kld_sum / k.n_tokens AS kld_mean,\n"
-    "       (k.nll_sum - k.nll_ref_sum) / k.n_tokens AS ln_ppl_ratio,\n"
-    "       1.0 * k.top1_count / k.n_tokens AS top1_agree\n"
-    "FROM chunk_metrics k\n"
-    "JOIN runs r ON r.id = k.run_id\n"
-    "JOIN configs c ON c.id = r.config_id\n"
-    "JOIN models mo ON mo.id = r.model_id\n"
-    "JOIN datasets d ON d.id = r.dataset_id\n"
-    "WHERE r.status = 'done';\n",
-};
-
-/* Version 3: the activation rounding of every product of a run (act_mode), with
- * the note saying why a rounding fell back (e.g. rows that do not split into its
- * blocks). Only products whose input is rounded have a row. */
-static const char *const schema_v3[] = {
-    "CREATE TABLE act_roundings (\n"
-    "    run_id    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
-    "    tensor    TEXT NOT NULL,   -- the product's weight, e.g. blk.0.ffn_down.weight\n"
-    "    requested TEXT NOT NULL,   -- rounding the act_mode asks for: f16, q8_0, q8_K, ...\n"
-    "    used      TEXT NOT NULL,   -- rounding applied\n"
-    "    note      TEXT,            -- why used differs from requested\n"
-    "    kept_channels INTEGER,     -- outlier channels left unrounded\n"
-    "    PRIMARY KEY (run_id, tensor),\n"
-    "    CHECK ((used <> requested) = (note IS NOT NULL))\n"
-    ") WITHOUT ROWID;\n",
-};
-
-/* The metrics columns, in schema order, with their place in ql_run_metrics. */
-static const struct {
-    const char *name;
-    size_t offset;
-    bool integer;
-} metric_cols[] = {
-#define COL(f, is_count) {#f, offsetof(ql_run_metrics, f), is_count},
-    QL_RUN_METRICS(COL)
-#undef COL
-};
-#define N_METRIC_COLS (sizeof metric_cols / sizeof metric_cols[0])
-_Static_assert(N_METRIC_COLS * sizeof(double) == sizeof(ql_run_metrics),
-               "every ql_run_metrics field has a column");
-
-size_t ql_store_metric_columns(const char *const **names)
-{
-    static const char *list[N_METRIC_COLS];
-    for (size_t i = 0; i < N_METRIC_COLS; i++)
-        list[i] = metric_cols[i].name;
-    *names = list;
-    return N_METRIC_COLS;
-}
 
 /* ================================================================ SQLite calls */
 
@@ -305,26 +39,34 @@ static bool fault_now(ql_store *s)
 /* "path: what: reason", the reason being the injected fault or SQLite's message. */
 static ql_status db_fail(ql_store *s, int rc, const char *what, ql_error *err)
 {
+    const char *path = s->subject ? s->subject : s->path;
     if (s->injected) {
         s->injected = false;
-        return ql_error_set(err, QL_EDB, "%s: %s: injected fault", s->path, what);
+        return ql_error_set(err, QL_EDB, "%s: %s: injected fault", path, what);
     }
-    return ql_error_set(err, QL_EDB, "%s: %s: %s", s->path, what,
+    return ql_error_set(err, QL_EDB, "%s: %s: %s", path, what,
                         s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+}
+
+static ql_status prep_what(ql_store *s, const char *sql, sqlite3_stmt **st, const char **tail,
+                           const char *what, ql_error *err)
+{
+    *st = NULL;
+    if (fault_now(s))
+        return db_fail(s, SQLITE_IOERR, what, err);
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, tail);
+    if (rc != SQLITE_OK) {
+        ql_status r = db_fail(s, rc, what, err);
+        sqlite3_finalize(*st);
+        *st = NULL;
+        return r;
+    }
+    return QL_OK;
 }
 
 static ql_status prep(ql_store *s, const char *sql, sqlite3_stmt **st, ql_error *err)
 {
-    *st = NULL;
-    if (fault_now(s))
-        return db_fail(s, SQLITE_IOERR, "preparing a statement", err);
-    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
-    if (rc != SQLITE_OK) {
-        sqlite3_finalize(*st);
-        *st = NULL;
-        return db_fail(s, rc, "preparing a statement", err);
-    }
-    return QL_OK;
+    return prep_what(s, sql, st, NULL, "preparing a statement", err);
 }
 
 static int step(ql_store *s, sqlite3_stmt *st)
@@ -341,7 +83,8 @@ static ql_status step_done(ql_store *s, sqlite3_stmt *st, const char *what, ql_e
     if (rc == SQLITE_DONE)
         return QL_OK;
     if (rc == SQLITE_ROW)
-        return ql_error_set(err, QL_EDB, "%s: %s: unexpected result row", s->path, what);
+        return ql_error_set(err, QL_EDB, "%s: %s: unexpected result row",
+                            s->subject ? s->subject : s->path, what);
     return db_fail(s, rc, what, err);
 }
 
@@ -352,7 +95,8 @@ static ql_status exec(ql_store *s, const char *sql, const char *what, ql_error *
     char *msg = NULL;
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
     if (rc != SQLITE_OK) {
-        ql_error_set(err, QL_EDB, "%s: %s: %s", s->path, what, msg ? msg : sqlite3_errstr(rc));
+        ql_error_set(err, QL_EDB, "%s: %s: %s", s->subject ? s->subject : s->path, what,
+                     msg ? msg : sqlite3_errstr(rc));
         sqlite3_free(msg);
         return QL_EDB;
     }
@@ -360,37 +104,40 @@ static ql_status exec(ql_store *s, const char *sql, const char *what, ql_error *
 }
 
 /* Bind helpers: NULL for a NULL string, a negative count or a NaN. */
-static ql_status bind_rc(ql_store *s, int rc, int idx, ql_error *err)
+static ql_status bind_rc(ql_store *s, int rc, int idx, const char *what, ql_error *err)
 {
     if (rc == SQLITE_OK)
         return QL_OK;
-    char what[48];
-    snprintf(what, sizeof what, "binding parameter %d", idx);
+    char buf[160];
+    if (!what) {
+        snprintf(buf, sizeof buf, "binding parameter %d", idx);
+        what = buf;
+    }
     return db_fail(s, rc, what, err);
 }
 
 static ql_status bind_text(ql_store *s, sqlite3_stmt *st, int idx, const char *v, ql_error *err)
 {
     if (fault_now(s))
-        return bind_rc(s, SQLITE_IOERR, idx, err);
+        return bind_rc(s, SQLITE_IOERR, idx, NULL, err);
     int rc = v ? sqlite3_bind_text(st, idx, v, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(st, idx);
-    return bind_rc(s, rc, idx, err);
+    return bind_rc(s, rc, idx, NULL, err);
 }
 
 static ql_status bind_count(ql_store *s, sqlite3_stmt *st, int idx, int64_t v, ql_error *err)
 {
     if (fault_now(s))
-        return bind_rc(s, SQLITE_IOERR, idx, err);
+        return bind_rc(s, SQLITE_IOERR, idx, NULL, err);
     int rc = v >= 0 ? sqlite3_bind_int64(st, idx, v) : sqlite3_bind_null(st, idx);
-    return bind_rc(s, rc, idx, err);
+    return bind_rc(s, rc, idx, NULL, err);
 }
 
 static ql_status bind_real(ql_store *s, sqlite3_stmt *st, int idx, double v, ql_error *err)
 {
     if (fault_now(s))
-        return bind_rc(s, SQLITE_IOERR, idx, err);
+        return bind_rc(s, SQLITE_IOERR, idx, NULL, err);
     int rc = isnan(v) ? sqlite3_bind_null(st, idx) : sqlite3_bind_double(st, idx, v);
-    return bind_rc(s, rc, idx, err);
+    return bind_rc(s, rc, idx, NULL, err);
 }
 
 /* Transactions. BEGIN IMMEDIATE takes the write lock at once, so a concurrent
@@ -429,22 +176,662 @@ static ql_status pragma_int(ql_store *s, const char *sql, int64_t *out, ql_error
     return rc;
 }
 
-/* ================================================================ open */
+/* ---------------------------------------------------------------- for the results layer */
 
-/* migrations[v] takes a database from schema version v to v + 1, inside the
- * transaction that then sets user_version. A change of schema adds an entry
- * (CREATE or ALTER TABLE statements) and bumps QL_STORE_SCHEMA_VERSION. */
-#define SQL_LIST(a) a, sizeof a / sizeof a[0]
-static const struct {
-    const char *const *sql;
-    size_t n;
-    const char *what;
-} migrations[QL_STORE_SCHEMA_VERSION] = {
-    {SQL_LIST(schema_v1), "creating the schema"},
-    {SQL_LIST(schema_v2), "adding chunk_metrics (schema version 2)"},
-    {SQL_LIST(schema_v3), "adding act_roundings (schema version 3)"},
+ql_status ql_store_prepare(ql_store *s, const char *sql, sqlite3_stmt **st, const char **tail,
+                           const char *what, ql_error *err)
+{
+    return prep_what(s, sql, st, tail, what, err);
+}
+
+ql_status ql_store_step(ql_store *s, sqlite3_stmt *st, bool *row, const char *what, ql_error *err)
+{
+    int rc = step(s, st);
+    *row = rc == SQLITE_ROW;
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? QL_OK : db_fail(s, rc, what, err);
+}
+
+ql_status ql_store_step_done(ql_store *s, sqlite3_stmt *st, const char *what, ql_error *err)
+{
+    return step_done(s, st, what, err);
+}
+
+ql_status ql_store_bind_text(ql_store *s, sqlite3_stmt *st, int idx, const char *v,
+                             const char *what, ql_error *err)
+{
+    if (fault_now(s))
+        return bind_rc(s, SQLITE_IOERR, idx, what, err);
+    int rc = v ? sqlite3_bind_text(st, idx, v, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(st, idx);
+    return bind_rc(s, rc, idx, what, err);
+}
+
+ql_status ql_store_bind_int64(ql_store *s, sqlite3_stmt *st, int idx, int64_t v, const char *what,
+                              ql_error *err)
+{
+    if (fault_now(s))
+        return bind_rc(s, SQLITE_IOERR, idx, what, err);
+    return bind_rc(s, sqlite3_bind_int64(st, idx, (sqlite3_int64)v), idx, what, err);
+}
+
+ql_status ql_store_bind_real(ql_store *s, sqlite3_stmt *st, int idx, double v, const char *what,
+                             ql_error *err)
+{
+    if (fault_now(s))
+        return bind_rc(s, SQLITE_IOERR, idx, what, err);
+    int rc = isnan(v) ? sqlite3_bind_null(st, idx) : sqlite3_bind_double(st, idx, v);
+    return bind_rc(s, rc, idx, what, err);
+}
+
+ql_status ql_store_exec(ql_store *s, const char *sql, const char *what, ql_error *err)
+{
+    return exec(s, sql, what, err);
+}
+
+void ql_store_rollback(ql_store *s)
+{
+    rollback(s);
+}
+
+void ql_store_set_subject(ql_store *s, const char *path)
+{
+    s->subject = path;
+}
+
+/* ================================================================ SQL text */
+
+/* Schema statements are built from the declarations below (a bounded number of
+ * short names), so a fixed buffer always suffices; running out is a broken
+ * invariant, not an input error. */
+#define SQL_MAX 16384
+
+typedef struct {
+    char text[SQL_MAX];
+    size_t len;
+} sqlbuf;
+
+static void sb_add(sqlbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void sb_add(sqlbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->text + b->len, sizeof b->text - b->len, fmt, ap);
+    va_end(ap);
+    QL_ASSERT(n >= 0 && (size_t)n < sizeof b->text - b->len);
+    b->len += (size_t)n;
+}
+
+/* Appends one item of a comma-separated select list, starting a new line (indented
+ * under the SELECT) when the line would pass LIST_WIDTH. */
+#define LIST_WIDTH 92
+
+static void list_add(sqlbuf *b, const char *item)
+{
+    size_t line = b->len;
+    while (line > 0 && b->text[line - 1] != '\n')
+        line--;
+    bool first = b->len > 0 && b->text[b->len - 1] == '\n';
+    if (!first && b->len - line + 2 + strlen(item) > LIST_WIDTH)
+        sb_add(b, ",\n       %s", item);
+    else if (first)
+        sb_add(b, "       %s", item);
+    else
+        sb_add(b, ", %s", item);
+}
+
+/* ================================================================ schema
+ *
+ * Every table is declared once, below, with the schema version of each column;
+ * the metrics and configs columns come from the lists of records.h and config.h.
+ * From the declarations: the tables of a fresh database, the migration of an
+ * older one (CREATE TABLE for a table it lacks, ALTER TABLE ... ADD COLUMN for a
+ * column it lacks), the views, and the column lists ql_store_columns gives the
+ * merge. Conventions: ids are INTEGER PRIMARY KEY; natural keys (sha256, hash, the
+ * run identity) are UNIQUE so shard databases can be merged by them; a NULL
+ * measurement means "not measured". */
+
+_Static_assert(QL_STORE_SCHEMA_VERSION >= 1, "schema versions start at 1");
+#define METRIC_SINCE(name, kind, since, ...)                                                       \
+    _Static_assert((since) <= QL_STORE_SCHEMA_VERSION,                                             \
+                   "metric " #name ": a newer schema version than QL_STORE_SCHEMA_VERSION (bump "  \
+                   "it in store.h)");
+QL_RUN_METRICS(METRIC_SINCE)
+#undef METRIC_SINCE
+#define AXIS_SINCE(ID, name, first, last, dflt, sql, since, ...)                                   \
+    _Static_assert((since) <= QL_STORE_SCHEMA_VERSION,                                             \
+                   "axis " #name ": a newer schema version than QL_STORE_SCHEMA_VERSION (bump it " \
+                   "in store.h)");
+QL_AXES(AXIS_SINCE)
+#undef AXIS_SINCE
+#define EXTRA_SINCE(ID, name, type, since, comment)                                                \
+    _Static_assert((since) <= QL_STORE_SCHEMA_VERSION,                                             \
+                   "configs column " #name ": a newer schema version than "                        \
+                   "QL_STORE_SCHEMA_VERSION (bump it in store.h)");
+QL_CONFIG_EXTRA_COLUMNS(EXTRA_SINCE)
+#undef EXTRA_SINCE
+
+/* A column: its SQL declaration (type and constraints), the schema version that
+ * added it and a comment for the schema. A column added after its table needs a
+ * declaration ALTER TABLE accepts (no PRIMARY KEY or UNIQUE; NOT NULL with a DEFAULT). */
+typedef struct {
+    const char *name;
+    const char *decl;
+    int since;
+    const char *comment;
+} col_def;
+
+typedef struct {
+    ql_store_table pub;
+    const char *comment;      /* a line of SQL comment before CREATE TABLE, or NULL */
+    const col_def *cols;      /* the declared columns, up to a NULL name */
+    int derived;              /* then the columns of a list: DERIVED_* */
+    const char *constraints;  /* table constraints, one per line, or NULL */
+    const char *options;      /* after the closing parenthesis ("WITHOUT ROWID"), or "" */
+    const char *const *extra; /* further statements (indexes) with the table, NULL-terminated */
+} table_def;
+
+enum { DERIVED_NONE, DERIVED_CONFIGS, DERIVED_METRICS };
+
+static const col_def models_cols[] = {
+    {"id", "INTEGER PRIMARY KEY", 1, NULL},
+    {"sha256", "TEXT NOT NULL UNIQUE CHECK (length(sha256) = 64)", 1, NULL},
+    {"path", "TEXT NOT NULL", 1, "where it was read the last time"},
+    {"name", "TEXT", 1, "manifest name, NULL for a plain path"},
+    {"arch", "TEXT", 1, "general.architecture"},
+    {"file_bytes", "INTEGER", 1, NULL},
+    {"params", "INTEGER", 1, NULL},
+    {"n_layer", "INTEGER", 1, NULL},
+    {"n_embd", "INTEGER", 1, NULL},
+    {"n_ff", "INTEGER", 1, NULL},
+    {"n_head", "INTEGER", 1, NULL},
+    {"n_head_kv", "INTEGER", 1, NULL},
+    {"n_vocab", "INTEGER", 1, NULL},
+    {"n_ctx_train", "INTEGER", 1, NULL},
+    {NULL, NULL, 0, NULL},
 };
-#undef SQL_LIST
+
+static const col_def datasets_cols[] = {
+    {"id", "INTEGER PRIMARY KEY", 1, NULL},
+    {"sha256", "TEXT NOT NULL UNIQUE CHECK (length(sha256) = 64)", 1, NULL},
+    {"name", "TEXT NOT NULL", 1, "manifest name or the path as given"},
+    {"path", "TEXT", 1, NULL},
+    {"bytes", "INTEGER", 1, NULL},
+    {"tokens", "INTEGER", 1, "whole text, under the tokenizer of tokens_model_id"},
+    {"tokens_model_id", "INTEGER REFERENCES models(id)", 1, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+/* Then a column per configs column of config.h (ql_config_columns). */
+static const col_def configs_cols[] = {
+    {"id", "INTEGER PRIMARY KEY", 1, NULL},
+    {"hash", "TEXT NOT NULL UNIQUE CHECK (length(hash) = 64)", 1, "sha256(canonical)"},
+    {"canonical", "TEXT NOT NULL UNIQUE", 1, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static const col_def runs_cols[] = {
+    {"id", "INTEGER PRIMARY KEY", 1, NULL},
+    {"config_id", "INTEGER NOT NULL REFERENCES configs(id)", 1, NULL},
+    {"model_id", "INTEGER NOT NULL REFERENCES models(id)", 1, NULL},
+    {"dataset_id", "INTEGER NOT NULL REFERENCES datasets(id)", 1, NULL},
+    {"ctx", "INTEGER NOT NULL CHECK (ctx > 0)", 1, NULL},
+    {"chunks", "INTEGER NOT NULL CHECK (chunks > 0)", 1, NULL},
+    {"sweep", "TEXT", 1, "the sweep of the last attempt"},
+    {"status", "TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed'))", 1, NULL},
+    {"error", "TEXT", 1, "why it failed"},
+    {"attempts", "INTEGER NOT NULL DEFAULT 1 CHECK (attempts > 0)", 1, NULL},
+    {"started", "TEXT NOT NULL", 1, "UTC, YYYY-MM-DDTHH:MM:SSZ"},
+    {"finished", "TEXT", 1, NULL},
+    {"seconds", "REAL", 1, "the whole run"},
+    {"quantize_seconds", "REAL", 1, NULL},
+    {"ref_seconds", "REAL", 1, "reference forward pass"},
+    {"quant_seconds", "REAL", 1, "quantized forward pass"},
+    {"threads", "INTEGER", 1, NULL},
+    {"host", "TEXT", 1, NULL},
+    {"qlab_version", "TEXT NOT NULL", 1, NULL},
+    {"qlab_commit", "TEXT NOT NULL", 1, NULL},
+    {"metrics_version", "INTEGER NOT NULL CHECK (metrics_version > 0)", 1, NULL},
+    {"imatrix_sha256", "TEXT", 1, NULL},
+    {NULL, NULL, 0, NULL},
+};
+static const char *const runs_extra[] = {"CREATE INDEX runs_by_status ON runs(status)", NULL};
+
+static const col_def sweep_runs_cols[] = {
+    {"sweep", "TEXT NOT NULL", 1, NULL},
+    {"run_id", "INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE", 1, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+/* Then a column per stored metric of records.h. */
+static const col_def metrics_cols[] = {
+    {"run_id", "INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE", 1, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static const col_def tensor_errors_cols[] = {
+    {"run_id", "INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE", 1, NULL},
+    {"tensor", "TEXT NOT NULL", 1, NULL},
+    {"layer", "INTEGER", 1, "N of blk.N.*, NULL for other tensors"},
+    {"requested_type", "TEXT NOT NULL", 1, NULL},
+    {"used_type", "TEXT NOT NULL", 1, NULL},
+    {"fallback", "INTEGER NOT NULL CHECK (fallback IN (0, 1))", 1, NULL},
+    {"fallback_reason", "TEXT", 1, NULL},
+    {"n_rows", "INTEGER NOT NULL", 1, NULL},
+    {"n_cols", "INTEGER NOT NULL", 1, "row length (ggml ne[0])"},
+    {"params", "INTEGER NOT NULL", 1, NULL},
+    {"bytes", "INTEGER NOT NULL", 1, NULL},
+    {"rmse", "REAL", 1, NULL},
+    {"max_err", "REAL", 1, NULL},
+    {"imatrix_err", "REAL", 1, NULL},
+    {"imatrix_err_rel", "REAL", 1, NULL},
+    {"outlier_cols", "INTEGER", 1, "NULL when the outlier split is off"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* Per-chunk sums of a run, for resampling analyses (paired bootstrap over chunks).
+ * A run has either no rows here or one per chunk 0..chunks-1. */
+static const col_def chunk_metrics_cols[] = {
+    {"run_id", "INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE", 2, NULL},
+    {"chunk", "INTEGER NOT NULL CHECK (chunk >= 0)", 2, "index in the text, < runs.chunks"},
+    {"n_tokens", "INTEGER NOT NULL CHECK (n_tokens > 0)", 2, "scored tokens"},
+    {"kld_sum", "REAL", 2, "sum of KL(p || q) over the scored tokens (nats)"},
+    {"nll_sum", "REAL", 2, "sum of -log q(y)"},
+    {"nll_ref_sum", "REAL", 2, "sum of -log p(y)"},
+    {"top1_count", "INTEGER CHECK (top1_count BETWEEN 0 AND n_tokens)", 2, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+/* The activation rounding of every product of a run (act_mode), with the note
+ * saying why a rounding fell back (e.g. rows that do not split into its blocks).
+ * Only products whose input is rounded have a row. */
+static const col_def act_roundings_cols[] = {
+    {"run_id", "INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE", 3, NULL},
+    {"tensor", "TEXT NOT NULL", 3, "the product's weight, e.g. blk.0.ffn_down.weight"},
+    {"requested", "TEXT NOT NULL", 3, "rounding the act_mode asks for: f16, q8_0, q8_K, ..."},
+    {"used", "TEXT NOT NULL", 3, "rounding applied"},
+    {"note", "TEXT", 3, "why used differs from requested"},
+    {"kept_channels", "INTEGER", 3, "outlier channels left unrounded"},
+    {NULL, NULL, 0, NULL},
+};
+
+static const char *const no_extra[] = {NULL};
+
+/* The tables, referenced ones first. */
+static const table_def tables[] = {
+    {{"models", 1, QL_TABLE_IDENTITY, "sha256", NULL},
+     NULL,
+     models_cols,
+     DERIVED_NONE,
+     NULL,
+     "",
+     no_extra},
+    {{"datasets", 1, QL_TABLE_IDENTITY, "sha256", NULL},
+     NULL,
+     datasets_cols,
+     DERIVED_NONE,
+     NULL,
+     "",
+     no_extra},
+    {{"configs", 1, QL_TABLE_IDENTITY, "hash", NULL},
+     NULL,
+     configs_cols,
+     DERIVED_CONFIGS,
+     NULL,
+     "",
+     no_extra},
+    {{"runs", 1, QL_TABLE_RUNS, NULL, NULL},
+     NULL,
+     runs_cols,
+     DERIVED_NONE,
+     "UNIQUE (config_id, model_id, dataset_id, ctx, chunks),\n"
+     "    CHECK ((status = 'failed') = (error IS NOT NULL)),\n"
+     "    CHECK ((status = 'running') = (finished IS NULL))",
+     "",
+     runs_extra},
+    {{"sweep_runs", 1, QL_TABLE_MEMBERS, NULL, NULL},
+     "every run a sweep includes, also those it skipped",
+     sweep_runs_cols,
+     DERIVED_NONE,
+     "PRIMARY KEY (sweep, run_id)",
+     " WITHOUT ROWID",
+     no_extra},
+    {{"metrics", 1, QL_TABLE_RUN_DATA, NULL, NULL},
+     NULL,
+     metrics_cols,
+     DERIVED_METRICS,
+     NULL,
+     "",
+     no_extra},
+    {{"tensor_errors", 1, QL_TABLE_RUN_DATA, "tensor", "the errors of tensor"},
+     NULL,
+     tensor_errors_cols,
+     DERIVED_NONE,
+     "PRIMARY KEY (run_id, tensor),\n"
+     "    CHECK (fallback = (used_type <> requested_type)),\n"
+     "    CHECK (fallback = (fallback_reason IS NOT NULL))",
+     "",
+     no_extra},
+    {{"chunk_metrics", 2, QL_TABLE_RUN_DATA, "chunk", "the sums of chunk"},
+     NULL,
+     chunk_metrics_cols,
+     DERIVED_NONE,
+     "PRIMARY KEY (run_id, chunk)",
+     " WITHOUT ROWID",
+     no_extra},
+    {{"act_roundings", 3, QL_TABLE_RUN_DATA, "tensor", "the activation rounding records of tensor"},
+     NULL,
+     act_roundings_cols,
+     DERIVED_NONE,
+     "PRIMARY KEY (run_id, tensor),\n"
+     "    CHECK ((used <> requested) = (note IS NOT NULL))",
+     " WITHOUT ROWID",
+     no_extra},
+};
+#define N_TABLES (sizeof tables / sizeof tables[0])
+
+/* A column as created: the declaration of a derived one is built here. */
+typedef struct {
+    const char *name;
+    char decl[160];
+    int since;
+    const char *comment;
+} column;
+
+#define MAX_TABLE_COLUMNS QL_STORE_COLUMN_MAX
+
+/* SQL text of a value: 'text' with quotes doubled. */
+static void sql_quote(const char *v, char *buf, size_t size)
+{
+    size_t o = 0;
+    if (o + 1 < size)
+        buf[o++] = '\'';
+    for (; *v && o + 3 < size; v++) {
+        if (*v == '\'')
+            buf[o++] = '\'';
+        buf[o++] = *v;
+    }
+    if (o + 1 < size)
+        buf[o++] = '\'';
+    buf[o] = '\0';
+}
+
+/* The columns of table t, in creation order. */
+static size_t table_columns(const table_def *t, column *out)
+{
+    size_t n = 0;
+    for (const col_def *c = t->cols; c->name; c++) {
+        QL_ASSERT(n < MAX_TABLE_COLUMNS);
+        out[n].name = c->name;
+        ql_strlcpy(out[n].decl, c->decl, sizeof out[n].decl);
+        out[n].since = c->since;
+        out[n].comment = c->comment;
+        n++;
+    }
+    if (t->derived == DERIVED_CONFIGS) {
+        const ql_config_column *cc;
+        size_t nc = ql_config_columns(&cc);
+        for (size_t i = 0; i < nc; i++) {
+            QL_ASSERT(n < MAX_TABLE_COLUMNS);
+            column *o = &out[n++];
+            o->name = cc[i].name;
+            o->since = cc[i].since;
+            o->comment = cc[i].comment;
+            const char *type = cc[i].type == QL_COLUMN_TEXT   ? "TEXT"
+                               : cc[i].type == QL_COLUMN_REAL ? "REAL"
+                                                              : "INTEGER";
+            if (i >= QL_AXIS_COUNT) {
+                snprintf(o->decl, sizeof o->decl, "%s", type); /* extra: NULL when n/a */
+            } else if (cc[i].since <= t->pub.since) {
+                snprintf(o->decl, sizeof o->decl, "%s NOT NULL", type);
+            } else {
+                /* An axis added later: older configs had its default. */
+                char dflt[QL_CONFIG_VALUE_MAX], lit[128];
+                ql_axis_default_string(cc[i].axis, dflt, sizeof dflt);
+                if (cc[i].type == QL_COLUMN_TEXT)
+                    sql_quote(dflt, lit, sizeof lit);
+                else
+                    ql_strlcpy(lit, dflt, sizeof lit);
+                snprintf(o->decl, sizeof o->decl, "%s NOT NULL DEFAULT %s", type, lit);
+            }
+        }
+    } else if (t->derived == DERIVED_METRICS) {
+        const ql_metric_info *mi;
+        size_t nm = ql_metrics(&mi);
+        for (size_t i = 0; i < nm; i++) {
+            if (mi[i].kind == QL_METRIC_KIND_DERIVED)
+                continue;
+            QL_ASSERT(n < MAX_TABLE_COLUMNS);
+            column *o = &out[n++];
+            o->name = mi[i].name;
+            o->since = mi[i].since;
+            o->comment = NULL;
+            ql_strlcpy(o->decl, mi[i].kind == QL_METRIC_KIND_COUNT ? "INTEGER" : "REAL",
+                       sizeof o->decl);
+        }
+    }
+    return n;
+}
+
+/* The value a column has in rows written before it existed: its DEFAULT, or NULL. */
+static void column_default(const column *c, char *buf, size_t size)
+{
+    const char *d = strstr(c->decl, "DEFAULT ");
+    if (!d) {
+        ql_strlcpy(buf, "NULL", size);
+        return;
+    }
+    d += strlen("DEFAULT ");
+    size_t n = d[0] == '\'' ? strcspn(d + 1, "'") + 2 : strcspn(d, " ");
+    snprintf(buf, size, "%.*s", (int)n, d);
+}
+
+static void create_table_sql(const table_def *t, sqlbuf *b)
+{
+    column cols[MAX_TABLE_COLUMNS];
+    size_t n = table_columns(t, cols), width = 0;
+    for (size_t i = 0; i < n; i++)
+        width = strlen(cols[i].name) > width ? strlen(cols[i].name) : width;
+    b->len = 0;
+    sb_add(b, "CREATE TABLE %s (%s%s\n", t->pub.name, t->comment ? "            -- " : "",
+           t->comment ? t->comment : "");
+    for (size_t i = 0; i < n; i++) {
+        bool last = i + 1 == n && !t->constraints;
+        sb_add(b, "    %-*s %s%s", (int)width, cols[i].name, cols[i].decl, last ? "" : ",");
+        if (cols[i].comment)
+            sb_add(b, " -- %s", cols[i].comment);
+        sb_add(b, "\n");
+    }
+    if (t->constraints)
+        sb_add(b, "    %s\n", t->constraints);
+    sb_add(b, ")%s", t->options);
+}
+
+size_t ql_store_tables(const ql_store_table **out)
+{
+    static ql_store_table list[N_TABLES];
+    for (size_t i = 0; i < N_TABLES; i++)
+        list[i] = tables[i].pub;
+    *out = list;
+    return N_TABLES;
+}
+
+size_t ql_store_columns(const ql_store_table *t, ql_store_column *out)
+{
+    for (size_t k = 0; k < N_TABLES; k++) {
+        if (strcmp(tables[k].pub.name, t->name) != 0)
+            continue;
+        column cols[MAX_TABLE_COLUMNS];
+        size_t n = table_columns(&tables[k], cols);
+        for (size_t i = 0; i < n; i++) {
+            out[i].name = cols[i].name;
+            out[i].since = cols[i].since;
+            column_default(&cols[i], out[i].dflt, sizeof out[i].dflt);
+        }
+        return n;
+    }
+    QL_ASSERT(!"not a table of the store");
+    return 0;
+}
+
+size_t ql_store_metric_columns(const char *const **names)
+{
+    static const char *list[QL_N_METRICS];
+    const ql_metric_info *mi;
+    size_t nm = ql_metrics(&mi), n = 0;
+    for (size_t i = 0; i < nm; i++)
+        if (mi[i].kind != QL_METRIC_KIND_DERIVED)
+            list[n++] = mi[i].name;
+    *names = list;
+    return n;
+}
+
+/* ---------------------------------------------------------------- views */
+
+/* The axis columns of a config (alias c), in axis order. */
+static void add_axes(sqlbuf *b)
+{
+    for (int a = 0; a < QL_AXIS_COUNT; a++) {
+        char item[96];
+        snprintf(item, sizeof item, "c.%s", ql_axis_name((ql_axis)a));
+        list_add(b, item);
+    }
+}
+
+/* The columns of results and sweep_results after run_id and sweep (aliases r, c,
+ * mo, d, m): the config, model and text, every metric, the run's provenance. They
+ * share them so that a report can read either. */
+static void add_result_columns(sqlbuf *b)
+{
+    static const char *const head[] = {"c.hash AS config_hash", "c.canonical"};
+    static const char *const inputs[] = {"mo.name AS model",
+                                         "mo.sha256 AS model_sha256",
+                                         "d.name AS dataset",
+                                         "d.sha256 AS dataset_sha256",
+                                         "r.ctx",
+                                         "r.chunks"};
+    static const char *const provenance[] = {
+        "r.seconds",         "r.quantize_seconds", "r.ref_seconds",
+        "r.quant_seconds",   "r.threads",          "r.host",
+        "r.finished",        "r.qlab_version",     "r.qlab_commit",
+        "r.metrics_version", "r.imatrix_sha256"};
+    sb_add(b, "\n");
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
+        list_add(b, head[i]);
+    add_axes(b);
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++)
+        list_add(b, inputs[i]);
+    const ql_metric_info *mi;
+    size_t nm = ql_metrics(&mi);
+    for (size_t i = 0; i < nm; i++) {
+        char item[256];
+        if (mi[i].kind == QL_METRIC_KIND_DERIVED)
+            snprintf(item, sizeof item, "%s AS %s", mi[i].sql, mi[i].name);
+        else
+            snprintf(item, sizeof item, "m.%s", mi[i].name);
+        list_add(b, item);
+    }
+    for (size_t i = 0; i < sizeof provenance / sizeof provenance[0]; i++)
+        list_add(b, provenance[i]);
+    sb_add(b, "\n");
+}
+
+#define RESULT_JOINS                                                                               \
+    "JOIN configs c ON c.id = r.config_id\n"                                                       \
+    "JOIN models mo ON mo.id = r.model_id\n"                                                       \
+    "JOIN datasets d ON d.id = r.dataset_id\n"
+
+static void view_results(sqlbuf *b)
+{
+    sb_add(b, "CREATE VIEW results AS -- one row per finished run: config axes, model/text,\n"
+              "                       -- metrics and provenance; sweep: the one that last ran it\n"
+              "SELECT r.id AS run_id, r.sweep,");
+    add_result_columns(b);
+    sb_add(b, "FROM runs r\n" RESULT_JOINS "JOIN metrics m ON m.run_id = r.id\n"
+              "WHERE r.status = 'done'");
+}
+
+static void view_sweep_results(sqlbuf *b)
+{
+    sb_add(b, "CREATE VIEW sweep_results AS -- results once per sweep that includes the run,\n"
+              "                             -- also when an earlier sweep ran it\n"
+              "SELECT r.id AS run_id, s.sweep,");
+    add_result_columns(b);
+    sb_add(b, "FROM sweep_runs s JOIN runs r ON r.id = s.run_id\n" RESULT_JOINS
+              "JOIN metrics m ON m.run_id = r.id\n"
+              "WHERE r.status = 'done'");
+}
+
+static void view_run_log(sqlbuf *b)
+{
+    sb_add(b,
+           "CREATE VIEW run_log AS -- every run whatever its status, with provenance and error\n"
+           "SELECT r.id AS run_id, r.sweep, r.status, r.attempts, c.hash AS config_hash,\n"
+           "       c.canonical, mo.name AS model, mo.sha256 AS model_sha256, d.name AS dataset,\n"
+           "       r.ctx, r.chunks, r.started, r.finished, r.seconds, r.threads, r.host,\n"
+           "       r.qlab_version, r.qlab_commit, r.metrics_version, r.error\n"
+           "FROM runs r\n" RESULT_JOINS);
+}
+
+static void view_failed_runs(sqlbuf *b)
+{
+    sb_add(b, "CREATE VIEW failed_runs AS SELECT * FROM run_log WHERE status = 'failed'");
+}
+
+static void view_tensor_results(sqlbuf *b)
+{
+    sb_add(b, "CREATE VIEW tensor_results AS -- per-tensor errors of finished runs, with their\n"
+              "                              -- config\n"
+              "SELECT r.id AS run_id, r.sweep, c.hash AS config_hash, c.canonical,\n");
+    add_axes(b);
+    sb_add(b, ",\n");
+    sb_add(b, "       mo.name AS model, d.name AS dataset, r.ctx, r.chunks, t.tensor, t.layer,\n"
+              "       t.requested_type, t.used_type, t.fallback, t.fallback_reason, t.n_rows,\n"
+              "       t.n_cols, t.params, t.bytes, 8.0 * t.bytes / t.params AS bpw, t.rmse,\n"
+              "       t.max_err, t.imatrix_err, t.imatrix_err_rel, t.outlier_cols\n"
+              "FROM tensor_errors t\n"
+              "JOIN runs r ON r.id = t.run_id\n" RESULT_JOINS "WHERE r.status = 'done'");
+}
+
+static void view_chunk_results(sqlbuf *b)
+{
+    sb_add(b, "CREATE VIEW chunk_results AS -- per-chunk means of finished runs with their\n"
+              "                             -- config (pair two runs by chunk)\n"
+              "SELECT r.id AS run_id, c.hash AS config_hash,\n");
+    add_axes(b);
+    sb_add(b, ",\n");
+    sb_add(b, "       mo.name AS model, d.name AS dataset, r.ctx, r.chunks, k.chunk, k.n_tokens,\n"
+              "       k.kld_sum, k.nll_sum, k.nll_ref_sum, k.top1_count,\n"
+              "       k.kld_sum / k.n_tokens AS kld_mean,\n"
+              "       (k.nll_sum - k.nll_ref_sum) / k.n_tokens AS ln_ppl_ratio,\n"
+              "       1.0 * k.top1_count / k.n_tokens AS top1_agree\n"
+              "FROM chunk_metrics k\n"
+              "JOIN runs r ON r.id = k.run_id\n" RESULT_JOINS "WHERE r.status = 'done'");
+}
+
+/* In creation order (failed_runs reads run_log). */
+static const struct {
+    const char *name;
+    void (*sql)(sqlbuf *b);
+} views[] = {
+    {"results", view_results},
+    {"sweep_results", view_sweep_results},
+    {"run_log", view_run_log},
+    {"failed_runs", view_failed_runs},
+    {"tensor_results", view_tensor_results},
+    {"chunk_results", view_chunk_results},
+};
+#define N_VIEWS (sizeof views / sizeof views[0])
+
+/* The SQL of view i as sqlite_master keeps it (without trailing white space). */
+static void view_sql(size_t i, sqlbuf *b)
+{
+    b->len = 0;
+    views[i].sql(b);
+    while (b->len > 0 && (b->text[b->len - 1] == '\n' || b->text[b->len - 1] == ' '))
+        b->text[--b->len] = '\0';
+}
+
+/* ================================================================ open */
 
 static ql_status check_identity(ql_store *s, int64_t version, int64_t app_id, int64_t n_objects,
                                 ql_error *err)
@@ -462,6 +849,92 @@ static ql_status check_identity(ql_store *s, int64_t version, int64_t app_id, in
                             "%s: not a qlab results database (it has tables but no qlab schema "
                             "version)",
                             s->path);
+    return QL_OK;
+}
+
+/* Whether every view of this qlab is in the database as this qlab defines it. */
+static ql_status views_current(ql_store *s, bool *current, ql_error *err)
+{
+    *current = false;
+    sqlite3_stmt *st;
+    ql_status rc =
+        prep(s, "SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?1", &st, err);
+    if (rc)
+        return rc;
+    bool all = true;
+    for (size_t i = 0; i < N_VIEWS && all && !rc; i++) {
+        sqlite3_reset(st);
+        if ((rc = bind_text(s, st, 1, views[i].name, err)))
+            break;
+        int r = step(s, st);
+        if (r == SQLITE_ROW) {
+            sqlbuf b;
+            view_sql(i, &b);
+            const char *have = (const char *)sqlite3_column_text(st, 0);
+            all = have && strcmp(have, b.text) == 0;
+        } else if (r == SQLITE_DONE) {
+            all = false;
+        } else {
+            rc = db_fail(s, r, "reading the views", err);
+        }
+    }
+    sqlite3_finalize(st);
+    *current = !rc && all;
+    return rc;
+}
+
+/* Brings a database from schema version `version` to the current one (inside the
+ * caller's transaction): what it lacks is created from the declarations, the views
+ * are created anew. Version 0 is an empty file. */
+static ql_status upgrade(ql_store *s, int64_t version, ql_error *err)
+{
+    ql_status st;
+    sqlbuf b;
+    char what[160];
+    for (size_t t = 0; t < N_TABLES; t++) {
+        const table_def *td = &tables[t];
+        if (td->pub.since > version) {
+            snprintf(what, sizeof what, "creating table %s (schema version %d)", td->pub.name,
+                     td->pub.since);
+            create_table_sql(td, &b);
+            if ((st = exec(s, b.text, what, err)))
+                return st;
+            for (const char *const *x = td->extra; *x; x++)
+                if ((st = exec(s, *x, what, err)))
+                    return st;
+            continue;
+        }
+        column cols[MAX_TABLE_COLUMNS];
+        size_t n = table_columns(td, cols);
+        for (size_t i = 0; i < n; i++) {
+            if (cols[i].since <= version)
+                continue;
+            snprintf(what, sizeof what, "adding column %s.%s (schema version %d)", td->pub.name,
+                     cols[i].name, cols[i].since);
+            b.len = 0;
+            sb_add(&b, "ALTER TABLE %s ADD COLUMN %s %s", td->pub.name, cols[i].name, cols[i].decl);
+            if ((st = exec(s, b.text, what, err)))
+                return st;
+        }
+    }
+    return QL_OK;
+}
+
+static ql_status recreate_views(ql_store *s, ql_error *err)
+{
+    ql_status st;
+    sqlbuf b;
+    for (size_t i = N_VIEWS; i-- > 0;) {
+        b.len = 0;
+        sb_add(&b, "DROP VIEW IF EXISTS %s", views[i].name);
+        if ((st = exec(s, b.text, "dropping the views", err)))
+            return st;
+    }
+    for (size_t i = 0; i < N_VIEWS; i++) {
+        view_sql(i, &b);
+        if ((st = exec(s, b.text, "creating the views", err)))
+            return st;
+    }
     return QL_OK;
 }
 
@@ -484,18 +957,17 @@ static ql_status migrate(ql_store *s, ql_error *err)
                                 s->path, (long long)version, QL_STORE_SCHEMA_VERSION);
         return QL_OK;
     }
-    if (version == QL_STORE_SCHEMA_VERSION)
-        return QL_OK;
+    bool current = false;
+    if (version == QL_STORE_SCHEMA_VERSION && ((st = views_current(s, &current, err)) || current))
+        return st;
 
     if ((st = begin(s, err)))
         return st;
     /* Another process may have migrated between the check and the lock. */
-    if ((st = pragma_int(s, "PRAGMA user_version", &version, err)))
+    if ((st = pragma_int(s, "PRAGMA user_version", &version, err)) ||
+        (st = check_identity(s, version, QL_STORE_APPLICATION_ID, 0, err)) ||
+        (st = upgrade(s, version, err)) || (st = recreate_views(s, err)))
         goto out_rollback;
-    for (int64_t v = version; v < QL_STORE_SCHEMA_VERSION; v++)
-        for (size_t i = 0; i < migrations[v].n; i++)
-            if ((st = exec(s, migrations[v].sql[i], migrations[v].what, err)))
-                goto out_rollback;
     char sql[128];
     snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d",
              QL_STORE_SCHEMA_VERSION, QL_STORE_APPLICATION_ID);
@@ -719,35 +1191,41 @@ out:
 ql_status ql_store_upsert_config(ql_store *s, const ql_config *c, int64_t *id, ql_error *err)
 {
     char canonical[QL_CONFIG_TEXT_MAX], hash[65];
-    char axes[QL_AXIS_COUNT][QL_CONFIG_IMATRIX_MAX + 64];
     ql_config_to_string(c, canonical, sizeof canonical);
     ql_config_hash(c, hash);
-    for (int a = 0; a < QL_AXIS_COUNT; a++)
-        ql_config_axis_string(c, (ql_axis)a, axes[a], sizeof axes[a]);
 
-    static const char insert[] =
-        "INSERT INTO configs (hash, canonical, weight_type, act_mode, outlier_ratio, head_type,"
-        " embd_type, kv_type, imatrix, budget, budget_bytes, budget_bpw)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
-        " ON CONFLICT (hash) DO NOTHING";
+    /* hash, canonical, then every configs column of config.h. */
+    const ql_config_column *cols;
+    size_t n = ql_config_columns(&cols);
+    sqlbuf q = {.len = 0};
+    sb_add(&q, "INSERT INTO configs (hash, canonical");
+    for (size_t i = 0; i < n; i++)
+        sb_add(&q, ", %s", cols[i].name);
+    sb_add(&q, ") VALUES (?1, ?2");
+    for (size_t i = 0; i < n; i++)
+        sb_add(&q, ", ?%zu", i + 3);
+    sb_add(&q, ") ON CONFLICT (hash) DO NOTHING");
     sqlite3_stmt *st;
-    ql_status rc = prep(s, insert, &st, err);
+    ql_status rc = prep(s, q.text, &st, err);
     if (rc)
         return rc;
-    if ((rc = bind_text(s, st, 1, hash, err)) || (rc = bind_text(s, st, 2, canonical, err)) ||
-        (rc = bind_text(s, st, 3, axes[QL_AXIS_WEIGHT_TYPE], err)) ||
-        (rc = bind_text(s, st, 4, axes[QL_AXIS_ACT_MODE], err)) ||
-        (rc = bind_real(s, st, 5, c->outlier_ratio, err)) ||
-        (rc = bind_text(s, st, 6, axes[QL_AXIS_HEAD_TYPE], err)) ||
-        (rc = bind_text(s, st, 7, axes[QL_AXIS_EMBD_TYPE], err)) ||
-        (rc = bind_text(s, st, 8, axes[QL_AXIS_KV_TYPE], err)) ||
-        (rc = bind_text(s, st, 9, axes[QL_AXIS_IMATRIX], err)) ||
-        (rc = bind_text(s, st, 10, axes[QL_AXIS_BUDGET], err)) ||
-        (rc = bind_count(s, st, 11, c->budget_kind == QL_BUDGET_BYTES ? c->budget_bytes : -1,
-                         err)) ||
-        (rc = bind_real(s, st, 12, c->budget_kind == QL_BUDGET_BPW ? c->budget_bpw : (double)NAN,
-                        err)) ||
-        (rc = step_done(s, st, "storing the config", err)))
+    if ((rc = bind_text(s, st, 1, hash, err)) || (rc = bind_text(s, st, 2, canonical, err)))
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        char text[QL_CONFIG_VALUE_MAX];
+        double num;
+        int idx = (int)i + 3;
+        ql_config_column_value(c, i, text, sizeof text, &num);
+        if (cols[i].type == QL_COLUMN_TEXT)
+            rc = bind_text(s, st, idx, text, err);
+        else if (cols[i].type == QL_COLUMN_INTEGER)
+            rc = bind_count(s, st, idx, isnan(num) ? -1 : (int64_t)num, err);
+        else
+            rc = bind_real(s, st, idx, num, err);
+        if (rc)
+            goto out;
+    }
+    if ((rc = step_done(s, st, "storing the config", err)))
         goto out;
     sqlite3_finalize(st);
 
@@ -864,28 +1342,34 @@ static double col_or_nan(sqlite3_stmt *st, int i)
 ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief *out,
                                  ql_error *err)
 {
-    out->bpw = out->ppl = out->dppl = out->kld_mean = out->top1_agree = out->quant_seconds =
-        (double)NAN;
+    out->quant_seconds = (double)NAN;
+    for (int i = 0; i < QL_N_METRICS; i++)
+        out->metric[i] = (double)NAN;
+    /* Every metric, derived ones by their SQL (over the metrics row m). */
+    sqlbuf q = {.len = 0};
+    sb_add(&q, "SELECT r.status, r.chunks, r.quant_seconds");
+    const ql_metric_info *mi;
+    size_t nm = ql_metrics(&mi);
+    for (size_t i = 0; i < nm; i++) {
+        if (mi[i].kind == QL_METRIC_KIND_DERIVED)
+            sb_add(&q, ", %s", mi[i].sql);
+        else
+            sb_add(&q, ", m.%s", mi[i].name);
+    }
+    sb_add(&q, " FROM runs r LEFT JOIN metrics m ON m.run_id = r.id WHERE r.id = ?1");
     sqlite3_stmt *st;
-    ql_status rc = prep(s,
-                        "SELECT m.bpw, m.ppl, m.ppl - m.ppl_ref, m.kld_mean, m.top1_agree,"
-                        " r.quant_seconds, r.status, r.chunks FROM runs r"
-                        " LEFT JOIN metrics m ON m.run_id = r.id WHERE r.id = ?1",
-                        &st, err);
+    ql_status rc = prep(s, q.text, &st, err);
     if (rc)
         return rc;
     if ((rc = bind_count(s, st, 1, run_id, err)))
         goto out;
     int r = step(s, st);
     if (r == SQLITE_ROW) {
-        out->bpw = col_or_nan(st, 0);
-        out->ppl = col_or_nan(st, 1);
-        out->dppl = col_or_nan(st, 2);
-        out->kld_mean = col_or_nan(st, 3);
-        out->top1_agree = col_or_nan(st, 4);
-        out->quant_seconds = col_or_nan(st, 5);
-        ql_strlcpy(out->status, (const char *)sqlite3_column_text(st, 6), sizeof out->status);
-        out->chunks = sqlite3_column_int64(st, 7);
+        ql_strlcpy(out->status, (const char *)sqlite3_column_text(st, 0), sizeof out->status);
+        out->chunks = sqlite3_column_int64(st, 1);
+        out->quant_seconds = col_or_nan(st, 2);
+        for (size_t i = 0; i < nm; i++)
+            out->metric[i] = col_or_nan(st, 3 + (int)i);
     } else if (r == SQLITE_DONE) {
         rc = ql_error_set(err, QL_ENOTFOUND, "%s: no run %lld", s->path, (long long)run_id);
     } else {
@@ -992,12 +1476,12 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
             goto out;
     } else {
         /* A retry: forget what the earlier attempt left. */
-        static const char *const clear[] = {"DELETE FROM metrics WHERE run_id = ?1",
-                                            "DELETE FROM tensor_errors WHERE run_id = ?1",
-                                            "DELETE FROM chunk_metrics WHERE run_id = ?1",
-                                            "DELETE FROM act_roundings WHERE run_id = ?1"};
-        for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++) {
-            if ((rc = prep(s, clear[i], &st, err)) || (rc = bind_count(s, st, 1, id, err)) ||
+        for (size_t t = 0; t < N_TABLES; t++) {
+            if (tables[t].pub.role != QL_TABLE_RUN_DATA)
+                continue;
+            sqlbuf q = {.len = 0};
+            sb_add(&q, "DELETE FROM %s WHERE run_id = ?1", tables[t].pub.name);
+            if ((rc = prep(s, q.text, &st, err)) || (rc = bind_count(s, st, 1, id, err)) ||
                 (rc = step_done(s, st, "clearing the earlier attempt", err)))
                 goto out;
             sqlite3_finalize(st);
@@ -1037,34 +1521,39 @@ ql_status ql_store_run_status(ql_store *s, int64_t run_id, char out[16], ql_erro
     return rc;
 }
 
-static ql_status insert_metrics(ql_store *s, int64_t run_id, const ql_run_metrics *m,
-                                ql_error *err)
+static ql_status insert_metrics(ql_store *s, int64_t run_id, const ql_run_metrics *m, ql_error *err)
 {
-    char sql[2048];
-    size_t off = (size_t)snprintf(sql, sizeof sql, "INSERT INTO metrics (run_id");
-    for (size_t i = 0; i < N_METRIC_COLS; i++)
-        off += (size_t)snprintf(sql + off, sizeof sql - off, ", %s", metric_cols[i].name);
-    off += (size_t)snprintf(sql + off, sizeof sql - off, ") VALUES (?1");
-    for (size_t i = 0; i < N_METRIC_COLS; i++)
-        off += (size_t)snprintf(sql + off, sizeof sql - off, ", ?%zu", i + 2);
-    snprintf(sql + off, sizeof sql - off, ")");
-    QL_ASSERT(off + 2 < sizeof sql);
+    const ql_metric_info *mi;
+    size_t nm = ql_metrics(&mi);
+    sqlbuf q = {.len = 0};
+    sb_add(&q, "INSERT INTO metrics (run_id");
+    for (size_t i = 0; i < nm; i++)
+        if (mi[i].kind != QL_METRIC_KIND_DERIVED)
+            sb_add(&q, ", %s", mi[i].name);
+    sb_add(&q, ") VALUES (?1");
+    int idx = 1;
+    for (size_t i = 0; i < nm; i++)
+        if (mi[i].kind != QL_METRIC_KIND_DERIVED)
+            sb_add(&q, ", ?%d", ++idx);
+    sb_add(&q, ")");
 
     sqlite3_stmt *st;
-    ql_status rc = prep(s, sql, &st, err);
+    ql_status rc = prep(s, q.text, &st, err);
     if (rc)
         return rc;
     if ((rc = bind_count(s, st, 1, run_id, err)))
         goto out;
-    for (size_t i = 0; i < N_METRIC_COLS; i++) {
-        double v;
-        memcpy(&v, (const char *)m + metric_cols[i].offset, sizeof v);
-        int idx = (int)i + 2;
-        if (metric_cols[i].integer && !isnan(v)) {
+    idx = 1;
+    for (size_t i = 0; i < nm; i++) {
+        if (mi[i].kind == QL_METRIC_KIND_DERIVED)
+            continue;
+        double v = ql_run_metric(m, (ql_metric_id)i);
+        idx++;
+        if (mi[i].kind == QL_METRIC_KIND_COUNT && !isnan(v)) {
             if (!(v >= 0.0) || v != floor(v) || v > 9007199254740992.0) {
                 rc = ql_error_set(err, QL_EINVAL,
                                   "%s: run %lld: metric %s = %g is not a whole count", s->path,
-                                  (long long)run_id, metric_cols[i].name, v);
+                                  (long long)run_id, mi[i].name, v);
                 goto out;
             }
             rc = bind_count(s, st, idx, (int64_t)v, err);
@@ -1154,8 +1643,8 @@ out:
     return rc;
 }
 
-static ql_status insert_act_roundings(ql_store *s, int64_t run_id, const ql_act_record *a,
-                                      size_t n, ql_error *err)
+static ql_status insert_act_roundings(ql_store *s, int64_t run_id, const ql_act_record *a, size_t n,
+                                      ql_error *err)
 {
     if (n == 0)
         return QL_OK;
@@ -1193,8 +1682,7 @@ out:
 /* Checks the per-chunk records against the run before anything is written:
  * one record per chunk 0..chunks-1, sane counts, token total = n_tokens. */
 static ql_status check_chunks(ql_store *s, int64_t run_id, int64_t chunks,
-                              const ql_chunk_record *ck, size_t n, double n_tokens,
-                              ql_error *err)
+                              const ql_chunk_record *ck, size_t n, double n_tokens, ql_error *err)
 {
     if ((int64_t)n != chunks)
         return ql_error_set(err, QL_EINVAL,
@@ -1264,8 +1752,8 @@ out:
 }
 
 ql_status ql_store_finish_run(ql_store *s, int64_t run_id, const ql_run_metrics *m,
-                              const ql_tensor_record *te, size_t n_te,
-                              const ql_run_timing *t, ql_error *err)
+                              const ql_tensor_record *te, size_t n_te, const ql_run_timing *t,
+                              ql_error *err)
 {
     ql_run_result r = {.metrics = m, .tensors = te, .n_tensors = n_te, .timing = t};
     return ql_store_finish_run_result(s, run_id, &r, err);

@@ -33,7 +33,12 @@
 #include "experiment/config.h"
 #include "experiment/records.h"
 
-/* Version of the schema this qlab writes (PRAGMA user_version). History:
+/* Version of the schema this qlab writes (PRAGMA user_version). Every table and
+ * column is declared with the version that added it (store.c; the metrics' and the
+ * configs' columns in experiment/records.h and experiment/config.h), so opening an
+ * older database creates what it lacks and adds the missing columns. The views are
+ * not versioned: a read-write open re-creates any whose definition differs from this
+ * qlab's. History:
  *   1  models, datasets, configs, runs, sweep_runs, metrics, tensor_errors + views
  *   2  chunk_metrics (per-chunk sums of a run) and the chunk_results view
  *   3  act_roundings (the activation rounding each product used) */
@@ -57,13 +62,86 @@ ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store 
                         ql_error *err);
 void ql_store_close(ql_store *s);
 
-/* The SQLite handle, for read-only queries (query.h) and for merging. */
+/* The SQLite handle (tests read the database through it; library code goes through
+ * the statement helpers below). */
 struct sqlite3 *ql_store_handle(ql_store *s);
 const char *ql_store_path(const ql_store *s);
 
 /* Fault injection for tests: the n-th SQLite call (prepare, bind, step, exec)
- * from now fails with SQLITE_IOERR as if the disk had failed; 0 disables. */
+ * from now fails with SQLITE_IOERR as if the disk had failed; 0 disables. It covers
+ * the store and everything that runs its SQL through the helpers below (report,
+ * merge, query, the notebooks). */
 void ql_store_inject_fault(ql_store *s, int n);
+
+/* ---------------------------------------------------------------- statements
+ *
+ * The results layer's way to SQLite. Every call that can fail counts toward the
+ * injected fault; a failure is "path: what: reason" (reason: SQLite's message or
+ * "injected fault"). Statements are the caller's to finalize (sqlite3_finalize);
+ * reading columns of a row (sqlite3_column_*) cannot fail and is done directly. */
+
+struct sqlite3_stmt;
+
+/* One statement of sql; *tail (may be NULL) gets what follows it. */
+ql_status ql_store_prepare(ql_store *s, const char *sql, struct sqlite3_stmt **st,
+                           const char **tail, const char *what, ql_error *err);
+/* Steps; *row tells whether a row came (false at the end). */
+ql_status ql_store_step(ql_store *s, struct sqlite3_stmt *st, bool *row, const char *what,
+                        ql_error *err);
+/* Steps a statement that returns no rows. */
+ql_status ql_store_step_done(ql_store *s, struct sqlite3_stmt *st, const char *what, ql_error *err);
+/* Parameters: a NULL text and a NaN real bind NULL. */
+ql_status ql_store_bind_text(ql_store *s, struct sqlite3_stmt *st, int idx, const char *v,
+                             const char *what, ql_error *err);
+ql_status ql_store_bind_int64(ql_store *s, struct sqlite3_stmt *st, int idx, int64_t v,
+                              const char *what, ql_error *err);
+ql_status ql_store_bind_real(ql_store *s, struct sqlite3_stmt *st, int idx, double v,
+                             const char *what, ql_error *err);
+/* Runs SQL that returns no rows (one or several statements). */
+ql_status ql_store_exec(ql_store *s, const char *sql, const char *what, ql_error *err);
+/* Undoes the open transaction, if any. Never fails and is never fault-injected: it
+ * is the way back from every failure. */
+void ql_store_rollback(ql_store *s);
+/* The file failures are about, instead of the store's (a merge reading an input it
+ * attached); NULL = the store's again. The string must outlive its use. */
+void ql_store_set_subject(ql_store *s, const char *path);
+
+/* ---------------------------------------------------------------- schema
+ *
+ * The tables as this qlab writes them, for code that copies rows between databases
+ * (merge.h) without naming columns itself. */
+
+typedef enum {
+    QL_TABLE_IDENTITY, /* models, datasets, configs: one row per natural key */
+    QL_TABLE_RUNS,     /* runs */
+    QL_TABLE_MEMBERS,  /* sweep_runs: which sweeps include a run */
+    QL_TABLE_RUN_DATA, /* what a finished run stored: deleted when the run is retried */
+} ql_table_role;
+
+typedef struct {
+    const char *name;
+    int since; /* the schema version that added it */
+    ql_table_role role;
+    /* IDENTITY: the natural key column; RUN_DATA: the column telling a run's rows
+     * apart (NULL: one row per run). */
+    const char *key;
+    const char *row; /* RUN_DATA with a key: what a row is, in words ("the sums of chunk") */
+} ql_store_table;
+
+/* Every table, referenced tables first (the order rows can be copied in). */
+size_t ql_store_tables(const ql_store_table **out);
+
+#define QL_STORE_COLUMN_MAX 96
+
+typedef struct {
+    const char *name;
+    int since;      /* the schema version that added it */
+    char dflt[128]; /* SQL of its value in rows written before it existed ("NULL") */
+} ql_store_column;
+
+/* The columns of a table, in the order this qlab creates them. Returns the count
+ * (at most QL_STORE_COLUMN_MAX). */
+size_t ql_store_columns(const ql_store_table *t, ql_store_column *out);
 
 /* ---------------------------------------------------------------- identities */
 
@@ -134,13 +212,13 @@ ql_status ql_store_run_states(ql_store *s, const char *model_sha256, const char 
                               int ctx, int chunks, ql_store_run_state **out, size_t *n,
                               ql_error *err);
 
-/* A run's status and chunk count, and its headline figures (NAN where not measured,
- * e.g. before it is done). */
+/* A run's status and chunk count, and its figures (NAN where not measured, e.g.
+ * before it is done). */
 typedef struct {
     char status[16]; /* running, done, failed */
     int64_t chunks;
-    double bpw, ppl, dppl, kld_mean, top1_agree;
-    double quant_seconds; /* its quantized forward pass */
+    double metric[QL_N_METRICS]; /* by ql_metric_id, DERIVED ones included */
+    double quant_seconds;        /* its quantized forward pass */
 } ql_store_run_brief;
 
 ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief *out,
@@ -164,8 +242,8 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_r
 
 /* The same without per-chunk sums. */
 ql_status ql_store_finish_run(ql_store *s, int64_t run_id, const ql_run_metrics *m,
-                              const ql_tensor_record *te, size_t n_te,
-                              const ql_run_timing *t, ql_error *err);
+                              const ql_tensor_record *te, size_t n_te, const ql_run_timing *t,
+                              ql_error *err);
 
 /* Marks a running run failed with its error text (retried by the next sweep). */
 ql_status ql_store_fail_run(ql_store *s, int64_t run_id, const char *error, double seconds,
@@ -174,7 +252,7 @@ ql_status ql_store_fail_run(ql_store *s, int64_t run_id, const char *error, doub
 /* Status of a run: "running", "done" or "failed" (copied into out). */
 ql_status ql_store_run_status(ql_store *s, int64_t run_id, char out[16], ql_error *err);
 
-/* The metric columns in schema order, for code that reads them generically. */
+/* The metric columns of the metrics table in schema order (the stored metrics). */
 size_t ql_store_metric_columns(const char *const **names);
 
 #endif

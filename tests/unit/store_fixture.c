@@ -28,11 +28,16 @@ void qlt_store_add_inputs(ql_store *s, int64_t *model, int64_t *text)
 
 bool qlt_v1_fixture(const char *path)
 {
-    char *sql = NULL;
+    return qlt_dump_fixture(path, "v1-fixture.sql");
+}
+
+bool qlt_dump_fixture(const char *path, const char *name)
+{
+    char *sql = NULL, rel[256];
     size_t len;
     ql_error err;
-    CHECK_OK(ql_file_read_all(qlt_source("tests/data/store/v1-fixture.sql"), &sql, &len, &err),
-             &err);
+    snprintf(rel, sizeof rel, "tests/data/store/%s", name);
+    CHECK_OK(ql_file_read_all(qlt_source(rel), &sql, &len, &err), &err);
     if (!sql)
         return false;
     sqlite3 *db;
@@ -128,7 +133,8 @@ static ql_status add_run(ql_store *s, int64_t model, int64_t text, const char *c
 
     ql_type wt = c.weight_type;
     ql_tensor_record te[3] = {
-        {"token_embd.weight", wt, wt, NULL, 512, 64, 32768, 1000, 0.0625, 0.25, (double)NAN, (double)NAN, -1},
+        {"token_embd.weight", wt, wt, NULL, 512, 64, 32768, 1000, 0.0625, 0.25, (double)NAN,
+         (double)NAN, -1},
         {"blk.0.attn_q.weight", wt, wt, NULL, 64, 64, 4096, 500, 0.125, 0.5, 2.0, 0.015625, -1},
         {"blk.0.ffn_down.weight", QL_TYPE_Q4_K, QL_TYPE_Q5_0,
          "row length 172 is not a multiple of 256", 64, 172, 11008, 700, 0.25, 1.0, 4.0, 0.03125,

@@ -31,6 +31,8 @@ void qlt_store_add_inputs(ql_store *s, int64_t *model, int64_t *text);
 /* Writes the schema-1 database of tests/data/store/v1-fixture.sql (what qlab wrote
  * before per-chunk metrics) to path; false, after a failed CHECK, when it cannot. */
 bool qlt_v1_fixture(const char *path);
+/* Replays the sqlite3 .dump tests/data/store/<name> into a new database at path. */
+bool qlt_dump_fixture(const char *path, const char *name);
 
 /* Removes a database with its WAL and shared-memory files. */
 void qlt_remove_db(const char *path);

@@ -1,6 +1,7 @@
 /* Configs: parsing of every axis, the canonical form, the pinned content hash,
  * cross-axis rules and the capability table. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -63,6 +64,133 @@ static void test_defaults_and_pinned_hash(void)
     ql_config_hash(&full, hash);
     CHECK_MSG(strcmp(hash, "2185a400decb41a7c317e6a73967b389f2f2e9ab462bf94662c850d9ae97c600") == 0,
               "hash %s", hash);
+}
+
+/* Every line of tests/data/config/canonical-hashes.tsv (written by the qlab before the
+ * axes became one declaration, for every axis and its default): the config reads to
+ * the same canonical form and hash, and so does the canonical form itself. */
+static void test_stored_hashes(void)
+{
+    size_t len;
+    char *text = qlt_read_file(qlt_source("tests/data/config/canonical-hashes.tsv"), &len);
+    size_t n = 0;
+    bool axis_seen[QL_AXIS_COUNT] = {false};
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#')
+            continue;
+        char *col[4];
+        CHECK_MSG(qlt_split_tabs(line, col, 4) == 3, "bad line '%s'", line);
+        for (int pass = 0; pass < 2; pass++) {
+            const char *in = pass ? col[1] : col[0];
+            ql_config c;
+            ql_error err;
+            char canonical[QL_CONFIG_TEXT_MAX], hash[65];
+            CHECK_OK(ql_config_from_string(in, &c, &err), &err);
+            ql_config_to_string(&c, canonical, sizeof canonical);
+            ql_config_hash(&c, hash);
+            CHECK_MSG(strcmp(canonical, col[1]) == 0, "'%s' -> '%s', stored as '%s'", in, canonical,
+                      col[1]);
+            CHECK_MSG(strcmp(hash, col[2]) == 0, "'%s' -> %s, stored as %s", in, hash, col[2]);
+        }
+        for (int a = 0; a < QL_AXIS_COUNT; a++)
+            axis_seen[a] = axis_seen[a] || strstr(col[0], ql_axis_name((ql_axis)a)) != NULL;
+        n++;
+    }
+    CHECK(n >= 70);
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        CHECK_MSG(axis_seen[a], "no stored hash sets %s", ql_axis_name((ql_axis)a));
+    free(text);
+}
+
+/* The axis list: names, labels, defaults, field ranges, capability entries and the
+ * store's columns, as the rest of qlab reads them. */
+static void test_axis_table(void)
+{
+    ql_config d;
+    ql_config_init(&d);
+    const ql_capability *caps;
+    size_t ncap = ql_config_capabilities(&caps);
+    for (int a = 0; a < QL_AXIS_COUNT; a++) {
+        const ql_axis_info *ai = ql_axis_get((ql_axis)a);
+        ql_axis back;
+        CHECK(ql_axis_lookup(ai->name, &back) && back == (ql_axis)a);
+        CHECK(strcmp(ql_axis_name((ql_axis)a), ai->name) == 0);
+        CHECK(ai->label && *ai->label && ai->since >= 1);
+        /* Its default parses, and ql_config_init gives it. */
+        ql_config c;
+        ql_error err;
+        memset(&c, 0x5a, sizeof c);
+        ql_config_init(&c);
+        CHECK_OK(ql_config_set(&c, (ql_axis)a, ai->default_value, &err), &err);
+        char x[QL_CONFIG_VALUE_MAX], y[QL_CONFIG_VALUE_MAX];
+        ql_config_axis_string(&c, (ql_axis)a, x, sizeof x);
+        ql_axis_default_string((ql_axis)a, y, sizeof y);
+        CHECK_MSG(strcmp(x, y) == 0, "%s: %s vs %s", ai->name, x, y);
+        /* The default's value class has an entry in the capability table. */
+        bool listed = false;
+        for (size_t i = 0; i < ncap; i++)
+            listed = listed || caps[i].axis == (ql_axis)a;
+        CHECK_MSG(listed, "%s has no capability entry", ai->name);
+        CHECK_OK(ql_config_check_axis(&d, (ql_axis)a, &err), &err);
+    }
+    /* Copying one axis copies exactly its fields: all axes copied one by one give the
+     * source, and copying one into a default config changes only that axis. */
+    ql_config full, copy;
+    ql_error err;
+    CHECK_OK(ql_config_from_string("weight_type=Q8_0_XC act_mode=q8_0 outlier_ratio=3 "
+                                   "head_type=Q8_0 embd_type=F16 kv_type=q8_0 "
+                                   "imatrix=calib:x,ctx=64,chunks=5 budget=400000",
+                                   &full, &err),
+             &err);
+    ql_config_init(&copy);
+    for (int a = 0; a < QL_AXIS_COUNT; a++) {
+        ql_config one;
+        ql_config_init(&one);
+        ql_config_copy_axis(&one, &full, (ql_axis)a);
+        for (int b = 0; b < QL_AXIS_COUNT; b++) {
+            char u[QL_CONFIG_VALUE_MAX], v[QL_CONFIG_VALUE_MAX];
+            ql_config_axis_string(&one, (ql_axis)b, u, sizeof u);
+            ql_config_axis_string(b == a ? &full : &d, (ql_axis)b, v, sizeof v);
+            /* head/embd print relative to weight_type: only compare them with it fixed. */
+            if (b != a && (b == QL_AXIS_HEAD_TYPE || b == QL_AXIS_EMBD_TYPE))
+                continue;
+            CHECK_MSG(strcmp(u, v) == 0, "copying %s changed %s: %s vs %s", ql_axis_name(a),
+                      ql_axis_name(b), u, v);
+        }
+        ql_config_copy_axis(&copy, &full, (ql_axis)a);
+    }
+    char t1[QL_CONFIG_TEXT_MAX], t2[QL_CONFIG_TEXT_MAX];
+    ql_config_to_string(&full, t1, sizeof t1);
+    ql_config_to_string(&copy, t2, sizeof t2);
+    CHECK(strcmp(t1, t2) == 0);
+
+    /* The configs columns: each axis, then budget_bytes and budget_bpw. */
+    const ql_config_column *cols;
+    size_t n = ql_config_columns(&cols);
+    CHECK_EQ_INT(n, QL_AXIS_COUNT + 2);
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        CHECK(strcmp(cols[a].name, ql_axis_name((ql_axis)a)) == 0 && cols[a].axis == (ql_axis)a);
+    char text[QL_CONFIG_VALUE_MAX];
+    double num;
+    ql_config_column_value(&full, QL_AXIS_OUTLIER_RATIO, text, sizeof text, &num);
+    CHECK(cols[QL_AXIS_OUTLIER_RATIO].type == QL_COLUMN_REAL && num == 3.0);
+    ql_config_column_value(&full, QL_AXIS_IMATRIX, text, sizeof text, &num);
+    CHECK(strcmp(text, "calib:x,ctx=64,chunks=5") == 0 && isnan(num));
+    CHECK(strcmp(cols[QL_AXIS_COUNT].name, "budget_bytes") == 0);
+    ql_config_column_value(&full, QL_AXIS_COUNT, text, sizeof text, &num);
+    CHECK(num == 400000.0);
+    ql_config_column_value(&full, QL_AXIS_COUNT + 1, text, sizeof text, &num);
+    CHECK(isnan(num));
+
+    /* The short label: the weight type, then name=value of what varies. */
+    bool varies[QL_AXIS_COUNT] = {false};
+    varies[QL_AXIS_ACT_MODE] = varies[QL_AXIS_BUDGET] = true;
+    char label[256];
+    ql_config_short_label(&full, varies, label, sizeof label);
+    CHECK_MSG(strcmp(label, "Q8_0_XC act_mode=q8_0 budget=400000") == 0, "%s", label);
+    CHECK(strcmp(ql_axis_get(QL_AXIS_OUTLIER_RATIO)->shown_default, "off") == 0);
+    CHECK(ql_axis_get(QL_AXIS_HEAD_TYPE)->flags & QL_AXIS_LABEL_SKIPS_DEFAULT);
+    CHECK(!(ql_axis_get(QL_AXIS_KV_TYPE)->flags & QL_AXIS_WEIGHTS));
 }
 
 static void test_canonical_spelling(void)
@@ -264,6 +392,8 @@ static void test_format_double(void)
 int main(void)
 {
     test_defaults_and_pinned_hash();
+    test_stored_hashes();
+    test_axis_table();
     test_canonical_spelling();
     test_round_trip();
     test_errors();

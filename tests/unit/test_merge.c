@@ -799,7 +799,7 @@ static void test_faults(void)
     snapshot start = take(failed);
 
     for (int existing = 0; existing < 2; existing++) {
-        int failures = 0;
+        int failures = 0, staging = 0;
         bool done = false;
         const char *out = tmp_db("faults-%d.db", existing);
         int stride = existing ? 1 : 7;
@@ -821,11 +821,15 @@ static void test_faults(void)
                 CHECK_MSG(st == QL_EDB && strstr(err.msg, "injected fault"),
                           "fault %d: status %d: %s", n, (int)st, err.msg);
                 check_untouched(out, &before, "injected fault");
+                /* A failure while an input is read names the input. */
+                for (int k = 0; k < 2; k++)
+                    staging += strncmp(err.msg, in[k], strlen(in[k])) == 0;
             }
             free(before.bytes);
         }
         CHECK(done);
         CHECK_MSG(failures * stride > 300, "only %d calls could fail", failures * stride);
+        CHECK_MSG(staging * stride > 20, "only %d failures named the input", staging * stride);
         if (getenv("QLT_VERBOSE"))
             fprintf(stderr, "faults: %d calls failed in turn\n", failures);
     }

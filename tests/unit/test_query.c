@@ -175,7 +175,7 @@ static void test_named(void)
     const char *q4 = strstr(text, ",Q4_0,"), *q8 = strstr(text, ",Q8_0,"),
                *f16 = strstr(text, ",F16,");
     CHECK(q4 && q8 && f16 && q4 < q8 && q8 < f16);
-    CHECK(strstr(text, "IQ4_NL") == NULL); /* failed runs are not results */
+    CHECK(strstr(text, "IQ4_NL") == NULL);               /* failed runs are not results */
     CHECK(strstr(text, ",bpw,bpw_body,bytes,") != NULL); /* bpw with and without head/embd */
     free(text);
 
@@ -194,6 +194,48 @@ static void test_named(void)
         lines += *p == '\n';
     CHECK_EQ_INT(lines, 4); /* header + 3 tensors */
     free(text);
+}
+
+/* A store failure at any SQLite call of a query (prepare, bind, each step), in
+ * every output format: a clear error and nothing written, until it gets through
+ * with the output of a query without faults. */
+static void test_faults(void)
+{
+    const ql_named_query *tensors = ql_named_query_find("tensors");
+    const char *params[1] = {"8800"};
+    static const ql_query_format fmts[] = {QL_QUERY_TABLE, QL_QUERY_CSV, QL_QUERY_JSON,
+                                           QL_QUERY_MD};
+    for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
+        ql_error err;
+        char *want = NULL, *got = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&want, &len);
+        CHECK_OK(ql_query_print(store, tensors->sql, params, 1, fmts[k], f, &err), &err);
+        fclose(f);
+        int failures = 0;
+        for (int n = 1; n < 100; n++) {
+            f = open_memstream(&got, &len);
+            ql_store_inject_fault(store, n);
+            ql_status st = ql_query_print(store, tensors->sql, params, 1, fmts[k], f, &err);
+            ql_store_inject_fault(store, 0);
+            fclose(f);
+            if (st == QL_OK) {
+                CHECK_MSG(strcmp(got, want) == 0, "format %zu after %d faults: %s", k, failures,
+                          got);
+                free(got);
+                break;
+            }
+            failures++;
+            CHECK_MSG(st == QL_EDB && strstr(err.msg, ": query") &&
+                          strstr(err.msg, "injected fault"),
+                      "fault %d: status %d: %s", n, (int)st, err.msg);
+            CHECK_MSG(len == 0, "fault %d: %zu bytes written: %s", n, len, got);
+            free(got);
+        }
+        /* prepare, bind, a step per row (3 tensors) and the last one. */
+        CHECK_MSG(failures >= 6, "format %zu: only %d calls could fail", k, failures);
+        free(want);
+    }
 }
 
 /* Parameters keep their type: an integer binds as an integer, text as text. */
@@ -233,6 +275,7 @@ int main(void)
     test_formats();
     test_refusals();
     test_named();
+    test_faults();
     test_bind();
     ql_store_close(store);
     return qlt_done();

@@ -436,6 +436,82 @@ static void test_report_deterministic(void)
     ql_store_close(s);
 }
 
+/* Every file under dir (one level of sweep directories), names and bytes, as one
+ * string: what a failed report must leave as it was. */
+static char *tree_snapshot(const char *dir)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    char *subs = list_dir(dir);
+    for (char *sub = strtok(subs, "\n"); sub; sub = strtok(NULL, "\n")) {
+        char d[900];
+        snprintf(d, sizeof d, "%s/%s", dir, sub);
+        char *names = list_dir(d), *save = NULL;
+        for (char *name = strtok_r(names, "\n", &save); name; name = strtok_r(NULL, "\n", &save)) {
+            char p[1300];
+            snprintf(p, sizeof p, "%s/%s", d, name);
+            char *body = slurp(p);
+            fprintf(f, "== %s/%s\n%s", sub, name, body ? body : "");
+            free(body);
+        }
+        free(names);
+    }
+    free(subs);
+    fclose(f);
+    return text;
+}
+
+/* A store failure at any SQLite call of the report (the fault injection of the
+ * store, which the report's reading goes through): a clear error, and the output
+ * directory exactly as it was, until the report gets through. */
+static void test_report_faults(void)
+{
+    const char *db = qlt_tmp("fixture.db");
+    ql_store *s = open_fixture(db);
+    const char *dir = qlt_tmp("faults-out");
+    ql_error err;
+    CHECK_OK(ql_make_dirs(qlt_tmp("faults-out/fixture-formats"), &err), &err);
+    CHECK_OK(ql_file_write_all(qlt_tmp("faults-out/fixture-formats/report.md"), "stale\n", 6, &err),
+             &err);
+    size_t db_len;
+    char *db_before = qlt_read_file(db, &db_len);
+    char *before = tree_snapshot(dir);
+    CHECK(strstr(before, "== fixture-formats/report.md\nstale\n") != NULL);
+    int failures = 0;
+    bool done = false;
+    for (int n = 1; n < 2000 && !done; n++) {
+        ql_report_summary sum;
+        ql_store_inject_fault(s, n);
+        ql_status st = report(s, dir, NULL, NULL, false, &sum, &err);
+        ql_store_inject_fault(s, 0);
+        if (st == QL_OK) {
+            done = true;
+            break;
+        }
+        failures++;
+        CHECK_MSG(st == QL_EDB && strstr(err.msg, "report: ") && strstr(err.msg, "injected fault"),
+                  "fault %d: status %d: %s", n, (int)st, err.msg);
+        char *now = tree_snapshot(dir);
+        CHECK_MSG(strcmp(now, before) == 0, "fault %d (%s): the output directory changed", n,
+                  err.msg);
+        free(now);
+    }
+    CHECK(done);
+    /* Every statement of every sweep: dozens of calls. */
+    CHECK_MSG(failures > 50, "only %d calls could fail", failures);
+    char *after = tree_snapshot(dir);
+    CHECK(strstr(after, "stale") == NULL && strstr(after, "fixture-mixed/formats.csv") != NULL);
+    free(after);
+    free(before);
+    size_t len;
+    char *db_after = qlt_read_file(db, &len);
+    CHECK(len == db_len && memcmp(db_after, db_before, len) == 0);
+    free(db_after);
+    free(db_before);
+    ql_store_close(s);
+}
+
 static void test_report_options(void)
 {
     ql_store *s = open_fixture(qlt_tmp("fixture.db"));
@@ -520,18 +596,18 @@ static void test_report_edge_cases(void)
         met.bpw = 8.5;
         met.kld_mean = 0.001 * k;
         ql_tensor_record te = {"blk.0.attn_q.weight",
-                                    QL_TYPE_Q8_0,
-                                    QL_TYPE_Q8_0,
-                                    NULL,
-                                    32,
-                                    32,
-                                    1024,
-                                    1088,
-                                    0.001,
-                                    0.004,
-                                    (double)NAN,
-                                    (double)NAN,
-                                    0};
+                               QL_TYPE_Q8_0,
+                               QL_TYPE_Q8_0,
+                               NULL,
+                               32,
+                               32,
+                               1024,
+                               1088,
+                               0.001,
+                               0.004,
+                               (double)NAN,
+                               (double)NAN,
+                               0};
         CHECK_OK(ql_store_finish_run(s, run, &met, &te, 1, NULL, &err), &err);
         ql_config_hash(&c, hash);
         if (strchr(seen, hash[0]))
@@ -692,6 +768,7 @@ int main(void)
     test_report_text();
     test_report_deterministic();
     test_report_options();
+    test_report_faults();
     test_report_edge_cases();
     test_png_check();
     test_plots_without_gnuplot();

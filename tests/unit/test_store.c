@@ -132,6 +132,225 @@ static void test_schema(void)
     ql_store_close(NULL);
 }
 
+/* A query's rows as one string (caller frees): columns joined by ' ', rows by '\n'. */
+static char *rows_text(sqlite3 *db, const char *sql, const char *param)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    sqlite3_stmt *st = NULL;
+    CHECK_MSG(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK, "%s: %s", sql,
+              sqlite3_errmsg(db));
+    if (param)
+        sqlite3_bind_text(st, 1, param, -1, SQLITE_TRANSIENT);
+    while (st && sqlite3_step(st) == SQLITE_ROW) {
+        for (int c = 0; c < sqlite3_column_count(st); c++) {
+            const unsigned char *t = sqlite3_column_text(st, c);
+            fprintf(f, "%s%s", c ? " " : "", t ? (const char *)t : "NULL");
+        }
+        fputc('\n', f);
+    }
+    sqlite3_finalize(st);
+    fclose(f);
+    return text;
+}
+
+/* How SQLite sees a table: every column's name, type, NOT NULL, default and key, by
+ * name (a migration appends the columns it adds, a fresh table has them in list
+ * order). */
+static char *table_shape(sqlite3 *db, const char *table)
+{
+    return rows_text(db,
+                     "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?1)"
+                     " ORDER BY name",
+                     table);
+}
+
+/* What the metric and axis lists promise the store, and the tables and views it
+ * derives from them. */
+static void test_declarations(void)
+{
+    const ql_metric_info *mi;
+    size_t nm = ql_metrics(&mi);
+    CHECK_EQ_INT(nm, QL_N_METRICS);
+    for (size_t i = 0; i < nm; i++) {
+        CHECK(ql_metric_find(mi[i].name) == &mi[i]);
+        CHECK(ql_metric_get((ql_metric_id)i) == &mi[i]);
+        CHECK_MSG(!mi[i].label || mi[i].pos > 0, "%s: a column without a place", mi[i].name);
+        CHECK_MSG((mi[i].kind == QL_METRIC_KIND_DERIVED) == (mi[i].sql != NULL), "%s", mi[i].name);
+        for (size_t j = i + 1; j < nm; j++)
+            CHECK_MSG(mi[i].pos <= 0 || mi[i].pos != mi[j].pos, "%s and %s share place %d",
+                      mi[i].name, mi[j].name, mi[i].pos);
+        if (mi[i].flags & QL_METRIC_PM) {
+            char name[96];
+            snprintf(name, sizeof name, "%s_err", mi[i].name);
+            CHECK_MSG(ql_metric_find(name) != NULL, "%s is shown with ± but has no %s", mi[i].name,
+                      name);
+        }
+    }
+    char buf[64];
+    ql_metric_format(QL_METRIC_bpw, 6.7281, buf, sizeof buf);
+    CHECK(strcmp(buf, "6.728") == 0);
+    ql_metric_format(QL_METRIC_top1_agree, 0.83125, buf, sizeof buf);
+    CHECK(strcmp(buf, "83.12") == 0 || strcmp(buf, "83.13") == 0);
+    ql_metric_format(QL_METRIC_bytes, 246241.0, buf, sizeof buf);
+    CHECK_MSG(strcmp(buf, "240.47 KiB") == 0, "%s", buf);
+    ql_metric_format(QL_METRIC_d_ppl, 0.6007, buf, sizeof buf);
+    CHECK(strcmp(buf, "+0.6007") == 0);
+    ql_metric_format(QL_METRIC_ppl, (double)NAN, buf, sizeof buf);
+    CHECK(buf[0] == '\0');
+    ql_metric_id order[QL_N_METRICS];
+    size_t nr = ql_metrics_reported(order);
+    for (size_t k = 1; k < nr; k++)
+        CHECK(ql_metric_get(order[k - 1])->pos < ql_metric_get(order[k])->pos);
+
+    /* A fresh store: every declared table with its declared columns; the results view
+     * with every axis and every metric (derived ones too), in list order. */
+    const char *path = qlt_tmp_db("declared.db");
+    ql_store *s;
+    ql_error err;
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    if (!s)
+        return;
+    sqlite3 *db = ql_store_handle(s);
+    const ql_store_table *t;
+    size_t nt = ql_store_tables(&t);
+    CHECK(nt >= 9);
+    for (size_t i = 0; i < nt; i++) {
+        ql_store_column cols[QL_STORE_COLUMN_MAX];
+        size_t nc = ql_store_columns(&t[i], cols);
+        char *want = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&want, &len);
+        for (size_t c = 0; c < nc; c++)
+            fprintf(f, "%s\n", cols[c].name);
+        fclose(f);
+        char *got = rows_text(db, "SELECT name FROM pragma_table_info(?1) ORDER BY cid", t[i].name);
+        CHECK_MSG(strcmp(got, want) == 0, "%s: columns\n%s, declared\n%s", t[i].name, got, want);
+        free(got);
+        free(want);
+    }
+    char *cols = rows_text(db, "SELECT name FROM pragma_table_info('results') ORDER BY cid", NULL);
+    const char *at = cols;
+    for (int a = 0; a < QL_AXIS_COUNT && at; a++) {
+        char line[96];
+        snprintf(line, sizeof line, "\n%s\n", ql_axis_name((ql_axis)a));
+        at = strstr(at, line);
+        CHECK_MSG(at, "results has no column %s after the axes before it", line + 1);
+    }
+    for (size_t i = 0; i < nm && at; i++) {
+        char line[96];
+        snprintf(line, sizeof line, "\n%s\n", mi[i].name);
+        at = strstr(at, line);
+        CHECK_MSG(at, "results has no column %s after the metrics before it", mi[i].name);
+    }
+    free(cols);
+    CHECK(qlt_sql_int(db, "SELECT count(*) FROM pragma_table_info('configs') WHERE name = "
+                          "'budget_bytes'") == 1);
+    ql_store_close(s);
+}
+
+/* tests/data/store/v3-fixture.sql: a database qlab wrote before the schema was
+ * derived from the declarations. It opens read-only as it is; a read-write open
+ * leaves its tables alone (they are what the declarations create) and only brings
+ * its views up to date, once; its configs keep their hashes. */
+static void test_v3_database(void)
+{
+    const char *path = qlt_tmp_db("v3.db"), *fresh = qlt_tmp_db("fresh.db");
+    if (!qlt_dump_fixture(path, "v3-fixture.sql"))
+        return;
+    ql_store *s = NULL, *f = NULL;
+    ql_error err;
+    ql_store_options ro = {.readonly = true};
+    CHECK_OK(ql_store_open(path, &ro, &s, &err), &err);
+    if (!s)
+        return;
+    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM results"), 3);
+    ql_store_close(s);
+
+    CHECK_OK(ql_store_open(fresh, NULL, &f, &err), &err);
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    if (!s || !f)
+        return;
+    sqlite3 *old = ql_store_handle(s), *now = ql_store_handle(f);
+    CHECK_EQ_INT(qlt_sql_int(old, "PRAGMA user_version"), 3);
+    const ql_store_table *t;
+    size_t nt = ql_store_tables(&t);
+    for (size_t i = 0; i < nt; i++) {
+        char *a = table_shape(old, t[i].name), *b = table_shape(now, t[i].name);
+        CHECK_MSG(*a && strcmp(a, b) == 0, "%s:\n%sdeclared:\n%s", t[i].name, a, b);
+        free(a);
+        free(b);
+    }
+    static const char objects[] =
+        "SELECT type, name, tbl_name, type = 'view' AND sql IS NOT NULL FROM sqlite_master"
+        " WHERE type IN ('index', 'view') ORDER BY name";
+    static const char views[] =
+        "SELECT name, sql FROM sqlite_master WHERE type = 'view' ORDER BY name";
+    char *a = rows_text(old, objects, NULL), *b = rows_text(now, objects, NULL);
+    CHECK_MSG(strcmp(a, b) == 0, "indexes and views:\n%s\ndeclared:\n%s", a, b);
+    free(a);
+    free(b);
+    a = rows_text(old, views, NULL);
+    b = rows_text(now, views, NULL);
+    CHECK(strcmp(a, b) == 0);
+    free(a);
+    free(b);
+
+    /* Every stored config reads back to its stored hash. */
+    sqlite3_stmt *st;
+    int n = 0;
+    CHECK(sqlite3_prepare_v2(old, "SELECT hash, canonical FROM configs", -1, &st, NULL) ==
+          SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        ql_config c;
+        char hash[65];
+        CHECK_OK(ql_config_from_string((const char *)sqlite3_column_text(st, 1), &c, &err), &err);
+        ql_config_hash(&c, hash);
+        CHECK(strcmp(hash, (const char *)sqlite3_column_text(st, 0)) == 0);
+        n++;
+    }
+    sqlite3_finalize(st);
+    CHECK(n >= 3);
+    ql_store_close(s);
+    ql_store_close(f);
+
+    /* Up to date now: opening it again writes nothing. */
+    size_t len_before, len_after;
+    char *before = qlt_read_file(path, &len_before);
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    ql_store_close(s);
+    char *after = qlt_read_file(path, &len_after);
+    CHECK(len_before == len_after && memcmp(before, after, len_after) == 0);
+    free(before);
+    free(after);
+}
+
+/* A view that differs from the declarations (an older qlab's, or edited by hand) is
+ * re-created by the next read-write open; read-only opens leave it. */
+static void test_views_refreshed(void)
+{
+    const char *path = qlt_tmp_db("views.db");
+    ql_store *s;
+    ql_error err;
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    ql_store_close(s);
+    sqlite3 *raw;
+    CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
+    CHECK(sqlite3_exec(raw, "DROP VIEW results; CREATE VIEW results AS SELECT 1 AS x", NULL, NULL,
+                       NULL) == SQLITE_OK);
+    sqlite3_close(raw);
+    ql_store_options ro = {.readonly = true};
+    CHECK_OK(ql_store_open(path, &ro, &s, &err), &err);
+    CHECK_EQ_INT(
+        qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM pragma_table_info('results')"), 1);
+    ql_store_close(s);
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    CHECK(qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM pragma_table_info('results')") >
+          50);
+    ql_store_close(s);
+}
+
 static void test_round_trip(void)
 {
     const char *path = qlt_tmp_db("roundtrip.db");
@@ -540,6 +759,9 @@ static void test_fixture(void)
 
 int main(void)
 {
+    test_declarations();
+    test_v3_database();
+    test_views_refreshed();
     test_schema();
     test_round_trip();
     test_skip_and_retry();
