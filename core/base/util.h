@@ -44,6 +44,13 @@ void ql_utc_timestamp(char out[32]);
 
 /* Threads used by qlab's parallel loops and by OpenBLAS. Default: all cores.
  * Results never depend on the thread count. */
+/* Physical memory of the machine in bytes (0 when unknown). */
+size_t ql_mem_total(void);
+
+/* "1.5 GiB", "240.47 KiB", "512 B": bytes in binary units with up to 3 significant
+ * decimals. */
+void ql_format_bytes(double bytes, char *buf, size_t size);
+
 void ql_threads_set(int n);
 int ql_threads_get(void);
 

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "experiment/sweep.h"
 #include "harness/runner.h"
+#include "sweep_jobs.h"
 
 static void help(const ql_opt_parser *p)
 {
@@ -41,20 +42,49 @@ static void help(const ql_opt_parser *p)
            "weighed by the first imatrix the sweep names, with or without it quantizing.\n");
 }
 
+/* The sweep in this process, or its configs in `jobs` processes (sweep_jobs.h). */
+static ql_status run(const ql_sweep *sw, const ql_run_opts *ro, int jobs, ql_run_summary *sum,
+                     ql_error *err)
+{
+    ql_sweep_run *r;
+    ql_status st = ql_sweep_run_open(&r, sw, ro, err);
+    if (st)
+        return st;
+    if (jobs > 1 && ql_sweep_run_todo(r) > 1) {
+        /* The jobs load the reference and calibration matrices this process makes. */
+        st = ql_sweep_run_prepare(r, err);
+        if (!st)
+            st = ql_sweep_jobs_run(r, sw, ro, jobs, err);
+    } else {
+        st = ql_sweep_run_configs(r, err);
+    }
+    if (!st || st == QL_EEXTERNAL)
+        ql_sweep_run_print(r);
+    *sum = *ql_sweep_run_summary(r);
+    ql_sweep_run_close(r);
+    return st;
+}
+
 int ql_cmd_sweep(int argc, char **argv)
 {
     const char *args[1], *shard_spec = NULL;
     bool list = false, strict = false;
-    int parent = 0;
+    int parent = 0, jobs = 1;
+    uint64_t mem = 0;
     ql_run_opts ro;
     ql_run_opts_init(&ro);
     const ql_opt opts[] = {
         ql_opt_str("db", 0, &ro.db_path, "PATH", "results store (default results/qlab.db)"),
         ql_opt_threads(&ro.threads, "threads (default: $OMP_NUM_THREADS, else the sweep's\n"
                                     "'threads', else all cores)"),
-        ql_opt_int("jobs", 'j', &ro.jobs, 1, 256, "N",
+        ql_opt_int("jobs", 'j', &jobs, 1, 256, "N",
                    "evaluate N configs at once in separate processes (threads are\n"
                    "divided among them); the best use of cores for small models"),
+        ql_opt_size("mem", 0, &mem, "SIZE",
+                    "memory budget (e.g. 16GiB; default 70% of the RAM): sizes the\n"
+                    "groups of chunks a pass takes through each layer, whether the\n"
+                    "reference's log-probs are held, the tensors kept between configs;\n"
+                    "results do not depend on it"),
         ql_opt_str("cache-dir", 0, &ro.cache_dir, "DIR",
                    "where the reference log-probs and the calibration imatrices\n"
                    "(imatrix = calib:NAME) are cached (default <db dir>/cache);\n"
@@ -106,8 +136,10 @@ int ql_cmd_sweep(int argc, char **argv)
 
     if (!list) {
         ro.shard = shard;
+        ro.mem_bytes = (size_t)mem;
+        ql_sweep_faults_install(&ro);
         ql_run_summary sum;
-        ql_status st = ql_sweep_execute(&sw, &ro, &sum, &err);
+        ql_status st = run(&sw, &ro, jobs, &sum, &err);
         ql_sweep_deinit(&sw);
         if (st)
             return ql_cli_fail(&err);

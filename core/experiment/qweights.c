@@ -26,7 +26,7 @@ typedef struct {
     uint64_t outlier_bytes;    /* f32 values and indices of those columns */
     void *q;                   /* quantized bytes (storage type: Q8_0 for Q8_0_XC) */
     size_t q_bytes;
-    float *deq; /* (nrows, n_per_row) dequantized */
+    float *exact; /* (nrows, oc->n) the outlier columns' exact values, or NULL */
     int64_t nrows, n_per_row;
     ql_weight_error werr; /* against the reference weights, weighted by the metric imatrix */
     uint64_t last_use;
@@ -53,14 +53,62 @@ struct ql_qweights {
 static void qtensor_release(qtensor *t)
 {
     free(t->q);
-    free(t->deq);
+    free(t->exact);
     t->q = NULL;
-    t->deq = NULL;
+    t->exact = NULL;
 }
 
 static size_t qtensor_mem(const qtensor *t)
 {
-    return t->q_bytes + (size_t)(t->nrows * t->n_per_row) * sizeof(float);
+    return t->q_bytes + (t->exact ? (size_t)(t->nrows * t->oc->n) * sizeof(float) : 0);
+}
+
+/* The source a config's product reads for a cached tensor: its bytes in the storage type
+ * and, with an outlier split, the exact columns written over the decoded ones. */
+static ql_weight_src qtensor_src(const qtensor *t)
+{
+    ql_weight_src s = {ql_type_get(t->type)->storage, t->q, 0, NULL, NULL};
+    if (t->exact) {
+        s.n_exact = t->oc->n;
+        s.exact_cols = t->oc->cols;
+        s.exact_vals = t->exact;
+    }
+    return s;
+}
+
+/* Rows per piece when the error of a quantized tensor is measured piecewise: whole
+ * chunks of ql_weight_error_add's partition (so the sums are the same as over the
+ * whole tensor at once), about 16M values a piece. */
+static int64_t error_piece_rows(int64_t n_per_row)
+{
+    const int64_t chunk = ql_quant_chunk_rows(n_per_row);
+    int64_t k = ((int64_t)16 << 20) / (chunk * n_per_row);
+    return (k > 1 ? k : 1) * chunk;
+}
+
+/* Error of the quantized bytes q (type) against src, decoded piece by piece. */
+static ql_status measure_error(int32_t type, const void *q, const float *src, int64_t nrows,
+                               int64_t n_per_row, const float *col_weight, ql_weight_error *werr,
+                               ql_error *err)
+{
+    const int32_t storage = ql_type_get(type)->storage;
+    const size_t row_bytes = ql_row_size(storage, n_per_row);
+    const int64_t piece = error_piece_rows(n_per_row);
+    const int64_t rows = piece < nrows ? piece : nrows;
+    float *deq = malloc((size_t)(rows * n_per_row) * sizeof *deq);
+    if (!deq)
+        return ql_error_set(err, QL_ENOMEM, "out of memory measuring a quantization error");
+    ql_status st = QL_OK;
+    for (int64_t r = 0; r < nrows && !st; r += piece) {
+        const int64_t nr = nrows - r < piece ? nrows - r : piece;
+        st = ql_dequant_tensor(storage, (const uint8_t *)q + (size_t)r * row_bytes,
+                               (size_t)nr * row_bytes, nr, n_per_row, deq, err);
+        if (!st)
+            st =
+                ql_weight_error_add(werr, src + r * n_per_row, deq, nr, n_per_row, col_weight, err);
+    }
+    free(deq);
+    return st;
 }
 
 static void qcache_deinit(qcache *c)
@@ -139,8 +187,9 @@ void ql_qweights_free(ql_qweights *q)
     free(q);
 }
 
-/* The cached quantized tensor for (name, type, imatrix), quantizing it on a miss. */
-static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const float *src,
+/* The cached quantized tensor for (name, type, imatrix, outlier columns), quantizing it
+ * on a miss from the reference's src (decoded to f32 for the time of the quantization). */
+static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const ql_linear *src_lin,
                              const ql_imatrix *im, const ql_outlier_cols *oc, qtensor **out,
                              double *quant_seconds, ql_error *err)
 {
@@ -162,46 +211,58 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
     nt.nrows = e->nrows;
     nt.n_per_row = e->n_per_row;
     nt.q_bytes = (size_t)e->bytes;
-    size_t n = (size_t)(e->nrows * e->n_per_row);
+    const size_t n = (size_t)(e->nrows * e->n_per_row);
+    const bool split = oc || e->used == QL_TYPE_Q8_0_XC;
+    const bool keep_cols = oc && oc->n > 0 && e->used != QL_TYPE_Q8_0_XC;
+    float *src = malloc(n * sizeof *src);
+    float *w_eff = split ? malloc(n * sizeof *w_eff) : NULL;
     nt.q = malloc(nt.q_bytes ? nt.q_bytes : 1);
-    nt.deq = malloc(n * sizeof(float));
-    if (!nt.q || !nt.deq) {
-        qtensor_release(&nt);
-        return ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", e->name);
+    nt.exact = keep_cols ? malloc((size_t)(e->nrows * oc->n) * sizeof *nt.exact) : NULL;
+    ql_status st = QL_OK;
+    if (!src || !nt.q || (split && !w_eff) || (keep_cols && !nt.exact)) {
+        st = ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", e->name);
+        goto out;
     }
     const float *qw, *mw;
-    ql_status st = ql_calib_column_weights(im, e->name, e->n_per_row, q->imat_buf, &qw, err);
-    if (!st && (oc || e->used == QL_TYPE_Q8_0_XC)) {
-        /* The outlier split (outliers.h): the columns stay exact, the rest is
-         * quantized without them; Q8_0_XC keeps them exact inside Q8_0 blocks. */
+    if ((st = ql_linear_decode_rows(src_lin, 0, e->nrows, src, err)) ||
+        (st = ql_calib_column_weights(im, e->name, e->n_per_row, q->imat_buf, &qw, err)) ||
+        (st = ql_calib_column_weights(q->metric_imatrix, e->name, e->n_per_row, q->metric_buf, &mw,
+                                      err)))
+        goto out;
+    if (split) {
+        /* The outlier split (outliers.h): the columns stay exact, the rest is quantized
+         * without them; Q8_0_XC keeps them exact inside Q8_0 blocks. Its error is that of
+         * the effective weight (decoded, exact columns written back). */
         uint64_t qb = 0;
-        st = ql_outliers_quant_weight(e->used, src, e->nrows, e->n_per_row, qw, oc, nt.deq, nt.q,
-                                      nt.q_bytes, &qb, &nt.outlier_bytes, err);
-    } else if (!st) {
-        st = ql_quant_tensor(e->used, src, e->nrows, e->n_per_row, qw, nt.q, nt.q_bytes, NULL, err);
-        if (!st)
-            st = ql_dequant_tensor(e->used, nt.q, nt.q_bytes, e->nrows, e->n_per_row, nt.deq, err);
-    }
-    if (!st)
-        st = ql_calib_column_weights(q->metric_imatrix, e->name, e->n_per_row, q->metric_buf, &mw,
-                                     err);
-    if (!st)
-        st = ql_weight_error_add(&nt.werr, src, nt.deq, e->nrows, e->n_per_row, mw, err);
-    if (st) {
-        qtensor_release(&nt);
-        return st;
+        if ((st = ql_outliers_quant_weight(e->used, src, e->nrows, e->n_per_row, qw, oc, w_eff,
+                                           nt.q, nt.q_bytes, &qb, &nt.outlier_bytes, err)) ||
+            (st = ql_weight_error_add(&nt.werr, src, w_eff, e->nrows, e->n_per_row, mw, err)))
+            goto out;
+        for (int64_t r = 0; keep_cols && r < e->nrows; r++)
+            for (int64_t j = 0; j < oc->n; j++)
+                nt.exact[r * oc->n + j] = src[r * e->n_per_row + oc->cols[j]];
+    } else if ((st = ql_quant_tensor(e->used, src, e->nrows, e->n_per_row, qw, nt.q, nt.q_bytes,
+                                     NULL, err)) ||
+               (st =
+                    measure_error(e->used, nt.q, src, e->nrows, e->n_per_row, mw, &nt.werr, err))) {
+        goto out;
     }
     qcache *c = &q->cache;
     if (c->n == c->cap && !ql_grow((void **)&c->items, &c->cap, c->n + 1, sizeof *c->items)) {
-        qtensor_release(&nt);
-        return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor cache");
+        st = ql_error_set(err, QL_ENOMEM, "out of memory for the tensor cache");
+        goto out;
     }
     nt.last_use = c->clock;
     c->items[c->n++] = nt;
     c->bytes += qtensor_mem(&nt);
     *quant_seconds += ql_now() - t0;
     *out = &c->items[c->n - 1];
-    return QL_OK;
+    memset(&nt, 0, sizeof nt); /* the cache owns it now */
+out:
+    qtensor_release(&nt);
+    free(src);
+    free(w_eff);
+    return st;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -316,8 +377,81 @@ out:
 /* ------------------------------------------------------------------------- */
 /* The weight set                                                             */
 
-/* Quantizes the weights of a config into a weight set borrowing from the cache, and
- * adds up the f32 bytes of the outlier columns (whole model and body). */
+/* Above this many bytes of quantized tensors zlib_bytes is not measured (NULL): level-9
+ * deflate runs at some 20 MB/s here, so it would cost more than a config's pass on a
+ * model of a few hundred million parameters; the challenge it comes from caps models at
+ * 16 MB. */
+#define ZLIB_MAX_BYTES ((uint64_t)256 << 20)
+
+/* The zlib level-9 size of the config's tensors as its weight set holds them (the
+ * plan's order; kept tensors as f32, 1-D ones as the file has them when F32), or NAN
+ * when the plan is over ZLIB_MAX_BYTES. */
+static double zlib_bytes(const ql_model *model, const ql_quant_plan *plan, const ql_weights *w,
+                         ql_error *err)
+{
+    if (plan->bytes > ZLIB_MAX_BYTES)
+        return (double)NAN;
+    ql_zlib_tensor *zt = calloc((size_t)plan->n, sizeof *zt);
+    float **owned = calloc((size_t)plan->n, sizeof *owned);
+    size_t n_zt = 0;
+    double size = (double)NAN;
+    if (!zt || !owned)
+        goto out;
+    for (int64_t i = 0; i < plan->n; i++) {
+        const ql_quant_plan_entry *e = &plan->entries[i];
+        ql_linear *lin = ql_weights_find((ql_weights *)w, e->name);
+        if (e->role == QL_ROLE_VECTOR || e->role == QL_ROLE_KEEP || !lin) {
+            const ql_gguf_tensor *gt = ql_gguf_find_tensor(model->gguf, e->name);
+            if (gt && gt->type == QL_TYPE_F32 && e->used == QL_TYPE_F32)
+                zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, gt->data, e->nrows, e->n_per_row};
+            continue;
+        }
+        if (e->used != QL_TYPE_F32) {
+            zt[n_zt++] = (ql_zlib_tensor){lin->src.type, lin->src.data, e->nrows, e->n_per_row};
+            continue;
+        }
+        /* kept exact: its f32 values */
+        float *f = malloc((size_t)(e->nrows * e->n_per_row) * sizeof *f);
+        if (!f || ql_linear_decode_rows(lin, 0, e->nrows, f, err)) {
+            free(f);
+            goto out;
+        }
+        owned[i] = f;
+        zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, f, e->nrows, e->n_per_row};
+    }
+    uint64_t z = 0;
+    if (ql_zlib_size_tensors(zt, n_zt, &z, err) == QL_OK)
+        size = (double)z;
+out:
+    for (int64_t i = 0; owned && i < plan->n; i++)
+        free(owned[i]);
+    free(owned);
+    free(zt);
+    return size;
+}
+
+/* A tensor the config keeps exact: no error, the reference's values are used as they
+ * are; with importance weights its sum I w^2 still counts in the relative total. */
+static ql_status kept_exact_error(ql_qweights *q, const ql_quant_plan_entry *e,
+                                  const ql_linear *lin, ql_weight_error *zero, ql_error *err)
+{
+    const float *mw = NULL;
+    ql_status st =
+        ql_calib_column_weights(q->metric_imatrix, e->name, e->n_per_row, q->metric_buf, &mw, err);
+    if (st)
+        return st;
+    float *f = malloc((size_t)(e->nrows * e->n_per_row) * sizeof *f);
+    if (!f)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for tensor '%s'", e->name);
+    memset(zero, 0, sizeof *zero);
+    if (!(st = ql_linear_decode_rows(lin, 0, e->nrows, f, err)))
+        st = ql_weight_error_add(zero, f, f, e->nrows, e->n_per_row, mw, err);
+    free(f);
+    return st;
+}
+
+/* Quantizes the weights of a config into a weight set whose sources are the cache's
+ * bytes, and adds up the f32 bytes of the outlier columns (whole model and body). */
 static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const ql_imatrix *im,
                                const ql_outlier_set *os, ql_qweights_result *r,
                                uint64_t *outlier_bytes, uint64_t *outlier_bytes_body, ql_error *err)
@@ -331,9 +465,7 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
     r->names = calloc((size_t)plan->n, sizeof *r->names);
     r->reasons = calloc((size_t)plan->n, sizeof *r->reasons);
     r->site_q = calloc((size_t)w->n_lin, sizeof *r->site_q);
-    ql_zlib_tensor *zt = calloc((size_t)plan->n, sizeof *zt);
-    if (!r->tensors || !r->names || !r->reasons || !r->site_q || !zt) {
-        free(zt);
+    if (!r->tensors || !r->names || !r->reasons || !r->site_q) {
         ql_weights_free(w);
         return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor records");
     }
@@ -342,17 +474,11 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
     total.weighted = true;
     bool any_weighted = false;
     double quant_seconds = 0;
-    size_t n_zt = 0;
     for (int64_t i = 0; i < plan->n && !st; i++) {
         const ql_quant_plan_entry *e = &plan->entries[i];
         ql_linear *lin = ql_weights_find(model->weights, e->name);
-        if (e->role == QL_ROLE_VECTOR || e->role == QL_ROLE_KEEP || !lin) {
-            /* Stays as the reference has it; its bytes still count. */
-            const ql_gguf_tensor *gt = ql_gguf_find_tensor(model->gguf, e->name);
-            if (gt && gt->type == QL_TYPE_F32 && e->used == QL_TYPE_F32)
-                zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, gt->data, e->nrows, e->n_per_row};
-            continue;
-        }
+        if (e->role == QL_ROLE_VECTOR || e->role == QL_ROLE_KEEP || !lin)
+            continue; /* stays as the reference has it */
         ql_tensor_record *te = &r->tensors[r->n_tensors];
         ql_strlcpy(r->names[r->n_tensors], e->name, QL_QUANT_NAME_MAX);
         te->tensor = r->names[r->n_tensors];
@@ -367,23 +493,14 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
         te->outlier_cols = -1;
         r->n_tensors++;
         if (e->used == QL_TYPE_F32) {
-            /* Kept exact: no error, the reference weights are used as they are; with
-             * importance weights its sum I w^2 still counts in the relative total. */
-            const float *mw = NULL;
-            st = ql_calib_column_weights(q->metric_imatrix, e->name, e->n_per_row, q->metric_buf,
-                                         &mw, err);
-            if (st)
-                break;
             ql_weight_error zero;
-            memset(&zero, 0, sizeof zero);
-            if ((st = ql_weight_error_add(&zero, lin->w, lin->w, e->nrows, e->n_per_row, mw, err)))
+            if ((st = kept_exact_error(q, e, lin, &zero, err)))
                 break;
             te->rmse = te->max_err = 0;
             te->imatrix_err = zero.weighted ? 0 : (double)NAN;
             te->imatrix_err_rel = zero.weighted ? 0 : (double)NAN;
             any_weighted |= zero.weighted;
             ql_weight_error_merge(&total, &zero);
-            zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, lin->w, e->nrows, e->n_per_row};
             continue;
         }
         /* The product site of this weight (the lookup table has none), and the
@@ -392,7 +509,7 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
         int site = lin >= ref->lin && lin < ref->lin + ref->n_lin ? (int)(lin - ref->lin) : -1;
         const ql_outlier_cols *oc = os && site >= 0 ? &os->site[site] : NULL;
         qtensor *qt = NULL;
-        st = get_qtensor(q, e, lin->w, im, oc, &qt, &quant_seconds, err);
+        st = get_qtensor(q, e, lin, im, oc, &qt, &quant_seconds, err);
         if (st) {
             ql_error_prefix(err, "tensor '%s' (%s): ", e->name, ql_type_name(e->used));
             break;
@@ -410,10 +527,9 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
         te->imatrix_err_rel = ql_weight_error_rel(&qt->werr);
         any_weighted |= qt->werr.weighted;
         ql_weight_error_merge(&total, &qt->werr);
-        zt[n_zt++] =
-            (ql_zlib_tensor){ql_type_get(qt->type)->storage, qt->q, qt->nrows, qt->n_per_row};
         ql_linear *dst = ql_weights_find(w, e->name);
-        ql_linear_set_weights(dst, qt->deq, false);
+        const ql_weight_src src = qtensor_src(qt);
+        ql_linear_set_src(dst, &src);
         if (dst == &w->tok_embd && model->hp.tied_output) {
             /* The head of tied embeddings reads the same tensor, with its own outlier
              * columns when the split gives the head site any. */
@@ -421,9 +537,10 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
             const ql_outlier_cols *hoc = os ? &os->site[out_site] : NULL;
             qtensor *hq = qt;
             if (hoc && hoc->n > 0 &&
-                (st = get_qtensor(q, e, lin->w, im, hoc, &hq, &quant_seconds, err)))
+                (st = get_qtensor(q, e, lin, im, hoc, &hq, &quant_seconds, err)))
                 break;
-            ql_linear_set_weights(&w->lin[out_site], hq->deq, false);
+            const ql_weight_src hsrc = qtensor_src(hq);
+            ql_linear_set_src(&w->lin[out_site], &hsrc);
             r->site_q[out_site] = hq->q;
             if (hq != qt)
                 *outlier_bytes += hq->outlier_bytes;
@@ -434,11 +551,8 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
         r->max_err = total.max_abs;
         r->imatrix_err = total.weighted && any_weighted ? total.w_sse : (double)NAN;
         r->imatrix_err_rel = any_weighted ? ql_weight_error_rel(&total) : (double)NAN;
-        uint64_t z = 0;
-        st = ql_zlib_size_tensors(zt, n_zt, &z, err);
-        r->zlib_bytes = st ? (double)NAN : (double)z;
+        r->zlib_bytes = zlib_bytes(model, plan, w, err);
     }
-    free(zt);
     r->quantize_seconds = quant_seconds;
     if (st) {
         ql_weights_free(w);

@@ -1,12 +1,10 @@
+/* The compact reference: head inputs kept, log-probabilities regenerated (reference.h). */
 #include "experiment/reference.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/data.h"
@@ -14,17 +12,20 @@
 #include "base/util.h"
 #include "experiment/metrics.h"
 
-#define REF_MAGIC "QLREF\0\0\1"
-#define REF_VERSION 1
-#define REF_HEADER_BYTES 128
+#define REF_MAGIC        "QLREF\0\0\2"
+#define REF_VERSION      2
+#define REF_HEADER_BYTES 256
 
 struct ql_reference {
+    const ql_ppl_data *d;
+    ql_forward *fw;
+    ql_weights *w;
     int64_t n_chunks;
     int n_scored;
-    int64_t n_vocab;
-    float *logp;    /* (n_chunks * n_scored, n_vocab): heap or mapping */
-    void *map;      /* the mapping when loaded from the cache */
-    size_t map_size;
+    int64_t n_embd, n_vocab;
+    float *hidden;   /* (n_chunks * n_scored, n_embd) */
+    float *logp;     /* held: (n_chunks * n_scored, n_vocab); else one chunk's */
+    bool holds_logp; /* logp has every chunk */
     double seconds;
     bool from_cache;
     char path[QL_PATH_MAX];
@@ -35,27 +36,52 @@ typedef struct {
     uint32_t version;
     uint32_t n_scored;
     int64_t n_chunks;
+    int64_t n_embd;
     int64_t n_vocab;
     char key[64];
-    char pad[REF_HEADER_BYTES - 8 - 4 - 4 - 8 - 8 - 64];
+    char payload_sha256[64];
+    char pad[REF_HEADER_BYTES - 8 - 4 - 4 - 8 - 8 - 8 - 64 - 64];
 } ref_header;
 
-_Static_assert(sizeof(ref_header) == REF_HEADER_BYTES, "reference cache header is 128 bytes");
+_Static_assert(sizeof(ref_header) == REF_HEADER_BYTES, "reference cache header is 256 bytes");
 
 void ql_reference_free(ql_reference *r)
 {
     if (!r)
         return;
-    if (r->map)
-        munmap(r->map, r->map_size);
-    else
-        free(r->logp);
+    free(r->hidden);
+    free(r->logp);
     free(r);
 }
 
-const float *ql_reference_chunk(const ql_reference *r, int64_t chunk)
+static size_t rows_of(const ql_ppl_data *d)
 {
-    return r->logp + (size_t)chunk * (size_t)r->n_scored * (size_t)r->n_vocab;
+    return (size_t)d->n_chunks * (size_t)d->n_scored;
+}
+
+size_t ql_reference_logp_bytes(const ql_ppl_data *d, int64_t n_vocab)
+{
+    return rows_of(d) * (size_t)n_vocab * sizeof(float);
+}
+
+static size_t hidden_bytes(const ql_ppl_data *d, int64_t n_embd)
+{
+    return rows_of(d) * (size_t)n_embd * sizeof(float);
+}
+
+static size_t targets_bytes(const ql_ppl_data *d)
+{
+    return rows_of(d) * sizeof(int32_t);
+}
+
+size_t ql_reference_file_bytes(const ql_ppl_data *d, int64_t n_embd)
+{
+    return REF_HEADER_BYTES + hidden_bytes(d, n_embd) + targets_bytes(d);
+}
+
+const float *ql_reference_hidden(const ql_reference *r, int64_t chunk)
+{
+    return r->hidden + (size_t)chunk * (size_t)r->n_scored * (size_t)r->n_embd;
 }
 
 double ql_reference_seconds(const ql_reference *r)
@@ -68,66 +94,146 @@ bool ql_reference_from_cache(const ql_reference *r)
     return r->from_cache;
 }
 
-static void identity_key(const ql_reference_opts *o, const ql_ppl_data *d, int64_t n_vocab,
-                         char key[65])
+bool ql_reference_holds_logp(const ql_reference *r)
+{
+    return r->holds_logp;
+}
+
+/* Log-softmax of each of n rows of n_vocab logits in place; rows in parallel. */
+static void log_softmax_rows(float *rows, int64_t n, int64_t n_vocab)
+{
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int64_t t = 0; t < n; t++)
+        ql_log_softmax(rows + t * n_vocab, n_vocab, rows + t * n_vocab);
+}
+
+/* Chunk c's log-probs into out (n_scored, n_vocab): the reference head on its kept head
+ * inputs — the product of the reference pass on the same rows, so the same logits. */
+static ql_status compute_logp(ql_reference *r, int64_t c, float *out, ql_error *err)
+{
+    ql_matmul_observer obs;
+    void *obs_ctx;
+    ql_forward_get_observer(r->fw, &obs, &obs_ctx);
+    ql_forward_set_observer(r->fw, NULL, NULL);
+    ql_status st = ql_forward_head(r->fw, r->w, ql_reference_hidden(r, c), out, r->n_scored, err);
+    ql_forward_set_observer(r->fw, obs, obs_ctx);
+    if (!st)
+        log_softmax_rows(out, r->n_scored, r->n_vocab);
+    return st;
+}
+
+ql_status ql_reference_logp(ql_reference *r, int64_t chunk, const float **out, ql_error *err)
+{
+    QL_ASSERT(chunk >= 0 && chunk < r->n_chunks);
+    const size_t per_chunk = (size_t)r->n_scored * (size_t)r->n_vocab;
+    if (r->holds_logp) {
+        *out = r->logp + (size_t)chunk * per_chunk;
+        return QL_OK;
+    }
+    *out = NULL;
+    ql_status st = compute_logp(r, chunk, r->logp, err);
+    if (st)
+        return ql_error_prefix(err, "reference head, chunk %lld: ", (long long)chunk);
+    *out = r->logp;
+    return QL_OK;
+}
+
+static void identity_key(const ql_reference_opts *o, const ql_ppl_data *d, int64_t n_embd,
+                         int64_t n_vocab, char key[65])
 {
     char id[512];
     snprintf(id, sizeof id,
-             "qlab reference v%d\nmodel=%s\ntext=%s\nctx=%d\nchunks=%lld\nvocab=%lld\n"
-             "weights=f32 act=f32 kv=f32\n",
+             "qlab reference v%d\nmodel=%s\ntext=%s\nctx=%d\nchunks=%lld\nembd=%lld\n"
+             "vocab=%lld\nweights=file act=f32 kv=f32\n",
              REF_VERSION, o->model_sha256, o->text_sha256, d->ctx, (long long)d->n_chunks,
-             (long long)n_vocab);
+             (long long)n_embd, (long long)n_vocab);
     ql_sha256_hex(id, strlen(id), key);
 }
 
-/* Maps a cache file when it matches exactly; false (and nothing kept) otherwise. */
-static bool try_load(ql_reference *r, const ql_ppl_data *d, const char *key)
+/* The payload's checksum: the hidden states, then the targets. */
+static void payload_sha(const ql_reference *r, const int32_t *targets, char out[65])
 {
-    int fd = open(r->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    struct stat sb;
-    size_t n_rows = (size_t)r->n_chunks * (size_t)r->n_scored;
-    size_t want = REF_HEADER_BYTES + n_rows * (size_t)r->n_vocab * sizeof(float) +
-                  n_rows * sizeof(int32_t);
-    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size != want) {
-        close(fd);
-        return false;
+    const size_t hb = hidden_bytes(r->d, r->n_embd), tb = targets_bytes(r->d);
+    unsigned char *buf = malloc(hb + tb);
+    if (!buf) {
+        memset(out, '0', 64);
+        out[64] = '\0';
+        return;
     }
-    void *m = mmap(NULL, want, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED)
+    memcpy(buf, r->hidden, hb);
+    memcpy(buf + hb, targets, tb);
+    ql_sha256_hex(buf, hb + tb, out);
+    free(buf);
+}
+
+/* The targets of every chunk, in order. */
+static int32_t *all_targets(const ql_ppl_data *d)
+{
+    int32_t *t = malloc(targets_bytes(d) ? targets_bytes(d) : 1);
+    for (int64_t c = 0; t && c < d->n_chunks; c++)
+        memcpy(t + (size_t)c * (size_t)d->n_scored, ql_ppl_chunk_targets(d, c),
+               (size_t)d->n_scored * sizeof(int32_t));
+    return t;
+}
+
+/* Reads a cache file that matches exactly into r->hidden; false (with a warning for a
+ * damaged file) when it does not. */
+static bool try_load(ql_reference *r, const char *key)
+{
+    FILE *f = fopen(r->path, "rb");
+    if (!f)
         return false;
-    const ref_header *h = m;
-    bool ok = memcmp(h->magic, REF_MAGIC, 8) == 0 && h->version == REF_VERSION &&
-              h->n_scored == (uint32_t)r->n_scored && h->n_chunks == r->n_chunks &&
-              h->n_vocab == r->n_vocab && memcmp(h->key, key, 64) == 0;
-    const int32_t *targets =
-        (const int32_t *)((const char *)m + REF_HEADER_BYTES +
-                          n_rows * (size_t)r->n_vocab * sizeof(float));
-    for (int64_t c = 0; ok && c < r->n_chunks; c++)
-        ok = memcmp(targets + (size_t)c * (size_t)r->n_scored, ql_ppl_chunk_targets(d, c),
-                    (size_t)r->n_scored * sizeof(int32_t)) == 0;
-    if (!ok) {
-        munmap(m, want);
-        return false;
+    const size_t want = ql_reference_file_bytes(r->d, r->n_embd);
+    ref_header h;
+    int32_t *targets = malloc(targets_bytes(r->d) ? targets_bytes(r->d) : 1);
+    int32_t *expect = all_targets(r->d);
+    bool ok = targets && expect && fread(&h, sizeof h, 1, f) == 1 &&
+              memcmp(h.magic, REF_MAGIC, 8) == 0 && h.version == REF_VERSION &&
+              h.n_scored == (uint32_t)r->n_scored && h.n_chunks == r->n_chunks &&
+              h.n_embd == r->n_embd && h.n_vocab == r->n_vocab && memcmp(h.key, key, 64) == 0;
+    const char *why = NULL;
+    if (ok) {
+        /* From here on the file claims to be this reference: a mismatch is damage. */
+        ok = fread(r->hidden, 1, hidden_bytes(r->d, r->n_embd), f) ==
+                 hidden_bytes(r->d, r->n_embd) &&
+             fread(targets, 1, targets_bytes(r->d), f) == targets_bytes(r->d) && fgetc(f) == EOF;
+        if (!ok)
+            why = "its size is not the header's";
+        if (ok && memcmp(targets, expect, targets_bytes(r->d)) != 0) {
+            ok = false;
+            why = "its target tokens are not the text's";
+        }
+        char sha[65];
+        if (ok) {
+            payload_sha(r, targets, sha);
+            if (memcmp(sha, h.payload_sha256, 64) != 0) {
+                ok = false;
+                why = "its contents do not match their checksum";
+            }
+        }
     }
-    r->map = m;
-    r->map_size = want;
-    r->logp = (float *)((char *)m + REF_HEADER_BYTES);
-    r->from_cache = true;
-    return true;
+    fclose(f);
+    free(targets);
+    free(expect);
+    if (why)
+        fprintf(stderr,
+                "qlab: warning: the reference cache %s is damaged (%s, %zu bytes expected); "
+                "computing the reference again\n",
+                r->path, why, want);
+    return ok;
 }
 
 /* Writes the cache atomically; a failure only costs a recomputation later. */
-static void save(const ql_reference *r, const ql_ppl_data *d, const char *key)
+static void save(const ql_reference *r, const char *key)
 {
     char tmp[QL_PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", r->path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
+    int32_t *targets = all_targets(r->d);
+    FILE *f = targets ? fopen(tmp, "wb") : NULL;
     if (!f) {
         fprintf(stderr, "qlab: warning: cannot write the reference cache %s: %s\n", tmp,
-                strerror(errno));
+                targets ? strerror(errno) : "out of memory");
+        free(targets);
         return;
     }
     ref_header h;
@@ -136,22 +242,80 @@ static void save(const ql_reference *r, const ql_ppl_data *d, const char *key)
     h.version = REF_VERSION;
     h.n_scored = (uint32_t)r->n_scored;
     h.n_chunks = r->n_chunks;
+    h.n_embd = r->n_embd;
     h.n_vocab = r->n_vocab;
     memcpy(h.key, key, 64);
-    size_t n_rows = (size_t)r->n_chunks * (size_t)r->n_scored;
-    bool ok = fwrite(&h, sizeof h, 1, f) == 1 &&
-              fwrite(r->logp, sizeof(float) * (size_t)r->n_vocab, n_rows, f) == n_rows;
-    for (int64_t c = 0; ok && c < r->n_chunks; c++)
-        ok = fwrite(ql_ppl_chunk_targets(d, c), sizeof(int32_t), (size_t)r->n_scored, f) ==
-             (size_t)r->n_scored;
+    char sha[65];
+    payload_sha(r, targets, sha);
+    memcpy(h.payload_sha256, sha, 64);
+    bool ok =
+        fwrite(&h, sizeof h, 1, f) == 1 &&
+        fwrite(r->hidden, 1, hidden_bytes(r->d, r->n_embd), f) == hidden_bytes(r->d, r->n_embd) &&
+        fwrite(targets, 1, targets_bytes(r->d), f) == targets_bytes(r->d);
     ok = (fclose(f) == 0) && ok;
+    free(targets);
     if (!ok || rename(tmp, r->path) != 0) {
         fprintf(stderr, "qlab: warning: cannot write the reference cache %s\n", r->path);
         remove(tmp);
     }
 }
 
-ql_status ql_reference_get(ql_reference **out, ql_forward *fw, const ql_weights *w,
+/* ------------------------------------------------------------------------- */
+/* The reference pass                                                         */
+
+typedef struct {
+    ql_reference *r;
+    ql_progress progress;
+} pass_ctx;
+
+static ql_status keep_output(void *ctx, int set, int64_t chunk, const float *hidden,
+                             const float *logits, int64_t n_rows, ql_error *err)
+{
+    (void)set, (void)err;
+    ql_reference *r = ((pass_ctx *)ctx)->r;
+    QL_ASSERT(n_rows == r->n_scored);
+    memcpy(r->hidden + (size_t)chunk * (size_t)n_rows * (size_t)r->n_embd, hidden,
+           (size_t)n_rows * (size_t)r->n_embd * sizeof(float));
+    if (r->holds_logp) {
+        float *out = r->logp + (size_t)chunk * (size_t)n_rows * (size_t)r->n_vocab;
+        memcpy(out, logits, (size_t)n_rows * (size_t)r->n_vocab * sizeof(float));
+        log_softmax_rows(out, n_rows, r->n_vocab);
+    }
+    return QL_OK;
+}
+
+static void pass_progress(void *ctx, double tokens_done)
+{
+    pass_ctx *p = ctx;
+    ql_progress_update(&p->progress, (int64_t)tokens_done, NULL);
+}
+
+static ql_status reference_pass(ql_reference *r, ql_sched *sched, const ql_reference_opts *o,
+                                ql_error *err)
+{
+    pass_ctx p = {.r = r};
+    const int64_t tokens = r->n_chunks * (int64_t)(r->d->ctx - 1);
+    ql_progress_begin(&p.progress, "reference", "tok", tokens, o->quiet);
+    ql_sched_job job = {.data = r->d,
+                        .chunk0 = 0,
+                        .n_chunks = r->n_chunks,
+                        .group = o->group > 0 ? o->group : 1,
+                        .n_sets = 1,
+                        .on_output = keep_output,
+                        .progress = pass_progress,
+                        .ctx = &p};
+    /* Logits are needed only to hold the log-probs; the hidden states are always kept. */
+    job.sets[0] = (ql_sched_set){.w = r->w, .head = r->holds_logp};
+    double t0 = ql_now();
+    ql_status st = ql_sched_run(sched, r->fw, &job, err);
+    if (st)
+        return ql_error_prefix(err, "reference pass: ");
+    r->seconds = ql_now() - t0;
+    ql_progress_end(&p.progress, tokens, NULL);
+    return QL_OK;
+}
+
+ql_status ql_reference_get(ql_reference **out, ql_forward *fw, ql_sched *sched, ql_weights *w,
                            const ql_ppl_data *d, const ql_reference_opts *opts, ql_error *err)
 {
     *out = NULL;
@@ -159,50 +323,51 @@ ql_status ql_reference_get(ql_reference **out, ql_forward *fw, const ql_weights 
     ql_reference *r = calloc(1, sizeof *r);
     if (!r)
         return ql_error_set(err, QL_ENOMEM, "reference: out of memory");
+    r->d = d;
+    r->fw = fw;
+    r->w = w;
     r->n_chunks = d->n_chunks;
     r->n_scored = d->n_scored;
+    r->n_embd = hp->n_embd;
     r->n_vocab = hp->n_vocab;
-    char key[65];
-    identity_key(opts, d, r->n_vocab, key);
-    if (opts->cache_dir) {
-        snprintf(r->path, sizeof r->path, "%s/ref-%.24s.bin", opts->cache_dir, key);
-        if (try_load(r, d, key)) {
-            *out = r;
-            return QL_OK;
-        }
-    }
-    size_t n_rows = (size_t)r->n_chunks * (size_t)r->n_scored;
-    r->logp = malloc(n_rows * (size_t)r->n_vocab * sizeof(float));
-    if (!r->logp) {
+    const size_t logp_all = ql_reference_logp_bytes(d, hp->n_vocab);
+    r->holds_logp = opts->keep_bytes > 0 && logp_all <= opts->keep_bytes;
+    const size_t logp_bytes =
+        r->holds_logp ? logp_all : (size_t)d->n_scored * (size_t)hp->n_vocab * sizeof(float);
+    r->hidden = malloc(hidden_bytes(d, hp->n_embd) ? hidden_bytes(d, hp->n_embd) : 1);
+    r->logp = malloc(logp_bytes ? logp_bytes : 1);
+    if (!r->hidden || !r->logp) {
         ql_reference_free(r);
         return ql_error_set(err, QL_ENOMEM,
-                            "reference: out of memory for %zu x %lld log-probabilities", n_rows,
-                            (long long)hp->n_vocab);
+                            "reference: out of memory for %zu hidden states and %zu bytes of "
+                            "log-probabilities",
+                            rows_of(d), logp_bytes);
     }
-    ql_progress p;
-    ql_progress_begin(&p, "reference", "tok", ql_ppl_n_scored_total(d), opts->quiet);
-    double t0 = ql_now();
-    for (int64_t c = 0; c < r->n_chunks; c++) {
-        float *rows = r->logp + (size_t)c * (size_t)r->n_scored * (size_t)r->n_vocab;
-        ql_status st = ql_ppl_run_chunk(fw, w, d, c, rows, err);
-        if (st) {
-            ql_reference_free(r);
-            return ql_error_prefix(err, "reference pass, chunk %lld: ", (long long)c);
-        }
-        for (int t = 0; t < r->n_scored; t++) {
-            float *row = rows + (size_t)t * (size_t)r->n_vocab;
-            ql_log_softmax(row, r->n_vocab, row);
-        }
-        ql_progress_update(&p, (c + 1) * r->n_scored, NULL);
-    }
-    r->seconds = ql_now() - t0;
-    ql_progress_end(&p, ql_ppl_n_scored_total(d), NULL);
+    char key[65];
+    identity_key(opts, d, r->n_embd, r->n_vocab, key);
+    ql_status st = QL_OK;
     if (opts->cache_dir) {
-        ql_error dir_err; /* an uncachable reference is still a good reference */
-        if (ql_make_dirs(opts->cache_dir, &dir_err) == QL_OK)
-            save(r, d, key);
-        else
-            fprintf(stderr, "qlab: warning: %s\n", dir_err.msg);
+        snprintf(r->path, sizeof r->path, "%s/ref-%.24s.bin", opts->cache_dir, key);
+        r->from_cache = try_load(r, key);
+    }
+    if (r->from_cache) {
+        /* The held log-probs from the kept head inputs: one head product per chunk. */
+        for (int64_t c = 0; r->holds_logp && c < r->n_chunks && !st; c++)
+            st = compute_logp(r, c, r->logp + (size_t)c * (size_t)r->n_scored * (size_t)r->n_vocab,
+                              err);
+    } else {
+        st = reference_pass(r, sched, opts, err);
+        if (!st && opts->cache_dir) {
+            ql_error dir_err; /* an uncachable reference is still a good reference */
+            if (ql_make_dirs(opts->cache_dir, &dir_err) == QL_OK)
+                save(r, key);
+            else
+                fprintf(stderr, "qlab: warning: %s\n", dir_err.msg);
+        }
+    }
+    if (st) {
+        ql_reference_free(r);
+        return st;
     }
     *out = r;
     return QL_OK;

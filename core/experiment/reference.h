@@ -1,26 +1,40 @@
-/* qlab: the reference distributions of a sweep.
+/* qlab: the reference distributions of a sweep, kept compact and exact.
  *
- * The reference is the unquantized model (f32 weights, f32 activations, f32 K/V)
- * on the sweep's text: for every scored token the log-probabilities over the whole
- * vocabulary. It is computed once per (model, text, ctx, chunks) and reused by every
- * config; with a cache directory it is also kept in a file, so that a resumed sweep
- * or the other shards of a Slurm array load it instead of recomputing it.
+ * The reference is the unquantized model (its file's weights, f32 activations, f32
+ * K/V) on the sweep's text: for every scored token the log-probabilities over the
+ * whole vocabulary. What is kept of it is what regenerates them exactly: the input of
+ * the head (the final normed hidden state, n_embd floats) of every scored position.
+ * Applying the reference head to it again (the same product on the same rows,
+ * ql_forward_head) gives the very logits of the reference pass, bit for bit, so
+ * log-probabilities over a 128K vocabulary cost n_embd floats a token to keep.
  *
- * Cache file (little endian): a 128-byte header
- *   magic "QLREF\0\0\1" | u32 version | u32 n_scored | i64 n_chunks | i64 n_vocab |
- *   char key[64] (hex SHA-256 of the identity) | zero padding
- * then float log-probs (n_chunks * n_scored, n_vocab) and int32 targets
- * (n_chunks * n_scored). A file whose header, size or targets do not match is
- * ignored (and rewritten), never trusted. */
+ * When the log-probabilities of every chunk fit in the memory the caller allows
+ * (keep_bytes), they are computed once and held, so a config pays no reference head;
+ * otherwise ql_reference_logp computes a chunk's from its hidden states when asked
+ * (one head product per chunk and config). Either way the same numbers.
+ *
+ * It is computed once per (model, text, ctx, chunks) and, with a cache directory,
+ * kept in a file, so that a resumed sweep, the other shards of a Slurm array and the
+ * processes of `--jobs` load it instead of computing it again.
+ *
+ * Cache file (little endian): a 256-byte header
+ *   magic "QLREF\0\0\2" | u32 version | u32 n_scored | i64 n_chunks | i64 n_embd |
+ *   i64 n_vocab | char key[64] (hex SHA-256 of the identity) |
+ *   char payload_sha256[64] (hex SHA-256 of everything after the header) | zero padding
+ * then float hidden states (n_chunks * n_scored, n_embd) and int32 targets
+ * (n_chunks * n_scored). A file whose header, size, targets or checksum do not match
+ * is not used (a damaged one with a warning) and is written again. */
 #ifndef QL_REFERENCE_H
 #define QL_REFERENCE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/error.h"
 #include "model/forward.h"
 #include "model/perplexity.h"
+#include "model/scheduler.h"
 
 typedef struct ql_reference ql_reference;
 
@@ -29,19 +43,34 @@ typedef struct {
     const char *text_sha256;
     const char *cache_dir; /* NULL: no cache file */
     bool quiet;            /* no progress output */
+    int group;             /* chunks per group of the reference pass (>= 1) */
+    size_t keep_bytes;     /* hold every chunk's log-probs when they fit in this; 0: never */
 } ql_reference_opts;
 
-/* Loads the reference from the cache or computes it with fw and the reference
- * weights w over the chunks of d. */
-ql_status ql_reference_get(ql_reference **out, ql_forward *fw, const ql_weights *w,
+/* Loads the reference from the cache or computes it with fw, sched and the reference
+ * weights w over the chunks of d. fw, sched, w and d are borrowed until
+ * ql_reference_free (the log-probs of a chunk may be computed again from them). */
+ql_status ql_reference_get(ql_reference **out, ql_forward *fw, ql_sched *sched, ql_weights *w,
                            const ql_ppl_data *d, const ql_reference_opts *opts, ql_error *err);
 void ql_reference_free(ql_reference *r);
 
-/* Log-probabilities of chunk i's scored tokens: (n_scored, n_vocab). */
-const float *ql_reference_chunk(const ql_reference *r, int64_t chunk);
+/* Log-probabilities of chunk i's scored tokens (n_scored, n_vocab): the held ones, or
+ * computed into the reference's buffer, valid until the next call. */
+ql_status ql_reference_logp(ql_reference *r, int64_t chunk, const float **out, ql_error *err);
 
-/* Seconds the computation took (0 when loaded from the cache), and whether it was. */
+/* The head input of chunk i's scored tokens (n_scored, n_embd). */
+const float *ql_reference_hidden(const ql_reference *r, int64_t chunk);
+
+/* Seconds the reference pass took (0 when loaded from the cache), whether it was, and
+ * whether the log-probs are held. */
 double ql_reference_seconds(const ql_reference *r);
 bool ql_reference_from_cache(const ql_reference *r);
+bool ql_reference_holds_logp(const ql_reference *r);
+
+/* Bytes the held log-probs of d take (what keep_bytes is compared with). */
+size_t ql_reference_logp_bytes(const ql_ppl_data *d, int64_t n_vocab);
+
+/* Bytes of the cache file (header and payload) of d. */
+size_t ql_reference_file_bytes(const ql_ppl_data *d, int64_t n_embd);
 
 #endif

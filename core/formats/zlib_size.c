@@ -21,42 +21,58 @@ ql_status ql_zlib_size_tensors(const ql_zlib_tensor *t, size_t n, uint64_t *out,
             return ql_error_set(err, QL_EINVAL, "zlib size: tensor %zu is too large", i);
         total += row * (size_t)t[i].nrows;
     }
-    uint8_t *buf = malloc(total ? total : 1);
-    uLongf zlen = compressBound((uLong)total);
-    uint8_t *zbuf = malloc(zlen);
+    (void)total;
+    /* One deflate stream fed tensor by tensor: the output is the same as compress2's on
+     * the concatenation (deflate does not depend on how its input is handed to it),
+     * without holding the serialized model in memory. */
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (deflateInit(&z, 9) != Z_OK)
+        return ql_error_set(err, QL_ENOMEM, "zlib size: deflateInit failed");
+    enum { OUT = 1 << 16 };
+    static _Thread_local uint8_t obuf[OUT];
+    uint64_t zlen = 0;
     ql_status st = QL_OK;
-    if (!buf || !zbuf) {
-        st = ql_error_set(err, QL_ENOMEM, "zlib size: out of memory for %zu serialized bytes",
-                          total);
-        goto out;
-    }
-    size_t off = 0;
+    /* Feeds n bytes (flush: Z_NO_FLUSH or Z_FINISH), counting the output. */
+#define FEED(ptr, n, flush)                                                                        \
+    do {                                                                                           \
+        z.next_in = (Bytef *)(ptr);                                                                \
+        z.avail_in = (uInt)(n);                                                                    \
+        int zr_;                                                                                   \
+        do {                                                                                       \
+            z.next_out = obuf;                                                                     \
+            z.avail_out = OUT;                                                                     \
+            zr_ = deflate(&z, (flush));                                                            \
+            zlen += OUT - z.avail_out;                                                             \
+        } while (zr_ == Z_OK && (z.avail_in > 0 || z.avail_out == 0 || (flush) == Z_FINISH));      \
+        if (zr_ != Z_OK && zr_ != Z_STREAM_END && zr_ != Z_BUF_ERROR) {                            \
+            st = ql_error_set(err, QL_EIO, "zlib deflate failed (code %d)", zr_);                  \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
     for (size_t i = 0; i < n; i++) {
-        size_t bytes = ql_row_size(t[i].type, t[i].n_per_row) * (size_t)t[i].nrows;
+        const size_t bytes = ql_row_size(t[i].type, t[i].n_per_row) * (size_t)t[i].nrows;
         if (t[i].type != QL_TYPE_INT8_ROW) {
-            memcpy(buf + off, t[i].data, bytes);
-            off += bytes;
+            /* avail_in is 32-bit: large tensors go in pieces */
+            for (size_t off = 0; off < bytes; off += (size_t)1 << 30) {
+                const size_t piece =
+                    bytes - off < ((size_t)1 << 30) ? bytes - off : (size_t)1 << 30;
+                FEED((const uint8_t *)t[i].data + off, piece, Z_NO_FLUSH);
+            }
             continue;
         }
         /* Planar: the int8 matrix, then the scale vector. */
         const uint8_t *rows = t[i].data;
         const size_t stride = 2 + (size_t)t[i].n_per_row;
-        uint8_t *scales = buf + off + (size_t)t[i].nrows * (size_t)t[i].n_per_row;
-        for (int64_t r = 0; r < t[i].nrows; r++) {
-            memcpy(buf + off + (size_t)r * (size_t)t[i].n_per_row, rows + (size_t)r * stride + 2,
-                   (size_t)t[i].n_per_row);
-            memcpy(scales + 2 * (size_t)r, rows + (size_t)r * stride, 2);
-        }
-        off += bytes;
+        for (int64_t r = 0; r < t[i].nrows; r++)
+            FEED(rows + (size_t)r * stride + 2, t[i].n_per_row, Z_NO_FLUSH);
+        for (int64_t r = 0; r < t[i].nrows; r++)
+            FEED(rows + (size_t)r * stride, 2, Z_NO_FLUSH);
     }
-    int zrc = compress2(zbuf, &zlen, buf, (uLong)total, 9);
-    if (zrc != Z_OK) {
-        st = ql_error_set(err, QL_EIO, "zlib compress2 failed (code %d) on %zu bytes", zrc, total);
-        goto out;
-    }
-    *out = (uint64_t)zlen;
+    FEED(NULL, 0, Z_FINISH);
+#undef FEED
+    *out = zlen;
 out:
-    free(zbuf);
-    free(buf);
+    deflateEnd(&z);
     return st;
 }

@@ -1,15 +1,11 @@
 /* The sweep runner: reference once, then every config against it (runner.h). */
 #include "harness/runner.h"
 
-#include <errno.h>
 #include <libgen.h>
 #include <math.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/data.h"
@@ -23,10 +19,10 @@
 #include "formats/types.h"
 #include "model/forward.h"
 #include "model/gguf.h"
-#include "model/imatrix_io.h"
 #include "model/kvcache.h"
 #include "model/model.h"
 #include "model/perplexity.h"
+#include "model/scheduler.h"
 #include "model/synth.h"
 #include "model/tokenizer.h"
 #include "results/store.h"
@@ -39,11 +35,26 @@ void ql_run_opts_init(ql_run_opts *o)
 }
 
 /* ------------------------------------------------------------------------- */
-/* The state of one sweep                                                     */
+/* The state of one sweep in this process                                     */
 
 typedef struct {
+    size_t index;
+    char label[160];
+    const char *status;
+    double metric[QL_N_METRICS]; /* NAN = not measured */
+} summary_row;
+
+/* How the memory budget is spent (plan_memory). */
+typedef struct {
+    size_t budget;    /* bytes */
+    int group;        /* chunks per group of a pass */
+    size_t keep_logp; /* reference log-probs held when they fit in this */
+    size_t cache;     /* quantized tensors kept between configs */
+} mem_plan;
+
+struct ql_sweep_run {
     const ql_sweep *sw;
-    const ql_run_opts *opts;
+    ql_run_opts opts;
     char db_path[QL_PATH_MAX];
     char cache_dir[QL_PATH_MAX];
 
@@ -56,22 +67,75 @@ typedef struct {
     int64_t text_bytes;
     ql_ppl_data data;
     ql_forward *fw;
+    ql_sched *sched;
+    mem_plan mem;
     ql_reference *ref;
 
     ql_calib *calib; /* the importance matrices and outlier sets the configs name */
     ql_qweights *qw; /* the configs' quantized weights and the tensor cache they share */
+    const ql_imatrix *metric_imatrix;
 
     ql_store *store;
     int64_t model_id, dataset_id;
-
     ql_dist_acc *acc;
-    float *logits; /* (n_scored, n_vocab) */
+
+    bool *todo; /* (sw->n_points,) */
+    size_t n_todo;
+    summary_row *rows; /* this shard's configs, in order */
+    size_t n_rows;
+    ql_run_summary sum;
 
     char eta_note[64]; /* "sweep ETA 3m05s", shown on each config's progress line */
-    int kill_after;    /* fault injection: SIGKILL after this many begun runs (0 = never) */
-    int pause_after;   /* fault injection: wait for a signal after this many begun runs */
     int begun;
-} sweep_ctx;
+};
+
+/* ------------------------------------------------------------------------- */
+/* Memory                                                                     */
+
+/* Spends the budget: the quantized weights of a config (at most the model file's bytes
+ * for 16-bit sources) come first; then a pass of one chunk; then the reference's
+ * log-probs if they fit in what is left with room to spare; then the groups as large as
+ * what is left allows; the tensor cache keeps earlier configs' tensors up to half the
+ * file (the current config's always stay). */
+static void plan_memory(ql_sweep_run *s)
+{
+    const ql_hparams *hp = &s->model->hp;
+    const ql_ppl_data *d = &s->data;
+    mem_plan *m = &s->mem;
+    const size_t ram = ql_mem_total();
+    m->budget = s->opts.mem_bytes ? s->opts.mem_bytes : (size_t)((double)ram * QL_RUN_MEM_SHARE);
+    const size_t weights = (size_t)s->model->gguf->file_size;
+    const size_t one = ql_sched_bytes(hp, d->ctx, 1, 1);
+    size_t left = m->budget > weights + one ? m->budget - weights - one : 0;
+    const size_t logp = ql_reference_logp_bytes(d, hp->n_vocab);
+    m->keep_logp = logp <= left / 2 ? logp : 0;
+    left -= m->keep_logp;
+    m->group = 1;
+    while (m->group < d->n_chunks && ql_sched_bytes(hp, d->ctx, m->group + 1, 1) - one <= left)
+        m->group++;
+    size_t cache = weights / 2;
+    if (cache > QL_QWEIGHTS_CACHE_BYTES)
+        cache = QL_QWEIGHTS_CACHE_BYTES;
+    m->cache = s->opts.cache_bytes ? s->opts.cache_bytes : cache;
+}
+
+static void print_header(const ql_sweep_run *s)
+{
+    if (s->opts.quiet)
+        return;
+    const ql_sweep *sw = s->sw;
+    char budget[32];
+    ql_format_bytes((double)s->mem.budget, budget, sizeof budget);
+    fprintf(stderr,
+            "sweep %s: %zu configs%s, %zu to run; model %s (%lld params), text %s: %lld "
+            "chunks of %d tokens, %lld scored\n"
+            "memory: budget %s; passes in groups of %d chunk%s; reference log-probs %s\n",
+            sw->name, s->sum.n_configs, s->opts.shard.count > 1 ? " in this shard" : "", s->n_todo,
+            sw->model, (long long)s->model->n_params, sw->text, (long long)s->data.n_chunks,
+            sw->ctx, (long long)ql_ppl_n_scored_total(&s->data), budget, s->mem.group,
+            s->mem.group == 1 ? "" : "s",
+            s->mem.keep_logp ? "held in memory" : "regenerated per config from the hidden states");
+}
 
 /* ------------------------------------------------------------------------- */
 /* One config                                                                 */
@@ -90,26 +154,55 @@ static void config_result_deinit(config_result *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Runs the quantized forward pass over every chunk and compares with the reference. */
-static ql_status run_chunks(sweep_ctx *s, const ql_weights *w, const char *label, config_result *r,
-                            ql_error *err)
+typedef struct {
+    ql_sweep_run *s;
+    ql_progress progress;
+} pass_ctx;
+
+/* A chunk's logits against the reference's log-probs. */
+static ql_status score_chunk(void *ctx, int set, int64_t chunk, const float *hidden,
+                             const float *logits, int64_t n_rows, ql_error *err)
+{
+    (void)set, (void)hidden;
+    ql_sweep_run *s = ((pass_ctx *)ctx)->s;
+    const float *logp;
+    ql_status st = ql_reference_logp(s->ref, chunk, &logp, err);
+    if (!st)
+        st = ql_dist_acc_add(s->acc, logp, logits, ql_ppl_chunk_targets(&s->data, chunk), n_rows,
+                             err);
+    return st ? ql_error_prefix(err, "chunk %lld: ", (long long)chunk) : QL_OK;
+}
+
+static void pass_progress(void *ctx, double tokens_done)
+{
+    pass_ctx *p = ctx;
+    ql_progress_update(&p->progress, (int64_t)tokens_done,
+                       p->s->eta_note[0] ? p->s->eta_note : NULL);
+}
+
+/* The quantized pass over every chunk, scored against the reference. */
+static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding *kv,
+                          const char *label, config_result *r, ql_error *err)
 {
     const ql_ppl_data *d = &s->data;
     ql_dist_acc_reset(s->acc);
-    ql_progress p;
-    ql_progress_begin(&p, label, "tok", ql_ppl_n_scored_total(d), s->opts->quiet);
+    pass_ctx p = {.s = s};
+    const int64_t tokens = d->n_chunks * (int64_t)(d->ctx - 1);
+    ql_progress_begin(&p.progress, label, "tok", tokens, s->opts.quiet);
+    ql_sched_job job = {.data = d,
+                        .n_chunks = d->n_chunks,
+                        .group = s->mem.group,
+                        .n_sets = 1,
+                        .on_output = score_chunk,
+                        .progress = pass_progress,
+                        .ctx = &p};
+    job.sets[0] = (ql_sched_set){.w = w, .rounding = kv, .head = true};
     double t0 = ql_now();
-    for (int64_t c = 0; c < d->n_chunks; c++) {
-        ql_status st = ql_ppl_run_chunk(s->fw, w, d, c, s->logits, err);
-        if (!st)
-            st = ql_dist_acc_add(s->acc, ql_reference_chunk(s->ref, c), s->logits,
-                                 ql_ppl_chunk_targets(d, c), d->n_scored, err);
-        if (st)
-            return ql_error_prefix(err, "chunk %lld: ", (long long)c);
-        ql_progress_update(&p, (c + 1) * d->n_scored, s->eta_note[0] ? s->eta_note : NULL);
-    }
+    ql_status st = ql_sched_run(s->sched, s->fw, &job, err);
+    if (st)
+        return st;
     r->timing.quant_seconds = ql_now() - t0;
-    ql_progress_end(&p, ql_ppl_n_scored_total(d), NULL);
+    ql_progress_end(&p.progress, tokens, NULL);
 
     ql_dist_metrics dm;
     ql_dist_acc_finish(s->acc, &dm);
@@ -133,22 +226,22 @@ static ql_status run_chunks(sweep_ctx *s, const ql_weights *w, const char *label
     return QL_OK;
 }
 
-/* One config: its quantized weights (qweights.h), the quantized forward pass over
- * every chunk with the config's K/V type, and the metrics against the reference. */
-static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, ql_calib_slot *slot,
+/* One config: its quantized weights (qweights.h), the quantized pass with the config's
+ * K/V type, and the metrics against the reference. */
+static ql_status evaluate_config(ql_sweep_run *s, const ql_config *c, ql_calib_slot *slot,
                                  const char *label, config_result *r, ql_error *err)
 {
     double t0 = ql_now();
     ql_run_metrics_init(&r->m);
     ql_run_timing_init(&r->timing);
     const ql_qweights_result *q = &r->q;
-    ql_status st = ql_qweights_build(s->qw, s->calib, c, slot, &r->q, err);
-    if (st)
-        return st;
-    st = ql_forward_set_kv_type(s->fw, ql_kv_ggml_type(ql_config_kv_type(c)), err);
+    ql_attn_rounding kv;
+    ql_status st =
+        ql_kv_rounding(ql_kv_ggml_type(ql_config_kv_type(c)), s->model->hp.head_dim, &kv, err);
     if (!st)
-        st = run_chunks(s, q->weights, label, r, err);
-    ql_forward_set_kv_type(s->fw, QL_TYPE_F32, NULL);
+        st = ql_qweights_build(s->qw, s->calib, c, slot, &r->q, err);
+    if (!st)
+        st = run_pass(s, q->weights, &kv, label, r, err);
     if (st)
         return st;
         /* The metrics records.h says come from the weights, field by field. */
@@ -166,7 +259,7 @@ static ql_status evaluate_config(sweep_ctx *s, const ql_config *c, ql_calib_slot
 /* ------------------------------------------------------------------------- */
 /* Sweep set-up                                                               */
 
-static ql_status open_inputs(sweep_ctx *s, ql_error *err)
+static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
     const ql_data_entry *me = NULL, *te = NULL;
@@ -204,7 +297,7 @@ static ql_status open_inputs(sweep_ctx *s, ql_error *err)
     return ql_forward_alloc(&s->fw, &s->model->hp, sw->ctx, err);
 }
 
-static ql_status open_store(sweep_ctx *s, ql_error *err)
+static ql_status open_store(ql_sweep_run *s, ql_error *err)
 {
     char dir[QL_PATH_MAX];
     ql_strlcpy(dir, s->db_path, sizeof dir);
@@ -242,29 +335,8 @@ static ql_status open_store(sweep_ctx *s, ql_error *err)
     return ql_store_upsert_dataset(s->store, &d, &s->dataset_id, err);
 }
 
-static void sweep_ctx_deinit(sweep_ctx *s)
-{
-    ql_qweights_free(s->qw);
-    ql_dist_acc_free(s->acc);
-    free(s->logits);
-    ql_reference_free(s->ref);
-    ql_forward_free(s->fw);
-    ql_ppl_data_deinit(&s->data);
-    ql_calib_free(s->calib);
-    ql_tokenizer_free(s->tok);
-    ql_model_free(s->model);
-    ql_store_close(s->store);
-}
-
 /* ------------------------------------------------------------------------- */
 /* The summary printed at the end                                            */
-
-typedef struct {
-    size_t index;
-    char label[160];
-    const char *status;
-    double metric[QL_N_METRICS]; /* NAN = not measured */
-} summary_row;
 
 static void summary_row_init(summary_row *r, size_t index)
 {
@@ -285,9 +357,9 @@ static size_t summary_metrics(ql_metric_id *ids)
 }
 
 static void print_summary(const summary_row *rows, size_t n, const ql_run_summary *sum,
-                          const sweep_ctx *s)
+                          const ql_sweep_run *s)
 {
-    if (s->opts->no_summary)
+    if (s->opts.no_summary)
         return;
     ql_metric_id ids[QL_N_METRICS];
     size_t nm = summary_metrics(ids);
@@ -345,19 +417,8 @@ static void stored_row(ql_store *store, int64_t run_id, summary_row *row)
     memcpy(row->metric, b.metric, sizeof row->metric);
 }
 
-/* Short label of a config: the axes that vary in the sweep. */
-static void config_label(const ql_sweep *sw, const ql_config *c, char *buf, size_t size)
-{
-    bool varies[QL_AXIS_COUNT];
-    for (int a = 0; a < QL_AXIS_COUNT; a++)
-        varies[a] = sw->n_values[a] > 1;
-    ql_config_short_label(c, varies, buf, size);
-}
-
 /* ------------------------------------------------------------------------- */
-/* Several configs at once (--jobs): child processes, each a shard of this run    */
-
-extern char **environ;
+/* Runs stored by other processes                                            */
 
 static int cmp_run_state(const void *a, const void *b)
 {
@@ -376,7 +437,7 @@ static const ql_store_run_state *find_state(const ql_store_run_state *st, size_t
 
 /* The run of config i if the jobs finished it: done with this metrics version, or
  * failed, in an attempt begun after `before` (the states before the jobs started). */
-static const ql_store_run_state *finished_run(const sweep_ctx *s, size_t i,
+static const ql_store_run_state *finished_run(const ql_sweep_run *s, size_t i,
                                               const ql_store_run_state *before, size_t n_before,
                                               const ql_store_run_state *now, size_t n_now)
 {
@@ -390,15 +451,284 @@ static const ql_store_run_state *finished_run(const sweep_ctx *s, size_t i,
 }
 
 /* The store's run states of this sweep's model, text, ctx and chunks. */
-static ql_status run_states(sweep_ctx *s, ql_store_run_state **out, size_t *n, ql_error *err)
+static ql_status run_states(ql_sweep_run *s, ql_store_run_state **out, size_t *n, ql_error *err)
 {
     return ql_store_run_states(s->store, s->model_sha, s->text_sha, s->sw->ctx,
                                (int)s->data.n_chunks, out, n, err);
 }
 
-/* How many todo configs the jobs finished so far (0 when the store is busy). */
-static size_t count_finished(sweep_ctx *s, const bool *todo, const ql_store_run_state *before,
-                             size_t n_before)
+/* ------------------------------------------------------------------------- */
+/* The steps                                                                  */
+
+static void default_paths(ql_sweep_run *s)
+{
+    ql_strlcpy(s->db_path, s->opts.db_path ? s->opts.db_path : "results/qlab.db",
+               sizeof s->db_path);
+    if (s->opts.cache_dir) {
+        ql_strlcpy(s->cache_dir, s->opts.cache_dir, sizeof s->cache_dir);
+    } else {
+        char dir[QL_PATH_MAX];
+        ql_strlcpy(dir, s->db_path, sizeof dir);
+        snprintf(s->cache_dir, sizeof s->cache_dir, "%s/cache", dirname(dir));
+    }
+}
+
+/* The rows of this shard's configs and which of them are still to do; done ones are
+ * recorded as members of this sweep. */
+static ql_status find_todo(ql_sweep_run *s, ql_error *err)
+{
+    const ql_sweep *sw = s->sw;
+    s->todo = calloc(sw->n_points ? sw->n_points : 1, sizeof *s->todo);
+    s->rows = calloc(sw->n_points ? sw->n_points : 1, sizeof *s->rows);
+    if (!s->todo || !s->rows)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for the config list");
+    bool varies[QL_AXIS_COUNT];
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        varies[a] = sw->n_values[a] > 1;
+    for (size_t i = 0; i < sw->n_points; i++) {
+        if (!ql_shard_keeps(&s->opts.shard, i))
+            continue;
+        s->sum.n_configs++;
+        summary_row *row = &s->rows[s->n_rows++];
+        summary_row_init(row, i);
+        ql_config_short_label(&sw->points[i].config, varies, row->label, sizeof row->label);
+        int64_t done = 0;
+        ql_status st =
+            ql_store_find_done(s->store, sw->points[i].hash, s->model_sha, s->text_sha, sw->ctx,
+                               (int)s->data.n_chunks, QL_METRICS_VERSION, &done, err);
+        if (st)
+            return st;
+        s->todo[i] = done == 0;
+        if (done) {
+            s->sum.n_skipped++;
+            row->status = "done before";
+            stored_row(s->store, done, row);
+            if ((st = ql_store_add_to_sweep(s->store, sw->name, done, err)))
+                return st;
+        } else {
+            s->n_todo++;
+            row->status = "not run";
+        }
+    }
+    return QL_OK;
+}
+
+ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
+                            ql_error *err)
+{
+    *out = NULL;
+    ql_sweep_run *s = calloc(1, sizeof *s);
+    if (!s)
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    s->sw = sw;
+    s->opts = *opts;
+    default_paths(s);
+    ql_threads_set(opts->threads > 0 ? opts->threads : sw->threads);
+    ql_status st = open_inputs(s, err);
+    if (!st) {
+        ql_calib_source cs = {s->model, s->tok, s->model_sha, s->cache_dir, sw->ctx, opts->quiet};
+        st = ql_calib_alloc(&s->calib, &cs, err);
+    }
+    /* The imatrix that weighs every run's imatrix_err columns (calib.h). */
+    if (!st)
+        st = ql_calib_pick_metric_imatrix(s->calib, sw, &s->metric_imatrix, err);
+    if (!st)
+        st = open_store(s, err);
+    if (!st)
+        st = ql_sched_alloc(&s->sched, err);
+    if (!st) {
+        plan_memory(s);
+        ql_qweights_opts qo = {s->model,          s->model_sha, s->cache_dir,
+                               s->metric_imatrix, s->mem.cache, opts->quiet};
+        st = ql_qweights_alloc(&s->qw, &qo, err);
+    }
+    if (!st)
+        st = ql_dist_acc_alloc(&s->acc, ql_ppl_n_scored_total(&s->data), s->model->hp.n_vocab, err);
+    /* Which configs still need work: decided before the reference is computed, so a
+     * finished sweep costs nothing. */
+    if (!st)
+        st = find_todo(s, err);
+    if (st) {
+        ql_sweep_run_close(s);
+        return st;
+    }
+    s->sum.scored_tokens = ql_ppl_n_scored_total(&s->data);
+    print_header(s);
+    *out = s;
+    return QL_OK;
+}
+
+void ql_sweep_run_close(ql_sweep_run *s)
+{
+    if (!s)
+        return;
+    ql_qweights_free(s->qw);
+    ql_dist_acc_free(s->acc);
+    ql_reference_free(s->ref);
+    ql_sched_free(s->sched);
+    ql_forward_free(s->fw);
+    ql_ppl_data_deinit(&s->data);
+    ql_calib_free(s->calib);
+    ql_tokenizer_free(s->tok);
+    ql_model_free(s->model);
+    ql_store_close(s->store);
+    free(s->todo);
+    free(s->rows);
+    free(s);
+}
+
+size_t ql_sweep_run_todo(const ql_sweep_run *s)
+{
+    return s->n_todo;
+}
+
+const ql_run_summary *ql_sweep_run_summary(const ql_sweep_run *s)
+{
+    return &s->sum;
+}
+
+const char *ql_sweep_run_db_path(const ql_sweep_run *s)
+{
+    return s->db_path;
+}
+
+const char *ql_sweep_run_cache_dir(const ql_sweep_run *s)
+{
+    return s->cache_dir;
+}
+
+ql_status ql_sweep_run_prepare(ql_sweep_run *s, ql_error *err)
+{
+    if (s->n_todo == 0 || s->ref)
+        return QL_OK;
+    ql_reference_opts ro = {s->model_sha,  s->text_sha,  s->cache_dir,
+                            s->opts.quiet, s->mem.group, s->mem.keep_logp};
+    ql_status st =
+        ql_reference_get(&s->ref, s->fw, s->sched, s->model->weights, &s->data, &ro, err);
+    if (st)
+        return st;
+    s->sum.ref_seconds = ql_reference_seconds(s->ref);
+    /* The calibration matrices, made once and cached for the configs (and for other
+     * processes); a failure here is the config's, reported when it runs. */
+    for (size_t i = 0; i < s->sw->n_points; i++) {
+        ql_calib_slot *slot;
+        ql_error cerr;
+        if (s->todo[i])
+            (void)ql_calib_config_imatrix(s->calib, &s->sw->points[i].config, &slot, &cerr);
+    }
+    return QL_OK;
+}
+
+/* The whole sweep's ETA from the configs evaluated so far, for the progress line. */
+static void update_eta(ql_sweep_run *s, double t_configs)
+{
+    const size_t evaluated = s->sum.n_run + s->sum.n_failed;
+    s->eta_note[0] = '\0';
+    if (evaluated == 0 || s->n_todo <= evaluated)
+        return;
+    char eta[32];
+    ql_format_duration((ql_now() - t_configs) / (double)evaluated * (double)(s->n_todo - evaluated),
+                       eta, sizeof eta);
+    snprintf(s->eta_note, sizeof s->eta_note, "sweep ETA %s", eta);
+}
+
+/* Evaluates config i (row) and stores its run: done with every record, or failed with
+ * its error. */
+static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t k, ql_error *err)
+{
+    const ql_sweep_point *pt = &s->sw->points[i];
+    int64_t config_id, run_id;
+    ql_status st = ql_store_upsert_config(s->store, &pt->config, &config_id, err);
+    if (st)
+        return st;
+    /* The importance matrix is loaded before the run begins so that the run records
+     * which one it used; failing to load it fails the run. */
+    ql_error cerr;
+    ql_error_clear(&cerr);
+    ql_calib_slot *slot = NULL;
+    ql_status cst = ql_calib_config_imatrix(s->calib, &pt->config, &slot, &cerr);
+    ql_store_run_key key = {config_id, s->model_id, s->dataset_id, s->sw->ctx,
+                            (int)s->data.n_chunks};
+    ql_store_run_info info = {s->sw->name, ql_threads_get(), QL_METRICS_VERSION,
+                              ql_calib_slot_sha256(slot)};
+    if ((st = ql_store_begin_run(s->store, &key, &info, &run_id, err)))
+        return st;
+    s->begun++;
+    if (s->opts.on_run_begun)
+        s->opts.on_run_begun(s->opts.on_run_begun_ctx, s->begun);
+    char label[256];
+    snprintf(label, sizeof label, "config %zu/%zu %s", k, s->sum.n_configs, row->label);
+    config_result r;
+    memset(&r, 0, sizeof r);
+    double t0 = ql_now();
+    if (!cst)
+        cst = evaluate_config(s, &pt->config, slot, label, &r, &cerr);
+    if (cst) {
+        s->sum.n_failed++;
+        row->status = "failed";
+        fprintf(stderr, "qlab: config %zu (%s) failed: %s\n", i, row->label, cerr.msg);
+        st = ql_store_fail_run(s->store, run_id, cerr.msg, ql_now() - t0, err);
+    } else {
+        ql_run_result res = {
+            &r.m,      r.q.tensors, r.q.n_tensors, r.chunks, (size_t)s->data.n_chunks,
+            &r.timing, r.q.acts,    r.q.n_acts};
+        st = ql_store_finish_run_result(s->store, run_id, &res, err);
+        s->sum.n_run++;
+        s->sum.forward_seconds += r.timing.quant_seconds;
+        row->status = "ok";
+        if (!st)
+            stored_row(s->store, run_id, row);
+        if (!s->opts.quiet)
+            fprintf(stderr, "  %s: bpw %.3f, PPL %.4f (ref %.4f), KLD %.3e, top-1 %.2f%%\n",
+                    row->label, r.m.bpw, r.m.ppl, r.m.ppl_ref, r.m.kld_mean,
+                    100.0 * r.m.top1_agree);
+    }
+    config_result_deinit(&r);
+    return st;
+}
+
+ql_status ql_sweep_run_configs(ql_sweep_run *s, ql_error *err)
+{
+    ql_status st = ql_sweep_run_prepare(s, err);
+    const double t0 = ql_now();
+    for (size_t k = 0; k < s->n_rows && !st; k++) {
+        const size_t i = s->rows[k].index;
+        if (!s->todo[i])
+            continue;
+        update_eta(s, t0);
+        st = run_config(s, i, &s->rows[k], k + 1, err);
+    }
+    s->sum.configs_seconds += ql_now() - t0;
+    return st;
+}
+
+struct ql_sweep_snapshot {
+    ql_store_run_state *states;
+    size_t n;
+};
+
+ql_status ql_sweep_run_snapshot(ql_sweep_run *s, ql_sweep_snapshot **out, ql_error *err)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    ql_status st = run_states(s, &(*out)->states, &(*out)->n, err);
+    if (st) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+void ql_sweep_snapshot_free(ql_sweep_snapshot *snap)
+{
+    if (!snap)
+        return;
+    free(snap->states);
+    free(snap);
+}
+
+size_t ql_sweep_run_finished_since(ql_sweep_run *s, const ql_sweep_snapshot *before)
 {
     ql_store_run_state *now;
     size_t n_now, n = 0;
@@ -406,339 +736,63 @@ static size_t count_finished(sweep_ctx *s, const bool *todo, const ql_store_run_
     if (run_states(s, &now, &n_now, &e) != QL_OK)
         return 0;
     for (size_t i = 0; i < s->sw->n_points; i++)
-        n += todo[i] && finished_run(s, i, before, n_before, now, n_now) != NULL;
+        n += s->todo[i] && finished_run(s, i, before->states, before->n, now, n_now) != NULL;
     free(now);
     return n;
 }
 
-/* Runs the todo configs in `jobs` child processes: `qlab sweep FILE --shard k/n` with
- * this run's shard refined (child j of shard K/N is shard K + N j of N jobs), the same
- * database (SQLite serializes their short transactions) and cache directory (so they
- * load the reference and calibration matrices this process just made). The parent
- * shows one progress line for the whole sweep and fills the summary rows from the
- * store afterwards. */
-static ql_status run_jobs(sweep_ctx *s, const bool *todo, size_t n_todo, summary_row *rows,
-                          ql_run_summary *sum, ql_error *err)
+ql_status ql_sweep_run_collect(ql_sweep_run *s, const ql_sweep_snapshot *before,
+                               double configs_seconds, ql_error *err)
 {
-    const ql_run_opts *o = s->opts;
-    const int jobs = o->jobs;
-    int threads = ql_threads_get() / jobs;
-    if (threads < 1)
-        threads = 1;
-    /* What the store holds before the jobs: a config counts as finished by them only
-     * in an attempt they began. */
-    ql_store_run_state *before = NULL;
-    size_t n_before = 0;
-    ql_status st = run_states(s, &before, &n_before, err);
-    if (st)
-        return st;
-    pid_t *pids = calloc((size_t)jobs, sizeof *pids);
-    if (!pids) {
-        free(before);
-        return ql_error_set(err, QL_ENOMEM, "out of memory for %d jobs", jobs);
-    }
-    int started = 0;
-    for (int j = 0; j < jobs; j++) {
-        char shard[64], nthreads[16], parent[24];
-        snprintf(shard, sizeof shard, "%d/%d", o->shard.index + o->shard.count * j,
-                 o->shard.count * jobs);
-        snprintf(nthreads, sizeof nthreads, "%d", threads);
-        snprintf(parent, sizeof parent, "%ld", (long)getpid());
-        char *argv[] = {"qlab",        "sweep",      (char *)s->sw->path, "--db",     s->db_path,
-                        "--cache-dir", s->cache_dir, "--threads",         nthreads,   "--shard",
-                        shard,         "--quiet",    "--no-summary",      "--job-of", parent,
-                        NULL};
-        int rc = posix_spawn(&pids[j], "/proc/self/exe", NULL, NULL, argv, environ);
-        if (rc != 0) {
-            st = ql_error_set(err, QL_EIO, "cannot start job %d of %d: %s", j + 1, jobs,
-                              strerror(rc));
-            break;
-        }
-        started++;
-    }
-    ql_progress p;
-    ql_progress_begin(&p, "configs", "config", (int64_t)n_todo, o->quiet);
-    double t0 = ql_now();
-    int running = started, failures = 0;
-    char why[256] = "";
-    while (running > 0) {
-        int status;
-        pid_t pid = waitpid(-1, &status, WNOHANG);
-        if (pid > 0) {
-            running--;
-            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                failures++;
-                if (WIFSIGNALED(status))
-                    snprintf(why, sizeof why, "a job was killed by signal %d", WTERMSIG(status));
-                else
-                    snprintf(why, sizeof why, "a job exited with status %d", WEXITSTATUS(status));
-            }
-            continue;
-        }
-        if (pid < 0 && errno != EINTR)
-            break;
-        ql_progress_update(&p, (int64_t)count_finished(s, todo, before, n_before), NULL);
-        usleep(200 * 1000);
-    }
-    ql_progress_end(&p, (int64_t)count_finished(s, todo, before, n_before), NULL);
-    free(pids);
-    sum->configs_seconds = ql_now() - t0;
-    if (!st && failures)
-        st = ql_error_set(err, QL_EEXTERNAL,
-                          "%s: %d of %d jobs failed (%s); finished configs are stored, run the "
-                          "sweep again to resume",
-                          s->sw->path, failures, jobs, why);
-
-    /* The summary rows of the configs the jobs ran, from the store. */
     ql_store_run_state *now = NULL;
     size_t n_now = 0;
-    ql_error serr;
-    if (run_states(s, &now, &n_now, &serr) != QL_OK && !st)
-        st = ql_error_set(err, serr.status, "%s", serr.msg);
-    for (size_t i = 0, r = 0; i < s->sw->n_points; i++) {
-        if (!ql_shard_keeps(&o->shard, i))
+    ql_status st = run_states(s, &now, &n_now, err);
+    if (st)
+        return st;
+    s->sum.configs_seconds += configs_seconds;
+    for (size_t k = 0; k < s->n_rows; k++) {
+        summary_row *row = &s->rows[k];
+        if (!s->todo[row->index])
             continue;
-        summary_row *row = &rows[r++];
-        if (!todo[i])
-            continue;
-        const ql_store_run_state *run = finished_run(s, i, before, n_before, now, n_now);
+        const ql_store_run_state *run =
+            finished_run(s, row->index, before->states, before->n, now, n_now);
         ql_store_run_brief b;
+        ql_error serr;
         if (!run) {
             row->status = "not run";
         } else if (strcmp(run->status, "failed") == 0) {
-            sum->n_failed++;
+            s->sum.n_failed++;
             row->status = "failed";
         } else {
-            sum->n_run++;
+            s->sum.n_run++;
             row->status = "ok";
             stored_row(s->store, run->run_id, row);
             if (ql_store_run_brief_get(s->store, run->run_id, &b, &serr) == QL_OK &&
                 !isnan(b.quant_seconds))
-                sum->forward_seconds += b.quant_seconds;
+                s->sum.forward_seconds += b.quant_seconds;
         }
     }
-    free(before);
     free(now);
-    return st;
+    return QL_OK;
 }
 
-/* ------------------------------------------------------------------------- */
+void ql_sweep_run_print(const ql_sweep_run *s)
+{
+    print_summary(s->rows, s->n_rows, &s->sum, s);
+}
 
 ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_summary *sum,
                            ql_error *err)
 {
     memset(sum, 0, sizeof *sum);
-    sweep_ctx s;
-    memset(&s, 0, sizeof s);
-    bool *todo = NULL;
-    summary_row *rows = NULL;
-    s.sw = sw;
-    s.opts = opts;
-    ql_strlcpy(s.db_path, opts->db_path ? opts->db_path : "results/qlab.db", sizeof s.db_path);
-    if (opts->cache_dir) {
-        ql_strlcpy(s.cache_dir, opts->cache_dir, sizeof s.cache_dir);
-    } else {
-        char dir[QL_PATH_MAX];
-        ql_strlcpy(dir, s.db_path, sizeof dir);
-        snprintf(s.cache_dir, sizeof s.cache_dir, "%s/cache", dirname(dir));
-    }
-    const char *kill = getenv("QLAB_FAULT_KILL_AFTER_RUNS");
-    if (kill && !ql_parse_int(kill, &s.kill_after))
-        s.kill_after = 0;
-    const char *pause_env = getenv("QLAB_FAULT_PAUSE_AFTER_RUNS");
-    if (pause_env && !ql_parse_int(pause_env, &s.pause_after))
-        s.pause_after = 0;
-    ql_threads_set(opts->threads > 0 ? opts->threads : sw->threads);
-
-    /* The imatrix that weighs every run's imatrix_err columns (calib.h). */
-    const ql_imatrix *metric_imatrix = NULL;
-    ql_status st = open_inputs(&s, err);
-    if (!st) {
-        ql_calib_source cs = {s.model, s.tok, s.model_sha, s.cache_dir, sw->ctx, opts->quiet};
-        st = ql_calib_alloc(&s.calib, &cs, err);
-    }
-    if (!st)
-        st = ql_calib_pick_metric_imatrix(s.calib, sw, &metric_imatrix, err);
-    if (!st)
-        st = open_store(&s, err);
+    ql_sweep_run *s;
+    ql_status st = ql_sweep_run_open(&s, sw, opts, err);
     if (st)
-        goto out;
-    const ql_hparams *hp = &s.model->hp;
-    int64_t n_scored = ql_ppl_n_scored_total(&s.data);
-    sum->scored_tokens = n_scored;
-    ql_qweights_opts qo = {s.model,        s.model_sha,       s.cache_dir,
-                           metric_imatrix, opts->cache_bytes, opts->quiet};
-    if ((st = ql_qweights_alloc(&s.qw, &qo, err)))
-        goto out;
-    s.logits = malloc((size_t)s.data.n_scored * (size_t)hp->n_vocab * sizeof(float));
-    if (!s.logits) {
-        st = ql_error_set(err, QL_ENOMEM, "out of memory for the sweep buffers");
-        goto out;
-    }
-    if ((st = ql_dist_acc_alloc(&s.acc, n_scored, hp->n_vocab, err)))
-        goto out;
-
-    /* Which configs still need work: decided before the reference is computed, so
-     * a finished sweep costs nothing. */
-    size_t n_todo = 0;
-    todo = calloc(sw->n_points ? sw->n_points : 1, sizeof *todo);
-    if (!todo) {
-        st = ql_error_set(err, QL_ENOMEM, "out of memory for the config list");
-        goto out;
-    }
-    for (size_t i = 0; i < sw->n_points; i++) {
-        if (!ql_shard_keeps(&opts->shard, i))
-            continue;
-        sum->n_configs++;
-        int64_t done = 0;
-        st = ql_store_find_done(s.store, sw->points[i].hash, s.model_sha, s.text_sha, sw->ctx,
-                                (int)s.data.n_chunks, QL_METRICS_VERSION, &done, err);
-        if (st)
-            goto out;
-        todo[i] = done == 0;
-        n_todo += done == 0;
-    }
-    if (!opts->quiet)
-        fprintf(stderr,
-                "sweep %s: %zu configs%s, %zu to run; model %s (%lld params), text %s: %lld "
-                "chunks of %d tokens, %lld scored\n",
-                sw->name, sum->n_configs, opts->shard.count > 1 ? " in this shard" : "", n_todo,
-                sw->model, (long long)s.model->n_params, sw->text, (long long)s.data.n_chunks,
-                sw->ctx, (long long)n_scored);
-    if (n_todo > 0) {
-        ql_reference_opts ro = {s.model_sha, s.text_sha, s.cache_dir, opts->quiet};
-        if ((st = ql_reference_get(&s.ref, s.fw, s.model->weights, &s.data, &ro, err)))
-            goto out;
-        sum->ref_seconds = ql_reference_seconds(s.ref);
-    }
-
-    rows = calloc(sum->n_configs ? sum->n_configs : 1, sizeof *rows);
-    if (!rows) {
-        st = ql_error_set(err, QL_ENOMEM, "out of memory for the summary");
-        goto out;
-    }
-    if (opts->jobs > 1 && n_todo > 1) {
-        /* The jobs load the calibration matrices from the cache: make them here once. */
-        for (size_t i = 0; i < sw->n_points && !st; i++) {
-            ql_calib_slot *slot;
-            ql_error cerr;
-            if (todo[i])
-                (void)ql_calib_config_imatrix(s.calib, &sw->points[i].config, &slot, &cerr);
-        }
-        size_t r = 0;
-        for (size_t i = 0; i < sw->n_points; i++) {
-            if (!ql_shard_keeps(&opts->shard, i))
-                continue;
-            summary_row *row = &rows[r++];
-            summary_row_init(row, i);
-            config_label(sw, &sw->points[i].config, row->label, sizeof row->label);
-            if (!todo[i]) {
-                int64_t done = 0;
-                sum->n_skipped++;
-                row->status = "done before";
-                if (!(st = ql_store_find_done(s.store, sw->points[i].hash, s.model_sha, s.text_sha,
-                                              sw->ctx, (int)s.data.n_chunks, QL_METRICS_VERSION,
-                                              &done, err)) &&
-                    done) {
-                    stored_row(s.store, done, row);
-                    st = ql_store_add_to_sweep(s.store, sw->name, done, err);
-                }
-            }
-        }
-        if (!st)
-            st = run_jobs(&s, todo, n_todo, rows, sum, err);
-        if (!st || st == QL_EEXTERNAL)
-            print_summary(rows, r, sum, &s);
-        goto out;
-    }
-    size_t n_rows = 0, k = 0;
-    double t_configs = ql_now();
-    for (size_t i = 0; i < sw->n_points && !st; i++) {
-        if (!ql_shard_keeps(&opts->shard, i))
-            continue;
-        k++;
-        const ql_sweep_point *pt = &sw->points[i];
-        summary_row *row = &rows[n_rows++];
-        summary_row_init(row, i);
-        config_label(sw, &pt->config, row->label, sizeof row->label);
-        int64_t done = 0;
-        st = ql_store_find_done(s.store, pt->hash, s.model_sha, s.text_sha, sw->ctx,
-                                (int)s.data.n_chunks, QL_METRICS_VERSION, &done, err);
-        if (st)
-            break;
-        if (done) {
-            sum->n_skipped++;
-            row->status = "done before";
-            stored_row(s.store, done, row);
-            st = ql_store_add_to_sweep(s.store, sw->name, done, err);
-            continue;
-        }
-        int64_t config_id, run_id;
-        if ((st = ql_store_upsert_config(s.store, &pt->config, &config_id, err)))
-            break;
-        /* The importance matrix is loaded before the run begins so that the run
-         * records which one it used; failing to load it fails the run. */
-        ql_error cerr;
-        ql_error_clear(&cerr);
-        ql_calib_slot *slot = NULL;
-        ql_status cst = ql_calib_config_imatrix(s.calib, &pt->config, &slot, &cerr);
-        ql_store_run_key key = {config_id, s.model_id, s.dataset_id, sw->ctx, (int)s.data.n_chunks};
-        ql_store_run_info info = {sw->name, ql_threads_get(), QL_METRICS_VERSION,
-                                  ql_calib_slot_sha256(slot)};
-        if ((st = ql_store_begin_run(s.store, &key, &info, &run_id, err)))
-            break;
-        /* Fault injection for the resume tests: die, or hang until signalled, mid-sweep. */
-        s.begun++;
-        if (s.kill_after > 0 && s.begun > s.kill_after)
-            raise(SIGKILL);
-        if (s.pause_after > 0 && s.begun > s.pause_after)
-            pause();
-
-        char label[256];
-        snprintf(label, sizeof label, "config %zu/%zu %s", k, sum->n_configs, row->label);
-        /* The whole sweep's ETA from the configs evaluated so far. */
-        size_t evaluated = sum->n_run + sum->n_failed;
-        s.eta_note[0] = '\0';
-        if (evaluated > 0 && n_todo > evaluated) {
-            char eta[32];
-            ql_format_duration((ql_now() - t_configs) / (double)evaluated *
-                                   (double)(n_todo - evaluated),
-                               eta, sizeof eta);
-            snprintf(s.eta_note, sizeof s.eta_note, "sweep ETA %s", eta);
-        }
-        config_result r;
-        memset(&r, 0, sizeof r);
-        double t0 = ql_now();
-        if (!cst)
-            cst = evaluate_config(&s, &pt->config, slot, label, &r, &cerr);
-        if (cst) {
-            sum->n_failed++;
-            row->status = "failed";
-            fprintf(stderr, "qlab: config %zu (%s) failed: %s\n", i, row->label, cerr.msg);
-            st = ql_store_fail_run(s.store, run_id, cerr.msg, ql_now() - t0, err);
-        } else {
-            ql_run_result res = {
-                &r.m,      r.q.tensors, r.q.n_tensors, r.chunks, (size_t)s.data.n_chunks,
-                &r.timing, r.q.acts,    r.q.n_acts};
-            st = ql_store_finish_run_result(s.store, run_id, &res, err);
-            sum->n_run++;
-            sum->forward_seconds += r.timing.quant_seconds;
-            row->status = "ok";
-            if (!st)
-                stored_row(s.store, run_id, row);
-            if (!opts->quiet)
-                fprintf(stderr, "  %s: bpw %.3f, PPL %.4f (ref %.4f), KLD %.3e, top-1 %.2f%%\n",
-                        row->label, r.m.bpw, r.m.ppl, r.m.ppl_ref, r.m.kld_mean,
-                        100.0 * r.m.top1_agree);
-        }
-        config_result_deinit(&r);
-    }
-    sum->configs_seconds = ql_now() - t_configs;
+        return st;
+    st = ql_sweep_run_configs(s, err);
     if (!st)
-        print_summary(rows, n_rows, sum, &s);
-out:
-    free(rows);
-    free(todo);
-    sweep_ctx_deinit(&s);
+        ql_sweep_run_print(s);
+    *sum = s->sum;
+    ql_sweep_run_close(s);
     return st;
 }

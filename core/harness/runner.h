@@ -1,13 +1,28 @@
-/* qlab: the sweep runner (DESIGN.md sections 2, 4, 5).
+/* qlab: the sweep runner (DESIGN.md sections 2, 4, 5, 9).
  *
- * For one sweep: load the model and the text once, compute the reference once
- * (or load it from the cache), then for every config that is not already done in
- * the results store: quantize the weights through the type policy (quantized
- * tensors are cached and shared by configs that use the same tensor, type and
- * importance matrix), run the quantized forward pass over the same chunks, compute
- * every metric against the reference, and store the run in one transaction. A
- * config that fails is stored with its error and the sweep goes on; a killed sweep
- * resumes where it stopped, since done runs are skipped by content hash. */
+ * For one sweep: load the model (its tensors stay in the file's memory map) and the
+ * text once, compute the reference once (or load its compact form from the cache),
+ * then for every config that is not already done in the results store: quantize the
+ * weights through the type policy (quantized tensors are kept as bytes and shared by
+ * configs that use the same tensor, type and importance matrix), run the quantized
+ * pass over the same chunks layer by layer (model/scheduler.h), compute every metric
+ * against the reference, and store the run in one transaction. A config that fails is
+ * stored with its error and the sweep goes on; a killed sweep resumes where it
+ * stopped, since done runs are skipped by content hash.
+ *
+ * Memory: the budget (`--mem`, default QL_RUN_MEM_SHARE of the machine's RAM) sizes
+ * the groups of chunks a pass takes through each layer, decides whether the
+ * reference's log-probabilities are held or regenerated per config, and bounds the
+ * quantized tensors kept between configs. Results do not depend on it.
+ *
+ * The steps, for a command that runs them itself (several processes at once, --jobs):
+ *   ql_sweep_run_open      inputs, store, which configs are still to do
+ *   ql_sweep_run_prepare   what the configs share: the reference, the calibration
+ *                          matrices (kept in the cache directory for other processes)
+ *   ql_sweep_run_configs   evaluates this process's configs
+ *   ql_sweep_run_collect   or: the results other processes stored since a snapshot
+ *   ql_sweep_run_print     the summary table and the timing line
+ * ql_sweep_execute runs them all in this process. */
 #ifndef QL_RUNNER_H
 #define QL_RUNNER_H
 
@@ -18,6 +33,10 @@
 #include "base/error.h"
 #include "experiment/sweep.h"
 
+/* The share of the machine's RAM a sweep plans with when --mem is not given: the rest
+ * is for the page cache of the model file and for everything else on the machine. */
+#define QL_RUN_MEM_SHARE 0.7
+
 typedef struct {
     const char *db_path;   /* results store; NULL = results/qlab.db */
     const char *cache_dir; /* reference/imatrix cache; NULL = <db dir>/cache */
@@ -25,27 +44,70 @@ typedef struct {
     ql_shard shard;        /* {0, 1} = every config */
     bool quiet;            /* no progress lines (results and the summary still print) */
     size_t cache_bytes;    /* memory for quantized tensors kept across configs; 0 = default */
+    size_t mem_bytes;      /* memory budget; 0 = QL_RUN_MEM_SHARE of the RAM */
     bool no_summary;       /* do not print the summary table and timing lines */
-    int jobs;              /* > 1: evaluate configs in this many processes at once (each a
-                              shard of this run with threads / jobs threads, sharing the
-                              reference and calibration cache and the database) */
+    /* Called after each run is marked running, with how many this process began (the
+     * command line's fault injection for the resume tests); NULL = none. */
+    void (*on_run_begun)(void *ctx, int begun);
+    void *on_run_begun_ctx;
 } ql_run_opts;
 
 typedef struct {
-    size_t n_configs;  /* configs of this shard */
-    size_t n_run;      /* evaluated now */
-    size_t n_skipped;  /* already done in the store */
-    size_t n_failed;   /* stored as failed */
+    size_t n_configs;       /* configs of this shard */
+    size_t n_run;           /* evaluated now */
+    size_t n_skipped;       /* already done in the store */
+    size_t n_failed;        /* stored as failed */
     double ref_seconds;     /* reference pass (0 when loaded from the cache) */
     double configs_seconds; /* all configs evaluated now */
-    double forward_seconds; /* the quantized forward passes among them */
+    double forward_seconds; /* the quantized passes among them */
     int64_t scored_tokens;  /* per pass */
 } ql_run_summary;
 
 void ql_run_opts_init(ql_run_opts *o);
 
-/* Runs the sweep (already loaded and checked). Returns an error only for what
- * stops the whole sweep (a missing model or text, an unwritable store); a config
+typedef struct ql_sweep_run ql_sweep_run;
+
+/* Loads the model and the text, opens the store and finds the configs of this shard
+ * that are not done; prints the sweep's header line. */
+ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
+                            ql_error *err);
+void ql_sweep_run_close(ql_sweep_run *r);
+
+/* Configs of this shard still to do. */
+size_t ql_sweep_run_todo(const ql_sweep_run *r);
+
+/* The reference and the calibration matrices of the configs to do (nothing when there
+ * are none). */
+ql_status ql_sweep_run_prepare(ql_sweep_run *r, ql_error *err);
+
+/* Evaluates every config to do, in this process. */
+ql_status ql_sweep_run_configs(ql_sweep_run *r, ql_error *err);
+
+/* The store's view of the configs to do at a moment (for runs made by other
+ * processes: a config counts as finished by them only in an attempt begun after). */
+typedef struct ql_sweep_snapshot ql_sweep_snapshot;
+ql_status ql_sweep_run_snapshot(ql_sweep_run *r, ql_sweep_snapshot **out, ql_error *err);
+void ql_sweep_snapshot_free(ql_sweep_snapshot *s);
+
+/* How many configs to do are finished (done or failed) since the snapshot; 0 when the
+ * store is busy. */
+size_t ql_sweep_run_finished_since(ql_sweep_run *r, const ql_sweep_snapshot *before);
+
+/* Fills the summary from what the store holds for the configs to do since the
+ * snapshot (configs_seconds: how long the other processes took). */
+ql_status ql_sweep_run_collect(ql_sweep_run *r, const ql_sweep_snapshot *before,
+                               double configs_seconds, ql_error *err);
+
+/* Prints the summary table and the timing lines (not with no_summary). */
+void ql_sweep_run_print(const ql_sweep_run *r);
+const ql_run_summary *ql_sweep_run_summary(const ql_sweep_run *r);
+
+/* Where this run keeps its results and cache (for processes that share them). */
+const char *ql_sweep_run_db_path(const ql_sweep_run *r);
+const char *ql_sweep_run_cache_dir(const ql_sweep_run *r);
+
+/* Opens, prepares and runs every config here, then prints. Returns an error only for
+ * what stops the whole sweep (a missing model or text, an unwritable store); a config
  * that fails is recorded as failed and counted in summary->n_failed. */
 ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_summary *summary,
                            ql_error *err);

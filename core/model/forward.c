@@ -151,6 +151,12 @@ void ql_forward_set_observer(ql_forward *fw, ql_matmul_observer fn, void *ctx)
     fw->observer_ctx = fn ? ctx : NULL;
 }
 
+void ql_forward_get_observer(const ql_forward *fw, ql_matmul_observer *fn, void **ctx)
+{
+    *fn = fw->observer;
+    *ctx = fw->observer_ctx;
+}
+
 void ql_observer_chain_init(ql_observer_chain *c)
 {
     memset(c, 0, sizeof *c);
@@ -190,6 +196,11 @@ void ql_forward_set_attn_rounding(ql_forward *fw, const ql_attn_rounding *r)
         memset(&fw->rounding, 0, sizeof fw->rounding);
         ql_strlcpy(fw->rounding.name, "f32", sizeof fw->rounding.name);
     }
+}
+
+void ql_forward_get_attn_rounding(const ql_forward *fw, ql_attn_rounding *out)
+{
+    *out = fw->rounding;
 }
 
 const char *ql_forward_attn_rounding_name(const ql_forward *fw)

@@ -91,6 +91,9 @@ int ql_forward_max_ctx(const ql_forward *fw);
 /* Installs (or with fn = NULL removes) the product observer. */
 void ql_forward_set_observer(ql_forward *fw, ql_matmul_observer fn, void *ctx);
 
+/* The observer installed now (NULL fn when none). */
+void ql_forward_get_observer(const ql_forward *fw, ql_matmul_observer *fn, void **ctx);
+
 /* Several observers in one pass (e.g. the imatrix collector and the activation
  * maxima of the outlier split): install ql_observer_chain_observe with the chain as
  * its ctx; each member sees every product, in the order they were added. The chain
@@ -112,6 +115,8 @@ void ql_observer_chain_observe(void *chain, int site, const ql_linear *lin, cons
 
 /* Installs a custom attention rounding (copied); NULL restores f32. */
 void ql_forward_set_attn_rounding(ql_forward *fw, const ql_attn_rounding *r);
+/* The attention rounding installed now (a copy). */
+void ql_forward_get_attn_rounding(const ql_forward *fw, ql_attn_rounding *out);
 const char *ql_forward_attn_rounding_name(const ql_forward *fw);
 
 /* Runs tokens[0..n_tok) at positions pos0..pos0+n_tok-1 with weight set w (which must

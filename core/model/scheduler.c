@@ -1,0 +1,201 @@
+/* Layer-major passes over groups of chunks (scheduler.h). */
+#include "model/scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+struct ql_sched {
+    float *layer[QL_SCHED_MAX_SETS]; /* one bound layer per set */
+    size_t layer_floats[QL_SCHED_MAX_SETS];
+    float *x[QL_SCHED_MAX_SETS]; /* (group, n_tok, n_embd) residual streams per set */
+    size_t x_floats[QL_SCHED_MAX_SETS];
+    float *hidden; /* (n_tok, n_embd) one chunk's head input */
+    float *logits; /* (n_tok, n_vocab) one chunk's logits */
+    size_t hidden_floats, logits_floats;
+    int32_t *tokens; /* (ctx,) */
+    int tokens_cap;
+};
+
+ql_status ql_sched_alloc(ql_sched **out, ql_error *err)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? QL_OK : ql_error_set(err, QL_ENOMEM, "out of memory for a pass");
+}
+
+void ql_sched_free(ql_sched *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < QL_SCHED_MAX_SETS; i++) {
+        free(s->layer[i]);
+        free(s->x[i]);
+    }
+    free(s->hidden);
+    free(s->logits);
+    free(s->tokens);
+    free(s);
+}
+
+size_t ql_sched_bytes(const ql_hparams *hp, int ctx, int group, int n_sets)
+{
+    const size_t E = (size_t)hp->n_embd, F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
+    const size_t QD = (size_t)hp->n_head * (size_t)hp->head_dim;
+    const size_t KD = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    const size_t layer = E * QD + 2 * E * KD + QD * E + 3 * E * F;
+    const size_t per_set = layer + (size_t)group * (size_t)ctx * E;
+    return sizeof(float) * ((size_t)n_sets * per_set + (size_t)ctx * (E + V));
+}
+
+/* Grows *buf to hold n floats (contents not kept). */
+static ql_status ensure(float **buf, size_t *have, size_t n, const char *what, ql_error *err)
+{
+    if (*have >= n && *buf)
+        return QL_OK;
+    float *p = realloc(*buf, (n ? n : 1) * sizeof *p);
+    if (!p)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for %s (%zu floats)", what, n);
+    *buf = p;
+    *have = n;
+    return QL_OK;
+}
+
+static ql_status prepare(ql_sched *s, const ql_sched_job *job, const ql_hparams *hp, int n_tok,
+                         ql_error *err)
+{
+    const size_t E = (size_t)hp->n_embd;
+    size_t layer = 0;
+    for (int i = 0; i < job->n_sets; i++) {
+        const size_t n = ql_weights_layer_floats(job->sets[i].w);
+        layer = n > layer ? n : layer;
+    }
+    const size_t x = (size_t)job->group * (size_t)n_tok * E;
+    ql_status st = QL_OK;
+    for (int i = 0; i < job->n_sets && !st; i++)
+        if (!(st = ensure(&s->layer[i], &s->layer_floats[i], layer, "one layer in f32", err)))
+            st = ensure(&s->x[i], &s->x_floats[i], x, "the group's hidden states", err);
+    if (st)
+        return st;
+    if ((st = ensure(&s->hidden, &s->hidden_floats, (size_t)n_tok * E, "the head's input", err)) ||
+        (st = ensure(&s->logits, &s->logits_floats, (size_t)n_tok * (size_t)hp->n_vocab,
+                     "one chunk's logits", err)))
+        return st;
+    if (s->tokens_cap < n_tok) {
+        int32_t *t = realloc(s->tokens, (size_t)n_tok * sizeof *t);
+        if (!t)
+            return ql_error_set(err, QL_ENOMEM, "out of memory");
+        s->tokens = t;
+        s->tokens_cap = n_tok;
+    }
+    return QL_OK;
+}
+
+/* Makes set i the one the pass computes with: its observer and K/V rounding. */
+static void use_set(ql_forward *fw, const ql_sched_set *set)
+{
+    ql_forward_set_observer(fw, set->observer, set->observer_ctx);
+    ql_forward_set_attn_rounding(fw, set->rounding);
+}
+
+/* One group: chunks c0 .. c0 + n - 1 through every block, then the heads. */
+static ql_status run_group(ql_sched *s, ql_forward *fw, const ql_sched_job *job, int64_t c0,
+                           int64_t n, int n_tok, int out_first, double *done, ql_error *err)
+{
+    const ql_hparams *hp = ql_forward_hparams(fw);
+    const ql_ppl_data *d = job->data;
+    const int64_t E = hp->n_embd;
+    const size_t stride = (size_t)n_tok * (size_t)E;
+    ql_status st = QL_OK;
+    for (int i = 0; i < job->n_sets && !st; i++)
+        for (int64_t c = 0; c < n && !st; c++) {
+            ql_ppl_chunk_input(d, c0 + c, s->tokens);
+            st = ql_forward_embed(fw, job->sets[i].w, s->tokens, n_tok, 0,
+                                  s->x[i] + (size_t)c * stride, err);
+        }
+    int n_rows = n_tok;
+    /* Progress in tokens, each block and the head weighted by their products' size. */
+    const double layer_w = (double)ql_weights_layer_floats(job->sets[0].w);
+    const double head_w = (double)hp->n_embd * (double)hp->n_vocab *
+                          (double)(n_tok - out_first) / (double)n_tok;
+    const double group_tokens = (double)(n * n_tok);
+    const double per_block = group_tokens * layer_w / (hp->n_layer * layer_w + head_w);
+    const double per_head = group_tokens - hp->n_layer * per_block;
+    for (int l = 0; l < hp->n_layer && !st; l++) {
+        const int first = l == hp->n_layer - 1 ? out_first : 0;
+        for (int i = 0; i < job->n_sets && !st; i++)
+            st = ql_weights_bind_layer(job->sets[i].w, l, s->layer[i], s->layer_floats[i], err);
+        for (int64_t c = 0; c < n && !st; c++) {
+            const float *xs[QL_SCHED_MAX_SETS];
+            for (int i = 0; i < job->n_sets && !st; i++) {
+                float *x = s->x[i] + (size_t)c * stride;
+                use_set(fw, &job->sets[i]);
+                st = ql_forward_block(fw, job->sets[i].w, l, x, n_tok, 0, first, &n_rows, err);
+                xs[i] = x;
+            }
+            if (!st && job->on_block)
+                st = job->on_block(job->ctx, l, c0 + c, first, n_rows, xs, err);
+        }
+        for (int i = 0; i < job->n_sets; i++)
+            ql_weights_unbind_layer(job->sets[i].w, l);
+        *done += per_block;
+        if (!st && job->progress)
+            job->progress(job->ctx, *done);
+    }
+    /* The heads: per set and chunk, the final norm, the logits, the consumer. */
+    for (int i = 0; i < job->n_sets && !st; i++) {
+        const ql_sched_set *set = &job->sets[i];
+        use_set(fw, set);
+        for (int64_t c = 0; c < n && !st; c++) {
+            const float *x = s->x[i] + (size_t)c * stride;
+            ql_forward_output_norm(fw, set->w, x, s->hidden, n_rows);
+            if (set->head)
+                st = ql_forward_head(fw, set->w, s->hidden, s->logits, n_rows, err);
+            if (!st && job->on_output)
+                st = job->on_output(job->ctx, i, c0 + c, s->hidden, set->head ? s->logits : NULL,
+                                    n_rows, err);
+        }
+    }
+    *done += per_head;
+    if (!st && job->progress)
+        job->progress(job->ctx, *done);
+    return st;
+}
+
+ql_status ql_sched_run(ql_sched *s, ql_forward *fw, const ql_sched_job *job, ql_error *err)
+{
+    const ql_ppl_data *d = job->data;
+    QL_ASSERT(job->n_sets >= 1 && job->n_sets <= QL_SCHED_MAX_SETS && job->group >= 1);
+    if (d->ctx > ql_forward_max_ctx(fw))
+        return ql_error_set(err, QL_EINVAL, "pass: chunks of %d tokens, the forward pass holds %d",
+                            d->ctx, ql_forward_max_ctx(fw));
+    if (job->chunk0 < 0 || job->n_chunks < 0 || job->chunk0 + job->n_chunks > d->n_chunks)
+        return ql_error_set(err, QL_EINVAL, "pass: chunks %lld..%lld outside the text's %lld",
+                            (long long)job->chunk0, (long long)(job->chunk0 + job->n_chunks),
+                            (long long)d->n_chunks);
+    /* A perplexity pass does not run the chunk's last token: it predicts nothing that is
+     * scored and, attention being causal, changes no scored position. */
+    const int n_tok = job->all_rows ? d->ctx : d->ctx - 1;
+    const int out_first = job->all_rows ? 0 : d->first;
+    ql_status st = QL_OK;
+    for (int i = 0; i < job->n_sets && !st; i++)
+        st = ql_forward_check_weights(fw, job->sets[i].w, err);
+    if (!st)
+        st = prepare(s, job, ql_forward_hparams(fw), n_tok, err);
+    if (st)
+        return st;
+    ql_matmul_observer obs;
+    void *obs_ctx;
+    ql_attn_rounding rounding;
+    ql_forward_get_observer(fw, &obs, &obs_ctx);
+    ql_forward_get_attn_rounding(fw, &rounding);
+    double done = 0;
+    for (int64_t c0 = job->chunk0; c0 < job->chunk0 + job->n_chunks && !st; c0 += job->group) {
+        const int64_t left = job->chunk0 + job->n_chunks - c0;
+        st = run_group(s, fw, job, c0, left < job->group ? left : job->group, n_tok, out_first,
+                       &done, err);
+    }
+    ql_forward_set_observer(fw, obs, obs_ctx);
+    ql_forward_set_attn_rounding(fw, &rounding);
+    return st;
+}

@@ -1,0 +1,90 @@
+/* qlab: layer-major evaluation of weight sets over groups of chunks (DESIGN.md §9).
+ *
+ * A pass over a text takes its chunks in groups: every chunk of a group through block
+ * 0, then every chunk through block 1, ... A block's products are bound (decoded to
+ * f32, model.h) once per group and serve all its chunks, so the decoding, O(weights),
+ * is amortized over group × ctx tokens of products, and the f32 weights that exist at
+ * any time are one layer per weight set. The residual streams of the group's chunks
+ * (group × ctx × n_embd floats per set) are the only activations kept between blocks.
+ *
+ * Every chunk is computed exactly as ql_forward_run computes it alone (the same
+ * products on the same rows, the K/V cache of its own layer): results do not depend on
+ * the group size (tests/unit/test_scheduler.c).
+ *
+ * Two weight sets may run in lock-step (the reference and a config): block l of the
+ * first set, then block l of the second, on the same chunk; on_block then sees both
+ * residual streams after each block (per-layer divergence).
+ *
+ * Rows: a perplexity pass runs ctx - 1 tokens of each chunk and keeps the rows from
+ * data->first on after the last block's attention (ql_forward_block's out_first);
+ * an all-rows pass (imatrix collection, as llama-imatrix) runs ctx tokens and keeps
+ * all of them. */
+#ifndef QL_SCHEDULER_H
+#define QL_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "model/forward.h"
+#include "model/perplexity.h"
+
+#define QL_SCHED_MAX_SETS 2
+
+/* One weight set of a pass and how it runs. */
+typedef struct {
+    ql_weights *w;                    /* layers are bound and unbound during the pass */
+    const ql_attn_rounding *rounding; /* K/V cache rounding; NULL = f32 */
+    ql_matmul_observer observer;      /* sees this set's products; NULL = none */
+    void *observer_ctx;
+    bool head; /* compute this set's logits (else on_output gets NULL logits) */
+} ql_sched_set;
+
+typedef struct ql_sched_job ql_sched_job;
+
+/* After block `layer` of `chunk` for every set: x[s] holds set s's residual stream,
+ * n_rows rows that are rows row0.. of the chunk's tokens (row0 = data->first after
+ * the last block of a perplexity pass, else 0). */
+typedef ql_status (*ql_sched_block_fn)(void *ctx, int layer, int64_t chunk, int64_t row0,
+                                       int64_t n_rows, const float *const *x, ql_error *err);
+
+/* After the last block, per set and chunk, in chunk order: hidden (n_rows, n_embd) the
+ * input of the head (final norm applied), logits (n_rows, n_vocab) or NULL when the
+ * set has no head. Rows are the chunk's output rows (data->first.. or all). */
+typedef ql_status (*ql_sched_output_fn)(void *ctx, int set, int64_t chunk, const float *hidden,
+                                        const float *logits, int64_t n_rows, ql_error *err);
+
+/* Tokens done so far (of n_chunks * tokens per chunk), for progress lines. */
+typedef void (*ql_sched_progress_fn)(void *ctx, double tokens_done);
+
+struct ql_sched_job {
+    const ql_ppl_data *data;
+    int64_t chunk0, n_chunks; /* the chunks chunk0 .. chunk0 + n_chunks - 1 */
+    bool all_rows;            /* ctx tokens and every row; else the perplexity rows */
+    int group;                /* chunks per group (>= 1) */
+    ql_sched_set sets[QL_SCHED_MAX_SETS];
+    int n_sets;
+    ql_sched_block_fn on_block;    /* may be NULL */
+    ql_sched_output_fn on_output;  /* may be NULL */
+    ql_sched_progress_fn progress; /* may be NULL */
+    void *ctx;
+};
+
+/* Buffers of passes (binding buffers, residual streams, hidden and logits rows), kept
+ * between passes of the same model and grown when a pass needs more. */
+typedef struct ql_sched ql_sched;
+
+ql_status ql_sched_alloc(ql_sched **out, ql_error *err);
+void ql_sched_free(ql_sched *s);
+
+/* Runs the job with fw (allocated for the data's ctx). Leaves fw's observer and
+ * attention rounding as it found them. */
+ql_status ql_sched_run(ql_sched *s, ql_forward *fw, const ql_sched_job *job, ql_error *err);
+
+/* Bytes a pass with these sets and group size holds besides the weights' sources:
+ * one bound layer per set, the group's residual streams, one chunk's hidden rows and
+ * logits. For sizing a group to a memory budget. */
+size_t ql_sched_bytes(const ql_hparams *hp, int ctx, int group, int n_sets);
+
+#endif
