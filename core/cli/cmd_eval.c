@@ -15,6 +15,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/perplexity.h"
+#include "model/scheduler.h"
 #include "model/tokenizer.h"
 
 static void help(const ql_opt_parser *p)
@@ -46,23 +47,29 @@ static ql_status parse_act_mode(void *ctx, const char *val, ql_error *err)
 }
 
 typedef struct {
-    ql_progress progress;
+    ql_progress progress; /* in tokens, on a terminal */
     int64_t n_chunks;
     bool tty;
     bool quiet;
+    double ppl; /* the running PPL after the last finished chunk */
 } chunk_printer;
+
+static void on_progress(void *ctx, double tokens_done)
+{
+    chunk_printer *p = ctx;
+    char note[64] = "";
+    if (p->ppl > 0)
+        snprintf(note, sizeof note, "PPL %.4f", p->ppl);
+    if (p->tty && !p->quiet)
+        ql_progress_update(&p->progress, (int64_t)tokens_done, note[0] ? note : NULL);
+}
 
 static void on_chunk(void *ctx, int64_t chunk, const float *logits, const int32_t *targets,
                      int n_scored, const ql_nll_acc *running)
 {
     chunk_printer *p = ctx;
-    if (p->quiet)
-        return;
-    char note[64];
-    snprintf(note, sizeof note, "PPL %.4f", ql_nll_acc_ppl(running));
-    if (p->tty)
-        ql_progress_update(&p->progress, (chunk + 1), note);
-    else
+    p->ppl = ql_nll_acc_ppl(running);
+    if (!p->quiet && !p->tty)
         fprintf(stderr, "chunk %lld/%lld: PPL %.6f\n", (long long)chunk + 1, (long long)p->n_chunks,
                 ql_nll_acc_ppl(running));
 }
@@ -71,6 +78,7 @@ int ql_cmd_eval(int argc, char **argv)
 {
     const char *args[1], *text_arg = NULL;
     int ctx = 512, chunks = 0, threads = 0;
+    uint64_t mem = 0;
     int32_t kv_type = QL_TYPE_F32;
     ql_config act_cfg; /* only its act_mode axis is used */
     ql_config_init(&act_cfg);
@@ -86,6 +94,9 @@ int ql_cmd_eval(int argc, char **argv)
                     "K/V cache rounding: f32 (default), f16, q8_0 or q4_0"),
         ql_opt_func("act-mode", 0, parse_act_mode, &act_cfg, "MODE",
                     "activation rounding: f32 (default), native, q8_0, q8_1, q8_K, q8x2"),
+        ql_opt_size("mem", 0, &mem, "SIZE",
+                    "memory budget (default 70% of the RAM): how many chunks go through\n"
+                    "each layer at once; the result does not depend on it"),
         ql_opt_flag("quiet", 'q', &quiet, "no per-chunk lines and notes"),
     };
     static const char *const names[] = {"MODEL"};
@@ -145,14 +156,17 @@ int ql_cmd_eval(int argc, char **argv)
             ql_forward_attn_rounding_name(r.fw), ql_act_mode_name(act_cfg.act_mode),
             ql_threads_get());
     chunk_printer pr = {.n_chunks = d->n_chunks, .tty = isatty(STDERR_FILENO) == 1, .quiet = quiet};
-    ql_progress_begin(&pr.progress, "eval", "chunk", d->n_chunks, quiet || !pr.tty);
+    const int64_t tokens = d->n_chunks * (int64_t)(ctx - 1);
+    ql_progress_begin(&pr.progress, "eval", "tok", tokens, quiet || !pr.tty);
+    const size_t budget = mem ? (size_t)mem : (size_t)((double)ql_mem_total() * 0.7);
+    const int group = ql_sched_group_for(&m->hp, ctx, 1, d->n_chunks, budget / 2);
     ql_nll_acc acc;
     double t0 = ql_now();
-    if (ql_ppl_eval(r.fw, ws, d, on_chunk, &pr, &acc, &err))
+    if (ql_sched_perplexity(r.fw, ws, d, group, on_chunk, on_progress, &pr, &acc, &err))
         goto fail;
     const double secs = ql_now() - t0;
     if (pr.tty && !quiet)
-        ql_progress_end(&pr.progress, d->n_chunks, NULL);
+        ql_progress_end(&pr.progress, tokens, NULL);
     fprintf(stderr, "%lld scored tokens, %.1fs, %.0f tok/s\n", (long long)acc.n, secs,
             (double)(d->n_chunks * (ctx - 1)) / secs);
     printf("PPL = %.6f ± %.6f\n", ql_nll_acc_ppl(&acc), ql_nll_acc_ppl_err(&acc));

@@ -110,7 +110,7 @@ int ql_cmd_imatrix(int argc, char **argv)
                 ql_forward_attn_rounding_name(r.fw), ql_threads_get());
     /* The dataset is recorded as given on the command line, as llama-imatrix
      * records its -f argument. */
-    ql_imatrix_opts o = {process_output, text_arg, quiet, NULL, NULL};
+    ql_imatrix_opts o = {process_output, text_arg, quiet, NULL, NULL, 1};
     ql_imatrix_summary sum;
     if (ql_imatrix_collect(r.fw, r.model->weights, &r.data, &o, &im, &sum, &err) ||
         ql_imatrix_write(im, out_arg, format, &err))

@@ -12,7 +12,8 @@ static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab synth -o OUT.gguf [--dim D] [--ff F] [--layers L] [--heads H]\n"
            "                  [--kv-heads K] [--vocab V] [--seed S] [--type F32|F16]\n"
-           "                  [--ctx N] [--tokenizer MODEL]\n\n"
+           "                  [--ctx N] [--tokenizer MODEL] [--preset NAME] [--arch A] [--tied]\n"
+           "                  [--rope-base B]\n\n"
            "Writes a deterministic synthetic llama-architecture model whose weights have the\n"
            "statistics that make quantization hard: Student-t entries, a few input columns\n"
            "with much larger norms, and norm weights that create a handful of massive\n"
@@ -32,7 +33,10 @@ int ql_cmd_synth(int argc, char **argv)
     ql_synth_defaults(&o);
     const char *out = NULL;
     int64_t seed = (int64_t)o.seed;
-    static const int32_t types[] = {QL_TYPE_F32, QL_TYPE_F16};
+    static const int32_t types[] = {QL_TYPE_F32, QL_TYPE_F16, QL_TYPE_BF16};
+    const char *preset = NULL, *arch = NULL;
+    bool tied = false;
+    double rope_base = 0;
     char h[8][64];
     snprintf(h[0], sizeof h[0], "embedding width (default %d)", o.dim);
     snprintf(h[1], sizeof h[1], "feed-forward width (default %d)", o.ff);
@@ -42,8 +46,12 @@ int ql_cmd_synth(int argc, char **argv)
     snprintf(h[5], sizeof h[5], "vocabulary size (default: the tokenizer's)");
     snprintf(h[6], sizeof h[6], "seed of the weights (default %lld)", (long long)seed);
     snprintf(h[7], sizeof h[7], "the model's context_length (default %d)", o.ctx_train);
+    char preset_help[160];
+    snprintf(preset_help, sizeof preset_help,
+             "a real model's shapes (%s); later options override them", ql_synth_presets());
     const ql_opt opts[] = {
         ql_opt_required(ql_opt_str("output", 'o', &out, "OUT.gguf", "the model file to write")),
+        ql_opt_str("preset", 0, &preset, "NAME", preset_help),
         ql_opt_int("dim", 0, &o.dim, 1, 1 << 20, "D", h[0]),
         ql_opt_int("ff", 0, &o.ff, 1, 1 << 20, "F", h[1]),
         ql_opt_int("layers", 0, &o.layers, 1, 1 << 20, "L", h[2]),
@@ -51,8 +59,13 @@ int ql_cmd_synth(int argc, char **argv)
         ql_opt_int("kv-heads", 0, &o.kv_heads, 1, 1 << 20, "K", h[4]),
         ql_opt_int("vocab", 0, &o.vocab, 0, 1 << 20, "V", h[5]),
         ql_opt_i64("seed", 's', &seed, 0, INT64_MAX, "S", h[6]),
-        ql_opt_type("type", 0, &o.type, types, QL_OPT_COUNT(types), "F32|F16",
+        ql_opt_type("type", 0, &o.type, types, QL_OPT_COUNT(types), "F32|F16|BF16",
                     "type of the weight matrices (default F32)"),
+        ql_opt_str("arch", 0, &arch, "llama|qwen2",
+                   "architecture (default llama; qwen2 adds Q, K and V biases)"),
+        ql_opt_flag("tied", 0, &tied, "no output.weight: the head reads token_embd.weight"),
+        ql_opt_double("rope-base", 0, &rope_base, 1e-3, 1e12, "B",
+                      "rope.freq_base (default 10000)"),
         ql_opt_int("ctx", 0, &o.ctx_train, 1, 1 << 20, "N", h[7]),
         ql_opt_str("tokenizer", 0, &o.tokenizer_src, "MODEL",
                    "the model whose tokenizer is copied (default stories260K)"),
@@ -62,15 +75,39 @@ int ql_cmd_synth(int argc, char **argv)
     const int rc = ql_opt_parse(&p, argc, argv);
     if (rc != QL_OPT_GO_ON)
         return rc;
+    /* The preset first, then what the command line gives explicitly. */
+    ql_synth_opts given = o;
+    if (preset) {
+        ql_synth_defaults(&o);
+        if (!ql_synth_preset(preset, &o))
+            return ql_opt_usage(&p, "--preset: unknown '%s' (presets: %s)", preset,
+                                ql_synth_presets());
+        static const char *const dims[] = {"dim", "ff", "layers", "heads", "kv-heads", "vocab"};
+        int *const to[] = {&o.dim, &o.ff, &o.layers, &o.heads, &o.kv_heads, &o.vocab};
+        const int from[] = {given.dim,   given.ff,       given.layers,
+                            given.heads, given.kv_heads, given.vocab};
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+            if (ql_opt_given(&p, dims[i]))
+                *to[i] = from[i];
+        o.type = given.type;
+        o.ctx_train = given.ctx_train;
+        o.tokenizer_src = given.tokenizer_src;
+    }
+    if (arch)
+        o.arch = arch;
+    if (ql_opt_given(&p, "tied"))
+        o.tied = tied;
+    if (ql_opt_given(&p, "rope-base"))
+        o.rope_base = (float)rope_base;
     o.seed = (uint64_t)seed;
     ql_error err;
     ql_error_clear(&err);
     double t0 = ql_now();
     if (ql_synth_write(&o, out, &err))
         return ql_cli_fail(&err);
-    printf("wrote %s: llama, dim %d, ff %d, %d layers, %d heads (%d kv), seed %" PRIu64
+    printf("wrote %s: %s, dim %d, ff %d, %d layers, %d heads (%d kv)%s, seed %" PRIu64
            ", %s, %.1fs\n",
-           out, o.dim, o.ff, o.layers, o.heads, o.kv_heads, o.seed, ql_type_name(o.type),
-           ql_now() - t0);
+           out, o.arch, o.dim, o.ff, o.layers, o.heads, o.kv_heads, o.tied ? ", tied" : "", o.seed,
+           ql_type_name(o.type), ql_now() - t0);
     return QL_EXIT_OK;
 }

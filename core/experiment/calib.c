@@ -9,6 +9,7 @@
 #include "base/data.h"
 #include "base/util.h"
 #include "experiment/imatrix.h"
+#include "model/scheduler.h"
 #include "model/forward.h"
 #include "model/perplexity.h"
 
@@ -37,6 +38,7 @@ struct ql_calib {
     char cache_dir[QL_PATH_MAX];
     int ctx;
     bool quiet;
+    size_t mem_bytes;
     /* Each slot is its own allocation, so a slot pointer survives later loads. */
     ql_calib_slot **slots;
     size_t n_slots;
@@ -50,6 +52,7 @@ ql_status ql_calib_alloc(ql_calib **out, const ql_calib_source *src, ql_error *e
         return ql_error_set(err, QL_ENOMEM, "out of memory for the calibration resources");
     cal->model = src->model;
     cal->tok = src->tok;
+    cal->mem_bytes = src->mem_bytes;
     ql_strlcpy(cal->model_sha, src->model_sha, sizeof cal->model_sha);
     ql_strlcpy(cal->cache_dir, src->cache_dir, sizeof cal->cache_dir);
     cal->ctx = src->ctx;
@@ -249,7 +252,10 @@ static ql_status calib_pass(const ql_calib *cal, const ql_config *c, const calib
         st = ql_act_stats_alloc_for(act, cal->model->weights, err);
     if (!st) {
         const bool process_output = false; /* as in the cache file names */
-        ql_imatrix_opts o = {process_output, c->imatrix, cal->quiet, ql_act_stats_observe, *act};
+        const int group =
+            ql_sched_group_for(&cal->model->hp, f->ctx, 1, d.n_chunks, cal->mem_bytes);
+        ql_imatrix_opts o = {process_output,       c->imatrix, cal->quiet,
+                             ql_act_stats_observe, *act,       group};
         if ((st = ql_imatrix_collect(fw, cal->model->weights, &d, &o, im, sum, err)))
             ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
     }

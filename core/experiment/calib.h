@@ -45,6 +45,7 @@ typedef struct {
     const char *cache_dir;   /* where calib: imatrices are cached */
     int ctx;                 /* chunk length of a calib: text that names none (the sweep's) */
     bool quiet;              /* no progress lines */
+    size_t mem_bytes;        /* memory a calibration pass may take for its chunk groups */
 } ql_calib_source;
 
 /* An empty set of resources; the strings of src are copied. */

@@ -9,6 +9,7 @@
 #include "base/progress.h"
 #include "base/util.h"
 #include "model/gguf.h"
+#include "model/scheduler.h"
 
 bool ql_imatrix_collects(const char *tensor_name, bool process_output)
 {
@@ -187,6 +188,42 @@ ql_status ql_imatrix_collector_finish(ql_imatrix_collector *c, int64_t chunk_siz
 /* ========================================================================= */
 /* A calibration pass                                                         */
 
+typedef struct {
+    const ql_ppl_data *d;
+    int64_t n_vocab;
+    ql_imatrix_collector *c;
+    ql_nll_acc acc;
+    ql_progress progress;
+    int64_t chunks_done;
+} collect_ctx;
+
+/* After each chunk: the collector's state (a non-finite sum stops the pass) and the
+ * NLL of the scored positions, for the PPL llama-imatrix prints. */
+static ql_status collect_output(void *ctx, int set, int64_t chunk, const float *hidden,
+                                const float *logits, int64_t n_rows, ql_error *err)
+{
+    (void)set, (void)hidden, (void)n_rows;
+    collect_ctx *x = ctx;
+    ql_status st = ql_imatrix_collector_status(x->c, err);
+    if (st)
+        return ql_error_prefix(err, "chunk %lld: ", (long long)chunk);
+    const int32_t *targets = ql_ppl_chunk_targets(x->d, chunk);
+    for (int k = 0; k < x->d->n_scored; k++)
+        ql_nll_acc_add(&x->acc, ql_nll(logits + (int64_t)(x->d->first + k) * x->n_vocab, x->n_vocab,
+                                       targets[k]));
+    x->chunks_done++;
+    return QL_OK;
+}
+
+static void collect_progress(void *ctx, double tokens_done)
+{
+    collect_ctx *x = ctx;
+    char note[48] = "";
+    if (x->acc.n > 0)
+        snprintf(note, sizeof note, "PPL %.4f", ql_nll_acc_ppl(&x->acc));
+    ql_progress_update(&x->progress, (int64_t)tokens_done, note[0] ? note : NULL);
+}
+
 ql_status ql_imatrix_collect(ql_forward *fw, const ql_weights *w, const ql_ppl_data *d,
                              const ql_imatrix_opts *opts, ql_imatrix **out,
                              ql_imatrix_summary *summary, ql_error *err)
@@ -203,64 +240,51 @@ ql_status ql_imatrix_collect(ql_forward *fw, const ql_weights *w, const ql_ppl_d
         return ql_error_set(err, QL_EINVAL, "imatrix: no whole chunk of %d tokens in the text",
                             d->ctx);
     double t0 = ql_now();
-    ql_imatrix_collector *c = NULL;
-    int32_t *tokens = malloc((size_t)d->ctx * sizeof *tokens);
-    float *logits = malloc((size_t)d->ctx * (size_t)hp->n_vocab * sizeof *logits);
-    ql_status st = QL_OK;
-    if (!tokens || !logits) {
-        st = ql_error_set(err, QL_ENOMEM, "imatrix: out of memory for %d x %d logits", d->ctx,
-                          hp->n_vocab);
-        goto out;
-    }
-    if ((st = ql_imatrix_collector_alloc(&c, w, opts->process_output, err)))
-        goto out;
+    collect_ctx x = {.d = d, .n_vocab = hp->n_vocab};
+    ql_sched *sched = NULL;
+    ql_status st = ql_imatrix_collector_alloc(&x.c, w, opts->process_output, err);
+    if (!st)
+        st = ql_sched_alloc(&sched, err);
     ql_observer_chain chain;
     ql_observer_chain_init(&chain);
-    if ((st = ql_observer_chain_add(&chain, ql_imatrix_collector_observe, c, err)) ||
-        (st = ql_observer_chain_add(&chain, opts->also, opts->also_ctx, err)))
-        goto out;
-    ql_forward_set_observer(fw, ql_observer_chain_observe, &chain);
-
-    ql_nll_acc acc;
-    memset(&acc, 0, sizeof acc);
-    ql_progress prog;
-    ql_progress_begin(&prog, "imatrix", "tok", d->n_chunks * d->ctx, opts->quiet);
-    for (int64_t i = 0; i < d->n_chunks; i++) {
-        ql_ppl_chunk_input(d, i, tokens);
-        /* out_first = 0: every position runs through every layer, as llama-imatrix
-         * (which asks for all logits) evaluates its chunks. */
-        st = ql_forward_run(fw, w, tokens, d->ctx, 0, 0, logits, err);
-        if (!st)
-            st = ql_imatrix_collector_status(c, err);
-        if (st) {
-            ql_error_prefix(err, "chunk %lld: ", (long long)i);
-            break;
-        }
-        const int32_t *targets = ql_ppl_chunk_targets(d, i);
-        for (int k = 0; k < d->n_scored; k++)
-            ql_nll_acc_add(&acc, ql_nll(logits + (int64_t)(d->first + k) * hp->n_vocab, hp->n_vocab,
-                                        targets[k]));
-        char note[48];
-        snprintf(note, sizeof note, "PPL %.4f", ql_nll_acc_ppl(&acc));
-        ql_progress_update(&prog, (i + 1) * d->ctx, note);
-    }
-    ql_forward_set_observer(fw, NULL, NULL);
+    if (!st && !(st = ql_observer_chain_add(&chain, ql_imatrix_collector_observe, x.c, err)))
+        st = ql_observer_chain_add(&chain, opts->also, opts->also_ctx, err);
     if (st)
         goto out;
-    ql_progress_end(&prog, d->n_chunks * d->ctx, NULL);
-    if ((st = ql_imatrix_collector_finish(c, d->ctx, d->n_chunks, opts->dataset, out, err)))
+    /* The K/V rounding the caller installed on fw is the pass's. */
+    ql_attn_rounding kv;
+    ql_forward_get_attn_rounding(fw, &kv);
+    /* Every position runs through every layer, as llama-imatrix (which asks for all
+     * logits) evaluates its chunks. The weights are bound layer by layer for the pass. */
+    ql_sched_job job = {.data = d,
+                        .n_chunks = d->n_chunks,
+                        .all_rows = true,
+                        .group = opts->group > 0 ? opts->group : 1,
+                        .n_sets = 1,
+                        .on_output = collect_output,
+                        .progress = collect_progress,
+                        .ctx = &x};
+    job.sets[0] = (ql_sched_set){.w = (ql_weights *)w,
+                                 .rounding = &kv,
+                                 .observer = ql_observer_chain_observe,
+                                 .observer_ctx = &chain,
+                                 .head = true};
+    ql_progress_begin(&x.progress, "imatrix", "tok", d->n_chunks * d->ctx, opts->quiet);
+    if ((st = ql_sched_run(sched, fw, &job, err)))
+        goto out;
+    ql_progress_end(&x.progress, d->n_chunks * d->ctx, NULL);
+    if ((st = ql_imatrix_collector_finish(x.c, d->ctx, d->n_chunks, opts->dataset, out, err)))
         goto out;
     if (summary) {
         summary->n_chunks = d->n_chunks;
         summary->n_tokens = d->n_chunks * d->ctx;
         summary->n_entries = (*out)->n_entries;
-        summary->ppl = acc.n > 0 ? ql_nll_acc_ppl(&acc) : (double)NAN;
+        summary->ppl = x.acc.n > 0 ? ql_nll_acc_ppl(&x.acc) : (double)NAN;
         summary->seconds = ql_now() - t0;
     }
 out:
-    ql_imatrix_collector_free(c);
-    free(tokens);
-    free(logits);
+    ql_sched_free(sched);
+    ql_imatrix_collector_free(x.c);
     return st;
 }
 

@@ -74,6 +74,9 @@ typedef struct {
     bool quiet;              /* no progress line */
     ql_matmul_observer also; /* another observer sharing the pass (activation maxima), or NULL */
     void *also_ctx;
+    int group; /* chunks taken through each layer at once (model/scheduler.h); 0 = 1.
+                  The statistics do not depend on it: each product's sums see the chunks
+                  in the same order. */
 } ql_imatrix_opts;
 
 typedef struct {

@@ -526,7 +526,9 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
     ql_threads_set(opts->threads > 0 ? opts->threads : sw->threads);
     ql_status st = open_inputs(s, err);
     if (!st) {
-        ql_calib_source cs = {s->model, s->tok, s->model_sha, s->cache_dir, sw->ctx, opts->quiet};
+        plan_memory(s);
+        ql_calib_source cs = {s->model, s->tok,      s->model_sha,     s->cache_dir,
+                              sw->ctx,  opts->quiet, s->mem.budget / 2};
         st = ql_calib_alloc(&s->calib, &cs, err);
     }
     /* The imatrix that weighs every run's imatrix_err columns (calib.h). */
@@ -537,7 +539,6 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
     if (!st)
         st = ql_sched_alloc(&s->sched, err);
     if (!st) {
-        plan_memory(s);
         ql_qweights_opts qo = {s->model,          s->model_sha, s->cache_dir,
                                s->metric_imatrix, s->mem.cache, opts->quiet};
         st = ql_qweights_alloc(&s->qw, &qo, err);

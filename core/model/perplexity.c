@@ -142,35 +142,3 @@ double ql_nll_acc_ppl_err(const ql_nll_acc *a)
     const double var = a->sum2 / (double)a->n - mean * mean;
     return var > 0 ? exp(mean) * sqrt(var / (double)(a->n - 1)) : 0.0;
 }
-
-ql_status ql_ppl_eval(ql_forward *fw, const ql_weights *w, const ql_ppl_data *d, ql_ppl_chunk_fn cb,
-                      void *cb_ctx, ql_nll_acc *acc, ql_error *err)
-{
-    memset(acc, 0, sizeof *acc);
-    const int64_t V = ql_forward_hparams(fw)->n_vocab;
-    float *logits = malloc((size_t)d->n_scored * (size_t)V * sizeof *logits);
-    if (!logits)
-        return ql_error_set(err, QL_ENOMEM, "out of memory for %d x %lld logits", d->n_scored,
-                            (long long)V);
-    ql_status st = QL_OK;
-    for (int64_t i = 0; i < d->n_chunks; i++) {
-        if ((st = ql_ppl_run_chunk(fw, w, d, i, logits, err)))
-            break;
-        const int32_t *targets = ql_ppl_chunk_targets(d, i);
-        for (int t = 0; t < d->n_scored; t++) {
-            if (targets[t] < 0 || targets[t] >= V) {
-                st = ql_error_set(err, QL_EINVAL,
-                                  "perplexity: target token %d outside the "
-                                  "vocabulary (0..%lld)",
-                                  (int)targets[t], (long long)V - 1);
-                goto out;
-            }
-            ql_nll_acc_add(acc, ql_nll(logits + (size_t)t * (size_t)V, V, targets[t]));
-        }
-        if (cb)
-            cb(cb_ctx, i, logits, targets, d->n_scored, acc);
-    }
-out:
-    free(logits);
-    return st;
-}

@@ -13,7 +13,7 @@
  *       targets = ql_ppl_chunk_targets(&d, i);                 // (n_scored,)
  *       ...  // keep reference log-probs, or compare against them
  *   }
- * or ql_ppl_eval() with a per-chunk callback. */
+ * or ql_sched_perplexity() (model/scheduler.h), layer by layer over groups of chunks. */
 #ifndef QL_PERPLEXITY_H
 #define QL_PERPLEXITY_H
 
@@ -83,15 +83,5 @@ double ql_nll_acc_ppl(const ql_nll_acc *a);
 /* PPL * standard error of the mean NLL, as llama-perplexity prints after '±':
  * PPL * sqrt((E[x^2] - E[x]^2) / (n - 1)); NAN for fewer than two tokens. */
 double ql_nll_acc_ppl_err(const ql_nll_acc *a);
-
-/* Called after each chunk with its logits (n_scored, n_vocab), targets (n_scored,)
- * and the running accumulator. */
-typedef void (*ql_ppl_chunk_fn)(void *ctx, int64_t chunk, const float *logits,
-                                const int32_t *targets, int n_scored, const ql_nll_acc *running);
-
-/* Runs every chunk and accumulates the NLL of its scored tokens into *acc (zeroed
- * first). cb (may be NULL) sees each chunk. */
-ql_status ql_ppl_eval(ql_forward *fw, const ql_weights *w, const ql_ppl_data *d, ql_ppl_chunk_fn cb,
-                      void *cb_ctx, ql_nll_acc *acc, ql_error *err);
 
 #endif

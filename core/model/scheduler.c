@@ -48,6 +48,14 @@ size_t ql_sched_bytes(const ql_hparams *hp, int ctx, int group, int n_sets)
     return sizeof(float) * ((size_t)n_sets * per_set + (size_t)ctx * (E + V));
 }
 
+int ql_sched_group_for(const ql_hparams *hp, int ctx, int n_sets, int64_t n_chunks, size_t budget)
+{
+    int g = 1;
+    while (g < n_chunks && ql_sched_bytes(hp, ctx, g + 1, n_sets) <= budget)
+        g++;
+    return g;
+}
+
 /* Grows *buf to hold n floats (contents not kept). */
 static ql_status ensure(float **buf, size_t *have, size_t n, const char *what, ql_error *err)
 {
@@ -116,8 +124,8 @@ static ql_status run_group(ql_sched *s, ql_forward *fw, const ql_sched_job *job,
     int n_rows = n_tok;
     /* Progress in tokens, each block and the head weighted by their products' size. */
     const double layer_w = (double)ql_weights_layer_floats(job->sets[0].w);
-    const double head_w = (double)hp->n_embd * (double)hp->n_vocab *
-                          (double)(n_tok - out_first) / (double)n_tok;
+    const double head_w =
+        (double)hp->n_embd * (double)hp->n_vocab * (double)(n_tok - out_first) / (double)n_tok;
     const double group_tokens = (double)(n * n_tok);
     const double per_block = group_tokens * layer_w / (hp->n_layer * layer_w + head_w);
     const double per_head = group_tokens - hp->n_layer * per_block;
@@ -197,5 +205,71 @@ ql_status ql_sched_run(ql_sched *s, ql_forward *fw, const ql_sched_job *job, ql_
     }
     ql_forward_set_observer(fw, obs, obs_ctx);
     ql_forward_set_attn_rounding(fw, &rounding);
+    return st;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Perplexity                                                                 */
+
+typedef struct {
+    const ql_ppl_data *d;
+    int64_t n_vocab;
+    ql_ppl_chunk_fn cb;
+    ql_sched_progress_fn progress;
+    void *cb_ctx;
+    ql_nll_acc *acc;
+} ppl_ctx;
+
+static void ppl_progress(void *ctx, double tokens_done)
+{
+    ppl_ctx *p = ctx;
+    if (p->progress)
+        p->progress(p->cb_ctx, tokens_done);
+}
+
+static ql_status ppl_output(void *ctx, int set, int64_t chunk, const float *hidden,
+                            const float *logits, int64_t n_rows, ql_error *err)
+{
+    (void)set, (void)hidden;
+    ppl_ctx *p = ctx;
+    const int32_t *targets = ql_ppl_chunk_targets(p->d, chunk);
+    for (int64_t t = 0; t < n_rows; t++) {
+        if (targets[t] < 0 || targets[t] >= p->n_vocab)
+            return ql_error_set(err, QL_EINVAL,
+                                "perplexity: target token %d outside the vocabulary (0..%lld)",
+                                (int)targets[t], (long long)p->n_vocab - 1);
+        ql_nll_acc_add(p->acc, ql_nll(logits + t * p->n_vocab, p->n_vocab, targets[t]));
+    }
+    if (p->cb)
+        p->cb(p->cb_ctx, chunk, logits, targets, (int)n_rows, p->acc);
+    return QL_OK;
+}
+
+ql_status ql_sched_perplexity(ql_forward *fw, ql_weights *w, const ql_ppl_data *d, int group,
+                              ql_ppl_chunk_fn cb, ql_sched_progress_fn progress, void *cb_ctx,
+                              ql_nll_acc *acc, ql_error *err)
+{
+    memset(acc, 0, sizeof *acc);
+    ppl_ctx p = {d, ql_forward_hparams(fw)->n_vocab, cb, progress, cb_ctx, acc};
+    ql_sched *s;
+    ql_status st = ql_sched_alloc(&s, err);
+    if (st)
+        return st;
+    ql_matmul_observer obs;
+    void *obs_ctx;
+    ql_attn_rounding kv;
+    ql_forward_get_observer(fw, &obs, &obs_ctx);
+    ql_forward_get_attn_rounding(fw, &kv);
+    ql_sched_job job = {.data = d,
+                        .n_chunks = d->n_chunks,
+                        .group = group > 0 ? group : 1,
+                        .n_sets = 1,
+                        .on_output = ppl_output,
+                        .progress = ppl_progress,
+                        .ctx = &p};
+    job.sets[0] = (ql_sched_set){
+        .w = w, .rounding = &kv, .observer = obs, .observer_ctx = obs_ctx, .head = true};
+    st = ql_sched_run(s, fw, &job, err);
+    ql_sched_free(s);
     return st;
 }

@@ -87,4 +87,21 @@ ql_status ql_sched_run(ql_sched *s, ql_forward *fw, const ql_sched_job *job, ql_
  * logits. For sizing a group to a memory budget. */
 size_t ql_sched_bytes(const ql_hparams *hp, int ctx, int group, int n_sets);
 
+/* Called after each chunk with its logits (n_scored, n_vocab), targets (n_scored,)
+ * and the running accumulator. */
+typedef void (*ql_ppl_chunk_fn)(void *ctx, int64_t chunk, const float *logits,
+                                const int32_t *targets, int n_scored, const ql_nll_acc *running);
+
+/* Runs every chunk of d with weight set w in groups of `group` chunks and accumulates
+ * the NLL of its scored tokens into *acc (zeroed first); cb (may be NULL) sees each
+ * chunk in order, progress (may be NULL) the tokens done; both get cb_ctx. fw's K/V
+ * rounding and observer apply. */
+ql_status ql_sched_perplexity(ql_forward *fw, ql_weights *w, const ql_ppl_data *d, int group,
+                              ql_ppl_chunk_fn cb, ql_sched_progress_fn progress, void *cb_ctx,
+                              ql_nll_acc *acc, ql_error *err);
+
+/* The largest group (1 .. n_chunks) whose ql_sched_bytes fit in budget bytes; 1 when
+ * even one chunk does not fit (the pass then needs what it needs). */
+int ql_sched_group_for(const ql_hparams *hp, int ctx, int n_sets, int64_t n_chunks, size_t budget);
+
 #endif

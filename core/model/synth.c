@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/data.h"
 #include "base/fp16.h"
@@ -37,11 +38,14 @@
 #define NORM_JITTER     0.1
 #define SYNTH_EPS       1e-5f
 #define SYNTH_ROPE_BASE 10000.0f
+/* Std of the Q, K and V biases of qwen2 models. */
+#define QWEN_BIAS_STD 0.2
 /* llama.cpp's token type for a reserved, never-produced token. */
 #define TOKEN_TYPE_UNUSED 5
 /* GGUF general.file_type values (llama_ftype). */
-#define FTYPE_ALL_F32    0
-#define FTYPE_MOSTLY_F16 1
+#define FTYPE_ALL_F32     0
+#define FTYPE_MOSTLY_F16  1
+#define FTYPE_MOSTLY_BF16 32
 
 void ql_synth_defaults(ql_synth_opts *o)
 {
@@ -56,13 +60,68 @@ void ql_synth_defaults(ql_synth_opts *o)
     o->type = QL_TYPE_F32;
     o->ctx_train = 2048;
     o->tokenizer_src = "stories260K";
+    o->arch = "llama";
+    o->tied = false;
+    o->rope_base = SYNTH_ROPE_BASE;
+}
+
+typedef struct {
+    const char *name;
+    int dim, ff, layers, heads, kv_heads, vocab;
+    const char *arch;
+    bool tied;
+    float rope_base;
+} preset;
+
+/* Shapes from the models' config.json files (hidden_size, intermediate_size,
+ * num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size,
+ * tie_word_embeddings, rope_theta). */
+static const preset presets[] = {
+    {"2M", 256, 768, 2, 4, 2, 0, "llama", false, SYNTH_ROPE_BASE},
+    {"30M", 512, 1536, 10, 8, 4, 0, "llama", false, SYNTH_ROPE_BASE},
+    {"llama3.2-1b", 2048, 8192, 16, 32, 8, 128256, "llama", true, 500000.0f},
+    {"llama3.1-8b", 4096, 14336, 32, 32, 8, 128256, "llama", false, 500000.0f},
+    {"qwen2.5-0.5b", 896, 4864, 24, 14, 2, 151936, "qwen2", true, 1000000.0f},
+    {"qwen2.5-7b", 3584, 18944, 28, 28, 4, 152064, "qwen2", false, 1000000.0f},
+};
+
+bool ql_synth_preset(const char *name, ql_synth_opts *o)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        const preset *p = &presets[i];
+        if (strcasecmp(p->name, name) != 0)
+            continue;
+        o->dim = p->dim;
+        o->ff = p->ff;
+        o->layers = p->layers;
+        o->heads = p->heads;
+        o->kv_heads = p->kv_heads;
+        o->vocab = p->vocab;
+        o->arch = p->arch;
+        o->tied = p->tied;
+        o->rope_base = p->rope_base;
+        return true;
+    }
+    return false;
+}
+
+const char *ql_synth_presets(void)
+{
+    return "2M, 30M, llama3.2-1b, llama3.1-8b, qwen2.5-0.5b, qwen2.5-7b";
+}
+
+static bool is_qwen2(const ql_synth_opts *o)
+{
+    return strcmp(o->arch, "qwen2") == 0;
 }
 
 int64_t ql_synth_n_params(const ql_synth_opts *o, int vocab)
 {
-    const int64_t E = o->dim, F = o->ff, hd = o->dim / o->heads;
-    const int64_t per_layer = E * E * 2 + 2 * E * (o->kv_heads * hd) + 3 * E * F + 2 * E;
-    return 2 * (int64_t)vocab * E + E + (int64_t)o->layers * per_layer;
+    const int64_t E = o->dim, F = o->ff, hd = o->dim / o->heads, KD = o->kv_heads * hd;
+    int64_t per_layer = E * E * 2 + 2 * E * KD + 3 * E * F + 2 * E;
+    if (is_qwen2(o))
+        per_layer += E + 2 * KD;
+    return (o->tied ? 1 : 2) * (int64_t)vocab * E + E + (int64_t)o->layers * per_layer;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -118,7 +177,7 @@ static void gen_norm(synth_state *s, float *w, int64_t n, bool massive)
 /* ------------------------------------------------------------------------ */
 /* Tensor list                                                                */
 
-typedef enum { T_EMBD, T_HEAD, T_NORM, T_NORM_MASSIVE, T_IN, T_OUT } tensor_kind;
+typedef enum { T_EMBD, T_HEAD, T_NORM, T_NORM_MASSIVE, T_IN, T_OUT, T_BIAS } tensor_kind;
 
 typedef struct {
     char name[64];
@@ -142,7 +201,8 @@ static int build_specs(const ql_synth_opts *o, int vocab, tensor_spec *sp)
     } while (0)
     ADD("token_embd.weight", E, vocab, T_EMBD, -1);
     ADD("output_norm.weight", E, 0, T_NORM, -1);
-    ADD("output.weight", E, vocab, T_HEAD, -1);
+    if (!o->tied)
+        ADD("output.weight", E, vocab, T_HEAD, -1);
     for (int l = 0; l < o->layers; l++) {
         char nm[64];
         int attn_norm = n;
@@ -154,6 +214,14 @@ static int build_specs(const ql_synth_opts *o, int vocab, tensor_spec *sp)
         ADD(nm, E, KD, T_IN, attn_norm);
         snprintf(nm, sizeof nm, "blk.%d.attn_v.weight", l);
         ADD(nm, E, KD, T_IN, attn_norm);
+        if (is_qwen2(o)) {
+            snprintf(nm, sizeof nm, "blk.%d.attn_q.bias", l);
+            ADD(nm, E, 0, T_BIAS, -1);
+            snprintf(nm, sizeof nm, "blk.%d.attn_k.bias", l);
+            ADD(nm, KD, 0, T_BIAS, -1);
+            snprintf(nm, sizeof nm, "blk.%d.attn_v.bias", l);
+            ADD(nm, KD, 0, T_BIAS, -1);
+        }
         snprintf(nm, sizeof nm, "blk.%d.attn_output.weight", l);
         ADD(nm, E, E, T_OUT, -1);
         int ffn_norm = n;
@@ -262,9 +330,15 @@ static ql_status check_opts(const ql_synth_opts *o, ql_error *err)
     if (o->heads % o->kv_heads != 0)
         return ql_error_set(err, QL_EINVAL, "synth: --heads %d is not a multiple of --kv-heads %d",
                             o->heads, o->kv_heads);
-    if (o->type != QL_TYPE_F32 && o->type != QL_TYPE_F16)
-        return ql_error_set(err, QL_EINVAL, "synth: --type must be F32 or F16, not %s",
+    if (o->type != QL_TYPE_F32 && o->type != QL_TYPE_F16 && o->type != QL_TYPE_BF16)
+        return ql_error_set(err, QL_EINVAL, "synth: --type must be F32, F16 or BF16, not %s",
                             ql_type_name(o->type));
+    if (strcmp(o->arch, "llama") != 0 && !is_qwen2(o))
+        return ql_error_set(err, QL_EINVAL, "synth: --arch must be llama or qwen2, not '%s'",
+                            o->arch);
+    if (!(o->rope_base > 0.0f) || o->rope_base > 1e12f)
+        return ql_error_set(err, QL_EINVAL, "synth: --rope-base %g must be in (0, 1e12]",
+                            (double)o->rope_base);
     return QL_OK;
 }
 
@@ -273,7 +347,7 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
     ql_status st = check_opts(o, err);
     if (st)
         return st;
-    const int n_specs = 3 + 9 * o->layers;
+    const int n_specs = (o->tied ? 2 : 3) + (is_qwen2(o) ? 12 : 9) * o->layers;
     synth_state s;
     memset(&s, 0, sizeof s);
     char tok_path[QL_PATH_MAX];
@@ -295,23 +369,35 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
     char name[128];
     snprintf(name, sizeof name, "qlab-synth-d%d-f%d-l%d-s%llu", o->dim, o->ff, o->layers,
              (unsigned long long)o->seed);
-    if ((st = ql_gguf_writer_set_str(w, "general.architecture", "llama", err)) ||
+    const uint32_t ftype = o->type == QL_TYPE_F16    ? FTYPE_MOSTLY_F16
+                           : o->type == QL_TYPE_BF16 ? FTYPE_MOSTLY_BF16
+                                                     : FTYPE_ALL_F32;
+    const char *a = o->arch;
+    char key[8][96];
+    snprintf(key[0], sizeof key[0], "%s.context_length", a);
+    snprintf(key[1], sizeof key[1], "%s.embedding_length", a);
+    snprintf(key[2], sizeof key[2], "%s.block_count", a);
+    snprintf(key[3], sizeof key[3], "%s.feed_forward_length", a);
+    snprintf(key[4], sizeof key[4], "%s.attention.head_count", a);
+    snprintf(key[5], sizeof key[5], "%s.attention.head_count_kv", a);
+    snprintf(key[6], sizeof key[6], "%s.rope.dimension_count", a);
+    snprintf(key[7], sizeof key[7], "%s.rope.freq_base", a);
+    char k_eps[96], k_vocab[96];
+    snprintf(k_eps, sizeof k_eps, "%s.attention.layer_norm_rms_epsilon", a);
+    snprintf(k_vocab, sizeof k_vocab, "%s.vocab_size", a);
+    if ((st = ql_gguf_writer_set_str(w, "general.architecture", a, err)) ||
         (st = ql_gguf_writer_set_str(w, "general.name", name, err)) ||
-        (st = ql_gguf_writer_set_u32(w, "general.file_type",
-                                     o->type == QL_TYPE_F16 ? FTYPE_MOSTLY_F16 : FTYPE_ALL_F32,
-                                     err)) ||
-        (st = ql_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)o->ctx_train, err)) ||
-        (st = ql_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)o->dim, err)) ||
-        (st = ql_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)o->layers, err)) ||
-        (st = ql_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)o->ff, err)) ||
-        (st = ql_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)o->heads, err)) ||
-        (st = ql_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads,
-                                     err)) ||
-        (st = ql_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)hd, err)) ||
-        (st = ql_gguf_writer_set_f32(w, "llama.rope.freq_base", SYNTH_ROPE_BASE, err)) ||
-        (st =
-             ql_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", SYNTH_EPS, err)) ||
-        (st = ql_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)vocab, err)) ||
+        (st = ql_gguf_writer_set_u32(w, "general.file_type", ftype, err)) ||
+        (st = ql_gguf_writer_set_u32(w, key[0], (uint32_t)o->ctx_train, err)) ||
+        (st = ql_gguf_writer_set_u32(w, key[1], (uint32_t)o->dim, err)) ||
+        (st = ql_gguf_writer_set_u32(w, key[2], (uint32_t)o->layers, err)) ||
+        (st = ql_gguf_writer_set_u32(w, key[3], (uint32_t)o->ff, err)) ||
+        (st = ql_gguf_writer_set_u32(w, key[4], (uint32_t)o->heads, err)) ||
+        (st = ql_gguf_writer_set_u32(w, key[5], (uint32_t)o->kv_heads, err)) ||
+        (st = ql_gguf_writer_set_u32(w, key[6], (uint32_t)hd, err)) ||
+        (st = ql_gguf_writer_set_f32(w, key[7], o->rope_base, err)) ||
+        (st = ql_gguf_writer_set_f32(w, k_eps, SYNTH_EPS, err)) ||
+        (st = ql_gguf_writer_set_u32(w, k_vocab, (uint32_t)vocab, err)) ||
         (st = ql_gguf_writer_set_kv(w, "qlab.synth.seed", &seed_value, err)) ||
         (st = ql_gguf_writer_set_str(w, "qlab.synth.source_tokenizer", o->tokenizer_src, err)))
         goto out;
@@ -368,7 +454,9 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
         const int64_t elems = t->ne0 * (t->ne1 > 0 ? t->ne1 : 1);
         switch (t->kind) {
         case T_EMBD:
-            gen_matrix(&s, buf, t->ne0, t->ne1, sqrt((double)t->ne0), NULL);
+            /* Unit entries make a residual stream of unit RMS; a tied table is also the
+             * head, so it gets the head's scale (peaked, finite next-token logits). */
+            gen_matrix(&s, buf, t->ne0, t->ne1, o->tied ? GAIN_HEAD : sqrt((double)t->ne0), NULL);
             break;
         case T_HEAD:
             gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_HEAD, NULL);
@@ -378,6 +466,10 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
             break;
         case T_OUT:
             gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_OUT, NULL);
+            break;
+        case T_BIAS:
+            for (int64_t b = 0; b < elems; b++)
+                buf[b] = (float)gsl_ran_gaussian(s.rng, QWEN_BIAS_STD);
             break;
         case T_NORM:
         case T_NORM_MASSIVE:
@@ -390,9 +482,10 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
             memcpy(norms[i], buf, (size_t)elems * sizeof(float));
             break;
         }
-        if (t->ne1 > 0 && o->type == QL_TYPE_F16) {
-            for (int64_t k = 0; k < elems; k++)
-                half[k] = ql_fp32_to_fp16(buf[k]);
+        if (t->ne1 > 0 && o->type != QL_TYPE_F32) {
+            for (int64_t e = 0; e < elems; e++)
+                half[e] =
+                    o->type == QL_TYPE_F16 ? ql_fp32_to_fp16(buf[e]) : ql_fp32_to_bf16(buf[e]);
             st = ql_gguf_writer_write_tensor(w, half, (uint64_t)elems * 2, err);
         } else {
             st = ql_gguf_writer_write_tensor(w, buf, (uint64_t)elems * 4, err);
@@ -447,19 +540,9 @@ ql_status ql_synth_parse_spec(const char *spec, ql_synth_opts *o, ql_error *err)
     for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(item, '=');
         if (!eq) {
-            if (strcmp(item, "2M") == 0) {
-                ql_synth_defaults(o);
-            } else if (strcmp(item, "30M") == 0) {
-                o->dim = 512;
-                o->ff = 1536;
-                o->layers = 10;
-                o->heads = 8;
-                o->kv_heads = 4;
-            } else {
-                return ql_error_set(err, QL_EINVAL,
-                                    "model '%s': unknown preset '%s' (presets: 2M, 30M)", spec,
-                                    item);
-            }
+            if (!ql_synth_preset(item, o))
+                return ql_error_set(err, QL_EINVAL, "model '%s': unknown preset '%s' (presets: %s)",
+                                    spec, item, ql_synth_presets());
             continue;
         }
         *eq = '\0';
@@ -484,13 +567,26 @@ ql_status ql_synth_parse_spec(const char *spec, ql_synth_opts *o, ql_error *err)
                 o->seed = (uint64_t)seed;
         } else if (strcmp(k, "type") == 0) {
             const ql_type_traits *t = ql_type_by_name(v);
-            ok = t && (t->type == QL_TYPE_F32 || t->type == QL_TYPE_F16);
+            ok = t && (t->type == QL_TYPE_F32 || t->type == QL_TYPE_F16 || t->type == QL_TYPE_BF16);
             if (ok)
                 o->type = t->type;
+        } else if (strcmp(k, "arch") == 0) {
+            ok = strcmp(v, "llama") == 0 || strcmp(v, "qwen2") == 0;
+            if (ok)
+                o->arch = strcmp(v, "llama") == 0 ? "llama" : "qwen2";
+        } else if (strcmp(k, "tied") == 0) {
+            ok = strcmp(v, "0") == 0 || strcmp(v, "1") == 0;
+            if (ok)
+                o->tied = v[0] == '1';
+        } else if (strcmp(k, "rope-base") == 0) {
+            double b;
+            ok = ql_parse_double(v, &b) && b > 0 && b <= 1e12;
+            if (ok)
+                o->rope_base = (float)b;
         } else
             return ql_error_set(err, QL_EINVAL,
                                 "model '%s': unknown key '%s' (keys: dim, ff, layers, heads, "
-                                "kv-heads, vocab, seed, type)",
+                                "kv-heads, vocab, seed, type, arch, tied, rope-base)",
                                 spec, k);
         if (!ok)
             return ql_error_set(err, QL_EINVAL, "model '%s': bad value '%s' for %s", spec, v, k);
@@ -506,11 +602,16 @@ ql_status ql_synth_materialize(const char *spec, const char *dir, char *path, si
     if (st)
         return st;
     /* The file name hashes every option, so two specs naming the same model share it. */
-    char id[256], hash[65];
-    snprintf(id, sizeof id, "dim=%d ff=%d layers=%d heads=%d kv=%d vocab=%d seed=%llu type=%d "
-             "ctx=%d tok=%s",
-             o.dim, o.ff, o.layers, o.heads, o.kv_heads, o.vocab, (unsigned long long)o.seed,
-             (int)o.type, o.ctx_train, o.tokenizer_src);
+    char id[384], hash[65];
+    int n = snprintf(id, sizeof id,
+                     "dim=%d ff=%d layers=%d heads=%d kv=%d vocab=%d seed=%llu type=%d "
+                     "ctx=%d tok=%s",
+                     o.dim, o.ff, o.layers, o.heads, o.kv_heads, o.vocab,
+                     (unsigned long long)o.seed, (int)o.type, o.ctx_train, o.tokenizer_src);
+    /* Named only when not the defaults, so the files of earlier specs keep their names. */
+    if (strcmp(o.arch, "llama") != 0 || o.tied || o.rope_base != SYNTH_ROPE_BASE)
+        snprintf(id + n, sizeof id - (size_t)n, " arch=%s tied=%d rope=%.9g", o.arch, (int)o.tied,
+                 (double)o.rope_base);
     ql_sha256_hex(id, strlen(id), hash);
     if ((st = ql_make_dirs(dir, err)))
         return st;

@@ -18,7 +18,8 @@
  * tokenizer's pads the vocabulary with "<unused_N>" tokens of type UNUSED (5) that
  * the tokenizer never emits (their embedding rows exist and the head scores them, as
  * for the reserved tokens of real vocabularies); a smaller --vocab is an error.
- * The file carries every key llama.cpp needs to load a llama model. */
+ * The file carries every key llama.cpp needs to load a llama or qwen2 model; qwen2
+ * models get Q, K and V biases (Gaussian, std QWEN_BIAS_STD). */
 #ifndef QL_SYNTH_H
 #define QL_SYNTH_H
 
@@ -36,26 +37,38 @@ typedef struct {
     int kv_heads;
     int vocab; /* 0: the tokenizer's size */
     uint64_t seed;
-    int32_t type;              /* QL_TYPE_F32 or QL_TYPE_F16 for the 2-D weights */
-    int ctx_train;             /* llama.context_length written to the file */
+    int32_t type;              /* QL_TYPE_F32, F16 or BF16 for the 2-D weights */
+    int ctx_train;             /* {arch}.context_length written to the file */
     const char *tokenizer_src; /* model name or path to copy tokenizer.ggml.* from */
+    const char *arch;          /* "llama" or "qwen2" (biases on Q, K and V) */
+    bool tied;                 /* no output.weight: the head reads token_embd.weight */
+    float rope_base;           /* {arch}.rope.freq_base */
 } ql_synth_opts;
 
 /* Defaults: a 2M-parameter model (dim 256, ff 768, 2 layers, 4 heads, 2 kv heads),
- * seed 1, F32, context 2048, tokenizer from stories260K. */
+ * seed 1, F32, context 2048, tokenizer from stories260K, llama, untied, rope base 1e4. */
 void ql_synth_defaults(ql_synth_opts *o);
+
+/* The shapes of a real model by name (ql_synth_presets lists them): sets the
+ * dimensions, vocabulary, architecture, tying and rope base; false when unknown.
+ *   2M, 30M          qlab's small models (llama)
+ *   llama3.2-1b      2048 / 8192, 16 layers, 32 heads (8 kv), vocab 128256, tied
+ *   llama3.1-8b      4096 / 14336, 32 layers, 32 heads (8 kv), vocab 128256
+ *   qwen2.5-0.5b     896 / 4864, 24 layers, 14 heads (2 kv), vocab 151936, tied, qwen2
+ *   qwen2.5-7b       3584 / 18944, 28 layers, 28 heads (4 kv), vocab 152064, qwen2 */
+bool ql_synth_preset(const char *name, ql_synth_opts *o);
+/* "2M, 30M, llama3.2-1b, ..." for messages and --help. */
+const char *ql_synth_presets(void);
 
 /* Writes the model to path. Rejects shapes llama.cpp cannot load (dim not a
  * multiple of heads, odd head size, heads not a multiple of kv_heads). */
 ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err);
 
 /* A synthetic model named in a sweep file: "synth:" followed by a preset ("2M",
- * "30M") and/or comma-separated key=value pairs with the option names of `qlab
- * synth` (dim, ff, layers, heads, kv-heads, vocab, seed, type), e.g.
- * "synth:30M", "synth:dim=512,ff=1536,layers=4,seed=7". Presets:
- *   2M:  dim 256, ff 768,  2 layers, 4 heads, 2 kv heads (the defaults)
- *   30M: dim 512, ff 1536, 10 layers, 8 heads, 4 kv heads
- * Errors name the spec and the bad item. */
+ * "30M", "qwen2.5-0.5b", see ql_synth_preset) and/or comma-separated key=value pairs
+ * with the option names of `qlab synth` (dim, ff, layers, heads, kv-heads, vocab, seed,
+ * type, arch, tied, rope-base), e.g. "synth:30M", "synth:qwen2.5-0.5b,type=F16",
+ * "synth:dim=512,ff=1536,layers=4,seed=7". Errors name the spec and the bad item. */
 bool ql_synth_is_spec(const char *s);
 ql_status ql_synth_parse_spec(const char *spec, ql_synth_opts *o, ql_error *err);
 

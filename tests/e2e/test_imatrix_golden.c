@@ -68,7 +68,7 @@ static ql_imatrix *compute(const ql_model *m, const ql_ppl_data *d, int32_t kv_t
     if (!fw)
         return NULL;
     CHECK_OK(ql_forward_set_kv_type(fw, kv_type, &err), &err);
-    ql_imatrix_opts o = {false, "ts_calib.txt", true, NULL, NULL};
+    ql_imatrix_opts o = {false, "ts_calib.txt", true, NULL, NULL, 4};
     ql_imatrix_summary sum;
     CHECK_OK(ql_imatrix_collect(fw, m->weights, d, &o, &im, &sum, &err), &err);
     *secs = sum.seconds;

@@ -123,7 +123,7 @@ int main(void)
     CHECK_OK(load_text(tok, "ts-calib", CALIB_CHUNKS, &calib, &err), &err);
     ql_act_stats *st;
     CHECK_OK(ql_act_stats_alloc_for(&st, h.m->weights, &err), &err);
-    ql_imatrix_opts io = {false, NULL, true, ql_act_stats_observe, st};
+    ql_imatrix_opts io = {false, NULL, true, ql_act_stats_observe, st, 1};
     ql_imatrix *im = NULL;
     CHECK_OK(ql_imatrix_collect(h.fw, h.m->weights, &calib, &io, &im, NULL, &err), &err);
     ql_imatrix_free(im);

@@ -93,7 +93,7 @@ static void test_collect(const ql_model *m)
 
     ref_stats ref;
     memset(&ref, 0, sizeof ref);
-    ql_imatrix_opts o = {false, "unit-text", true, ref_observe, &ref};
+    ql_imatrix_opts o = {false, "unit-text", true, ref_observe, &ref, 1};
     ql_imatrix *im = NULL;
     ql_imatrix_summary sum;
     ql_status st = ql_imatrix_collect(fw, m->weights, &d, &o, &im, &sum, &err);
@@ -271,14 +271,24 @@ static void test_threads(void)
     CHECK_OK(ql_forward_alloc(&fw, &m->hp, CTX, &err), &err);
     ql_ppl_data d;
     make_data(&d, m->hp.n_vocab, 2 * CTX, CTX, 0);
-    ql_imatrix_opts o = {true, NULL, true, NULL, NULL};
+    ql_imatrix_opts o = {true, NULL, true, NULL, NULL, 1};
     ql_imatrix *a = NULL, *b = NULL;
     int saved = ql_threads_get();
     ql_threads_set(1);
     CHECK_OK(ql_imatrix_collect(fw, m->weights, &d, &o, &a, NULL, &err), &err);
     ql_threads_set(2);
     CHECK_OK(ql_imatrix_collect(fw, m->weights, &d, &o, &b, NULL, &err), &err);
+    /* the whole text through each layer at once: the same sums */
+    ql_imatrix *g = NULL;
+    o.group = 2;
+    CHECK_OK(ql_imatrix_collect(fw, m->weights, &d, &o, &g, NULL, &err), &err);
     ql_threads_set(saved);
+    if (a && g)
+        for (int64_t i = 0; i < a->n_entries && i < g->n_entries; i++)
+            CHECK_MSG(memcmp(a->entries[i].sums, g->entries[i].sums,
+                             (size_t)a->entries[i].n_values * sizeof(float)) == 0,
+                      "%s: groups of 1 and 2 chunks differ", a->entries[i].name);
+    ql_imatrix_free(g);
     if (a && b) {
         CHECK_EQ_INT(a->n_entries, 8);
         CHECK_EQ_INT(b->n_entries, 8);

@@ -178,7 +178,7 @@ static void plan_in_forward(const ql_model *m)
     /* the calibration pass: the imatrix's, with the maxima observed alongside */
     ql_act_stats *st;
     CHECK_OK(ql_act_stats_alloc_for(&st, m->weights, &err), &err);
-    ql_imatrix_opts io = {false, NULL, true, ql_act_stats_observe, st};
+    ql_imatrix_opts io = {false, NULL, true, ql_act_stats_observe, st, 1};
     ql_imatrix *im = NULL;
     CHECK_OK(ql_imatrix_collect(fw, m->weights, &d, &io, &im, NULL, &err), &err);
     ql_imatrix_free(im);

@@ -308,6 +308,46 @@ static void test_specs(void)
     CHECK(strcmp(p1, p2) == 0 && ql_file_exists(p1));
 }
 
+/* The real models' shapes: the presets, and a qwen2 / tied / BF16 model that loads as
+ * llama.cpp would read it. */
+static void test_presets(void)
+{
+    ql_synth_opts o;
+    ql_error err;
+    CHECK_OK(ql_synth_parse_spec("synth:llama3.1-8b", &o, &err), &err);
+    CHECK(o.dim == 4096 && o.ff == 14336 && o.layers == 32 && o.heads == 32 && o.kv_heads == 8);
+    CHECK(o.vocab == 128256 && !o.tied && strcmp(o.arch, "llama") == 0);
+    CHECK_EQ_INT(ql_synth_n_params(&o, o.vocab), 8030261248LL);
+    CHECK_OK(ql_synth_parse_spec("synth:llama3.2-1b", &o, &err), &err);
+    CHECK(o.dim == 2048 && o.layers == 16 && o.tied && o.vocab == 128256);
+    CHECK_EQ_INT(ql_synth_n_params(&o, o.vocab), 1235814400LL);
+    CHECK_OK(ql_synth_parse_spec("synth:qwen2.5-7b", &o, &err), &err);
+    CHECK(o.dim == 3584 && o.ff == 18944 && o.layers == 28 && o.kv_heads == 4 &&
+          o.vocab == 152064 && !o.tied && strcmp(o.arch, "qwen2") == 0);
+    CHECK_EQ_INT(ql_synth_n_params(&o, o.vocab), 7615616512LL);
+    CHECK_OK(ql_synth_parse_spec("synth:qwen2.5-0.5b,layers=1,vocab=1024,type=BF16", &o, &err),
+             &err);
+    CHECK(o.dim == 896 && o.layers == 1 && o.vocab == 1024 && o.tied && o.type == QL_TYPE_BF16);
+    ql_synth_opts bad;
+    CHECK(ql_synth_parse_spec("synth:arch=mamba", &bad, &err) == QL_EINVAL);
+
+    char path[4096];
+    CHECK_OK(ql_synth_materialize("synth:qwen2.5-0.5b,layers=1,vocab=1024,type=BF16", qlt_tmpdir(),
+                                  path, sizeof path, &err),
+             &err);
+    ql_model *m = NULL;
+    CHECK_OK(ql_model_load(&m, path, &err), &err);
+    if (!m)
+        return;
+    CHECK(m->hp.arch == QL_ARCH_QWEN2 && m->hp.has_qkv_bias && m->hp.tied_output);
+    CHECK(m->hp.n_head == 14 && m->hp.n_head_kv == 2 && m->hp.head_dim == 64);
+    CHECK(m->hp.rope_freq_base == 1000000.0f && m->hp.n_vocab == 1024);
+    CHECK_EQ_INT(m->weights->lin[ql_site(0, QL_SITE_Q)].src_type, QL_TYPE_BF16);
+    CHECK(m->weights->lin[ql_site(0, QL_SITE_K)].b != NULL);
+    CHECK_EQ_INT(m->n_params, ql_synth_n_params(&o, 1024));
+    ql_model_free(m);
+}
+
 int main(int argc, char **argv)
 {
     if (!ql_file_exists(qlt_shared("models/stories260K.gguf")))
@@ -317,6 +357,7 @@ int main(int argc, char **argv)
     else {
         test_small();
         test_specs();
+        test_presets();
     }
     return qlt_done();
 }
