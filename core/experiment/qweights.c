@@ -119,14 +119,26 @@ static void qcache_deinit(qcache *c)
     memset(c, 0, sizeof *c);
 }
 
-/* Drops least recently used tensors not used by the current config (last_use <
- * keep_from) until the cache fits. */
-static void qcache_trim(qcache *c, uint64_t keep_from)
+/* Whether the plan names this tensor with this type (the tensors a config may take
+ * from the cache; its importance matrix and outlier columns are not looked at, so this
+ * keeps a little more than needed, never less). */
+static bool plan_wants(const ql_quant_plan *plan, const qtensor *t)
+{
+    for (int64_t i = 0; i < plan->n; i++)
+        if (plan->entries[i].used == t->type && strcmp(plan->entries[i].name, t->name) == 0)
+            return true;
+    return false;
+}
+
+/* Before a config is built: drops the least recently used tensors it does not want until
+ * the cache fits its budget, so that earlier configs' tensors are not held next to the
+ * new config's when memory is short. */
+static void qcache_trim(qcache *c, const ql_quant_plan *plan)
 {
     while (c->bytes > c->max_bytes) {
         size_t victim = SIZE_MAX;
         for (size_t i = 0; i < c->n; i++)
-            if (c->items[i].last_use < keep_from &&
+            if (!plan_wants(plan, &c->items[i]) &&
                 (victim == SIZE_MAX || c->items[i].last_use < c->items[victim].last_use))
                 victim = i;
         if (victim == SIZE_MAX)
@@ -606,13 +618,13 @@ ql_status ql_qweights_build(ql_qweights *q, ql_calib *cal, const ql_config *c, q
                             ql_qweights_result *r, ql_error *err)
 {
     memset(r, 0, sizeof *r);
-    /* Trimmed before a config rather than after one: the previous config's weight
-     * set is freed by now, and its tensors (the most recent) stay cached. */
-    qcache_trim(&q->cache, q->cache.clock);
     ql_quant_plan *plan;
     ql_status st = build_plan(q, c, slot, &plan, err);
     if (st)
         return st;
+    /* Trimmed before the config's tensors are made (the previous config's weight set is
+     * freed by now): what this config can reuse stays. */
+    qcache_trim(&q->cache, plan);
     const ql_outlier_set *os = NULL;
     if ((st = ql_calib_config_outliers(cal, c, slot, &os, err))) {
         ql_quant_plan_free(plan);

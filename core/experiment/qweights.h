@@ -9,10 +9,11 @@
  * (actquant.h); and what the run stores about them: per-tensor errors against the
  * reference weights, the activation roundings, the weight-side metrics and the sizes.
  *
- * Quantized tensors are cached across configs, keyed by (tensor, type, importance
- * matrix, outlier columns), so configs that differ only in other axes share them. The
- * cache keeps what the current config uses and drops the least recently used rest
- * when it is over its memory budget.
+ * Quantized tensors are kept as bytes (the config's products read them as their
+ * sources, model.h) and cached across configs, keyed by (tensor, type, importance
+ * matrix, outlier columns), so configs that differ only in other axes share them.
+ * Before a config is built, the cache drops the least recently used tensors that
+ * config does not use until it fits its memory budget.
  *
  * Ownership: a ql_qweights borrows the model and metric imatrix it was given, which
  * must outlive it. Not thread-safe (the quantization kernels themselves use every
@@ -33,8 +34,8 @@
 #include "model/model.h"
 #include "model/quant.h"
 
-/* Quantized tensors kept across configs, by default: enough for every tensor of a
- * few configs of a 100M-parameter model. */
+/* Quantized tensors kept across configs, at most (the runner gives less for large
+ * models, runner.h): every tensor of a few configs of a 100M-parameter model. */
 #define QL_QWEIGHTS_CACHE_BYTES ((size_t)2 << 30)
 
 typedef struct ql_qweights ql_qweights;
@@ -57,8 +58,8 @@ void ql_qweights_free(ql_qweights *q); /* NULL is fine */
  * result owns; everything lives until ql_qweights_result_deinit, which must come
  * before the next ql_qweights_build (the weight set borrows from the cache). */
 typedef struct {
-    /* The reference weight set with every quantized product installed: the dequantized
-     * tensors are borrowed from the cache. */
+    /* The reference weight set with every quantized product's source replaced by its
+     * quantized bytes, borrowed from the cache (decoded layer by layer when bound). */
     ql_weights *weights;
     ql_act_plan *act;               /* installed on weights; NULL when nothing is rounded */
     ql_tensor_record *tensors; /* (n_tensors,) every weight quantized or kept F32 */
