@@ -32,14 +32,22 @@ static int64_t ceil_div(int64_t a, int64_t b)
     return (a + b - 1) / b;
 }
 
+/* Whether the product's tiles run on the calling thread only. */
+static bool serial_product(int64_t m, int64_t n, int64_t k)
+{
+    return m * n * k < QL_GEMM_SERIAL_MACS;
+}
+
 void ql_gemm_tiles(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n)
 {
-    if (m * n * k < QL_GEMM_SERIAL_MACS || m <= 0 || n <= 0) {
+    /* Columns are always cut into tiles of TILE_N, small products too: a weight decoded
+     * tile by tile (ql_gemm_decoded) then needs no more than a tile of it, and has the
+     * same grid as the bound weight. */
+    *tile_n = n < TILE_N ? (n > 0 ? n : 1) : TILE_N;
+    if (serial_product(m, n, k) || m <= 0 || n <= 0) {
         *tile_m = m > 0 ? m : 1;
-        *tile_n = n > 0 ? n : 1;
         return;
     }
-    *tile_n = n < TILE_N ? n : TILE_N;
     const int64_t tiles_n = ceil_div(n, *tile_n);
     int64_t split_m = tiles_n >= MIN_TILES ? 1 : ceil_div(MIN_TILES, tiles_n);
     int64_t tm = ceil_div(ceil_div(m, split_m), TILE_M_ALIGN) * TILE_M_ALIGN;
@@ -72,11 +80,7 @@ void ql_gemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const f
     ql_gemm_tiles(m, n, k, &tm, &tn);
     const int64_t tiles_m = ceil_div(m, tm), tiles_n = ceil_div(n, tn);
     const int64_t tiles = tiles_m * tiles_n;
-    if (tiles == 1) {
-        sgemm(trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc);
-        return;
-    }
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (tiles > 1 && !serial_product(m, n, k))
     for (int64_t t = 0; t < tiles; t++) {
         const int64_t i0 = (t / tiles_n) * tm, j0 = (t % tiles_n) * tn;
         const int64_t mm = m - i0 < tm ? m - i0 : tm, nn = n - j0 < tn ? n - j0 : tn;
@@ -105,7 +109,7 @@ void ql_gemm_decoded(int64_t m, int64_t n, int64_t k, float alpha, const float *
     const size_t slot = ql_gemm_scratch_floats(n, k);
     QL_ASSERT(n_slots >= 1);
     /* Row tiles inner: consecutive tasks of a thread often reuse its decoded tile. */
-#pragma omp parallel if (tiles > 1)
+#pragma omp parallel if (tiles > 1 && !serial_product(m, n, k))
     {
         const int id = omp_get_thread_num();
         QL_ASSERT(id < n_slots);

@@ -14,8 +14,8 @@
  * Haswell) still differ in their last bits; ql_gemm_kernel() names the one in use so
  * that it can be recorded with the results.
  *
- * Products below QL_GEMM_SERIAL_MACS multiply-adds are one tile: for them the hand-over
- * to other threads costs more than it saves.
+ * Products below QL_GEMM_SERIAL_MACS multiply-adds run their tiles on the calling
+ * thread: for them the hand-over to other threads costs more than it saves.
  *
  * Thread count: OpenMP's (ql_threads_set in util.h). May be called from any thread,
  * but not from inside an OpenMP parallel region (the tiles would run on one thread:
@@ -32,10 +32,9 @@
 void ql_gemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
              int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 
-/* The same on the calling thread only: for code that already runs one product per
- * thread (attention heads). The result equals ql_gemm's for the same arguments only
- * when ql_gemm would use a single tile; callers that need both to agree use one of them
- * for a given product. */
+/* One sgemm on the calling thread, without tiles: for code that already runs one product
+ * per thread (attention heads). Its result is not ql_gemm's for the same arguments (the
+ * grid differs); a product is always computed by one of the two. */
 void ql_gemm_serial(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                     int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 

@@ -8,27 +8,70 @@
 #include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "base/gemm.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/perplexity.h"
+#include "model/scheduler.h"
 
 static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab bench forward MODEL [--ctx N] [--threads N] [--chunks K]\n\n"
-           "Runs K chunks (default 4, after one untimed warm-up chunk) of N tokens (default\n"
-           "256) through the f32 reference forward pass and prints tokens per second with\n"
-           "the model's size. MODEL is a path or a name from datasets/manifest.tsv.\n"
-           "The tokens are a fixed pseudo-random sequence: speed does not depend on them.\n\n");
+           "Runs K chunks (default 4) of N tokens (default 256) through the reference pass\n"
+           "as a sweep runs it (layer by layer over the K chunks, the perplexity protocol:\n"
+           "N-1 tokens a chunk, the head on the scored half) after one untimed warm-up, and\n"
+           "prints tokens per second and the pass's GFLOP/s next to this machine's sgemm\n"
+           "GFLOP/s on the model's largest product shape (the same tile grid and threads).\n"
+           "MODEL is a path or a name from datasets/manifest.tsv. The tokens are a fixed\n"
+           "pseudo-random sequence: speed does not depend on them.\n\n");
     ql_opt_print_options(stdout, p);
 }
 
-/* Deterministic token ids (BOS-free: speed is all that is measured). */
-static void fill_tokens(int32_t *t, int n, int vocab, uint32_t seed)
+/* Deterministic token ids (speed is all that is measured). */
+static void fill_tokens(int32_t *t, int64_t n, int vocab)
 {
-    uint32_t s = seed * 2654435761u + 1u;
-    for (int i = 0; i < n; i++) {
+    uint32_t s = 2654435761u;
+    for (int64_t i = 0; i < n; i++) {
         s = s * 1664525u + 1013904223u;
         t[i] = (int32_t)((s >> 8) % (uint32_t)vocab);
     }
+}
+
+/* Multiply-adds of a perplexity pass over one chunk of ctx tokens: ctx - 1 tokens through
+ * every product and through causal attention, the head on the rows from ctx / 2. */
+static double chunk_macs(const ql_hparams *hp, int ctx)
+{
+    const double E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    const double QD = (double)hp->n_head * hp->head_dim, KD = (double)hp->n_head_kv * hp->head_dim;
+    const double n = ctx - 1, rows_out = ctx - 1 - ctx / 2;
+    const double products = E * QD + 2 * E * KD + QD * E + 3 * E * F;
+    /* query t sees t + 1 positions: sum over t of (t + 1) = n (n + 1) / 2, twice (QK, PV) */
+    const double attention = 2.0 * QD * n * (n + 1) / 2.0;
+    return hp->n_layer * (n * products + attention) + rows_out * E * V;
+}
+
+/* GFLOP/s of ql_gemm on an (m, k) x (k, n) product, best of a few runs. */
+static double sgemm_gflops(int64_t m, int64_t n, int64_t k)
+{
+    float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(n * k) * sizeof *b);
+    float *c = malloc((size_t)(m * n) * sizeof *c);
+    double best = 0;
+    if (a && b && c) {
+        for (int64_t i = 0; i < m * k; i++)
+            a[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+        for (int64_t i = 0; i < n * k; i++)
+            b[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+        for (int r = 0; r < 5; r++) {
+            const double t = ql_now();
+            ql_gemm(true, m, n, k, 1.0f, a, k, b, k, c, n);
+            const double dt = ql_now() - t, g = 2.0 * (double)(m * n * k) / dt / 1e9;
+            best = g > best ? g : best;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
 }
 
 int ql_bench_forward(int argc, char **argv)
@@ -53,7 +96,6 @@ int ql_bench_forward(int argc, char **argv)
     const int prc = ql_opt_parse(&p, argc, argv);
     if (prc != QL_OPT_GO_ON)
         return prc;
-    const char *model_arg = args[0];
     ql_threads_set(threads);
 
     ql_error err;
@@ -62,47 +104,51 @@ int ql_bench_forward(int argc, char **argv)
     ql_model *m = NULL;
     ql_forward *fw = NULL;
     int32_t *tok = NULL;
-    float *logits = NULL;
+    ql_ppl_data d;
+    memset(&d, 0, sizeof d);
     int rc = QL_EXIT_RUNTIME;
     double t0 = ql_now();
-    if (ql_data_resolve(model_arg, path, sizeof path, NULL, &err) || ql_model_load(&m, path, &err))
+    if (ql_data_resolve(args[0], path, sizeof path, NULL, &err) || ql_model_load(&m, path, &err))
         goto fail;
     const double t_load = ql_now() - t0;
-    if (ql_forward_alloc(&fw, &m->hp, ctx, &err))
-        goto fail;
-    tok = malloc((size_t)ctx * sizeof *tok);
-    logits = malloc((size_t)ctx * (size_t)m->hp.n_vocab * sizeof *logits);
-    if (!tok || !logits) {
+    const int64_t n_tok = (int64_t)ctx * chunks;
+    if (!(tok = malloc((size_t)n_tok * sizeof *tok))) {
         ql_error_set(&err, QL_ENOMEM, "out of memory");
         goto fail;
     }
-    /* warm-up: page in the weights, spin up the thread pools */
-    fill_tokens(tok, ctx, m->hp.n_vocab, 0);
-    if (ql_forward_run(fw, m->weights, tok, ctx, 0, 0, logits, &err))
+    fill_tokens(tok, n_tok, m->hp.n_vocab);
+    ql_nll_acc acc;
+    if (ql_ppl_data_from_tokens(&d, tok, n_tok, -1, ctx, chunks, &err) ||
+        ql_forward_alloc(&fw, &m->hp, ctx, &err))
         goto fail;
-    double t_run = 0;
-    for (int c = 0; c < chunks; c++) {
-        fill_tokens(tok, ctx, m->hp.n_vocab, (uint32_t)c + 1);
-        double t = ql_now();
-        if (ql_forward_run(fw, m->weights, tok, ctx, 0, 0, logits, &err))
-            goto fail;
-        t_run += ql_now() - t;
-    }
-    const double n_tok = (double)ctx * chunks;
+    /* warm-up: page in the weights, start the threads */
+    ql_ppl_data warm = d;
+    warm.n_chunks = 1;
+    if (ql_sched_perplexity(fw, m->weights, &warm, 1, NULL, NULL, NULL, &acc, &err))
+        goto fail;
+    const double t = ql_now();
+    if (ql_sched_perplexity(fw, m->weights, &d, chunks, NULL, NULL, NULL, &acc, &err))
+        goto fail;
+    const double t_run = ql_now() - t;
+    const int64_t wide = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
+    const double peak = sgemm_gflops(ctx - 1, wide, m->hp.n_embd);
+    const double gflops = 2.0 * chunk_macs(&m->hp, ctx) * chunks / t_run / 1e9;
     printf("model   %s (%s, %d layers, dim %d, ff %d, vocab %d)\n", path, m->hp.arch_name,
            m->hp.n_layer, m->hp.n_embd, m->hp.n_ff, m->hp.n_vocab);
     printf("size    %.3f M params, file %.2f MB, loaded in %.2fs\n", (double)m->n_params / 1e6,
            (double)m->gguf->file_size / 1e6, t_load);
-    printf("forward ctx %d, %d threads, %d chunks: %.0f tok/s (%.1f ms per chunk, %.2f GFLOP/s)\n",
-           ctx, ql_threads_get(), chunks, n_tok / t_run, 1e3 * t_run / chunks,
-           2.0 * (double)m->n_params * n_tok / t_run / 1e9);
+    printf("forward ctx %d, %d threads, %d chunks: %.0f tok/s (%.1f ms per chunk), %.1f GFLOP/s; "
+           "sgemm %lldx%lldx%d: %.1f GFLOP/s (%.0f%%)\n",
+           ctx, ql_threads_get(), chunks, (double)(chunks * (ctx - 1)) / t_run,
+           1e3 * t_run / chunks, gflops, (long long)(ctx - 1), (long long)wide, m->hp.n_embd, peak,
+           peak > 0 ? 100.0 * gflops / peak : 0.0);
     rc = QL_EXIT_OK;
     goto out;
 fail:
     rc = ql_cli_fail(&err);
 out:
     free(tok);
-    free(logits);
+    ql_ppl_data_deinit(&d);
     ql_forward_free(fw);
     ql_model_free(m);
     return rc;

@@ -125,7 +125,7 @@ usage_error "fit: malformed --envelope" "qlab fit" "--envelope: size 'lots'" "$q
 usage_error "fit: missing value" "qlab fit" "--sample-rows needs a value (N)" "$qlab" fit $m --budget 1MiB --dry-run --sample-rows
 usage_error "synth: missing -o" "qlab synth" "missing --output OUT.gguf" "$qlab" synth --dim 64
 usage_error "synth: malformed value" "qlab synth" "--dim: expected an integer in 1..1048576, got '12x'" "$qlab" synth -o x.gguf --dim=12x
-usage_error "synth: malformed type" "qlab synth" "--type: expected F32 or F16, got 'Q4_0'" "$qlab" synth -o x.gguf --type Q4_0
+usage_error "synth: malformed type" "qlab synth" "--type: expected F32, F16 or BF16, got 'Q4_0'" "$qlab" synth -o x.gguf --type Q4_0
 usage_error "inspect: missing FILE" "qlab inspect" "missing FILE.gguf" "$qlab" inspect
 usage_error "inspect: malformed value" "qlab inspect" "--max-array: expected a number >= 0 or 'all', got '-1'" "$qlab" inspect --max-array=-1 x.gguf
 usage_error "inspect: two files" "qlab inspect" "unexpected argument 'b.gguf'" "$qlab" inspect a.gguf b.gguf
