@@ -231,4 +231,13 @@ typedef struct {
     size_t n_acts;
 } ql_run_result;
 
+/* The divergence of a config's residual stream from the reference's after one block
+ * (experiment/divergence.h); NAN = not measured. */
+typedef struct {
+    int32_t layer;
+    double rel_err_mean; /* mean over scored tokens of ||h - r|| / ||r|| */
+    double rel_err_p99;  /* its 99th percentile */
+    double cos_mean;     /* mean cosine similarity of h and r */
+} ql_layer_record;
+
 #endif
