@@ -2,6 +2,7 @@
  * hyper-parameters (hparams.h); weight sets and their ownership. */
 #include "model/model.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -149,12 +150,34 @@ static bool decodable(int32_t type, int64_t n_in)
     return tr && tr->dequantize && ql_row_size(type, n_in) > 0;
 }
 
-/* n rows of 2-byte values (F16/BF16), read bytewise: the map gives no alignment. */
+/* Every half as f32: decoding an F16 weight is then a lookup per value (the layers and
+ * heads of F16 models are decoded once per chunk group, the heads once per chunk). */
+static float half_table[1 << 16];
+static pthread_once_t half_table_once = PTHREAD_ONCE_INIT;
+
+static void fill_half_table(void)
+{
+    for (uint32_t h = 0; h < (1u << 16); h++)
+        half_table[h] = ql_fp16_to_fp32((uint16_t)h);
+}
+
+/* n 2-byte values (F16/BF16), little endian; memcpy reads them whatever the alignment of
+ * the map. */
 static void decode_halves(int32_t type, const uint8_t *src, float *out, int64_t n)
 {
+    if (type == QL_TYPE_F16) {
+        pthread_once(&half_table_once, fill_half_table);
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            out[i] = half_table[h];
+        }
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
-        uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
-        out[i] = type == QL_TYPE_F16 ? ql_fp16_to_fp32(h) : ql_bf16_to_fp32(h);
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        out[i] = ql_bf16_to_fp32(h);
     }
 }
 
