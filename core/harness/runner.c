@@ -279,6 +279,14 @@ static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
         return ql_error_prefix(err, "%s: text: ", sw->path);
     if ((st = ql_model_load(&s->model, s->model_path, err)))
         return st;
+    /* A sweep measures quantizations against the unquantized model: a quantized file as
+     * the reference would be quantized again and reported as "unquantized". */
+    const ql_linear *q = ql_model_first_quantized(s->model);
+    if (q)
+        return ql_error_set(err, QL_EINVAL,
+                            "%s: model %s is quantized (%s is %s): give the unquantized source "
+                            "model as `model` and the quantized file as a config",
+                            sw->path, s->model_path, q->name, ql_type_name(q->src_type));
     if ((st = ql_tokenizer_from_gguf(&s->tok, s->model->gguf, err)))
         return st;
     char *text;

@@ -565,3 +565,78 @@ void ql_model_free(ql_model *m)
     free(m->path);
     free(m);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Another file of the same model                                             */
+
+static void shape_text(const ql_gguf_tensor *t, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%lld", (long long)t->ne[0]);
+    for (uint32_t d = 1; d < t->n_dims && n > 0 && (size_t)n < size; d++)
+        n += snprintf(buf + n, size - (size_t)n, "x%lld", (long long)t->ne[d]);
+}
+
+static bool same_shape(const ql_gguf_tensor *a, const ql_gguf_tensor *b)
+{
+    if (a->n_dims != b->n_dims)
+        return false;
+    for (uint32_t d = 0; d < a->n_dims; d++)
+        if (a->ne[d] != b->ne[d])
+            return false;
+    return true;
+}
+
+ql_status ql_model_check_same_shape(const ql_model *ref, const ql_model *other, ql_error *err)
+{
+    const ql_hparams *a = &ref->hp, *b = &other->hp;
+    if (strcmp(a->arch_name, b->arch_name) != 0)
+        return ql_error_set(err, QL_EINVAL, "%s: architecture %s, the reference %s is %s",
+                            other->path, b->arch_name, ref->path, a->arch_name);
+    const struct {
+        const char *name;
+        int x, y;
+    } dims[] = {{"block_count", a->n_layer, b->n_layer},
+                {"embedding_length", a->n_embd, b->n_embd},
+                {"feed_forward_length", a->n_ff, b->n_ff},
+                {"attention.head_count", a->n_head, b->n_head},
+                {"attention.head_count_kv", a->n_head_kv, b->n_head_kv},
+                {"attention.key_length", a->head_dim, b->head_dim},
+                {"rope.dimension_count", a->n_rot, b->n_rot},
+                {"vocabulary size", a->n_vocab, b->n_vocab}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].x != dims[i].y)
+            return ql_error_set(err, QL_EINVAL, "%s: %s %d, the reference %s has %d", other->path,
+                                dims[i].name, dims[i].y, ref->path, dims[i].x);
+    const ql_gguf *ga = ref->gguf, *gb = other->gguf;
+    for (int64_t i = 0; i < ga->n_tensors; i++) {
+        const ql_gguf_tensor *t = &ga->tensors[i];
+        const ql_gguf_tensor *u = ql_gguf_find_tensor(gb, t->name);
+        char sa[64], sb[64];
+        if (!u)
+            return ql_error_set(err, QL_EINVAL, "%s: tensor '%s' of the reference %s is missing",
+                                other->path, t->name, ref->path);
+        shape_text(t, sa, sizeof sa);
+        shape_text(u, sb, sizeof sb);
+        if (!same_shape(t, u))
+            return ql_error_set(err, QL_EINVAL,
+                                "%s: tensor '%s' is %s, in the reference %s it is %s", other->path,
+                                t->name, sb, ref->path, sa);
+    }
+    for (int64_t i = 0; i < gb->n_tensors; i++)
+        if (!ql_gguf_find_tensor(ga, gb->tensors[i].name))
+            return ql_error_set(err, QL_EINVAL, "%s: tensor '%s' is not in the reference %s",
+                                other->path, gb->tensors[i].name, ref->path);
+    return QL_OK;
+}
+
+const ql_linear *ql_model_first_quantized(const ql_model *m)
+{
+    const ql_weights *w = m->weights;
+    for (int i = -1; i < w->n_lin; i++) {
+        const ql_linear *l = i < 0 ? &w->tok_embd : &w->lin[i];
+        if (l->src_type != QL_TYPE_F32 && l->src_type != QL_TYPE_F16 &&
+            l->src_type != QL_TYPE_BF16)
+            return l;
+    }
+    return NULL;
+}

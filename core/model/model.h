@@ -196,4 +196,14 @@ ql_status ql_model_from_gguf(ql_model **out, ql_gguf *g, ql_error *err);
 
 void ql_model_free(ql_model *m);
 
+/* Whether `other` (a quantization of ref, by llama-quantize, another tool or qlab) can
+ * stand in for ref: the same architecture and hyper-parameters, and the same tensors by
+ * name and shape (types may differ). Errors name the first difference. Its weight set is
+ * then a config of ref. */
+ql_status ql_model_check_same_shape(const ql_model *ref, const ql_model *other, ql_error *err);
+
+/* The first 2-D weight whose file type is not F32, F16 or BF16 (a quantized model), or
+ * NULL. */
+const ql_linear *ql_model_first_quantized(const ql_model *m);
+
 #endif

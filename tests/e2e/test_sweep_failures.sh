@@ -74,4 +74,13 @@ has "$tmp/err" "config 0 (Q8_0 kv_type=q4_0) failed" "the failed config ran agai
 write_sweep "$tmp/ok.sweep" "f32"
 expect 0 "--strict exits 0 when no config failed" sweep "$tmp/ok.sweep" --strict
 has "$tmp/out" "(0 run, 1 already done, 0 failed)" "the done config is reused"
+# A quantized file as the sweep's model is refused before anything runs, saying what to
+# do instead (it would be quantized again and reported as the unquantized reference).
+q4="$QLAB_SHARED/golden/llamacpp-reference/quantized/stories260K-Q4_0.gguf"
+if [ -f "$q4" ]; then
+    sed "s|^model .*|model   = $q4|" "$tmp/f.sweep" >"$tmp/q.sweep"
+    expect 1 "a quantized model as the reference is refused" "$qlab" sweep "$tmp/q.sweep" --db "$tmp/q.db"
+    has "$tmp/err" "is quantized (token_embd.weight is Q4_0)" "the message names the tensor"
+    has "$tmp/err" "the quantized file as a config" "and says what to do"
+fi
 exit "$fail"

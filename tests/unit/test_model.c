@@ -240,6 +240,12 @@ int main(void)
         CHECK_EQ_INT(mt->n_params, m->n_params - 64 * 512);
         CHECK_NEAR(run_some(mt), ref_logit, 0.0);
     }
+    /* another set of tensors is named as the first difference */
+    if (mt) {
+        CHECK(ql_model_check_same_shape(m, mt, &err) == QL_EINVAL);
+        CHECK_MSG(strstr(err.msg, "tensor 'output.weight' of the reference") != NULL, "%s",
+                  err.msg);
+    }
     ql_model_free(mt);
 
     /* qwen2: biases on Q, K, V; NEOX RoPE */
@@ -291,6 +297,11 @@ int main(void)
     const char *q4 = qlt_shared("golden/llamacpp-reference/quantized/stories260K-Q4_0.gguf");
     ql_model *mq4 = NULL;
     if (ql_file_exists(q4) && (mq4 = expect_load(q4, QL_OK, NULL, NULL)) != NULL) {
+        /* the same model in other types: it can stand in for the reference */
+        CHECK_OK(ql_model_check_same_shape(m, mq4, &err), &err);
+        CHECK(ql_model_first_quantized(m) == NULL);
+        const ql_linear *ql = ql_model_first_quantized(mq4);
+        CHECK(ql && ql->src_type == QL_TYPE_Q4_0);
         CHECK_OK(ql_weights_bind_all(mq4->weights, &err), &err);
         const ql_weights *a = m->weights, *b = mq4->weights;
         CHECK_EQ_INT(b->lin[ql_site(0, QL_SITE_Q)].src_type, QL_TYPE_Q4_0);
