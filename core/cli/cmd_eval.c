@@ -1,4 +1,5 @@
 /* qlab eval: perplexity of a model on a text with llama-perplexity's protocol. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,12 @@ int ql_cmd_eval(int argc, char **argv)
         ql_progress_end(&pr.progress, tokens, NULL);
     fprintf(stderr, "%lld scored tokens, %.1fs, %.0f tok/s\n", (long long)acc.n, secs,
             (double)(d->n_chunks * (ctx - 1)) / secs);
+    if (!isfinite(ql_nll_acc_ppl(&acc))) {
+        ql_error_set(&err, QL_EFORMAT,
+                     "%s: the perplexity is %s (the model computes non-finite probabilities)",
+                     r.model_path, isnan(ql_nll_acc_ppl(&acc)) ? "NaN" : "infinite");
+        goto fail;
+    }
     printf("PPL = %.6f ± %.6f\n", ql_nll_acc_ppl(&acc), ql_nll_acc_ppl_err(&acc));
     rc = QL_EXIT_OK;
     goto out;

@@ -66,7 +66,7 @@ ql_status ql_divergence_add(ql_divergence *d, int layer, const float *h, const f
         const float *a = h + t * n_embd, *b = r + t * n_embd;
         double diff = 0, rr = 0, hh = 0, hr = 0;
         for (int64_t i = 0; i < n_embd; i++) {
-            const double x = a[i], y = b[i];
+            const double x = (double)a[i], y = (double)b[i];
             diff += (x - y) * (x - y);
             rr += y * y;
             hh += x * x;

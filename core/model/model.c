@@ -2,6 +2,7 @@
  * hyper-parameters (hparams.h); weight sets and their ownership. */
 #include "model/model.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,7 @@ void ql_linear_set_src(ql_linear *lin, const ql_weight_src *src)
     free(lin->w_owned);
     lin->w_owned = NULL;
     lin->bound = false;
+    lin->finite = false;
     lin->src = *src;
     lin->w = src_in_place(src) ? src->data : NULL;
 }
@@ -247,18 +249,42 @@ size_t ql_weights_layer_floats(const ql_weights *w)
     return n;
 }
 
+/* The first value of w (n_out, n_in) that is not finite, as an error. */
+static ql_status check_finite(const ql_linear *lin, const float *w, ql_error *err)
+{
+    const int64_t n = lin->n_in * lin->n_out;
+    int64_t bad = n;
+#pragma omp parallel for schedule(static) reduction(min : bad) if (n >= DECODE_VALUES_PER_TASK)
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(w[i]) && i < bad)
+            bad = i;
+    if (bad == n)
+        return QL_OK;
+    return ql_error_set(err, QL_EFORMAT,
+                        "tensor '%s' (%s): the value at row %lld, column %lld is %s; a model "
+                        "with non-finite weights cannot be evaluated",
+                        lin->name, ql_type_name(lin->src.type), (long long)(bad / lin->n_in),
+                        (long long)(bad % lin->n_in), isnan(w[bad]) ? "NaN" : "infinite");
+}
+
 /* Binds one linear into buf at *used floats (nothing when it has values already). */
 static ql_status bind_linear(ql_linear *lin, float *buf, size_t buf_floats, size_t *used,
                              ql_error *err)
 {
-    if (lin->w)
-        return QL_OK;
+    if (lin->w) {
+        ql_status st = lin->finite ? QL_OK : check_finite(lin, lin->w, err);
+        lin->finite = st == QL_OK;
+        return st;
+    }
     const size_t n = (size_t)(lin->n_in * lin->n_out);
     QL_ASSERT(*used + n <= buf_floats);
     float *dst = buf + *used;
     ql_status st = ql_linear_decode_rows(lin, 0, lin->n_out, dst, err);
+    if (!st && !lin->finite)
+        st = check_finite(lin, dst, err);
     if (st)
         return st;
+    lin->finite = true;
     lin->w = dst;
     lin->bound = true;
     *used += n;

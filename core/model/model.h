@@ -68,6 +68,7 @@ struct ql_linear {
     ql_act_post_fn act_post; /* NULL: nothing added after the product */
     /* private */
     bool bound;     /* w points into a caller's buffer (ql_weights_bind_layer) */
+    bool finite;    /* its values were seen to be finite (checked when first bound) */
     float *w_owned; /* f32 values this linear owns (ql_weights_bind_all), or NULL */
     float *b_owned;
 };
@@ -158,7 +159,9 @@ size_t ql_weights_layer_floats(const ql_weights *w);
 
 /* Binds the products of layer l: a linear already bound (or owning its values, or an
  * F32 source without exact columns, which is used in place) stays as it is; the others
- * are decoded into buf (buf_floats floats, at least ql_weights_layer_floats). */
+ * are decoded into buf (buf_floats floats, at least ql_weights_layer_floats). The first
+ * time a linear is bound its values are checked to be finite: a NaN or an infinity is an
+ * error naming the tensor, row and column. */
 ql_status ql_weights_bind_layer(ql_weights *w, int layer, float *buf, size_t buf_floats,
                                 ql_error *err);
 
