@@ -163,6 +163,13 @@ typedef struct {
     int64_t n_chunks; /* 0: unknown, not written */
 } ql_fit_importance;
 
+/* The importance vector the quantizer receives for a tensor, as llama-quantize
+ * hands it over: its imatrix entry (n_per_row values, or n_per_row per matrix of an
+ * expert tensor), NULL when imp is NULL or has none. Errors: another length, a
+ * value that is negative or not finite. */
+ql_status ql_fit_quant_importance(const ql_fit_importance *imp, const ql_gguf_tensor *gt,
+                                  const float **out, int64_t *out_n, ql_error *err);
+
 typedef struct {
     int32_t type;   /* ggml type id */
     uint64_t bytes; /* exact bytes of the whole tensor in this type */

@@ -308,6 +308,33 @@ static ql_status prepare_source(const ql_gguf *model, const ql_gguf_tensor *gt, 
 /* ---------------------------------------------------------------------------
  * Importance per tensor */
 
+ql_status ql_fit_quant_importance(const ql_fit_importance *imp, const ql_gguf_tensor *gt,
+                                  const float **out, int64_t *out_n, ql_error *err)
+{
+    *out = NULL;
+    *out_n = 0;
+    if (!imp || !imp->lookup)
+        return QL_OK;
+    int64_t n = 0;
+    const float *v = imp->lookup(imp->user, gt->name, &n);
+    if (!v)
+        return QL_OK;
+    const int64_t ne0 = gt->ne[0], n_mats = gt->ne[2] * gt->ne[3];
+    if (n != ne0 && !(n_mats > 1 && n == ne0 * n_mats))
+        return ql_error_set(
+            err, QL_EFORMAT, "imatrix entry '%s' has %lld values, expected %lld (its row length)%s",
+            gt->name, (long long)n, (long long)ne0, n_mats > 1 ? " or row length x experts" : "");
+    for (int64_t j = 0; j < n; j++)
+        if (!isfinite(v[j]) || v[j] < 0)
+            return ql_error_set(err, QL_EFORMAT,
+                                "imatrix entry '%s': value %lld is %g, expected a non-negative "
+                                "number",
+                                gt->name, (long long)j, (double)v[j]);
+    *out = v;
+    *out_n = n;
+    return QL_OK;
+}
+
 typedef struct {
     const float *quant; /* what the quantizer receives (NULL: none) */
     int64_t quant_n;    /* ne0, or ne0 * n_expert for a per-expert entry */
@@ -316,34 +343,54 @@ typedef struct {
     ql_fit_imp_source src;
 } tensor_imp;
 
+/* Error weights of the head when the imatrix has no entry for it (llama-imatrix
+ * leaves it out): its input is the RMS-normalised state (mean square 1) times
+ * output_norm, so E[x_j^2] ~ output_norm_j^2; 1 without a usable norm. */
+static ql_fit_imp_source head_weights(const ql_gguf *model, int64_t ne0, float *w)
+{
+    const ql_gguf_tensor *norm = ql_gguf_find_tensor(model, "output_norm.weight");
+    ql_error norm_err;
+    if (norm && norm->n_dims == 1 && norm->ne[0] == ne0 &&
+        prepare_source(model, norm, &norm_err) == QL_OK) {
+        ql_dequant_row(norm->type, norm->data, 0, ne0, w);
+        for (int64_t j = 0; j < ne0; j++)
+            w[j] *= w[j];
+        return QL_FIT_IMP_OUTPUT_NORM;
+    }
+    for (int64_t j = 0; j < ne0; j++)
+        w[j] = 1.0f;
+    return QL_FIT_IMP_UNIT;
+}
+
+/* The token embedding is a lookup: a token reads one row, so the expected squared
+ * error a token injects is the mean over rows of the row errors, weight 1 / rows
+ * per column. Untied, that is all; tied, the tensor is also the head and its head
+ * weights are added. */
+static void add_lookup_weights(const ql_gguf_tensor *gt, bool tied, tensor_imp *ti)
+{
+    const float w = (float)(1.0 / (double)(gt->n_dims >= 2 ? gt->ne[1] : 1));
+    if (!tied && !ti->quant) {
+        ti->weights_n = gt->ne[0];
+        for (int64_t j = 0; j < ti->weights_n; j++)
+            ti->weights[j] = w;
+        ti->src = QL_FIT_IMP_LOOKUP;
+        return;
+    }
+    for (int64_t j = 0; j < ti->weights_n; j++)
+        ti->weights[j] += w;
+    ti->src = QL_FIT_IMP_TIED;
+}
+
+/* What the quantizer receives for a tensor, and the error weights I_j. */
 static ql_status tensor_importance(const ql_gguf *model, const ql_gguf_tensor *gt,
                                    const ql_fit_importance *imp, tensor_imp *ti, ql_error *err)
 {
     memset(ti, 0, sizeof *ti);
+    ql_status rc = ql_fit_quant_importance(imp, gt, &ti->quant, &ti->quant_n, err);
+    if (rc != QL_OK)
+        return rc;
     const int64_t ne0 = gt->ne[0];
-    const int64_t n_expert = gt->n_dims >= 3 ? gt->ne[2] : 1;
     const bool have_imatrix = imp && imp->lookup;
-    if (have_imatrix) {
-        int64_t n = 0;
-        const float *v = imp->lookup(imp->user, gt->name, &n);
-        if (v) {
-            if (n != ne0 && !(n_expert > 1 && n == ne0 * n_expert))
-                return ql_error_set(err, QL_EFORMAT,
-                                    "imatrix entry '%s' has %lld values, expected %lld (its row "
-                                    "length)%s",
-                                    gt->name, (long long)n, (long long)ne0,
-                                    n_expert > 1 ? " or row length x experts" : "");
-            for (int64_t j = 0; j < n; j++)
-                if (!isfinite(v[j]) || v[j] < 0)
-                    return ql_error_set(err, QL_EFORMAT,
-                                        "imatrix entry '%s': value %lld is %g, expected a "
-                                        "non-negative number",
-                                        gt->name, (long long)j, (double)v[j]);
-            ti->quant = v;
-            ti->quant_n = n;
-        }
-    }
-    /* Error weights. */
     const bool is_embd = strcmp(gt->name, "token_embd.weight") == 0;
     const bool is_head = strcmp(gt->name, "output.weight") == 0;
     const bool tied = is_embd && !ql_gguf_find_tensor(model, "output.weight");
@@ -355,43 +402,14 @@ static ql_status tensor_importance(const ql_gguf *model, const ql_gguf_tensor *g
         memcpy(ti->weights, ti->quant, sizeof(float) * (size_t)ti->quant_n);
         ti->src = QL_FIT_IMP_IMATRIX;
     } else if ((is_head || tied) && have_imatrix) {
-        /* llama-imatrix leaves the head out. Its input is the RMS-normalised state
-         * (mean square 1) times output_norm, so E[x_j^2] ~ output_norm_j^2. */
-        const ql_gguf_tensor *norm = ql_gguf_find_tensor(model, "output_norm.weight");
-        ql_error norm_err;
-        if (norm && norm->n_dims == 1 && norm->ne[0] == ne0 &&
-            prepare_source(model, norm, &norm_err) == QL_OK) {
-            ql_dequant_row(norm->type, norm->data, 0, ne0, ti->weights);
-            for (int64_t j = 0; j < ne0; j++)
-                ti->weights[j] *= ti->weights[j];
-            ti->src = QL_FIT_IMP_OUTPUT_NORM;
-        } else {
-            for (int64_t j = 0; j < ne0; j++)
-                ti->weights[j] = 1.0f;
-            ti->src = QL_FIT_IMP_UNIT;
-        }
+        ti->src = head_weights(model, ne0, ti->weights);
     } else {
         for (int64_t j = 0; j < ne0; j++)
             ti->weights[j] = 1.0f;
         ti->src = have_imatrix ? QL_FIT_IMP_UNIT : QL_FIT_IMP_NONE;
     }
-    if (is_embd) {
-        /* A lookup: a token reads one row, so the expected squared error a token
-         * injects is the mean over rows of the row errors, weight 1 / rows per
-         * column. Untied, that is all; tied, the tensor is also the head and its
-         * head weights (above) are added. */
-        const float w = (float)(1.0 / (double)(gt->n_dims >= 2 ? gt->ne[1] : 1));
-        if (!tied && !ti->quant) {
-            ti->weights_n = ne0;
-            for (int64_t j = 0; j < ne0; j++)
-                ti->weights[j] = w;
-            ti->src = QL_FIT_IMP_LOOKUP;
-        } else {
-            for (int64_t j = 0; j < ti->weights_n; j++)
-                ti->weights[j] += w;
-            ti->src = QL_FIT_IMP_TIED;
-        }
-    }
+    if (is_embd)
+        add_lookup_weights(gt, tied, ti);
     return QL_OK;
 }
 
@@ -495,6 +513,9 @@ static int cmp_choice(const void *pa, const void *pb)
     return a->type < b->type ? -1 : a->type > b->type;
 }
 
+/* ---------------------------------------------------------------------------
+ * Candidate types */
+
 /* Availability of one type: NULL when usable, else why not (static text or buf). */
 static const char *type_unavailable(int32_t type, char *buf, size_t size)
 {
@@ -510,186 +531,221 @@ static const char *type_unavailable(int32_t type, char *buf, size_t size)
     return NULL;
 }
 
-static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
-                         const ql_fit_options *opt, ql_fit_table *t, ql_error *err)
-{
-    ql_status rc = QL_OK;
-    tensor_work *tw = NULL;
-    job *jobs = NULL;
-    double *partial = NULL;
-    int n_tw = 0, n_jobs = 0;
+/* The candidate types of a table, and what became of them. */
+typedef struct {
+    bool deflt;              /* the default ladder: two lists by row length */
+    int32_t wide[MAX_TYPES]; /* rows that split into 256-blocks (every row for a user list) */
+    int n_wide;
+    int32_t short_rows[MAX_TYPES]; /* other rows: the ladder's types of at most 32 per block */
+    int n_short_rows;
+    bool usable[QL_TYPE_ID_LIMIT];       /* by type id: qlab can produce it */
+    int imatrix_skips[QL_TYPE_ID_LIMIT]; /* by type id: tensors without the imatrix entry it needs
+                                          */
+} candidates;
 
-    /* Candidate sets: a user list, or the default ladder (two lists by row length). */
-    int32_t req[MAX_TYPES], req32[MAX_TYPES];
-    int n_req = 0, n_req32 = 0;
-    const bool deflt = opt->types == NULL;
-    if (deflt) {
+/* The requested lists: a user list, or the default ladder; capped at max_bpw. */
+static ql_status candidate_lists(candidates *c, const ql_fit_options *opt, ql_error *err)
+{
+    memset(c, 0, sizeof *c);
+    c->deflt = opt->types == NULL;
+    if (c->deflt) {
         /* Rows of 256-blocks also split into 32-blocks: the whole ladder is theirs. */
-        n_req = default_ladder(req, false);
-        n_req32 = default_ladder(req32, true);
+        c->n_wide = default_ladder(c->wide, false);
+        c->n_short_rows = default_ladder(c->short_rows, true);
     } else {
-        if ((rc = parse_types(opt->types, req, &n_req, err)) != QL_OK)
+        ql_status rc = parse_types(opt->types, c->wide, &c->n_wide, err);
+        if (rc != QL_OK)
             return rc;
-        memcpy(req32, req, sizeof req);
-        n_req32 = n_req;
+        memcpy(c->short_rows, c->wide, sizeof c->wide);
+        c->n_short_rows = c->n_wide;
     }
     if (opt->max_bpw > 0) {
-        n_req = cap_bpw(req, n_req, opt->max_bpw);
-        n_req32 = cap_bpw(req32, n_req32, opt->max_bpw);
+        c->n_wide = cap_bpw(c->wide, c->n_wide, opt->max_bpw);
+        c->n_short_rows = cap_bpw(c->short_rows, c->n_short_rows, opt->max_bpw);
     }
-    /* Drop what qlab cannot produce, with a note. */
-    bool usable[128] = {0};
-    {
-        int32_t all[2 * MAX_TYPES];
-        int n_all = 0;
-        for (int k = 0; k < n_req; k++)
-            all[n_all++] = req[k];
-        for (int k = 0; k < n_req32; k++)
-            all[n_all++] = req32[k];
-        for (int k = 0; k < n_all; k++) {
-            int rank = table_rank(all[k]);
-            if (usable[rank])
-                continue;
-            bool seen = false;
-            for (int m = 0; m < k; m++)
-                seen |= all[m] == all[k];
-            if (seen)
-                continue;
-            char why[QL_ERROR_MSG_MAX];
-            const char *no = type_unavailable(all[k], why, sizeof why);
-            if (no) {
-                if ((rc = add_note(t, err, "%s skipped: %s", ql_type_name(all[k]), no)) != QL_OK)
-                    return rc;
-            } else {
-                usable[rank] = true;
-            }
-        }
-    }
-    const bool have_imatrix = imp && imp->lookup;
+    return QL_OK;
+}
 
-    tw = calloc((size_t)model->n_tensors + 1, sizeof *tw);
-    t->tensors = calloc((size_t)model->n_tensors + 1, sizeof *t->tensors);
-    if (!tw || !t->tensors) {
-        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-        goto out;
+/* Marks what qlab can produce; a note says why each other type is skipped (once
+ * per type, in list order). */
+static ql_status mark_usable(candidates *c, ql_fit_table *t, ql_error *err)
+{
+    int32_t all[2 * MAX_TYPES];
+    int n_all = 0;
+    for (int k = 0; k < c->n_wide; k++)
+        all[n_all++] = c->wide[k];
+    for (int k = 0; k < c->n_short_rows; k++)
+        all[n_all++] = c->short_rows[k];
+    for (int k = 0; k < n_all; k++) {
+        bool seen = false;
+        for (int m = 0; m < k; m++)
+            seen |= all[m] == all[k];
+        if (seen)
+            continue;
+        char why[QL_ERROR_MSG_MAX];
+        const char *no = type_unavailable(all[k], why, sizeof why);
+        ql_status rc = QL_OK;
+        if (!no)
+            c->usable[all[k]] = true;
+        else
+            rc = add_note(t, err, "%s skipped: %s", ql_type_name(all[k]), no);
+        if (rc != QL_OK)
+            return rc;
     }
-    int imat_needed_skips[128] = {0};
-    for (int64_t i = 0; i < model->n_tensors; i++) {
-        const ql_gguf_tensor *gt = &model->tensors[i];
-        ql_fit_tensor *ft = &t->tensors[t->n_tensors++];
-        if (!(ft->name = ql_strdup(gt->name))) {
-            rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-            goto out;
-        }
-        ft->n_dims = gt->n_dims;
-        for (int d = 0; d < QL_GGUF_MAX_DIMS; d++)
-            ft->ne[d] = gt->ne[d];
-        ft->n_params = ql_gguf_tensor_nelements(gt);
-        ft->src_type = gt->type;
-        t->total_params += ft->n_params;
-        if (!gt->data) {
-            rc = ql_error_set(err, QL_EUNSUPPORTED,
-                              "%s: tensor '%s' has type %s, which qlab "
-                              "does not know",
-                              model->path, gt->name, ql_type_name(gt->type));
-            goto out;
-        }
-        bool assigned = false;
-        int32_t fixed_type = QL_TYPE_F32;
-        if ((rc = tensor_role(model, gt, &assigned, &fixed_type, err)) != QL_OK)
-            goto out;
-        if (!assigned) {
-            ft->assigned = false;
-            ft->fixed_type = fixed_type;
-            ft->fixed_bytes = fixed_type == gt->type ? gt->nbytes
-                                                     : (uint64_t)(ft->n_params / gt->ne[0]) *
-                                                           ql_row_size(fixed_type, gt->ne[0]);
-            t->fixed_bytes += ft->fixed_bytes;
+    return QL_OK;
+}
+
+/* The list that applies to rows of ne0 values. */
+static const int32_t *candidates_for(const candidates *c, int64_t ne0, int *n)
+{
+    const bool short_rows = c->deflt && ne0 % 256 != 0;
+    *n = short_rows ? c->n_short_rows : c->n_wide;
+    return short_rows ? c->short_rows : c->wide;
+}
+
+/* The error when no requested type applies to a tensor: the reason of each. */
+static ql_status no_candidate(const candidates *c, const ql_gguf_tensor *gt, ql_error *err)
+{
+    int n_set;
+    const int32_t *set = candidates_for(c, gt->ne[0], &n_set);
+    char why[1024] = "";
+    size_t used = 0;
+    for (int k = 0; k < n_set && used < sizeof why; k++) {
+        char buf[256];
+        const char *r = !c->usable[set[k]] ? type_unavailable(set[k], buf, sizeof buf)
+                        : ql_row_size(set[k], gt->ne[0]) == 0 ? "row length"
+                                                              : "needs an imatrix entry";
+        used += (size_t)snprintf(why + used, sizeof why - used, "%s%s: %s", k ? ", " : "",
+                                 ql_type_name(set[k]), r);
+    }
+    return ql_error_set(err, QL_EINVAL,
+                        "tensor '%s' (row length %lld): no candidate type applies (%s); "
+                        "add F16 or a 32-block type",
+                        gt->name, (long long)gt->ne[0], why);
+}
+
+/* The notes of the types some tensors could not take for want of an imatrix entry. */
+static ql_status note_imatrix_skips(const candidates *c, bool have_imatrix, ql_fit_table *t,
+                                    ql_error *err)
+{
+    const ql_type_traits *all[QL_TYPE_ID_LIMIT];
+    const int n_all = ql_type_list(all, QL_TYPE_ID_LIMIT);
+    for (int k = 0; k < n_all; k++) {
+        const int n = c->imatrix_skips[all[k]->type];
+        if (n == 0)
+            continue;
+        ql_status rc = have_imatrix
+                           ? add_note(t, err,
+                                      "%s is not a candidate for %d tensor(s) without "
+                                      "an imatrix entry (it needs one)",
+                                      all[k]->name, n)
+                           : add_note(t, err, "%s skipped: it needs an imatrix", all[k]->name);
+        if (rc != QL_OK)
+            return rc;
+    }
+    return QL_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * The table, tensor by tensor */
+
+/* Fills a tensor's record from the model: shape, source type, and whether the
+ * solver assigns it; a fixed tensor gets its type and bytes. */
+static ql_status describe_tensor(const ql_gguf *model, const ql_gguf_tensor *gt, ql_fit_table *t,
+                                 ql_fit_tensor *ft, ql_error *err)
+{
+    if (!(ft->name = ql_strdup(gt->name)))
+        return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
+    ft->n_dims = gt->n_dims;
+    for (int d = 0; d < QL_GGUF_MAX_DIMS; d++)
+        ft->ne[d] = gt->ne[d];
+    ft->n_params = ql_gguf_tensor_nelements(gt);
+    ft->src_type = gt->type;
+    t->total_params += ft->n_params;
+    if (!gt->data)
+        return ql_error_set(err, QL_EUNSUPPORTED,
+                            "%s: tensor '%s' has type %s, which qlab does not know", model->path,
+                            gt->name, ql_type_name(gt->type));
+    bool assigned = false;
+    int32_t fixed_type = QL_TYPE_F32;
+    ql_status rc = tensor_role(model, gt, &assigned, &fixed_type, err);
+    if (rc != QL_OK)
+        return rc;
+    ft->assigned = assigned;
+    if (assigned) {
+        t->assigned_params += ft->n_params;
+        return QL_OK;
+    }
+    ft->fixed_type = fixed_type;
+    ft->fixed_bytes = fixed_type == gt->type ? gt->nbytes
+                                             : (uint64_t)(ft->n_params / gt->ne[0]) *
+                                                   ql_row_size(fixed_type, gt->ne[0]);
+    t->fixed_bytes += ft->fixed_bytes;
+    return QL_OK;
+}
+
+/* The candidates of an assigned tensor: the list for its row length, less what
+ * qlab cannot produce, what its rows do not split into and what needs an imatrix
+ * entry it lacks (counted for a note). */
+static ql_status choose_candidates(candidates *c, tensor_work *w, ql_error *err)
+{
+    const int64_t ne0 = w->gt->ne[0];
+    int n_set;
+    const int32_t *set = candidates_for(c, ne0, &n_set);
+    for (int k = 0; k < n_set; k++) {
+        if (!c->usable[set[k]] || ql_row_size(set[k], ne0) == 0)
+            continue;
+        if (ql_type_get(set[k])->requires_imatrix && !w->imp.quant) {
+            c->imatrix_skips[set[k]]++;
             continue;
         }
-        ft->assigned = true;
-        t->assigned_params += ft->n_params;
-        if ((rc = prepare_source(model, gt, err)))
-            goto out;
-        tensor_work *w = &tw[n_tw++];
-        w->gt = gt;
-        w->ft = ft;
-        w->n_rows = ft->n_params / gt->ne[0];
-        w->n_sample =
-            opt->sample_rows > 0 && opt->sample_rows < w->n_rows ? opt->sample_rows : w->n_rows;
-        if ((rc = tensor_importance(model, gt, imp, &w->imp, err)) != QL_OK)
-            goto out;
-        ft->imp = w->imp.src;
-        ft->quant_imatrix = w->imp.quant != NULL;
-        ft->rows_measured = w->n_sample;
-        const bool k_rows = gt->ne[0] % 256 == 0;
-        const int32_t *set = deflt && !k_rows ? req32 : req;
-        const int n_set = deflt && !k_rows ? n_req32 : n_req;
-        for (int k = 0; k < n_set; k++) {
-            const ql_type_traits *tr = ql_type_get(set[k]);
-            if (!usable[table_rank(set[k])] || ql_row_size(set[k], gt->ne[0]) == 0)
-                continue;
-            if (tr->requires_imatrix && !w->imp.quant) {
-                imat_needed_skips[table_rank(set[k])]++;
-                continue;
-            }
-            w->cand[w->n_cand++] = set[k];
-        }
-        if (w->n_cand == 0) {
-            /* Say for each requested type why it does not apply. */
-            char why[1024] = "";
-            size_t used = 0;
-            for (int k = 0; k < n_set && used < sizeof why; k++) {
-                const ql_type_traits *tr = ql_type_get(set[k]);
-                char buf[256];
-                const char *r = !usable[table_rank(set[k])]
-                                    ? type_unavailable(set[k], buf, sizeof buf)
-                                : ql_row_size(set[k], gt->ne[0]) == 0 ? "row length"
-                                                                      : "needs an imatrix entry";
-                used += (size_t)snprintf(why + used, sizeof why - used, "%s%s: %s", k ? ", " : "",
-                                         tr->name, r);
-            }
-            rc = ql_error_set(err, QL_EINVAL,
-                              "tensor '%s' (row length %lld): no candidate type applies (%s); "
-                              "add F16 or a 32-block type",
-                              gt->name, (long long)gt->ne[0], why);
-            goto out;
-        }
-        w->chunk_rows = CHUNK_ELEMS / gt->ne[0] > 0 ? CHUNK_ELEMS / gt->ne[0] : 1;
-        w->n_chunks = (int)((w->n_sample + w->chunk_rows - 1) / w->chunk_rows);
-        w->first_job = n_jobs;
-        n_jobs += w->n_cand * w->n_chunks;
+        w->cand[w->n_cand++] = set[k];
     }
-    for (int r = 0; r < 128; r++)
-        if (imat_needed_skips[r] > 0) {
-            const ql_type_traits *all[128];
-            ql_type_list(all, 128);
-            rc = have_imatrix ? add_note(t, err,
-                                         "%s is not a candidate for %d tensor(s) without an "
-                                         "imatrix entry (it needs one)",
-                                         all[r]->name, imat_needed_skips[r])
-                              : add_note(t, err, "%s skipped: it needs an imatrix", all[r]->name);
-            if (rc != QL_OK)
-                goto out;
-        }
+    return w->n_cand > 0 ? QL_OK : no_candidate(c, w->gt, err);
+}
 
-    /* The jobs: (tensor, candidate, chunk), partial sums reduced in order below. */
-    jobs = malloc(sizeof(job) * (size_t)(n_jobs + 1));
-    partial = malloc(sizeof(double) * (size_t)(n_jobs + 1));
-    if (!jobs || !partial) {
-        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-        goto out;
-    }
+/* Sets up the measurement of an assigned tensor: its source, importance, sampled
+ * rows, candidates and row chunks; its jobs are numbered from *n_jobs on. */
+static ql_status plan_tensor(const ql_gguf *model, const ql_gguf_tensor *gt,
+                             const ql_fit_importance *imp, const ql_fit_options *opt, candidates *c,
+                             tensor_work *w, ql_fit_tensor *ft, int *n_jobs, ql_error *err)
+{
+    ql_status rc = prepare_source(model, gt, err);
+    if (rc != QL_OK)
+        return rc;
+    w->gt = gt;
+    w->ft = ft;
+    w->n_rows = ft->n_params / gt->ne[0];
+    w->n_sample =
+        opt->sample_rows > 0 && opt->sample_rows < w->n_rows ? opt->sample_rows : w->n_rows;
+    if ((rc = tensor_importance(model, gt, imp, &w->imp, err)) != QL_OK)
+        return rc;
+    ft->imp = w->imp.src;
+    ft->quant_imatrix = w->imp.quant != NULL;
+    ft->rows_measured = w->n_sample;
+    if ((rc = choose_candidates(c, w, err)) != QL_OK)
+        return rc;
+    w->chunk_rows = CHUNK_ELEMS / gt->ne[0] > 0 ? CHUNK_ELEMS / gt->ne[0] : 1;
+    w->n_chunks = (int)((w->n_sample + w->chunk_rows - 1) / w->chunk_rows);
+    w->first_job = *n_jobs;
+    *n_jobs += w->n_cand * w->n_chunks;
+    return QL_OK;
+}
+
+/* Runs every (tensor, candidate, chunk) job, in parallel; partial[k] receives job k's
+ * error sum, reduced in a fixed order afterwards. */
+static ql_status measure_all(const tensor_work *tw, int n_tw, int n_jobs, bool quiet,
+                             double *partial, ql_error *err)
+{
+    job *jobs = malloc(sizeof(job) * (size_t)(n_jobs + 1));
+    if (!jobs)
+        return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
     for (int w = 0; w < n_tw; w++)
         for (int c = 0; c < tw[w].n_cand; c++)
-            for (int ch = 0; ch < tw[w].n_chunks; ch++) {
-                job *j = &jobs[tw[w].first_job + c * tw[w].n_chunks + ch];
-                j->tw = w;
-                j->cand = c;
-                j->chunk = ch;
-            }
+            for (int ch = 0; ch < tw[w].n_chunks; ch++)
+                jobs[tw[w].first_job + c * tw[w].n_chunks + ch] = (job){w, c, ch};
     ql_progress prog;
-    ql_progress_begin(&prog, "fit: measuring errors", "job", n_jobs, opt->quiet);
+    ql_progress_begin(&prog, "fit: measuring errors", "job", n_jobs, quiet);
     int64_t done = 0;
     bool failed = false;
     ql_error job_err;
@@ -718,55 +774,90 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
         }
     }
     ql_progress_end(&prog, done, NULL);
-    if (failed) {
-        rc = ql_error_set(err, job_err.status, "%s", job_err.msg);
+    free(jobs);
+    if (failed)
+        return ql_error_set(err, job_err.status, "%s", job_err.msg);
+    return QL_OK;
+}
+
+/* A tensor's choices from its jobs' sums: chunk order, scaled by rows / sampled
+ * rows; a candidate whose error is not finite is left out with a note. */
+static ql_status collect_choices(const ql_gguf *model, const tensor_work *w, const double *partial,
+                                 ql_fit_table *t, ql_error *err)
+{
+    ql_fit_tensor *ft = w->ft;
+    ft->choices = calloc((size_t)w->n_cand, sizeof *ft->choices);
+    if (!ft->choices)
+        return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
+    const double scale = (double)w->n_rows / (double)w->n_sample;
+    for (int c = 0; c < w->n_cand; c++) {
+        double s = 0;
+        for (int ch = 0; ch < w->n_chunks; ch++)
+            s += partial[w->first_job + c * w->n_chunks + ch];
+        s *= scale;
+        const int32_t type = w->cand[c];
+        if (!isfinite(s)) {
+            ql_status rc = add_note(t, err,
+                                    "%s is not a candidate for '%s': its error is not finite "
+                                    "(values out of the type's range)",
+                                    ql_type_name(type), ft->name);
+            if (rc != QL_OK)
+                return rc;
+            continue;
+        }
+        ql_fit_choice *choice = &ft->choices[ft->n_choices++];
+        choice->type = type;
+        choice->bytes = (uint64_t)w->n_rows * ql_row_size(type, ft->ne[0]);
+        choice->err = s;
+    }
+    if (ft->n_choices == 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: tensor '%s': no candidate type gives a finite error (does the "
+                            "tensor hold NaN or infinity?)",
+                            model->path, ft->name);
+    qsort(ft->choices, (size_t)ft->n_choices, sizeof *ft->choices, cmp_choice);
+    return QL_OK;
+}
+
+/* The table of t's model: every tensor described, the assigned ones measured with
+ * each of their candidates. */
+static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
+                         const ql_fit_options *opt, ql_fit_table *t, ql_error *err)
+{
+    candidates cand;
+    ql_status rc = candidate_lists(&cand, opt, err);
+    if (rc == QL_OK)
+        rc = mark_usable(&cand, t, err);
+    if (rc != QL_OK)
+        return rc;
+    tensor_work *tw = calloc((size_t)model->n_tensors + 1, sizeof *tw);
+    double *partial = NULL;
+    int n_tw = 0, n_jobs = 0;
+    t->tensors = calloc((size_t)model->n_tensors + 1, sizeof *t->tensors);
+    if (!tw || !t->tensors) {
+        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
         goto out;
     }
-
-    /* Reduce: chunk order, then scale by rows / sampled rows. */
-    for (int w = 0; w < n_tw; w++) {
-        ql_fit_tensor *ft = tw[w].ft;
-        ft->choices = calloc((size_t)tw[w].n_cand, sizeof *ft->choices);
-        if (!ft->choices) {
-            rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-            goto out;
-        }
-        const double scale = (double)tw[w].n_rows / (double)tw[w].n_sample;
-        for (int c = 0; c < tw[w].n_cand; c++) {
-            double s = 0;
-            for (int ch = 0; ch < tw[w].n_chunks; ch++)
-                s += partial[tw[w].first_job + c * tw[w].n_chunks + ch];
-            s *= scale;
-            const int32_t type = tw[w].cand[c];
-            if (!isfinite(s)) {
-                rc = add_note(t, err,
-                              "%s is not a candidate for '%s': its error is not finite "
-                              "(values out of the type's range)",
-                              ql_type_name(type), ft->name);
-                if (rc != QL_OK)
-                    goto out;
-                continue;
-            }
-            ql_fit_choice *choice = &ft->choices[ft->n_choices++];
-            choice->type = type;
-            choice->bytes = (uint64_t)tw[w].n_rows * ql_row_size(type, ft->ne[0]);
-            choice->err = s;
-        }
-        if (ft->n_choices == 0) {
-            rc = ql_error_set(err, QL_EFORMAT,
-                              "%s: tensor '%s': no candidate type gives a finite "
-                              "error (does the tensor hold NaN or infinity?)",
-                              model->path, ft->name);
-            goto out;
-        }
-        qsort(ft->choices, (size_t)ft->n_choices, sizeof *ft->choices, cmp_choice);
+    for (int64_t i = 0; i < model->n_tensors && rc == QL_OK; i++) {
+        const ql_gguf_tensor *gt = &model->tensors[i];
+        ql_fit_tensor *ft = &t->tensors[t->n_tensors++];
+        rc = describe_tensor(model, gt, t, ft, err);
+        if (rc == QL_OK && ft->assigned)
+            rc = plan_tensor(model, gt, imp, opt, &cand, &tw[n_tw++], ft, &n_jobs, err);
     }
+    if (rc == QL_OK)
+        rc = note_imatrix_skips(&cand, imp && imp->lookup, t, err);
+    if (rc == QL_OK && !(partial = malloc(sizeof(double) * (size_t)(n_jobs + 1))))
+        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
+    if (rc == QL_OK)
+        rc = measure_all(tw, n_tw, n_jobs, opt->quiet, partial, err);
+    for (int w = 0; w < n_tw && rc == QL_OK; w++)
+        rc = collect_choices(model, &tw[w], partial, t, err);
 out:
     if (tw)
         for (int w = 0; w < n_tw; w++)
             free(tw[w].imp.weights);
     free(tw);
-    free(jobs);
     free(partial);
     return rc;
 }
@@ -949,6 +1040,192 @@ static bool parse_type_id(const char *s, int32_t *out)
     return true;
 }
 
+/* Checks the last line, "end\t<sha256 of every byte before it>\n", and cuts it off
+ * so that the reader stops before it. */
+static ql_status strip_checksum(char *buf, size_t len, const char *path, ql_error *err)
+{
+    if (memchr(buf, '\0', len))
+        return ql_error_set(err, QL_EFORMAT, "%s: binary data in the cache file", path);
+    /* The last line starts after the last newline but one. */
+    size_t start = len >= 2 ? len - 2 : 0;
+    while (start > 0 && buf[start - 1] != '\n')
+        start--;
+    if (len < 2 || buf[len - 1] != '\n' || len - start != 4 + 64 + 1 ||
+        strncmp(buf + start, "end\t", 4) != 0)
+        return ql_error_set(err, QL_EFORMAT, "%s: truncated (no final 'end' checksum line)", path);
+    char sum[65];
+    ql_sha256_hex(buf, start, sum);
+    if (strncmp(buf + start + 4, sum, 64) != 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: checksum mismatch (the file was modified or damaged)", path);
+    buf[start] = '\0';
+    return QL_OK;
+}
+
+/* Expects "<name>\t<n>" with n a number >= min. */
+static ql_status expect_i64(reader *r, const char *name, int64_t min, int64_t *out, ql_error *err)
+{
+    char *v;
+    ql_status rc = expect_kv(r, name, &v, err);
+    if (rc != QL_OK)
+        return rc;
+    if (!ql_parse_i64(v, out) || *out < min) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "bad %s", name);
+        return bad(r, err, msg);
+    }
+    return QL_OK;
+}
+
+/* The header: format version, key, identity, sampling and totals, up to the
+ * tensor count (at most one tensor per 30 bytes of the file: a record is longer). */
+static ql_status read_header(reader *r, ql_fit_table *t, char stored_key[65], size_t len,
+                             int *n_tensors, ql_error *err)
+{
+    char *v;
+    int64_t n;
+    ql_status rc = expect_kv(r, "qlab-fit-table", &v, err);
+    if (rc != QL_OK)
+        return rc;
+    int fmt;
+    if (!ql_parse_int(v, &fmt) || fmt != CACHE_FORMAT)
+        return bad(r, err, "unsupported cache format version");
+    if ((rc = expect_kv(r, "key", &v, err)) != QL_OK)
+        return rc;
+    if (strlen(v) != 64)
+        return bad(r, err, "key is not a sha256");
+    ql_strlcpy(stored_key, v, 65);
+    if ((rc = expect_kv(r, "model_sha256", &v, err)) != QL_OK)
+        return rc;
+    ql_strlcpy(t->model_sha256, v, sizeof t->model_sha256);
+    if ((rc = expect_kv(r, "imatrix_sha256", &v, err)) != QL_OK)
+        return rc;
+    ql_strlcpy(t->imatrix_sha256, v, sizeof t->imatrix_sha256);
+    if ((rc = expect_kv(r, "types", &v, err)) != QL_OK)
+        return rc;
+    ql_strlcpy(t->types, v, sizeof t->types);
+    if ((rc = expect_i64(r, "sampling", 0, &t->sample_rows, err)) != QL_OK ||
+        (rc = expect_i64(r, "fixed_bytes", 0, &n, err)) != QL_OK)
+        return rc;
+    t->fixed_bytes = (uint64_t)n;
+    if ((rc = expect_i64(r, "assigned_params", 0, &t->assigned_params, err)) != QL_OK ||
+        (rc = expect_i64(r, "total_params", t->assigned_params, &t->total_params, err)) != QL_OK)
+        return rc;
+    if ((rc = expect_kv(r, "tensors", &v, err)) != QL_OK)
+        return rc;
+    if (!ql_parse_int(v, n_tensors) || *n_tensors < 0 || (size_t)*n_tensors > len / 30)
+        return bad(r, err, "bad tensor count");
+    return QL_OK;
+}
+
+/* One "tensor" record into ft; *n_choices receives its count of choice records. */
+static ql_status read_tensor(reader *r, ql_fit_tensor *ft, int *n_choices, ql_error *err)
+{
+    char *f[16];
+    const int n = next_fields(r, f, 16);
+    if (n != 15 || strcmp(f[0], "tensor") != 0)
+        return bad(r, err, n < 0 ? "unexpected end of file" : "expected a 'tensor' record");
+    if (!(ft->name = ql_strdup(f[1])))
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", r->path);
+    int nd, assigned, qi, nc;
+    bool ok = ql_parse_int(f[2], &nd) && nd >= 1 && nd <= QL_GGUF_MAX_DIMS;
+    int64_t params = 1;
+    for (int d = 0; ok && d < QL_GGUF_MAX_DIMS; d++) {
+        ok = ql_parse_i64(f[3 + d], &ft->ne[d]) && ft->ne[d] > 0 && ft->ne[d] <= INT64_MAX / params;
+        if (ok)
+            params *= ft->ne[d];
+    }
+    ok = ok && parse_type_id(f[7], &ft->src_type) && ql_parse_int(f[8], &assigned) &&
+         (assigned == 0 || assigned == 1) && parse_type_id(f[9], &ft->fixed_type) &&
+         parse_u64(f[10], &ft->fixed_bytes) && imp_source_parse(f[11], &ft->imp) &&
+         ql_parse_int(f[12], &qi) && (qi == 0 || qi == 1) &&
+         ql_parse_i64(f[13], &ft->rows_measured) && ft->rows_measured >= 0 &&
+         ql_parse_int(f[14], &nc) && nc >= 0 && nc <= MAX_TYPES && (assigned ? nc > 0 : nc == 0);
+    if (!ok)
+        return bad(r, err, "malformed 'tensor' record");
+    ft->n_dims = (uint32_t)nd;
+    ft->n_params = params;
+    ft->assigned = assigned == 1;
+    ft->quant_imatrix = qi == 1;
+    *n_choices = nc;
+    return QL_OK;
+}
+
+/* The n "choice" records of ft: a weight type, its exact bytes for the tensor's
+ * shape, a finite non-negative error. */
+static ql_status read_choices(reader *r, ql_fit_tensor *ft, int n, ql_error *err)
+{
+    if (!(ft->choices = calloc((size_t)n + 1, sizeof *ft->choices)))
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", r->path);
+    const uint64_t rows = (uint64_t)(ft->n_params / ft->ne[0]);
+    for (int c = 0; c < n; c++) {
+        char *g[5];
+        const int nf = next_fields(r, g, 5);
+        ql_fit_choice *ch = &ft->choices[ft->n_choices];
+        const ql_type_traits *tr = nf == 4 ? ql_type_by_name(g[1]) : NULL;
+        char *end = NULL;
+        if (nf == 4) {
+            errno = 0;
+            ch->err = strtod(g[3], &end);
+        }
+        if (nf != 4 || strcmp(g[0], "choice") != 0 || !tr || !is_weight_type(tr) ||
+            !parse_u64(g[2], &ch->bytes) || !end || *end || errno || !isfinite(ch->err) ||
+            ch->err < 0 || ch->bytes != rows * ql_row_size((int32_t)tr->type, ft->ne[0]) ||
+            ch->bytes == 0)
+            return bad(r, err, "malformed 'choice' record (type, exact bytes, error)");
+        ch->type = (int32_t)tr->type;
+        ft->n_choices++;
+    }
+    return QL_OK;
+}
+
+/* The tensor records with their choices; the header's totals must be theirs. */
+static ql_status read_tensors(reader *r, ql_fit_table *t, int n, ql_error *err)
+{
+    if (!(t->tensors = calloc((size_t)n + 1, sizeof *t->tensors)))
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", r->path);
+    uint64_t fixed_sum = 0;
+    int64_t assigned_sum = 0, total_sum = 0;
+    for (int i = 0; i < n; i++) {
+        ql_fit_tensor *ft = &t->tensors[t->n_tensors++];
+        int n_choices = 0;
+        ql_status rc = read_tensor(r, ft, &n_choices, err);
+        if (rc == QL_OK)
+            rc = read_choices(r, ft, n_choices, err);
+        if (rc != QL_OK)
+            return rc;
+        total_sum += ft->n_params;
+        if (ft->assigned)
+            assigned_sum += ft->n_params;
+        else
+            fixed_sum += ft->fixed_bytes;
+    }
+    if (fixed_sum != t->fixed_bytes || assigned_sum != t->assigned_params ||
+        total_sum != t->total_params)
+        return ql_error_set(err, QL_EFORMAT, "%s: totals do not match the tensor records", r->path);
+    return QL_OK;
+}
+
+/* The notes, then nothing before the end line. */
+static ql_status read_notes(reader *r, ql_fit_table *t, size_t len, ql_error *err)
+{
+    char *v;
+    ql_status rc = expect_kv(r, "notes", &v, err);
+    if (rc != QL_OK)
+        return rc;
+    int n;
+    if (!ql_parse_int(v, &n) || n < 0 || (size_t)n > len)
+        return bad(r, err, "bad note count");
+    for (int i = 0; i < n; i++) {
+        if ((rc = expect_kv(r, "note", &v, err)) != QL_OK ||
+            (rc = add_note(t, err, "%s", v)) != QL_OK)
+            return rc;
+    }
+    if (*r->p)
+        return bad(r, err, "unexpected data before the end line");
+    return QL_OK;
+}
+
 ql_status ql_fit_table_load(const char *path, ql_fit_table **out, ql_error *err)
 {
     *out = NULL;
@@ -963,189 +1240,13 @@ ql_status ql_fit_table_load(const char *path, ql_fit_table **out, ql_error *err)
         return ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
     }
     reader r = {buf, 0, path};
-    char *v;
-    /* Checksum first: everything before the last line "end\t<sha256>\n". */
-    if (memchr(buf, '\0', len)) {
-        rc = ql_error_set(err, QL_EFORMAT, "%s: binary data in the cache file", path);
+    char stored_key[65], key[65];
+    int n_tensors = 0;
+    if ((rc = strip_checksum(buf, len, path, err)) != QL_OK ||
+        (rc = read_header(&r, t, stored_key, len, &n_tensors, err)) != QL_OK ||
+        (rc = read_tensors(&r, t, n_tensors, err)) != QL_OK ||
+        (rc = read_notes(&r, t, len, err)) != QL_OK)
         goto fail;
-    }
-    {
-        /* The last line starts after the last newline but one. */
-        size_t start = len >= 2 ? len - 2 : 0;
-        while (start > 0 && buf[start - 1] != '\n')
-            start--;
-        char sum[65];
-        if (len < 2 || buf[len - 1] != '\n' || len - start != 4 + 64 + 1 ||
-            strncmp(buf + start, "end\t", 4) != 0) {
-            rc =
-                ql_error_set(err, QL_EFORMAT, "%s: truncated (no final 'end' checksum line)", path);
-            goto fail;
-        }
-        ql_sha256_hex(buf, start, sum);
-        if (strncmp(buf + start + 4, sum, 64) != 0) {
-            rc = ql_error_set(err, QL_EFORMAT,
-                              "%s: checksum mismatch (the file was modified "
-                              "or damaged)",
-                              path);
-            goto fail;
-        }
-        buf[start] = '\0'; /* the reader stops before the end line */
-    }
-    if ((rc = expect_kv(&r, "qlab-fit-table", &v, err)) != QL_OK)
-        goto fail;
-    int fmt;
-    if (!ql_parse_int(v, &fmt) || fmt != CACHE_FORMAT) {
-        rc = bad(&r, err, "unsupported cache format version");
-        goto fail;
-    }
-    char stored_key[65];
-    if ((rc = expect_kv(&r, "key", &v, err)) != QL_OK)
-        goto fail;
-    if (strlen(v) != 64) {
-        rc = bad(&r, err, "key is not a sha256");
-        goto fail;
-    }
-    ql_strlcpy(stored_key, v, sizeof stored_key);
-    if ((rc = expect_kv(&r, "model_sha256", &v, err)) != QL_OK)
-        goto fail;
-    ql_strlcpy(t->model_sha256, v, sizeof t->model_sha256);
-    if ((rc = expect_kv(&r, "imatrix_sha256", &v, err)) != QL_OK)
-        goto fail;
-    ql_strlcpy(t->imatrix_sha256, v, sizeof t->imatrix_sha256);
-    if ((rc = expect_kv(&r, "types", &v, err)) != QL_OK)
-        goto fail;
-    ql_strlcpy(t->types, v, sizeof t->types);
-    if ((rc = expect_kv(&r, "sampling", &v, err)) != QL_OK)
-        goto fail;
-    if (!ql_parse_i64(v, &t->sample_rows) || t->sample_rows < 0) {
-        rc = bad(&r, err, "bad sampling");
-        goto fail;
-    }
-    if ((rc = expect_kv(&r, "fixed_bytes", &v, err)) != QL_OK)
-        goto fail;
-    if (!parse_u64(v, &t->fixed_bytes)) {
-        rc = bad(&r, err, "bad fixed_bytes");
-        goto fail;
-    }
-    if ((rc = expect_kv(&r, "assigned_params", &v, err)) != QL_OK)
-        goto fail;
-    if (!ql_parse_i64(v, &t->assigned_params) || t->assigned_params < 0) {
-        rc = bad(&r, err, "bad assigned_params");
-        goto fail;
-    }
-    if ((rc = expect_kv(&r, "total_params", &v, err)) != QL_OK)
-        goto fail;
-    if (!ql_parse_i64(v, &t->total_params) || t->total_params < t->assigned_params) {
-        rc = bad(&r, err, "bad total_params");
-        goto fail;
-    }
-    if ((rc = expect_kv(&r, "tensors", &v, err)) != QL_OK)
-        goto fail;
-    int n_t;
-    /* Each tensor takes a line of at least 30 bytes: bounds the count by the size. */
-    if (!ql_parse_int(v, &n_t) || n_t < 0 || (size_t)n_t > len / 30) {
-        rc = bad(&r, err, "bad tensor count");
-        goto fail;
-    }
-    t->tensors = calloc((size_t)n_t + 1, sizeof *t->tensors);
-    if (!t->tensors) {
-        rc = ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    uint64_t fixed_sum = 0;
-    int64_t assigned_sum = 0, total_sum = 0;
-    for (int i = 0; i < n_t; i++) {
-        char *f[16];
-        int n = next_fields(&r, f, 16);
-        if (n != 15 || strcmp(f[0], "tensor") != 0) {
-            rc = bad(&r, err, n < 0 ? "unexpected end of file" : "expected a 'tensor' record");
-            goto fail;
-        }
-        ql_fit_tensor *ft = &t->tensors[t->n_tensors++];
-        if (!(ft->name = ql_strdup(f[1]))) {
-            rc = ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
-            goto fail;
-        }
-        int nd, assigned, qi, nc;
-        bool ok = ql_parse_int(f[2], &nd) && nd >= 1 && nd <= QL_GGUF_MAX_DIMS;
-        int64_t params = 1;
-        for (int d = 0; ok && d < QL_GGUF_MAX_DIMS; d++) {
-            ok = ql_parse_i64(f[3 + d], &ft->ne[d]) && ft->ne[d] > 0 &&
-                 ft->ne[d] <= INT64_MAX / params;
-            if (ok)
-                params *= ft->ne[d];
-        }
-        ok = ok && parse_type_id(f[7], &ft->src_type) && ql_parse_int(f[8], &assigned) &&
-             (assigned == 0 || assigned == 1) && parse_type_id(f[9], &ft->fixed_type) &&
-             parse_u64(f[10], &ft->fixed_bytes) && imp_source_parse(f[11], &ft->imp) &&
-             ql_parse_int(f[12], &qi) && (qi == 0 || qi == 1) &&
-             ql_parse_i64(f[13], &ft->rows_measured) && ft->rows_measured >= 0 &&
-             ql_parse_int(f[14], &nc) && nc >= 0 && nc <= MAX_TYPES &&
-             (assigned ? nc > 0 : nc == 0);
-        if (!ok) {
-            rc = bad(&r, err, "malformed 'tensor' record");
-            goto fail;
-        }
-        ft->n_dims = (uint32_t)nd;
-        ft->n_params = params;
-        ft->assigned = assigned == 1;
-        ft->quant_imatrix = qi == 1;
-        total_sum += params;
-        if (ft->assigned)
-            assigned_sum += params;
-        else
-            fixed_sum += ft->fixed_bytes;
-        ft->choices = calloc((size_t)nc + 1, sizeof *ft->choices);
-        if (!ft->choices) {
-            rc = ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
-            goto fail;
-        }
-        for (int c = 0; c < nc; c++) {
-            char *g[5];
-            n = next_fields(&r, g, 5);
-            ql_fit_choice *ch = &ft->choices[ft->n_choices];
-            const ql_type_traits *tr = n == 4 ? ql_type_by_name(g[1]) : NULL;
-            char *end = NULL;
-            if (n == 4) {
-                errno = 0;
-                ch->err = strtod(g[3], &end);
-            }
-            if (n != 4 || strcmp(g[0], "choice") != 0 || !tr || !is_weight_type(tr) ||
-                !parse_u64(g[2], &ch->bytes) || !end || *end || errno || !isfinite(ch->err) ||
-                ch->err < 0 ||
-                ch->bytes !=
-                    (uint64_t)(params / ft->ne[0]) * ql_row_size((int32_t)tr->type, ft->ne[0]) ||
-                ch->bytes == 0) {
-                rc = bad(&r, err, "malformed 'choice' record (type, exact bytes, error)");
-                goto fail;
-            }
-            ch->type = (int32_t)tr->type;
-            ft->n_choices++;
-        }
-    }
-    if (fixed_sum != t->fixed_bytes || assigned_sum != t->assigned_params ||
-        total_sum != t->total_params) {
-        rc = ql_error_set(err, QL_EFORMAT, "%s: totals do not match the tensor records", path);
-        goto fail;
-    }
-    if ((rc = expect_kv(&r, "notes", &v, err)) != QL_OK)
-        goto fail;
-    int n_notes;
-    if (!ql_parse_int(v, &n_notes) || n_notes < 0 || (size_t)n_notes > len) {
-        rc = bad(&r, err, "bad note count");
-        goto fail;
-    }
-    for (int i = 0; i < n_notes; i++) {
-        if ((rc = expect_kv(&r, "note", &v, err)) != QL_OK)
-            goto fail;
-        if ((rc = add_note(t, err, "%s", v)) != QL_OK)
-            goto fail;
-    }
-    if (*r.p) {
-        rc = bad(&r, err, "unexpected data before the end line");
-        goto fail;
-    }
-    char key[65];
     cache_key(t, key);
     if (strcmp(key, stored_key) != 0) {
         rc = ql_error_set(err, QL_EFORMAT, "%s: the key does not match its contents", path);
@@ -1180,6 +1281,98 @@ static bool table_matches_model(const ql_fit_table *t, const ql_gguf *model)
 /* ---------------------------------------------------------------------------
  * Entry point */
 
+/* What identifies a table besides the build: model, imatrix, candidate set (as
+ * requested, canonical order, with its cap) and sampling. */
+static ql_status table_identity(ql_fit_table *t, const ql_gguf *model, const char *model_sha256,
+                                const ql_fit_importance *imp, const ql_fit_options *opt,
+                                ql_error *err)
+{
+    ql_status rc = QL_OK;
+    if (model_sha256 && *model_sha256)
+        ql_strlcpy(t->model_sha256, model_sha256, sizeof t->model_sha256);
+    else if ((rc = ql_sha256_file(model->path, t->model_sha256, err)) != QL_OK)
+        return rc;
+    ql_strlcpy(t->imatrix_sha256,
+               imp && imp->lookup && imp->sha256 && *imp->sha256 ? imp->sha256 : "none",
+               sizeof t->imatrix_sha256);
+    if (opt->types) {
+        int32_t ty[MAX_TYPES];
+        int n;
+        if ((rc = parse_types(opt->types, ty, &n, err)) != QL_OK)
+            return rc;
+        format_types(ty, n, t->types, sizeof t->types);
+    } else {
+        ql_strlcpy(t->types, "default", sizeof t->types);
+    }
+    if (opt->max_bpw > 0) {
+        size_t used = strlen(t->types);
+        snprintf(t->types + used, sizeof t->types - used, " up to %g bpw", opt->max_bpw);
+    }
+    t->sample_rows = opt->sample_rows;
+    return QL_OK;
+}
+
+/* The cache file of t (its directory in dir), "" when caching is off. */
+static ql_status cache_location(ql_fit_table *t, const ql_fit_options *opt, char *dir,
+                                size_t dir_size, ql_error *err)
+{
+    t->cache_path[0] = '\0';
+    if (opt->cache_dir && !*opt->cache_dir)
+        return QL_OK;
+    if (opt->cache_dir)
+        ql_strlcpy(dir, opt->cache_dir, dir_size);
+    else
+        snprintf(dir, dir_size, "%s/results/cache", ql_data_root());
+    char key[65];
+    cache_key(t, key);
+    if ((size_t)snprintf(t->cache_path, sizeof t->cache_path, "%.4000s/fit-%.16s.tsv", dir, key) >=
+        sizeof t->cache_path)
+        return ql_error_set(err, QL_EINVAL, "fit: cache directory path too long: %s", dir);
+    return QL_OK;
+}
+
+/* The cached table for t's identity and model, or NULL (with why in problem when
+ * a file was there but not usable). */
+static ql_fit_table *cache_lookup(const ql_fit_table *t, const ql_gguf *model, char *problem,
+                                  size_t problem_size)
+{
+    if (!t->cache_path[0] || !ql_file_exists(t->cache_path))
+        return NULL;
+    ql_fit_table *c = NULL;
+    ql_error cerr;
+    ql_error_clear(&cerr);
+    ql_status cs = ql_fit_table_load(t->cache_path, &c, &cerr);
+    if (cs == QL_OK && strcmp(c->model_sha256, t->model_sha256) == 0 &&
+        strcmp(c->imatrix_sha256, t->imatrix_sha256) == 0 && strcmp(c->types, t->types) == 0 &&
+        c->sample_rows == t->sample_rows && table_matches_model(c, model)) {
+        c->from_cache = true;
+        ql_strlcpy(c->cache_path, t->cache_path, sizeof c->cache_path);
+        return c;
+    }
+    ql_fit_table_free(c);
+    snprintf(problem, problem_size, "cache %s was not usable (%s); recomputed", t->cache_path,
+             cs != QL_OK ? cerr.msg : "it belongs to another model or settings");
+    return NULL;
+}
+
+/* Saves a computed table to its cache file; a failure becomes a note (the table
+ * stands without its cache). Notes about the cache are added after saving: they
+ * describe this run. */
+static ql_status cache_store(ql_fit_table *t, const char *problem, ql_error *err)
+{
+    if (t->cache_path[0]) {
+        ql_error werr;
+        ql_error_clear(&werr);
+        if (ql_fit_table_save(t, t->cache_path, &werr) != QL_OK) {
+            ql_status rc = add_note(t, err, "cache not written: %s", werr.msg);
+            if (rc != QL_OK)
+                return rc;
+            t->cache_path[0] = '\0';
+        }
+    }
+    return problem[0] ? add_note(t, err, "%s", problem) : QL_OK;
+}
+
 ql_status ql_fit_table_compute(const ql_gguf *model, const char *model_sha256,
                                const ql_fit_importance *imp, const ql_fit_options *opt,
                                ql_fit_table **out, ql_error *err)
@@ -1192,87 +1385,29 @@ ql_status ql_fit_table_compute(const ql_gguf *model, const char *model_sha256,
     }
     if (opt->sample_rows < 0)
         return ql_error_set(err, QL_EINVAL, "fit: sample rows must be >= 0 (0 = every row)");
-    double t0 = ql_now();
+    const double t0 = ql_now();
     ql_fit_table *t = calloc(1, sizeof *t);
     if (!t)
         return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-    ql_status rc = QL_OK;
-    char cache_problem[QL_ERROR_MSG_MAX + 4200] = "";
-    if (model_sha256 && *model_sha256) {
-        ql_strlcpy(t->model_sha256, model_sha256, sizeof t->model_sha256);
-    } else if ((rc = ql_sha256_file(model->path, t->model_sha256, err)) != QL_OK) {
+    char dir[4096], cache_problem[QL_ERROR_MSG_MAX + 4200] = "";
+    ql_status rc = table_identity(t, model, model_sha256, imp, opt, err);
+    if (rc == QL_OK)
+        rc = cache_location(t, opt, dir, sizeof dir, err);
+    if (rc != QL_OK)
         goto fail;
+    ql_fit_table *cached = cache_lookup(t, model, cache_problem, sizeof cache_problem);
+    if (cached) {
+        cached->seconds = ql_now() - t0;
+        ql_fit_table_free(t);
+        *out = cached;
+        return QL_OK;
     }
-    ql_strlcpy(t->imatrix_sha256,
-               imp && imp->lookup && imp->sha256 && *imp->sha256 ? imp->sha256 : "none",
-               sizeof t->imatrix_sha256);
-    if (opt->types) {
-        int32_t ty[MAX_TYPES];
-        int n;
-        if ((rc = parse_types(opt->types, ty, &n, err)) != QL_OK)
-            goto fail;
-        format_types(ty, n, t->types, sizeof t->types);
-    } else {
-        ql_strlcpy(t->types, "default", sizeof t->types);
-    }
-    if (opt->max_bpw > 0) {
-        size_t used = strlen(t->types);
-        snprintf(t->types + used, sizeof t->types - used, " up to %g bpw", opt->max_bpw);
-    }
-    t->sample_rows = opt->sample_rows;
-
-    /* The cache. */
-    if (!opt->cache_dir || *opt->cache_dir) {
-        char dir[4096], key[65];
-        if (opt->cache_dir)
-            ql_strlcpy(dir, opt->cache_dir, sizeof dir);
-        else
-            snprintf(dir, sizeof dir, "%s/results/cache", ql_data_root());
-        cache_key(t, key);
-        if ((size_t)snprintf(t->cache_path, sizeof t->cache_path, "%.4000s/fit-%.16s.tsv", dir,
-                             key) >= sizeof t->cache_path) {
-            rc = ql_error_set(err, QL_EINVAL, "fit: cache directory path too long: %s", dir);
-            goto fail;
-        }
-        if (ql_file_exists(t->cache_path)) {
-            ql_fit_table *c = NULL;
-            ql_error cerr;
-            ql_error_clear(&cerr);
-            ql_status cs = ql_fit_table_load(t->cache_path, &c, &cerr);
-            if (cs == QL_OK && strcmp(c->model_sha256, t->model_sha256) == 0 &&
-                strcmp(c->imatrix_sha256, t->imatrix_sha256) == 0 &&
-                strcmp(c->types, t->types) == 0 && c->sample_rows == t->sample_rows &&
-                table_matches_model(c, model)) {
-                c->from_cache = true;
-                ql_strlcpy(c->cache_path, t->cache_path, sizeof c->cache_path);
-                c->seconds = ql_now() - t0;
-                ql_fit_table_free(t);
-                *out = c;
-                return QL_OK;
-            }
-            ql_fit_table_free(c);
-            snprintf(cache_problem, sizeof cache_problem,
-                     "cache %s was not usable (%s); "
-                     "recomputed",
-                     t->cache_path,
-                     cs != QL_OK ? cerr.msg : "it belongs to another model or settings");
-        }
+    if (t->cache_path[0]) {
         ql_error dir_err; /* a failure shows as "cache not written" after the table */
         (void)ql_make_dirs(dir, &dir_err);
     }
-    if ((rc = compute(model, imp, opt, t, err)) != QL_OK)
-        goto fail;
-    /* Notes about the cache itself are added after saving: they describe this run. */
-    if (t->cache_path[0]) {
-        ql_error werr;
-        ql_error_clear(&werr);
-        if (ql_fit_table_save(t, t->cache_path, &werr) != QL_OK) {
-            if ((rc = add_note(t, err, "cache not written: %s", werr.msg)) != QL_OK)
-                goto fail;
-            t->cache_path[0] = '\0';
-        }
-    }
-    if (cache_problem[0] && (rc = add_note(t, err, "%s", cache_problem)) != QL_OK)
+    if ((rc = compute(model, imp, opt, t, err)) != QL_OK ||
+        (rc = cache_store(t, cache_problem, err)) != QL_OK)
         goto fail;
     t->seconds = ql_now() - t0;
     *out = t;
