@@ -10,7 +10,10 @@
  *      bytes(W, T) = rows * ql_row_size(T, ne0)            (exact)
  *    where I_j is the importance of input column j (DESIGN.md section 4). By
  *    default at most QL_FIT_SAMPLE_ROWS evenly spaced rows are measured and the sum
- *    is scaled by rows / sampled; exact mode measures every row. The table is
+ *    is scaled by rows / sampled; exact mode measures every row. quant() is
+ *    ql_quant_tensor_rows (model/quant_model.h), so a measured row has the bytes
+ *    `qlab quantize` writes for it (IQ1_S and IQ1_M depend on the chunking of
+ *    rows). The table is
  *    cached in a file keyed by (model sha256, imatrix sha256, type set, sampling,
  *    qlab build), so repeated budgets are instant.
  *
@@ -372,9 +375,10 @@ int64_t ql_fit_imatrix_entries(const ql_fit_imatrix *f);
  * keys dropped), general.file_type = ql_fit_plan_file_type(plan),
  * general.quantization_version = 2, the quantize.imatrix.* keys llama-quantize
  * writes (when imp names its file), qlab.fit.budget_bytes and qlab.fit.imatrix
- * added; tensors in model order, each quantized from its f32 source rows with its
- * imatrix entry (per expert for 3-D expert tensors) exactly as the error table
- * measured it, and streamed one at a time (peak memory: one quantized tensor).
+ * added; tensors in model order, each quantized by ql_quant_tensor_rows with the
+ * imatrix entry the error table measured it with (per expert for 3-D expert
+ * tensors), so with the bytes `qlab quantize` gives it, and streamed one at a time
+ * (peak memory: one quantized tensor and 16 MB of f32 rows).
  * A tensor whose chosen type equals its source type is copied byte for byte.
  * The file appears under out_path only when complete. */
 ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan, const ql_fit_importance *imp,

@@ -14,6 +14,7 @@
 #include "base/progress.h"
 #include "base/util.h"
 #include "model/quant.h"
+#include "model/quant_model.h"
 #include "ql_config.h"
 
 /* Values per row chunk of one job: large enough that a job is not dominated by
@@ -22,8 +23,9 @@
  * count. */
 #define CHUNK_ELEMS ((int64_t)1 << 18)
 
-/* Version of the error definition and cache layout; bump when either changes. */
-#define CACHE_FORMAT 3
+/* Version of the error definition and cache layout; bump when either changes.
+ * 4: IQ1_S and IQ1_M measured on the bytes `qlab quantize` writes (its chunks). */
+#define CACHE_FORMAT 4
 
 #define MAX_TYPES 64
 
@@ -443,13 +445,65 @@ static int64_t sample_row(int64_t k, int64_t ns, int64_t n)
     return (2 * k + 1) * n / (2 * ns);
 }
 
-/* Quantizes rows [r0, r1) of the sample of one tensor with one type, dequantizes
- * them and returns sum_rows sum_j w_j (x - x^)^2 in row order. */
+/* sum over rows k of sum_j w_j (x - x^)^2 for the nr sampled rows from r0 on, in
+ * row order, with each row's error weights (its expert's, per expert). */
+static double weighted_sse(const tensor_work *w, int64_t r0, int64_t nr, const float *x,
+                           const float *y)
+{
+    const int64_t ne0 = w->gt->ne[0];
+    const int64_t rows_per_expert = w->gt->n_dims >= 3 ? w->gt->ne[1] : w->n_rows;
+    double s = 0;
+    for (int64_t r = 0; r < nr; r++) {
+        const int64_t e = w->imp.weights_n > ne0
+                              ? sample_row(r0 + r, w->n_sample, w->n_rows) / rows_per_expert
+                              : 0;
+        const float *wt = w->imp.weights + e * ne0;
+        const float *a = x + r * ne0, *b = y + r * ne0;
+        double row_sum = 0;
+        for (int64_t j = 0; j < ne0; j++) {
+            const double d = (double)a[j] - (double)b[j];
+            row_sum += (double)wt[j] * d * d;
+        }
+        s += row_sum;
+    }
+    return s;
+}
+
+/* Quantizes the sampled rows x (nr of them from sample index r0 on) into q through
+ * the per-tensor entry point, each run of consecutive source rows in one call, so
+ * that every row gets the bytes `qlab quantize` gives it. */
+static ql_status quantize_sample(const tensor_work *w, int32_t type, int64_t r0, int64_t nr,
+                                 const float *x, uint8_t *q, ql_error *err)
+{
+    const int64_t ne0 = w->gt->ne[0];
+    const size_t rs = ql_row_size(type, ne0);
+    ql_quant_src s;
+    ql_quant_src_from_gguf(&s, w->gt);
+    s.imatrix = w->imp.quant;
+    s.imatrix_per_mat = w->imp.quant_n > ne0;
+    for (int64_t k = 0; k < nr;) {
+        const int64_t first = sample_row(r0 + k, w->n_sample, w->n_rows);
+        int64_t n = 1;
+        while (k + n < nr && sample_row(r0 + k + n, w->n_sample, w->n_rows) == first + n)
+            n++;
+        s.rows = x + k * ne0;
+        s.rows_first = first;
+        s.rows_n = n;
+        ql_status rc = ql_quant_tensor_rows(&s, type, first, n, q + (size_t)k * rs,
+                                            rs * (size_t)(nr - k), err);
+        if (rc != QL_OK)
+            return ql_error_prefix(err, "fit: tensor '%s': ", w->gt->name);
+        k += n;
+    }
+    return QL_OK;
+}
+
+/* Quantizes one job's sampled rows of a tensor with one type, dequantizes them and
+ * returns their weighted squared error (weighted_sse). */
 static ql_status measure_chunk(const tensor_work *w, int32_t type, int chunk, double *out,
                                ql_error *err)
 {
     const ql_gguf_tensor *gt = w->gt;
-    const ql_type_traits *tr = ql_type_get(type);
     const int64_t ne0 = gt->ne[0];
     const int64_t r0 = (int64_t)chunk * w->chunk_rows;
     const int64_t r1 = r0 + w->chunk_rows < w->n_sample ? r0 + w->chunk_rows : w->n_sample;
@@ -458,49 +512,23 @@ static ql_status measure_chunk(const tensor_work *w, int32_t type, int chunk, do
     float *x = malloc(sizeof(float) * (size_t)(nr * ne0));
     float *y = malloc(sizeof(float) * (size_t)(nr * ne0));
     uint8_t *q = malloc(rs * (size_t)nr);
+    ql_status rc = QL_OK;
     if (!x || !y || !q) {
-        free(x);
-        free(y);
-        free(q);
-        return ql_error_set(err, QL_ENOMEM, "fit: out of memory measuring '%s'", gt->name);
+        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory measuring '%s'", gt->name);
+        goto out;
     }
-    const int64_t rows_per_expert = gt->n_dims >= 3 ? gt->ne[1] : w->n_rows;
-    const bool per_expert = w->imp.quant && w->imp.quant_n > ne0;
     for (int64_t k = 0; k < nr; k++)
         ql_dequant_row(gt->type, gt->data, sample_row(r0 + k, w->n_sample, w->n_rows), ne0,
                        x + k * ne0);
-    /* Quantize in runs of rows that share their importance vector (one expert). */
-    int64_t k = 0;
-    while (k < nr) {
-        int64_t e = per_expert ? sample_row(r0 + k, w->n_sample, w->n_rows) / rows_per_expert : 0;
-        int64_t k_end = k + 1;
-        while (k_end < nr && per_expert &&
-               sample_row(r0 + k_end, w->n_sample, w->n_rows) / rows_per_expert == e)
-            k_end++;
-        const float *imat = w->imp.quant ? w->imp.quant + e * ne0 : NULL;
-        tr->quantize(x + k * ne0, q + (size_t)k * rs, k_end - k, ne0, imat);
-        k = k_end;
-    }
-    tr->dequantize(q, y, nr, ne0);
-    double s = 0;
-    for (int64_t r = 0; r < nr; r++) {
-        int64_t e = w->imp.weights_n > ne0
-                        ? sample_row(r0 + r, w->n_sample, w->n_rows) / rows_per_expert
-                        : 0;
-        const float *wt = w->imp.weights + e * ne0;
-        const float *a = x + r * ne0, *b = y + r * ne0;
-        double rs_sum = 0;
-        for (int64_t j = 0; j < ne0; j++) {
-            double d = (double)a[j] - (double)b[j];
-            rs_sum += (double)wt[j] * d * d;
-        }
-        s += rs_sum;
-    }
+    if ((rc = quantize_sample(w, type, r0, nr, x, q, err)) != QL_OK)
+        goto out;
+    ql_type_get(type)->dequantize(q, y, nr, ne0);
+    *out = weighted_sse(w, r0, nr, x, y);
+out:
     free(x);
     free(y);
     free(q);
-    *out = s;
-    return QL_OK;
+    return rc;
 }
 
 static int cmp_choice(const void *pa, const void *pb)
