@@ -341,14 +341,10 @@ static ql_status copy_stats(const ql_gguf_tensor *t, const ql_quant_plan_entry *
     return QL_OK;
 }
 
-ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_quant_model_opts *opts,
-                         ql_quant_model_report **report, ql_error *err)
+/* The config's types must be writable to a GGUF model, and its weight type (or
+ * mix) must have a llama.cpp file type, which *ftype receives. */
+static ql_status check_config(const ql_quant_config *cfg, uint32_t *ftype, ql_error *err)
 {
-    *report = NULL;
-    /* Some of the mixes' rules depend on whether there is an imatrix at all. */
-    ql_quant_config cfg_copy = opts->cfg;
-    cfg_copy.has_imatrix = opts->imatrix != NULL;
-    const ql_quant_config *cfg = &cfg_copy;
     ql_status st;
     if ((!cfg->mix && (st = ql_quant_model_check_type(cfg->weight_type, "weight", err))) ||
         (st = ql_quant_model_check_type(cfg->head_type, "head", err)) ||
@@ -359,31 +355,25 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
                  ql_quant_model_check_type(ql_quant_overrides_type(cfg->overrides, i), "its", err)))
             return ql_error_prefix(
                 err, "--tensor-type '%s': ", ql_quant_overrides_rule(cfg->overrides, i));
-    uint32_t ftype = 0;
     if (cfg->mix)
-        ftype = (uint32_t)cfg->mix->ftype;
-    else if (!ql_quant_llama_ftype(cfg->weight_type, &ftype))
+        *ftype = (uint32_t)cfg->mix->ftype;
+    else if (!ql_quant_llama_ftype(cfg->weight_type, ftype))
         return ql_error_set(err, QL_EINVAL, "weight type %s has no llama.cpp file type",
                             ql_type_name(cfg->weight_type));
+    return QL_OK;
+}
 
-    double t0 = ql_now();
-    ql_gguf *g = NULL;
-    ql_gguf_writer *w = NULL;
-    float *f32 = NULL, *deq = NULL;
-    uint8_t *q = NULL;
-    ql_quant_model_report *r = calloc(1, sizeof *r);
-    if (!r)
-        return ql_error_set(err, QL_ENOMEM, "out of memory for a quantization report");
-    r->file_type = ftype;
+/* Work buffers sized for the largest tensor of the plan: its source in f32, its
+ * quantized bytes and (for the stats) its dequantized values. */
+typedef struct {
+    float *f32, *deq;
+    uint8_t *q;
+    size_t q_cap;
+} work_buffers;
 
-    if ((st = ql_gguf_open(&g, in_path, err)))
-        goto out;
-    if ((st = ql_quant_plan_build(g, cfg, &r->plan, err)))
-        goto out;
-    if ((st = check_plan(g, r->plan, opts, err)))
-        goto out;
-
-    /* Work buffers sized for the largest tensor. */
+/* The buffers and the report's per-tensor arrays. */
+static ql_status alloc_work(work_buffers *b, ql_quant_model_report *r, bool stats, ql_error *err)
+{
     int64_t max_values = 1;
     uint64_t max_bytes = 1;
     for (int64_t i = 0; i < r->plan->n; i++) {
@@ -394,34 +384,46 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
             max_bytes = e->bytes;
     }
     r->has_imatrix = calloc((size_t)r->plan->n + 1, sizeof *r->has_imatrix);
-    f32 = malloc((size_t)max_values * sizeof(float));
-    q = malloc((size_t)max_bytes);
-    if (opts->stats) {
+    b->f32 = malloc((size_t)max_values * sizeof(float));
+    b->q = malloc((size_t)max_bytes);
+    b->q_cap = (size_t)max_bytes;
+    if (stats) {
         r->errors = calloc((size_t)r->plan->n + 1, sizeof *r->errors);
-        deq = malloc((size_t)max_values * sizeof(float));
+        b->deq = malloc((size_t)max_values * sizeof(float));
     }
-    if (!r->has_imatrix || !f32 || !q || (opts->stats && (!r->errors || !deq))) {
-        st = ql_error_set(err, QL_ENOMEM, "out of memory for %lld values of work buffers",
-                          (long long)max_values);
-        goto out;
-    }
+    if (!r->has_imatrix || !b->f32 || !b->q || (stats && (!r->errors || !b->deq)))
+        return ql_error_set(err, QL_ENOMEM, "out of memory for %lld values of work buffers",
+                            (long long)max_values);
+    return QL_OK;
+}
 
-    if ((st = ql_gguf_writer_alloc(&w, err)) ||
-        (st = ql_gguf_writer_set_alignment(w, g->alignment, err)) ||
+/* The output file up to its tensor data: the model's keys, the quantization
+ * version, the file type, the imatrix keys and every tensor's info. */
+static ql_status begin_output(ql_gguf_writer *w, const ql_gguf *g, const ql_quant_plan *p,
+                              uint32_t ftype, const ql_quant_model_opts *opts, const char *out_path,
+                              ql_error *err)
+{
+    ql_status st;
+    if ((st = ql_gguf_writer_set_alignment(w, g->alignment, err)) ||
         (st = ql_gguf_writer_copy_kvs(w, g, err)) ||
         (st =
              ql_gguf_writer_set_u32(w, "general.quantization_version", QL_GGML_QNT_VERSION, err)) ||
         (st = ql_gguf_writer_set_u32(w, "general.file_type", ftype, err)) ||
         (st = ql_quant_write_imatrix_keys(w, opts->imatrix_meta, err)))
-        goto out;
-    for (int64_t i = 0; i < r->plan->n; i++) {
-        const ql_quant_plan_entry *e = &r->plan->entries[i];
+        return st;
+    for (int64_t i = 0; i < p->n; i++) {
+        const ql_quant_plan_entry *e = &p->entries[i];
         if ((st = ql_gguf_writer_add_tensor(w, e->name, e->n_dims, e->ne, e->used, e->bytes, err)))
-            goto out;
+            return st;
     }
-    if ((st = ql_gguf_writer_begin(w, out_path, err)))
-        goto out;
+    return ql_gguf_writer_begin(w, out_path, err);
+}
 
+/* Every tensor in file order, quantized (or copied when it keeps its type), with
+ * its error statistics and their model totals when asked for. */
+static ql_status write_tensors(ql_gguf_writer *w, const ql_gguf *g, ql_quant_model_report *r,
+                               const ql_quant_model_opts *opts, work_buffers *b, ql_error *err)
+{
     ql_progress prog;
     ql_progress_begin(&prog, "quantize", "tensor", r->plan->n, opts->quiet);
     for (int64_t i = 0; i < r->plan->n; i++) {
@@ -429,20 +431,20 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
         const ql_quant_plan_entry *e = &r->plan->entries[i];
         const void *bytes = t->data;
         ql_weight_error *te = opts->stats ? &r->errors[i] : NULL;
+        ql_status st = QL_OK;
         if (t->type != e->used) {
-            st = quantize_one(t, e, opts, f32, q, (size_t)max_bytes, deq, te, &r->has_imatrix[i],
+            st = quantize_one(t, e, opts, b->f32, b->q, b->q_cap, b->deq, te, &r->has_imatrix[i],
                               err);
-            bytes = q;
+            bytes = b->q;
         } else if (te) {
             /* Copied unchanged: zero error, but count its values and their magnitude. */
-            st = copy_stats(t, e, opts, f32, te, err);
+            st = copy_stats(t, e, opts, b->f32, te, err);
         }
-        if (st) {
-            ql_error_prefix(err, "%s: tensor '%s' (%s): ", in_path, e->name, ql_type_name(e->used));
-            goto out;
-        }
+        if (st)
+            return ql_error_prefix(err, "%s: tensor '%s' (%s): ", g->path, e->name,
+                                   ql_type_name(e->used));
         if ((st = ql_gguf_writer_write_tensor(w, bytes, e->bytes, err)))
-            goto out;
+            return st;
         if (te) {
             ql_weight_error_merge(&r->total, te);
             if (e->role != QL_ROLE_HEAD && e->role != QL_ROLE_EMBD)
@@ -451,7 +453,34 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
         ql_progress_update(&prog, i + 1, e->name);
     }
     ql_progress_end(&prog, r->plan->n, NULL);
-    if ((st = ql_gguf_writer_finish(w, err)))
+    return QL_OK;
+}
+
+ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_quant_model_opts *opts,
+                         ql_quant_model_report **report, ql_error *err)
+{
+    *report = NULL;
+    /* Some of the mixes' rules depend on whether there is an imatrix at all. */
+    ql_quant_config cfg = opts->cfg;
+    cfg.has_imatrix = opts->imatrix != NULL;
+    uint32_t ftype = 0;
+    ql_status st = check_config(&cfg, &ftype, err);
+    if (st)
+        return st;
+    const double t0 = ql_now();
+    ql_gguf *g = NULL;
+    ql_gguf_writer *w = NULL;
+    work_buffers b = {0};
+    ql_quant_model_report *r = calloc(1, sizeof *r);
+    if (!r)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for a quantization report");
+    r->file_type = ftype;
+    if ((st = ql_gguf_open(&g, in_path, err)) ||
+        (st = ql_quant_plan_build(g, &cfg, &r->plan, err)) ||
+        (st = check_plan(g, r->plan, opts, err)) || (st = alloc_work(&b, r, opts->stats, err)) ||
+        (st = ql_gguf_writer_alloc(&w, err)) ||
+        (st = begin_output(w, g, r->plan, ftype, opts, out_path, err)) ||
+        (st = write_tensors(w, g, r, opts, &b, err)) || (st = ql_gguf_writer_finish(w, err)))
         goto out;
     r->file_size = ql_gguf_writer_file_size(w);
     r->seconds = ql_now() - t0;
@@ -459,9 +488,9 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
     r = NULL;
 out:
     ql_gguf_writer_free(w);
-    free(f32);
-    free(deq);
-    free(q);
+    free(b.f32);
+    free(b.deq);
+    free(b.q);
     ql_gguf_close(g);
     ql_quant_model_report_free(r);
     return st;
