@@ -268,33 +268,16 @@ static ql_status check_opts(const ql_synth_opts *o, ql_error *err)
     return QL_OK;
 }
 
-ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err)
+/* The model's keys: llama hyper-parameters and qlab's provenance (the tokenizer's
+ * keys are copied before). */
+static ql_status write_hparams(ql_gguf_writer *w, const ql_synth_opts *o, int vocab, ql_error *err)
 {
-    ql_status st = check_opts(o, err);
-    if (st)
-        return st;
-    const int n_specs = 3 + 9 * o->layers;
-    synth_state s;
-    memset(&s, 0, sizeof s);
-    char tok_path[QL_PATH_MAX];
-    ql_gguf *src = NULL;
-    ql_gguf_writer *w = NULL;
-    gsl_rng *rng = NULL;
-    tensor_spec *sp = NULL;
-    float *buf = NULL, **norms = NULL;
-    uint16_t *half = NULL;
-    if ((st = ql_data_resolve(o->tokenizer_src, tok_path, sizeof tok_path, NULL, err)) ||
-        (st = ql_gguf_open(&src, tok_path, err)) || (st = ql_gguf_writer_alloc(&w, err)))
-        goto out;
-    int vocab = o->vocab;
-    if ((st = copy_tokenizer(w, src, &vocab, err)))
-        goto out;
-
     const int hd = o->dim / o->heads;
     ql_gguf_value seed_value = {.type = QL_GGUF_UINT64, .v.u64 = o->seed};
     char name[128];
     snprintf(name, sizeof name, "qlab-synth-d%d-f%d-l%d-s%llu", o->dim, o->ff, o->layers,
              (unsigned long long)o->seed);
+    ql_status st;
     if ((st = ql_gguf_writer_set_str(w, "general.architecture", "llama", err)) ||
         (st = ql_gguf_writer_set_str(w, "general.name", name, err)) ||
         (st = ql_gguf_writer_set_u32(w, "general.file_type",
@@ -312,84 +295,99 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
         (st =
              ql_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", SYNTH_EPS, err)) ||
         (st = ql_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)vocab, err)) ||
-        (st = ql_gguf_writer_set_kv(w, "qlab.synth.seed", &seed_value, err)) ||
-        (st = ql_gguf_writer_set_str(w, "qlab.synth.source_tokenizer", o->tokenizer_src, err)))
-        goto out;
+        (st = ql_gguf_writer_set_kv(w, "qlab.synth.seed", &seed_value, err)))
+        return st;
+    return ql_gguf_writer_set_str(w, "qlab.synth.source_tokenizer", o->tokenizer_src, err);
+}
 
-    sp = calloc((size_t)n_specs, sizeof *sp);
-    norms = calloc((size_t)n_specs, sizeof *norms);
-    if (!sp || !norms) {
-        st = ql_error_set(err, QL_ENOMEM, "out of memory");
-        goto out;
-    }
-    QL_ASSERT(build_specs(o, vocab, sp) == n_specs);
-    int64_t max_elems = 0;
+/* The tensor infos: matrices in the model's type, vectors F32; *max_elems receives
+ * the largest tensor's value count. */
+static ql_status add_tensor_infos(ql_gguf_writer *w, const ql_synth_opts *o, const tensor_spec *sp,
+                                  int n_specs, int64_t *max_elems, ql_error *err)
+{
+    *max_elems = 0;
     for (int i = 0; i < n_specs; i++) {
         const bool is2d = sp[i].ne1 > 0;
         const int64_t ne[2] = {sp[i].ne0, sp[i].ne1};
         const int32_t type = is2d ? o->type : QL_TYPE_F32;
         const int64_t elems = sp[i].ne0 * (is2d ? sp[i].ne1 : 1);
-        if (elems > max_elems)
-            max_elems = elems;
-        if ((st = ql_gguf_writer_add_tensor(
-                 w, sp[i].name, is2d ? 2 : 1, ne, type,
-                 ql_row_size(type, sp[i].ne0) * (uint64_t)(elems / sp[i].ne0), err)))
-            goto out;
+        if (elems > *max_elems)
+            *max_elems = elems;
+        ql_status st = ql_gguf_writer_add_tensor(
+            w, sp[i].name, is2d ? 2 : 1, ne, type,
+            ql_row_size(type, sp[i].ne0) * (uint64_t)(elems / sp[i].ne0), err);
+        if (st)
+            return st;
     }
-    buf = malloc((size_t)max_elems * sizeof *buf);
-    half = malloc((size_t)max_elems * sizeof *half);
-    rng = gsl_rng_alloc(gsl_rng_mt19937);
-    if (!buf || !half || !rng) {
-        st = ql_error_set(err, QL_ENOMEM, "out of memory");
-        goto out;
-    }
-    gsl_rng_set(rng, (unsigned long)o->seed);
-    s.rng = rng;
-    s.n_massive = o->dim / MASSIVE_EVERY;
-    s.n_massive = s.n_massive < 2 ? 2 : s.n_massive > 8 ? 8 : s.n_massive;
-    if (s.n_massive > o->dim)
-        s.n_massive = o->dim;
-    for (int m = 0; m < s.n_massive; m++) {
+    return QL_OK;
+}
+
+/* The massive-activation channels: dim / MASSIVE_EVERY of them (2 to 8), distinct. */
+static void pick_massive(synth_state *s, int dim)
+{
+    s->n_massive = dim / MASSIVE_EVERY;
+    s->n_massive = s->n_massive < 2 ? 2 : s->n_massive > 8 ? 8 : s->n_massive;
+    if (s->n_massive > dim)
+        s->n_massive = dim;
+    for (int m = 0; m < s->n_massive; m++) {
         int c;
         bool dup;
-        do { /* distinct channels */
-            c = (int)gsl_rng_uniform_int(rng, (unsigned long)o->dim);
+        do {
+            c = (int)gsl_rng_uniform_int(s->rng, (unsigned long)dim);
             dup = false;
             for (int k = 0; k < m; k++)
-                dup |= s.massive[k] == c;
+                dup |= s->massive[k] == c;
         } while (dup);
-        s.massive[m] = c;
+        s->massive[m] = c;
     }
+}
 
-    if ((st = ql_gguf_writer_begin(w, path, err)))
-        goto out;
-    for (int i = 0; i < n_specs; i++) {
+/* Tensor i's values into buf; a norm is also kept in norms[i] for the matrices
+ * that read it. */
+static ql_status gen_tensor(synth_state *s, const tensor_spec *sp, int i, float *buf, float **norms,
+                            ql_error *err)
+{
+    const tensor_spec *t = &sp[i];
+    const int64_t elems = t->ne0 * (t->ne1 > 0 ? t->ne1 : 1);
+    switch (t->kind) {
+    case T_EMBD:
+        gen_matrix(s, buf, t->ne0, t->ne1, sqrt((double)t->ne0), NULL);
+        break;
+    case T_HEAD:
+        gen_matrix(s, buf, t->ne0, t->ne1, GAIN_HEAD, NULL);
+        break;
+    case T_IN:
+        gen_matrix(s, buf, t->ne0, t->ne1, GAIN_IN, norms[t->norm_ref]);
+        break;
+    case T_OUT:
+        gen_matrix(s, buf, t->ne0, t->ne1, GAIN_OUT, NULL);
+        break;
+    case T_NORM:
+    case T_NORM_MASSIVE:
+        gen_norm(s, buf, elems, t->kind == T_NORM_MASSIVE);
+        if (!(norms[i] = malloc((size_t)elems * sizeof(float))))
+            return ql_error_set(err, QL_ENOMEM, "out of memory");
+        memcpy(norms[i], buf, (size_t)elems * sizeof(float));
+        break;
+    }
+    return QL_OK;
+}
+
+/* Every tensor in spec order, generated and written (matrices in F16 when asked). */
+static ql_status write_tensors(ql_gguf_writer *w, const ql_synth_opts *o, synth_state *s,
+                               const tensor_spec *sp, int n_specs, int64_t max_elems, ql_error *err)
+{
+    float *buf = malloc((size_t)max_elems * sizeof *buf);
+    uint16_t *half = malloc((size_t)max_elems * sizeof *half);
+    float **norms = calloc((size_t)n_specs, sizeof *norms);
+    ql_status st = QL_OK;
+    if (!buf || !half || !norms)
+        st = ql_error_set(err, QL_ENOMEM, "out of memory");
+    for (int i = 0; i < n_specs && !st; i++) {
         const tensor_spec *t = &sp[i];
         const int64_t elems = t->ne0 * (t->ne1 > 0 ? t->ne1 : 1);
-        switch (t->kind) {
-        case T_EMBD:
-            gen_matrix(&s, buf, t->ne0, t->ne1, sqrt((double)t->ne0), NULL);
+        if ((st = gen_tensor(s, sp, i, buf, norms, err)))
             break;
-        case T_HEAD:
-            gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_HEAD, NULL);
-            break;
-        case T_IN:
-            gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_IN, norms[t->norm_ref]);
-            break;
-        case T_OUT:
-            gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_OUT, NULL);
-            break;
-        case T_NORM:
-        case T_NORM_MASSIVE:
-            gen_norm(&s, buf, elems, t->kind == T_NORM_MASSIVE);
-            norms[i] = malloc((size_t)elems * sizeof(float));
-            if (!norms[i]) {
-                st = ql_error_set(err, QL_ENOMEM, "out of memory");
-                goto out;
-            }
-            memcpy(norms[i], buf, (size_t)elems * sizeof(float));
-            break;
-        }
         if (t->ne1 > 0 && o->type == QL_TYPE_F16) {
             for (int64_t k = 0; k < elems; k++)
                 half[k] = ql_fp32_to_fp16(buf[k]);
@@ -397,20 +395,53 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
         } else {
             st = ql_gguf_writer_write_tensor(w, buf, (uint64_t)elems * 4, err);
         }
-        if (st)
-            goto out;
     }
-    st = ql_gguf_writer_finish(w, err);
-out:
     if (norms)
         for (int i = 0; i < n_specs; i++)
             free(norms[i]);
     free(norms);
-    free(sp);
     free(buf);
     free(half);
-    if (rng)
-        gsl_rng_free(rng);
+    return st;
+}
+
+ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err)
+{
+    ql_status st = check_opts(o, err);
+    if (st)
+        return st;
+    const int n_specs = 3 + 9 * o->layers;
+    synth_state s;
+    memset(&s, 0, sizeof s);
+    char tok_path[QL_PATH_MAX];
+    ql_gguf *src = NULL;
+    ql_gguf_writer *w = NULL;
+    tensor_spec *sp = NULL;
+    int vocab = o->vocab;
+    int64_t max_elems = 0;
+    if ((st = ql_data_resolve(o->tokenizer_src, tok_path, sizeof tok_path, NULL, err)) ||
+        (st = ql_gguf_open(&src, tok_path, err)) || (st = ql_gguf_writer_alloc(&w, err)) ||
+        (st = copy_tokenizer(w, src, &vocab, err)) || (st = write_hparams(w, o, vocab, err)))
+        goto out;
+    sp = calloc((size_t)n_specs, sizeof *sp);
+    s.rng = gsl_rng_alloc(gsl_rng_mt19937);
+    if (!sp || !s.rng) {
+        st = ql_error_set(err, QL_ENOMEM, "out of memory");
+        goto out;
+    }
+    QL_ASSERT(build_specs(o, vocab, sp) == n_specs);
+    if ((st = add_tensor_infos(w, o, sp, n_specs, &max_elems, err)))
+        goto out;
+    gsl_rng_set(s.rng, (unsigned long)o->seed);
+    pick_massive(&s, o->dim);
+    if ((st = ql_gguf_writer_begin(w, path, err)) ||
+        (st = write_tensors(w, o, &s, sp, n_specs, max_elems, err)))
+        goto out;
+    st = ql_gguf_writer_finish(w, err);
+out:
+    free(sp);
+    if (s.rng)
+        gsl_rng_free(s.rng);
     ql_gguf_writer_free(w);
     ql_gguf_close(src);
     return st;
@@ -507,7 +538,8 @@ ql_status ql_synth_materialize(const char *spec, const char *dir, char *path, si
         return st;
     /* The file name hashes every option, so two specs naming the same model share it. */
     char id[256], hash[65];
-    snprintf(id, sizeof id, "dim=%d ff=%d layers=%d heads=%d kv=%d vocab=%d seed=%llu type=%d "
+    snprintf(id, sizeof id,
+             "dim=%d ff=%d layers=%d heads=%d kv=%d vocab=%d seed=%llu type=%d "
              "ctx=%d tok=%s",
              o.dim, o.ff, o.layers, o.heads, o.kv_heads, o.vocab, (unsigned long long)o.seed,
              (int)o.type, o.ctx_train, o.tokenizer_src);
