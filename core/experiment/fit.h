@@ -15,7 +15,7 @@
  *    `qlab quantize` writes for it (IQ1_S and IQ1_M depend on the chunking of
  *    rows). The table is
  *    cached in a file keyed by (model sha256, imatrix sha256, type set, sampling,
- *    qlab build), so repeated budgets are instant.
+ *    qlab build), so repeated budgets are instant (fit_cache.c).
  *
  * 2. The solver (fit_solve.c): a multiple-choice knapsack,
  *      minimise sum_i err(i, c_i)  subject to  fixed + sum_i bytes(i, c_i) <= budget.
