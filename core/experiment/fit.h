@@ -10,9 +10,12 @@
  *      bytes(W, T) = rows * ql_row_size(T, ne0)            (exact)
  *    where I_j is the importance of input column j (DESIGN.md section 4). By
  *    default at most QL_FIT_SAMPLE_ROWS evenly spaced rows are measured and the sum
- *    is scaled by rows / sampled; exact mode measures every row. The table is
+ *    is scaled by rows / sampled; exact mode measures every row. quant() is
+ *    ql_quant_tensor_rows (model/quant_model.h), so a measured row has the bytes
+ *    `qlab quantize` writes for it (IQ1_S and IQ1_M depend on the chunking of
+ *    rows). The table is
  *    cached in a file keyed by (model sha256, imatrix sha256, type set, sampling,
- *    qlab build), so repeated budgets are instant.
+ *    qlab build), so repeated budgets are instant (fit_cache.c).
  *
  * 2. The solver (fit_solve.c): a multiple-choice knapsack,
  *      minimise sum_i err(i, c_i)  subject to  fixed + sum_i bytes(i, c_i) <= budget.
@@ -162,6 +165,13 @@ typedef struct {
     int64_t n_entries;
     int64_t n_chunks; /* 0: unknown, not written */
 } ql_fit_importance;
+
+/* The importance vector the quantizer receives for a tensor, as llama-quantize
+ * hands it over: its imatrix entry (n_per_row values, or n_per_row per matrix of an
+ * expert tensor), NULL when imp is NULL or has none. Errors: another length, a
+ * value that is negative or not finite. */
+ql_status ql_fit_quant_importance(const ql_fit_importance *imp, const ql_gguf_tensor *gt,
+                                  const float **out, int64_t *out_n, ql_error *err);
 
 typedef struct {
     int32_t type;   /* ggml type id */
@@ -365,9 +375,10 @@ int64_t ql_fit_imatrix_entries(const ql_fit_imatrix *f);
  * keys dropped), general.file_type = ql_fit_plan_file_type(plan),
  * general.quantization_version = 2, the quantize.imatrix.* keys llama-quantize
  * writes (when imp names its file), qlab.fit.budget_bytes and qlab.fit.imatrix
- * added; tensors in model order, each quantized from its f32 source rows with its
- * imatrix entry (per expert for 3-D expert tensors) exactly as the error table
- * measured it, and streamed one at a time (peak memory: one quantized tensor).
+ * added; tensors in model order, each quantized by ql_quant_tensor_rows with the
+ * imatrix entry the error table measured it with (per expert for 3-D expert
+ * tensors), so with the bytes `qlab quantize` gives it, and streamed one at a time
+ * (peak memory: one quantized tensor and 16 MB of f32 rows).
  * A tensor whose chosen type equals its source type is copied byte for byte.
  * The file appears under out_path only when complete. */
 ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan, const ql_fit_importance *imp,

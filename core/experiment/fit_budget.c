@@ -121,15 +121,11 @@ static bool get_i64_key(const ql_gguf *g, const char *arch, const char *suffix, 
     return ql_gguf_get_i64(g, key, out, err);
 }
 
-ql_status ql_fit_hparams_read(const ql_gguf *g, ql_fit_hparams *hp, ql_error *err)
+/* The keys every model has: layers, embedding width and heads, positive and
+ * plausible. */
+static ql_status read_required(const ql_gguf *g, const char *arch, ql_fit_hparams *hp,
+                               ql_error *err)
 {
-    memset(hp, 0, sizeof *hp);
-    ql_error_clear(err);
-    const char *arch = ql_gguf_get_str(g, "general.architecture", err);
-    if (!arch)
-        return ql_error_set(err, QL_EFORMAT, "%s: no general.architecture key", g->path);
-    ql_strlcpy(hp->arch, arch, sizeof hp->arch);
-
     static const char *const required[] = {"block_count", "embedding_length",
                                            "attention.head_count"};
     int64_t *dst[] = {&hp->n_layer, &hp->n_embd, &hp->n_head};
@@ -143,62 +139,89 @@ ql_status ql_fit_hparams_read(const ql_gguf *g, ql_fit_hparams *hp, ql_error *er
     }
     if (hp->n_layer > 100000 || hp->n_embd > ((int64_t)1 << 24) || hp->n_head > 65536)
         return ql_error_set(err, QL_EFORMAT,
-                            "%s: implausible hyper-parameters (%lld layers, "
-                            "%lld embedding, %lld heads)",
+                            "%s: implausible hyper-parameters (%lld layers, %lld embedding, %lld "
+                            "heads)",
                             g->path, (long long)hp->n_layer, (long long)hp->n_embd,
                             (long long)hp->n_head);
-    get_i64_key(g, arch, "context_length", &hp->n_ctx_train, NULL);
-    get_i64_key(g, arch, "feed_forward_length", &hp->n_ff, NULL);
+    return QL_OK;
+}
 
-    /* KV heads: a scalar, a per-layer array, or absent (= head count). */
+/* Element l of an integer array; false for another element type. */
+static bool array_int(const ql_gguf_array *a, uint64_t l, int64_t *out)
+{
+    switch (a->elem_type) {
+    case QL_GGUF_UINT32:
+        *out = ((const uint32_t *)a->data)[l];
+        return true;
+    case QL_GGUF_INT32:
+        *out = ((const int32_t *)a->data)[l];
+        return true;
+    case QL_GGUF_UINT64:
+        *out = (int64_t)((const uint64_t *)a->data)[l];
+        return true;
+    case QL_GGUF_INT64:
+        *out = ((const int64_t *)a->data)[l];
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The KV heads summed over layers: the key is a scalar, a per-layer array, or
+ * absent (= the head count). */
+static ql_status read_kv_heads(const ql_gguf *g, const char *arch, ql_fit_hparams *hp,
+                               ql_error *err)
+{
     char key[160];
     snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
     const ql_gguf_kv *kv = ql_gguf_find_kv(g, key);
     if (!kv) {
         hp->kv_heads_sum = hp->n_head * hp->n_layer;
-    } else if (kv->value.type == QL_GGUF_ARRAY) {
-        const ql_gguf_array *a = &kv->value.v.arr;
-        if (a->n != (uint64_t)hp->n_layer)
-            return ql_error_set(err, QL_EFORMAT,
-                                "%s: key '%s' has %llu entries, expected %lld "
-                                "(one per layer)",
-                                g->path, key, (unsigned long long)a->n, (long long)hp->n_layer);
-        for (uint64_t l = 0; l < a->n; l++) {
-            int64_t h;
-            switch (a->elem_type) {
-            case QL_GGUF_UINT32:
-                h = ((const uint32_t *)a->data)[l];
-                break;
-            case QL_GGUF_INT32:
-                h = ((const int32_t *)a->data)[l];
-                break;
-            case QL_GGUF_UINT64:
-                h = (int64_t)((const uint64_t *)a->data)[l];
-                break;
-            case QL_GGUF_INT64:
-                h = ((const int64_t *)a->data)[l];
-                break;
-            default:
-                return ql_error_set(err, QL_EFORMAT,
-                                    "%s: key '%s': array of %s, expected "
-                                    "integers",
-                                    g->path, key, ql_gguf_vtype_name(a->elem_type));
-            }
-            if (h < 0 || h > 65536)
-                return ql_error_set(err, QL_EFORMAT, "%s: key '%s'[%llu] = %lld out of range",
-                                    g->path, key, (unsigned long long)l, (long long)h);
-            hp->kv_heads_sum += h;
-        }
-    } else {
+        return QL_OK;
+    }
+    if (kv->value.type != QL_GGUF_ARRAY) {
         int64_t h;
         if (!ql_gguf_get_i64(g, key, &h, err) || h < 0 || h > 65536)
             return ql_error_set(err, QL_EFORMAT, "%s: key '%s' is not a head count", g->path, key);
         hp->kv_heads_sum = h * hp->n_layer;
+        return QL_OK;
     }
+    const ql_gguf_array *a = &kv->value.v.arr;
+    if (a->n != (uint64_t)hp->n_layer)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: key '%s' has %llu entries, expected %lld (one per layer)", g->path,
+                            key, (unsigned long long)a->n, (long long)hp->n_layer);
+    for (uint64_t l = 0; l < a->n; l++) {
+        int64_t h;
+        if (!array_int(a, l, &h))
+            return ql_error_set(err, QL_EFORMAT, "%s: key '%s': array of %s, expected integers",
+                                g->path, key, ql_gguf_vtype_name(a->elem_type));
+        if (h < 0 || h > 65536)
+            return ql_error_set(err, QL_EFORMAT, "%s: key '%s'[%llu] = %lld out of range", g->path,
+                                key, (unsigned long long)l, (long long)h);
+        hp->kv_heads_sum += h;
+    }
+    return QL_OK;
+}
+
+ql_status ql_fit_hparams_read(const ql_gguf *g, ql_fit_hparams *hp, ql_error *err)
+{
+    memset(hp, 0, sizeof *hp);
+    ql_error_clear(err);
+    const char *arch = ql_gguf_get_str(g, "general.architecture", err);
+    if (!arch)
+        return ql_error_set(err, QL_EFORMAT, "%s: no general.architecture key", g->path);
+    ql_strlcpy(hp->arch, arch, sizeof hp->arch);
+    ql_status st = read_required(g, arch, hp, err);
+    if (st != QL_OK)
+        return st;
+    get_i64_key(g, arch, "context_length", &hp->n_ctx_train, NULL);
+    get_i64_key(g, arch, "feed_forward_length", &hp->n_ff, NULL);
+    if ((st = read_kv_heads(g, arch, hp, err)) != QL_OK)
+        return st;
     hp->head_dim_k = hp->head_dim_v = hp->n_embd / hp->n_head;
     get_i64_key(g, arch, "attention.key_length", &hp->head_dim_k, NULL);
     get_i64_key(g, arch, "attention.value_length", &hp->head_dim_v, NULL);
-
     /* Vocabulary: the token list, else the embedding's row count. */
     const ql_gguf_kv *tok = ql_gguf_find_kv(g, "tokenizer.ggml.tokens");
     if (tok && tok->value.type == QL_GGUF_ARRAY)

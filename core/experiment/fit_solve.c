@@ -535,70 +535,65 @@ out:
 /* ---------------------------------------------------------------------------
  * Plans */
 
-ql_status ql_fit_solve(const ql_fit_table *t, uint64_t budget, const ql_fit_solve_options *opt,
-                       ql_fit_plan **out, ql_error *err)
+/* The knapsack of a table: one item per assigned tensor, its choices' bytes and
+ * errors copied. */
+typedef struct {
+    int n;
+    ql_fit_item *items;
+    uint64_t **bytes;
+    double **errs;
+    int *item_of; /* by tensor: its item */
+} table_items;
+
+static void items_free(table_items *ti)
 {
-    *out = NULL;
-    double t0 = ql_now();
-    ql_fit_plan *p = calloc(1, sizeof *p);
-    int n_items = 0;
+    for (int i = 0; i < ti->n; i++) {
+        free(ti->bytes ? ti->bytes[i] : NULL);
+        free(ti->errs ? ti->errs[i] : NULL);
+    }
+    free(ti->items);
+    free(ti->bytes);
+    free(ti->errs);
+    free(ti->item_of);
+}
+
+static ql_status items_alloc(table_items *ti, const ql_fit_table *t, ql_error *err)
+{
+    memset(ti, 0, sizeof *ti);
+    int n = 0;
     for (int i = 0; i < t->n_tensors; i++)
-        n_items += t->tensors[i].assigned;
-    ql_fit_item *items = calloc((size_t)n_items + 1, sizeof *items);
-    uint64_t **bytes = calloc((size_t)n_items + 1, sizeof *bytes);
-    double **errs = calloc((size_t)n_items + 1, sizeof *errs);
-    int *choice = calloc((size_t)n_items + 1, sizeof *choice);
-    int *item_of = calloc((size_t)t->n_tensors + 1, sizeof *item_of);
-    ql_status rc = QL_OK;
-    if (!p || !items || !bytes || !errs || !choice || !item_of) {
-        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-        goto fail;
-    }
-    p->n_tensors = t->n_tensors;
-    p->tensors = calloc((size_t)t->n_tensors + 1, sizeof *p->tensors);
-    if (!p->tensors) {
-        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-        goto fail;
-    }
-    p->budget = budget;
-    p->fixed_bytes = t->fixed_bytes;
-    int k = 0;
+        n += t->tensors[i].assigned;
+    ti->items = calloc((size_t)n + 1, sizeof *ti->items);
+    ti->bytes = calloc((size_t)n + 1, sizeof *ti->bytes);
+    ti->errs = calloc((size_t)n + 1, sizeof *ti->errs);
+    ti->item_of = calloc((size_t)t->n_tensors + 1, sizeof *ti->item_of);
+    if (!ti->items || !ti->bytes || !ti->errs || !ti->item_of)
+        return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
     for (int i = 0; i < t->n_tensors; i++) {
         const ql_fit_tensor *ft = &t->tensors[i];
         if (!ft->assigned)
             continue;
-        if (ft->n_choices <= 0) {
-            rc = ql_error_set(err, QL_EINVAL, "fit: tensor '%s' has no candidate type", ft->name);
-            goto fail;
-        }
-        bytes[k] = malloc(sizeof(uint64_t) * (size_t)ft->n_choices);
-        errs[k] = malloc(sizeof(double) * (size_t)ft->n_choices);
-        if (!bytes[k] || !errs[k]) {
-            rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-            goto fail;
-        }
+        if (ft->n_choices <= 0)
+            return ql_error_set(err, QL_EINVAL, "fit: tensor '%s' has no candidate type", ft->name);
+        const int k = ti->n++;
+        ti->bytes[k] = malloc(sizeof(uint64_t) * (size_t)ft->n_choices);
+        ti->errs[k] = malloc(sizeof(double) * (size_t)ft->n_choices);
+        if (!ti->bytes[k] || !ti->errs[k])
+            return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
         for (int c = 0; c < ft->n_choices; c++) {
-            bytes[k][c] = ft->choices[c].bytes;
-            errs[k][c] = ft->choices[c].err;
+            ti->bytes[k][c] = ft->choices[c].bytes;
+            ti->errs[k][c] = ft->choices[c].err;
         }
-        items[k].n = ft->n_choices;
-        items[k].bytes = bytes[k];
-        items[k].err = errs[k];
-        item_of[i] = k++;
+        ti->items[k] = (ql_fit_item){ft->n_choices, ti->bytes[k], ti->errs[k]};
+        ti->item_of[i] = k;
     }
-    if (budget < ql_fit_table_min_bytes(t)) {
-        char need[64], have[64];
-        ql_fit_format_size(ql_fit_table_min_bytes(t), need, sizeof need);
-        ql_fit_format_size(budget, have, sizeof have);
-        rc = ql_error_set(err, QL_EINVAL,
-                          "budget %s is below the smallest feasible size %s (every weight "
-                          "tensor at its cheapest candidate type, fixed tensors included)",
-                          have, need);
-        goto fail;
-    }
-    rc = ql_fit_solve_items(items, n_items, budget - t->fixed_bytes, opt, choice, &p->stats, err);
-    if (rc != QL_OK)
-        goto fail;
+    return QL_OK;
+}
+
+/* The plan's tensors from the chosen item options, and its totals. */
+static void fill_plan(ql_fit_plan *p, const ql_fit_table *t, const table_items *ti,
+                      const int *choice)
+{
     int64_t assigned_params = 0, all_params = 0;
     uint64_t assigned_bytes = 0;
     for (int i = 0; i < t->n_tensors; i++) {
@@ -609,7 +604,7 @@ ql_status ql_fit_solve(const ql_fit_table *t, uint64_t budget, const ql_fit_solv
         a->n_params = ft->n_params;
         all_params += ft->n_params;
         if (ft->assigned) {
-            const ql_fit_choice *c = &ft->choices[choice[item_of[i]]];
+            const ql_fit_choice *c = &ft->choices[choice[ti->item_of[i]]];
             a->type = c->type;
             a->bytes = c->bytes;
             a->err = c->err;
@@ -622,24 +617,50 @@ ql_status ql_fit_solve(const ql_fit_table *t, uint64_t budget, const ql_fit_solv
         }
     }
     p->bytes = assigned_bytes + t->fixed_bytes;
-    p->slack = budget - p->bytes;
+    p->slack = p->budget - p->bytes;
     p->bpw = assigned_params > 0 ? 8.0 * (double)assigned_bytes / (double)assigned_params : 0;
     p->bpw_all = all_params > 0 ? 8.0 * (double)p->bytes / (double)all_params : 0;
     p->stats.min_bytes += t->fixed_bytes;
     p->stats.bytes += t->fixed_bytes;
+}
+
+ql_status ql_fit_solve(const ql_fit_table *t, uint64_t budget, const ql_fit_solve_options *opt,
+                       ql_fit_plan **out, ql_error *err)
+{
+    *out = NULL;
+    const double t0 = ql_now();
+    table_items ti;
+    ql_status rc = items_alloc(&ti, t, err);
+    ql_fit_plan *p = calloc(1, sizeof *p);
+    int *choice = calloc((size_t)ti.n + 1, sizeof *choice);
+    if (rc == QL_OK &&
+        (!p || !choice || !(p->tensors = calloc((size_t)t->n_tensors + 1, sizeof *p->tensors))))
+        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
+    if (rc != QL_OK)
+        goto out;
+    p->n_tensors = t->n_tensors;
+    p->budget = budget;
+    p->fixed_bytes = t->fixed_bytes;
+    if (budget < ql_fit_table_min_bytes(t)) {
+        char need[64], have[64];
+        ql_fit_format_size(ql_fit_table_min_bytes(t), need, sizeof need);
+        ql_fit_format_size(budget, have, sizeof have);
+        rc = ql_error_set(err, QL_EINVAL,
+                          "budget %s is below the smallest feasible size %s (every weight "
+                          "tensor at its cheapest candidate type, fixed tensors included)",
+                          have, need);
+        goto out;
+    }
+    rc = ql_fit_solve_items(ti.items, ti.n, budget - t->fixed_bytes, opt, choice, &p->stats, err);
+    if (rc != QL_OK)
+        goto out;
+    fill_plan(p, t, &ti, choice);
     p->seconds = ql_now() - t0;
     *out = p;
     p = NULL;
-fail:
-    for (int i = 0; i < n_items; i++) {
-        free(bytes ? bytes[i] : NULL);
-        free(errs ? errs[i] : NULL);
-    }
-    free(items);
-    free(bytes);
-    free(errs);
+out:
+    items_free(&ti);
     free(choice);
-    free(item_of);
     ql_fit_plan_free(p);
     return rc;
 }

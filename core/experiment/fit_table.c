@@ -1,31 +1,24 @@
-/* qlab fit: the per-tensor, per-type error table and its cache (see fit.h). */
+/* qlab fit: the per-tensor, per-type error table (see fit.h); its cache file is
+ * fit_cache.c. */
 #include "experiment/fit.h"
+#include "experiment/fit_internal.h"
 
-#include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/data.h"
-#include "base/fp16.h"
 #include "base/progress.h"
 #include "base/util.h"
 #include "model/quant.h"
-#include "ql_config.h"
+#include "model/quant_model.h"
 
 /* Values per row chunk of one job: large enough that a job is not dominated by
  * overhead, small enough that a tensor's rows spread over the cores. Depends on
  * nothing but the tensor shape, so the partial sums never depend on the thread
  * count. */
 #define CHUNK_ELEMS ((int64_t)1 << 18)
-
-/* Version of the error definition and cache layout; bump when either changes. */
-#define CACHE_FORMAT 3
-
-#define MAX_TYPES 64
 
 /* The default ladder, in rank order (the traits' ladder_rank column): the types of
  * at most 32 values per block for every tensor (all when ladder_32), the others only
@@ -47,7 +40,7 @@ static char default_types_text[512];
 
 static void format_default_types(void)
 {
-    int32_t all[MAX_TYPES], l32[MAX_TYPES];
+    int32_t all[QL_FIT_MAX_TYPES], l32[QL_FIT_MAX_TYPES];
     const int n_all = default_ladder(all, false), n32 = default_ladder(l32, true);
     size_t used = 0;
     const size_t size = sizeof default_types_text;
@@ -90,7 +83,7 @@ const char *ql_fit_imp_source_name(ql_fit_imp_source s)
     return "?";
 }
 
-static bool imp_source_parse(const char *s, ql_fit_imp_source *out)
+bool ql_fit_imp_source_parse(const char *s, ql_fit_imp_source *out)
 {
     for (int k = QL_FIT_IMP_NONE; k <= QL_FIT_IMP_TIED; k++)
         if (strcmp(s, ql_fit_imp_source_name((ql_fit_imp_source)k)) == 0) {
@@ -124,10 +117,7 @@ void ql_fit_table_free(ql_fit_table *t)
     free(t);
 }
 
-static ql_status add_note(ql_fit_table *t, ql_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static ql_status add_note(ql_fit_table *t, ql_error *err, const char *fmt, ...)
+ql_status ql_fit_table_add_note(ql_fit_table *t, ql_error *err, const char *fmt, ...)
 {
     char buf[1024];
     va_list ap;
@@ -256,8 +246,8 @@ static ql_status parse_types(const char *list, int32_t *out, int *n_out, ql_erro
         for (int k = 0; k < n; k++)
             dup |= out[k] == (int32_t)tr->type;
         if (!dup) {
-            if (n >= MAX_TYPES)
-                return ql_error_set(err, QL_EINVAL, "types: more than %d types", MAX_TYPES);
+            if (n >= QL_FIT_MAX_TYPES)
+                return ql_error_set(err, QL_EINVAL, "types: more than %d types", QL_FIT_MAX_TYPES);
             out[n++] = (int32_t)tr->type;
         }
         p = q;
@@ -308,6 +298,33 @@ static ql_status prepare_source(const ql_gguf *model, const ql_gguf_tensor *gt, 
 /* ---------------------------------------------------------------------------
  * Importance per tensor */
 
+ql_status ql_fit_quant_importance(const ql_fit_importance *imp, const ql_gguf_tensor *gt,
+                                  const float **out, int64_t *out_n, ql_error *err)
+{
+    *out = NULL;
+    *out_n = 0;
+    if (!imp || !imp->lookup)
+        return QL_OK;
+    int64_t n = 0;
+    const float *v = imp->lookup(imp->user, gt->name, &n);
+    if (!v)
+        return QL_OK;
+    const int64_t ne0 = gt->ne[0], n_mats = gt->ne[2] * gt->ne[3];
+    if (n != ne0 && !(n_mats > 1 && n == ne0 * n_mats))
+        return ql_error_set(
+            err, QL_EFORMAT, "imatrix entry '%s' has %lld values, expected %lld (its row length)%s",
+            gt->name, (long long)n, (long long)ne0, n_mats > 1 ? " or row length x experts" : "");
+    for (int64_t j = 0; j < n; j++)
+        if (!isfinite(v[j]) || v[j] < 0)
+            return ql_error_set(err, QL_EFORMAT,
+                                "imatrix entry '%s': value %lld is %g, expected a non-negative "
+                                "number",
+                                gt->name, (long long)j, (double)v[j]);
+    *out = v;
+    *out_n = n;
+    return QL_OK;
+}
+
 typedef struct {
     const float *quant; /* what the quantizer receives (NULL: none) */
     int64_t quant_n;    /* ne0, or ne0 * n_expert for a per-expert entry */
@@ -316,34 +333,54 @@ typedef struct {
     ql_fit_imp_source src;
 } tensor_imp;
 
+/* Error weights of the head when the imatrix has no entry for it (llama-imatrix
+ * leaves it out): its input is the RMS-normalised state (mean square 1) times
+ * output_norm, so E[x_j^2] ~ output_norm_j^2; 1 without a usable norm. */
+static ql_fit_imp_source head_weights(const ql_gguf *model, int64_t ne0, float *w)
+{
+    const ql_gguf_tensor *norm = ql_gguf_find_tensor(model, "output_norm.weight");
+    ql_error norm_err;
+    if (norm && norm->n_dims == 1 && norm->ne[0] == ne0 &&
+        prepare_source(model, norm, &norm_err) == QL_OK) {
+        ql_dequant_row(norm->type, norm->data, 0, ne0, w);
+        for (int64_t j = 0; j < ne0; j++)
+            w[j] *= w[j];
+        return QL_FIT_IMP_OUTPUT_NORM;
+    }
+    for (int64_t j = 0; j < ne0; j++)
+        w[j] = 1.0f;
+    return QL_FIT_IMP_UNIT;
+}
+
+/* The token embedding is a lookup: a token reads one row, so the expected squared
+ * error a token injects is the mean over rows of the row errors, weight 1 / rows
+ * per column. Untied, that is all; tied, the tensor is also the head and its head
+ * weights are added. */
+static void add_lookup_weights(const ql_gguf_tensor *gt, bool tied, tensor_imp *ti)
+{
+    const float w = (float)(1.0 / (double)(gt->n_dims >= 2 ? gt->ne[1] : 1));
+    if (!tied && !ti->quant) {
+        ti->weights_n = gt->ne[0];
+        for (int64_t j = 0; j < ti->weights_n; j++)
+            ti->weights[j] = w;
+        ti->src = QL_FIT_IMP_LOOKUP;
+        return;
+    }
+    for (int64_t j = 0; j < ti->weights_n; j++)
+        ti->weights[j] += w;
+    ti->src = QL_FIT_IMP_TIED;
+}
+
+/* What the quantizer receives for a tensor, and the error weights I_j. */
 static ql_status tensor_importance(const ql_gguf *model, const ql_gguf_tensor *gt,
                                    const ql_fit_importance *imp, tensor_imp *ti, ql_error *err)
 {
     memset(ti, 0, sizeof *ti);
+    ql_status rc = ql_fit_quant_importance(imp, gt, &ti->quant, &ti->quant_n, err);
+    if (rc != QL_OK)
+        return rc;
     const int64_t ne0 = gt->ne[0];
-    const int64_t n_expert = gt->n_dims >= 3 ? gt->ne[2] : 1;
     const bool have_imatrix = imp && imp->lookup;
-    if (have_imatrix) {
-        int64_t n = 0;
-        const float *v = imp->lookup(imp->user, gt->name, &n);
-        if (v) {
-            if (n != ne0 && !(n_expert > 1 && n == ne0 * n_expert))
-                return ql_error_set(err, QL_EFORMAT,
-                                    "imatrix entry '%s' has %lld values, expected %lld (its row "
-                                    "length)%s",
-                                    gt->name, (long long)n, (long long)ne0,
-                                    n_expert > 1 ? " or row length x experts" : "");
-            for (int64_t j = 0; j < n; j++)
-                if (!isfinite(v[j]) || v[j] < 0)
-                    return ql_error_set(err, QL_EFORMAT,
-                                        "imatrix entry '%s': value %lld is %g, expected a "
-                                        "non-negative number",
-                                        gt->name, (long long)j, (double)v[j]);
-            ti->quant = v;
-            ti->quant_n = n;
-        }
-    }
-    /* Error weights. */
     const bool is_embd = strcmp(gt->name, "token_embd.weight") == 0;
     const bool is_head = strcmp(gt->name, "output.weight") == 0;
     const bool tied = is_embd && !ql_gguf_find_tensor(model, "output.weight");
@@ -355,43 +392,14 @@ static ql_status tensor_importance(const ql_gguf *model, const ql_gguf_tensor *g
         memcpy(ti->weights, ti->quant, sizeof(float) * (size_t)ti->quant_n);
         ti->src = QL_FIT_IMP_IMATRIX;
     } else if ((is_head || tied) && have_imatrix) {
-        /* llama-imatrix leaves the head out. Its input is the RMS-normalised state
-         * (mean square 1) times output_norm, so E[x_j^2] ~ output_norm_j^2. */
-        const ql_gguf_tensor *norm = ql_gguf_find_tensor(model, "output_norm.weight");
-        ql_error norm_err;
-        if (norm && norm->n_dims == 1 && norm->ne[0] == ne0 &&
-            prepare_source(model, norm, &norm_err) == QL_OK) {
-            ql_dequant_row(norm->type, norm->data, 0, ne0, ti->weights);
-            for (int64_t j = 0; j < ne0; j++)
-                ti->weights[j] *= ti->weights[j];
-            ti->src = QL_FIT_IMP_OUTPUT_NORM;
-        } else {
-            for (int64_t j = 0; j < ne0; j++)
-                ti->weights[j] = 1.0f;
-            ti->src = QL_FIT_IMP_UNIT;
-        }
+        ti->src = head_weights(model, ne0, ti->weights);
     } else {
         for (int64_t j = 0; j < ne0; j++)
             ti->weights[j] = 1.0f;
         ti->src = have_imatrix ? QL_FIT_IMP_UNIT : QL_FIT_IMP_NONE;
     }
-    if (is_embd) {
-        /* A lookup: a token reads one row, so the expected squared error a token
-         * injects is the mean over rows of the row errors, weight 1 / rows per
-         * column. Untied, that is all; tied, the tensor is also the head and its
-         * head weights (above) are added. */
-        const float w = (float)(1.0 / (double)(gt->n_dims >= 2 ? gt->ne[1] : 1));
-        if (!tied && !ti->quant) {
-            ti->weights_n = ne0;
-            for (int64_t j = 0; j < ne0; j++)
-                ti->weights[j] = w;
-            ti->src = QL_FIT_IMP_LOOKUP;
-        } else {
-            for (int64_t j = 0; j < ti->weights_n; j++)
-                ti->weights[j] += w;
-            ti->src = QL_FIT_IMP_TIED;
-        }
-    }
+    if (is_embd)
+        add_lookup_weights(gt, tied, ti);
     return QL_OK;
 }
 
@@ -405,7 +413,7 @@ typedef struct {
     int64_t n_rows;
     int64_t n_sample;
     int n_cand;
-    int32_t cand[MAX_TYPES];
+    int32_t cand[QL_FIT_MAX_TYPES];
     int first_job;
     int n_chunks;
     int64_t chunk_rows;
@@ -425,13 +433,65 @@ static int64_t sample_row(int64_t k, int64_t ns, int64_t n)
     return (2 * k + 1) * n / (2 * ns);
 }
 
-/* Quantizes rows [r0, r1) of the sample of one tensor with one type, dequantizes
- * them and returns sum_rows sum_j w_j (x - x^)^2 in row order. */
+/* sum over rows k of sum_j w_j (x - x^)^2 for the nr sampled rows from r0 on, in
+ * row order, with each row's error weights (its expert's, per expert). */
+static double weighted_sse(const tensor_work *w, int64_t r0, int64_t nr, const float *x,
+                           const float *y)
+{
+    const int64_t ne0 = w->gt->ne[0];
+    const int64_t rows_per_expert = w->gt->n_dims >= 3 ? w->gt->ne[1] : w->n_rows;
+    double s = 0;
+    for (int64_t r = 0; r < nr; r++) {
+        const int64_t e = w->imp.weights_n > ne0
+                              ? sample_row(r0 + r, w->n_sample, w->n_rows) / rows_per_expert
+                              : 0;
+        const float *wt = w->imp.weights + e * ne0;
+        const float *a = x + r * ne0, *b = y + r * ne0;
+        double row_sum = 0;
+        for (int64_t j = 0; j < ne0; j++) {
+            const double d = (double)a[j] - (double)b[j];
+            row_sum += (double)wt[j] * d * d;
+        }
+        s += row_sum;
+    }
+    return s;
+}
+
+/* Quantizes the sampled rows x (nr of them from sample index r0 on) into q through
+ * the per-tensor entry point, each run of consecutive source rows in one call, so
+ * that every row gets the bytes `qlab quantize` gives it. */
+static ql_status quantize_sample(const tensor_work *w, int32_t type, int64_t r0, int64_t nr,
+                                 const float *x, uint8_t *q, ql_error *err)
+{
+    const int64_t ne0 = w->gt->ne[0];
+    const size_t rs = ql_row_size(type, ne0);
+    ql_quant_src s;
+    ql_quant_src_from_gguf(&s, w->gt);
+    s.imatrix = w->imp.quant;
+    s.imatrix_per_mat = w->imp.quant_n > ne0;
+    for (int64_t k = 0; k < nr;) {
+        const int64_t first = sample_row(r0 + k, w->n_sample, w->n_rows);
+        int64_t n = 1;
+        while (k + n < nr && sample_row(r0 + k + n, w->n_sample, w->n_rows) == first + n)
+            n++;
+        s.rows = x + k * ne0;
+        s.rows_first = first;
+        s.rows_n = n;
+        ql_status rc = ql_quant_tensor_rows(&s, type, first, n, q + (size_t)k * rs,
+                                            rs * (size_t)(nr - k), err);
+        if (rc != QL_OK)
+            return ql_error_prefix(err, "fit: tensor '%s': ", w->gt->name);
+        k += n;
+    }
+    return QL_OK;
+}
+
+/* Quantizes one job's sampled rows of a tensor with one type, dequantizes them and
+ * returns their weighted squared error (weighted_sse). */
 static ql_status measure_chunk(const tensor_work *w, int32_t type, int chunk, double *out,
                                ql_error *err)
 {
     const ql_gguf_tensor *gt = w->gt;
-    const ql_type_traits *tr = ql_type_get(type);
     const int64_t ne0 = gt->ne[0];
     const int64_t r0 = (int64_t)chunk * w->chunk_rows;
     const int64_t r1 = r0 + w->chunk_rows < w->n_sample ? r0 + w->chunk_rows : w->n_sample;
@@ -440,49 +500,23 @@ static ql_status measure_chunk(const tensor_work *w, int32_t type, int chunk, do
     float *x = malloc(sizeof(float) * (size_t)(nr * ne0));
     float *y = malloc(sizeof(float) * (size_t)(nr * ne0));
     uint8_t *q = malloc(rs * (size_t)nr);
+    ql_status rc = QL_OK;
     if (!x || !y || !q) {
-        free(x);
-        free(y);
-        free(q);
-        return ql_error_set(err, QL_ENOMEM, "fit: out of memory measuring '%s'", gt->name);
+        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory measuring '%s'", gt->name);
+        goto out;
     }
-    const int64_t rows_per_expert = gt->n_dims >= 3 ? gt->ne[1] : w->n_rows;
-    const bool per_expert = w->imp.quant && w->imp.quant_n > ne0;
     for (int64_t k = 0; k < nr; k++)
         ql_dequant_row(gt->type, gt->data, sample_row(r0 + k, w->n_sample, w->n_rows), ne0,
                        x + k * ne0);
-    /* Quantize in runs of rows that share their importance vector (one expert). */
-    int64_t k = 0;
-    while (k < nr) {
-        int64_t e = per_expert ? sample_row(r0 + k, w->n_sample, w->n_rows) / rows_per_expert : 0;
-        int64_t k_end = k + 1;
-        while (k_end < nr && per_expert &&
-               sample_row(r0 + k_end, w->n_sample, w->n_rows) / rows_per_expert == e)
-            k_end++;
-        const float *imat = w->imp.quant ? w->imp.quant + e * ne0 : NULL;
-        tr->quantize(x + k * ne0, q + (size_t)k * rs, k_end - k, ne0, imat);
-        k = k_end;
-    }
-    tr->dequantize(q, y, nr, ne0);
-    double s = 0;
-    for (int64_t r = 0; r < nr; r++) {
-        int64_t e = w->imp.weights_n > ne0
-                        ? sample_row(r0 + r, w->n_sample, w->n_rows) / rows_per_expert
-                        : 0;
-        const float *wt = w->imp.weights + e * ne0;
-        const float *a = x + r * ne0, *b = y + r * ne0;
-        double rs_sum = 0;
-        for (int64_t j = 0; j < ne0; j++) {
-            double d = (double)a[j] - (double)b[j];
-            rs_sum += (double)wt[j] * d * d;
-        }
-        s += rs_sum;
-    }
+    if ((rc = quantize_sample(w, type, r0, nr, x, q, err)) != QL_OK)
+        goto out;
+    ql_type_get(type)->dequantize(q, y, nr, ne0);
+    *out = weighted_sse(w, r0, nr, x, y);
+out:
     free(x);
     free(y);
     free(q);
-    *out = s;
-    return QL_OK;
+    return rc;
 }
 
 static int cmp_choice(const void *pa, const void *pb)
@@ -494,6 +528,9 @@ static int cmp_choice(const void *pa, const void *pb)
         return a->err < b->err ? -1 : 1;
     return a->type < b->type ? -1 : a->type > b->type;
 }
+
+/* ---------------------------------------------------------------------------
+ * Candidate types */
 
 /* Availability of one type: NULL when usable, else why not (static text or buf). */
 static const char *type_unavailable(int32_t type, char *buf, size_t size)
@@ -510,186 +547,224 @@ static const char *type_unavailable(int32_t type, char *buf, size_t size)
     return NULL;
 }
 
-static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
-                         const ql_fit_options *opt, ql_fit_table *t, ql_error *err)
-{
-    ql_status rc = QL_OK;
-    tensor_work *tw = NULL;
-    job *jobs = NULL;
-    double *partial = NULL;
-    int n_tw = 0, n_jobs = 0;
+/* The candidate types of a table, and what became of them. */
+typedef struct {
+    bool deflt; /* the default ladder: two lists by row length */
+    int32_t
+        wide[QL_FIT_MAX_TYPES]; /* rows that split into 256-blocks (every row for a user list) */
+    int n_wide;
+    int32_t
+        short_rows[QL_FIT_MAX_TYPES]; /* other rows: the ladder's types of at most 32 per block */
+    int n_short_rows;
+    bool usable[QL_TYPE_ID_LIMIT];       /* by type id: qlab can produce it */
+    int imatrix_skips[QL_TYPE_ID_LIMIT]; /* by type id: tensors without the imatrix entry it needs
+                                          */
+} candidates;
 
-    /* Candidate sets: a user list, or the default ladder (two lists by row length). */
-    int32_t req[MAX_TYPES], req32[MAX_TYPES];
-    int n_req = 0, n_req32 = 0;
-    const bool deflt = opt->types == NULL;
-    if (deflt) {
+/* The requested lists: a user list, or the default ladder; capped at max_bpw. */
+static ql_status candidate_lists(candidates *c, const ql_fit_options *opt, ql_error *err)
+{
+    memset(c, 0, sizeof *c);
+    c->deflt = opt->types == NULL;
+    if (c->deflt) {
         /* Rows of 256-blocks also split into 32-blocks: the whole ladder is theirs. */
-        n_req = default_ladder(req, false);
-        n_req32 = default_ladder(req32, true);
+        c->n_wide = default_ladder(c->wide, false);
+        c->n_short_rows = default_ladder(c->short_rows, true);
     } else {
-        if ((rc = parse_types(opt->types, req, &n_req, err)) != QL_OK)
+        ql_status rc = parse_types(opt->types, c->wide, &c->n_wide, err);
+        if (rc != QL_OK)
             return rc;
-        memcpy(req32, req, sizeof req);
-        n_req32 = n_req;
+        memcpy(c->short_rows, c->wide, sizeof c->wide);
+        c->n_short_rows = c->n_wide;
     }
     if (opt->max_bpw > 0) {
-        n_req = cap_bpw(req, n_req, opt->max_bpw);
-        n_req32 = cap_bpw(req32, n_req32, opt->max_bpw);
+        c->n_wide = cap_bpw(c->wide, c->n_wide, opt->max_bpw);
+        c->n_short_rows = cap_bpw(c->short_rows, c->n_short_rows, opt->max_bpw);
     }
-    /* Drop what qlab cannot produce, with a note. */
-    bool usable[128] = {0};
-    {
-        int32_t all[2 * MAX_TYPES];
-        int n_all = 0;
-        for (int k = 0; k < n_req; k++)
-            all[n_all++] = req[k];
-        for (int k = 0; k < n_req32; k++)
-            all[n_all++] = req32[k];
-        for (int k = 0; k < n_all; k++) {
-            int rank = table_rank(all[k]);
-            if (usable[rank])
-                continue;
-            bool seen = false;
-            for (int m = 0; m < k; m++)
-                seen |= all[m] == all[k];
-            if (seen)
-                continue;
-            char why[QL_ERROR_MSG_MAX];
-            const char *no = type_unavailable(all[k], why, sizeof why);
-            if (no) {
-                if ((rc = add_note(t, err, "%s skipped: %s", ql_type_name(all[k]), no)) != QL_OK)
-                    return rc;
-            } else {
-                usable[rank] = true;
-            }
-        }
-    }
-    const bool have_imatrix = imp && imp->lookup;
+    return QL_OK;
+}
 
-    tw = calloc((size_t)model->n_tensors + 1, sizeof *tw);
-    t->tensors = calloc((size_t)model->n_tensors + 1, sizeof *t->tensors);
-    if (!tw || !t->tensors) {
-        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-        goto out;
+/* Marks what qlab can produce; a note says why each other type is skipped (once
+ * per type, in list order). */
+static ql_status mark_usable(candidates *c, ql_fit_table *t, ql_error *err)
+{
+    int32_t all[2 * QL_FIT_MAX_TYPES];
+    int n_all = 0;
+    for (int k = 0; k < c->n_wide; k++)
+        all[n_all++] = c->wide[k];
+    for (int k = 0; k < c->n_short_rows; k++)
+        all[n_all++] = c->short_rows[k];
+    for (int k = 0; k < n_all; k++) {
+        bool seen = false;
+        for (int m = 0; m < k; m++)
+            seen |= all[m] == all[k];
+        if (seen)
+            continue;
+        char why[QL_ERROR_MSG_MAX];
+        const char *no = type_unavailable(all[k], why, sizeof why);
+        ql_status rc = QL_OK;
+        if (!no)
+            c->usable[all[k]] = true;
+        else
+            rc = ql_fit_table_add_note(t, err, "%s skipped: %s", ql_type_name(all[k]), no);
+        if (rc != QL_OK)
+            return rc;
     }
-    int imat_needed_skips[128] = {0};
-    for (int64_t i = 0; i < model->n_tensors; i++) {
-        const ql_gguf_tensor *gt = &model->tensors[i];
-        ql_fit_tensor *ft = &t->tensors[t->n_tensors++];
-        if (!(ft->name = ql_strdup(gt->name))) {
-            rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-            goto out;
-        }
-        ft->n_dims = gt->n_dims;
-        for (int d = 0; d < QL_GGUF_MAX_DIMS; d++)
-            ft->ne[d] = gt->ne[d];
-        ft->n_params = ql_gguf_tensor_nelements(gt);
-        ft->src_type = gt->type;
-        t->total_params += ft->n_params;
-        if (!gt->data) {
-            rc = ql_error_set(err, QL_EUNSUPPORTED,
-                              "%s: tensor '%s' has type %s, which qlab "
-                              "does not know",
-                              model->path, gt->name, ql_type_name(gt->type));
-            goto out;
-        }
-        bool assigned = false;
-        int32_t fixed_type = QL_TYPE_F32;
-        if ((rc = tensor_role(model, gt, &assigned, &fixed_type, err)) != QL_OK)
-            goto out;
-        if (!assigned) {
-            ft->assigned = false;
-            ft->fixed_type = fixed_type;
-            ft->fixed_bytes = fixed_type == gt->type ? gt->nbytes
-                                                     : (uint64_t)(ft->n_params / gt->ne[0]) *
-                                                           ql_row_size(fixed_type, gt->ne[0]);
-            t->fixed_bytes += ft->fixed_bytes;
+    return QL_OK;
+}
+
+/* The list that applies to rows of ne0 values. */
+static const int32_t *candidates_for(const candidates *c, int64_t ne0, int *n)
+{
+    const bool short_rows = c->deflt && ne0 % 256 != 0;
+    *n = short_rows ? c->n_short_rows : c->n_wide;
+    return short_rows ? c->short_rows : c->wide;
+}
+
+/* The error when no requested type applies to a tensor: the reason of each. */
+static ql_status no_candidate(const candidates *c, const ql_gguf_tensor *gt, ql_error *err)
+{
+    int n_set;
+    const int32_t *set = candidates_for(c, gt->ne[0], &n_set);
+    char why[1024] = "";
+    size_t used = 0;
+    for (int k = 0; k < n_set && used < sizeof why; k++) {
+        char buf[256];
+        const char *r = !c->usable[set[k]] ? type_unavailable(set[k], buf, sizeof buf)
+                        : ql_row_size(set[k], gt->ne[0]) == 0 ? "row length"
+                                                              : "needs an imatrix entry";
+        used += (size_t)snprintf(why + used, sizeof why - used, "%s%s: %s", k ? ", " : "",
+                                 ql_type_name(set[k]), r);
+    }
+    return ql_error_set(err, QL_EINVAL,
+                        "tensor '%s' (row length %lld): no candidate type applies (%s); "
+                        "add F16 or a 32-block type",
+                        gt->name, (long long)gt->ne[0], why);
+}
+
+/* The notes of the types some tensors could not take for want of an imatrix entry. */
+static ql_status note_imatrix_skips(const candidates *c, bool have_imatrix, ql_fit_table *t,
+                                    ql_error *err)
+{
+    const ql_type_traits *all[QL_TYPE_ID_LIMIT];
+    const int n_all = ql_type_list(all, QL_TYPE_ID_LIMIT);
+    for (int k = 0; k < n_all; k++) {
+        const int n = c->imatrix_skips[all[k]->type];
+        if (n == 0)
+            continue;
+        ql_status rc =
+            have_imatrix
+                ? ql_fit_table_add_note(t, err,
+                                        "%s is not a candidate for %d tensor(s) without "
+                                        "an imatrix entry (it needs one)",
+                                        all[k]->name, n)
+                : ql_fit_table_add_note(t, err, "%s skipped: it needs an imatrix", all[k]->name);
+        if (rc != QL_OK)
+            return rc;
+    }
+    return QL_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * The table, tensor by tensor */
+
+/* Fills a tensor's record from the model: shape, source type, and whether the
+ * solver assigns it; a fixed tensor gets its type and bytes. */
+static ql_status describe_tensor(const ql_gguf *model, const ql_gguf_tensor *gt, ql_fit_table *t,
+                                 ql_fit_tensor *ft, ql_error *err)
+{
+    if (!(ft->name = ql_strdup(gt->name)))
+        return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
+    ft->n_dims = gt->n_dims;
+    for (int d = 0; d < QL_GGUF_MAX_DIMS; d++)
+        ft->ne[d] = gt->ne[d];
+    ft->n_params = ql_gguf_tensor_nelements(gt);
+    ft->src_type = gt->type;
+    t->total_params += ft->n_params;
+    if (!gt->data)
+        return ql_error_set(err, QL_EUNSUPPORTED,
+                            "%s: tensor '%s' has type %s, which qlab does not know", model->path,
+                            gt->name, ql_type_name(gt->type));
+    bool assigned = false;
+    int32_t fixed_type = QL_TYPE_F32;
+    ql_status rc = tensor_role(model, gt, &assigned, &fixed_type, err);
+    if (rc != QL_OK)
+        return rc;
+    ft->assigned = assigned;
+    if (assigned) {
+        t->assigned_params += ft->n_params;
+        return QL_OK;
+    }
+    ft->fixed_type = fixed_type;
+    ft->fixed_bytes = fixed_type == gt->type ? gt->nbytes
+                                             : (uint64_t)(ft->n_params / gt->ne[0]) *
+                                                   ql_row_size(fixed_type, gt->ne[0]);
+    t->fixed_bytes += ft->fixed_bytes;
+    return QL_OK;
+}
+
+/* The candidates of an assigned tensor: the list for its row length, less what
+ * qlab cannot produce, what its rows do not split into and what needs an imatrix
+ * entry it lacks (counted for a note). */
+static ql_status choose_candidates(candidates *c, tensor_work *w, ql_error *err)
+{
+    const int64_t ne0 = w->gt->ne[0];
+    int n_set;
+    const int32_t *set = candidates_for(c, ne0, &n_set);
+    for (int k = 0; k < n_set; k++) {
+        if (!c->usable[set[k]] || ql_row_size(set[k], ne0) == 0)
+            continue;
+        if (ql_type_get(set[k])->requires_imatrix && !w->imp.quant) {
+            c->imatrix_skips[set[k]]++;
             continue;
         }
-        ft->assigned = true;
-        t->assigned_params += ft->n_params;
-        if ((rc = prepare_source(model, gt, err)))
-            goto out;
-        tensor_work *w = &tw[n_tw++];
-        w->gt = gt;
-        w->ft = ft;
-        w->n_rows = ft->n_params / gt->ne[0];
-        w->n_sample =
-            opt->sample_rows > 0 && opt->sample_rows < w->n_rows ? opt->sample_rows : w->n_rows;
-        if ((rc = tensor_importance(model, gt, imp, &w->imp, err)) != QL_OK)
-            goto out;
-        ft->imp = w->imp.src;
-        ft->quant_imatrix = w->imp.quant != NULL;
-        ft->rows_measured = w->n_sample;
-        const bool k_rows = gt->ne[0] % 256 == 0;
-        const int32_t *set = deflt && !k_rows ? req32 : req;
-        const int n_set = deflt && !k_rows ? n_req32 : n_req;
-        for (int k = 0; k < n_set; k++) {
-            const ql_type_traits *tr = ql_type_get(set[k]);
-            if (!usable[table_rank(set[k])] || ql_row_size(set[k], gt->ne[0]) == 0)
-                continue;
-            if (tr->requires_imatrix && !w->imp.quant) {
-                imat_needed_skips[table_rank(set[k])]++;
-                continue;
-            }
-            w->cand[w->n_cand++] = set[k];
-        }
-        if (w->n_cand == 0) {
-            /* Say for each requested type why it does not apply. */
-            char why[1024] = "";
-            size_t used = 0;
-            for (int k = 0; k < n_set && used < sizeof why; k++) {
-                const ql_type_traits *tr = ql_type_get(set[k]);
-                char buf[256];
-                const char *r = !usable[table_rank(set[k])]
-                                    ? type_unavailable(set[k], buf, sizeof buf)
-                                : ql_row_size(set[k], gt->ne[0]) == 0 ? "row length"
-                                                                      : "needs an imatrix entry";
-                used += (size_t)snprintf(why + used, sizeof why - used, "%s%s: %s", k ? ", " : "",
-                                         tr->name, r);
-            }
-            rc = ql_error_set(err, QL_EINVAL,
-                              "tensor '%s' (row length %lld): no candidate type applies (%s); "
-                              "add F16 or a 32-block type",
-                              gt->name, (long long)gt->ne[0], why);
-            goto out;
-        }
-        w->chunk_rows = CHUNK_ELEMS / gt->ne[0] > 0 ? CHUNK_ELEMS / gt->ne[0] : 1;
-        w->n_chunks = (int)((w->n_sample + w->chunk_rows - 1) / w->chunk_rows);
-        w->first_job = n_jobs;
-        n_jobs += w->n_cand * w->n_chunks;
+        w->cand[w->n_cand++] = set[k];
     }
-    for (int r = 0; r < 128; r++)
-        if (imat_needed_skips[r] > 0) {
-            const ql_type_traits *all[128];
-            ql_type_list(all, 128);
-            rc = have_imatrix ? add_note(t, err,
-                                         "%s is not a candidate for %d tensor(s) without an "
-                                         "imatrix entry (it needs one)",
-                                         all[r]->name, imat_needed_skips[r])
-                              : add_note(t, err, "%s skipped: it needs an imatrix", all[r]->name);
-            if (rc != QL_OK)
-                goto out;
-        }
+    return w->n_cand > 0 ? QL_OK : no_candidate(c, w->gt, err);
+}
 
-    /* The jobs: (tensor, candidate, chunk), partial sums reduced in order below. */
-    jobs = malloc(sizeof(job) * (size_t)(n_jobs + 1));
-    partial = malloc(sizeof(double) * (size_t)(n_jobs + 1));
-    if (!jobs || !partial) {
-        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-        goto out;
-    }
+/* Sets up the measurement of an assigned tensor: its source, importance, sampled
+ * rows, candidates and row chunks; its jobs are numbered from *n_jobs on. */
+static ql_status plan_tensor(const ql_gguf *model, const ql_gguf_tensor *gt,
+                             const ql_fit_importance *imp, const ql_fit_options *opt, candidates *c,
+                             tensor_work *w, ql_fit_tensor *ft, int *n_jobs, ql_error *err)
+{
+    ql_status rc = prepare_source(model, gt, err);
+    if (rc != QL_OK)
+        return rc;
+    w->gt = gt;
+    w->ft = ft;
+    w->n_rows = ft->n_params / gt->ne[0];
+    w->n_sample =
+        opt->sample_rows > 0 && opt->sample_rows < w->n_rows ? opt->sample_rows : w->n_rows;
+    if ((rc = tensor_importance(model, gt, imp, &w->imp, err)) != QL_OK)
+        return rc;
+    ft->imp = w->imp.src;
+    ft->quant_imatrix = w->imp.quant != NULL;
+    ft->rows_measured = w->n_sample;
+    if ((rc = choose_candidates(c, w, err)) != QL_OK)
+        return rc;
+    w->chunk_rows = CHUNK_ELEMS / gt->ne[0] > 0 ? CHUNK_ELEMS / gt->ne[0] : 1;
+    w->n_chunks = (int)((w->n_sample + w->chunk_rows - 1) / w->chunk_rows);
+    w->first_job = *n_jobs;
+    *n_jobs += w->n_cand * w->n_chunks;
+    return QL_OK;
+}
+
+/* Runs every (tensor, candidate, chunk) job, in parallel; partial[k] receives job k's
+ * error sum, reduced in a fixed order afterwards. */
+static ql_status measure_all(const tensor_work *tw, int n_tw, int n_jobs, bool quiet,
+                             double *partial, ql_error *err)
+{
+    job *jobs = malloc(sizeof(job) * (size_t)(n_jobs + 1));
+    if (!jobs)
+        return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
     for (int w = 0; w < n_tw; w++)
         for (int c = 0; c < tw[w].n_cand; c++)
-            for (int ch = 0; ch < tw[w].n_chunks; ch++) {
-                job *j = &jobs[tw[w].first_job + c * tw[w].n_chunks + ch];
-                j->tw = w;
-                j->cand = c;
-                j->chunk = ch;
-            }
+            for (int ch = 0; ch < tw[w].n_chunks; ch++)
+                jobs[tw[w].first_job + c * tw[w].n_chunks + ch] = (job){w, c, ch};
     ql_progress prog;
-    ql_progress_begin(&prog, "fit: measuring errors", "job", n_jobs, opt->quiet);
+    ql_progress_begin(&prog, "fit: measuring errors", "job", n_jobs, quiet);
     int64_t done = 0;
     bool failed = false;
     ql_error job_err;
@@ -718,467 +793,128 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
         }
     }
     ql_progress_end(&prog, done, NULL);
-    if (failed) {
-        rc = ql_error_set(err, job_err.status, "%s", job_err.msg);
+    free(jobs);
+    if (failed)
+        return ql_error_set(err, job_err.status, "%s", job_err.msg);
+    return QL_OK;
+}
+
+/* A tensor's choices from its jobs' sums: chunk order, scaled by rows / sampled
+ * rows; a candidate whose error is not finite is left out with a note. */
+static ql_status collect_choices(const ql_gguf *model, const tensor_work *w, const double *partial,
+                                 ql_fit_table *t, ql_error *err)
+{
+    ql_fit_tensor *ft = w->ft;
+    ft->choices = calloc((size_t)w->n_cand, sizeof *ft->choices);
+    if (!ft->choices)
+        return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
+    const double scale = (double)w->n_rows / (double)w->n_sample;
+    for (int c = 0; c < w->n_cand; c++) {
+        double s = 0;
+        for (int ch = 0; ch < w->n_chunks; ch++)
+            s += partial[w->first_job + c * w->n_chunks + ch];
+        s *= scale;
+        const int32_t type = w->cand[c];
+        if (!isfinite(s)) {
+            ql_status rc =
+                ql_fit_table_add_note(t, err,
+                                      "%s is not a candidate for '%s': its error is not finite "
+                                      "(values out of the type's range)",
+                                      ql_type_name(type), ft->name);
+            if (rc != QL_OK)
+                return rc;
+            continue;
+        }
+        ql_fit_choice *choice = &ft->choices[ft->n_choices++];
+        choice->type = type;
+        choice->bytes = (uint64_t)w->n_rows * ql_row_size(type, ft->ne[0]);
+        choice->err = s;
+    }
+    if (ft->n_choices == 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: tensor '%s': no candidate type gives a finite error (does the "
+                            "tensor hold NaN or infinity?)",
+                            model->path, ft->name);
+    qsort(ft->choices, (size_t)ft->n_choices, sizeof *ft->choices, cmp_choice);
+    return QL_OK;
+}
+
+/* The table of t's model: every tensor described, the assigned ones measured with
+ * each of their candidates. */
+static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
+                         const ql_fit_options *opt, ql_fit_table *t, ql_error *err)
+{
+    candidates cand;
+    ql_status rc = candidate_lists(&cand, opt, err);
+    if (rc == QL_OK)
+        rc = mark_usable(&cand, t, err);
+    if (rc != QL_OK)
+        return rc;
+    tensor_work *tw = calloc((size_t)model->n_tensors + 1, sizeof *tw);
+    double *partial = NULL;
+    int n_tw = 0, n_jobs = 0;
+    t->tensors = calloc((size_t)model->n_tensors + 1, sizeof *t->tensors);
+    if (!tw || !t->tensors) {
+        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
         goto out;
     }
-
-    /* Reduce: chunk order, then scale by rows / sampled rows. */
-    for (int w = 0; w < n_tw; w++) {
-        ql_fit_tensor *ft = tw[w].ft;
-        ft->choices = calloc((size_t)tw[w].n_cand, sizeof *ft->choices);
-        if (!ft->choices) {
-            rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-            goto out;
-        }
-        const double scale = (double)tw[w].n_rows / (double)tw[w].n_sample;
-        for (int c = 0; c < tw[w].n_cand; c++) {
-            double s = 0;
-            for (int ch = 0; ch < tw[w].n_chunks; ch++)
-                s += partial[tw[w].first_job + c * tw[w].n_chunks + ch];
-            s *= scale;
-            const int32_t type = tw[w].cand[c];
-            if (!isfinite(s)) {
-                rc = add_note(t, err,
-                              "%s is not a candidate for '%s': its error is not finite "
-                              "(values out of the type's range)",
-                              ql_type_name(type), ft->name);
-                if (rc != QL_OK)
-                    goto out;
-                continue;
-            }
-            ql_fit_choice *choice = &ft->choices[ft->n_choices++];
-            choice->type = type;
-            choice->bytes = (uint64_t)tw[w].n_rows * ql_row_size(type, ft->ne[0]);
-            choice->err = s;
-        }
-        if (ft->n_choices == 0) {
-            rc = ql_error_set(err, QL_EFORMAT,
-                              "%s: tensor '%s': no candidate type gives a finite "
-                              "error (does the tensor hold NaN or infinity?)",
-                              model->path, ft->name);
-            goto out;
-        }
-        qsort(ft->choices, (size_t)ft->n_choices, sizeof *ft->choices, cmp_choice);
+    for (int64_t i = 0; i < model->n_tensors && rc == QL_OK; i++) {
+        const ql_gguf_tensor *gt = &model->tensors[i];
+        ql_fit_tensor *ft = &t->tensors[t->n_tensors++];
+        rc = describe_tensor(model, gt, t, ft, err);
+        if (rc == QL_OK && ft->assigned)
+            rc = plan_tensor(model, gt, imp, opt, &cand, &tw[n_tw++], ft, &n_jobs, err);
     }
+    if (rc == QL_OK)
+        rc = note_imatrix_skips(&cand, imp && imp->lookup, t, err);
+    if (rc == QL_OK && !(partial = malloc(sizeof(double) * (size_t)(n_jobs + 1))))
+        rc = ql_error_set(err, QL_ENOMEM, "fit: out of memory");
+    if (rc == QL_OK)
+        rc = measure_all(tw, n_tw, n_jobs, opt->quiet, partial, err);
+    for (int w = 0; w < n_tw && rc == QL_OK; w++)
+        rc = collect_choices(model, &tw[w], partial, t, err);
 out:
     if (tw)
         for (int w = 0; w < n_tw; w++)
             free(tw[w].imp.weights);
     free(tw);
-    free(jobs);
     free(partial);
     return rc;
 }
 
 /* ---------------------------------------------------------------------------
- * Cache file
- *
- * Text, one record per line, tab-separated:
- *   qlab-fit-table <format>
- *   key <sha256 of the key string>
- *   model_sha256 <hex>  | imatrix_sha256 <hex|none> | types <list> | sampling <n|exact>
- *   fixed_bytes <n> | assigned_params <n> | total_params <n>
- *   tensors <n>
- *   tensor <name> <n_dims> <ne0..ne3> <src type> <assigned 0|1> <fixed type> <fixed bytes>
- *          <importance> <quant_imatrix 0|1> <rows measured> <n choices>
- *   choice <type> <bytes> <error as a C99 hex float: exact round trip>
- *   notes <n> / note <text>
- *   end <sha256 of every byte before this line>
- */
-
-static ql_status cache_key(const ql_fit_table *t, char out[65])
-{
-    char key[2048];
-    snprintf(key, sizeof key,
-             "qlab-fit-table %d|model=%s|imatrix=%s|types=%s|sampling=%lld|build=%s %s",
-             CACHE_FORMAT, t->model_sha256, t->imatrix_sha256, t->types, (long long)t->sample_rows,
-             QL_VERSION, QL_COMMIT);
-    ql_sha256_hex(key, strlen(key), out);
-    return QL_OK;
-}
-
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    bool oom;
-} strbuf;
-
-static void sb_printf(strbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void sb_printf(strbuf *s, const char *fmt, ...)
-{
-    if (s->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(s->buf ? s->buf + s->len : NULL, s->buf ? s->cap - s->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            s->oom = true;
-            return;
-        }
-        if (s->buf && s->len + (size_t)n < s->cap) {
-            s->len += (size_t)n;
-            return;
-        }
-        size_t nc = (s->cap ? s->cap * 2 : 4096) + (size_t)n;
-        char *nb = realloc(s->buf, nc);
-        if (!nb) {
-            s->oom = true;
-            return;
-        }
-        s->buf = nb;
-        s->cap = nc;
-    }
-}
-
-ql_status ql_fit_table_save(const ql_fit_table *t, const char *path, ql_error *err)
-{
-    strbuf s = {0};
-    char key[65];
-    cache_key(t, key);
-    sb_printf(&s, "qlab-fit-table\t%d\n", CACHE_FORMAT);
-    sb_printf(&s, "key\t%s\n", key);
-    sb_printf(&s, "model_sha256\t%s\n", t->model_sha256);
-    sb_printf(&s, "imatrix_sha256\t%s\n", t->imatrix_sha256);
-    sb_printf(&s, "types\t%s\n", t->types);
-    sb_printf(&s, "sampling\t%lld\n", (long long)t->sample_rows);
-    sb_printf(&s, "fixed_bytes\t%llu\n", (unsigned long long)t->fixed_bytes);
-    sb_printf(&s, "assigned_params\t%lld\n", (long long)t->assigned_params);
-    sb_printf(&s, "total_params\t%lld\n", (long long)t->total_params);
-    sb_printf(&s, "tensors\t%d\n", t->n_tensors);
-    for (int i = 0; i < t->n_tensors; i++) {
-        const ql_fit_tensor *ft = &t->tensors[i];
-        sb_printf(
-            &s, "tensor\t%s\t%u\t%lld\t%lld\t%lld\t%lld\t%d\t%d\t%d\t%llu\t%s\t%d\t%lld\t%d\n",
-            ft->name, ft->n_dims, (long long)ft->ne[0], (long long)ft->ne[1], (long long)ft->ne[2],
-            (long long)ft->ne[3], (int)ft->src_type, ft->assigned ? 1 : 0, (int)ft->fixed_type,
-            (unsigned long long)ft->fixed_bytes, ql_fit_imp_source_name(ft->imp),
-            ft->quant_imatrix ? 1 : 0, (long long)ft->rows_measured, ft->n_choices);
-        for (int c = 0; c < ft->n_choices; c++)
-            sb_printf(&s, "choice\t%s\t%llu\t%a\n", ql_type_name(ft->choices[c].type),
-                      (unsigned long long)ft->choices[c].bytes, ft->choices[c].err);
-    }
-    sb_printf(&s, "notes\t%d\n", t->n_notes);
-    for (int i = 0; i < t->n_notes; i++)
-        sb_printf(&s, "note\t%s\n", t->notes[i]);
-    if (s.oom) {
-        free(s.buf);
-        return ql_error_set(err, QL_ENOMEM, "%s: out of memory formatting the cache", path);
-    }
-    char sum[65];
-    ql_sha256_hex(s.buf, s.len, sum);
-    sb_printf(&s, "end\t%s\n", sum);
-    if (s.oom) {
-        free(s.buf);
-        return ql_error_set(err, QL_ENOMEM, "%s: out of memory formatting the cache", path);
-    }
-    ql_status rc = ql_file_write_all(path, s.buf, s.len, err);
-    free(s.buf);
-    return rc;
-}
-
-/* Line reader over a NUL-terminated buffer: splits the current line into at most
- * max tab-separated fields (in place). */
-typedef struct {
-    char *p;
-    int line;
-    const char *path;
-} reader;
-
-static int next_fields(reader *r, char **f, int max)
-{
-    if (!*r->p)
-        return -1;
-    r->line++;
-    char *end = strchr(r->p, '\n');
-    if (!end)
-        return -2; /* no final newline: truncated */
-    *end = '\0';
-    int n = 0;
-    char *s = r->p;
-    f[n++] = s;
-    while (n < max && (s = strchr(s, '\t')) != NULL) {
-        *s++ = '\0';
-        f[n++] = s;
-    }
-    r->p = end + 1;
-    return n;
-}
-
-static ql_status bad(const reader *r, ql_error *err, const char *what)
-{
-    return ql_error_set(err, QL_EFORMAT, "%s:%d: %s", r->path, r->line, what);
-}
-
-/* Expects a line "<name>\t<value>" and returns the value. */
-static ql_status expect_kv(reader *r, const char *name, char **value, ql_error *err)
-{
-    char *f[3];
-    int n = next_fields(r, f, 3);
-    if (n == -1)
-        return bad(r, err, "unexpected end of file");
-    if (n == -2)
-        return bad(r, err, "truncated line");
-    if (n != 2 || strcmp(f[0], name) != 0) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "expected a '%s' record", name);
-        return bad(r, err, msg);
-    }
-    *value = f[1];
-    return QL_OK;
-}
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-    int64_t v;
-    if (!ql_parse_i64(s, &v) || v < 0)
-        return false;
-    *out = (uint64_t)v;
-    return true;
-}
-
-static bool parse_type_id(const char *s, int32_t *out)
-{
-    int v;
-    if (!ql_parse_int(s, &v) || !ql_type_get(v))
-        return false;
-    *out = v;
-    return true;
-}
-
-ql_status ql_fit_table_load(const char *path, ql_fit_table **out, ql_error *err)
-{
-    *out = NULL;
-    char *buf = NULL;
-    size_t len = 0;
-    ql_status rc = ql_file_read_all(path, &buf, &len, err);
-    if (rc != QL_OK)
-        return rc;
-    ql_fit_table *t = calloc(1, sizeof *t);
-    if (!t) {
-        free(buf);
-        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
-    }
-    reader r = {buf, 0, path};
-    char *v;
-    /* Checksum first: everything before the last line "end\t<sha256>\n". */
-    if (memchr(buf, '\0', len)) {
-        rc = ql_error_set(err, QL_EFORMAT, "%s: binary data in the cache file", path);
-        goto fail;
-    }
-    {
-        /* The last line starts after the last newline but one. */
-        size_t start = len >= 2 ? len - 2 : 0;
-        while (start > 0 && buf[start - 1] != '\n')
-            start--;
-        char sum[65];
-        if (len < 2 || buf[len - 1] != '\n' || len - start != 4 + 64 + 1 ||
-            strncmp(buf + start, "end\t", 4) != 0) {
-            rc =
-                ql_error_set(err, QL_EFORMAT, "%s: truncated (no final 'end' checksum line)", path);
-            goto fail;
-        }
-        ql_sha256_hex(buf, start, sum);
-        if (strncmp(buf + start + 4, sum, 64) != 0) {
-            rc = ql_error_set(err, QL_EFORMAT,
-                              "%s: checksum mismatch (the file was modified "
-                              "or damaged)",
-                              path);
-            goto fail;
-        }
-        buf[start] = '\0'; /* the reader stops before the end line */
-    }
-    if ((rc = expect_kv(&r, "qlab-fit-table", &v, err)) != QL_OK)
-        goto fail;
-    int fmt;
-    if (!ql_parse_int(v, &fmt) || fmt != CACHE_FORMAT) {
-        rc = bad(&r, err, "unsupported cache format version");
-        goto fail;
-    }
-    char stored_key[65];
-    if ((rc = expect_kv(&r, "key", &v, err)) != QL_OK)
-        goto fail;
-    if (strlen(v) != 64) {
-        rc = bad(&r, err, "key is not a sha256");
-        goto fail;
-    }
-    ql_strlcpy(stored_key, v, sizeof stored_key);
-    if ((rc = expect_kv(&r, "model_sha256", &v, err)) != QL_OK)
-        goto fail;
-    ql_strlcpy(t->model_sha256, v, sizeof t->model_sha256);
-    if ((rc = expect_kv(&r, "imatrix_sha256", &v, err)) != QL_OK)
-        goto fail;
-    ql_strlcpy(t->imatrix_sha256, v, sizeof t->imatrix_sha256);
-    if ((rc = expect_kv(&r, "types", &v, err)) != QL_OK)
-        goto fail;
-    ql_strlcpy(t->types, v, sizeof t->types);
-    if ((rc = expect_kv(&r, "sampling", &v, err)) != QL_OK)
-        goto fail;
-    if (!ql_parse_i64(v, &t->sample_rows) || t->sample_rows < 0) {
-        rc = bad(&r, err, "bad sampling");
-        goto fail;
-    }
-    if ((rc = expect_kv(&r, "fixed_bytes", &v, err)) != QL_OK)
-        goto fail;
-    if (!parse_u64(v, &t->fixed_bytes)) {
-        rc = bad(&r, err, "bad fixed_bytes");
-        goto fail;
-    }
-    if ((rc = expect_kv(&r, "assigned_params", &v, err)) != QL_OK)
-        goto fail;
-    if (!ql_parse_i64(v, &t->assigned_params) || t->assigned_params < 0) {
-        rc = bad(&r, err, "bad assigned_params");
-        goto fail;
-    }
-    if ((rc = expect_kv(&r, "total_params", &v, err)) != QL_OK)
-        goto fail;
-    if (!ql_parse_i64(v, &t->total_params) || t->total_params < t->assigned_params) {
-        rc = bad(&r, err, "bad total_params");
-        goto fail;
-    }
-    if ((rc = expect_kv(&r, "tensors", &v, err)) != QL_OK)
-        goto fail;
-    int n_t;
-    /* Each tensor takes a line of at least 30 bytes: bounds the count by the size. */
-    if (!ql_parse_int(v, &n_t) || n_t < 0 || (size_t)n_t > len / 30) {
-        rc = bad(&r, err, "bad tensor count");
-        goto fail;
-    }
-    t->tensors = calloc((size_t)n_t + 1, sizeof *t->tensors);
-    if (!t->tensors) {
-        rc = ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    uint64_t fixed_sum = 0;
-    int64_t assigned_sum = 0, total_sum = 0;
-    for (int i = 0; i < n_t; i++) {
-        char *f[16];
-        int n = next_fields(&r, f, 16);
-        if (n != 15 || strcmp(f[0], "tensor") != 0) {
-            rc = bad(&r, err, n < 0 ? "unexpected end of file" : "expected a 'tensor' record");
-            goto fail;
-        }
-        ql_fit_tensor *ft = &t->tensors[t->n_tensors++];
-        if (!(ft->name = ql_strdup(f[1]))) {
-            rc = ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
-            goto fail;
-        }
-        int nd, assigned, qi, nc;
-        bool ok = ql_parse_int(f[2], &nd) && nd >= 1 && nd <= QL_GGUF_MAX_DIMS;
-        int64_t params = 1;
-        for (int d = 0; ok && d < QL_GGUF_MAX_DIMS; d++) {
-            ok = ql_parse_i64(f[3 + d], &ft->ne[d]) && ft->ne[d] > 0 &&
-                 ft->ne[d] <= INT64_MAX / params;
-            if (ok)
-                params *= ft->ne[d];
-        }
-        ok = ok && parse_type_id(f[7], &ft->src_type) && ql_parse_int(f[8], &assigned) &&
-             (assigned == 0 || assigned == 1) && parse_type_id(f[9], &ft->fixed_type) &&
-             parse_u64(f[10], &ft->fixed_bytes) && imp_source_parse(f[11], &ft->imp) &&
-             ql_parse_int(f[12], &qi) && (qi == 0 || qi == 1) &&
-             ql_parse_i64(f[13], &ft->rows_measured) && ft->rows_measured >= 0 &&
-             ql_parse_int(f[14], &nc) && nc >= 0 && nc <= MAX_TYPES &&
-             (assigned ? nc > 0 : nc == 0);
-        if (!ok) {
-            rc = bad(&r, err, "malformed 'tensor' record");
-            goto fail;
-        }
-        ft->n_dims = (uint32_t)nd;
-        ft->n_params = params;
-        ft->assigned = assigned == 1;
-        ft->quant_imatrix = qi == 1;
-        total_sum += params;
-        if (ft->assigned)
-            assigned_sum += params;
-        else
-            fixed_sum += ft->fixed_bytes;
-        ft->choices = calloc((size_t)nc + 1, sizeof *ft->choices);
-        if (!ft->choices) {
-            rc = ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
-            goto fail;
-        }
-        for (int c = 0; c < nc; c++) {
-            char *g[5];
-            n = next_fields(&r, g, 5);
-            ql_fit_choice *ch = &ft->choices[ft->n_choices];
-            const ql_type_traits *tr = n == 4 ? ql_type_by_name(g[1]) : NULL;
-            char *end = NULL;
-            if (n == 4) {
-                errno = 0;
-                ch->err = strtod(g[3], &end);
-            }
-            if (n != 4 || strcmp(g[0], "choice") != 0 || !tr || !is_weight_type(tr) ||
-                !parse_u64(g[2], &ch->bytes) || !end || *end || errno || !isfinite(ch->err) ||
-                ch->err < 0 ||
-                ch->bytes !=
-                    (uint64_t)(params / ft->ne[0]) * ql_row_size((int32_t)tr->type, ft->ne[0]) ||
-                ch->bytes == 0) {
-                rc = bad(&r, err, "malformed 'choice' record (type, exact bytes, error)");
-                goto fail;
-            }
-            ch->type = (int32_t)tr->type;
-            ft->n_choices++;
-        }
-    }
-    if (fixed_sum != t->fixed_bytes || assigned_sum != t->assigned_params ||
-        total_sum != t->total_params) {
-        rc = ql_error_set(err, QL_EFORMAT, "%s: totals do not match the tensor records", path);
-        goto fail;
-    }
-    if ((rc = expect_kv(&r, "notes", &v, err)) != QL_OK)
-        goto fail;
-    int n_notes;
-    if (!ql_parse_int(v, &n_notes) || n_notes < 0 || (size_t)n_notes > len) {
-        rc = bad(&r, err, "bad note count");
-        goto fail;
-    }
-    for (int i = 0; i < n_notes; i++) {
-        if ((rc = expect_kv(&r, "note", &v, err)) != QL_OK)
-            goto fail;
-        if ((rc = add_note(t, err, "%s", v)) != QL_OK)
-            goto fail;
-    }
-    if (*r.p) {
-        rc = bad(&r, err, "unexpected data before the end line");
-        goto fail;
-    }
-    char key[65];
-    cache_key(t, key);
-    if (strcmp(key, stored_key) != 0) {
-        rc = ql_error_set(err, QL_EFORMAT, "%s: the key does not match its contents", path);
-        goto fail;
-    }
-    free(buf);
-    *out = t;
-    return QL_OK;
-fail:
-    free(buf);
-    ql_fit_table_free(t);
-    return rc;
-}
-
-/* The cache entry fits this model when every tensor matches by name and shape. */
-static bool table_matches_model(const ql_fit_table *t, const ql_gguf *model)
-{
-    if (t->n_tensors != model->n_tensors)
-        return false;
-    for (int i = 0; i < t->n_tensors; i++) {
-        const ql_gguf_tensor *gt = &model->tensors[i];
-        const ql_fit_tensor *ft = &t->tensors[i];
-        if (strcmp(ft->name, gt->name) != 0 || ft->n_dims != gt->n_dims || ft->src_type != gt->type)
-            return false;
-        for (int d = 0; d < QL_GGUF_MAX_DIMS; d++)
-            if (ft->ne[d] != gt->ne[d])
-                return false;
-    }
-    return true;
-}
-
-/* ---------------------------------------------------------------------------
  * Entry point */
+
+/* What identifies a table besides the build: model, imatrix, candidate set (as
+ * requested, canonical order, with its cap) and sampling. */
+static ql_status table_identity(ql_fit_table *t, const ql_gguf *model, const char *model_sha256,
+                                const ql_fit_importance *imp, const ql_fit_options *opt,
+                                ql_error *err)
+{
+    ql_status rc = QL_OK;
+    if (model_sha256 && *model_sha256)
+        ql_strlcpy(t->model_sha256, model_sha256, sizeof t->model_sha256);
+    else if ((rc = ql_sha256_file(model->path, t->model_sha256, err)) != QL_OK)
+        return rc;
+    ql_strlcpy(t->imatrix_sha256,
+               imp && imp->lookup && imp->sha256 && *imp->sha256 ? imp->sha256 : "none",
+               sizeof t->imatrix_sha256);
+    if (opt->types) {
+        int32_t ty[QL_FIT_MAX_TYPES];
+        int n;
+        if ((rc = parse_types(opt->types, ty, &n, err)) != QL_OK)
+            return rc;
+        format_types(ty, n, t->types, sizeof t->types);
+    } else {
+        ql_strlcpy(t->types, "default", sizeof t->types);
+    }
+    if (opt->max_bpw > 0) {
+        size_t used = strlen(t->types);
+        snprintf(t->types + used, sizeof t->types - used, " up to %g bpw", opt->max_bpw);
+    }
+    t->sample_rows = opt->sample_rows;
+    return QL_OK;
+}
 
 ql_status ql_fit_table_compute(const ql_gguf *model, const char *model_sha256,
                                const ql_fit_importance *imp, const ql_fit_options *opt,
@@ -1192,87 +928,29 @@ ql_status ql_fit_table_compute(const ql_gguf *model, const char *model_sha256,
     }
     if (opt->sample_rows < 0)
         return ql_error_set(err, QL_EINVAL, "fit: sample rows must be >= 0 (0 = every row)");
-    double t0 = ql_now();
+    const double t0 = ql_now();
     ql_fit_table *t = calloc(1, sizeof *t);
     if (!t)
         return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-    ql_status rc = QL_OK;
-    char cache_problem[QL_ERROR_MSG_MAX + 4200] = "";
-    if (model_sha256 && *model_sha256) {
-        ql_strlcpy(t->model_sha256, model_sha256, sizeof t->model_sha256);
-    } else if ((rc = ql_sha256_file(model->path, t->model_sha256, err)) != QL_OK) {
+    char dir[4096], cache_problem[QL_ERROR_MSG_MAX + 4200] = "";
+    ql_status rc = table_identity(t, model, model_sha256, imp, opt, err);
+    if (rc == QL_OK)
+        rc = ql_fit_cache_locate(t, opt, dir, sizeof dir, err);
+    if (rc != QL_OK)
         goto fail;
+    ql_fit_table *cached = ql_fit_cache_find(t, model, cache_problem, sizeof cache_problem);
+    if (cached) {
+        cached->seconds = ql_now() - t0;
+        ql_fit_table_free(t);
+        *out = cached;
+        return QL_OK;
     }
-    ql_strlcpy(t->imatrix_sha256,
-               imp && imp->lookup && imp->sha256 && *imp->sha256 ? imp->sha256 : "none",
-               sizeof t->imatrix_sha256);
-    if (opt->types) {
-        int32_t ty[MAX_TYPES];
-        int n;
-        if ((rc = parse_types(opt->types, ty, &n, err)) != QL_OK)
-            goto fail;
-        format_types(ty, n, t->types, sizeof t->types);
-    } else {
-        ql_strlcpy(t->types, "default", sizeof t->types);
-    }
-    if (opt->max_bpw > 0) {
-        size_t used = strlen(t->types);
-        snprintf(t->types + used, sizeof t->types - used, " up to %g bpw", opt->max_bpw);
-    }
-    t->sample_rows = opt->sample_rows;
-
-    /* The cache. */
-    if (!opt->cache_dir || *opt->cache_dir) {
-        char dir[4096], key[65];
-        if (opt->cache_dir)
-            ql_strlcpy(dir, opt->cache_dir, sizeof dir);
-        else
-            snprintf(dir, sizeof dir, "%s/results/cache", ql_data_root());
-        cache_key(t, key);
-        if ((size_t)snprintf(t->cache_path, sizeof t->cache_path, "%.4000s/fit-%.16s.tsv", dir,
-                             key) >= sizeof t->cache_path) {
-            rc = ql_error_set(err, QL_EINVAL, "fit: cache directory path too long: %s", dir);
-            goto fail;
-        }
-        if (ql_file_exists(t->cache_path)) {
-            ql_fit_table *c = NULL;
-            ql_error cerr;
-            ql_error_clear(&cerr);
-            ql_status cs = ql_fit_table_load(t->cache_path, &c, &cerr);
-            if (cs == QL_OK && strcmp(c->model_sha256, t->model_sha256) == 0 &&
-                strcmp(c->imatrix_sha256, t->imatrix_sha256) == 0 &&
-                strcmp(c->types, t->types) == 0 && c->sample_rows == t->sample_rows &&
-                table_matches_model(c, model)) {
-                c->from_cache = true;
-                ql_strlcpy(c->cache_path, t->cache_path, sizeof c->cache_path);
-                c->seconds = ql_now() - t0;
-                ql_fit_table_free(t);
-                *out = c;
-                return QL_OK;
-            }
-            ql_fit_table_free(c);
-            snprintf(cache_problem, sizeof cache_problem,
-                     "cache %s was not usable (%s); "
-                     "recomputed",
-                     t->cache_path,
-                     cs != QL_OK ? cerr.msg : "it belongs to another model or settings");
-        }
+    if (t->cache_path[0]) {
         ql_error dir_err; /* a failure shows as "cache not written" after the table */
         (void)ql_make_dirs(dir, &dir_err);
     }
-    if ((rc = compute(model, imp, opt, t, err)) != QL_OK)
-        goto fail;
-    /* Notes about the cache itself are added after saving: they describe this run. */
-    if (t->cache_path[0]) {
-        ql_error werr;
-        ql_error_clear(&werr);
-        if (ql_fit_table_save(t, t->cache_path, &werr) != QL_OK) {
-            if ((rc = add_note(t, err, "cache not written: %s", werr.msg)) != QL_OK)
-                goto fail;
-            t->cache_path[0] = '\0';
-        }
-    }
-    if (cache_problem[0] && (rc = add_note(t, err, "%s", cache_problem)) != QL_OK)
+    if ((rc = compute(model, imp, opt, t, err)) != QL_OK ||
+        (rc = ql_fit_cache_store(t, cache_problem, err)) != QL_OK)
         goto fail;
     t->seconds = ql_now() - t0;
     *out = t;

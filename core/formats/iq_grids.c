@@ -266,110 +266,106 @@ static ql_status build_neighbours(const family_spec *f, const uint8_t *lattice, 
     return QL_OK;
 }
 
+/* Lattice points from the codes (coordinate level l at 2l + 1) and the map from
+ * code to point; every code must be a valid, distinct point. */
+static ql_status lattice_from_codes(const family_spec *f, const uint64_t *codes, int32_t map_size,
+                                    uint8_t *lattice, int32_t *map, ql_error *err)
+{
+    const int dim = f->dim;
+    for (int32_t c = 0; c < map_size; c++)
+        map[c] = -1;
+    const uint32_t digit_mask = (1u << f->code_bits) - 1;
+    for (int j = 0; j < f->n_points; j++) {
+        if (codes[j] >= (uint64_t)map_size)
+            return ql_error_set(err, QL_EFORMAT,
+                                "table %s: entry %d (code %llu) is outside the lattice (codes < "
+                                "%d)",
+                                f->code_table, j, (unsigned long long)codes[j], (int)map_size);
+        for (int k = 0; k < dim; k++) {
+            const unsigned l = (unsigned)(codes[j] >> (f->code_bits * k)) & digit_mask;
+            if (l >= (unsigned)f->n_levels)
+                return ql_error_set(err, QL_EFORMAT,
+                                    "table %s: entry %d (code %llu): coordinate %d has level %u, "
+                                    "the lattice has %d levels",
+                                    f->code_table, j, (unsigned long long)codes[j], k, l,
+                                    f->n_levels);
+            lattice[(size_t)j * (size_t)dim + (size_t)k] = (uint8_t)(2 * l + 1);
+        }
+        if (map[codes[j]] >= 0)
+            return ql_error_set(err, QL_EFORMAT,
+                                "table %s: entries %d and %d are the same code %llu", f->code_table,
+                                (int)map[codes[j]], j, (unsigned long long)codes[j]);
+        map[codes[j]] = j;
+    }
+    return QL_OK;
+}
+
+/* The decode grid must be the same points, one byte per coordinate
+ * (little-endian), every lattice level always decoding to the same byte and
+ * larger levels to larger values. This catches a shuffled or damaged table. The
+ * bytes go to values. */
+static ql_status check_decode_grid(const family_spec *f, const uint64_t *dec,
+                                   const uint8_t *lattice, uint8_t *values, ql_error *err)
+{
+    const int dim = f->dim;
+    int level_byte[8];
+    for (int l = 0; l < 8; l++)
+        level_byte[l] = -1000;
+    for (int j = 0; j < f->n_points; j++) {
+        for (int k = 0; k < dim; k++) {
+            const unsigned byte = (unsigned)(dec[j] >> (8 * k)) & 0xffu;
+            const int v = f->signed_values ? (int)byte - (int)((byte & 0x80u) << 1) : (int)byte;
+            const int l = (lattice[(size_t)j * (size_t)dim + (size_t)k] - 1) / 2;
+            if (level_byte[l] == -1000)
+                level_byte[l] = v;
+            if (level_byte[l] != v)
+                return ql_error_set(err, QL_EFORMAT,
+                                    "table %s: entry %d (0x%0*llx), byte %d is %d, but lattice "
+                                    "level %d (from %s) decodes to %d elsewhere",
+                                    f->decode_table, j, f->decode_bits / 4,
+                                    (unsigned long long)dec[j], k, v, l, f->code_table,
+                                    level_byte[l]);
+            values[(size_t)j * (size_t)dim + (size_t)k] = (uint8_t)byte;
+        }
+        if (f->decode_bits < 64 && (dec[j] >> f->decode_bits) != 0)
+            return ql_error_set(err, QL_EFORMAT, "table %s: entry %d does not fit %d bits",
+                                f->decode_table, j, f->decode_bits);
+    }
+    for (int l = 1; l < f->n_levels; l++)
+        if (level_byte[l] != -1000 && level_byte[l - 1] != -1000 &&
+            level_byte[l] <= level_byte[l - 1])
+            return ql_error_set(err, QL_EFORMAT,
+                                "table %s: lattice level %d decodes to %d, not above level %d (%d)",
+                                f->decode_table, l, level_byte[l], l - 1, level_byte[l - 1]);
+    return QL_OK;
+}
+
 /* Builds one family from its two tables; err names the table and entry on a
  * malformed input. */
 static ql_status build_family(const family_spec *f, ql_iq_grid **out, ql_error *err)
 {
     ql_status st;
-    int np = f->n_points, dim = f->dim;
+    const int np = f->n_points, dim = f->dim;
     uint64_t *dec = malloc((size_t)np * sizeof *dec), *codes = malloc((size_t)np * sizeof *codes);
     ql_iq_grid *g = calloc(1, sizeof *g);
     uint8_t *values = malloc((size_t)np * (size_t)dim);
     uint8_t *lattice = malloc((size_t)np * (size_t)dim);
-    int32_t map_size = 0;
+    int32_t map_size = 1;
     for (int k = 0; k < dim; k++)
         map_size += (f->n_levels - 1) << (f->code_bits * k);
-    map_size += 1;
     int32_t *map = malloc((size_t)map_size * sizeof *map);
     uint16_t *neighbours = NULL;
     if (!dec || !codes || !g || !values || !lattice || !map) {
         st = ql_error_set(err, QL_ENOMEM, "%s codebook: out of memory", f->name);
         goto fail;
     }
-    st = read_table(f->decode_table, np, f->decode_bits, dec, err);
-    if (!st)
-        st = read_table(f->code_table, np, 16, codes, err);
-    if (st)
+    if ((st = read_table(f->decode_table, np, f->decode_bits, dec, err)) ||
+        (st = read_table(f->code_table, np, 16, codes, err)) ||
+        (st = lattice_from_codes(f, codes, map_size, lattice, map, err)) ||
+        (st = check_decode_grid(f, dec, lattice, values, err)) ||
+        (st = build_neighbours(f, lattice, map, map_size, &neighbours, err)) ||
+        (f->needs_signs && (st = load_sign_tables(err))))
         goto fail;
-
-    /* Lattice points from the codes; every code must be a valid, distinct point. */
-    for (int32_t c = 0; c < map_size; c++)
-        map[c] = -1;
-    uint32_t digit_mask = (1u << f->code_bits) - 1;
-    for (int j = 0; j < np; j++) {
-        if (codes[j] >= (uint64_t)map_size) {
-            st = ql_error_set(err, QL_EFORMAT,
-                              "table %s: entry %d (code %llu) is outside the lattice (codes < %d)",
-                              f->code_table, j, (unsigned long long)codes[j], (int)map_size);
-            goto fail;
-        }
-        for (int k = 0; k < dim; k++) {
-            unsigned l = (unsigned)(codes[j] >> (f->code_bits * k)) & digit_mask;
-            if (l >= (unsigned)f->n_levels) {
-                st =
-                    ql_error_set(err, QL_EFORMAT,
-                                 "table %s: entry %d (code %llu): coordinate %d has level %u, "
-                                 "the lattice has %d levels",
-                                 f->code_table, j, (unsigned long long)codes[j], k, l, f->n_levels);
-                goto fail;
-            }
-            lattice[(size_t)j * (size_t)dim + (size_t)k] = (uint8_t)(2 * l + 1);
-        }
-        if (map[codes[j]] >= 0) {
-            st = ql_error_set(err, QL_EFORMAT, "table %s: entries %d and %d are the same code %llu",
-                              f->code_table, (int)map[codes[j]], j, (unsigned long long)codes[j]);
-            goto fail;
-        }
-        map[codes[j]] = j;
-    }
-
-    /* The decode grid must be the same points, one byte per coordinate
-     * (little-endian), every lattice level always decoding to the same byte and
-     * larger levels to larger values. This catches a shuffled or damaged table. */
-    int level_byte[8];
-    for (int l = 0; l < 8; l++)
-        level_byte[l] = -1000;
-    for (int j = 0; j < np; j++) {
-        for (int k = 0; k < dim; k++) {
-            unsigned byte = (unsigned)(dec[j] >> (8 * k)) & 0xffu;
-            int v = f->signed_values ? (int)byte - (int)((byte & 0x80u) << 1) : (int)byte;
-            int l = (lattice[(size_t)j * (size_t)dim + (size_t)k] - 1) / 2;
-            if (level_byte[l] == -1000)
-                level_byte[l] = v;
-            if (level_byte[l] != v) {
-                st =
-                    ql_error_set(err, QL_EFORMAT,
-                                 "table %s: entry %d (0x%0*llx), byte %d is %d, but lattice "
-                                 "level %d (from %s) decodes to %d elsewhere",
-                                 f->decode_table, j, f->decode_bits / 4, (unsigned long long)dec[j],
-                                 k, v, l, f->code_table, level_byte[l]);
-                goto fail;
-            }
-            values[(size_t)j * (size_t)dim + (size_t)k] = (uint8_t)byte;
-        }
-        if (f->decode_bits < 64 && (dec[j] >> f->decode_bits) != 0) {
-            st = ql_error_set(err, QL_EFORMAT, "table %s: entry %d does not fit %d bits",
-                              f->decode_table, j, f->decode_bits);
-            goto fail;
-        }
-    }
-    for (int l = 1; l < f->n_levels; l++)
-        if (level_byte[l] != -1000 && level_byte[l - 1] != -1000 &&
-            level_byte[l] <= level_byte[l - 1]) {
-            st = ql_error_set(err, QL_EFORMAT,
-                              "table %s: lattice level %d decodes to %d, not above level %d (%d)",
-                              f->decode_table, l, level_byte[l], l - 1, level_byte[l - 1]);
-            goto fail;
-        }
-
-    st = build_neighbours(f, lattice, map, map_size, &neighbours, err);
-    if (st)
-        goto fail;
-    if (f->needs_signs) {
-        st = load_sign_tables(err);
-        if (st)
-            goto fail;
-    }
     free(dec);
     free(codes);
     g->name = f->name;

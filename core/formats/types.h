@@ -58,6 +58,10 @@ typedef struct {
      * at most 32 values per block are every tensor's candidates, those of 256 only
      * of rows that split into 256-blocks. */
     int ladder_rank;
+    /* Its quantizer carries state from row to row within one call, as ggml's does
+     * (IQ1_S, IQ1_M: a group of zeros takes the previous row's shift), so a row's
+     * bytes depend on the rows quantized before it in the same call. */
+    bool row_state;
     bool requires_imatrix;       /* ggml refuses to quantize it without an importance matrix */
     bool llama_imatrix;          /* llama-quantize refuses it without one (a superset) */
     bool needs_grids;            /* needs the IQ lattice codebooks (see iq_grids.h) */

@@ -31,7 +31,9 @@
  * short buffer. *written (may be NULL) receives the byte count.
  * The chunks are ceil(16384 / n_per_row) rows, the chunks llama-quantize hands to
  * ggml_quantize_chunk when it runs with two or more threads. That matters for IQ1_S
- * and IQ1_M, whose quantizers carry state from row to row within one call. */
+ * and IQ1_M, whose quantizers carry state from row to row within one call. This is
+ * the building block of ql_quant_tensor_rows (quant_model.h), the entry point for
+ * any rows of a tensor: callers quantize tensors through that. */
 ql_status ql_quant_tensor(int32_t type, const float *src, int64_t nrows, int64_t n_per_row,
                           const float *imatrix, void *dst, size_t dst_size, size_t *written,
                           ql_error *err);

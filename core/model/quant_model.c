@@ -10,6 +10,148 @@
 #include "formats/types.h"
 #include "model/gguf.h"
 
+/* ---------------------------------------------------------------------------
+ * One tensor */
+
+/* Values decoded at a time when rows come from a GGUF tensor (16 MB of f32): bounds
+ * the memory besides the caller's output. */
+#define DECODE_BLOCK_VALUES ((int64_t)1 << 22)
+
+void ql_quant_src_from_gguf(ql_quant_src *s, const ql_gguf_tensor *gt)
+{
+    ql_quant_src_from_f32(s, gt->ne, NULL);
+    s->gt = gt;
+}
+
+void ql_quant_src_from_f32(ql_quant_src *s, const int64_t ne[QL_GGUF_MAX_DIMS], const float *f32)
+{
+    memset(s, 0, sizeof *s);
+    s->n_per_row = ne[0];
+    s->rows_per_mat = ne[1];
+    s->n_mats = ne[2] * ne[3];
+    s->rows = f32;
+    s->rows_n = f32 ? s->rows_per_mat * s->n_mats : 0;
+}
+
+static bool in_rows(const ql_quant_src *s, int64_t r0, int64_t n)
+{
+    return s->rows && r0 >= s->rows_first && r0 + n <= s->rows_first + s->rows_n;
+}
+
+/* Rows [r0, r0 + n) of s as f32: a pointer into s->rows when they are all there,
+ * else gathered into *buf (grown to fit) from s->rows and the decoded tensor. */
+static ql_status source_rows(const ql_quant_src *s, int64_t r0, int64_t n, float **buf, size_t *cap,
+                             const float **out, ql_error *err)
+{
+    const int64_t npr = s->n_per_row;
+    if (in_rows(s, r0, n)) {
+        *out = s->rows + (r0 - s->rows_first) * npr;
+        return QL_OK;
+    }
+    if (!s->gt)
+        return ql_error_set(err, QL_EINVAL,
+                            "quantize: rows %lld..%lld are not among the source rows given and "
+                            "there is no tensor to decode them from",
+                            (long long)r0, (long long)(r0 + n - 1));
+    if (!ql_grow((void **)buf, cap, (size_t)(n * npr), sizeof(float)))
+        return ql_error_set(err, QL_ENOMEM, "quantize '%s': out of memory for %lld rows",
+                            s->gt->name, (long long)n);
+    float *b = *buf;
+#pragma omp parallel for schedule(static) num_threads(ql_threads_get()) if (n > 1)
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t row = r0 + k;
+        if (in_rows(s, row, 1))
+            memcpy(b + k * npr, s->rows + (row - s->rows_first) * npr, sizeof(float) * (size_t)npr);
+        else
+            ql_dequant_row(s->gt->type, s->gt->data, row, npr, b + k * npr);
+    }
+    *out = b;
+    return QL_OK;
+}
+
+/* The checks before any row: the type (those of ql_quant_tensor, on no rows), the
+ * range, the output size and a source that decodes. */
+static ql_status check_rows_request(const ql_quant_src *s, int32_t type, int64_t row0,
+                                    int64_t nrows, size_t dst_size, ql_error *err)
+{
+    ql_status st = ql_quant_tensor(type, NULL, 0, s->n_per_row, s->imatrix, NULL, 0, NULL, err);
+    if (st)
+        return st;
+    const int64_t total = s->rows_per_mat * s->n_mats;
+    if (row0 < 0 || nrows < 0 || row0 > total - nrows)
+        return ql_error_set(err, QL_EINVAL, "quantize: rows %lld..%lld are outside the %lld rows",
+                            (long long)row0, (long long)(row0 + nrows - 1), (long long)total);
+    const size_t rs = ql_row_size(type, s->n_per_row);
+    if (nrows > 0 && (size_t)nrows > dst_size / rs)
+        return ql_error_set(err, QL_EINVAL,
+                            "quantize %s: buffer of %zu bytes is smaller than %lld rows of %zu "
+                            "bytes",
+                            ql_type_name(type), dst_size, (long long)nrows, rs);
+    if (s->gt) {
+        const ql_type_traits *src = ql_type_get(s->gt->type);
+        if (!src || !src->dequantize || !s->gt->data)
+            return ql_error_set(err, QL_EUNSUPPORTED,
+                                "tensor '%s': qlab cannot read its source type %s", s->gt->name,
+                                ql_type_name(s->gt->type));
+        if ((st = ql_type_prepare(s->gt->type, err)))
+            return ql_error_prefix(err, "tensor '%s': ", s->gt->name);
+    }
+    return QL_OK;
+}
+
+ql_status ql_quant_tensor_rows(const ql_quant_src *s, int32_t type, int64_t row0, int64_t nrows,
+                               void *dst, size_t dst_size, ql_error *err)
+{
+    ql_status st = check_rows_request(s, type, row0, nrows, dst_size, err);
+    if (st)
+        return st;
+    const int64_t npr = s->n_per_row, chunk = ql_quant_chunk_rows(npr);
+    const size_t rs = ql_row_size(type, npr);
+    const bool row_state = ql_type_get(type)->row_state;
+    /* Decoded blocks are whole chunks, so that they start where chunks start. */
+    const int64_t block_chunks = DECODE_BLOCK_VALUES / npr / chunk;
+    const int64_t block = (block_chunks > 0 ? block_chunks : 1) * chunk;
+    float *buf = NULL;
+    size_t cap = 0;
+    uint8_t *lead_q = NULL;
+    for (int64_t r = row0; r < row0 + nrows && !st;) {
+        const int64_t mat = r / s->rows_per_mat, mat_first = mat * s->rows_per_mat;
+        const int64_t stop =
+            row0 + nrows < mat_first + s->rows_per_mat ? row0 + nrows : mat_first + s->rows_per_mat;
+        const float *imat = s->imatrix ? s->imatrix + (s->imatrix_per_mat ? mat * npr : 0) : NULL;
+        uint8_t *out = (uint8_t *)dst + (size_t)(r - row0) * rs;
+        const size_t out_size = dst_size - (size_t)(r - row0) * rs;
+        const int64_t lead = row_state ? (r - mat_first) % chunk : 0;
+        const float *x;
+        if (lead > 0) {
+            /* Inside a chunk: quantize it from its first row, keep the rows asked for. */
+            const int64_t c0 = r - lead, c1 = c0 + chunk < stop ? c0 + chunk : stop;
+            if (!lead_q && !(lead_q = malloc(rs * (size_t)chunk)))
+                st = ql_error_set(err, QL_ENOMEM, "quantize: out of memory for a chunk");
+            if (!st)
+                st = source_rows(s, c0, c1 - c0, &buf, &cap, &x, err);
+            if (!st)
+                st = ql_quant_tensor(type, x, c1 - c0, npr, imat, lead_q, rs * (size_t)chunk, NULL,
+                                     err);
+            if (!st)
+                memcpy(out, lead_q + (size_t)lead * rs, (size_t)(c1 - r) * rs);
+            r = c1;
+            continue;
+        }
+        const int64_t n = in_rows(s, r, stop - r) || stop - r < block ? stop - r : block;
+        st = source_rows(s, r, n, &buf, &cap, &x, err);
+        if (!st)
+            st = ql_quant_tensor(type, x, n, npr, imat, out, out_size, NULL, err);
+        r += n;
+    }
+    free(buf);
+    free(lead_q);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------
+ * A whole model */
+
 bool ql_quant_llama_ftype(int32_t type, uint32_t *ftype)
 {
     const ql_type_traits *t = ql_type_get(type);
@@ -149,14 +291,12 @@ static ql_status quantize_one(const ql_gguf_tensor *t, const ql_quant_plan_entry
     const float *stats_w = imat;
     if (opts->stats_imatrix)
         stats_w = opts->stats_imatrix(opts->stats_imatrix_ctx, t->name, npr, n_mats);
-    const size_t mat_bytes = ql_row_size(e->used, npr) * (size_t)rows_per_mat;
-    for (int64_t m = 0; m < n_mats; m++) {
-        st = ql_quant_tensor(e->used, src + m * rows_per_mat * npr, rows_per_mat, npr,
-                             imat ? imat + m * npr : NULL, (char *)q + (size_t)m * mat_bytes,
-                             q_cap - (size_t)m * mat_bytes, NULL, err);
-        if (st)
-            return st;
-    }
+    ql_quant_src qs;
+    ql_quant_src_from_f32(&qs, e->ne, src);
+    qs.imatrix = imat;
+    qs.imatrix_per_mat = true;
+    if ((st = ql_quant_tensor_rows(&qs, e->used, 0, nrows, q, q_cap, err)))
+        return st;
     if (!e_out)
         return QL_OK;
     st = ql_dequant_tensor(e->used, q, e->bytes, nrows, npr, deq, err);
@@ -201,14 +341,10 @@ static ql_status copy_stats(const ql_gguf_tensor *t, const ql_quant_plan_entry *
     return QL_OK;
 }
 
-ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_quant_model_opts *opts,
-                         ql_quant_model_report **report, ql_error *err)
+/* The config's types must be writable to a GGUF model, and its weight type (or
+ * mix) must have a llama.cpp file type, which *ftype receives. */
+static ql_status check_config(const ql_quant_config *cfg, uint32_t *ftype, ql_error *err)
 {
-    *report = NULL;
-    /* Some of the mixes' rules depend on whether there is an imatrix at all. */
-    ql_quant_config cfg_copy = opts->cfg;
-    cfg_copy.has_imatrix = opts->imatrix != NULL;
-    const ql_quant_config *cfg = &cfg_copy;
     ql_status st;
     if ((!cfg->mix && (st = ql_quant_model_check_type(cfg->weight_type, "weight", err))) ||
         (st = ql_quant_model_check_type(cfg->head_type, "head", err)) ||
@@ -219,31 +355,25 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
                  ql_quant_model_check_type(ql_quant_overrides_type(cfg->overrides, i), "its", err)))
             return ql_error_prefix(
                 err, "--tensor-type '%s': ", ql_quant_overrides_rule(cfg->overrides, i));
-    uint32_t ftype = 0;
     if (cfg->mix)
-        ftype = (uint32_t)cfg->mix->ftype;
-    else if (!ql_quant_llama_ftype(cfg->weight_type, &ftype))
+        *ftype = (uint32_t)cfg->mix->ftype;
+    else if (!ql_quant_llama_ftype(cfg->weight_type, ftype))
         return ql_error_set(err, QL_EINVAL, "weight type %s has no llama.cpp file type",
                             ql_type_name(cfg->weight_type));
+    return QL_OK;
+}
 
-    double t0 = ql_now();
-    ql_gguf *g = NULL;
-    ql_gguf_writer *w = NULL;
-    float *f32 = NULL, *deq = NULL;
-    uint8_t *q = NULL;
-    ql_quant_model_report *r = calloc(1, sizeof *r);
-    if (!r)
-        return ql_error_set(err, QL_ENOMEM, "out of memory for a quantization report");
-    r->file_type = ftype;
+/* Work buffers sized for the largest tensor of the plan: its source in f32, its
+ * quantized bytes and (for the stats) its dequantized values. */
+typedef struct {
+    float *f32, *deq;
+    uint8_t *q;
+    size_t q_cap;
+} work_buffers;
 
-    if ((st = ql_gguf_open(&g, in_path, err)))
-        goto out;
-    if ((st = ql_quant_plan_build(g, cfg, &r->plan, err)))
-        goto out;
-    if ((st = check_plan(g, r->plan, opts, err)))
-        goto out;
-
-    /* Work buffers sized for the largest tensor. */
+/* The buffers and the report's per-tensor arrays. */
+static ql_status alloc_work(work_buffers *b, ql_quant_model_report *r, bool stats, ql_error *err)
+{
     int64_t max_values = 1;
     uint64_t max_bytes = 1;
     for (int64_t i = 0; i < r->plan->n; i++) {
@@ -254,34 +384,46 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
             max_bytes = e->bytes;
     }
     r->has_imatrix = calloc((size_t)r->plan->n + 1, sizeof *r->has_imatrix);
-    f32 = malloc((size_t)max_values * sizeof(float));
-    q = malloc((size_t)max_bytes);
-    if (opts->stats) {
+    b->f32 = malloc((size_t)max_values * sizeof(float));
+    b->q = malloc((size_t)max_bytes);
+    b->q_cap = (size_t)max_bytes;
+    if (stats) {
         r->errors = calloc((size_t)r->plan->n + 1, sizeof *r->errors);
-        deq = malloc((size_t)max_values * sizeof(float));
+        b->deq = malloc((size_t)max_values * sizeof(float));
     }
-    if (!r->has_imatrix || !f32 || !q || (opts->stats && (!r->errors || !deq))) {
-        st = ql_error_set(err, QL_ENOMEM, "out of memory for %lld values of work buffers",
-                          (long long)max_values);
-        goto out;
-    }
+    if (!r->has_imatrix || !b->f32 || !b->q || (stats && (!r->errors || !b->deq)))
+        return ql_error_set(err, QL_ENOMEM, "out of memory for %lld values of work buffers",
+                            (long long)max_values);
+    return QL_OK;
+}
 
-    if ((st = ql_gguf_writer_alloc(&w, err)) ||
-        (st = ql_gguf_writer_set_alignment(w, g->alignment, err)) ||
+/* The output file up to its tensor data: the model's keys, the quantization
+ * version, the file type, the imatrix keys and every tensor's info. */
+static ql_status begin_output(ql_gguf_writer *w, const ql_gguf *g, const ql_quant_plan *p,
+                              uint32_t ftype, const ql_quant_model_opts *opts, const char *out_path,
+                              ql_error *err)
+{
+    ql_status st;
+    if ((st = ql_gguf_writer_set_alignment(w, g->alignment, err)) ||
         (st = ql_gguf_writer_copy_kvs(w, g, err)) ||
         (st =
              ql_gguf_writer_set_u32(w, "general.quantization_version", QL_GGML_QNT_VERSION, err)) ||
         (st = ql_gguf_writer_set_u32(w, "general.file_type", ftype, err)) ||
         (st = ql_quant_write_imatrix_keys(w, opts->imatrix_meta, err)))
-        goto out;
-    for (int64_t i = 0; i < r->plan->n; i++) {
-        const ql_quant_plan_entry *e = &r->plan->entries[i];
+        return st;
+    for (int64_t i = 0; i < p->n; i++) {
+        const ql_quant_plan_entry *e = &p->entries[i];
         if ((st = ql_gguf_writer_add_tensor(w, e->name, e->n_dims, e->ne, e->used, e->bytes, err)))
-            goto out;
+            return st;
     }
-    if ((st = ql_gguf_writer_begin(w, out_path, err)))
-        goto out;
+    return ql_gguf_writer_begin(w, out_path, err);
+}
 
+/* Every tensor in file order, quantized (or copied when it keeps its type), with
+ * its error statistics and their model totals when asked for. */
+static ql_status write_tensors(ql_gguf_writer *w, const ql_gguf *g, ql_quant_model_report *r,
+                               const ql_quant_model_opts *opts, work_buffers *b, ql_error *err)
+{
     ql_progress prog;
     ql_progress_begin(&prog, "quantize", "tensor", r->plan->n, opts->quiet);
     for (int64_t i = 0; i < r->plan->n; i++) {
@@ -289,20 +431,20 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
         const ql_quant_plan_entry *e = &r->plan->entries[i];
         const void *bytes = t->data;
         ql_weight_error *te = opts->stats ? &r->errors[i] : NULL;
+        ql_status st = QL_OK;
         if (t->type != e->used) {
-            st = quantize_one(t, e, opts, f32, q, (size_t)max_bytes, deq, te, &r->has_imatrix[i],
+            st = quantize_one(t, e, opts, b->f32, b->q, b->q_cap, b->deq, te, &r->has_imatrix[i],
                               err);
-            bytes = q;
+            bytes = b->q;
         } else if (te) {
             /* Copied unchanged: zero error, but count its values and their magnitude. */
-            st = copy_stats(t, e, opts, f32, te, err);
+            st = copy_stats(t, e, opts, b->f32, te, err);
         }
-        if (st) {
-            ql_error_prefix(err, "%s: tensor '%s' (%s): ", in_path, e->name, ql_type_name(e->used));
-            goto out;
-        }
+        if (st)
+            return ql_error_prefix(err, "%s: tensor '%s' (%s): ", g->path, e->name,
+                                   ql_type_name(e->used));
         if ((st = ql_gguf_writer_write_tensor(w, bytes, e->bytes, err)))
-            goto out;
+            return st;
         if (te) {
             ql_weight_error_merge(&r->total, te);
             if (e->role != QL_ROLE_HEAD && e->role != QL_ROLE_EMBD)
@@ -311,7 +453,34 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
         ql_progress_update(&prog, i + 1, e->name);
     }
     ql_progress_end(&prog, r->plan->n, NULL);
-    if ((st = ql_gguf_writer_finish(w, err)))
+    return QL_OK;
+}
+
+ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_quant_model_opts *opts,
+                         ql_quant_model_report **report, ql_error *err)
+{
+    *report = NULL;
+    /* Some of the mixes' rules depend on whether there is an imatrix at all. */
+    ql_quant_config cfg = opts->cfg;
+    cfg.has_imatrix = opts->imatrix != NULL;
+    uint32_t ftype = 0;
+    ql_status st = check_config(&cfg, &ftype, err);
+    if (st)
+        return st;
+    const double t0 = ql_now();
+    ql_gguf *g = NULL;
+    ql_gguf_writer *w = NULL;
+    work_buffers b = {0};
+    ql_quant_model_report *r = calloc(1, sizeof *r);
+    if (!r)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for a quantization report");
+    r->file_type = ftype;
+    if ((st = ql_gguf_open(&g, in_path, err)) ||
+        (st = ql_quant_plan_build(g, &cfg, &r->plan, err)) ||
+        (st = check_plan(g, r->plan, opts, err)) || (st = alloc_work(&b, r, opts->stats, err)) ||
+        (st = ql_gguf_writer_alloc(&w, err)) ||
+        (st = begin_output(w, g, r->plan, ftype, opts, out_path, err)) ||
+        (st = write_tensors(w, g, r, opts, &b, err)) || (st = ql_gguf_writer_finish(w, err)))
         goto out;
     r->file_size = ql_gguf_writer_file_size(w);
     r->seconds = ql_now() - t0;
@@ -319,9 +488,9 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
     r = NULL;
 out:
     ql_gguf_writer_free(w);
-    free(f32);
-    free(deq);
-    free(q);
+    free(b.f32);
+    free(b.deq);
+    free(b.q);
     ql_gguf_close(g);
     ql_quant_model_report_free(r);
     return st;

@@ -1,12 +1,14 @@
-/* qlab: quantizing a whole GGUF model file (what `qlab quantize` runs).
+/* qlab: quantizing a tensor and a whole GGUF model file (what `qlab quantize` runs).
  *
- * Reads a GGUF model whose tensors are F32, F16 or BF16, decides every tensor's type
- * with the type policy (quant_policy.h: a pure weight type or one of llama-quantize's
- * mixes), quantizes tensor by tensor (multi-threaded over rows) and writes a GGUF
- * file llama.cpp can load: all metadata copied, general.quantization_version = 2 and
- * general.file_type set to llama.cpp's LLAMA_FTYPE of the mix or the weight type. Peak memory: about three float copies of the
- * largest tensor plus its quantized bytes. Optionally measures each tensor's error
- * (dequantized vs source), weighted per input column by an importance vector.
+ * ql_quant_tensor_rows is the one way qlab turns a tensor's rows into a type's bytes.
+ * ql_quant_model reads a GGUF model whose tensors are F32, F16 or BF16, decides every
+ * tensor's type with the type policy (quant_policy.h: a pure weight type or one of
+ * llama-quantize's mixes), quantizes tensor by tensor (multi-threaded over rows) and
+ * writes a GGUF file llama.cpp can load: all metadata copied,
+ * general.quantization_version = 2 and general.file_type set to llama.cpp's
+ * LLAMA_FTYPE of the mix or the weight type. Peak memory: about three float copies of
+ * the largest tensor plus its quantized bytes. Optionally measures each tensor's
+ * error (dequantized vs source), weighted per input column by an importance vector.
  * Non-finite weights in a tensor to be quantized are an error naming its position. */
 #ifndef QL_QUANT_MODEL_H
 #define QL_QUANT_MODEL_H
@@ -17,6 +19,57 @@
 #include "base/error.h"
 #include "model/gguf.h"
 #include "model/quant.h"
+
+/* ---------------------------------------------------------------------------
+ * One tensor: the single quantization entry point
+ *
+ * Every command that quantizes a tensor calls ql_quant_tensor_rows: qlab quantize
+ * (ql_quant_model below), qlab fit's error table and its writer. It splits the rows
+ * as llama-quantize does: each 2-D matrix (one expert of a 3-D tensor) on its own,
+ * with its own importance vector, cut into chunks of ql_quant_chunk_rows(n_per_row)
+ * rows counted from the matrix's first row, one quantizer call per chunk
+ * (ql_quant_tensor). A format with row state (the traits' row_state column: IQ1_S,
+ * IQ1_M) gives a row bytes that depend on the rows before it in its chunk, so a
+ * range that starts inside a chunk is quantized from the chunk's first row on: any
+ * range of rows gets the bytes the whole tensor has there, whichever command asks. */
+
+/* A tensor to quantize: its shape, where its f32 rows come from, its importance. */
+typedef struct {
+    int64_t n_per_row;    /* ne[0] */
+    int64_t rows_per_mat; /* ne[1]: rows of one 2-D matrix */
+    int64_t n_mats;       /* ne[2] * ne[3] */
+    /* Rows [rows_first, rows_first + rows_n) of the tensor as f32, or NULL. */
+    const float *rows;
+    int64_t rows_first, rows_n;
+    /* Decodes the rows that are not in `rows` (NULL: the rows asked for, and for a
+     * row_state type the rows before them in their chunk, must all be there). Its
+     * type must decode (a dequantize function). */
+    const ql_gguf_tensor *gt;
+    /* Importance for the quantizer: NULL, n_per_row values for every matrix, or
+     * n_mats vectors of n_per_row values (imatrix_per_mat). */
+    const float *imatrix;
+    bool imatrix_per_mat;
+} ql_quant_src;
+
+/* The shape of gt, its rows decoded from it, no importance. */
+void ql_quant_src_from_gguf(ql_quant_src *s, const ql_gguf_tensor *gt);
+
+/* Shape ne (ggml order, unused dimensions 1) with every row in f32 (row-major), no
+ * importance. */
+void ql_quant_src_from_f32(ql_quant_src *s, const int64_t ne[QL_GGUF_MAX_DIMS], const float *f32);
+
+/* Quantizes rows [row0, row0 + nrows) of s (rows over the whole tensor, matrix after
+ * matrix) to type into dst, at least nrows * ql_row_size(type, n_per_row) bytes of
+ * dst_size. Errors: those of ql_quant_tensor, a range outside the tensor, a row that
+ * is neither in s->rows nor decodable. Non-finite weights give blocks of unspecified
+ * contents (ql_quant_model refuses them first). Allocates only to decode rows or to
+ * start inside a chunk of a row_state type; distinct ranges may be quantized from
+ * several threads at once. */
+ql_status ql_quant_tensor_rows(const ql_quant_src *s, int32_t type, int64_t row0, int64_t nrows,
+                               void *dst, size_t dst_size, ql_error *err);
+
+/* ---------------------------------------------------------------------------
+ * A whole model */
 
 /* general.quantization_version llama-quantize writes (ggml's GGML_QNT_VERSION). */
 #define QL_GGML_QNT_VERSION 2

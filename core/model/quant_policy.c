@@ -495,186 +495,263 @@ static ql_status ffn_layer(const mix_model *mm, const char *name, int counter, i
     return QL_OK;
 }
 
+/* A rule's answer: the type, and the rule that gave it (NULL: the default type),
+ * which may point into buf. */
+typedef struct {
+    int32_t type;
+    const char *why;
+    char buf[128];
+} mix_choice;
+
+static void choose(mix_choice *c, int32_t type, const char *why)
+{
+    c->type = type;
+    c->why = why;
+}
+
+/* The head (or the tied embeddings that serve as head). */
+static void rule_head(mix_choice *c, const ql_quant_plan_entry *e, ql_ftype f)
+{
+    const int64_t blk = ql_type_get(c->type)->block_size;
+    if (e->n_per_row % blk != 0) {
+        snprintf(c->buf, sizeof c->buf, "head, rows of %lld not a multiple of %lld",
+                 (long long)e->n_per_row, (long long)blk);
+        choose(c, QL_TYPE_Q8_0, c->buf);
+    } else if (FTYPE_IN(f, QL_FTYPE_IQ2_XXS, QL_FTYPE_IQ2_XS, QL_FTYPE_IQ3_XXS, QL_FTYPE_IQ1_S,
+                        QL_FTYPE_IQ2_S, QL_FTYPE_IQ2_M, QL_FTYPE_IQ1_M)) {
+        choose(c, QL_TYPE_Q5_K, "head of a very-low-bit IQ mix");
+    } else if (c->type != QL_TYPE_Q8_0) {
+        choose(c, QL_TYPE_Q6_K, "head");
+    }
+}
+
+static void rule_embd(mix_choice *c, ql_ftype f)
+{
+    if (FTYPE_IN(f, QL_FTYPE_IQ2_XXS, QL_FTYPE_IQ2_XS, QL_FTYPE_IQ1_S, QL_FTYPE_IQ1_M))
+        choose(c, QL_TYPE_Q2_K, "token embeddings of a very-low-bit mix");
+    else if (FTYPE_IN(f, QL_FTYPE_IQ2_S, QL_FTYPE_IQ2_M, QL_FTYPE_IQ3_XXS))
+        choose(c, QL_TYPE_IQ3_S, "token embeddings of an IQ2_S/IQ2_M/IQ3_XXS mix");
+    else if (FTYPE_IN(f, QL_FTYPE_TQ1_0, QL_FTYPE_TQ2_0))
+        choose(c, QL_TYPE_Q4_K, "token embeddings of a ternary mix");
+}
+
+static bool very_low_bit_iq(ql_ftype f)
+{
+    return FTYPE_IN(f, QL_FTYPE_IQ2_XXS, QL_FTYPE_IQ2_XS, QL_FTYPE_IQ1_S, QL_FTYPE_IQ2_S,
+                    QL_FTYPE_IQ2_M, QL_FTYPE_IQ1_M);
+}
+
+/* The very-low-bit IQ mixes have their own short list. */
+static void rule_very_low_bit(mix_choice *c, const char *n, const mix_model *mm, const mix_pos *pos)
+{
+    const ql_ftype f = mm->ftype;
+    const bool iq2_sm = FTYPE_IN(f, QL_FTYPE_IQ2_S, QL_FTYPE_IQ2_M);
+    if (has(n, "attn_v.weight")) {
+        if (mm->n_gqa >= 4 || mm->n_expert >= 4) {
+            snprintf(c->buf, sizeof c->buf, "attn_v with GQA %d, %d experts (>= 4)", mm->n_gqa,
+                     mm->n_expert);
+            choose(c, QL_TYPE_Q4_K, c->buf);
+        } else {
+            choose(c, iq2_sm ? QL_TYPE_IQ3_S : QL_TYPE_Q2_K, "attn_v, GQA and experts < 4");
+        }
+    } else if (mm->n_expert == 8 && has(n, "attn_k.weight")) {
+        choose(c, QL_TYPE_Q4_K, "attn_k of an 8-expert model");
+    } else if (has(n, "ffn_down")) {
+        if (pos->i_ffn_down < mm->n_layer / 8) {
+            snprintf(c->buf, sizeof c->buf, "ffn_down %d, in the first eighth of %d layers",
+                     pos->i_ffn_down, mm->n_layer);
+            choose(c, iq2_sm ? QL_TYPE_IQ3_S : QL_TYPE_Q2_K, c->buf);
+        }
+    } else if (has(n, "attn_output.weight")) {
+        if (mm->n_expert == 8)
+            choose(c, QL_TYPE_Q5_K, "attn_output of an 8-expert model");
+        else if (FTYPE_IN(f, QL_FTYPE_IQ1_S, QL_FTYPE_IQ1_M))
+            choose(c, QL_TYPE_IQ2_XXS, "attn_output of an IQ1 mix");
+        else if (iq2_sm)
+            choose(c, QL_TYPE_IQ3_S, "attn_output of an IQ2_S/IQ2_M mix");
+    }
+}
+
+static void rule_attn_v(mix_choice *c, const mix_model *mm, const mix_pos *pos)
+{
+    const ql_ftype f = mm->ftype;
+    const int i = pos->i_attention_wv, n_wv = mm->n_attention_wv;
+    if (f == QL_FTYPE_Q2_K) {
+        snprintf(c->buf, sizeof c->buf, "attn_v with GQA %d (%s 4)", mm->n_gqa,
+                 mm->n_gqa >= 4 ? ">=" : "<");
+        choose(c, mm->n_gqa >= 4 ? QL_TYPE_Q4_K : QL_TYPE_Q3_K, c->buf);
+    } else if (f == QL_FTYPE_Q2_K_S && mm->n_gqa >= 4) {
+        choose(c, QL_TYPE_Q4_K, "attn_v with GQA >= 4");
+    } else if (f == QL_FTYPE_IQ3_XXS) {
+        choose(c,
+               mm->n_gqa >= 4     ? QL_TYPE_Q4_K
+               : !mm->has_imatrix ? QL_TYPE_IQ3_S
+                                  : QL_TYPE_IQ3_XXS,
+               mm->n_gqa >= 4     ? "attn_v with GQA >= 4"
+               : !mm->has_imatrix ? "attn_v without an imatrix"
+                                  : "attn_v with an imatrix");
+    } else if (FTYPE_IN(f, QL_FTYPE_IQ3_XS, QL_FTYPE_IQ3_S) && mm->n_gqa >= 4) {
+        choose(c, QL_TYPE_Q4_K, "attn_v with GQA >= 4");
+    } else if (f == QL_FTYPE_IQ3_M) {
+        choose(c, QL_TYPE_Q4_K, "attn_v");
+    } else if (f == QL_FTYPE_Q3_K_M) {
+        snprintf(c->buf, sizeof c->buf, "attn_v %d (%s 2)", i, i < 2 ? "<" : ">=");
+        choose(c, i < 2 ? QL_TYPE_Q5_K : QL_TYPE_Q4_K, c->buf);
+    } else if (f == QL_FTYPE_Q3_K_L) {
+        choose(c, QL_TYPE_Q5_K, "attn_v");
+    } else if (FTYPE_IN(f, QL_FTYPE_IQ4_NL, QL_FTYPE_IQ4_XS) && mm->n_gqa >= 4) {
+        choose(c, QL_TYPE_Q5_K, "attn_v with GQA >= 4");
+    } else if (FTYPE_IN(f, QL_FTYPE_Q4_K_M, QL_FTYPE_Q5_K_M) && use_more_bits(i, n_wv)) {
+        snprintf(c->buf, sizeof c->buf, "attn_v %d of %d, a layer with more bits", i, n_wv);
+        choose(c, QL_TYPE_Q6_K, c->buf);
+    } else if (f == QL_FTYPE_Q4_K_S && i < 4) {
+        snprintf(c->buf, sizeof c->buf, "attn_v %d (< 4)", i);
+        choose(c, QL_TYPE_Q5_K, c->buf);
+    }
+    if (mm->is_70b && (c->type == QL_TYPE_Q3_K || c->type == QL_TYPE_Q4_K))
+        choose(c, QL_TYPE_Q5_K, "attn_v of a 70B model (8 heads share attn_v)");
+    if (mm->n_expert == 8)
+        choose(c, QL_TYPE_Q8_0, "attn_v of an 8-expert model");
+}
+
+static void rule_attn_k(mix_choice *c, const mix_model *mm)
+{
+    if (mm->n_expert == 8)
+        choose(c, QL_TYPE_Q8_0, "attn_k of an 8-expert model");
+    else if (mm->ftype == QL_FTYPE_IQ3_XS)
+        choose(c, QL_TYPE_IQ3_XXS, "attn_k");
+    else if (mm->ftype == QL_FTYPE_IQ3_XXS)
+        choose(c, QL_TYPE_IQ2_S, "attn_k");
+}
+
+static void rule_attn_q(mix_choice *c, ql_ftype f)
+{
+    if (f == QL_FTYPE_IQ3_XS)
+        choose(c, QL_TYPE_IQ3_XXS, "attn_q");
+    else if (f == QL_FTYPE_IQ3_XXS)
+        choose(c, QL_TYPE_IQ2_S, "attn_q");
+}
+
+static ql_status rule_ffn_down(mix_choice *c, const char *n, const mix_model *mm,
+                               const mix_pos *pos, ql_error *err)
+{
+    const ql_ftype f = mm->ftype;
+    int i;
+    ql_status st = ffn_layer(mm, n, pos->i_ffn_down, &i, err);
+    if (st)
+        return st;
+    const int nl = mm->n_layer;
+    snprintf(c->buf, sizeof c->buf, "ffn_down of layer %d of %d", i, nl);
+    if (f == QL_FTYPE_Q2_K) {
+        choose(c, QL_TYPE_Q3_K, c->buf);
+    } else if (f == QL_FTYPE_Q2_K_S) {
+        if (i < nl / 8)
+            choose(c, QL_TYPE_Q4_K, c->buf);
+    } else if (f == QL_FTYPE_IQ3_XXS && !mm->has_imatrix) {
+        choose(c, i < nl / 8 ? QL_TYPE_Q4_K : QL_TYPE_Q3_K, c->buf);
+    } else if (f == QL_FTYPE_Q3_K_M) {
+        choose(c, i < nl / 16 ? QL_TYPE_Q5_K : QL_TYPE_Q4_K, c->buf);
+    } else if (f == QL_FTYPE_IQ3_M && (i < nl / 8 || (mm->n_expert == 8 && use_more_bits(i, nl)))) {
+        choose(c, QL_TYPE_Q4_K, c->buf);
+    } else if (f == QL_FTYPE_Q3_K_L) {
+        choose(c, QL_TYPE_Q5_K, c->buf);
+    } else if (f == QL_FTYPE_Q4_K_M) {
+        if (use_more_bits(i, nl))
+            choose(c, QL_TYPE_Q6_K, c->buf);
+    } else if (i < nl / 8 && FTYPE_IN(f, QL_FTYPE_IQ4_NL, QL_FTYPE_IQ4_XS) && !mm->has_imatrix) {
+        choose(c, QL_TYPE_Q5_K, c->buf);
+    } else if (f == QL_FTYPE_Q5_K_M && use_more_bits(i, nl)) {
+        choose(c, QL_TYPE_Q6_K, c->buf);
+    } else if (f == QL_FTYPE_Q4_K_S && i < nl / 8) {
+        choose(c, QL_TYPE_Q5_K, c->buf);
+    } else if (FTYPE_IN(f, QL_FTYPE_Q4_0, QL_FTYPE_Q5_0) && mm->has_imatrix && i < nl / 8) {
+        /* llama.cpp guards the first ffn_down layers only when an imatrix is given. */
+        choose(c, f == QL_FTYPE_Q4_0 ? QL_TYPE_Q4_1 : QL_TYPE_Q5_1, c->buf);
+    }
+    return QL_OK;
+}
+
+static void rule_attn_output(mix_choice *c, const mix_model *mm)
+{
+    const ql_ftype f = mm->ftype;
+    if (mm->n_expert == 8) {
+        if (FTYPE_IN(f, QL_FTYPE_Q2_K, QL_FTYPE_IQ3_XS, QL_FTYPE_IQ3_XXS, QL_FTYPE_Q3_K_S,
+                     QL_FTYPE_Q3_K_M, QL_FTYPE_IQ4_NL, QL_FTYPE_Q4_K_S, QL_FTYPE_Q4_K_M,
+                     QL_FTYPE_IQ3_S, QL_FTYPE_IQ3_M, QL_FTYPE_IQ4_XS))
+            choose(c, QL_TYPE_Q5_K, "attn_output of an 8-expert model");
+    } else if (f == QL_FTYPE_Q2_K) {
+        choose(c, QL_TYPE_Q3_K, "attn_output");
+    } else if (f == QL_FTYPE_IQ3_XXS) {
+        choose(c, QL_TYPE_IQ3_S, "attn_output");
+    } else if (FTYPE_IN(f, QL_FTYPE_Q3_K_M, QL_FTYPE_IQ3_M)) {
+        choose(c, QL_TYPE_Q4_K, "attn_output");
+    } else if (f == QL_FTYPE_Q3_K_L) {
+        choose(c, QL_TYPE_Q5_K, "attn_output");
+    }
+}
+
+static void rule_attn_qkv(mix_choice *c, ql_ftype f)
+{
+    if (FTYPE_IN(f, QL_FTYPE_Q3_K_M, QL_FTYPE_Q3_K_L, QL_FTYPE_IQ3_M))
+        choose(c, QL_TYPE_Q4_K, "attn_qkv");
+    else if (f == QL_FTYPE_Q4_K_M)
+        choose(c, QL_TYPE_Q5_K, "attn_qkv");
+    else if (f == QL_FTYPE_Q5_K_M)
+        choose(c, QL_TYPE_Q6_K, "attn_qkv");
+}
+
+static ql_status rule_ffn_gate_up(mix_choice *c, const char *n, const mix_model *mm,
+                                  const mix_pos *pos, ql_error *err)
+{
+    const bool gate = has(n, "ffn_gate");
+    int i;
+    ql_status st = ffn_layer(mm, n, gate ? pos->i_ffn_gate : pos->i_ffn_up, &i, err);
+    if (st)
+        return st;
+    const int nl = mm->n_layer;
+    if (mm->ftype == QL_FTYPE_IQ3_XS && i >= nl / 8 && i < 7 * nl / 8) {
+        snprintf(c->buf, sizeof c->buf, "%s of layer %d of %d, in the middle three quarters",
+                 gate ? "ffn_gate" : "ffn_up", i, nl);
+        choose(c, QL_TYPE_IQ3_XXS, c->buf);
+    }
+    return QL_OK;
+}
+
 /* The mix's request for a tensor its rules decide (role WEIGHT, HEAD or EMBD):
- * the default type unless a rule names another. */
+ * the default type unless a rule names another, tried in llama.cpp's order. */
 static ql_status ask_mix(ql_quant_plan_entry *e, const mix_model *mm, const mix_pos *pos,
                          const char *mix, ql_error *err)
 {
     const ql_ftype f = mm->ftype;
     const char *n = e->name;
-    int32_t t = mm->default_type;
-    const char *why = NULL; /* the rule that applied (NULL: the default type) */
-    char buf[128];
-
-    if (e->role == QL_ROLE_HEAD || (e->role == QL_ROLE_EMBD && !mm->has_output)) {
-        /* The head (or the tied embeddings that serve as head). */
-        const int64_t blk = ql_type_get(t)->block_size;
-        if (e->n_per_row % blk != 0) {
-            snprintf(buf, sizeof buf, "head, rows of %lld not a multiple of %lld",
-                     (long long)e->n_per_row, (long long)blk);
-            t = QL_TYPE_Q8_0, why = buf;
-        } else if (FTYPE_IN(f, QL_FTYPE_IQ2_XXS, QL_FTYPE_IQ2_XS, QL_FTYPE_IQ3_XXS, QL_FTYPE_IQ1_S,
-                            QL_FTYPE_IQ2_S, QL_FTYPE_IQ2_M, QL_FTYPE_IQ1_M)) {
-            t = QL_TYPE_Q5_K, why = "head of a very-low-bit IQ mix";
-        } else if (t != QL_TYPE_Q8_0) {
-            t = QL_TYPE_Q6_K, why = "head";
-        }
-    } else if (e->role == QL_ROLE_EMBD) {
-        if (FTYPE_IN(f, QL_FTYPE_IQ2_XXS, QL_FTYPE_IQ2_XS, QL_FTYPE_IQ1_S, QL_FTYPE_IQ1_M))
-            t = QL_TYPE_Q2_K, why = "token embeddings of a very-low-bit mix";
-        else if (FTYPE_IN(f, QL_FTYPE_IQ2_S, QL_FTYPE_IQ2_M, QL_FTYPE_IQ3_XXS))
-            t = QL_TYPE_IQ3_S, why = "token embeddings of an IQ2_S/IQ2_M/IQ3_XXS mix";
-        else if (FTYPE_IN(f, QL_FTYPE_TQ1_0, QL_FTYPE_TQ2_0))
-            t = QL_TYPE_Q4_K, why = "token embeddings of a ternary mix";
-    } else if (FTYPE_IN(f, QL_FTYPE_IQ2_XXS, QL_FTYPE_IQ2_XS, QL_FTYPE_IQ1_S, QL_FTYPE_IQ2_S,
-                        QL_FTYPE_IQ2_M, QL_FTYPE_IQ1_M)) {
-        /* The very-low-bit IQ mixes have their own short list. */
-        const bool iq2_sm = FTYPE_IN(f, QL_FTYPE_IQ2_S, QL_FTYPE_IQ2_M);
-        if (has(n, "attn_v.weight")) {
-            if (mm->n_gqa >= 4 || mm->n_expert >= 4) {
-                snprintf(buf, sizeof buf, "attn_v with GQA %d, %d experts (>= 4)", mm->n_gqa,
-                         mm->n_expert);
-                t = QL_TYPE_Q4_K, why = buf;
-            } else {
-                t = iq2_sm ? QL_TYPE_IQ3_S : QL_TYPE_Q2_K, why = "attn_v, GQA and experts < 4";
-            }
-        } else if (mm->n_expert == 8 && has(n, "attn_k.weight")) {
-            t = QL_TYPE_Q4_K, why = "attn_k of an 8-expert model";
-        } else if (has(n, "ffn_down")) {
-            if (pos->i_ffn_down < mm->n_layer / 8) {
-                snprintf(buf, sizeof buf, "ffn_down %d, in the first eighth of %d layers",
-                         pos->i_ffn_down, mm->n_layer);
-                t = iq2_sm ? QL_TYPE_IQ3_S : QL_TYPE_Q2_K, why = buf;
-            }
-        } else if (has(n, "attn_output.weight")) {
-            if (mm->n_expert == 8)
-                t = QL_TYPE_Q5_K, why = "attn_output of an 8-expert model";
-            else if (FTYPE_IN(f, QL_FTYPE_IQ1_S, QL_FTYPE_IQ1_M))
-                t = QL_TYPE_IQ2_XXS, why = "attn_output of an IQ1 mix";
-            else if (iq2_sm)
-                t = QL_TYPE_IQ3_S, why = "attn_output of an IQ2_S/IQ2_M mix";
-        }
-    } else if (has(n, "attn_v.weight")) {
-        const int i = pos->i_attention_wv, n_wv = mm->n_attention_wv;
-        if (f == QL_FTYPE_Q2_K) {
-            snprintf(buf, sizeof buf, "attn_v with GQA %d (%s 4)", mm->n_gqa,
-                     mm->n_gqa >= 4 ? ">=" : "<");
-            t = mm->n_gqa >= 4 ? QL_TYPE_Q4_K : QL_TYPE_Q3_K, why = buf;
-        } else if (f == QL_FTYPE_Q2_K_S && mm->n_gqa >= 4) {
-            t = QL_TYPE_Q4_K, why = "attn_v with GQA >= 4";
-        } else if (f == QL_FTYPE_IQ3_XXS) {
-            why = mm->n_gqa >= 4     ? "attn_v with GQA >= 4"
-                  : !mm->has_imatrix ? "attn_v without an imatrix"
-                                     : "attn_v with an imatrix";
-            t = mm->n_gqa >= 4 ? QL_TYPE_Q4_K : !mm->has_imatrix ? QL_TYPE_IQ3_S : QL_TYPE_IQ3_XXS;
-        } else if (FTYPE_IN(f, QL_FTYPE_IQ3_XS, QL_FTYPE_IQ3_S) && mm->n_gqa >= 4) {
-            t = QL_TYPE_Q4_K, why = "attn_v with GQA >= 4";
-        } else if (f == QL_FTYPE_IQ3_M) {
-            t = QL_TYPE_Q4_K, why = "attn_v";
-        } else if (f == QL_FTYPE_Q3_K_M) {
-            snprintf(buf, sizeof buf, "attn_v %d (%s 2)", i, i < 2 ? "<" : ">=");
-            t = i < 2 ? QL_TYPE_Q5_K : QL_TYPE_Q4_K, why = buf;
-        } else if (f == QL_FTYPE_Q3_K_L) {
-            t = QL_TYPE_Q5_K, why = "attn_v";
-        } else if (FTYPE_IN(f, QL_FTYPE_IQ4_NL, QL_FTYPE_IQ4_XS) && mm->n_gqa >= 4) {
-            t = QL_TYPE_Q5_K, why = "attn_v with GQA >= 4";
-        } else if (FTYPE_IN(f, QL_FTYPE_Q4_K_M, QL_FTYPE_Q5_K_M) && use_more_bits(i, n_wv)) {
-            snprintf(buf, sizeof buf, "attn_v %d of %d, a layer with more bits", i, n_wv);
-            t = QL_TYPE_Q6_K, why = buf;
-        } else if (f == QL_FTYPE_Q4_K_S && i < 4) {
-            snprintf(buf, sizeof buf, "attn_v %d (< 4)", i);
-            t = QL_TYPE_Q5_K, why = buf;
-        }
-        if (mm->is_70b && (t == QL_TYPE_Q3_K || t == QL_TYPE_Q4_K))
-            t = QL_TYPE_Q5_K, why = "attn_v of a 70B model (8 heads share attn_v)";
-        if (mm->n_expert == 8)
-            t = QL_TYPE_Q8_0, why = "attn_v of an 8-expert model";
-    } else if (has(n, "attn_k.weight")) {
-        if (mm->n_expert == 8)
-            t = QL_TYPE_Q8_0, why = "attn_k of an 8-expert model";
-        else if (f == QL_FTYPE_IQ3_XS)
-            t = QL_TYPE_IQ3_XXS, why = "attn_k";
-        else if (f == QL_FTYPE_IQ3_XXS)
-            t = QL_TYPE_IQ2_S, why = "attn_k";
-    } else if (has(n, "attn_q.weight")) {
-        if (f == QL_FTYPE_IQ3_XS)
-            t = QL_TYPE_IQ3_XXS, why = "attn_q";
-        else if (f == QL_FTYPE_IQ3_XXS)
-            t = QL_TYPE_IQ2_S, why = "attn_q";
-    } else if (has(n, "ffn_down")) {
-        int i;
-        ql_status st = ffn_layer(mm, n, pos->i_ffn_down, &i, err);
-        if (st)
-            return st;
-        const int nl = mm->n_layer;
-        snprintf(buf, sizeof buf, "ffn_down of layer %d of %d", i, nl);
-        if (f == QL_FTYPE_Q2_K) {
-            t = QL_TYPE_Q3_K, why = buf;
-        } else if (f == QL_FTYPE_Q2_K_S) {
-            if (i < nl / 8)
-                t = QL_TYPE_Q4_K, why = buf;
-        } else if (f == QL_FTYPE_IQ3_XXS && !mm->has_imatrix) {
-            t = i < nl / 8 ? QL_TYPE_Q4_K : QL_TYPE_Q3_K, why = buf;
-        } else if (f == QL_FTYPE_Q3_K_M) {
-            t = i < nl / 16 ? QL_TYPE_Q5_K : QL_TYPE_Q4_K, why = buf;
-        } else if (f == QL_FTYPE_IQ3_M &&
-                   (i < nl / 8 || (mm->n_expert == 8 && use_more_bits(i, nl)))) {
-            t = QL_TYPE_Q4_K, why = buf;
-        } else if (f == QL_FTYPE_Q3_K_L) {
-            t = QL_TYPE_Q5_K, why = buf;
-        } else if (f == QL_FTYPE_Q4_K_M) {
-            if (use_more_bits(i, nl))
-                t = QL_TYPE_Q6_K, why = buf;
-        } else if (i < nl / 8 && FTYPE_IN(f, QL_FTYPE_IQ4_NL, QL_FTYPE_IQ4_XS) &&
-                   !mm->has_imatrix) {
-            t = QL_TYPE_Q5_K, why = buf;
-        } else if (f == QL_FTYPE_Q5_K_M && use_more_bits(i, nl)) {
-            t = QL_TYPE_Q6_K, why = buf;
-        } else if (f == QL_FTYPE_Q4_K_S && i < nl / 8) {
-            t = QL_TYPE_Q5_K, why = buf;
-        } else if (FTYPE_IN(f, QL_FTYPE_Q4_0, QL_FTYPE_Q5_0) && mm->has_imatrix && i < nl / 8) {
-            /* llama.cpp guards the first ffn_down layers only when an imatrix is given. */
-            t = f == QL_FTYPE_Q4_0 ? QL_TYPE_Q4_1 : QL_TYPE_Q5_1, why = buf;
-        }
-    } else if (has(n, "attn_output.weight")) {
-        if (mm->n_expert == 8) {
-            if (FTYPE_IN(f, QL_FTYPE_Q2_K, QL_FTYPE_IQ3_XS, QL_FTYPE_IQ3_XXS, QL_FTYPE_Q3_K_S,
-                         QL_FTYPE_Q3_K_M, QL_FTYPE_IQ4_NL, QL_FTYPE_Q4_K_S, QL_FTYPE_Q4_K_M,
-                         QL_FTYPE_IQ3_S, QL_FTYPE_IQ3_M, QL_FTYPE_IQ4_XS))
-                t = QL_TYPE_Q5_K, why = "attn_output of an 8-expert model";
-        } else if (f == QL_FTYPE_Q2_K) {
-            t = QL_TYPE_Q3_K, why = "attn_output";
-        } else if (f == QL_FTYPE_IQ3_XXS) {
-            t = QL_TYPE_IQ3_S, why = "attn_output";
-        } else if (FTYPE_IN(f, QL_FTYPE_Q3_K_M, QL_FTYPE_IQ3_M)) {
-            t = QL_TYPE_Q4_K, why = "attn_output";
-        } else if (f == QL_FTYPE_Q3_K_L) {
-            t = QL_TYPE_Q5_K, why = "attn_output";
-        }
-    } else if (has(n, "attn_qkv.weight")) {
-        if (FTYPE_IN(f, QL_FTYPE_Q3_K_M, QL_FTYPE_Q3_K_L, QL_FTYPE_IQ3_M))
-            t = QL_TYPE_Q4_K, why = "attn_qkv";
-        else if (f == QL_FTYPE_Q4_K_M)
-            t = QL_TYPE_Q5_K, why = "attn_qkv";
-        else if (f == QL_FTYPE_Q5_K_M)
-            t = QL_TYPE_Q6_K, why = "attn_qkv";
-    } else if (has(n, "ffn_gate") || has(n, "ffn_up")) {
-        const bool gate = has(n, "ffn_gate");
-        int i;
-        ql_status st = ffn_layer(mm, n, gate ? pos->i_ffn_gate : pos->i_ffn_up, &i, err);
-        if (st)
-            return st;
-        const int nl = mm->n_layer;
-        if (f == QL_FTYPE_IQ3_XS && i >= nl / 8 && i < 7 * nl / 8) {
-            snprintf(buf, sizeof buf, "%s of layer %d of %d, in the middle three quarters",
-                     gate ? "ffn_gate" : "ffn_up", i, nl);
-            t = QL_TYPE_IQ3_XXS, why = buf;
-        }
-    }
-    if (why)
-        ask(e, t, "%s: %s", mix, why);
+    mix_choice c = {.type = mm->default_type, .why = NULL};
+    ql_status st = QL_OK;
+    if (e->role == QL_ROLE_HEAD || (e->role == QL_ROLE_EMBD && !mm->has_output))
+        rule_head(&c, e, f);
+    else if (e->role == QL_ROLE_EMBD)
+        rule_embd(&c, f);
+    else if (very_low_bit_iq(f))
+        rule_very_low_bit(&c, n, mm, pos);
+    else if (has(n, "attn_v.weight"))
+        rule_attn_v(&c, mm, pos);
+    else if (has(n, "attn_k.weight"))
+        rule_attn_k(&c, mm);
+    else if (has(n, "attn_q.weight"))
+        rule_attn_q(&c, f);
+    else if (has(n, "ffn_down"))
+        st = rule_ffn_down(&c, n, mm, pos, err);
+    else if (has(n, "attn_output.weight"))
+        rule_attn_output(&c, mm);
+    else if (has(n, "attn_qkv.weight"))
+        rule_attn_qkv(&c, f);
+    else if (has(n, "ffn_gate") || has(n, "ffn_up"))
+        st = rule_ffn_gate_up(&c, n, mm, pos, err);
+    if (st)
+        return st;
+    if (c.why)
+        ask(e, c.type, "%s: %s", mix, c.why);
     else
-        ask(e, t, "%s: its default type", mix);
+        ask(e, c.type, "%s: its default type", mix);
     return QL_OK;
 }
 

@@ -608,120 +608,122 @@ static ql_status load_merges(ql_tokenizer *t, const ql_gguf *g, char **arena_pos
     return QL_OK;
 }
 
-ql_status ql_tokenizer_from_gguf(ql_tokenizer **out, const ql_gguf *g, ql_error *err)
+/* The family from tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (BPE). */
+static ql_status read_family(ql_tokenizer *t, const ql_gguf *g, ql_error *err)
 {
-    *out = NULL;
-    ql_status st = QL_OK;
-    ql_tokenizer *t = calloc(1, sizeof *t);
-    if (!t)
-        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", g->path);
-    t->path = ql_strdup(g->path ? g->path : "(buffer)");
-    if (!t->path) {
-        st = ql_error_set(err, QL_ENOMEM, "%s: out of memory", g->path);
-        goto out_fail;
-    }
-
-    /* --- which family */
-    const ql_gguf_kv *kv = ql_gguf_find_kv(g, KEY_MODEL);
-    if (!kv) {
-        st = ql_error_set(err, QL_ENOTFOUND, "%s: key '%s' is missing (the file has no tokenizer)",
-                          t->path, KEY_MODEL);
-        goto out_fail;
-    }
+    if (!ql_gguf_find_kv(g, KEY_MODEL))
+        return ql_error_set(err, QL_ENOTFOUND,
+                            "%s: key '%s' is missing (the file has no tokenizer)", t->path,
+                            KEY_MODEL);
     const char *model = ql_gguf_get_str(g, KEY_MODEL, err);
-    if (!model) {
-        st = err ? err->status : QL_EFORMAT;
-        goto out_fail;
-    }
-    if (strcmp(model, "llama") == 0) {
+    if (!model)
+        return err ? err->status : QL_EFORMAT;
+    if (strcmp(model, "llama") == 0)
         t->kind = QL_VOCAB_SPM;
-    } else if (strcmp(model, "gpt2") == 0) {
+    else if (strcmp(model, "gpt2") == 0)
         t->kind = QL_VOCAB_BPE;
-    } else {
-        st = ql_error_set(err, QL_EUNSUPPORTED,
-                          "%s: %s '%s' is not supported (qlab reads 'llama' and 'gpt2')", t->path,
-                          KEY_MODEL, model);
-        goto out_fail;
-    }
+    else
+        return ql_error_set(err, QL_EUNSUPPORTED,
+                            "%s: %s '%s' is not supported (qlab reads 'llama' and 'gpt2')", t->path,
+                            KEY_MODEL, model);
+    return QL_OK;
+}
 
-    /* --- tokens, scores, types */
-    const ql_gguf_array *toks = NULL, *scores = NULL, *types = NULL;
-    st = opt_array(g, KEY_TOKENS, QL_GGUF_STRING, 0, &toks, err);
-    if (st != QL_OK)
-        goto out_fail;
-    if (!toks) {
-        st = ql_error_set(err, QL_ENOTFOUND, "%s: key '%s' is missing", t->path, KEY_TOKENS);
-        goto out_fail;
-    }
-    if (toks->n == 0 || toks->n > (uint64_t)INT32_MAX - 1) {
-        st = ql_error_set(err, QL_EFORMAT, "%s: key '%s' has %llu tokens", t->path, KEY_TOKENS,
-                          (unsigned long long)toks->n);
-        goto out_fail;
-    }
-    t->n_vocab = (int32_t)toks->n;
-    st = opt_array(g, KEY_SCORES, QL_GGUF_FLOAT32, toks->n, &scores, err);
-    if (st != QL_OK)
-        goto out_fail;
-    st = opt_array(g, KEY_TYPES, QL_GGUF_INT32, toks->n, &types, err);
-    if (st != QL_OK)
-        goto out_fail;
+/* The vocabulary's arrays as the file holds them. */
+typedef struct {
+    const ql_gguf_array *tokens, *scores, *types; /* scores, types: NULL when absent */
+    const ql_gguf_array *merges;                  /* BPE only; NULL when absent */
+} vocab_arrays;
 
-    /* One arena for token texts and merge lines, each NUL-terminated. */
-    const ql_gguf_str *tstr = toks->data;
+/* Finds the arrays: the tokens (required, 1 to INT32_MAX - 1), scores and types
+ * (optional, one per token) and, for BPE, the merges. */
+static ql_status read_arrays(ql_tokenizer *t, const ql_gguf *g, vocab_arrays *v, ql_error *err)
+{
+    memset(v, 0, sizeof *v);
+    ql_status st = opt_array(g, KEY_TOKENS, QL_GGUF_STRING, 0, &v->tokens, err);
+    if (st != QL_OK)
+        return st;
+    if (!v->tokens)
+        return ql_error_set(err, QL_ENOTFOUND, "%s: key '%s' is missing", t->path, KEY_TOKENS);
+    const uint64_t n = v->tokens->n;
+    if (n == 0 || n > (uint64_t)INT32_MAX - 1)
+        return ql_error_set(err, QL_EFORMAT, "%s: key '%s' has %llu tokens", t->path, KEY_TOKENS,
+                            (unsigned long long)n);
+    t->n_vocab = (int32_t)n;
+    if ((st = opt_array(g, KEY_SCORES, QL_GGUF_FLOAT32, n, &v->scores, err)) != QL_OK ||
+        (st = opt_array(g, KEY_TYPES, QL_GGUF_INT32, n, &v->types, err)) != QL_OK)
+        return st;
+    if (t->kind == QL_VOCAB_BPE)
+        st = opt_array(g, KEY_MERGES, QL_GGUF_STRING, 0, &v->merges, err);
+    return st;
+}
+
+/* The token table, its index and one arena for token texts and merge lines, each
+ * NUL-terminated. */
+static ql_status alloc_tables(ql_tokenizer *t, const vocab_arrays *v, ql_error *err)
+{
     size_t arena_size = 1;
-    for (uint64_t i = 0; i < toks->n; i++)
-        arena_size += (size_t)tstr[i].len + 1;
-    const ql_gguf_array *merges_arr = NULL;
-    if (t->kind == QL_VOCAB_BPE) {
-        st = opt_array(g, KEY_MERGES, QL_GGUF_STRING, 0, &merges_arr, err);
-        if (st != QL_OK)
-            goto out_fail;
-        if (merges_arr) {
-            const ql_gguf_str *ms = merges_arr->data;
-            for (uint64_t i = 0; i < merges_arr->n; i++)
-                arena_size += (size_t)ms[i].len + 1;
-        }
+    const ql_gguf_str *ts = v->tokens->data;
+    for (uint64_t i = 0; i < v->tokens->n; i++)
+        arena_size += (size_t)ts[i].len + 1;
+    if (v->merges) {
+        const ql_gguf_str *ms = v->merges->data;
+        for (uint64_t i = 0; i < v->merges->n; i++)
+            arena_size += (size_t)ms[i].len + 1;
     }
     t->arena = malloc(arena_size);
     t->tokens = calloc((size_t)t->n_vocab, sizeof *t->tokens);
-    if (!t->arena || !t->tokens || !strhash_init(&t->token_index, (size_t)t->n_vocab)) {
-        st = ql_error_set(err, QL_ENOMEM, "%s: out of memory for %d tokens", t->path, t->n_vocab);
-        goto out_fail;
+    if (!t->arena || !t->tokens || !strhash_init(&t->token_index, (size_t)t->n_vocab))
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory for %d tokens", t->path, t->n_vocab);
+    return QL_OK;
+}
+
+/* Indexes token i by its text; a repeated text would make ids ambiguous (llama.cpp
+ * aborts). */
+static ql_status index_token(ql_tokenizer *t, int32_t i, ql_error *err)
+{
+    const ql_token *tok = &t->tokens[i];
+    const ql_strhash *h = &t->token_index;
+    for (size_t k = fnv_bytes(FNV_OFFSET, tok->text, tok->len) & h->mask;; k = (k + 1) & h->mask) {
+        const uint32_t v = h->slots[k];
+        if (v == 0) {
+            h->slots[k] = (uint32_t)i + 1;
+            return QL_OK;
+        }
+        const ql_token *o = &t->tokens[v - 1];
+        if (o->len == tok->len && memcmp(o->text, tok->text, tok->len) == 0)
+            return ql_error_set(err, QL_EFORMAT,
+                                "%s: key '%s': token %d repeats the text of token %u ('%s')",
+                                t->path, KEY_TOKENS, i, v - 1, tok->text);
     }
-    char *ap = t->arena;
+}
+
+/* Every token: its text into the arena at *ap, score, attributes, index entry. */
+static ql_status load_tokens(ql_tokenizer *t, const vocab_arrays *v, char **ap, ql_error *err)
+{
+    const ql_gguf_str *ts = v->tokens->data;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         ql_token *tok = &t->tokens[i];
-        if (tstr[i].len > UINT32_MAX) {
-            st = ql_error_set(err, QL_EFORMAT, "%s: token %d is too long", t->path, i);
-            goto out_fail;
-        }
-        memcpy(ap, tstr[i].ptr, (size_t)tstr[i].len);
-        ap[tstr[i].len] = '\0';
-        tok->text = ap;
-        tok->len = (uint32_t)tstr[i].len;
-        ap += tstr[i].len + 1;
-        tok->score = scores ? ((const float *)scores->data)[i] : 0.0f;
-        tok->attr = types ? attr_of_type(((const int32_t *)types->data)[i]) : QL_TOK_NORMAL;
-        /* Index the text; a repeated text would make ids ambiguous (llama.cpp aborts). */
-        const ql_strhash *h = &t->token_index;
-        for (size_t k = fnv_bytes(FNV_OFFSET, tok->text, tok->len) & h->mask;;
-             k = (k + 1) & h->mask) {
-            uint32_t v = h->slots[k];
-            if (v == 0) {
-                h->slots[k] = (uint32_t)i + 1;
-                break;
-            }
-            const ql_token *o = &t->tokens[v - 1];
-            if (o->len == tok->len && memcmp(o->text, tok->text, tok->len) == 0) {
-                st = ql_error_set(err, QL_EFORMAT,
-                                  "%s: key '%s': token %d repeats the text of token %u ('%s')",
-                                  t->path, KEY_TOKENS, i, v - 1, tok->text);
-                goto out_fail;
-            }
-        }
+        if (ts[i].len > UINT32_MAX)
+            return ql_error_set(err, QL_EFORMAT, "%s: token %d is too long", t->path, i);
+        memcpy(*ap, ts[i].ptr, (size_t)ts[i].len);
+        (*ap)[ts[i].len] = '\0';
+        tok->text = *ap;
+        tok->len = (uint32_t)ts[i].len;
+        *ap += ts[i].len + 1;
+        tok->score = v->scores ? ((const float *)v->scores->data)[i] : 0.0f;
+        tok->attr = v->types ? attr_of_type(((const int32_t *)v->types->data)[i]) : QL_TOK_NORMAL;
+        ql_status st = index_token(t, i, err);
+        if (st != QL_OK)
+            return st;
     }
+    return QL_OK;
+}
 
-    /* --- per-family defaults (llama.cpp's), then the keys that override them */
+/* llama.cpp's defaults of the family; BPE also reads its pre-tokenizer and merges
+ * (merge lines go into the arena at *ap). */
+static ql_status family_defaults(ql_tokenizer *t, const ql_gguf *g, char **ap, ql_error *err)
+{
     if (t->kind == QL_VOCAB_SPM) {
         t->bos = 1;
         t->eos = 2;
@@ -729,68 +731,66 @@ ql_status ql_tokenizer_from_gguf(ql_tokenizer **out, const ql_gguf *g, ql_error 
         t->add_bos = true;
         t->add_eos = false;
         t->add_space_prefix = true;
-    } else {
-        const char *pre = NULL;
-        if (ql_gguf_find_kv(g, KEY_PRE)) {
-            pre = ql_gguf_get_str(g, KEY_PRE, err);
-            if (!pre) {
-                st = err ? err->status : QL_EFORMAT;
-                goto out_fail;
-            }
-        } else {
-            add_warning(t, "key 'tokenizer.ggml.pre' is missing: using the 'default' "
-                           "pre-tokenizer (llama.cpp does the same and warns that the "
-                           "tokenization may be wrong)");
-        }
-        st = ql_pretok_init(&t->pre, pre, err);
-        if (st != QL_OK) {
-            ql_error_prefix(err, "%s: ", t->path);
-            goto out_fail;
-        }
-        st = load_merges(t, g, &ap, err);
-        if (st != QL_OK)
-            goto out_fail;
-        /* llama.cpp's gpt2 defaults are BOS = EOS = 11 (a Falcon legacy). */
-        t->bos = 11;
-        t->eos = 11;
-        t->unk = -1;
-        t->add_bos = t->pre.add_bos;
-        t->add_eos = false;
-        t->add_space_prefix = false;
+        return QL_OK;
     }
+    const char *pre = NULL;
+    if (ql_gguf_find_kv(g, KEY_PRE)) {
+        if (!(pre = ql_gguf_get_str(g, KEY_PRE, err)))
+            return err ? err->status : QL_EFORMAT;
+    } else {
+        add_warning(t, "key 'tokenizer.ggml.pre' is missing: using the 'default' "
+                       "pre-tokenizer (llama.cpp does the same and warns that the "
+                       "tokenization may be wrong)");
+    }
+    ql_status st = ql_pretok_init(&t->pre, pre, err);
+    if (st != QL_OK)
+        return ql_error_prefix(err, "%s: ", t->path);
+    if ((st = load_merges(t, g, ap, err)) != QL_OK)
+        return st;
+    /* llama.cpp's gpt2 defaults are BOS = EOS = 11 (a Falcon legacy). */
+    t->bos = 11;
+    t->eos = 11;
+    t->unk = -1;
+    t->add_bos = t->pre.add_bos;
+    t->add_eos = false;
+    t->add_space_prefix = false;
+    return QL_OK;
+}
+
+/* The keys that override the defaults: special ids (a default beyond the
+ * vocabulary is none) and the add_* flags, which need the token they add. */
+static ql_status special_keys(ql_tokenizer *t, const ql_gguf *g, ql_error *err)
+{
     if (t->bos >= t->n_vocab)
         t->bos = -1;
     if (t->eos >= t->n_vocab)
         t->eos = -1;
     if (t->unk >= t->n_vocab)
         t->unk = -1;
+    ql_status st;
     if ((st = special_id(t, g, "tokenizer.ggml.bos_token_id", &t->bos, NULL, err)) != QL_OK ||
         (st = special_id(t, g, "tokenizer.ggml.eos_token_id", &t->eos, NULL, err)) != QL_OK ||
         (st = special_id(t, g, "tokenizer.ggml.unknown_token_id", &t->unk, NULL, err)) != QL_OK ||
         (st = opt_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err)) != QL_OK ||
         (st = opt_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err)) != QL_OK ||
         (st = opt_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err)) != QL_OK)
-        goto out_fail;
-    if (t->add_bos && t->bos < 0) {
-        st = ql_error_set(err, QL_EFORMAT,
-                          "%s: tokenizer.ggml.add_bos_token is true but there is no BOS token",
-                          t->path);
-        goto out_fail;
-    }
-    if (t->add_eos && t->eos < 0) {
-        st = ql_error_set(err, QL_EFORMAT,
-                          "%s: tokenizer.ggml.add_eos_token is true but there is no EOS token",
-                          t->path);
-        goto out_fail;
-    }
+        return st;
+    if (t->add_bos && t->bos < 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: tokenizer.ggml.add_bos_token is true but there is no BOS token",
+                            t->path);
+    if (t->add_eos && t->eos < 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: tokenizer.ggml.add_eos_token is true but there is no EOS token",
+                            t->path);
+    return QL_OK;
+}
 
-    /* --- token attributes llama.cpp adjusts, then the derived tables */
-    st = detect_control(t, g, err);
-    if (st != QL_OK)
-        goto out_fail;
-    phi3_strip_flags(t, g);
-    if (!collect_specials(t))
-        goto out_oom;
+/* Per byte: its byte token (SPM: "<0xNN>", else the one-character token) and its
+ * GPT-2 character. SPM also marks the ASCII characters no token of two or more
+ * bytes contains (barriers for the merge search). */
+static void byte_tables(ql_tokenizer *t)
+{
     for (int b = 0; b < 256; b++) {
         char hex[8];
         snprintf(hex, sizeof hex, "<0x%02X>", b);
@@ -805,26 +805,64 @@ ql_status ql_tokenizer_from_gguf(ql_tokenizer **out, const ql_gguf *g, ql_error 
         memcpy(t->gpt2_bytes[b], u, ul);
         t->gpt2_len[b] = (uint8_t)ul;
     }
-    if (t->kind == QL_VOCAB_SPM) {
-        bool seen[128] = {false};
-        for (int32_t i = 0; i < t->n_vocab; i++)
-            if (t->tokens[i].len >= 2)
-                for (uint32_t k = 0; k < t->tokens[i].len; k++)
-                    if ((unsigned char)t->tokens[i].text[k] < 128)
-                        seen[(unsigned char)t->tokens[i].text[k]] = true;
-        for (int c = 0; c < 128; c++)
-            t->spm_barrier[c] = !seen[c];
-    }
+    if (t->kind != QL_VOCAB_SPM)
+        return;
+    bool seen[128] = {false};
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if (t->tokens[i].len >= 2)
+            for (uint32_t k = 0; k < t->tokens[i].len; k++)
+                if ((unsigned char)t->tokens[i].text[k] < 128)
+                    seen[(unsigned char)t->tokens[i].text[k]] = true;
+    for (int c = 0; c < 128; c++)
+        t->spm_barrier[c] = !seen[c];
+}
+
+/* The token attributes llama.cpp adjusts, then the tables derived from them. */
+static ql_status derived_tables(ql_tokenizer *t, const ql_gguf *g, ql_error *err)
+{
+    ql_status st = detect_control(t, g, err);
+    if (st != QL_OK)
+        return st;
+    phi3_strip_flags(t, g);
+    if (!collect_specials(t))
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory building the tokenizer", t->path);
+    byte_tables(t);
     if (!build_pieces(t))
-        goto out_oom;
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory building the tokenizer", t->path);
+    return QL_OK;
+}
+
+ql_status ql_tokenizer_from_gguf(ql_tokenizer **out, const ql_gguf *g, ql_error *err)
+{
+    *out = NULL;
+    ql_tokenizer *t = calloc(1, sizeof *t);
+    if (!t)
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", g->path);
+    ql_status st = QL_OK;
+    if (!(t->path = ql_strdup(g->path ? g->path : "(buffer)")))
+        st = ql_error_set(err, QL_ENOMEM, "%s: out of memory", g->path);
+    vocab_arrays v;
+    if (st == QL_OK)
+        st = read_family(t, g, err);
+    if (st == QL_OK)
+        st = read_arrays(t, g, &v, err);
+    if (st == QL_OK)
+        st = alloc_tables(t, &v, err);
+    char *ap = t->arena; /* the arena's free part */
+    if (st == QL_OK)
+        st = load_tokens(t, &v, &ap, err);
+    if (st == QL_OK)
+        st = family_defaults(t, g, &ap, err);
+    if (st == QL_OK)
+        st = special_keys(t, g, err);
+    if (st == QL_OK)
+        st = derived_tables(t, g, err);
+    if (st != QL_OK) {
+        ql_tokenizer_free(t);
+        return st;
+    }
     *out = t;
     return QL_OK;
-
-out_oom:
-    st = ql_error_set(err, QL_ENOMEM, "%s: out of memory building the tokenizer", t->path);
-out_fail:
-    ql_tokenizer_free(t);
-    return st;
 }
 
 void ql_tokenizer_free(ql_tokenizer *t)

@@ -1,6 +1,7 @@
 /* The fit error table on a small synthetic model written by the test (GSL random
  * heavy-tailed weights): errors against an independent computation, exact bytes,
- * candidate sets, importance sources, sampling, thread independence, the cache. */
+ * candidate sets, importance sources, sampling, thread independence, the cache;
+ * IQ1_S and IQ1_M measured (and written) with the bytes of `qlab quantize`. */
 #include <gsl/gsl_errno.h>
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
@@ -12,6 +13,8 @@
 #include "base/util.h"
 #include "experiment/fit.h"
 #include "model/gguf.h"
+#include "model/quant.h"
+#include "model/quant_model.h"
 #include "qltest.h"
 
 /* The table sums per-row errors in row order within a chunk and chunks in order;
@@ -533,6 +536,220 @@ static void test_tied(void)
 }
 
 /* ---------------------------------------------------------------------------
+ * IQ1_S and IQ1_M: the table measures the bytes `qlab quantize` writes */
+
+/* A 2-D tensor and two expert tensors whose matrices end inside a quantizer chunk
+ * (1024 values a row: chunks of 16 rows; 512: 32), one with an imatrix entry per
+ * expert, one with a single vector for every expert. */
+typedef struct {
+    const char *name;
+    int n_dims;
+    int64_t ne[3];
+    bool per_expert; /* imatrix entry: one vector per matrix */
+} iq1_spec;
+
+static const iq1_spec iq1_specs[] = {
+    {"blk.0.attn_q.weight", 2, {1024, 48, 1}, false},
+    {"blk.0.ffn_up_exps.weight", 3, {512, 37, 3}, true},
+    {"blk.0.ffn_gate_exps.weight", 3, {512, 37, 3}, false},
+};
+#define N_IQ1 (int)(sizeof iq1_specs / sizeof iq1_specs[0])
+
+static float *iq1_imat[N_IQ1];     /* what the fit's lookup returns */
+static float *iq1_imat_mat[N_IQ1]; /* the same, one vector per matrix (quantize's lookup) */
+
+static const float *iq1_fit_lookup(void *user, const char *tensor, int64_t *n)
+{
+    (void)user;
+    for (int k = 0; k < N_IQ1; k++)
+        if (strcmp(iq1_specs[k].name, tensor) == 0) {
+            const iq1_spec *s = &iq1_specs[k];
+            *n = s->ne[0] * (s->per_expert ? s->ne[2] : 1);
+            return iq1_imat[k];
+        }
+    return NULL;
+}
+
+static const float *iq1_quant_lookup(void *ctx, const char *tensor, int64_t n_per_row,
+                                     int64_t n_mats)
+{
+    (void)ctx, (void)n_per_row, (void)n_mats;
+    for (int k = 0; k < N_IQ1; k++)
+        if (strcmp(iq1_specs[k].name, tensor) == 0)
+            return iq1_imat_mat[k];
+    return NULL;
+}
+
+/* Weights where every even row of a matrix is zero but for one 32-group in four:
+ * IQ1_S and IQ1_M give those groups the shifts of the row quantized before in the
+ * same call, so their bytes tell which rows shared a call. */
+static void write_iq1_model(const char *path)
+{
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(r, 11);
+    ql_error err;
+    ql_gguf_writer *w = NULL;
+    CHECK_OK(ql_gguf_writer_alloc(&w, &err), &err);
+    ql_gguf_writer_set_str(w, "general.architecture", "llama", &err);
+    for (int k = 0; k < N_IQ1; k++) {
+        const iq1_spec *s = &iq1_specs[k];
+        const int64_t n = s->ne[0] * s->ne[1] * s->ne[2];
+        CHECK_OK(ql_gguf_writer_add_tensor(w, s->name, (uint32_t)s->n_dims, s->ne, QL_TYPE_F16,
+                                           (uint64_t)n * 2, &err),
+                 &err);
+    }
+    CHECK_OK(ql_gguf_writer_begin(w, path, &err), &err);
+    for (int k = 0; k < N_IQ1; k++) {
+        const iq1_spec *s = &iq1_specs[k];
+        const int64_t n = s->ne[0] * s->ne[1] * s->ne[2];
+        uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t row_in_mat = i / s->ne[0] % s->ne[1], group = i % s->ne[0] / 32;
+            const bool zero = row_in_mat % 2 == 0 && group % 4 != 0;
+            h[i] = ql_fp32_to_fp16(zero ? 0.0f : weight_value(r, i % s->ne[0]));
+        }
+        CHECK_OK(ql_gguf_writer_write_tensor(w, h, (uint64_t)n * 2, &err), &err);
+        free(h);
+        const int64_t n_mat = s->ne[2], len = s->ne[0] * (s->per_expert ? n_mat : 1);
+        iq1_imat[k] = malloc(sizeof(float) * (size_t)len);
+        iq1_imat_mat[k] = malloc(sizeof(float) * (size_t)(s->ne[0] * n_mat));
+        for (int64_t j = 0; j < len; j++)
+            iq1_imat[k][j] = (float)(0.1 + gsl_ran_exponential(r, 1.0));
+        for (int64_t j = 0; j < s->ne[0] * n_mat; j++)
+            iq1_imat_mat[k][j] = iq1_imat[k][s->per_expert ? j : j % s->ne[0]];
+    }
+    CHECK_OK(ql_gguf_writer_finish(w, &err), &err);
+    ql_gguf_writer_free(w);
+    gsl_rng_free(r);
+}
+
+/* sum over the table's sampled rows of sum_j I_j (w - w^)^2, scaled by rows /
+ * sampled, with w^ decoded from the quantized file's bytes. */
+static double error_from_file(const ql_gguf_tensor *src, const ql_gguf_tensor *q,
+                              const float *imat_mat, int64_t sample)
+{
+    const int64_t ne0 = src->ne[0], rows = ql_gguf_tensor_nelements(src) / ne0;
+    const int64_t ns = sample > 0 && sample < rows ? sample : rows;
+    float *x = malloc(sizeof(float) * (size_t)ne0), *y = malloc(sizeof(float) * (size_t)ne0);
+    double total = 0;
+    for (int64_t k = 0; k < ns; k++) {
+        const int64_t row = ns == rows ? k : (2 * k + 1) * rows / (2 * ns);
+        const float *wt = imat_mat + row / src->ne[1] * ne0;
+        row_f32(src, row, x);
+        ql_dequant_row(q->type, q->data, row, ne0, y);
+        double s = 0;
+        for (int64_t j = 0; j < ne0; j++) {
+            const double d = (double)x[j] - (double)y[j];
+            s += (double)wt[j] * d * d;
+        }
+        total += s;
+    }
+    free(x);
+    free(y);
+    return total * (double)rows / (double)ns;
+}
+
+/* Quantizes the model to type with `qlab quantize`'s library call; returns the file. */
+static ql_gguf *quantize_iq1(const char *in, int32_t type, ql_quant_model_report **report)
+{
+    char out[512];
+    snprintf(out, sizeof out, "%s/iq1-%s.gguf", qlt_tmpdir(), ql_type_name(type));
+    ql_quant_model_opts qo = {
+        .cfg = {.weight_type = type, .head_type = QL_TYPE_INVALID, .embd_type = QL_TYPE_INVALID},
+        .imatrix = iq1_quant_lookup,
+        .stats = true,
+        .quiet = true};
+    ql_error err;
+    ql_gguf *q = NULL;
+    CHECK_OK(ql_quant_model(in, out, &qo, report, &err), &err);
+    CHECK_OK(ql_gguf_open(&q, out, &err), &err);
+    return q;
+}
+
+/* The fitted file at the smallest size (every tensor IQ1_S) holds the bytes of
+ * qlab quantize's IQ1_S file. */
+static void check_iq1_written(const ql_gguf *g, const ql_fit_table *t, const ql_fit_importance *imp,
+                              const ql_gguf *quantized)
+{
+    char out[512];
+    snprintf(out, sizeof out, "%s/fit-iq1-out.gguf", qlt_tmpdir());
+    ql_error err;
+    ql_fit_plan *plan = NULL;
+    ql_gguf *f = NULL;
+    CHECK_OK(ql_fit_solve(t, ql_fit_table_min_bytes(t), NULL, &plan, &err), &err);
+    if (plan)
+        CHECK_OK(ql_fit_write(g, plan, imp, out, true, &err), &err);
+    if (plan)
+        CHECK_OK(ql_gguf_open(&f, out, &err), &err);
+    for (int k = 0; f && k < N_IQ1; k++) {
+        const ql_gguf_tensor *a = ql_gguf_find_tensor(f, iq1_specs[k].name);
+        const ql_gguf_tensor *b = ql_gguf_find_tensor(quantized, iq1_specs[k].name);
+        CHECK_MSG(a && b && a->type == QL_TYPE_IQ1_S && a->type == b->type &&
+                      a->nbytes == b->nbytes && memcmp(a->data, b->data, (size_t)a->nbytes) == 0,
+                  "%s: qlab fit wrote other bytes than qlab quantize", iq1_specs[k].name);
+    }
+    ql_gguf_close(f);
+    ql_fit_plan_free(plan);
+}
+
+static void test_iq1_as_quantize(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/fit-iq1.gguf", qlt_tmpdir());
+    write_iq1_model(path);
+    ql_error err;
+    ql_gguf *g = NULL;
+    CHECK_OK(ql_gguf_open(&g, path, &err), &err);
+    static const int32_t types[] = {QL_TYPE_IQ1_S, QL_TYPE_IQ1_M};
+    ql_quant_model_report *rep[2] = {NULL, NULL};
+    ql_gguf *q[2] = {NULL, NULL};
+    for (int ti = 0; ti < 2; ti++)
+        q[ti] = quantize_iq1(path, types[ti], &rep[ti]);
+    ql_fit_importance imp = {.sha256 = "iq1", .lookup = iq1_fit_lookup};
+    ql_fit_options o;
+    ql_fit_options_init(&o);
+    o.types = "IQ1_S,IQ1_M";
+    o.cache_dir = "";
+    o.quiet = true;
+    static const int64_t samples[] = {0, 10};
+    for (size_t si = 0; g && q[0] && q[1] && si < 2; si++) {
+        o.sample_rows = samples[si];
+        ql_fit_table *t = NULL;
+        CHECK_OK(ql_fit_table_compute(g, "iq1", &imp, &o, &t, &err), &err);
+        for (int ti = 0; t && ti < 2; ti++)
+            for (int k = 0; k < N_IQ1; k++) {
+                const ql_fit_choice *c = choice_of(find(t, iq1_specs[k].name), types[ti]);
+                const double want = error_from_file(ql_gguf_find_tensor(g, iq1_specs[k].name),
+                                                    ql_gguf_find_tensor(q[ti], iq1_specs[k].name),
+                                                    iq1_imat_mat[k], samples[si]);
+                CHECK_MSG(c && fabs(c->err - want) <= ERR_REL_TOL * want,
+                          "%s %s, %lld rows sampled: table %.17g, from qlab quantize's bytes "
+                          "%.17g",
+                          iq1_specs[k].name, ql_type_name(types[ti]), (long long)samples[si],
+                          c ? c->err : -1.0, want);
+                /* Every row measured: quantize's own imatrix-weighted error. */
+                const double qerr = rep[ti]->errors[k].w_sse;
+                if (samples[si] == 0)
+                    CHECK_MSG(c && fabs(c->err - qerr) <= ERR_REL_TOL * qerr,
+                              "%s %s: table %.17g, quantize's imatrix_err %.17g", iq1_specs[k].name,
+                              ql_type_name(types[ti]), c ? c->err : -1.0, qerr);
+            }
+        if (t && samples[si] == 0)
+            check_iq1_written(g, t, &imp, q[0]);
+        ql_fit_table_free(t);
+    }
+    for (int ti = 0; ti < 2; ti++) {
+        ql_gguf_close(q[ti]);
+        ql_quant_model_report_free(rep[ti]);
+    }
+    ql_gguf_close(g);
+    for (int k = 0; k < N_IQ1; k++) {
+        free(iq1_imat[k]);
+        free(iq1_imat_mat[k]);
+    }
+}
+
+/* ---------------------------------------------------------------------------
  * The whole pipeline on a llama-shaped model: table, budget, plan, GGUF */
 
 /* Shapes of the llama-shaped model: small for the unit suite, larger for the slow
@@ -797,6 +1014,7 @@ int main(int argc, char **argv)
     test_cache(g, &imp);
     ql_gguf_close(g);
     test_tied();
+    test_iq1_as_quantize();
     test_fit_and_write(&unit_shape);
     for (int k = 0; k < 3; k++)
         free(imat[k].v);

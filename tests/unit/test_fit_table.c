@@ -178,7 +178,7 @@ static void test_cache_file(void)
     /* Edits with a valid checksum reach the parser and are still refused. */
     memcpy(copy, good, len);
     copy[len] = '\0';
-    edit_and_expect(copy, len, "qlab-fit-table\t3", "qlab-fit-table\t99", "format version");
+    edit_and_expect(copy, len, "qlab-fit-table\t4", "qlab-fit-table\t99", "format version");
     edit_and_expect(copy, len, "model_sha256\tab12", "model_sha256\tab13", "key does not match");
     edit_and_expect(copy, len, "choice\tQ4_K\t73728", "choice\tQ4_K\t73729", "'choice' record");
     edit_and_expect(copy, len, "choice\tQ4_K", "choice\tQ9_K", "'choice' record");

@@ -186,6 +186,40 @@ static void ladder_ranks(void)
         CHECK_MSG(count[r] == 1, "ladder rank %d: %d types", r, count[r]);
 }
 
+/* The row_state column: a type has it exactly when quantizing two rows in one call
+ * gives the second row other bytes than quantizing it alone. The second row is
+ * zero but for one 32-group per super-block: IQ1_S and IQ1_M give its zero groups
+ * the first row's shifts, every other format has no memory of earlier rows. */
+static void row_state(void)
+{
+    enum { N = 1024 };
+    static float x[2 * N], ones[N];
+    static unsigned char both[2 * N * 4], alone[N * 4];
+    for (int j = 0; j < N; j++) {
+        x[j] = (float)(((j * 7919) % 201) - 100) / 100.0f;
+        x[N + j] = j % 256 < 32 ? (float)((j % 13) - 6) / 10.0f : 0.0f;
+        ones[j] = 1.0f;
+    }
+    const ql_type_traits *all[QL_TYPE_ID_LIMIT];
+    const int n = ql_type_list(all, QL_TYPE_ID_LIMIT);
+    int n_checked = 0;
+    for (int k = 0; k < n; k++) {
+        const ql_type_traits *t = all[k];
+        const size_t rs = ql_row_size((int32_t)t->type, N);
+        ql_error err;
+        if (!t->quantize || rs == 0 || rs > sizeof alone)
+            continue;
+        CHECK_OK(ql_type_prepare((int32_t)t->type, &err), &err);
+        t->quantize(x, both, 2, N, ones);
+        t->quantize(x + N, alone, 1, N, ones);
+        const bool differs = memcmp(both + rs, alone, rs) != 0;
+        CHECK_MSG(differs == t->row_state, "%s: row_state %d, but the second row's bytes %s",
+                  t->name, (int)t->row_state, differs ? "differ" : "do not differ");
+        n_checked++;
+    }
+    CHECK_MSG(n_checked >= 24, "only %d types checked", n_checked);
+}
+
 int main(void)
 {
     indexed_by_id();
@@ -195,5 +229,6 @@ int main(void)
     file_types();
     row_fallbacks();
     ladder_ranks();
+    row_state();
     return qlt_done();
 }
