@@ -336,6 +336,9 @@ ql_status ql_data_resolve(const char *name_or_path, char *path_out, size_t size,
             ql_strlcpy(path_out, name_or_path, size);
             return QL_OK;
         }
+        /* A FIFO or device is not a file to read: say so rather than "not found". */
+        if (ql_file_exists(name_or_path))
+            return ql_file_refuse_special(name_or_path, "file", err);
         const ql_data_entry *es;
         int n;
         char names[1024] = "";

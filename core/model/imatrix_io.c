@@ -627,13 +627,12 @@ ql_status ql_imatrix_read_buffer(const void *buf, size_t size, const char *name,
 ql_status ql_imatrix_read(const char *path, ql_imatrix **out, ql_error *err)
 {
     *out = NULL;
-    char *buf;
-    size_t len;
-    ql_status st = ql_file_read_all(path, &buf, &len, err);
+    ql_file_map fm;
+    ql_status st = ql_file_map_open(&fm, path, "importance matrix", err);
     if (st)
         return st;
-    st = ql_imatrix_read_buffer(buf, len, path, out, err);
-    free(buf);
+    st = ql_imatrix_read_buffer(fm.data, fm.size, path, out, err);
+    ql_file_map_close(&fm);
     return st;
 }
 
