@@ -13,7 +13,9 @@
 #include "formats/types.h"
 #include "model/gguf.h"
 #include "model/imatrix_io.h"
+#include "model/model.h"
 #include "model/quant_model.h"
+#include "model/tokenizer.h"
 
 static const char *const usage_head =
     "usage: qlab quantize [options] IN.gguf OUT.gguf TYPE [nthreads]\n"
@@ -166,6 +168,24 @@ static ql_status imatrix_arg_load(imatrix_arg *a, const ql_gguf *model, ql_error
     if (!st)
         st = ql_imatrix_table_alloc(&a->table, a->im, model, err);
     return st;
+}
+
+/* The input as `qlab eval` reads it, model and tokenizer: a file qlab's own loader
+ * refuses (a header that disagrees with the tensors, impossible hyper-parameters, a
+ * broken vocabulary) is refused before anything is written, with the loader's message. */
+static ql_status load_checked(const char *path, ql_model **out, ql_error *err)
+{
+    ql_status st = ql_model_load(out, path, err);
+    if (st)
+        return st;
+    ql_tokenizer *tok = NULL;
+    if ((st = ql_tokenizer_from_gguf(&tok, (*out)->gguf, err))) {
+        ql_model_free(*out);
+        *out = NULL;
+        return st;
+    }
+    ql_tokenizer_free(tok);
+    return QL_OK;
 }
 
 static void print_report(const ql_quant_model_report *r, const char *out_path, bool stats,
@@ -397,7 +417,8 @@ int ql_cmd_quantize(int argc, char **argv)
     ql_error err;
     ql_error_clear(&err);
     ql_quant_model_report *r = NULL;
-    ql_gguf *model = NULL;
+    ql_model *loaded = NULL;
+    const ql_gguf *model = NULL;
     ql_quant_imatrix_meta meta = {NULL, NULL, 0, 0};
     if (ql_quant_overrides_parse(a.rules, a.n_rules, &overrides, &err)) {
         rc = ql_opt_usage_prog("qlab quantize", "%s", err.msg);
@@ -410,14 +431,16 @@ int ql_cmd_quantize(int argc, char **argv)
                                    ql_quant_overrides_rule(overrides, i), err.msg);
             goto out;
         }
-    if (imat.path || stats_imat.path) {
-        /* The imatrix is checked against the model's tensors before anything is written. */
-        if (ql_gguf_open(&model, paths[0], &err) ||
-            (imat.path && imatrix_arg_load(&imat, model, &err)) ||
-            (stats_imat.path && imatrix_arg_load(&stats_imat, model, &err))) {
-            rc = ql_cli_fail(&err);
-            goto out;
-        }
+    if (load_checked(paths[0], &loaded, &err)) {
+        rc = ql_cli_fail(&err);
+        goto out;
+    }
+    model = loaded->gguf;
+    /* The imatrix is checked against the model's tensors before anything is written. */
+    if ((imat.path && imatrix_arg_load(&imat, model, &err)) ||
+        (stats_imat.path && imatrix_arg_load(&stats_imat, model, &err))) {
+        rc = ql_cli_fail(&err);
+        goto out;
     }
     if (imat.im && ql_imatrix_table_n_matched(imat.table) == 0)
         fprintf(stderr,
@@ -448,6 +471,6 @@ out:
     free(a.rules);
     imatrix_arg_free(&imat);
     imatrix_arg_free(&stats_imat);
-    ql_gguf_close(model);
+    ql_model_free(loaded);
     return rc;
 }
