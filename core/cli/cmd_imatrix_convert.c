@@ -68,6 +68,9 @@ int ql_cmd_imatrix_convert(int argc, char **argv)
     ql_imatrix *im = NULL;
     if (ql_imatrix_read(in, &im, &err))
         return ql_cli_fail(&err);
+    char warning[QL_ERROR_MSG_MAX];
+    if (ql_imatrix_dropped_warning(im, warning, sizeof warning))
+        fprintf(stderr, "qlab: warning: %s; the output leaves them out\n", warning);
     int rc = QL_EXIT_OK;
     if (im->chunk_size == 0) {
         /* A .dat input: counts are chunks until a chunk size is known. */

@@ -165,9 +165,21 @@ static void imatrix_arg_free(imatrix_arg *a)
 static ql_status imatrix_arg_load(imatrix_arg *a, const ql_gguf *model, ql_error *err)
 {
     ql_status st = ql_imatrix_read(a->path, &a->im, err);
-    if (!st)
-        st = ql_imatrix_table_alloc(&a->table, a->im, model, err);
-    return st;
+    if (st)
+        return st;
+    char warning[QL_ERROR_MSG_MAX];
+    if (ql_imatrix_dropped_warning(a->im, warning, sizeof warning))
+        fprintf(stderr, "qlab: warning: %s\n", warning);
+    return ql_imatrix_table_alloc(&a->table, a->im, model, err);
+}
+
+/* Whether the imatrix dropped the entry of a tensor as degenerate (all zero, denormal). */
+static bool entry_dropped(const ql_imatrix *im, const char *name)
+{
+    for (int64_t i = 0; i < im->n_dropped; i++)
+        if (strcmp(im->dropped[i], name) == 0)
+            return true;
+    return false;
 }
 
 /* The input as `qlab eval` reads it, model and tokenizer: a file qlab's own loader
@@ -238,6 +250,8 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
             n_without++;
             printf("%s%s: quantized without", sep,
                    skipped && strcmp(skipped, e->name) == 0 ? "imatrix entry of another length"
+                   : entry_dropped(imat->im, e->name)       ? "imatrix entry without usable "
+                                                              "importance (all zero or denormal)"
                                                             : "no imatrix entry");
         }
         printf("\n");
@@ -261,6 +275,9 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
         if (ql_imatrix_table_skipped(imat->table))
             printf("; %s skipped: its entry has another length (llama-quantize ignores it too)",
                    ql_imatrix_table_skipped(imat->table));
+        if (imat->im->n_dropped)
+            printf("; %lld entr%s dropped (no usable importance)", (long long)imat->im->n_dropped,
+                   imat->im->n_dropped == 1 ? "y" : "ies");
         printf("\n");
     }
     if (stats) {
@@ -442,7 +459,8 @@ int ql_cmd_quantize(int argc, char **argv)
         rc = ql_cli_fail(&err);
         goto out;
     }
-    if (imat.im && ql_imatrix_table_n_matched(imat.table) == 0)
+    /* (An imatrix whose every entry was dropped has been warned about already.) */
+    if (imat.im && imat.im->n_entries > 0 && ql_imatrix_table_n_matched(imat.table) == 0)
         fprintf(stderr,
                 "qlab: warning: no entry of %s names a tensor of %s: nothing is quantized with "
                 "importance weights\n",
