@@ -15,6 +15,8 @@
 
 #include <cblas.h>
 
+#include "base/unicode.h"
+
 /* Bytes hashed per read. */
 #define HASH_BUFFER ((size_t)1 << 20)
 
@@ -347,6 +349,56 @@ bool ql_parse_double(const char *s, double *out)
         return false;
     *out = v;
     return true;
+}
+
+/* Bytes of the character at s[i] to write as they are (1..4), or 0 when its first
+ * byte is to be escaped. */
+static size_t terminal_safe(const char *s, size_t len, size_t i)
+{
+    const unsigned char b = (unsigned char)s[i];
+    if (b < 0x80)
+        return b == '\n' || b == '\t' || (b >= 0x20 && b != 0x7f) ? 1 : 0;
+    size_t next = i;
+    const uint32_t cp = ql_utf8_decode(s, len, &next);
+    /* An invalid sequence decodes to U+FFFD over one byte; a real U+FFFD takes three. */
+    if ((cp == QL_UNI_REPLACEMENT && next - i == 1) || (cp >= 0x80 && cp <= 0x9f))
+        return 0;
+    return next - i;
+}
+
+void ql_fwrite_terminal(FILE *f, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len;) {
+        const size_t n = terminal_safe(s, len, i);
+        if (n) {
+            fwrite(s + i, 1, n, f);
+            i += n;
+        } else {
+            fprintf(f, "\\x%02x", (unsigned char)s[i++]);
+        }
+    }
+}
+
+size_t ql_escape_terminal(const char *s, char *out, size_t size)
+{
+    const size_t len = strlen(s);
+    size_t o = 0;
+    if (size == 0)
+        return 0;
+    for (size_t i = 0; i < len;) {
+        const size_t n = terminal_safe(s, len, i);
+        const size_t need = n ? n : 4;
+        if (o + need >= size)
+            break;
+        if (n)
+            memcpy(out + o, s + i, n);
+        else
+            snprintf(out + o, 5, "\\x%02x", (unsigned char)s[i]);
+        o += need;
+        i += n ? n : 1;
+    }
+    out[o] = '\0';
+    return o;
 }
 
 double ql_rng_uniform(uint64_t *state)

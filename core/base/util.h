@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/error.h"
 
@@ -62,6 +63,19 @@ ql_status ql_sha256_file(const char *path, char out[65], ql_error *err);
 bool ql_parse_i64(const char *s, int64_t *out);
 bool ql_parse_int(const char *s, int *out);
 bool ql_parse_double(const char *s, double *out);
+
+/* ---- Text for a terminal ----
+ * Strings that come from files or databases may hold bytes a terminal obeys (escape
+ * sequences, bells, C1 controls) or that are not UTF-8. These write them with every
+ * control character but newline and tab, DEL, the C1 controls (U+0080..U+009F) and
+ * every byte that is not part of a valid UTF-8 sequence as \xNN; the rest as is. */
+
+/* Writes len bytes of s to f, escaped. */
+void ql_fwrite_terminal(FILE *f, const char *s, size_t len);
+
+/* The escaped form of s (NUL-terminated) into out, cut at a whole character when it
+ * does not fit; returns the length written. */
+size_t ql_escape_terminal(const char *s, char *out, size_t size);
 
 /* Deterministic random numbers (splitmix64) for the synthetic inputs of the
  * benchmarks and tests: the same stream from the same seed on every platform. */

@@ -17,6 +17,9 @@
 #include "model/quant_model.h"
 #include "model/tokenizer.h"
 
+/* Tensor names are at most 63 bytes; escaped, a byte takes at most 4. */
+#define QL_NAME_ESCAPED 64
+
 static const char *const usage_head =
     "usage: qlab quantize [options] IN.gguf OUT.gguf TYPE [nthreads]\n"
     "       qlab quantize [options] IN.gguf OUT.gguf --type T\n"
@@ -168,8 +171,11 @@ static ql_status imatrix_arg_load(imatrix_arg *a, const ql_gguf *model, ql_error
     if (st)
         return st;
     char warning[QL_ERROR_MSG_MAX];
-    if (ql_imatrix_dropped_warning(a->im, warning, sizeof warning))
-        fprintf(stderr, "qlab: warning: %s\n", warning);
+    if (ql_imatrix_dropped_warning(a->im, warning, sizeof warning)) {
+        fputs("qlab: warning: ", stderr);
+        ql_fwrite_terminal(stderr, warning, strlen(warning));
+        fputc('\n', stderr);
+    }
     return ql_imatrix_table_alloc(&a->table, a->im, model, err);
 }
 
@@ -206,9 +212,11 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
 {
     const ql_quant_plan *p = r->plan;
     size_t w = 24;
-    for (int64_t i = 0; i < p->n; i++)
-        if (strlen(p->entries[i].name) > w)
-            w = strlen(p->entries[i].name);
+    for (int64_t i = 0; i < p->n; i++) {
+        char esc[4 * QL_NAME_ESCAPED];
+        const size_t n = ql_escape_terminal(p->entries[i].name, esc, sizeof esc);
+        w = n > w ? n : w;
+    }
     const bool weighted_cols = stats && r->total.weighted;
     printf("%-*s  %-14s  %-7s  %10s  %6s", (int)w, "tensor", "shape (ggml)", "type", "bytes",
            "bpw");
@@ -221,7 +229,10 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
         const ql_quant_plan_entry *e = &p->entries[i];
         char shape[64];
         format_shape(e, shape, sizeof shape);
-        printf("%-*s  %-14s  %-7s  %10llu  %6.2f", (int)w, e->name, shape, ql_type_name(e->used),
+        /* Names come from the file: escaped for the terminal. */
+        char name[4 * QL_NAME_ESCAPED];
+        ql_escape_terminal(e->name, name, sizeof name);
+        printf("%-*s  %-14s  %-7s  %10llu  %6.2f", (int)w, name, shape, ql_type_name(e->used),
                (unsigned long long)e->bytes, bpw(e->bytes, e->n_per_row * e->nrows));
         if (stats)
             print_error_cols(&r->errors[i], weighted_cols);

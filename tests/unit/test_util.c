@@ -199,9 +199,37 @@ static void special_files(void)
     CHECK_MSG(st == QL_EIO && strstr(err.msg, "cannot open file: No such file"), "%s", err.msg);
 }
 
+/* Terminal text: C0 controls but newline and tab, DEL, C1 controls and bytes outside
+ * valid UTF-8 become \xNN; printable ASCII, valid UTF-8 (U+FFFD itself included)
+ * stays; the buffer form cuts at a whole character. */
+static void terminal_text(void)
+{
+    const char in[] = "a\033[2J\tb\n\x7f\xc2\x9b\xc3\xa9\xef\xbf\xbd\xff\xe2\x82\0z";
+    const char want[] = "a\\x1b[2J\tb\n\\x7f\\xc2\\x9b\xc3\xa9\xef\xbf\xbd\\xff\\xe2\\x82\\x00z";
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    CHECK(mem != NULL);
+    if (mem) {
+        ql_fwrite_terminal(mem, in, sizeof in - 1);
+        CHECK(fclose(mem) == 0);
+        CHECK_MSG(len == strlen(want) && memcmp(text, want, len) == 0, "got '%s'", text);
+        free(text);
+    }
+    char out[64];
+    /* Up to the NUL, which ends a C string. */
+    const size_t n = ql_escape_terminal(in, out, sizeof out);
+    CHECK(n == strlen(out) && strncmp(out, want, n) == 0 && n == strlen(want) - 5);
+    /* "a\x1b" is 5 bytes: a 6-byte buffer holds it, a 5-byte one only "a". */
+    CHECK(ql_escape_terminal("a\033", out, 6) == 5 && strcmp(out, "a\\x1b") == 0);
+    CHECK(ql_escape_terminal("a\033", out, 5) == 1 && strcmp(out, "a") == 0);
+    CHECK(ql_escape_terminal("\xc3\xa9", out, 2) == 0 && out[0] == '\0');
+}
+
 int main(void)
 {
     special_files();
+    terminal_text();
     splitmix64_stream();
     grow_array();
     string_set();

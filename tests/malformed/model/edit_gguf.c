@@ -14,6 +14,7 @@
  *   tokens:N             keep the first N tokens (and scores and types)
  *   rows:NAME=N          tensor NAME (2-D, F32) gets N rows: the first rows of the
  *                        original, repeated when there are more
+ *   add:NAME=N           a 1-D F32 tensor NAME of N zeros after the others
  * The tensors keep their types and bytes otherwise. Exit 0 on success, 1 with a message
  * on stderr for a bad edit or a file it cannot read or write. */
 #include <errno.h>
@@ -201,7 +202,8 @@ int main(int argc, char **argv)
     const int n_edits = argc - 3;
     for (int e = 0; e < n_edits; e++)
         if (!arg_of(edits[e], "set") && !arg_of(edits[e], "del") && !arg_of(edits[e], "drop") &&
-            !arg_of(edits[e], "token") && !arg_of(edits[e], "tokens") && !arg_of(edits[e], "rows"))
+            !arg_of(edits[e], "token") && !arg_of(edits[e], "tokens") &&
+            !arg_of(edits[e], "rows") && !arg_of(edits[e], "add"))
             die("unknown edit '%s'", edits[e]);
     ql_error err;
     ql_gguf *g;
@@ -234,6 +236,18 @@ int main(int argc, char **argv)
         }
         check(ql_gguf_writer_add_tensor(w, t->name, t->n_dims, ne, t->type, nbytes, &err), &err);
     }
+    for (int e = 0; e < n_edits; e++) {
+        const char *a = arg_of(edits[e], "add");
+        char name[128];
+        if (!a)
+            continue;
+        const int64_t ne[1] = {strtoll(split_eq(a, name, sizeof name), NULL, 10)};
+        if (ne[0] < 1)
+            die("add: '%s' needs a length >= 1", a);
+        check(ql_gguf_writer_add_tensor(w, name, 1, ne, QL_TYPE_F32,
+                                        (uint64_t)ne[0] * sizeof(float), &err),
+              &err);
+    }
     check(ql_gguf_writer_begin(w, argv[2], &err), &err);
     for (int64_t i = 0; i < g->n_tensors; i++) {
         const ql_gguf_tensor *t = &g->tensors[i];
@@ -253,6 +267,18 @@ int main(int argc, char **argv)
                    (const char *)t->data + (size_t)(r % t->ne[1]) * row_bytes, row_bytes);
         check(ql_gguf_writer_write_tensor(w, buf, row_bytes * (size_t)rows, &err), &err);
         free(buf);
+    }
+    for (int e = 0; e < n_edits; e++) {
+        const char *a = arg_of(edits[e], "add");
+        char name[128];
+        if (!a)
+            continue;
+        const size_t n = (size_t)strtoll(split_eq(a, name, sizeof name), NULL, 10);
+        float *zeros = calloc(n, sizeof *zeros);
+        if (!zeros)
+            die("out of memory");
+        check(ql_gguf_writer_write_tensor(w, zeros, n * sizeof *zeros, &err), &err);
+        free(zeros);
     }
     check(ql_gguf_writer_finish(w, &err), &err);
     ql_gguf_writer_free(w);
