@@ -215,25 +215,105 @@ bool ql_data_locate(const ql_data_entry *e, char *path_out, size_t size)
     return false;
 }
 
-/* The verified-hash cache: lines "sha256 size mtime path", mtime with nanoseconds
- * so that a file rewritten within the same second is not taken for the old one. */
+/* ------------------------------------------------------------------------ */
+/* The verified-hash cache                                                    */
+
+/* A file whose sha256 was checked is trusted while its stamp is unchanged: one line
+ *   v2 <sha256> <size> <mtime> <ctime> <device> <inode> <sample> <path>
+ * per verification in <root>/datasets/cache/verified.tsv (mtime and ctime with
+ * nanoseconds). Any write to a file moves its ctime, even when the writer puts the
+ * mtime back (touch -d, cp -p, rsync -t); where a filesystem keeps no honest ctime,
+ * <sample> still catches most in-place edits: the SHA-256 of SAMPLE_BLOCKS blocks of
+ * SAMPLE_BYTES at evenly spaced offsets, the first and the last block included (the
+ * whole file when it is smaller), a few hundred KiB read whatever the file's size.
+ * Lines of older qlab versions (without "v2") match nothing: such a file is verified
+ * once more. */
+#define SAMPLE_BLOCKS 64
+#define SAMPLE_BYTES  4096
+/* Largest cache file read; a larger one is ignored (every file is verified again). */
+#define CACHE_MAX_BYTES ((uint64_t)64 << 20)
+
+/* SHA-256 of the sampled blocks of path (hex); false when it cannot be read. */
+static bool sample_hash(const char *path, char out[65])
+{
+    int fd;
+    uint64_t size;
+    if (ql_file_open_regular(path, "data file", &fd, &size, NULL))
+        return false;
+    bool ok = true;
+    /* Offsets and blocks into one buffer: an edit that moves bytes between blocks
+     * changes the hash too. */
+    const size_t rec = sizeof(uint64_t) + SAMPLE_BYTES;
+    unsigned char *buf = calloc(SAMPLE_BLOCKS, rec);
+    size_t used = 0;
+    if (!buf) {
+        ok = false;
+        goto out;
+    }
+    const uint64_t span = size > SAMPLE_BYTES ? size - SAMPLE_BYTES : 0;
+    for (uint64_t i = 0; i < SAMPLE_BLOCKS; i++) {
+        const uint64_t off = span * i / (SAMPLE_BLOCKS - 1);
+        memcpy(buf + used, &off, sizeof off);
+        used += sizeof off;
+        size_t got = 0;
+        while (got < SAMPLE_BYTES) {
+            ssize_t r = pread(fd, buf + used + got, SAMPLE_BYTES - got, (off_t)(off + got));
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0) {
+                ok = false;
+                goto out;
+            }
+            if (r == 0)
+                break;
+            got += (size_t)r;
+        }
+        used += got;
+        if (span == 0)
+            break; /* the whole file was the first block */
+    }
+    ql_sha256_hex(buf, used, out);
+out:
+    free(buf);
+    close(fd);
+    return ok;
+}
+
+/* The cache line of path with stat sb and the given sha256; false when the file
+ * cannot be sampled or the line does not fit. */
+static bool stamp_line(const char *path, const char *sha, const struct stat *sb, char *line,
+                       size_t size)
+{
+    char sample[65];
+    if (!sample_hash(path, sample))
+        return false;
+    int n =
+        snprintf(line, size, "v2 %s %lld %lld.%09ld %lld.%09ld %llu %llu %s %s\n", sha,
+                 (long long)sb->st_size, (long long)sb->st_mtim.tv_sec, (long)sb->st_mtim.tv_nsec,
+                 (long long)sb->st_ctim.tv_sec, (long)sb->st_ctim.tv_nsec,
+                 (unsigned long long)sb->st_dev, (unsigned long long)sb->st_ino, sample, path);
+    return n > 0 && (size_t)n < size;
+}
+
 static bool already_verified(const char *cache, const char *path, const char *sha,
                              const struct stat *sb)
 {
-    FILE *f = fopen(cache, "r");
-    if (!f)
+    char want[QL_PATH_MAX + 320];
+    if (!stamp_line(path, sha, sb, want, sizeof want))
         return false;
-    char line[QL_PATH_MAX + 128];
-    char want[QL_PATH_MAX + 128];
-    snprintf(want, sizeof want, "%s %lld %lld.%09ld %s\n", sha, (long long)sb->st_size,
-             (long long)sb->st_mtim.tv_sec, (long)sb->st_mtim.tv_nsec, path);
+    char *text;
+    size_t len;
+    if (ql_file_read_capped(cache, "verified-hash cache", CACHE_MAX_BYTES, &text, &len, NULL))
+        return false;
+    const size_t wl = strlen(want);
     bool found = false;
-    while (fgets(line, sizeof line, f))
-        if (strcmp(line, want) == 0) {
-            found = true;
-            break;
-        }
-    fclose(f);
+    for (const char *line = text; line < text + len && !found;) {
+        const char *nl = memchr(line, '\n', (size_t)(text + len - line));
+        const size_t ll = nl ? (size_t)(nl - line) + 1 : (size_t)(text + len - line);
+        found = ll == wl && memcmp(line, want, wl) == 0;
+        line += ll;
+    }
+    free(text);
     return found;
 }
 
@@ -243,16 +323,14 @@ static void remember_verified(const char *cache, const char *path, const char *s
     char dir[QL_PATH_MAX];
     snprintf(dir, sizeof dir, "%s/datasets/cache", ql_data_root());
     mkdir(dir, 0755); /* may exist; a read-only tree just means we verify every time */
-    char line[QL_PATH_MAX + 128];
-    int n = snprintf(line, sizeof line, "%s %lld %lld.%09ld %s\n", sha, (long long)sb->st_size,
-                     (long long)sb->st_mtim.tv_sec, (long)sb->st_mtim.tv_nsec, path);
-    if (n <= 0 || (size_t)n >= sizeof line)
+    char line[QL_PATH_MAX + 320];
+    if (!stamp_line(path, sha, sb, line, sizeof line))
         return;
     /* One append-mode write per line keeps concurrent shards from interleaving. */
     int fd = open(cache, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         return;
-    ssize_t w = write(fd, line, (size_t)n);
+    ssize_t w = write(fd, line, strlen(line));
     (void)w;
     close(fd);
 }
@@ -336,6 +414,9 @@ ql_status ql_data_resolve(const char *name_or_path, char *path_out, size_t size,
             ql_strlcpy(path_out, name_or_path, size);
             return QL_OK;
         }
+        /* A FIFO or device is not a file to read: say so rather than "not found". */
+        if (ql_file_exists(name_or_path))
+            return ql_file_refuse_special(name_or_path, "file", err);
         const ql_data_entry *es;
         int n;
         char names[1024] = "";

@@ -7,7 +7,10 @@
  *   <root>/../shared/<file>
  * where <root> is $QLAB_ROOT or the source tree qlab was built from. The sha256
  * is verified the first time a file is used and remembered in
- * <root>/datasets/cache/verified.tsv (by path, size and mtime). A string that is
+ * <root>/datasets/cache/verified.tsv with a stamp of the file (path, size, mtime,
+ * ctime, device, inode and a hash of sampled blocks, data.c): a file whose stamp
+ * changed is verified again, so an edit in place is caught even when the writer
+ * restored the size and mtime. A string that is
  * not a manifest name is taken as a path. When nothing is found, the error says
  * where qlab looked and where to download the file. */
 #ifndef QL_DATA_H
@@ -60,14 +63,14 @@ bool ql_data_locate(const ql_data_entry *e, char *path_out, size_t size);
 int ql_data_candidates(const ql_data_entry *e, char out[QL_DATA_MAX_CANDIDATES][QL_PATH_MAX]);
 
 /* Locates an entry and checks its size and sha256: always when force, otherwise
- * only when the verified-hash cache has no record of this file (path, size,
- * mtime). A success is remembered in the cache. Errors: QL_ENOTFOUND (message
+ * only when the verified-hash cache has no record of this file with its current
+ * stamp. A success is remembered in the cache. Errors: QL_ENOTFOUND (message
  * lists the places looked and how to get the file), QL_EFORMAT (size or sha256
  * mismatch, expected vs actual), QL_EIO. */
 ql_status ql_data_verify(const ql_data_entry *e, bool force, char *path_out, size_t size,
                          ql_error *err);
 
-/* True when the cache records path as verified for e (same size and mtime). */
+/* True when the cache records path as verified for e with its current stamp. */
 bool ql_data_is_verified(const ql_data_entry *e, const char *path);
 
 #endif

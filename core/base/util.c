@@ -1,51 +1,163 @@
 #include "base/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cblas.h>
 
-ql_status ql_file_read_all(const char *path, char **out, size_t *len, ql_error *err)
+#include "base/unicode.h"
+
+/* Bytes hashed per read. */
+#define HASH_BUFFER ((size_t)1 << 20)
+
+/* What a non-regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO (named pipe)";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "not a regular file";
+}
+
+static ql_status not_regular(const char *path, const char *what, mode_t mode, ql_error *err)
+{
+    return ql_error_set(err, QL_EIO, "%s: %s is %s, expected a regular file", path, what,
+                        file_kind(mode));
+}
+
+ql_status ql_file_open_regular(const char *path, const char *what, int *fd, uint64_t *size,
+                               ql_error *err)
+{
+    *fd = -1;
+    *size = 0;
+    if (!what)
+        what = "file";
+    /* Non-blocking, so that a FIFO without a writer is refused instead of waited for. */
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0) {
+        int e = errno;
+        struct stat sb;
+        /* A socket cannot be opened at all (ENXIO): say what it is. */
+        if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+            return not_regular(path, what, sb.st_mode, err);
+        return ql_error_set(err, QL_EIO, "%s: cannot open %s: %s", path, what, strerror(e));
+    }
+    struct stat sb;
+    if (fstat(f, &sb) != 0) {
+        int e = errno;
+        close(f);
+        return ql_error_set(err, QL_EIO, "%s: cannot stat %s: %s", path, what, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(f);
+        return not_regular(path, what, sb.st_mode, err);
+    }
+    int flags = fcntl(f, F_GETFL);
+    if (flags < 0 || fcntl(f, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(f);
+        return ql_error_set(err, QL_EIO, "%s: cannot set up %s for reading: %s", path, what,
+                            strerror(e));
+    }
+    *fd = f;
+    *size = (uint64_t)sb.st_size;
+    return QL_OK;
+}
+
+ql_status ql_file_refuse_special(const char *path, const char *what, ql_error *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode))
+        return QL_OK;
+    return not_regular(path, what ? what : "file", sb.st_mode, err);
+}
+
+/* read() until n bytes or the end of the file; false on an error (errno set). */
+static bool read_full(int fd, char *buf, size_t n, size_t *got)
+{
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = read(fd, buf + *got, n - *got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return false;
+        if (r == 0)
+            break;
+        *got += (size_t)r;
+    }
+    return true;
+}
+
+ql_status ql_file_read_capped(const char *path, const char *what, uint64_t max_bytes, char **out,
+                              size_t *len, ql_error *err)
 {
     *out = NULL;
     if (len)
         *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ql_error_set(err, QL_EIO, "%s: cannot open: %s", path, strerror(errno));
-    ql_status st = QL_OK;
-    size_t cap = 1 << 16, n = 0;
+    if (!what)
+        what = "file";
+    int fd;
+    uint64_t size;
+    ql_status st = ql_file_open_regular(path, what, &fd, &size, err);
+    if (st)
+        return st;
+    if (max_bytes > SIZE_MAX - 2)
+        max_bytes = SIZE_MAX - 2;
+    if (size > max_bytes) {
+        st = ql_error_set(err, QL_EIO, "%s: %s is %llu bytes, more than the %llu qlab reads", path,
+                          what, (unsigned long long)size, (unsigned long long)max_bytes);
+        goto out_close;
+    }
+    /* The size from fstat is a hint (a file may grow while read, /proc files say 0):
+     * read until the end, refusing anything past the cap. */
+    size_t cap = (size_t)size + 2, n = 0;
     char *buf = malloc(cap);
     if (!buf) {
-        st = ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
+        st = ql_error_set(err, QL_ENOMEM, "%s: out of memory for %s of %llu bytes", path, what,
+                          (unsigned long long)size);
         goto out_close;
     }
     for (;;) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                st = ql_error_set(err, QL_ENOMEM, "%s: out of memory after %zu bytes", path, n);
-                goto out_free;
-            }
-            buf = nb;
-            cap *= 2;
+        size_t got;
+        if (!read_full(fd, buf + n, cap - 1 - n, &got)) {
+            st = ql_error_set(err, QL_EIO, "%s: read error in %s: %s", path, what, strerror(errno));
+            goto out_free;
         }
-        size_t r = fread(buf + n, 1, cap - 1 - n, f);
-        n += r;
-        if (r == 0)
+        n += got;
+        if (n > max_bytes) {
+            st = ql_error_set(err, QL_EIO, "%s: %s grew past the %llu bytes qlab reads", path, what,
+                              (unsigned long long)max_bytes);
+            goto out_free;
+        }
+        if (n < cap - 1)
             break;
-    }
-    if (ferror(f)) {
-        st = ql_error_set(err, QL_EIO, "%s: read error: %s", path, strerror(errno));
-        goto out_free;
+        size_t ncap = cap > (max_bytes + 2) / 2 ? (size_t)max_bytes + 2 : cap * 2;
+        char *nb = realloc(buf, ncap);
+        if (!nb) {
+            st = ql_error_set(err, QL_ENOMEM, "%s: out of memory after %zu bytes of %s", path, n,
+                              what);
+            goto out_free;
+        }
+        buf = nb;
+        cap = ncap;
     }
     buf[n] = '\0';
     *out = buf;
@@ -55,8 +167,50 @@ ql_status ql_file_read_all(const char *path, char **out, size_t *len, ql_error *
 out_free:
     free(buf);
 out_close:
-    fclose(f);
+    close(fd);
     return st;
+}
+
+ql_status ql_file_read_all(const char *path, char **out, size_t *len, ql_error *err)
+{
+    return ql_file_read_capped(path, "file", QL_FILE_READ_MAX, out, len, err);
+}
+
+ql_status ql_file_map_open(ql_file_map *m, const char *path, const char *what, ql_error *err)
+{
+    memset(m, 0, sizeof *m);
+    if (!what)
+        what = "file";
+    int fd;
+    uint64_t size;
+    ql_status st = ql_file_open_regular(path, what, &fd, &size, err);
+    if (st)
+        return st;
+    if (size > SIZE_MAX) {
+        close(fd);
+        return ql_error_set(err, QL_EIO, "%s: %s of %llu bytes cannot be mapped", path, what,
+                            (unsigned long long)size);
+    }
+    if (size > 0) {
+        void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return ql_error_set(err, QL_EIO, "%s: cannot map %s of %llu bytes: %s", path, what,
+                                (unsigned long long)size, strerror(e));
+        }
+        m->data = p;
+        m->size = (size_t)size;
+    }
+    close(fd);
+    return QL_OK;
+}
+
+void ql_file_map_close(ql_file_map *m)
+{
+    if (m->data && m->size)
+        munmap((void *)(uintptr_t)m->data, m->size);
+    memset(m, 0, sizeof *m);
 }
 
 ql_status ql_file_write_all(const char *path, const void *data, size_t len, ql_error *err)
@@ -129,23 +283,27 @@ void ql_sha256_hex(const void *data, size_t len, char out[65])
 
 ql_status ql_sha256_file(const char *path, char out[65], ql_error *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return ql_error_set(err, QL_EIO, "%s: cannot open: %s", path, strerror(errno));
-    ql_status st = QL_OK;
+    int fd;
+    uint64_t size;
+    ql_status st = ql_file_open_regular(path, "file", &fd, &size, err);
+    if (st)
+        return st;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    unsigned char *buf = malloc(1 << 20);
+    char *buf = malloc(HASH_BUFFER);
     if (!ctx || !buf) {
         st = ql_error_set(err, QL_ENOMEM, "%s: out of memory for hashing", path);
         goto out;
     }
     EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    size_t r;
-    while ((r = fread(buf, 1, 1 << 20, f)) > 0)
-        EVP_DigestUpdate(ctx, buf, r);
-    if (ferror(f)) {
-        st = ql_error_set(err, QL_EIO, "%s: read error: %s", path, strerror(errno));
-        goto out;
+    for (;;) {
+        size_t got;
+        if (!read_full(fd, buf, HASH_BUFFER, &got)) {
+            st = ql_error_set(err, QL_EIO, "%s: read error: %s", path, strerror(errno));
+            goto out;
+        }
+        if (got == 0)
+            break;
+        EVP_DigestUpdate(ctx, buf, got);
     }
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned mdlen = 0;
@@ -154,7 +312,7 @@ ql_status ql_sha256_file(const char *path, char out[65], ql_error *err)
 out:
     free(buf);
     EVP_MD_CTX_free(ctx);
-    fclose(f);
+    close(fd);
     return st;
 }
 
@@ -191,6 +349,56 @@ bool ql_parse_double(const char *s, double *out)
         return false;
     *out = v;
     return true;
+}
+
+/* Bytes of the character at s[i] to write as they are (1..4), or 0 when its first
+ * byte is to be escaped. */
+static size_t terminal_safe(const char *s, size_t len, size_t i)
+{
+    const unsigned char b = (unsigned char)s[i];
+    if (b < 0x80)
+        return b == '\n' || b == '\t' || (b >= 0x20 && b != 0x7f) ? 1 : 0;
+    size_t next = i;
+    const uint32_t cp = ql_utf8_decode(s, len, &next);
+    /* An invalid sequence decodes to U+FFFD over one byte; a real U+FFFD takes three. */
+    if ((cp == QL_UNI_REPLACEMENT && next - i == 1) || (cp >= 0x80 && cp <= 0x9f))
+        return 0;
+    return next - i;
+}
+
+void ql_fwrite_terminal(FILE *f, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len;) {
+        const size_t n = terminal_safe(s, len, i);
+        if (n) {
+            fwrite(s + i, 1, n, f);
+            i += n;
+        } else {
+            fprintf(f, "\\x%02x", (unsigned char)s[i++]);
+        }
+    }
+}
+
+size_t ql_escape_terminal(const char *s, char *out, size_t size)
+{
+    const size_t len = strlen(s);
+    size_t o = 0;
+    if (size == 0)
+        return 0;
+    for (size_t i = 0; i < len;) {
+        const size_t n = terminal_safe(s, len, i);
+        const size_t need = n ? n : 4;
+        if (o + need >= size)
+            break;
+        if (n)
+            memcpy(out + o, s + i, n);
+        else
+            snprintf(out + o, 5, "\\x%02x", (unsigned char)s[i]);
+        o += need;
+        i += n ? n : 1;
+    }
+    out[o] = '\0';
+    return o;
 }
 
 double ql_rng_uniform(uint64_t *state)

@@ -6,11 +6,46 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/error.h"
 
-/* Reads a whole file into a NUL-terminated heap buffer (caller frees). */
+/* ---- Reading files: every file qlab reads goes through these. ----
+ * A path must name a regular file: a FIFO, socket, device or directory is refused at
+ * once (the open cannot block: it is made non-blocking until the type is known), with
+ * a message naming the file, its role and what it is instead. */
+
+/* Largest file ql_file_read_all reads whole (texts, sweep files, manifests, tables):
+ * 1 GiB, a hundred times the largest evaluation text qlab names. */
+#define QL_FILE_READ_MAX ((uint64_t)1 << 30)
+
+/* Opens path read-only after checking it is a regular file. what names the file's role
+ * in messages ("sweep file", "importance matrix"); NULL means "file". On success *fd is
+ * an open, blocking descriptor (caller closes) and *size the file's size. */
+ql_status ql_file_open_regular(const char *path, const char *what, int *fd, uint64_t *size,
+                               ql_error *err);
+
+/* For files another library opens (SQLite databases): QL_OK when path does not exist
+ * or is a regular file, else the refusal ql_file_open_regular gives. */
+ql_status ql_file_refuse_special(const char *path, const char *what, ql_error *err);
+
+/* Reads a whole regular file of at most max_bytes into a NUL-terminated heap buffer
+ * (caller frees); a larger file is refused before anything is read. */
+ql_status ql_file_read_capped(const char *path, const char *what, uint64_t max_bytes, char **out,
+                              size_t *len, ql_error *err);
+
+/* ql_file_read_capped(path, "file", QL_FILE_READ_MAX, ...). */
 ql_status ql_file_read_all(const char *path, char **out, size_t *len, ql_error *err);
+
+/* A regular file mapped read-only (private), for readers that parse a file in place
+ * (GGUF, importance matrices). An empty file maps to data NULL, size 0. */
+typedef struct {
+    const void *data;
+    size_t size;
+} ql_file_map;
+
+ql_status ql_file_map_open(ql_file_map *m, const char *path, const char *what, ql_error *err);
+void ql_file_map_close(ql_file_map *m); /* zeroes m; a zeroed map is fine */
 
 /* Writes a buffer to path atomically (temp file + rename). */
 ql_status ql_file_write_all(const char *path, const void *data, size_t len, ql_error *err);
@@ -28,6 +63,19 @@ ql_status ql_sha256_file(const char *path, char out[65], ql_error *err);
 bool ql_parse_i64(const char *s, int64_t *out);
 bool ql_parse_int(const char *s, int *out);
 bool ql_parse_double(const char *s, double *out);
+
+/* ---- Text for a terminal ----
+ * Strings that come from files or databases may hold bytes a terminal obeys (escape
+ * sequences, bells, C1 controls) or that are not UTF-8. These write them with every
+ * control character but newline and tab, DEL, the C1 controls (U+0080..U+009F) and
+ * every byte that is not part of a valid UTF-8 sequence as \xNN; the rest as is. */
+
+/* Writes len bytes of s to f, escaped. */
+void ql_fwrite_terminal(FILE *f, const char *s, size_t len);
+
+/* The escaped form of s (NUL-terminated) into out, cut at a whole character when it
+ * does not fit; returns the length written. */
+size_t ql_escape_terminal(const char *s, char *out, size_t size);
 
 /* Deterministic random numbers (splitmix64) for the synthetic inputs of the
  * benchmarks and tests: the same stream from the same seed on every platform. */

@@ -9,7 +9,12 @@
 
 int ql_cli_fail(const ql_error *err)
 {
-    fprintf(stderr, "qlab: error: %s\n", err->msg[0] ? err->msg : ql_status_name(err->status));
+    /* Messages quote names and lines from files: escaped, so a hostile string cannot
+     * drive the terminal. */
+    const char *msg = err->msg[0] ? err->msg : ql_status_name(err->status);
+    fputs("qlab: error: ", stderr);
+    ql_fwrite_terminal(stderr, msg, strlen(msg));
+    fputc('\n', stderr);
     return QL_EXIT_RUNTIME;
 }
 

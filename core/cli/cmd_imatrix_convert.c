@@ -1,5 +1,6 @@
 /* qlab imatrix-convert: between llama.cpp's legacy .dat and GGUF imatrix files. */
 #include <stdio.h>
+#include <string.h>
 
 #include "base/util.h"
 #include "cli.h"
@@ -68,6 +69,12 @@ int ql_cmd_imatrix_convert(int argc, char **argv)
     ql_imatrix *im = NULL;
     if (ql_imatrix_read(in, &im, &err))
         return ql_cli_fail(&err);
+    char warning[QL_ERROR_MSG_MAX];
+    if (ql_imatrix_dropped_warning(im, warning, sizeof warning)) {
+        fputs("qlab: warning: ", stderr);
+        ql_fwrite_terminal(stderr, warning, strlen(warning));
+        fputs("; the output leaves them out\n", stderr);
+    }
     int rc = QL_EXIT_OK;
     if (im->chunk_size == 0) {
         /* A .dat input: counts are chunks until a chunk size is known. */

@@ -13,7 +13,12 @@
 #include "formats/types.h"
 #include "model/gguf.h"
 #include "model/imatrix_io.h"
+#include "model/model.h"
 #include "model/quant_model.h"
+#include "model/tokenizer.h"
+
+/* Tensor names are at most 63 bytes; escaped, a byte takes at most 4. */
+#define QL_NAME_ESCAPED 64
 
 static const char *const usage_head =
     "usage: qlab quantize [options] IN.gguf OUT.gguf TYPE [nthreads]\n"
@@ -163,9 +168,42 @@ static void imatrix_arg_free(imatrix_arg *a)
 static ql_status imatrix_arg_load(imatrix_arg *a, const ql_gguf *model, ql_error *err)
 {
     ql_status st = ql_imatrix_read(a->path, &a->im, err);
-    if (!st)
-        st = ql_imatrix_table_alloc(&a->table, a->im, model, err);
-    return st;
+    if (st)
+        return st;
+    char warning[QL_ERROR_MSG_MAX];
+    if (ql_imatrix_dropped_warning(a->im, warning, sizeof warning)) {
+        fputs("qlab: warning: ", stderr);
+        ql_fwrite_terminal(stderr, warning, strlen(warning));
+        fputc('\n', stderr);
+    }
+    return ql_imatrix_table_alloc(&a->table, a->im, model, err);
+}
+
+/* Whether the imatrix dropped the entry of a tensor as degenerate (all zero, denormal). */
+static bool entry_dropped(const ql_imatrix *im, const char *name)
+{
+    for (int64_t i = 0; i < im->n_dropped; i++)
+        if (strcmp(im->dropped[i], name) == 0)
+            return true;
+    return false;
+}
+
+/* The input as `qlab eval` reads it, model and tokenizer: a file qlab's own loader
+ * refuses (a header that disagrees with the tensors, impossible hyper-parameters, a
+ * broken vocabulary) is refused before anything is written, with the loader's message. */
+static ql_status load_checked(const char *path, ql_model **out, ql_error *err)
+{
+    ql_status st = ql_model_load(out, path, err);
+    if (st)
+        return st;
+    ql_tokenizer *tok = NULL;
+    if ((st = ql_tokenizer_from_gguf(&tok, (*out)->gguf, err))) {
+        ql_model_free(*out);
+        *out = NULL;
+        return st;
+    }
+    ql_tokenizer_free(tok);
+    return QL_OK;
 }
 
 static void print_report(const ql_quant_model_report *r, const char *out_path, bool stats,
@@ -174,9 +212,11 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
 {
     const ql_quant_plan *p = r->plan;
     size_t w = 24;
-    for (int64_t i = 0; i < p->n; i++)
-        if (strlen(p->entries[i].name) > w)
-            w = strlen(p->entries[i].name);
+    for (int64_t i = 0; i < p->n; i++) {
+        char esc[4 * QL_NAME_ESCAPED];
+        const size_t n = ql_escape_terminal(p->entries[i].name, esc, sizeof esc);
+        w = n > w ? n : w;
+    }
     const bool weighted_cols = stats && r->total.weighted;
     printf("%-*s  %-14s  %-7s  %10s  %6s", (int)w, "tensor", "shape (ggml)", "type", "bytes",
            "bpw");
@@ -189,7 +229,10 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
         const ql_quant_plan_entry *e = &p->entries[i];
         char shape[64];
         format_shape(e, shape, sizeof shape);
-        printf("%-*s  %-14s  %-7s  %10llu  %6.2f", (int)w, e->name, shape, ql_type_name(e->used),
+        /* Names come from the file: escaped for the terminal. */
+        char name[4 * QL_NAME_ESCAPED];
+        ql_escape_terminal(e->name, name, sizeof name);
+        printf("%-*s  %-14s  %-7s  %10llu  %6.2f", (int)w, name, shape, ql_type_name(e->used),
                (unsigned long long)e->bytes, bpw(e->bytes, e->n_per_row * e->nrows));
         if (stats)
             print_error_cols(&r->errors[i], weighted_cols);
@@ -218,6 +261,8 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
             n_without++;
             printf("%s%s: quantized without", sep,
                    skipped && strcmp(skipped, e->name) == 0 ? "imatrix entry of another length"
+                   : entry_dropped(imat->im, e->name)       ? "imatrix entry without usable "
+                                                              "importance (all zero or denormal)"
                                                             : "no imatrix entry");
         }
         printf("\n");
@@ -241,6 +286,9 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
         if (ql_imatrix_table_skipped(imat->table))
             printf("; %s skipped: its entry has another length (llama-quantize ignores it too)",
                    ql_imatrix_table_skipped(imat->table));
+        if (imat->im->n_dropped)
+            printf("; %lld entr%s dropped (no usable importance)", (long long)imat->im->n_dropped,
+                   imat->im->n_dropped == 1 ? "y" : "ies");
         printf("\n");
     }
     if (stats) {
@@ -397,7 +445,8 @@ int ql_cmd_quantize(int argc, char **argv)
     ql_error err;
     ql_error_clear(&err);
     ql_quant_model_report *r = NULL;
-    ql_gguf *model = NULL;
+    ql_model *loaded = NULL;
+    const ql_gguf *model = NULL;
     ql_quant_imatrix_meta meta = {NULL, NULL, 0, 0};
     if (ql_quant_overrides_parse(a.rules, a.n_rules, &overrides, &err)) {
         rc = ql_opt_usage_prog("qlab quantize", "%s", err.msg);
@@ -410,16 +459,19 @@ int ql_cmd_quantize(int argc, char **argv)
                                    ql_quant_overrides_rule(overrides, i), err.msg);
             goto out;
         }
-    if (imat.path || stats_imat.path) {
-        /* The imatrix is checked against the model's tensors before anything is written. */
-        if (ql_gguf_open(&model, paths[0], &err) ||
-            (imat.path && imatrix_arg_load(&imat, model, &err)) ||
-            (stats_imat.path && imatrix_arg_load(&stats_imat, model, &err))) {
-            rc = ql_cli_fail(&err);
-            goto out;
-        }
+    if (load_checked(paths[0], &loaded, &err)) {
+        rc = ql_cli_fail(&err);
+        goto out;
     }
-    if (imat.im && ql_imatrix_table_n_matched(imat.table) == 0)
+    model = loaded->gguf;
+    /* The imatrix is checked against the model's tensors before anything is written. */
+    if ((imat.path && imatrix_arg_load(&imat, model, &err)) ||
+        (stats_imat.path && imatrix_arg_load(&stats_imat, model, &err))) {
+        rc = ql_cli_fail(&err);
+        goto out;
+    }
+    /* (An imatrix whose every entry was dropped has been warned about already.) */
+    if (imat.im && imat.im->n_entries > 0 && ql_imatrix_table_n_matched(imat.table) == 0)
         fprintf(stderr,
                 "qlab: warning: no entry of %s names a tensor of %s: nothing is quantized with "
                 "importance weights\n",
@@ -448,6 +500,6 @@ out:
     free(a.rules);
     imatrix_arg_free(&imat);
     imatrix_arg_free(&stats_imat);
-    ql_gguf_close(model);
+    ql_model_free(loaded);
     return rc;
 }

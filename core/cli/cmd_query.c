@@ -1,7 +1,10 @@
 /* qlab query: read-only SQL (or a named query) on the results store. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
 #include "results/query.h"
@@ -35,6 +38,29 @@ static void list(void)
         snprintf(usage, sizeof usage, "%s%s%s", q[i].name, q[i].args[0] ? " " : "", q[i].args);
         printf("  %-30s %s\n", usage, q[i].summary);
     }
+}
+
+/* The rows on standard output. On a terminal the text passes through
+ * ql_fwrite_terminal, so that control characters stored in the database (a tensor
+ * name or error text taken from a hostile file) are shown, not obeyed; into a file or
+ * a pipe every format keeps its bytes exactly. */
+static ql_status print_rows(ql_store *s, const char *sql, const char *const *params, int n_params,
+                            ql_query_format fmt, ql_error *err)
+{
+    if (!isatty(fileno(stdout)))
+        return ql_query_print(s, sql, params, n_params, fmt, stdout, err);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem)
+        return ql_error_set(err, QL_ENOMEM, "query: out of memory");
+    ql_status st = ql_query_print(s, sql, params, n_params, fmt, mem, err);
+    if (fclose(mem) != 0 && st == QL_OK)
+        st = ql_error_set(err, QL_ENOMEM, "query: out of memory for the output");
+    if (st == QL_OK)
+        ql_fwrite_terminal(stdout, text, len);
+    free(text);
+    return st;
 }
 
 int ql_cmd_query(int argc, char **argv)
@@ -98,7 +124,7 @@ int ql_cmd_query(int argc, char **argv)
     ql_store_options opt = {.readonly = true};
     if (ql_store_open(db, &opt, &s, &err) != QL_OK)
         return ql_cli_fail(&err);
-    ql_status st = ql_query_print(s, sql, params, n_params, fmt, stdout, &err);
+    ql_status st = print_rows(s, sql, params, n_params, fmt, &err);
     ql_store_close(s);
     if (st == QL_OK && fflush(stdout) != 0)
         st = ql_error_set(&err, QL_EIO, "writing the query output failed");

@@ -523,6 +523,9 @@ ql_status ql_sweep_parse(const char *path, const char *text, unsigned flags, ql_
     p.sw = sw;
     p.err = err;
 
+    /* Editors on Windows start UTF-8 files with a byte order mark: not part of the text. */
+    if (strncmp(text, "\xef\xbb\xbf", 3) == 0)
+        text += 3;
     char *copy = ql_strdup(text);
     if (!copy)
         return ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);

@@ -8,14 +8,9 @@
  * the bytes that remain; the key and tensor tables grow as records are parsed. */
 #include "model/gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/util.h"
 #include "formats/types.h"
@@ -372,8 +367,10 @@ void ql_gguf_close(ql_gguf *g)
     for (int64_t i = 0; i < g->n_tensors; i++)
         free(g->tensors[i].name);
     free(g->tensors);
-    if (g->owns_map && g->map && g->map_size)
-        munmap(g->map, g->map_size);
+    if (g->owns_map) {
+        ql_file_map fm = {g->map, g->map_size};
+        ql_file_map_close(&fm);
+    }
     free(g->path);
     free(g);
 }
@@ -713,45 +710,20 @@ static ql_status open_common(ql_gguf *g, ql_gguf **out, ql_error *err)
 ql_status ql_gguf_open(ql_gguf **out, const char *path, ql_error *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ql_error_set(err, QL_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return ql_error_set(err, QL_EIO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return ql_error_set(err, QL_EIO, "%s: not a regular file", path);
-    }
+    ql_file_map fm;
+    ql_status st = ql_file_map_open(&fm, path, "GGUF file", err);
+    if (st)
+        return st;
     ql_gguf *g = calloc(1, sizeof *g);
-    if (!g) {
-        close(fd);
+    if (!g || !(g->path = ql_strdup(path))) {
+        free(g);
+        ql_file_map_close(&fm);
         return ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
     }
-    g->path = ql_strdup(path);
-    g->file_size = (uint64_t)sb.st_size;
-    if (sb.st_size > 0) {
-        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            free(g->path);
-            free(g);
-            return ql_error_set(err, QL_EIO, "%s: cannot map %lld bytes: %s", path,
-                                (long long)sb.st_size, strerror(e));
-        }
-        g->map = m;
-        g->map_size = (size_t)sb.st_size;
-        g->owns_map = true;
-    }
-    close(fd);
-    if (!g->path) {
-        ql_gguf_close(g);
-        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
-    }
+    g->file_size = fm.size;
+    g->map = (void *)(uintptr_t)fm.data;
+    g->map_size = fm.size;
+    g->owns_map = true;
     return open_common(g, out, err);
 }
 

@@ -1,13 +1,26 @@
 /* Hyper-parameters of a llama-family GGUF (hparams.h). */
 #include "model/hparams.h"
 
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
 
 /* llama.cpp's default when {arch}.rope.freq_base is absent. */
 #define DEFAULT_ROPE_FREQ_BASE 10000.0f
+/* RMSNorm divides by sqrt(mean x^2 + eps): real models use 1e-6 .. 1e-5; an epsilon
+ * beyond 1 would swamp the activations it normalizes. */
+#define NORM_EPS_MAX 1.0f
+/* Linear RoPE scaling multiplies positions by 1/factor. Below 1/256 the positions of
+ * a 2^16-token context pass 2^24, where single precision no longer tells neighbours
+ * apart (at 1e-38 they overflow); above 2^126 the inverse is no longer a normal
+ * number and every position collapses to 0. */
+#define ROPE_FACTOR_MIN (1.0f / 256.0f)
+#define ROPE_FACTOR_MAX 0x1p126f
 
 /* ------------------------------------------------------------------------ */
 /* Hyper-parameters                                                           */
@@ -36,8 +49,11 @@ static ql_status get_int(const ql_gguf *g, const char *arch, const char *suffix,
     return QL_OK;
 }
 
+/* Reads {arch}.<suffix> as a finite number in [lo, hi]; why says what the range
+ * protects (a clause after "expected"). */
 static ql_status get_float(const ql_gguf *g, const char *arch, const char *suffix, bool required,
-                           float def, float *out, ql_error *err)
+                           float def, float lo, float hi, const char *why, float *out,
+                           ql_error *err)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -49,7 +65,12 @@ static ql_status get_float(const ql_gguf *g, const char *arch, const char *suffi
         if (required)
             return ql_error_set(err, QL_EFORMAT, "%s: required key '%s' is missing", g->path, key);
         *out = def;
+        return QL_OK;
     }
+    /* Also catches a double that does not fit in a float (it reads as infinite). */
+    if (!isfinite(*out) || !(*out >= lo && *out <= hi))
+        return ql_error_set(err, QL_EFORMAT, "%s: key '%s' = %g, expected %s", g->path, key,
+                            (double)*out, why);
     return QL_OK;
 }
 
@@ -85,15 +106,28 @@ static ql_status read_keys(const ql_gguf *g, ql_hparams *hp, ql_error *err)
         (st =
              get_int(g, arch, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv, err)) ||
         (st = get_int(g, arch, "context_length", false, 0, &hp->n_ctx_train, err)) ||
-        (st = get_float(g, arch, "attention.layer_norm_rms_epsilon", true, 0.0f, &hp->norm_eps,
-                        err)) ||
-        (st = get_float(g, arch, "rope.freq_base", false, DEFAULT_ROPE_FREQ_BASE,
+        (st = get_float(g, arch, "attention.layer_norm_rms_epsilon", true, 0.0f, FLT_TRUE_MIN,
+                        NORM_EPS_MAX, "a finite epsilon > 0 and at most 1", &hp->norm_eps, err)) ||
+        (st = get_float(g, arch, "rope.freq_base", false, DEFAULT_ROPE_FREQ_BASE, 1.0f, FLT_MAX,
+                        "a finite base >= 1 (below 1 the rotation angles grow with the "
+                        "dimension and overflow)",
                         &hp->rope_freq_base, err)))
         return st;
-    /* When n_embd is not a multiple of n_head, key_length must say the head size; a
-     * wrong default shows up as a shape error on attn_q. */
-    int def_head = hp->n_embd / hp->n_head;
-    if ((st = get_int(g, arch, "attention.key_length", false, def_head, &hp->head_dim, err)))
+    if (hp->n_head % hp->n_head_kv != 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: %s.attention.head_count %d is not a multiple of head_count_kv %d",
+                            g->path, arch, hp->n_head, hp->n_head_kv);
+    /* The head size is key_length, by default embedding_length / head_count, which then
+     * must divide evenly. */
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.key_length", arch);
+    if (!ql_gguf_find_kv(g, key) && hp->n_embd % hp->n_head != 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: %s.embedding_length %d is not a multiple of "
+                            "attention.head_count %d, and there is no '%s' to give the head size",
+                            g->path, arch, hp->n_embd, hp->n_head, key);
+    if ((st = get_int(g, arch, "attention.key_length", false, hp->n_embd / hp->n_head,
+                      &hp->head_dim, err)))
         return st;
     int v_len;
     if ((st = get_int(g, arch, "attention.value_length", false, hp->head_dim, &v_len, err)))
@@ -105,24 +139,20 @@ static ql_status read_keys(const ql_gguf *g, ql_hparams *hp, ql_error *err)
                             g->path, arch, v_len, hp->head_dim);
     if ((st = get_int(g, arch, "rope.dimension_count", false, hp->head_dim, &hp->n_rot, err)))
         return st;
-    if (hp->n_head % hp->n_head_kv != 0)
+    if (hp->n_rot % 2 != 0)
         return ql_error_set(err, QL_EFORMAT,
-                            "%s: head_count %d is not a multiple of head_count_kv %d", g->path,
-                            hp->n_head, hp->n_head_kv);
-    if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
+                            "%s: %s.rope.dimension_count %d is odd, expected an even number (RoPE "
+                            "rotates pairs)",
+                            g->path, arch, hp->n_rot);
+    if (hp->n_rot > hp->head_dim)
         return ql_error_set(err, QL_EFORMAT,
-                            "%s: rope.dimension_count %d must be even and at most the head "
-                            "size %d",
-                            g->path, hp->n_rot, hp->head_dim);
-    if (!(hp->norm_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
-        return ql_error_set(err, QL_EFORMAT,
-                            "%s: layer_norm_rms_epsilon (%g) and rope.freq_base (%g) must be "
-                            "positive",
-                            g->path, (double)hp->norm_eps, (double)hp->rope_freq_base);
+                            "%s: %s.rope.dimension_count %d exceeds the head size %d (%s)", g->path,
+                            arch, hp->n_rot, hp->head_dim,
+                            ql_gguf_find_kv(g, key) ? "attention.key_length"
+                                                    : "embedding_length / attention.head_count");
 
     /* RoPE scaling: none or linear; the Llama 3 frequency factors come as a tensor. */
     hp->rope_freq_scale = 1.0f;
-    char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     const char *scaling = ql_gguf_get_str(g, key, NULL);
     if (scaling && strcmp(scaling, "none") != 0) {
@@ -131,11 +161,12 @@ static ql_status read_keys(const ql_gguf *g, ql_hparams *hp, ql_error *err)
                                 "%s: %s = '%s' is not supported (qlab supports none, linear)",
                                 g->path, key, scaling);
         float factor;
-        if ((st = get_float(g, arch, "rope.scaling.factor", false, 1.0f, &factor, err)))
+        if ((st = get_float(g, arch, "rope.scaling.factor", false, 1.0f, ROPE_FACTOR_MIN,
+                            ROPE_FACTOR_MAX,
+                            "a finite factor in [1/256, 2^126] (positions are scaled by "
+                            "1/factor)",
+                            &factor, err)))
             return st;
-        if (!(factor > 0.0f))
-            return ql_error_set(err, QL_EFORMAT, "%s: %s.rope.scaling.factor %g must be > 0",
-                                g->path, arch, (double)factor);
         hp->rope_freq_scale = 1.0f / factor;
     }
     /* As llama.cpp decides (llama_model_rope_type): llama rotates adjacent pairs, the
@@ -146,10 +177,82 @@ static ql_status read_keys(const ql_gguf *g, ql_hparams *hp, ql_error *err)
     return QL_OK;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Counts against the tensors                                                 */
+
+/* The block index of a tensor named "blk.<n>.<rest>", or -1. */
+static int64_t block_of(const char *name)
+{
+    if (strncmp(name, "blk.", 4) != 0)
+        return -1;
+    int64_t n = 0;
+    const char *p = name + 4;
+    if (*p < '0' || *p > '9')
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (n > INT32_MAX)
+            return -1;
+        n = n * 10 + (*p - '0');
+    }
+    return *p == '.' ? n : -1;
+}
+
+/* block_count against the blocks whose tensors the file holds, before anything is
+ * sized by it: every block 0 .. n_layer - 1 has tensors, and none lies beyond. The
+ * tensors a block needs are checked by name and shape when the weights load. */
+static ql_status check_blocks(const ql_gguf *g, const ql_hparams *hp, ql_error *err)
+{
+    /* The first missing block is at most n_tensors: a map of that many blocks is
+     * enough whatever block_count claims, and bounded by the file's size. */
+    const int64_t n_map = hp->n_layer < g->n_tensors + 1 ? hp->n_layer : g->n_tensors + 1;
+    bool *seen = calloc((size_t)n_map + 1, sizeof *seen);
+    if (!seen)
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", g->path);
+    int64_t n_present = 0, beyond = -1;
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        const int64_t b = block_of(g->tensors[i].name);
+        if (b < 0)
+            continue;
+        if (b >= hp->n_layer) {
+            if (beyond < 0 || b < beyond)
+                beyond = b;
+        } else if (b < n_map && !seen[b]) {
+            seen[b] = true;
+            n_present++;
+        }
+    }
+    int64_t missing = 0;
+    while (missing < n_map && seen[missing])
+        missing++;
+    free(seen);
+    if (missing < hp->n_layer) {
+        char present[96];
+        if (n_present == 0)
+            snprintf(present, sizeof present, "no block tensors (blk.N.*)");
+        else if (n_present == missing)
+            snprintf(present, sizeof present, "blocks 0 to %lld", (long long)missing - 1);
+        else
+            snprintf(present, sizeof present, "tensors of %lld blocks", (long long)n_present);
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: key '%s.block_count' = %d, but the file holds %s among its "
+                            "%lld tensors: the tensors blk.%lld.*%s are missing",
+                            g->path, hp->arch_name, hp->n_layer, present, (long long)g->n_tensors,
+                            (long long)missing,
+                            missing + 1 < hp->n_layer ? " and later blocks'" : "");
+    }
+    if (beyond >= 0)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: key '%s.block_count' = %d, but the file has tensors of block "
+                            "%lld (blk.%lld.*)",
+                            g->path, hp->arch_name, hp->n_layer, (long long)beyond,
+                            (long long)beyond);
+    return QL_OK;
+}
+
 ql_status ql_hparams_read(const ql_gguf *g, ql_hparams *hp, ql_error *err)
 {
     ql_status st = read_keys(g, hp, err);
-    if (st)
+    if (st || (st = check_blocks(g, hp, err)))
         return st;
     const ql_gguf_tensor *emb = ql_gguf_find_tensor(g, "token_embd.weight");
     if (!emb)
@@ -161,6 +264,14 @@ ql_status ql_hparams_read(const ql_gguf *g, ql_hparams *hp, ql_error *err)
                             g->path, (long long)emb->ne[0], (long long)emb->ne[1], hp->n_embd);
     }
     hp->n_vocab = (int)emb->ne[1];
+    /* The vocabulary and the embedding rows must agree (llama.cpp sizes token_embd by
+     * the vocabulary): a token id past the rows would index outside the table. */
+    const ql_gguf_kv *toks = ql_gguf_find_kv(g, "tokenizer.ggml.tokens");
+    if (toks && toks->value.type == QL_GGUF_ARRAY && toks->value.v.arr.n != (uint64_t)hp->n_vocab)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: key 'tokenizer.ggml.tokens' has %llu tokens, but tensor "
+                            "'token_embd.weight' has %d rows (one per token)",
+                            g->path, (unsigned long long)toks->value.v.arr.n, hp->n_vocab);
     hp->tied_output = ql_gguf_find_tensor(g, "output.weight") == NULL;
     return QL_OK;
 }

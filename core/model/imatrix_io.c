@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,9 @@ void ql_imatrix_free(ql_imatrix *im)
     for (int64_t i = 0; i < im->n_datasets; i++)
         free(im->datasets[i]);
     free(im->datasets);
+    for (int64_t i = 0; i < im->n_dropped; i++)
+        free(im->dropped[i]);
+    free(im->dropped);
     free(im->path);
     free(im);
 }
@@ -193,6 +197,76 @@ ql_status ql_imatrix_set_chunk_size(ql_imatrix *im, int64_t chunk_size, ql_error
 /* ========================================================================= */
 /* Importance weights                                                         */
 
+/* The importance of matrix m of e, sums / count in single precision as llama-quantize
+ * divides, into out (NULL: only checked); *max is the largest (-1 for a matrix that
+ * counted no token, whose columns all weigh 1). QL_EFORMAT, naming the file, entry,
+ * matrix and column, for a value the quantizers cannot use. */
+static ql_status matrix_importance(const ql_imatrix *im, const ql_imatrix_entry *e, int64_t m,
+                                   float *out, float *max, ql_error *err)
+{
+    const int64_t per = e->n_values / e->n_mat;
+    const float *s = e->sums + m * per;
+    *max = -1.0f;
+    if (e->counts[m] <= 0) {
+        for (int64_t j = 0; out && j < per; j++)
+            out[j] = 1.0f;
+        return QL_OK;
+    }
+    const float c = (float)e->counts[m];
+    *max = 0.0f;
+    for (int64_t j = 0; j < per; j++) {
+        const float v = s[j] / c;
+        if (!(v >= 0.0f) || !(v <= QL_IMATRIX_IMPORTANCE_MAX)) {
+            char mat[48] = "";
+            if (e->n_mat > 1)
+                snprintf(mat, sizeof mat, " of matrix %lld", (long long)m);
+            return ql_error_set(err, QL_EFORMAT,
+                                "%s: entry '%s': column %lld%s has importance %g (sum %g / "
+                                "count %lld), expected a finite number from 0 to %g (larger "
+                                "ones overflow the quantizers' sums)",
+                                im->path ? im->path : "imatrix", e->name, (long long)j, mat,
+                                (double)v, (double)s[j], (long long)e->counts[m],
+                                (double)QL_IMATRIX_IMPORTANCE_MAX);
+        }
+        if (v > *max)
+            *max = v;
+        if (out)
+            out[j] = v;
+    }
+    return QL_OK;
+}
+
+/* Whether an entry counted tokens but has no matrix with usable importance; also
+ * checks every value (matrix_importance). */
+static ql_status entry_degenerate(const ql_imatrix *im, const ql_imatrix_entry *e, float *out,
+                                  bool *degenerate, float *largest, ql_error *err)
+{
+    const int64_t per = e->n_values / e->n_mat;
+    bool counted = false, usable = false;
+    *largest = 0.0f;
+    for (int64_t m = 0; m < e->n_mat; m++) {
+        float mx;
+        float *o = out ? out + m * per : NULL;
+        ql_status st = matrix_importance(im, e, m, o, &mx, err);
+        if (st)
+            return st;
+        if (mx < 0.0f)
+            continue;
+        counted = true;
+        if (mx > *largest)
+            *largest = mx;
+        if (mx >= QL_IMATRIX_IMPORTANCE_MIN) {
+            usable = true;
+        } else {
+            /* Such a matrix would zero every block; weigh it as one that counted nothing. */
+            for (int64_t j = 0; o && j < per; j++)
+                o[j] = 1.0f;
+        }
+    }
+    *degenerate = counted && !usable;
+    return QL_OK;
+}
+
 ql_status ql_imatrix_weights(const ql_imatrix *im, const char *tensor_name, int64_t n_cols,
                              float *out, ql_error *err)
 {
@@ -208,22 +282,65 @@ ql_status ql_imatrix_weights(const ql_imatrix *im, const char *tensor_name, int6
                             src, tensor_name, (long long)e->n_values,
                             (long long)(e->n_values / e->n_mat), (long long)e->n_mat,
                             (long long)n_cols);
-    const int64_t per = e->n_values / e->n_mat;
-    for (int64_t m = 0; m < e->n_mat; m++) {
-        const float *s = e->sums + m * per;
-        float *o = out + m * per;
-        if (e->counts[m] > 0) {
-            /* sum / count in single precision, as llama-quantize divides. */
-            const float c = (float)e->counts[m];
-            for (int64_t j = 0; j < per; j++)
-                o[j] = s[j] / c;
-        } else {
-            /* A matrix that saw no tokens (an unused expert) weighs every column alike. */
-            for (int64_t j = 0; j < per; j++)
-                o[j] = 1.0f;
-        }
-    }
+    bool degenerate;
+    float largest;
+    ql_status st = entry_degenerate(im, e, out, &degenerate, &largest, err);
+    if (st)
+        return st;
+    if (degenerate)
+        return ql_error_set(err, QL_ENOTFOUND,
+                            "%s: entry '%s' carries no usable importance (largest %g, below %g)",
+                            src, tensor_name, (double)largest, (double)QL_IMATRIX_IMPORTANCE_MIN);
     return QL_OK;
+}
+
+ql_status ql_imatrix_drop_degenerate(ql_imatrix *im, ql_error *err)
+{
+    int64_t kept = 0;
+    for (int64_t i = 0; i < im->n_entries; i++) {
+        ql_imatrix_entry *e = &im->entries[i];
+        bool degenerate;
+        float largest;
+        ql_status st = entry_degenerate(im, e, NULL, &degenerate, &largest, err);
+        if (st)
+            return st;
+        if (!degenerate) {
+            im->entries[kept++] = *e;
+            continue;
+        }
+        char **nd = realloc(im->dropped, (size_t)(im->n_dropped + 1) * sizeof *nd);
+        if (!nd)
+            return ql_error_set(err, QL_ENOMEM, "out of memory");
+        im->dropped = nd;
+        /* The name moves to the dropped list; the rest of the entry is freed. */
+        nd[im->n_dropped++] = e->name;
+        e->name = NULL;
+        entry_deinit(e);
+    }
+    /* Entries kept so far stay valid while the loop runs: the array only shrinks. */
+    for (int64_t i = kept; i < im->n_entries; i++)
+        memset(&im->entries[i], 0, sizeof im->entries[i]);
+    im->n_entries = kept;
+    return QL_OK;
+}
+
+bool ql_imatrix_dropped_warning(const ql_imatrix *im, char *buf, size_t size)
+{
+    if (im->n_dropped == 0)
+        return false;
+    int o =
+        snprintf(buf, size,
+                 "%s: %lld entr%s no usable importance (all below %g, e.g. all zero), so "
+                 "%s quantized without, as for a missing entry:",
+                 im->path ? im->path : "imatrix", (long long)im->n_dropped,
+                 im->n_dropped == 1 ? "y carries" : "ies carry", (double)QL_IMATRIX_IMPORTANCE_MIN,
+                 im->n_dropped == 1 ? "its tensor is" : "their tensors are");
+    const int64_t shown = im->n_dropped < 4 ? im->n_dropped : 3;
+    for (int64_t i = 0; i < shown && o > 0 && (size_t)o < size; i++)
+        o += snprintf(buf + o, size - (size_t)o, "%s %s", i ? "," : "", im->dropped[i]);
+    if (shown < im->n_dropped && o > 0 && (size_t)o < size)
+        snprintf(buf + o, size - (size_t)o, " and %lld more", (long long)(im->n_dropped - shown));
+    return true;
 }
 
 /* ========================================================================= */
@@ -616,6 +733,8 @@ ql_status ql_imatrix_read_buffer(const void *buf, size_t size, const char *name,
     } else {
         st = read_dat(buf, size, name, im, err);
     }
+    if (!st)
+        st = ql_imatrix_drop_degenerate(im, err);
     if (st) {
         ql_imatrix_free(im);
         return st;
@@ -627,13 +746,12 @@ ql_status ql_imatrix_read_buffer(const void *buf, size_t size, const char *name,
 ql_status ql_imatrix_read(const char *path, ql_imatrix **out, ql_error *err)
 {
     *out = NULL;
-    char *buf;
-    size_t len;
-    ql_status st = ql_file_read_all(path, &buf, &len, err);
+    ql_file_map fm;
+    ql_status st = ql_file_map_open(&fm, path, "importance matrix", err);
     if (st)
         return st;
-    st = ql_imatrix_read_buffer(buf, len, path, out, err);
-    free(buf);
+    st = ql_imatrix_read_buffer(fm.data, fm.size, path, out, err);
+    ql_file_map_close(&fm);
     return st;
 }
 

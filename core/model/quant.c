@@ -72,11 +72,59 @@ ql_status ql_quant_tensor(int32_t type, const float *src, int64_t nrows, int64_t
     const int64_t chunk = ql_quant_chunk_rows(n_per_row);
     const int64_t n_chunks = (nrows + chunk - 1) / chunk;
     const ql_quantize_fn fn = tr->quantize;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ql_threads_get()) if (n_chunks > 1)
+    /* Each chunk is decoded again and checked: a block scale that overflowed (weights
+     * too large for its f16 scale, importance that overflowed a weighted search)
+     * decodes to inf or nan, and such bytes must never reach a file or a run. The
+     * first bad value in row order is reported, whatever the thread count. */
+    int64_t bad = INT64_MAX;
+    bool oom = false;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ql_threads_get()) if (n_chunks > 1)      \
+    reduction(min                                                                                  \
+              : bad) reduction(||                                                                  \
+                               : oom)
     for (int64_t c = 0; c < n_chunks; c++) {
         const int64_t r0 = c * chunk;
         const int64_t nr = nrows - r0 < chunk ? nrows - r0 : chunk;
-        fn(src + r0 * n_per_row, (char *)dst + (size_t)r0 * row_size, nr, n_per_row, imatrix);
+        char *q = (char *)dst + (size_t)r0 * row_size;
+        fn(src + r0 * n_per_row, q, nr, n_per_row, imatrix);
+        float *back = tr->dequantize ? malloc((size_t)(nr * n_per_row) * sizeof *back) : NULL;
+        if (tr->dequantize && !back) {
+            oom = true;
+            continue;
+        }
+        if (back) {
+            tr->dequantize(q, back, nr, n_per_row);
+            for (int64_t i = 0; i < nr * n_per_row; i++)
+                if (!isfinite(back[i])) {
+                    bad = r0 * n_per_row + i < bad ? r0 * n_per_row + i : bad;
+                    break;
+                }
+            free(back);
+        }
+    }
+    if (oom)
+        return ql_error_set(err, QL_ENOMEM, "quantize %s: out of memory for the decoding check",
+                            tr->name);
+    if (bad != INT64_MAX) {
+        const int64_t row = bad / n_per_row, col = bad % n_per_row;
+        const int64_t b0 = tr->block_size > 0 ? col - col % tr->block_size : 0;
+        float amax = 0.0f;
+        int64_t nonfinite = -1;
+        for (int64_t j = 0; j < n_per_row; j++) {
+            const float v = src[row * n_per_row + j];
+            if (!isfinite(v) && nonfinite < 0)
+                nonfinite = j;
+            amax = fmaxf(amax, fabsf(v));
+        }
+        if (nonfinite >= 0)
+            return ql_error_set(
+                err, QL_EFORMAT, "quantize %s: row %lld, column %lld: the weight is %g", tr->name,
+                (long long)row, (long long)nonfinite, (double)src[row * n_per_row + nonfinite]);
+        return ql_error_set(err, QL_EFORMAT,
+                            "quantize %s: row %lld, the block at column %lld decodes to non-finite "
+                            "values: its scale overflowed (largest |weight| in the row %g%s)",
+                            tr->name, (long long)row, (long long)b0, (double)amax,
+                            imatrix ? ", with importance weights" : "");
     }
     if (written)
         *written = (size_t)nrows * row_size;

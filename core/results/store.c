@@ -1020,6 +1020,10 @@ ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store 
         opt = &defaults;
     if (opt->readonly && !ql_file_exists(path))
         return ql_error_set(err, QL_EIO, "%s: no results database here (run a sweep first)", path);
+    /* SQLite would block on a FIFO and read a device without end. */
+    ql_status st = ql_file_refuse_special(path, "results database", err);
+    if (st)
+        return st;
     ql_store *s = calloc(1, sizeof *s);
     if (!s)
         return ql_error_set(err, QL_ENOMEM, "%s: out of memory", path);
@@ -1032,7 +1036,6 @@ ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store 
     s->fault = opt->fault_after;
 
     int flags = opt->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-    ql_status st;
     int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
     if (rc != SQLITE_OK) {
         st = ql_error_set(err, QL_EDB, "%s: cannot open database: %s", path,

@@ -5,9 +5,11 @@
  * compared and freed, every tensor's shape is taken and the first and last byte of
  * its data are touched (libFuzzer's input buffer is exactly `size` bytes, so ASan
  * catches a data pointer the reader let escape the file), and the writer is fed
- * the whole header to check it agrees with what the reader accepted. A rejected
- * input must come with a message naming the buffer. Any crash, leak, sanitizer
+ * the whole header to check it agrees with what the reader accepted; then the
+ * header is read as a model's (hyper-parameters against the tensors, tokenizer). A
+ * rejected input must come with a message naming the buffer. Any crash, leak, sanitizer
  * report or failed invariant (abort) is a finding. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,8 @@
 
 #include "formats/types.h"
 #include "model/gguf.h"
+#include "model/hparams.h"
+#include "model/tokenizer.h"
 
 #define FUZZ_NAME "fuzz-input.gguf"
 
@@ -94,6 +98,37 @@ static void exercise(const ql_gguf *g)
     ql_gguf_writer_free(w);
 }
 
+/* An accepted container read as a model header: the hyper-parameters (checked
+ * against the tensors before anything is sized by them) and the tokenizer. A
+ * refusal names the file; accepted counts must agree with what the file holds. */
+static void model_header(const ql_gguf *g)
+{
+    ql_error err;
+    ql_error_clear(&err);
+    ql_hparams hp;
+    if (ql_hparams_read(g, &hp, &err) != QL_OK) {
+        check(strncmp(err.msg, FUZZ_NAME ": ", strlen(FUZZ_NAME) + 2) == 0,
+              "a hyper-parameter error names the file");
+    } else {
+        check(hp.n_layer >= 1 && hp.n_layer <= g->n_tensors, "every block has tensors");
+        const ql_gguf_tensor *emb = ql_gguf_find_tensor(g, "token_embd.weight");
+        check(emb && emb->ne[0] == hp.n_embd && emb->ne[1] == hp.n_vocab, "vocabulary rows");
+        check(hp.n_head >= 1 && hp.n_head_kv >= 1 && hp.n_head % hp.n_head_kv == 0, "heads");
+        check(hp.head_dim >= 1 && hp.n_rot % 2 == 0 && hp.n_rot <= hp.head_dim, "head size");
+        check(isfinite(hp.norm_eps) && hp.norm_eps > 0 && isfinite(hp.rope_freq_base) &&
+                  hp.rope_freq_base >= 1 && isfinite(hp.rope_freq_scale) && hp.rope_freq_scale > 0,
+              "finite hyper-parameters");
+    }
+    ql_tokenizer *tok = NULL;
+    ql_error_clear(&err);
+    if (ql_tokenizer_from_gguf(&tok, g, &err) != QL_OK)
+        check(tok == NULL && strncmp(err.msg, FUZZ_NAME ": ", strlen(FUZZ_NAME) + 2) == 0,
+              "a tokenizer error names the file");
+    else
+        check(ql_tokenizer_n_vocab(tok) >= 1, "a tokenizer has tokens");
+    ql_tokenizer_free(tok);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     ql_gguf *g = NULL;
@@ -107,6 +142,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     exercise(g);
+    model_header(g);
     ql_gguf_close(g);
     return 0;
 }

@@ -1,6 +1,8 @@
 /* Importance-matrix files: the real llama-imatrix .dat for stories260K against its
  * decoded values, round trips of both formats, conversion between them, expert
- * (multi-matrix) entries, and the API's error paths. */
+ * (multi-matrix) entries, the API's error paths, the validation of importances
+ * (degenerate entries dropped, values the quantizers cannot use refused) and the
+ * measurement behind its bounds. */
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,11 +11,18 @@
 #include "formats/types.h"
 #include "model/gguf.h"
 #include "model/imatrix_io.h"
+#include "model/quant.h"
 #include "qltest.h"
 
 /* A value that went through sum/count*ncall and back (.dat written from token
  * counts, read with ncall) is off by at most a few float roundings. */
 #define ROUNDTRIP_REL_TOL 4e-7
+
+/* What the importance bounds promise (imatrix_io.h): the error of every quantizer at
+ * the bounds stays within this factor of its error at importance 1. */
+#define BOUND_ERR_FACTOR 1.25
+/* The weight scales the promise covers: standard deviations 1e-4 to 300. */
+static const double bound_sigmas[] = {1e-4, 300.0};
 
 #define GOLDEN_DAT "golden/imatrix/imatrix-stories260K-tscalib-c128.dat"
 #define GOLDEN_TSV "golden/imatrix/imatrix-stories260K-tscalib-c128.values.tsv"
@@ -314,20 +323,29 @@ static void builder_tests(void)
         CHECK(one == 2.0f); /* 4.0 stored, ncall 2 */
         ql_imatrix_free(im);
     }
-    /* A stored value that would overflow once scaled to tokens is refused, not
-     * turned into an infinity that no reader accepts. */
+    /* A stored value whose importance the quantizers cannot use (their sums would
+     * overflow: IQ4_NL wrote infinite scales) is refused when read, naming the file,
+     * the entry and the column. */
     unsigned char big[sizeof old];
     memcpy(big, old, sizeof old);
     float huge = 3e38f;
     memcpy(big + 17, &huge, 4);
-    CHECK_OK(ql_imatrix_read_buffer(big, sizeof big, "big.dat", &im, &err), &err);
-    if (im) {
-        st = ql_imatrix_set_chunk_size(im, 512, &err);
-        CHECK(st == QL_EFORMAT && strstr(err.msg, "big.dat: entry 'w'") &&
-              strstr(err.msg, "overflows"));
-        CHECK_EQ_INT(im->chunk_size, 0);
-        ql_imatrix_free(im);
-    }
+    st = ql_imatrix_read_buffer(big, sizeof big, "big.dat", &im, &err);
+    CHECK_MSG(st == QL_EFORMAT && im == NULL &&
+                  strstr(err.msg, "big.dat: entry 'w': column 0 has importance 1.5e+38") &&
+                  strstr(err.msg, "overflow"),
+              "%s", err.msg);
+    /* One built in memory that would overflow once scaled to tokens is refused, not
+     * turned into an infinity that no reader accepts. */
+    CHECK_OK(ql_imatrix_alloc(&im, &err), &err);
+    ql_imatrix_entry *he;
+    CHECK_OK(ql_imatrix_add_entry(im, "w", 1, 1, false, &he, &err), &err);
+    he->sums[0] = huge;
+    he->counts[0] = 1;
+    st = ql_imatrix_set_chunk_size(im, 512, &err);
+    CHECK(st == QL_EFORMAT && strstr(err.msg, "entry 'w'") && strstr(err.msg, "overflows"));
+    CHECK_EQ_INT(im->chunk_size, 0);
+    ql_imatrix_free(im);
     /* ncall 0: llama-quantize uses the stored values as they are. */
     static const unsigned char zero_call[] = {1, 0, 0, 0, 1, 0, 0, 0, 'w',  0,   0,
                                               0, 0, 1, 0, 0, 0, 0, 0, 0x80, 0x40};
@@ -364,9 +382,168 @@ static void builder_tests(void)
     ql_imatrix_free(im);
 }
 
+/* Adds an entry of n_mat matrices of per values each, with the given sums and counts. */
+static void add(ql_imatrix *im, const char *name, int64_t per, int64_t n_mat, const float *sums,
+                const int64_t *counts)
+{
+    ql_error err;
+    ql_imatrix_entry *e;
+    CHECK_OK(ql_imatrix_add_entry(im, name, per * n_mat, n_mat, false, &e, &err), &err);
+    if (!e)
+        return;
+    memcpy(e->sums, sums, (size_t)(per * n_mat) * sizeof *sums);
+    memcpy(e->counts, counts, (size_t)n_mat * sizeof *counts);
+}
+
+/* An entry with nothing to weigh by (all zero, denormal) is dropped when read, with its
+ * name kept for the warning; a matrix of a multi-matrix entry that is so weighs its
+ * columns alike, as one that counted no token; values the quantizers' sums overflow
+ * on, or not finite, are refused naming the entry and column, in files and in memory. */
+static void degenerate_entries(void)
+{
+    ql_error err;
+    ql_imatrix *im;
+    CHECK_OK(ql_imatrix_alloc(&im, &err), &err);
+    const float zero[4] = {0, 0, 0, 0}, tiny[4] = {1e-40f, 1e-41f, 0, 1e-39f};
+    const float sparse[4] = {0, 0, 0, 5}, experts[4] = {0, 0, 2, 4}, edge[4] = {1e12f, 1, 1, 1};
+    const int64_t c1[2] = {1, 1}, c10[1] = {10}, cx[2] = {3, 2}, c0[2] = {0, 0};
+    add(im, "zero", 4, 1, zero, c10);
+    add(im, "sparse", 4, 1, sparse, c1);
+    add(im, "tiny", 4, 1, tiny, c1);
+    add(im, "experts", 2, 2, experts, cx);
+    add(im, "unused", 2, 2, zero, c0);
+    add(im, "edge", 4, 1, edge, c1);
+    float w[4];
+    /* In memory: the degenerate entry is "no importance", with the reason. */
+    ql_status st = ql_imatrix_weights(im, "zero", 4, w, &err);
+    CHECK_MSG(st == QL_ENOTFOUND && strstr(err.msg, "entry 'zero' carries no usable importance "
+                                                    "(largest 0, below 1e-15)"),
+              "%s", err.msg);
+    CHECK_OK(ql_imatrix_set_chunk_size(im, 512, &err), &err);
+    const char *path = qlt_tmp("degenerate.gguf");
+    CHECK_OK(ql_imatrix_write(im, path, QL_IMATRIX_GGUF, &err), &err);
+    ql_imatrix_free(im);
+
+    CHECK_OK(ql_imatrix_read(path, &im, &err), &err);
+    if (!im)
+        return;
+    CHECK_EQ_INT(im->n_entries, 4);
+    CHECK(im->n_dropped == 2 && strcmp(im->dropped[0], "zero") == 0 &&
+          strcmp(im->dropped[1], "tiny") == 0);
+    CHECK(ql_imatrix_find(im, "zero") == NULL && ql_imatrix_find(im, "tiny") == NULL);
+    CHECK(ql_imatrix_weights(im, "zero", 4, w, &err) == QL_ENOTFOUND);
+    CHECK_OK(ql_imatrix_weights(im, "sparse", 4, w, &err), &err);
+    CHECK(w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == 5.0f);
+    CHECK_OK(ql_imatrix_weights(im, "experts", 4, w, &err), &err);
+    CHECK(w[0] == 1 && w[1] == 1 && w[2] == 1.0f && w[3] == 2.0f);
+    CHECK_OK(ql_imatrix_weights(im, "unused", 4, w, &err), &err);
+    CHECK(w[0] == 1 && w[1] == 1 && w[2] == 1 && w[3] == 1);
+    CHECK_OK(ql_imatrix_weights(im, "edge", 4, w, &err), &err);
+    CHECK(w[0] == 1e12f);
+    char msg[512];
+    CHECK(ql_imatrix_dropped_warning(im, msg, sizeof msg));
+    CHECK_MSG(strstr(msg, path) && strstr(msg, "2 entries carry no usable importance") &&
+                  strstr(msg, "quantized without, as for a missing entry: zero, tiny"),
+              "%s", msg);
+    ql_imatrix_free(im);
+
+    /* Beyond the maximum, or not finite: refused in memory and when read. */
+    const float over[4] = {1, 2e12f, 1, 1};
+    const float nan4[4] = {1, 1, NAN, 1};
+    const struct {
+        const float *sums;
+        const char *msg;
+    } bad[] = {{over, "entry 'w': column 1 has importance 2e+12 (sum 2e+12 / count 1), expected "
+                      "a finite number from 0 to 1e+12"},
+               {nan4, "entry 'w': column 2 has importance nan"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_OK(ql_imatrix_alloc(&im, &err), &err);
+        add(im, "w", 4, 1, bad[i].sums, c1);
+        st = ql_imatrix_weights(im, "w", 4, w, &err);
+        CHECK_MSG(st == QL_EFORMAT && strstr(err.msg, bad[i].msg), "%s", err.msg);
+        ql_imatrix_free(im);
+    }
+    CHECK_OK(ql_imatrix_alloc(&im, &err), &err);
+    add(im, "w", 4, 1, over, c1);
+    CHECK_OK(ql_imatrix_write(im, qlt_tmp("over.dat"), QL_IMATRIX_DAT, &err), &err);
+    ql_imatrix_free(im);
+    st = ql_imatrix_read(qlt_tmp("over.dat"), &im, &err);
+    CHECK_MSG(st == QL_EFORMAT && im == NULL && strstr(err.msg, "over.dat: ") &&
+                  strstr(err.msg, bad[0].msg),
+              "%s", err.msg);
+    CHECK(!ql_imatrix_dropped_warning(&(ql_imatrix){0}, msg, sizeof msg));
+}
+
+/* Relative rms error of type on x (nrows x 256) with importance imat; inf when a value
+ * decodes to a non-finite number or the quantizer refuses. */
+static double rel_error(int32_t type, const float *x, int64_t nrows, const float *imat, void *q,
+                        size_t q_size, float *y)
+{
+    ql_error err;
+    if (ql_quant_tensor(type, x, nrows, 256, imat, q, q_size, NULL, &err) ||
+        ql_dequant_tensor(type, q, q_size, nrows, 256, y, &err))
+        return INFINITY;
+    double se = 0, sx = 0;
+    for (int64_t i = 0; i < nrows * 256; i++) {
+        if (!isfinite(y[i]))
+            return INFINITY;
+        const double d = (double)y[i] - (double)x[i];
+        se += d * d;
+        sx += (double)x[i] * (double)x[i];
+    }
+    return sqrt(se / sx);
+}
+
+/* The bounds are the measurement imatrix_io.h states: for Gaussian weights of each
+ * scale, every type whose quantizer uses importance has, at importances scaled to the
+ * minimum and the maximum, an error within BOUND_ERR_FACTOR of its error at 1. */
+static void importance_bounds(void)
+{
+    enum { ROWS = 16 };
+    float *x = malloc(ROWS * 256 * sizeof *x), *y = malloc(ROWS * 256 * sizeof *y);
+    const size_t q_size = ROWS * 256 * 4;
+    void *q = malloc(q_size);
+    float base[256], lo[256], hi[256];
+    for (int j = 0; j < 256; j++) {
+        /* Importances that vary by a factor of 2 across the columns, largest 1. */
+        base[j] = (0.5f + (float)(j % 7) / 12.0f) / (0.5f + 6.0f / 12.0f);
+        lo[j] = base[j] * QL_IMATRIX_IMPORTANCE_MIN;
+        hi[j] = base[j] * QL_IMATRIX_IMPORTANCE_MAX;
+    }
+    const ql_type_traits *list[64];
+    const int n = ql_type_list(list, 64);
+    int checked = 0;
+    for (size_t si = 0; si < sizeof bound_sigmas / sizeof bound_sigmas[0]; si++) {
+        uint64_t seed = 7;
+        for (int i = 0; i < ROWS * 256; i++)
+            x[i] = (float)(bound_sigmas[si] * ql_rng_gauss(&seed));
+        for (int t = 0; t < n; t++) {
+            const ql_type_traits *tr = list[t];
+            ql_error err;
+            if (!tr->quantize || tr->type == QL_TYPE_Q8_0_XC || ql_row_size(tr->type, 256) == 0 ||
+                ql_type_prepare(tr->type, &err))
+                continue;
+            const double at1 = rel_error(tr->type, x, ROWS, base, q, q_size, y);
+            const double at_lo = rel_error(tr->type, x, ROWS, lo, q, q_size, y);
+            const double at_hi = rel_error(tr->type, x, ROWS, hi, q, q_size, y);
+            CHECK_MSG(at_lo <= BOUND_ERR_FACTOR * at1 && at_hi <= BOUND_ERR_FACTOR * at1,
+                      "%s, weights sigma %g: error %.4g at importance 1, %.4g at the minimum, "
+                      "%.4g at the maximum",
+                      tr->name, bound_sigmas[si], at1, at_lo, at_hi);
+            checked++;
+        }
+    }
+    CHECK(checked >= 2 * 20);
+    free(x);
+    free(y);
+    free(q);
+}
+
 int main(void)
 {
     builder_tests();
+    degenerate_entries();
+    importance_bounds();
     if (access(qlt_shared(GOLDEN_DAT), R_OK) == 0)
         golden_tests();
     else

@@ -1,8 +1,13 @@
-/* util.h: the deterministic random stream the benchmarks and tests draw from. */
+/* util.h: the deterministic random stream the benchmarks and tests draw from; the
+ * file readers' refusal of special files and of files over their size cap. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "qltest.h"
@@ -98,8 +103,133 @@ static void shortest_precision(void)
     CHECK(ql_format_double(2.5e-7, buf, sizeof buf) == 7 && strcmp(buf, "2.5e-07") == 0);
 }
 
+/* Writes n bytes of 'x' to path. */
+static void write_bytes(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    for (size_t i = 0; i < n; i++)
+        fputc('x', f);
+    CHECK(fclose(f) == 0);
+}
+
+/* One refusal: status, file, role and what it is, all in the message. */
+#define CHECK_REFUSED(st, err, path, what, kind)                                                   \
+    CHECK_MSG((st) == QL_EIO && strstr((err).msg, path) && strstr((err).msg, what) &&              \
+                  strstr((err).msg, kind),                                                         \
+              "status %d: %s", (int)(st), (err).msg)
+
+/* Every reader refuses a FIFO (without blocking: no writer ever opens it), a device,
+ * a directory and a socket, naming the file and what it is; whole-file reads stop at
+ * their cap before reading; regular files, empty ones included, read and map. */
+static void special_files(void)
+{
+    const char *fifo = qlt_tmp("fifo");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    const char *sock = qlt_tmp("sock");
+    int sfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    CHECK(sfd >= 0 && bind(sfd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    const struct {
+        const char *path, *kind;
+    } bad[] = {
+        {fifo, "a FIFO (named pipe)"},
+        {"/dev/zero", "a character device"},
+        {qlt_tmpdir(), "a directory"},
+        {sock, "a socket"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ql_error err;
+        char *buf = (char *)1;
+        size_t len = 1;
+        ql_status st = ql_file_read_all(bad[i].path, &buf, &len, &err);
+        CHECK_REFUSED(st, err, bad[i].path, "file is", bad[i].kind);
+        CHECK(buf == NULL && len == 0);
+        st = ql_file_read_capped(bad[i].path, "sweep file", 100, &buf, &len, &err);
+        CHECK_REFUSED(st, err, bad[i].path, "sweep file is", bad[i].kind);
+        ql_file_map m;
+        st = ql_file_map_open(&m, bad[i].path, "GGUF file", &err);
+        CHECK_REFUSED(st, err, bad[i].path, "GGUF file is", bad[i].kind);
+        CHECK(m.data == NULL && m.size == 0);
+        char sha[65];
+        st = ql_sha256_file(bad[i].path, sha, &err);
+        CHECK_REFUSED(st, err, bad[i].path, "file is", bad[i].kind);
+        int fd = 7;
+        uint64_t size = 7;
+        st = ql_file_open_regular(bad[i].path, NULL, &fd, &size, &err);
+        CHECK_REFUSED(st, err, bad[i].path, "expected a regular file", bad[i].kind);
+        CHECK(fd == -1 && size == 0);
+    }
+    close(sfd);
+
+    /* The cap: at the cap is read, one byte over is refused with both sizes. */
+    const char *f = qlt_tmp("capped.txt");
+    write_bytes(f, 100);
+    ql_error err;
+    char *buf;
+    size_t len;
+    CHECK_OK(ql_file_read_capped(f, "text", 100, &buf, &len, &err), &err);
+    CHECK(len == 100 && buf[100] == '\0' && buf[99] == 'x');
+    free(buf);
+    ql_status st = ql_file_read_capped(f, "text", 99, &buf, &len, &err);
+    CHECK_MSG(st == QL_EIO && strstr(err.msg, "text is 100 bytes, more than the 99"), "%s",
+              err.msg);
+    /* Larger than the first buffer guess (a /proc file says size 0): still read whole. */
+    CHECK_OK(ql_file_read_capped("/proc/self/status", "proc file", 1 << 20, &buf, &len, &err),
+             &err);
+    CHECK(len > 0 && strlen(buf) == len && strstr(buf, "Name:"));
+    free(buf);
+    const char *empty = qlt_tmp("empty.txt");
+    write_bytes(empty, 0);
+    CHECK_OK(ql_file_read_all(empty, &buf, &len, &err), &err);
+    CHECK(len == 0 && buf && buf[0] == '\0');
+    free(buf);
+    ql_file_map m;
+    CHECK_OK(ql_file_map_open(&m, empty, NULL, &err), &err);
+    CHECK(m.data == NULL && m.size == 0);
+    ql_file_map_close(&m);
+    CHECK_OK(ql_file_map_open(&m, f, NULL, &err), &err);
+    CHECK(m.size == 100 && m.data && ((const char *)m.data)[42] == 'x');
+    ql_file_map_close(&m);
+    CHECK(m.data == NULL);
+    st = ql_file_read_all(qlt_tmp("missing"), &buf, &len, &err);
+    CHECK_MSG(st == QL_EIO && strstr(err.msg, "cannot open file: No such file"), "%s", err.msg);
+}
+
+/* Terminal text: C0 controls but newline and tab, DEL, C1 controls and bytes outside
+ * valid UTF-8 become \xNN; printable ASCII, valid UTF-8 (U+FFFD itself included)
+ * stays; the buffer form cuts at a whole character. */
+static void terminal_text(void)
+{
+    const char in[] = "a\033[2J\tb\n\x7f\xc2\x9b\xc3\xa9\xef\xbf\xbd\xff\xe2\x82\0z";
+    const char want[] = "a\\x1b[2J\tb\n\\x7f\\xc2\\x9b\xc3\xa9\xef\xbf\xbd\\xff\\xe2\\x82\\x00z";
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    CHECK(mem != NULL);
+    if (mem) {
+        ql_fwrite_terminal(mem, in, sizeof in - 1);
+        CHECK(fclose(mem) == 0);
+        CHECK_MSG(len == strlen(want) && memcmp(text, want, len) == 0, "got '%s'", text);
+        free(text);
+    }
+    char out[64];
+    /* Up to the NUL, which ends a C string. */
+    const size_t n = ql_escape_terminal(in, out, sizeof out);
+    CHECK(n == strlen(out) && strncmp(out, want, n) == 0 && n == strlen(want) - 5);
+    /* "a\x1b" is 5 bytes: a 6-byte buffer holds it, a 5-byte one only "a". */
+    CHECK(ql_escape_terminal("a\033", out, 6) == 5 && strcmp(out, "a\\x1b") == 0);
+    CHECK(ql_escape_terminal("a\033", out, 5) == 1 && strcmp(out, "a") == 0);
+    CHECK(ql_escape_terminal("\xc3\xa9", out, 2) == 0 && out[0] == '\0');
+}
+
 int main(void)
 {
+    special_files();
+    terminal_text();
     splitmix64_stream();
     grow_array();
     string_set();

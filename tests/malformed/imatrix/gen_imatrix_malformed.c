@@ -166,6 +166,10 @@ int main(int argc, char **argv)
     d_write("truncated_trailer.dat", &d);
     d.n = 0, d_i32(&d, 1), d_entry(&d, "blk.0.attn_q.weight", 10, 4, good, 4), d_i32(&d, 10);
     d_i32(&d, 1000), d_raw(&d, "calib", 5), d_write("dataset_name_too_long.dat", &d);
+    /* An importance the quantizers' sums overflow on (IQ4_NL wrote infinite scales). */
+    static const float huge[4] = {40.0f, 3e38f, 10.0f, 5.0f};
+    d.n = 0, d_i32(&d, 1), d_entry(&d, "blk.0.attn_q.weight", 10, 4, huge, 4), d_trailer(&d);
+    d_write("huge_value.dat", &d);
 
     /* ---- GGUF ---- */
     static const float counts1[1] = {40.0f}, counts3[3] = {1, 2, 3}, neg_count[1] = {-5.0f};
@@ -185,6 +189,8 @@ int main(int argc, char **argv)
     g_write("negative_count.gguf", negc, 2, NULL, NULL, 512, false);
     gtensor nans[2] = {{"blk.0.attn_q.weight.in_sum2", {4, 1}, QL_TYPE_F32, with_nan}, ok_pair[1]};
     g_write("nan_sum.gguf", nans, 2, NULL, NULL, 512, false);
+    gtensor big[2] = {{"blk.0.attn_q.weight.in_sum2", {4, 1}, QL_TYPE_F32, huge}, ok_pair[1]};
+    g_write("huge_value.gguf", big, 2, NULL, NULL, 512, false);
     gtensor other[1] = {{"token_embd.weight", {4, 1}, QL_TYPE_F32, good}};
     g_write("no_entries.gguf", other, 1, NULL, NULL, 512, false);
     /* A valid imatrix cut short inside its tensor data: the GGUF reader's error. */
@@ -227,6 +233,16 @@ int main(int argc, char **argv)
     d_write("token_embd_length.dat", &d);
     d.n = 0, d_i32(&d, 1), d_entry(&d, "model.layers.0.self_attn.q_proj.weight", 10, 64, v64, 64);
     d_trailer(&d), d_write("foreign_names.dat", &d);
+    /* Entries with no usable importance (all zero; denormal): quantized without. */
+    static float zeros[64], denormal[64];
+    for (int i = 0; i < 64; i++)
+        denormal[i] = 1e-40f;
+    d.n = 0, d_i32(&d, 2), d_entry(&d, "blk.0.attn_q.weight", 10, 64, zeros, 64);
+    d_entry(&d, "blk.0.attn_k.weight", 10, 64, v64, 64), d_trailer(&d);
+    d_write("all_zero.dat", &d);
+    gtensor tiny[2] = {{"blk.1.attn_v.weight.in_sum2", {64, 1}, QL_TYPE_F32, denormal},
+                       {"blk.1.attn_v.weight.counts", {1, 1}, QL_TYPE_F32, one}};
+    g_write("denormal.gguf", tiny, 2, NULL, NULL, 512, false);
 
     printf("gen_imatrix_malformed: done\n");
     return 0;

@@ -57,6 +57,15 @@ all_listed "$dir/misfit/expected.tsv" "$dir"/misfit/*.dat "$dir"/misfit/*.gguf
 run "$dir/misfit/foreign_names.dat"
 grep -q "^qlab: warning: no entry of .* names a tensor of" "$tmp/err" &&
     echo "ok: foreign_names.dat: warning" || { echo "FAIL: foreign_names.dat: no warning"; fail=1; }
+# An entry without usable importance (all zero, denormal) is dropped with a warning, and
+# its tensor is quantized without, noted in its line of the report.
+for f in all_zero.dat denormal.gguf; do
+    run "$dir/misfit/$f"
+    grep -q "^qlab: warning: $dir/misfit/$f: 1 entry carries no usable importance" "$tmp/err" &&
+        ok "$f: warning" || { echo "FAIL: $f: no warning"; cat "$tmp/err"; fail=1; }
+    grep -q "imatrix entry without usable importance (all zero or denormal): quantized without" \
+        "$tmp/out" && ok "$f: noted in the report" || { echo "FAIL: $f: no note"; fail=1; }
+done
 echo "$n files checked"
 [ "$n" -ge 8 ] || { echo "FAIL: only $n files"; fail=1; }
 exit $fail
