@@ -2,6 +2,7 @@
 #include "experiment/reference.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,23 @@ bool ql_reference_holds_logp(const ql_reference *r)
     return r->holds_logp;
 }
 
+/* A reference that is not finite is not a reference: every config would be NaN. */
+static ql_status check_finite(const float *v, size_t n, int64_t chunk, const char *what,
+                              ql_error *err)
+{
+    size_t bad = n;
+#pragma omp parallel for schedule(static) reduction(min : bad) if (n >= 65536)
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]) && i < bad)
+            bad = i;
+    if (bad == n)
+        return QL_OK;
+    return ql_error_set(err, QL_EFORMAT,
+                        "the reference model computes non-finite %s (chunk %lld): its weights "
+                        "or hyper-parameters overflow the f32 forward pass",
+                        what, (long long)chunk);
+}
+
 /* Log-softmax of each of n rows of n_vocab logits in place; rows in parallel. */
 static void log_softmax_rows(float *rows, int64_t n, int64_t n_vocab)
 {
@@ -117,9 +135,11 @@ static ql_status compute_logp(ql_reference *r, int64_t c, float *out, ql_error *
     ql_forward_set_observer(r->fw, NULL, NULL);
     ql_status st = ql_forward_head(r->fw, r->w, ql_reference_hidden(r, c), out, r->n_scored, err);
     ql_forward_set_observer(r->fw, obs, obs_ctx);
-    if (!st)
-        log_softmax_rows(out, r->n_scored, r->n_vocab);
-    return st;
+    if (st)
+        return st;
+    log_softmax_rows(out, r->n_scored, r->n_vocab);
+    return check_finite(out, (size_t)r->n_scored * (size_t)r->n_vocab, c, "log-probabilities",
+                        err);
 }
 
 ql_status ql_reference_logp(ql_reference *r, int64_t chunk, const float **out, ql_error *err)
@@ -271,15 +291,21 @@ typedef struct {
 static ql_status keep_output(void *ctx, int set, int64_t chunk, const float *hidden,
                              const float *logits, int64_t n_rows, ql_error *err)
 {
-    (void)set, (void)err;
+    (void)set;
     ql_reference *r = ((pass_ctx *)ctx)->r;
     QL_ASSERT(n_rows == r->n_scored);
+    ql_status st = check_finite(hidden, (size_t)n_rows * (size_t)r->n_embd, chunk,
+                                "hidden states", err);
+    if (st)
+        return st;
     memcpy(r->hidden + (size_t)chunk * (size_t)n_rows * (size_t)r->n_embd, hidden,
            (size_t)n_rows * (size_t)r->n_embd * sizeof(float));
     if (r->holds_logp) {
         float *out = r->logp + (size_t)chunk * (size_t)n_rows * (size_t)r->n_vocab;
         memcpy(out, logits, (size_t)n_rows * (size_t)r->n_vocab * sizeof(float));
         log_softmax_rows(out, n_rows, r->n_vocab);
+        return check_finite(out, (size_t)n_rows * (size_t)r->n_vocab, chunk,
+                            "log-probabilities", err);
     }
     return QL_OK;
 }

@@ -423,7 +423,9 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
            s->sw->name, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
            sum->n_failed, (long long)sum->scored_tokens);
     double per_pass = sum->n_run ? sum->forward_seconds / (double)sum->n_run : (double)NAN;
-    if (s->ref && !ql_reference_from_cache(s->ref))
+    if (s->ref && !ql_reference_from_cache(s->ref) && !sum->n_run)
+        printf("timing: reference pass %s; no config ran\n", ref);
+    else if (s->ref && !ql_reference_from_cache(s->ref))
         printf("timing: reference pass %s; %zu quantized passes %s (forward %.1f s each, %.2f "
                "reference passes each): %zu configs cost %.1f reference passes\n",
                ref, sum->n_run, cfg, per_pass, per_pass / sum->ref_seconds, sum->n_run,

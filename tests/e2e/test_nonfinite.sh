@@ -5,7 +5,8 @@
 #   perplexity is not finite instead of printing PPL = nan;
 # - a weight of 1e5 in an F32 model: the reference is finite, an F16 config of it is not
 #   (1e5 is above the largest half): that config's run is stored failed with the reason,
-#   --strict exits 1, and the Q8_0 config of the same sweep is done.
+#   --strict exits 1, and the Q8_0 config of the same sweep is done;
+# - the 3e38 model as a sweep's reference: the sweep stops before any config.
 set -u
 qlab="$1"
 # shellcheck source=SCRIPTDIR/lib.sh
@@ -51,7 +52,7 @@ END
 db="$tmp/s.db"
 expect 1 "--strict fails on the non-finite config" \
     "$qlab" sweep "$tmp/s.sweep" --db "$db" --cache-dir "$tmp/cache" --strict
-has "$tmp/err" "is infinite" "stderr names the infinite value"
+has "$tmp/err" "config 0 (F16) failed: tensor 'blk.0.ffn_up.weight' (F16)" "stderr names the config and the tensor"
 state() { rows "$db" "SELECT r.status FROM runs r JOIN configs c ON c.id = r.config_id
     WHERE c.weight_type = '$1'"; }
 [ "$(state F16)" = failed ] && ok "the F16 run is stored failed" ||
@@ -59,4 +60,9 @@ state() { rows "$db" "SELECT r.status FROM runs r JOIN configs c ON c.id = r.con
 [ "$(state Q8_0)" = done ] && ok "the Q8_0 run is done" || bad "Q8_0 run is '$(state Q8_0)'"
 rows "$db" "SELECT error FROM failed_runs" >"$tmp/failed"
 has "$tmp/failed" "blk.0.ffn_up.weight" "the stored error names the tensor"
+sed "s|$tmp/1e5.gguf|$tmp/big.gguf|" "$tmp/s.sweep" >"$tmp/big.sweep"
+expect 1 "a sweep whose reference overflows fails before any config" \
+    "$qlab" sweep "$tmp/big.sweep" --db "$tmp/big.db" --cache-dir "$tmp/cache"
+has "$tmp/err" "the reference model computes non-finite hidden states" \
+    "the error says the reference is not finite"
 exit "$fail"
