@@ -126,6 +126,14 @@ __attribute__((target("avx2"))) static float dot_avx2(int64_t nb, const ql_block
 /* ------------------------------------------------------------------------- */
 /* Q6_K x q8_K                                                                 */
 
+/* Rows of W per task: their blocks (64 rows of 2048 values: 108 KiB) stay in L2 while
+ * every token passes. */
+#define Q6_K_ROWS 64
+
+/* Tokens a kernel call multiplies with one weight row (the AVX2 kernel unpacks each
+ * block once for all of them). */
+#define Q6_K_TOKENS 8
+
 /* Level (0..63, the stored 6 bits before the -32 offset) of value e of a Q6_K block
  * (layout in quant_k.h). */
 static inline int q6_K_level(const ql_block_q6_K *b, int e)
@@ -143,7 +151,7 @@ static inline float sum_lanes(const float a[8])
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-static float dot_q6_K_portable(int64_t nb, const ql_block_q6_K *w, const ql_block_q8_K *x)
+static float dot_q6_K_one(int64_t nb, const ql_block_q6_K *w, const ql_block_q8_K *x)
 {
     float acc[8] = {0};
     for (int64_t b = 0; b < nb; b++) {
@@ -177,51 +185,55 @@ __attribute__((target("avx2"))) static inline __m256i q6_K_scales(const int8_t *
                                    _mm_set1_epi16(sc[2 * c + 1]), 1);
 }
 
-__attribute__((target("avx2,fma"))) static float dot_q6_K_avx2(int64_t nb, const ql_block_q6_K *w,
-                                                               const ql_block_q8_K *x)
+/* Up to Q6_K_TOKENS tokens against one weight row: each block's levels and scale
+ * vectors are unpacked once and used for every token; every output keeps its own
+ * lanes and block order, so the result is that of one dot product per output. x[i]
+ * is the q8_K row of token i. */
+__attribute__((target("avx2,fma"))) static void
+dot_q6_K_avx2(int64_t nb, const ql_block_q6_K *w, const ql_block_q8_K *const *x, int n, float *out)
 {
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[Q6_K_TOKENS];
+    for (int i = 0; i < n; i++)
+        acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const int8_t *sc = w[b].scales;
-        __m256i lanes = _mm256_setzero_si256();
+        /* chunk 4h + k holds values 128h + 32k + l: low nibbles of ql (k = 0, 1), high
+         * nibbles (k = 2, 3), bits 2k..2k+1 of qh on top */
+        __m256i q[8], sc[8];
         for (int h = 0; h < 2; h++) {
-            /* chunk 4h + k holds values 128h + 32k + l: low nibbles of ql (k = 0, 1),
-             * high nibbles (k = 2, 3), bits 2k..2k+1 of qh on top */
-            const __m256i lo0 =
-                _mm256_loadu_si256((const __m256i *)(const void *)(w[b].ql + 64 * h));
-            const __m256i lo1 =
-                _mm256_loadu_si256((const __m256i *)(const void *)(w[b].ql + 64 * h + 32));
-            const __m256i hi =
-                _mm256_loadu_si256((const __m256i *)(const void *)(w[b].qh + 32 * h));
-            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(lo0, m4),
-                                               _mm256_slli_epi16(_mm256_and_si256(hi, m2), 4));
-            const __m256i q1 = _mm256_or_si256(
+            const uint8_t *ql = w[b].ql + 64 * h, *qh = w[b].qh + 32 * h;
+            const __m256i lo0 = _mm256_loadu_si256((const __m256i *)(const void *)ql);
+            const __m256i lo1 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 32));
+            const __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)qh);
+            q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(lo0, m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(hi, m2), 4));
+            q[4 * h + 1] = _mm256_or_si256(
                 _mm256_and_si256(lo1, m4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2), m2), 4));
-            const __m256i q2 = _mm256_or_si256(
+            q[4 * h + 2] = _mm256_or_si256(
                 _mm256_and_si256(_mm256_srli_epi16(lo0, 4), m4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 4), m2), 4));
-            const __m256i q3 = _mm256_or_si256(
+            q[4 * h + 3] = _mm256_or_si256(
                 _mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 6), m2), 4));
-            const int8_t *v = x[b].qs + 128 * h;
-            const __m256i *vv = (const __m256i *)(const void *)v;
-            lanes = _mm256_add_epi32(
-                lanes, q6_K_chunk(q0, _mm256_loadu_si256(vv + 0), q6_K_scales(sc, 4 * h + 0)));
-            lanes = _mm256_add_epi32(
-                lanes, q6_K_chunk(q1, _mm256_loadu_si256(vv + 1), q6_K_scales(sc, 4 * h + 1)));
-            lanes = _mm256_add_epi32(
-                lanes, q6_K_chunk(q2, _mm256_loadu_si256(vv + 2), q6_K_scales(sc, 4 * h + 2)));
-            lanes = _mm256_add_epi32(
-                lanes, q6_K_chunk(q3, _mm256_loadu_si256(vv + 3), q6_K_scales(sc, 4 * h + 3)));
         }
-        const __m256 d = _mm256_set1_ps(x[b].d * ql_fp16_to_fp32(w[b].d));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+        for (int c = 0; c < 8; c++)
+            sc[c] = q6_K_scales(w[b].scales, c);
+        const float dw = ql_fp16_to_fp32(w[b].d);
+        for (int i = 0; i < n; i++) {
+            const __m256i *v = (const __m256i *)(const void *)x[i][b].qs;
+            __m256i lanes = q6_K_chunk(q[0], _mm256_loadu_si256(v), sc[0]);
+            for (int c = 1; c < 8; c++)
+                lanes = _mm256_add_epi32(lanes, q6_K_chunk(q[c], _mm256_loadu_si256(v + c), sc[c]));
+            const __m256 d = _mm256_set1_ps(x[i][b].d * dw);
+            acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[i]);
+        }
     }
-    float a[8];
-    _mm256_storeu_ps(a, acc);
-    return sum_lanes(a);
+    for (int i = 0; i < n; i++) {
+        float a[8];
+        _mm256_storeu_ps(a, acc[i]);
+        out[i] = sum_lanes(a);
+    }
 }
 #endif
 
@@ -271,7 +283,16 @@ void ql_gemm_q8_0(const ql_block_q8_0 *w, const ql_block_q8_0 *x, float *y, int6
     }
 }
 
-typedef float (*dot_q6_K_fn)(int64_t nb, const ql_block_q6_K *w, const ql_block_q8_K *x);
+static void dot_q6_K_portable(int64_t nb, const ql_block_q6_K *w, const ql_block_q8_K *const *x,
+                              int n, float *out)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = dot_q6_K_one(nb, w, x[i]);
+}
+
+/* Computes out[i] = the dot product of row w with token row x[i], i < n <= Q6_K_TOKENS. */
+typedef void (*dot_q6_K_fn)(int64_t nb, const ql_block_q6_K *w, const ql_block_q8_K *const *x,
+                            int n, float *out);
 
 static dot_q6_K_fn pick_q6_K(void)
 {
@@ -285,7 +306,9 @@ static dot_q6_K_fn pick_q6_K(void)
 float ql_vec_dot_q6_K_q8_K(int64_t n, const ql_block_q6_K *w, const ql_block_q8_K *x)
 {
     QL_ASSERT(n % QL_QK_K == 0);
-    return pick_q6_K()(n / QL_QK_K, w, x);
+    float y;
+    pick_q6_K()(n / QL_QK_K, w, &x, 1, &y);
+    return y;
 }
 
 void ql_gemm_q6_K(const ql_block_q6_K *w, const ql_block_q8_K *x, float *y, int64_t n_tok,
@@ -294,12 +317,21 @@ void ql_gemm_q6_K(const ql_block_q6_K *w, const ql_block_q8_K *x, float *y, int6
     QL_ASSERT(n_in % QL_QK_K == 0);
     const int64_t nb = n_in / QL_QK_K;
     const dot_q6_K_fn dot = pick_q6_K();
-    const int64_t n_chunks = (n_out + ROW_CHUNK - 1) / ROW_CHUNK;
+    const int64_t n_chunks = (n_out + Q6_K_ROWS - 1) / Q6_K_ROWS;
 #pragma omp parallel for schedule(static) num_threads(gemm_threads(n_tok, n_out, n_in))
     for (int64_t c = 0; c < n_chunks; c++) {
-        const int64_t o_end = (c + 1) * ROW_CHUNK < n_out ? (c + 1) * ROW_CHUNK : n_out;
-        for (int64_t t = 0; t < n_tok; t++)
-            for (int64_t o = c * ROW_CHUNK; o < o_end; o++)
-                y[t * n_out + o] = dot(nb, w + o * nb, x + t * nb);
+        const int64_t o_end = (c + 1) * Q6_K_ROWS < n_out ? (c + 1) * Q6_K_ROWS : n_out;
+        for (int64_t t = 0; t < n_tok; t += Q6_K_TOKENS) {
+            const int n = n_tok - t < Q6_K_TOKENS ? (int)(n_tok - t) : Q6_K_TOKENS;
+            const ql_block_q8_K *xs[Q6_K_TOKENS];
+            for (int i = 0; i < n; i++)
+                xs[i] = x + (t + i) * nb;
+            for (int64_t o = c * Q6_K_ROWS; o < o_end; o++) {
+                float out[Q6_K_TOKENS];
+                dot(nb, w + o * nb, xs, n, out);
+                for (int i = 0; i < n; i++)
+                    y[(t + i) * n_out + o] = out[i];
+            }
+        }
     }
 }
