@@ -256,7 +256,8 @@ static void test_seam(const ql_model *m)
         CHECK_EQ_INT(count, 1);
         int far = 0;
         for (int i = 0; i < N * V; i++)
-            far += fabs((double)out[i] - 0.5 * (double)ref[i]) > 1e-4 * (1.0 + fabs(ref[i]));
+            far +=
+                fabs((double)out[i] - 0.5 * (double)ref[i]) > 1e-4 * (1.0 + fabs((double)ref[i]));
         CHECK_EQ_INT(far, 0);
         float *own = malloc((size_t)N * V * sizeof *own);
         memcpy(own, out, (size_t)N * V * sizeof *own);
