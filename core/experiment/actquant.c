@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/fp16.h"
+#include "formats/qgemm.h"
 #include "formats/quant_common.h"
 #include "formats/quant_k.h"
 #include "formats/quant_legacy.h"
@@ -44,6 +45,7 @@ void ql_act_choose(ql_act_mode mode, int32_t weight_type, int64_t n_in, ql_act_c
         const ql_type_traits *tr = ql_type_get(weight_type);
         out->needs_sums = out->used == QL_ACTQ_Q8_1 && tr &&
                           (tr->storage == QL_TYPE_Q4_1 || tr->storage == QL_TYPE_Q5_1);
+        out->has_kernel = out->used == QL_ACTQ_Q8_K && tr && tr->storage == QL_TYPE_Q6_K;
         return;
     }
     /* The row does not split into the blocks: take the rounding of the weight type
@@ -170,6 +172,20 @@ void ql_act_post(void *ctx, const ql_linear *lin, const float *x, float *y, int6
     free(row);
 }
 
+void ql_act_product(void *ctx, const ql_linear *lin, const float *x, float *y, int64_t n_tok)
+{
+    const ql_act_ctx *c = ctx;
+    QL_ASSERT(c->q6_K && c->q == QL_ACTQ_Q8_K && c->n_keep == 0 && lin->n_in == c->n_in &&
+              lin->n_out == c->n_out);
+    /* xq (n_tok, n_in/256): the q8_K blocks llama.cpp quantizes the input into */
+    const int64_t nb = c->n_in / QL_QK_K;
+    ql_block_q8_K *xq = malloc((size_t)(n_tok * nb) * sizeof *xq);
+    QL_ASSERT(xq);
+    ql_quantize_row_q8_K_ref(x, xq, n_tok * c->n_in);
+    ql_gemm_q6_K(c->q6_K, xq, y, n_tok, c->n_out, c->n_in);
+    free(xq);
+}
+
 /* ------------------------------------------------------------------------- */
 /* A whole weight set                                                          */
 
@@ -238,6 +254,15 @@ ql_status ql_act_plan_build(ql_act_plan **out, const ql_weights *w, ql_act_mode 
             p->ctx[s].n_out = lin->n_out;
             p->choice[s].block_sums = !st;
         }
+        if (!st && p->choice[s].has_kernel && p->ctx[s].n_keep == 0) {
+            /* the bytes the integer product reads: the config's, else the source's */
+            const void *q = site_q ? site_q[s] : NULL;
+            if (!q && lin->src.type == types[s] && lin->src.n_exact == 0)
+                q = lin->src.data;
+            p->ctx[s].q6_K = q;
+            p->ctx[s].n_out = lin->n_out;
+            p->choice[s].integer = q != NULL;
+        }
         if (st) {
             ql_act_plan_free(p);
             return ql_error_prefix(err, "site %d '%s': ", s, lin->name);
@@ -268,6 +293,7 @@ void ql_act_plan_install(const ql_act_plan *p, ql_weights *w)
         w->lin[s].act = identity ? NULL : ql_act_apply;
         w->lin[s].act_ctx = identity ? NULL : (void *)&p->ctx[s];
         w->lin[s].act_post = p->ctx[s].mins ? ql_act_post : NULL;
+        w->lin[s].product = p->ctx[s].q6_K ? ql_act_product : NULL;
     }
 }
 

@@ -22,9 +22,25 @@
  *         with the block mins m_b read from the weight's bytes (ql_act_ctx.mins). On
  *         llama-quantize's Q4_1 stories260K file it brings qlab's PPL from 0.040% to
  *         0.016% of llama-perplexity's (tests/e2e/test_eval_native.sh).
- *   q8_K  256-value blocks, f32 scale d = -max/127 with max the value of largest
- *         magnitude (so it maps to -127), q = nearest_int(x / d) clamped to 127
- *         (quantize_row_q8_K_ref); value d * q.
+ *   q8_K  256-value blocks, f32 scale d = 1 / (-127 / max) with max the value of largest
+ *         magnitude (so it maps to -127), q = nearest_int(x * (-127 / max)) clamped to
+ *         127 (quantize_row_q8_K_ref); value d * q. The dot products of the K- and IQ
+ *         formats with q8_K are exact factorizations of sum_j w_j (d q_j) (the q8_K
+ *         block sums they use for mins and offsets are exact integer sums), so no term
+ *         like q8_1's is missing. What remains is the f32 arithmetic: the fake-quant
+ *         product rounds n_in products and sums them in BLAS's order, ggml sums
+ *         integers and rounds once per block and lane, and the two results differ in
+ *         the last bits (about 2.5e-7 relative on tiny256). Small as it is, that
+ *         difference is what moves a rounded level of the next product's input when
+ *         its value lies near a rounding boundary, and such moves add up: on tiny256
+ *         (100 chunks of 128, Q6_K, native, f16 K/V) the summation order alone (one
+ *         OpenBLAS kernel or another) moves the PPL by up to 3.4e-4. For Q6_K weights
+ *         the product therefore runs through qgemm.h's integer kernel, which computes
+ *         ggml-cpu's AVX2 ggml_vec_dot_q6_K_q8_K bit for bit (ql_act_product; the
+ *         weight's bytes are needed, and a product with kept outlier channels keeps
+ *         the fake-quant path). On tiny256 that moves the PPL by 1.5e-4, within the
+ *         spread of the summation orders: the other products and the rest of the pass
+ *         (norms, attention, SwiGLU) still differ from ggml's in the last bits.
  *   q8x2  qlab's two-pass int8 (no ggml format). Per 32-value block:
  *           pass 1: the q8_0 block of x (d, q), D = fp32(fp16 d);
  *           residual e_j = x_j - D * q_j                       (f32);
@@ -88,6 +104,9 @@ typedef struct {
     bool fallback;              /* the row did not split into the requested blocks */
     bool needs_sums;            /* q8_1 with Q4_1/Q5_1 weights: the block-sum term applies */
     bool block_sums;            /* ... and is applied (ql_act_plan_build had the weight bytes) */
+    bool has_kernel;            /* q8_K with Q6_K weights: an integer kernel computes the
+                                   product as ggml does (qgemm.h) */
+    bool integer;               /* ... and computes it (weight bytes, no kept channels) */
     char note[QL_ACT_NOTE_MAX]; /* why used != requested, e.g. "q8_0 activations need
                                    rows of 32 values; 172-wide input rounded to f16" */
 } ql_act_choice;
@@ -113,6 +132,9 @@ typedef struct {
      * block-sum term (ql_act_post), borrowed; NULL otherwise. */
     const float *mins;
     int64_t n_out;
+    /* q8_K with Q6_K weights: the weight's bytes (n_out rows of Q6_K blocks) for the
+     * integer product (ql_act_product), borrowed; NULL otherwise. */
+    const void *q6_K;
 } ql_act_ctx;
 
 /* Fills c; QL_EINVAL when the rounding does not fit rows of n_in values or keep is not
@@ -143,6 +165,12 @@ void ql_act_apply(void *ctx, const ql_linear *lin, const float *x, float *xq, in
  * error). */
 void ql_act_post(void *ctx, const ql_linear *lin, const float *x, float *y, int64_t n_tok);
 
+/* The ql_product_fn (model.h) of a q8_K context with Q6_K bytes: lin->product =
+ * ql_act_product. y (n_tok, n_out) = the product of the q8_K blocks of x and the Q6_K
+ * rows, as ggml-cpu's AVX2 kernel computes it (qgemm.h). Allocates n_tok * n_in/256
+ * q8_K blocks of scratch per call (aborts when that fails). */
+void ql_act_product(void *ctx, const ql_linear *lin, const float *x, float *y, int64_t n_tok);
+
 /* ------------------------------------------------------------------------- */
 /* A whole weight set                                                          */
 /* ------------------------------------------------------------------------- */
@@ -153,15 +181,18 @@ void ql_act_post(void *ctx, const ql_linear *lin, const float *x, float *y, int6
  *   ql_act_site_types(ws, plan, types);   // or from a quantization plan
  *   ql_act_plan *ap;
  *   ql_act_plan_build(&ap, ws, cfg->act_mode, types, site_q, outliers_or_NULL, &err);
- *   ql_act_plan_install(ap, ws);   // sets lin->act, act_ctx, act_post
+ *   ql_act_plan_install(ap, ws);   // sets lin->act, act_ctx, act_post, product
  *   ... ql_forward_run(fw, ws, ...) ...
  *   ql_weights_free(ws); ql_act_plan_free(ap);   // the plan outlives the set's use
  * With an outlier set, site s keeps outliers->site[s].cols out of the rounding (the set
  * must outlive the plan). site_q (may be NULL, entries may be NULL) gives each site's
  * quantized weight bytes in its type (with an outlier split: the bytes of the matrix
  * with those columns zeroed); the plan reads the block mins of Q4_1/Q5_1 weights from
- * them for the q8_1 block-sum term. Without them that term is left out and the choice
- * says so (ql_act_choice.block_sums false). */
+ * them for the q8_1 block-sum term, and Q6_K products with q8_K activations run
+ * through the integer kernel on them (a Q6_K site without site_q bytes uses its
+ * source's bytes when the source has that type and no exact columns). Without them
+ * that term is left out, or the product stays the fake-quant one, and the choice says
+ * so (ql_act_choice.block_sums, integer false). */
 typedef struct ql_act_plan ql_act_plan;
 
 /* Fills types (w->n_lin entries) with the type each site's weight has in a quantization
@@ -174,7 +205,8 @@ ql_status ql_act_plan_build(ql_act_plan **out, const ql_weights *w, ql_act_mode 
                             const ql_outlier_set *outliers, ql_error *err);
 void ql_act_plan_free(ql_act_plan *p);
 
-/* Sets every site's act/act_ctx (NULL for sites left unchanged, which cost nothing). */
+/* Sets every site's act/act_ctx/act_post/product (NULL for sites left unchanged, which
+ * cost nothing). */
 void ql_act_plan_install(const ql_act_plan *p, ql_weights *w);
 
 /* The choice of one site, and the number of sites whose rounding fell back. */

@@ -223,21 +223,27 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
     QL_ASSERT(n_tok <= fw->max_ctx && lin->n_in <= fw->max_in);
     if (fw->observer)
         fw->observer(fw->observer_ctx, site, lin, x, n_tok);
-    const float *in = x;
-    if (lin->act) {
-        lin->act(lin->act_ctx, lin, x, fw->xq, n_tok);
-        in = fw->xq;
-    }
-    /* y (n_tok, n_out) = in (n_tok, n_in) @ W^T, W (n_out, n_in), on gemm.h's fixed tile
-     * grid: the result does not depend on the thread count (tests/unit/test_synth.c). */
     const int64_t n_in = lin->n_in, n_out = lin->n_out;
-    if (lin->w) {
-        ql_gemm(true, n_tok, n_out, n_in, 1.0f, in, n_in, lin->w, n_in, y, n_out);
+    if (lin->product) {
+        /* the linear's own kernel, e.g. an integer one on its quantized bytes */
+        lin->product(lin->act_ctx, lin, x, y, n_tok);
     } else {
-        /* Not bound (the head, mostly): decoded tile by tile, the same tile grid. */
-        QL_ASSERT(fw->tile_slots >= omp_get_max_threads() && "thread_slots() first");
-        ql_gemm_decoded(n_tok, n_out, n_in, 1.0f, in, n_in, decode_tile, lin, fw->tiles,
-                        fw->tile_slots, y, n_out);
+        const float *in = x;
+        if (lin->act) {
+            lin->act(lin->act_ctx, lin, x, fw->xq, n_tok);
+            in = fw->xq;
+        }
+        /* y (n_tok, n_out) = in (n_tok, n_in) @ W^T, W (n_out, n_in), on gemm.h's fixed
+         * tile grid: the result does not depend on the thread count
+         * (tests/unit/test_synth.c). */
+        if (lin->w) {
+            ql_gemm(true, n_tok, n_out, n_in, 1.0f, in, n_in, lin->w, n_in, y, n_out);
+        } else {
+            /* Not bound (the head, mostly): decoded tile by tile, the same tile grid. */
+            QL_ASSERT(fw->tile_slots >= omp_get_max_threads() && "thread_slots() first");
+            ql_gemm_decoded(n_tok, n_out, n_in, 1.0f, in, n_in, decode_tile, lin, fw->tiles,
+                            fw->tile_slots, y, n_out);
+        }
     }
     if (lin->act_post)
         lin->act_post(lin->act_ctx, lin, x, y, n_tok);

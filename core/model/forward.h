@@ -19,7 +19,8 @@
  * The matmul seam: every product goes through ql_forward_matmul(), which
  *   1. calls the observer (if any) with the input x (n_tok, n_in) of that site,
  *   2. applies the linear's activation transform (if any) into a scratch buffer,
- *   3. computes y = x W^T (base/gemm.h),
+ *   3. computes y = x W^T (base/gemm.h), or calls the linear's own product (model.h's
+ *      ql_product_fn, e.g. an integer kernel) instead of 2 and 3,
  *   4. adds the linear's post-product term (act_post, if any) and the bias.
  * Nothing else in the pass multiplies by a weight matrix, so activation quantization,
  * outlier splits, imatrix collection and calibration all hook in there.

@@ -53,6 +53,7 @@ static void linear_borrow(ql_linear *dst, const ql_linear *src)
     dst->act = NULL;
     dst->act_ctx = NULL;
     dst->act_post = NULL;
+    dst->product = NULL;
     dst->w_owned = NULL;
     dst->b_owned = NULL;
     /* Values bound into someone's buffer are transient: the copy binds its own. */

@@ -41,6 +41,14 @@ typedef void (*ql_act_fn)(void *ctx, const ql_linear *lin, const float *x, float
 typedef void (*ql_act_post_fn)(void *ctx, const ql_linear *lin, const float *x, float *y,
                                int64_t n_tok);
 
+/* Optional replacement of the f32 product: y (n_tok, n_out) = W x computed by the
+ * linear's own kernel from the original input x (an integer kernel on the weight's
+ * quantized bytes, the way llama.cpp's CPU backend computes that product:
+ * actquant.h); act and the f32 product are then skipped, act_post and the bias still
+ * apply. ctx is the linear's act_ctx. Same rules as ql_act_fn. */
+typedef void (*ql_product_fn)(void *ctx, const ql_linear *lin, const float *x, float *y,
+                              int64_t n_tok);
+
 /* Where a 2-D weight's values come from: n_out rows of ql_row_size(type, n_in) bytes of
  * a ggml (or qlab) type, and optionally columns whose exact f32 values replace the
  * decoded ones (an outlier split keeps them exact). Borrowed: the bytes belong to the
@@ -66,6 +74,7 @@ struct ql_linear {
     ql_act_fn act;     /* NULL: the input is used as is (f32), at no cost */
     void *act_ctx;
     ql_act_post_fn act_post; /* NULL: nothing added after the product */
+    ql_product_fn product;   /* NULL: act, then the f32 product of the bound values */
     /* private */
     bool bound;     /* w points into a caller's buffer (ql_weights_bind_layer) */
     bool finite;    /* its values were seen to be finite (checked when first bound) */

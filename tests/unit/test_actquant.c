@@ -1,6 +1,7 @@
 /* Activation roundings: hand-checked q8_1, q8_K, f16, bf16 and q8x2 blocks, q8x2's
  * error against q8_0 on Gaussian data, the native table, the fallback for rows that do
- * not split into blocks, and the transform with kept (outlier) channels.
+ * not split into blocks, the transform with kept (outlier) channels, the q8_1
+ * block-sum term and the integer product of Q6_K weights.
  * The q8_0/q8_1/f16/bf16 roundings are checked against ggml's golden vectors in
  * tests/golden/test_act_golden.c. */
 #include <math.h>
@@ -11,6 +12,7 @@
 #include "base/fp16.h"
 #include "base/util.h"
 #include "experiment/actquant.h"
+#include "formats/qgemm.h"
 #include "formats/quant_common.h"
 #include "formats/quant_k.h"
 #include "formats/quant_legacy.h"
@@ -385,8 +387,64 @@ static void q8_1_block_sums(void)
     CHECK(!ch.needs_sums);
 }
 
+/* Q6_K weights with q8_K activations: the product is qgemm's integer kernel on the
+ * q8_K blocks of the input (bit for bit), within f32 rounding of the fake-quant one. */
+static void q6_K_integer_product(void)
+{
+    enum { N_IN = 512, N_OUT = 24, N_TOK = 6, NB = N_IN / 256 };
+    ql_error err;
+    static float w[N_OUT * N_IN], we[N_OUT * N_IN], x[N_TOK * N_IN], xq[N_TOK * N_IN];
+    rng_state = 33;
+    for (int i = 0; i < N_OUT * N_IN; i++)
+        w[i] = 0.05f * gauss();
+    for (int i = 0; i < N_TOK * N_IN; i++)
+        x[i] = gauss() * (i % N_IN == 5 ? 40.0f : 1.0f);
+    static ql_block_q6_K wq[N_OUT * NB];
+    CHECK_OK(ql_quant_tensor(QL_TYPE_Q6_K, w, N_OUT, N_IN, NULL, wq, sizeof wq, NULL, &err), &err);
+    CHECK_OK(ql_dequant_tensor(QL_TYPE_Q6_K, wq, sizeof wq, N_OUT, N_IN, we, &err), &err);
+
+    ql_act_choice ch;
+    ql_act_choose(QL_ACT_NATIVE, QL_TYPE_Q6_K, N_IN, &ch);
+    CHECK(ch.used == QL_ACTQ_Q8_K && ch.has_kernel && !ch.integer);
+    ql_act_choose(QL_ACT_Q8_K, QL_TYPE_Q6_K, N_IN, &ch);
+    CHECK(ch.has_kernel);
+    ql_act_choose(QL_ACT_NATIVE, QL_TYPE_Q4_K, N_IN, &ch);
+    CHECK(ch.used == QL_ACTQ_Q8_K && !ch.has_kernel);
+    ql_act_choose(QL_ACT_NATIVE, QL_TYPE_Q6_K, 64, &ch); /* falls back to q8_0 */
+    CHECK(ch.fallback && !ch.has_kernel);
+
+    ql_act_ctx c;
+    CHECK_OK(ql_act_ctx_init(&c, QL_ACTQ_Q8_K, N_IN, NULL, 0, &err), &err);
+    c.q6_K = wq;
+    c.n_out = N_OUT;
+    ql_linear lin = {.n_in = N_IN, .n_out = N_OUT};
+    static float y[N_TOK * N_OUT], y_gemm[N_TOK * N_OUT];
+    ql_act_product(&c, &lin, x, y, N_TOK);
+    static ql_block_q8_K xb[N_TOK * NB];
+    ql_quantize_row_q8_K_ref(x, xb, N_TOK * N_IN);
+    ql_gemm_q6_K(wq, xb, y_gemm, N_TOK, N_OUT, N_IN);
+    CHECK(memcmp(y, y_gemm, sizeof y) == 0);
+    /* the fake-quant product of the same rounded values agrees to f32 rounding */
+    ql_act_rows(&c, x, xq, N_TOK);
+    int far = 0;
+    for (int t = 0; t < N_TOK; t++)
+        for (int o = 0; o < N_OUT; o++) {
+            double exact = 0, abs_sum = 0;
+            for (int j = 0; j < N_IN; j++) {
+                const double p = (double)we[o * N_IN + j] * (double)xq[t * N_IN + j];
+                exact += p;
+                abs_sum += fabs(p);
+            }
+            /* roundings: one fma per block and lane, the product of the scales, three
+             * lane sums, and the decoded activations (d q in f32) of the reference */
+            far += fabs((double)y[t * N_OUT + o] - exact) > (NB + 5) * 0x1p-24 * abs_sum;
+        }
+    CHECK_EQ_INT(far, 0);
+}
+
 int main(void)
 {
+    q6_K_integer_product();
     q8_1_block_sums();
     fast_helpers_exact();
     q8_1_hand_checked();

@@ -168,6 +168,28 @@ static void times_two(void *ctx, const ql_linear *lin, const float *x, float *xq
         xq[i] = 2.0f * x[i];
 }
 
+/* Product hook: the linear's product computed here (double sums), counting calls in
+ * the same counter as times_two, which must not run alongside it. */
+static void own_product(void *ctx, const ql_linear *lin, const float *x, float *y, int64_t n_tok)
+{
+    int *count = ctx;
+    (*count)++;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t o = 0; o < lin->n_out; o++) {
+            double sum = 0;
+            for (int64_t i = 0; i < lin->n_in; i++)
+                sum += (double)lin->w[o * lin->n_in + i] * (double)x[t * lin->n_in + i];
+            y[t * lin->n_out + o] = (float)sum;
+        }
+}
+
+/* Post-product term: adds 1 to every output. */
+static void plus_one(void *ctx, const ql_linear *lin, const float *x, float *y, int64_t n_tok)
+{
+    for (int64_t i = 0; i < n_tok * lin->n_out; i++)
+        y[i] += 1.0f;
+}
+
 static void test_seam(const ql_model *m)
 {
     enum { N = 32 };
@@ -225,6 +247,30 @@ static void test_seam(const ql_model *m)
         for (int i = 0; i < N * V; i++)
             bad += out[i] != 0.5f * ref[i];
         CHECK_EQ_INT(bad, 0);
+        /* a product hook replaces the transform and the f32 product (count 1, not 2);
+         * act_post still applies after it */
+        head->act = times_two;
+        head->product = own_product;
+        count = 0;
+        run_chunk(m, fw, ws, t, N, out);
+        CHECK_EQ_INT(count, 1);
+        int far = 0;
+        for (int i = 0; i < N * V; i++)
+            far +=
+                fabs((double)out[i] - 0.5 * (double)ref[i]) > 1e-4 * (1.0 + fabs((double)ref[i]));
+        CHECK_EQ_INT(far, 0);
+        float *own = malloc((size_t)N * V * sizeof *own);
+        memcpy(own, out, (size_t)N * V * sizeof *own);
+        head->act_post = plus_one;
+        run_chunk(m, fw, ws, t, N, out);
+        bad = 0;
+        for (int i = 0; i < N * V; i++)
+            bad += out[i] != own[i] + 1.0f;
+        CHECK_EQ_INT(bad, 0);
+        free(own);
+        head->act = NULL;
+        head->act_post = NULL;
+        head->product = NULL;
     }
     /* replacing a body weight changes the output; the reference set is untouched */
     ql_linear *wq = ql_weights_find(ws, "blk.0.attn_v.weight");
@@ -336,8 +382,7 @@ static void test_long_chunk(const ql_model *m)
     float *a = malloc((size_t)N * V * sizeof *a), *b = malloc((size_t)N * V * sizeof *b);
     run_chunk(m, fw, m->weights, t, N, a);
     for (int p = 0; p < N; p += PIECE)
-        CHECK_OK(ql_forward_run(fw, m->weights, t + p, PIECE, p, 0, b + (size_t)p * V, &err),
-                 &err);
+        CHECK_OK(ql_forward_run(fw, m->weights, t + p, PIECE, p, 0, b + (size_t)p * V, &err), &err);
     double maxd = 0;
     for (size_t i = 0; i < (size_t)N * V; i++)
         maxd = fmax(maxd, fabs((double)a[i] - (double)b[i]));
