@@ -400,6 +400,13 @@ static const char *axis_display(int a, const char *v)
     return shown && is_default(a, v) ? shown : v;
 }
 
+/* Whether an axis added later is at its default: as the canonical form leaves it out,
+ * so does the summary (a sweep from before it existed reads as it did). */
+static bool omitted_default(int a, const char *v)
+{
+    return (ql_axis_get((ql_axis)a)->flags & QL_AXIS_OMIT_DEFAULT) && is_default(a, v);
+}
+
 /* Whether a label can leave an axis value out (head same, outliers off, ...). */
 static bool is_plain(int a, const char *v)
 {
@@ -583,7 +590,7 @@ static void md_summary(const group *g, FILE *out)
     if (any) {
         bool first = true;
         for (int a = 0; a < QL_AXIS_COUNT; a++)
-            if (!g->varies[a]) {
+            if (!g->varies[a] && !omitted_default(a, any[a])) {
                 fprintf(out, "%s%s %s", first ? "- fixed: " : " · ", ql_axis_get((ql_axis)a)->label,
                         axis_display(a, any[a]));
                 first = false;

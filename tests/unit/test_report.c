@@ -607,7 +607,8 @@ static void test_report_edge_cases(void)
                                0.004,
                                (double)NAN,
                                (double)NAN,
-                               0};
+                               0,
+                               "the weight type: Q8_0"};
         CHECK_OK(ql_store_finish_run(s, run, &met, &te, 1, NULL, &err), &err);
         ql_config_hash(&c, hash);
         if (strchr(seen, hash[0]))
