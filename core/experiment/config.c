@@ -1050,6 +1050,9 @@ void ql_config_short_label(const ql_config *c, const bool varies[QL_AXIS_COUNT],
             continue;
         char v[QL_CONFIG_VALUE_MAX];
         ql_config_axis_string(c, (ql_axis)a, v, sizeof v);
+        /* An axis added later goes without saying at its default, as in the canonical form. */
+        if (a != QL_AXIS_WEIGHT_TYPE && omitted(c, (ql_axis)a, v))
+            continue;
         int k =
             a == QL_AXIS_WEIGHT_TYPE
                 ? snprintf(buf + used, size - used, "%s%s", used ? " " : "", v)

@@ -267,7 +267,8 @@ int ql_config_to_string(const ql_config *c, char *buf, size_t size);
 ql_status ql_config_from_string(const char *s, ql_config *c, ql_error *err);
 
 /* A short label of a config for progress lines and the sweep summary: the weight
- * type, then `name=value` for every other axis with varies[axis] set. */
+ * type, then `name=value` for every other axis with varies[axis] set (but an axis the
+ * canonical form leaves out at its default, QL_AXIS_OMIT_DEFAULT, when it is). */
 void ql_config_short_label(const ql_config *c, const bool varies[QL_AXIS_COUNT], char *buf,
                            size_t size);
 

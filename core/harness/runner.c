@@ -553,6 +553,8 @@ ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_s
     /* The imatrix that weighs every run's imatrix_err columns (calib.h). */
     const ql_imatrix *metric_imatrix = NULL;
     ql_status st = open_inputs(&s, err);
+    if (!st) /* what the model decides about the configs, before anything runs */
+        st = ql_sweep_check_model(sw, s.model->gguf, err);
     if (!st) {
         ql_calib_source cs = {s.model, s.tok, s.model_sha, s.cache_dir, sw->ctx, opts->quiet};
         st = ql_calib_alloc(&s.calib, &cs, err);

@@ -188,6 +188,14 @@ static void test_axis_table(void)
     char label[256];
     ql_config_short_label(&full, varies, label, sizeof label);
     CHECK_MSG(strcmp(label, "Q8_0_XC act_mode=q8_0 budget=400000") == 0, "%s", label);
+    /* tensor_types (added later) is left out at its default, like the canonical form. */
+    varies[QL_AXIS_TENSOR_TYPES] = true;
+    ql_config_short_label(&full, varies, label, sizeof label);
+    CHECK_MSG(strcmp(label, "Q8_0_XC act_mode=q8_0 budget=400000") == 0, "%s", label);
+    CHECK_OK(ql_config_set(&full, QL_AXIS_TENSOR_TYPES, "attn_v=Q8_0", &err), &err);
+    ql_config_short_label(&full, varies, label, sizeof label);
+    CHECK_MSG(strcmp(label, "Q8_0_XC act_mode=q8_0 budget=400000 tensor_types=attn_v=Q8_0") == 0,
+              "%s", label);
     CHECK(strcmp(ql_axis_get(QL_AXIS_OUTLIER_RATIO)->shown_default, "off") == 0);
     CHECK(ql_axis_get(QL_AXIS_HEAD_TYPE)->flags & QL_AXIS_LABEL_SKIPS_DEFAULT);
     CHECK(!(ql_axis_get(QL_AXIS_KV_TYPE)->flags & QL_AXIS_WEIGHTS));
