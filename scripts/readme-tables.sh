@@ -2,7 +2,7 @@
 # Regenerates the result tables shown in README.md from the results store: each
 # block between "<!-- report:SWEEP -->" and "<!-- /report:SWEEP -->" is replaced by
 # the table `qlab report` wrote to results/SWEEP/report.md (summary lines and table,
-# without the legend). Run the sweeps first; the numbers come from qlab, not from
+# without the legend and the tensor-type table). Run the sweeps first; the numbers come from qlab, not from
 # hand editing.
 #   usage: scripts/readme-tables.sh [QLAB] [DB]
 set -eu
@@ -19,9 +19,14 @@ awk -v dir="$out" '
         name = $0; sub(/^<!-- report:/, "", name); sub(/ -->$/, "", name)
         file = dir "/" name "/report.md"
         if ((getline line < file) <= 0) { print "missing report for sweep " name > "/dev/stderr"; exit 1 }
-        # Copy the table and the bullet summary, skip the heading and the legend.
+        # Copy the table and the bullet summary, skip the heading, the legend and the
+        # tensor-type tables (up to the heading of the next group).
+        types = 0
         do {
             if (line ~ /^## /) continue
+            if (line ~ /^### /) types = 0
+            if (line ~ /^Tensor types /) types = 1
+            if (types) continue
             if (line ~ /^[-|]/ || line == "") print line
         } while ((getline line < file) > 0)
         skipping = 1

@@ -1,5 +1,6 @@
 /* qlab fit: choose a type per tensor to fill a byte budget and write the mixed
  * GGUF (issue 9). */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,20 +32,39 @@ typedef struct {
     const char *args[1]; /* MODEL */
     const char *imatrix, *out, *types, *cache_dir;
     ql_fit_budget budget;
+    bool budget_as;      /* --budget names a quantization: its bytes on this model */
+    ql_config as;        /* that quantization (its weight_type axis) */
+    const char *as_name; /* as written */
     uint64_t envelope, reserve;
     int ctx, sample_rows, threads;
     bool dry_run, no_cache, exact_errors, quiet;
     bool has_budget, has_envelope, has_reserve; /* given on the command line */
 } args;
 
-/* --budget: a size or bpw:X. A bad size is reported as ql_fit_parse_size words it:
- * the parser names --budget already. */
+/* --budget: a size, bpw:X, or a weight type or llama-quantize file type (a sweep's
+ * weight_type): the bytes of the model in it, resolved once the model is open. A bad
+ * size is reported as ql_fit_parse_size words it: the parser names --budget already. */
 static ql_status parse_budget(void *ctx, const char *val, ql_error *err)
 {
+    args *a = ctx;
     uint64_t bytes;
+    a->budget_as = false;
+    if (isalpha((unsigned char)val[0]) && strncasecmp(val, "bpw:", 4) != 0) {
+        ql_config_init(&a->as);
+        if (ql_config_set(&a->as, QL_AXIS_WEIGHT_TYPE, val, err) != QL_OK) {
+            char why[QL_ERROR_MSG_MAX];
+            ql_strlcpy(why, err->msg + strlen("weight_type: "), sizeof why);
+            return ql_error_set(err, QL_EINVAL, "'%s' is not a size, bpw:X or a weight type (%s)",
+                                val, why);
+        }
+        a->budget_as = true;
+        a->as_name = val;
+        a->budget.kind = QL_FIT_BUDGET_BYTES;
+        return QL_OK;
+    }
     if (strncasecmp(val, "bpw:", 4) != 0 && ql_fit_parse_size(val, &bytes, err) != QL_OK)
         return err->status;
-    return ql_fit_parse_budget(val, ctx, err);
+    return ql_fit_parse_budget(val, &a->budget, err);
 }
 
 /* Returns QL_OPT_GO_ON, or the exit code (0 after --help, 2 after a usage error). */
@@ -68,13 +88,16 @@ static int parse_args(int argc, char **argv, args *a)
                    "Tensors without an entry: token_embd weighs 1/rows per column (a\n"
                    "lookup), output.weight output_norm^2 (its input), others 1."),
         ql_opt_section("budget:"),
-        ql_opt_func("budget", 0, parse_budget, &a->budget, "B",
+        ql_opt_func("budget", 0, parse_budget, a, "B",
                     "the whole model (fixed tensors included) in bytes: a number with an\n"
                     "optional unit, B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB,\n"
                     "TB (powers of 1000): 4.5GiB, 1200MB, 123456;\n"
                     "or bpw:X: X bits per weight over the weight tensors the solver\n"
                     "assigns, with the fixed tensors (norms, F32) on top, so bpw:4.5 gives\n"
-                    "the weights the bytes of a uniform Q4_K model"),
+                    "the weights the bytes of a uniform Q4_K model;\n"
+                    "or a weight type or llama-quantize file type as a sweep's weight_type\n"
+                    "reads it (Q4_K, Q4_K_M, mix:Q6_K): the bytes of this model in that\n"
+                    "quantization (with --imatrix's coverage), to compare a fit with it"),
         ql_opt_size("envelope", 0, &a->envelope, "SIZE",
                     "memory available in all: budget = SIZE - KV cache - reserve, where\n"
                     "KV cache = n_layer * ctx * n_kv_heads * head_dim * 2 (K, V) * 2 (f16)"),
@@ -130,6 +153,16 @@ static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_ta
                                 uint64_t *budget, ql_error *err)
 {
     char s1[64], s2[64], s3[64], s4[64];
+    if (a->budget_as) {
+        /* Sized before the error table (resolve_as). */
+        char name[QL_CONFIG_VALUE_MAX];
+        ql_config_axis_string(&a->as, QL_AXIS_WEIGHT_TYPE, name, sizeof name);
+        *budget = a->budget.bytes;
+        ql_fit_format_size(*budget, s1, sizeof s1);
+        printf("%-11s %s = this model as %s%s\n", name, s1,
+               a->as.weight_mix ? "llama-quantize's " : "pure ", name);
+        return QL_OK;
+    }
     if (a->has_budget) {
         const ql_fit_budget *b = &a->budget;
         *budget = ql_fit_budget_resolve(b, t);
@@ -250,6 +283,12 @@ int ql_cmd_fit(int argc, char **argv)
         printf("imatrix     %s (%lld entries)\n", ipath, (long long)ql_fit_imatrix_entries(im));
     } else {
         printf("imatrix     none (plain squared error; types that need an imatrix are skipped)\n");
+    }
+    /* A named quantization is sized first: what it cannot be (a mix without an
+     * imatrix it needs) fails before the error table is measured. */
+    if (a.budget_as && (st = ql_fit_budget_of(g, &a.as, imp, &a.budget.bytes, &err)) != QL_OK) {
+        ql_error_prefix(&err, "--budget %s: ", a.as_name);
+        goto out;
     }
     fflush(stdout); /* before the progress lines on stderr */
     if ((st = ql_fit_table_compute(g, entry ? entry->sha256 : NULL, imp, &o, &t, &err)) != QL_OK)

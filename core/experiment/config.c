@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -34,18 +35,19 @@ const char *ql_kv_type_name(ql_kv_type kv)
  * Type names are validated against the type table only: whether a format's
  * quantizer exists is checked when the sweep quantizes. */
 static const ql_capability capabilities[] = {
-    {QL_AXIS_WEIGHT_TYPE, "<type>", true}, {QL_AXIS_ACT_MODE, "f32", true},
-    {QL_AXIS_ACT_MODE, "native", true},    {QL_AXIS_ACT_MODE, "q8_0", true},
-    {QL_AXIS_ACT_MODE, "q8_1", true},      {QL_AXIS_ACT_MODE, "q8_K", true},
-    {QL_AXIS_ACT_MODE, "q8x2", true},      {QL_AXIS_OUTLIER_RATIO, "0", true},
-    {QL_AXIS_OUTLIER_RATIO, ">1", true},   {QL_AXIS_HEAD_TYPE, "same", true},
-    {QL_AXIS_HEAD_TYPE, "<type>", true},   {QL_AXIS_EMBD_TYPE, "same", true},
-    {QL_AXIS_EMBD_TYPE, "<type>", true},   {QL_AXIS_KV_TYPE, "f32", true},
-    {QL_AXIS_KV_TYPE, "f16", true},        {QL_AXIS_KV_TYPE, "q8_0", true},
-    {QL_AXIS_KV_TYPE, "q4_0", true},       {QL_AXIS_IMATRIX, "none", true},
-    {QL_AXIS_IMATRIX, "<path>", true},     {QL_AXIS_IMATRIX, "calib:<dataset>", true},
-    {QL_AXIS_BUDGET, "none", true},        {QL_AXIS_BUDGET, "<bytes>", true},
-    {QL_AXIS_BUDGET, "bpw:<x>", true},
+    {QL_AXIS_WEIGHT_TYPE, "<type>", true},   {QL_AXIS_ACT_MODE, "f32", true},
+    {QL_AXIS_ACT_MODE, "native", true},      {QL_AXIS_ACT_MODE, "q8_0", true},
+    {QL_AXIS_ACT_MODE, "q8_1", true},        {QL_AXIS_ACT_MODE, "q8_K", true},
+    {QL_AXIS_ACT_MODE, "q8x2", true},        {QL_AXIS_OUTLIER_RATIO, "0", true},
+    {QL_AXIS_OUTLIER_RATIO, ">1", true},     {QL_AXIS_HEAD_TYPE, "same", true},
+    {QL_AXIS_HEAD_TYPE, "<type>", true},     {QL_AXIS_EMBD_TYPE, "same", true},
+    {QL_AXIS_EMBD_TYPE, "<type>", true},     {QL_AXIS_KV_TYPE, "f32", true},
+    {QL_AXIS_KV_TYPE, "f16", true},          {QL_AXIS_KV_TYPE, "q8_0", true},
+    {QL_AXIS_KV_TYPE, "q4_0", true},         {QL_AXIS_IMATRIX, "none", true},
+    {QL_AXIS_IMATRIX, "<path>", true},       {QL_AXIS_IMATRIX, "calib:<dataset>", true},
+    {QL_AXIS_BUDGET, "none", true},          {QL_AXIS_BUDGET, "<bytes>", true},
+    {QL_AXIS_BUDGET, "bpw:<x>", true},       {QL_AXIS_TENSOR_TYPES, "none", true},
+    {QL_AXIS_TENSOR_TYPES, "<rules>", true},
 };
 
 size_t ql_config_capabilities(const ql_capability **out)
@@ -328,13 +330,75 @@ static ql_status parse_budget(ql_config *c, const char *v, ql_error *err)
  * case-insensitive) into its fields, print_<name> writes its canonical value, and
  * class_<name> names the capability-table class of its value. */
 
+/* The prefix that names llama-quantize's file type where a type has the same name. */
+#define MIX_PREFIX "mix:"
+
+/* Every llama-quantize file type name, for "did you mean". */
+static size_t mix_names(const char **names, size_t max)
+{
+    const ql_quant_mix *all[QL_FTYPE_LIMIT];
+    int n = ql_quant_mix_list(all, QL_FTYPE_LIMIT);
+    size_t k = 0;
+    for (int i = 0; i < n && k < max; i++)
+        names[k++] = all[i]->name;
+    return k;
+}
+
+static void set_mix(ql_config *c, const ql_quant_mix *m)
+{
+    c->weight_mix = m;
+    c->weight_type = m->default_type;
+}
+
+/* A pure type by its name; a mix by a name no type has, or by mix:NAME (any of
+ * llama-quantize's TYPE spellings). */
 static ql_status parse_weight_type(ql_config *c, const char *v, ql_error *err)
 {
+    if (strncasecmp(v, MIX_PREFIX, strlen(MIX_PREFIX)) == 0) {
+        const char *name = v + strlen(MIX_PREFIX);
+        const ql_quant_mix *m = ql_quant_mix_by_name(name);
+        if (m) {
+            set_mix(c, m);
+            return QL_OK;
+        }
+        const char *names[QL_FTYPE_LIMIT];
+        const char *near = ql_closest_name(name, names, mix_names(names, QL_FTYPE_LIMIT));
+        if (near)
+            return ql_error_set(err, QL_EFORMAT,
+                                "weight_type: unknown llama-quantize file type '%s'; did you mean "
+                                "'%s'?",
+                                name, near);
+        return ql_error_set(err, QL_EFORMAT,
+                            "weight_type: unknown llama-quantize file type '%s' (file types: "
+                            "Q4_K_M, Q3_K_L, IQ3_M, ...; see qlab quantize --help)",
+                            name);
+    }
+    int number;
+    const ql_quant_mix *m = ql_quant_mix_by_name(v);
+    if (!ql_type_by_name(v) && m && !ql_parse_int(v, &number)) {
+        set_mix(c, m);
+        return QL_OK;
+    }
+    c->weight_mix = NULL;
+    if (!ql_type_by_name(v) && strcasecmp(v, "same") != 0) {
+        /* A typo of a type or of a mix (Q4_K_N): the closest of both, types first. */
+        const char *names[128 + QL_FTYPE_LIMIT];
+        size_t n = weight_type_names(names, 128, false);
+        n += mix_names(names + n, QL_FTYPE_LIMIT);
+        const char *near = ql_closest_name(v, names, n);
+        if (near)
+            return ql_error_set(err, QL_EFORMAT,
+                                "weight_type: unknown type '%s'; did you mean '%s'?", v, near);
+    }
     return parse_type("weight_type", v, false, &c->weight_type, err);
 }
 
+/* A mix as llama-quantize names it, with mix: where a type has that name. */
 static int print_weight_type(const ql_config *c, char *buf, size_t size)
 {
+    if (c->weight_mix)
+        return snprintf(buf, size, "%s%s", ql_type_by_name(c->weight_mix->name) ? MIX_PREFIX : "",
+                        c->weight_mix->name);
     return snprintf(buf, size, "%s", ql_type_name(c->weight_type));
 }
 
@@ -403,20 +467,30 @@ static ql_status parse_head_type(ql_config *c, const char *v, ql_error *err)
     return parse_type("head_type", v, true, &c->head_type, err);
 }
 
-/* A head or embedding type equal to the weight type is written `same`. */
-static int print_role_type(const ql_config *c, ql_type t, char *buf, size_t size)
+/* Whether a head or embedding type (the axis's field, QL_TYPE_SAME or a type) reads
+ * `same`: it equals a pure weight type, or it is not given for a mix (whose rules
+ * choose it, so a type there is an override even when it is the default type). */
+static bool role_is_same(const ql_config *c, ql_type field)
 {
-    return snprintf(buf, size, "%s", t == c->weight_type ? "same" : ql_type_name(t));
+    if (c->weight_mix)
+        return field == QL_TYPE_SAME;
+    return field == QL_TYPE_SAME || field == c->weight_type;
+}
+
+/* A head or embedding type that reads `same` is written so. */
+static int print_role_type(const ql_config *c, ql_type field, char *buf, size_t size)
+{
+    return snprintf(buf, size, "%s", role_is_same(c, field) ? "same" : ql_type_name(field));
 }
 
 static int print_head_type(const ql_config *c, char *buf, size_t size)
 {
-    return print_role_type(c, ql_config_head_type(c), buf, size);
+    return print_role_type(c, c->head_type, buf, size);
 }
 
 static const char *class_head_type(const ql_config *c)
 {
-    return ql_config_head_type(c) == c->weight_type ? "same" : "<type>";
+    return role_is_same(c, c->head_type) ? "same" : "<type>";
 }
 
 static ql_status parse_embd_type(ql_config *c, const char *v, ql_error *err)
@@ -426,12 +500,12 @@ static ql_status parse_embd_type(ql_config *c, const char *v, ql_error *err)
 
 static int print_embd_type(const ql_config *c, char *buf, size_t size)
 {
-    return print_role_type(c, ql_config_embd_type(c), buf, size);
+    return print_role_type(c, c->embd_type, buf, size);
 }
 
 static const char *class_embd_type(const ql_config *c)
 {
-    return ql_config_embd_type(c) == c->weight_type ? "same" : "<type>";
+    return role_is_same(c, c->embd_type) ? "same" : "<type>";
 }
 
 static ql_status parse_kv_type(ql_config *c, const char *v, ql_error *err)
@@ -509,6 +583,130 @@ static double column_budget_bytes(const ql_config *c)
 static double column_budget_bpw(const ql_config *c)
 {
     return c->budget_kind == QL_BUDGET_BPW ? c->budget_bpw : (double)NAN;
+}
+
+/* tensor_types: `none`, or --tensor-type rules REGEX=TYPE separated by ';' (first
+ * match wins, model/quant_policy.h). Each rule is checked on its own: the type by
+ * name, then the pattern by compiling it as the policy will. */
+#define RULE_SEP ';'
+
+static ql_status parse_rule(const char *rule, char *out, size_t size, ql_error *err)
+{
+    const char *eq = strchr(rule, '=');
+    if (!eq)
+        return ql_error_set(err, QL_EFORMAT, "tensor_types: rule '%s' is not REGEX=TYPE", rule);
+    if (eq == rule)
+        return ql_error_set(err, QL_EFORMAT, "tensor_types: rule '%s' has an empty pattern", rule);
+    const char *type = eq + 1;
+    if (!*type)
+        return ql_error_set(err, QL_EFORMAT, "tensor_types: rule '%s' names no type", rule);
+    char what[QL_CONFIG_RECIPE_MAX + 32];
+    snprintf(what, sizeof what, "tensor_types: rule '%s'", rule);
+    ql_type t;
+    ql_status st = parse_type(what, type, false, &t, err);
+    if (st != QL_OK)
+        return st;
+    /* The pattern as the policy matches it: lowercased (llama-quantize's rule). */
+    size_t plen = (size_t)(eq - rule);
+    int n = snprintf(out, size, "%.*s=%s", (int)plen, rule, ql_type_name(t));
+    if (n < 0 || (size_t)n >= size)
+        return ql_error_set(err, QL_EFORMAT, "tensor_types: rule '%.40s...' is too long", rule);
+    for (size_t i = 0; i < plen; i++)
+        out[i] = (char)tolower((unsigned char)out[i]);
+    const char *one[1] = {out};
+    ql_quant_overrides *o = NULL;
+    st = ql_quant_overrides_parse(one, 1, &o, err);
+    ql_quant_overrides_free(o);
+    if (st == QL_OK)
+        return QL_OK;
+    /* The policy names the rule as an option of qlab quantize; here it is the axis's. */
+    char policy[QL_CONFIG_RECIPE_MAX + 32], msg[QL_ERROR_MSG_MAX];
+    snprintf(policy, sizeof policy, "--tensor-type '%s': ", out);
+    ql_strlcpy(msg, err->msg, sizeof msg);
+    const char *why = strncmp(msg, policy, strlen(policy)) == 0 ? msg + strlen(policy) : msg;
+    return ql_error_set(err, st == QL_ENOMEM ? st : QL_EFORMAT, "%s: %s", what, why);
+}
+
+static ql_status parse_tensor_types(ql_config *c, const char *v, ql_error *err)
+{
+    if (strcasecmp(v, "none") == 0) {
+        c->tensor_types[0] = '\0';
+        return QL_OK;
+    }
+    if (!*v || !is_plain_token(v))
+        return ql_error_set(err, QL_EFORMAT,
+                            "tensor_types: '%s' contains whitespace, quotes or control characters",
+                            v);
+    char text[QL_CONFIG_RECIPE_MAX];
+    size_t used = 0;
+    for (const char *p = v;;) {
+        const char *end = strchr(p, RULE_SEP);
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char rule[QL_CONFIG_RECIPE_MAX], canon[QL_CONFIG_RECIPE_MAX];
+        if (len == 0)
+            return ql_error_set(err, QL_EFORMAT, "tensor_types: empty rule in '%s'", v);
+        if (len >= sizeof rule)
+            return ql_error_set(err, QL_EFORMAT, "tensor_types: rule '%.40s...' is too long", p);
+        memcpy(rule, p, len);
+        rule[len] = '\0';
+        ql_status st = parse_rule(rule, canon, sizeof canon, err);
+        if (st != QL_OK)
+            return st;
+        size_t clen = strlen(canon);
+        if (used + (used ? 1 : 0) + clen >= sizeof text)
+            return ql_error_set(err, QL_EFORMAT,
+                                "tensor_types: the rules of '%.40s...' are longer than %d bytes", v,
+                                QL_CONFIG_RECIPE_MAX - 1);
+        if (used)
+            text[used++] = RULE_SEP;
+        memcpy(text + used, canon, clen + 1);
+        used += clen;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    memcpy(c->tensor_types, text, used + 1);
+    return QL_OK;
+}
+
+static int print_tensor_types(const ql_config *c, char *buf, size_t size)
+{
+    return snprintf(buf, size, "%s", c->tensor_types[0] ? c->tensor_types : "none");
+}
+
+static const char *class_tensor_types(const ql_config *c)
+{
+    return c->tensor_types[0] ? "<rules>" : "none";
+}
+
+ql_quant_config ql_config_quant_request(const ql_config *c, const ql_quant_overrides *rules,
+                                        bool has_imatrix)
+{
+    return (ql_quant_config){.weight_type = c->weight_type,
+                             .head_type = c->head_type,
+                             .embd_type = c->embd_type,
+                             .mix = c->weight_mix,
+                             .has_imatrix = has_imatrix,
+                             .overrides = rules};
+}
+
+ql_status ql_config_overrides(const ql_config *c, ql_quant_overrides **out, ql_error *err)
+{
+    *out = NULL;
+    if (!c->tensor_types[0])
+        return QL_OK;
+    /* The canonical rules split at ';' (no pattern holds one: it separates them). */
+    char text[QL_CONFIG_RECIPE_MAX];
+    const char *rules[QL_CONFIG_RECIPE_MAX / 4];
+    int n = 0;
+    ql_strlcpy(text, c->tensor_types, sizeof text);
+    for (char *p = text; p && n < (int)(sizeof rules / sizeof rules[0]);) {
+        rules[n++] = p;
+        p = strchr(p, RULE_SEP);
+        if (p)
+            *p++ = '\0';
+    }
+    return ql_quant_overrides_parse(rules, n, out, err);
 }
 
 /* ---------------------------------------------------------------- the table */
@@ -665,30 +863,100 @@ ql_kv_type ql_config_kv_type(const ql_config *c)
     return c->act_mode == QL_ACT_NATIVE ? QL_KV_F16 : QL_KV_F32;
 }
 
-ql_status ql_config_validate(const ql_config *c, ql_axis *bad_axis, ql_error *err)
+/* Sets *bad_axis and the message of a broken rule. */
+static ql_status broken(ql_axis *bad_axis, ql_axis axis, ql_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static ql_status broken(ql_axis *bad_axis, ql_axis axis, ql_error *err, const char *fmt, ...)
+{
+    if (bad_axis)
+        *bad_axis = axis;
+    char msg[QL_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ql_error_set(err, QL_EFORMAT, "%s", msg);
+}
+
+/* The importance rules: types and mixes that cannot be made without an imatrix. */
+static ql_status validate_imatrix(const ql_config *c, ql_axis *bad_axis, ql_error *err)
 {
     if (c->imatrix_kind != QL_IMATRIX_NONE)
         return QL_OK;
+    if (c->weight_mix && c->weight_mix->needs_imatrix)
+        return broken(bad_axis, QL_AXIS_WEIGHT_TYPE, err,
+                      "weight_type %s needs an importance matrix (llama-quantize refuses the mix "
+                      "without one), but imatrix is none",
+                      c->weight_mix->name);
     const struct {
         ql_axis axis;
         ql_type type;
     } roles[] = {
-        {QL_AXIS_WEIGHT_TYPE, c->weight_type},
-        {QL_AXIS_HEAD_TYPE, ql_config_head_type(c)},
-        {QL_AXIS_EMBD_TYPE, ql_config_embd_type(c)},
+        {QL_AXIS_WEIGHT_TYPE, c->weight_mix ? QL_TYPE_SAME : c->weight_type},
+        {QL_AXIS_HEAD_TYPE, role_is_same(c, c->head_type) ? QL_TYPE_SAME : c->head_type},
+        {QL_AXIS_EMBD_TYPE, role_is_same(c, c->embd_type) ? QL_TYPE_SAME : c->embd_type},
     };
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
         const ql_type_traits *t = ql_type_get(roles[i].type);
-        QL_ASSERT(t);
-        if (t->requires_imatrix) {
-            if (bad_axis)
-                *bad_axis = roles[i].axis;
-            return ql_error_set(err, QL_EFORMAT,
-                                "%s %s needs an importance matrix (ggml refuses to quantize it "
-                                "without one), but imatrix is none",
-                                axis_names[roles[i].axis], t->name);
-        }
+        if (t && t->requires_imatrix)
+            return broken(bad_axis, roles[i].axis, err,
+                          "%s %s needs an importance matrix (ggml refuses to quantize it without "
+                          "one), but imatrix is none",
+                          axis_names[roles[i].axis], t->name);
     }
+    if (!c->tensor_types[0])
+        return QL_OK;
+    char text[QL_CONFIG_RECIPE_MAX];
+    ql_strlcpy(text, c->tensor_types, sizeof text);
+    for (char *rule = text; rule;) {
+        char *next = strchr(rule, RULE_SEP);
+        if (next)
+            *next++ = '\0';
+        const ql_type_traits *t = ql_type_by_name(strrchr(rule, '=') + 1);
+        if (t && t->requires_imatrix)
+            return broken(bad_axis, QL_AXIS_TENSOR_TYPES, err,
+                          "tensor_types rule '%s': %s needs an importance matrix (ggml refuses to "
+                          "quantize it without one), but imatrix is none",
+                          rule, t->name);
+        rule = next;
+    }
+    return QL_OK;
+}
+
+ql_status ql_config_validate(const ql_config *c, ql_axis *bad_axis, ql_error *err)
+{
+    ql_status st = validate_imatrix(c, bad_axis, err);
+    if (st != QL_OK)
+        return st;
+    char v[QL_CONFIG_VALUE_MAX];
+    if (c->outlier_ratio > 0 && c->imatrix_kind != QL_IMATRIX_CALIB) {
+        ql_config_axis_string(c, QL_AXIS_OUTLIER_RATIO, v, sizeof v);
+        return broken(bad_axis, QL_AXIS_OUTLIER_RATIO, err,
+                      "outlier_ratio %s needs calibration statistics, which come from the "
+                      "calibration pass of imatrix = calib:<text>, but imatrix is %s",
+                      v, c->imatrix_kind == QL_IMATRIX_NONE ? "none" : "a file");
+    }
+    if (c->budget_kind == QL_BUDGET_NONE)
+        return QL_OK;
+    /* A budget: the exact-fit solver chooses every tensor's type up to weight_type. */
+    ql_config_axis_string(c, QL_AXIS_BUDGET, v, sizeof v);
+    if (c->weight_mix)
+        return broken(bad_axis, QL_AXIS_WEIGHT_TYPE, err,
+                      "budget %s: weight_type caps the solver's types and must be a pure type, "
+                      "not the mix %s",
+                      v, c->weight_mix->name);
+    if (!role_is_same(c, c->head_type) || !role_is_same(c, c->embd_type))
+        return broken(bad_axis,
+                      !role_is_same(c, c->head_type) ? QL_AXIS_HEAD_TYPE : QL_AXIS_EMBD_TYPE, err,
+                      "budget %s lets the solver choose the head and embedding types too; use "
+                      "head_type = same and embd_type = same",
+                      v);
+    if (c->tensor_types[0])
+        return broken(bad_axis, QL_AXIS_TENSOR_TYPES, err,
+                      "budget %s lets the solver choose every tensor's type; tensor_types must be "
+                      "none",
+                      v);
     return QL_OK;
 }
 
@@ -782,6 +1050,9 @@ void ql_config_short_label(const ql_config *c, const bool varies[QL_AXIS_COUNT],
             continue;
         char v[QL_CONFIG_VALUE_MAX];
         ql_config_axis_string(c, (ql_axis)a, v, sizeof v);
+        /* An axis added later goes without saying at its default, as in the canonical form. */
+        if (a != QL_AXIS_WEIGHT_TYPE && omitted(c, (ql_axis)a, v))
+            continue;
         int k =
             a == QL_AXIS_WEIGHT_TYPE
                 ? snprintf(buf + used, size - used, "%s%s", used ? " " : "", v)

@@ -2,8 +2,15 @@
  *
  * A config fixes every axis of an experiment: the weight type of the body, of
  * the LM head and of the embeddings, how activations and the K/V cache are
- * rounded, the outlier split, the importance matrix and a byte budget. Axes not
- * given take their defaults (ql_config_init).
+ * rounded, the outlier split, the importance matrix, a byte budget and per-tensor
+ * type rules. Axes not given take their defaults (ql_config_init).
+ *
+ * weight_type is a pure type (every weight in it: llama-quantize --pure) or one of
+ * llama-quantize's file types (a "mix", model/quant_policy.h: its per-tensor rules
+ * decide). A name that is both (Q4_0, Q6_K, IQ4_XS, ...) is the pure type; the mix
+ * of that name is spelled `mix:Q6_K` (`mix:` takes any of llama-quantize's TYPE
+ * names, aliases and numbers). Names that are only mixes (Q4_K_M, IQ3_M) need no
+ * prefix; the aliases Q3_K, Q4_K and Q5_K are pure types, as they always were here.
  *
  * Canonical form: one line, the axes in the fixed order of ql_axis, each as
  * `axis=value`, separated by one space, e.g.
@@ -11,11 +18,13 @@
  *   weight_type=Q4_0 act_mode=f32 outlier_ratio=0 head_type=same embd_type=same kv_type=f32
  * imatrix=none budget=none
  *
- * with canonical spellings: type names as GGUF spells them (Q4_K), act modes
- * as in the table below (q8_K), numbers in their shortest exact decimal form
- * (3.0 -> 3), a head/embd type equal to weight_type written `same`, kv_type
- * `auto` written as the type it stands for, a byte budget as a whole number of
- * bytes. Two configs that compute the same thing therefore have the same
+ * with canonical spellings: type names as GGUF spells them (Q4_K), a mix as
+ * llama-quantize spells it (Q4_K_M, mix:Q6_K), act modes as in the table below
+ * (q8_K), numbers in their shortest exact decimal form (3.0 -> 3), a head/embd
+ * type equal to a pure weight_type written `same`, kv_type `auto` written as the
+ * type it stands for, a byte budget as a whole number of bytes, tensor_types rules
+ * as the policy reads them (pattern lowercased, type as GGUF spells it, ';'
+ * between rules). Two configs that compute the same thing therefore have the same
  * canonical form, and its SHA-256 (ql_config_hash) is the config's identity in
  * the results store. Changing the canonical form of an existing config changes
  * its hash and makes every stored result unreachable: tests pin the hashes of
@@ -31,6 +40,7 @@
 
 #include "base/error.h"
 #include "formats/types.h"
+#include "model/quant_policy.h"
 
 /* The axes, one line each, in canonical order (also the expansion order of a sweep
  * grid and the column order of the store's configs table). Everything qlab does
@@ -56,7 +66,7 @@
  * config written before it existed must not change (header comment). */
 // clang-format off
 #define QL_AXES(X)                                                                                 \
-    X(WEIGHT_TYPE,   weight_type,   weight_type,   weight_type,    "F32",  TEXT, 1,                \
+    X(WEIGHT_TYPE,   weight_type,   weight_type,   weight_mix,     "F32",  TEXT, 1,                \
       "weights",  NULL,  QL_AXIS_WEIGHTS, NULL)                                                    \
     X(ACT_MODE,      act_mode,      act_mode,      act_mode,       "f32",  TEXT, 1,                \
       "act",      NULL,  0, NULL)                                                                  \
@@ -72,7 +82,11 @@
       "imatrix",  NULL,  QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT,                            \
       "'none', a path, or 'calib:<dataset>[,ctx=N][,chunks=N]'")                                   \
     X(BUDGET,        budget,        budget_kind,   budget_bpw,     "none", TEXT, 1,                \
-      "budget",   NULL,  QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT, "'none', bytes, or 'bpw:X'")
+      "budget",   NULL,  QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT, "'none', bytes, or 'bpw:X'") \
+    X(TENSOR_TYPES,  tensor_types,  tensor_types,  tensor_types,   "none", TEXT, 4,                \
+      "recipe",   NULL,                                                                            \
+      QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT | QL_AXIS_OMIT_DEFAULT,                        \
+      "'none' or REGEX=TYPE rules separated by ';' (first match wins)")
 // clang-format on
 
 /* Flags of an axis. */
@@ -128,8 +142,10 @@ typedef enum { QL_BUDGET_NONE, QL_BUDGET_BYTES, QL_BUDGET_BPW } ql_budget_kind;
 #define QL_TYPE_SAME QL_TYPE_INVALID
 
 #define QL_CONFIG_IMATRIX_MAX 1024
-/* Room for the canonical value of any axis (the imatrix path is the longest) and for
- * the whole canonical form ("name=value " per axis). */
+/* Longest tensor_types value: its rules joined by ';'. */
+#define QL_CONFIG_RECIPE_MAX 1024
+/* Room for the canonical value of any axis (the imatrix path and the rules are the
+ * longest) and for the whole canonical form ("name=value " per axis). */
 #define QL_CONFIG_VALUE_MAX (QL_CONFIG_IMATRIX_MAX + 64)
 #define QL_CONFIG_TEXT_MAX  (QL_AXIS_COUNT * (QL_CONFIG_VALUE_MAX + 32))
 
@@ -138,7 +154,8 @@ typedef enum { QL_BUDGET_NONE, QL_BUDGET_BYTES, QL_BUDGET_BPW } ql_budget_kind;
 #define QL_CTX_MAX 1048576
 
 typedef struct {
-    ql_type weight_type;
+    ql_type weight_type;            /* pure: every weight's type; a mix: its default type */
+    const ql_quant_mix *weight_mix; /* llama-quantize's file type; NULL: pure weight_type */
     ql_act_mode act_mode;
     double outlier_ratio; /* 0 = off, else > 1 */
     ql_type head_type;    /* QL_TYPE_SAME or a weight type */
@@ -151,6 +168,9 @@ typedef struct {
     ql_budget_kind budget_kind;
     int64_t budget_bytes; /* BYTES */
     double budget_bpw;    /* BPW */
+    /* --tensor-type rules in canonical form (REGEX=TYPE;...; patterns lowercased as
+     * the policy matches them, types as GGUF spells them); "" = none. */
+    char tensor_types[QL_CONFIG_RECIPE_MAX];
 } ql_config;
 
 /* Axis names ("weight_type"); ql_axis_lookup is exact (axis names are lower case). */
@@ -203,9 +223,16 @@ ql_status ql_config_set(ql_config *c, ql_axis axis, const char *value, ql_error 
 /* Copies one axis from src to dst. */
 void ql_config_copy_axis(ql_config *dst, const ql_config *src, ql_axis axis);
 
-/* Rules across axes: a type that ggml refuses to quantize without an importance
- * matrix (IQ2_XXS, IQ2_XS, IQ1_S) needs imatrix != none. *bad_axis (may be NULL)
- * receives the axis whose value breaks the rule. */
+/* Rules across axes, every one a combination that cannot run:
+ *   - a type ggml refuses to quantize without an importance matrix (IQ2_XXS, IQ2_XS,
+ *     IQ1_S) as weight, head or embedding type or in a tensor_types rule, and a mix
+ *     llama-quantize refuses without one (IQ2_S, Q2_K_S, ...), need imatrix != none;
+ *   - an outlier split needs imatrix = calib:<text> (the pass that measures the
+ *     channels);
+ *   - a budget lets the solver choose every tensor's type: head_type and embd_type
+ *     same, tensor_types none, and a pure weight_type (it caps the solver's types).
+ * *bad_axis (may be NULL) receives the axis whose value breaks the rule. Rules that
+ * depend on the model (row lengths, architecture) are the sweep's (sweep.h). */
 ql_status ql_config_validate(const ql_config *c, ql_axis *bad_axis, ql_error *err);
 
 /* Whether the evaluation pipeline implements this axis value today (see the
@@ -240,14 +267,17 @@ int ql_config_to_string(const ql_config *c, char *buf, size_t size);
 ql_status ql_config_from_string(const char *s, ql_config *c, ql_error *err);
 
 /* A short label of a config for progress lines and the sweep summary: the weight
- * type, then `name=value` for every other axis with varies[axis] set. */
+ * type, then `name=value` for every other axis with varies[axis] set (but an axis the
+ * canonical form leaves out at its default, QL_AXIS_OMIT_DEFAULT, when it is). */
 void ql_config_short_label(const ql_config *c, const bool varies[QL_AXIS_COUNT], char *buf,
                            size_t size);
 
 /* Lower-case hex SHA-256 of the canonical form. */
 void ql_config_hash(const ql_config *c, char out[65]);
 
-/* Resolved values: head/embd type with `same` replaced, kv_type with `auto` replaced. */
+/* Resolved values: head/embd type with `same` replaced, kv_type with `auto` replaced.
+ * For a mix, `same` stands for the mix's rule, which depends on the model: the
+ * resolved head and embedding types are then the mix's default type. */
 ql_type ql_config_head_type(const ql_config *c);
 ql_type ql_config_embd_type(const ql_config *c);
 ql_kv_type ql_config_kv_type(const ql_config *c);
@@ -255,6 +285,16 @@ ql_kv_type ql_config_kv_type(const ql_config *c);
 /* A resolved cache type as a ggml type id: F32, F16, Q8_0, Q4_0 (AUTO must be resolved
  * first with ql_config_kv_type). */
 int32_t ql_kv_ggml_type(ql_kv_type kv);
+
+/* The config's tensor_types rules for the type policy (NULL when none): the caller
+ * frees them with ql_quant_overrides_free. */
+ql_status ql_config_overrides(const ql_config *c, ql_quant_overrides **out, ql_error *err);
+
+/* What config c asks of the type policy: its weight type or mix, head and embedding
+ * types and the rules (from ql_config_overrides, may be NULL, borrowed);
+ * has_imatrix: importance weights are given (some of a mix's rules read it). */
+ql_quant_config ql_config_quant_request(const ql_config *c, const ql_quant_overrides *rules,
+                                        bool has_imatrix);
 
 /* Whether a type may be a weight type: a GGUF type with blocks that is a
  * quantization target, or a qlab scheme (INT8_ROW, Q8_0_XC). Integer tensor

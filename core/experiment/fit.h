@@ -50,6 +50,7 @@
 #include <stdio.h>
 
 #include "base/error.h"
+#include "experiment/config.h"
 #include "formats/types.h"
 #include "model/gguf.h"
 #include "model/imatrix_io.h"
@@ -383,6 +384,16 @@ int64_t ql_fit_imatrix_entries(const ql_fit_imatrix *f);
  * The file appears under out_path only when complete. */
 ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan, const ql_fit_importance *imp,
                        const char *out_path, bool quiet, ql_error *err);
+
+/* A comparison point: the bytes of the whole model quantized as weights (a config
+ * whose weight_type is a pure type or a llama-quantize file type, config.h, as a
+ * sweep names them: Q4_K, Q4_K_M, mix:Q6_K), planned by the type policy with the
+ * importance matrix's coverage (imp may be NULL: none): what `qlab quantize` or a
+ * sweep config of that type would write, so that a fit can be compared at equal size.
+ * Errors: the policy's (a mix that needs an imatrix, an architecture without rules,
+ * a tensor a mix needs importance for that the imatrix does not cover). */
+ql_status ql_fit_budget_of(const ql_gguf *model, const ql_config *weights,
+                           const ql_fit_importance *imp, uint64_t *bytes, ql_error *err);
 
 /* Error table (cached) + budget + solver in one call: the library entry point for
  * the sweep's `budget` axis. On success *table_out and *plan_out are set (free

@@ -110,6 +110,30 @@ ql_status ql_fit_parse_budget(const char *s, ql_fit_budget *out, ql_error *err)
     return QL_OK;
 }
 
+/* Whether imp has an entry for a tensor of the plan. */
+static bool covered(const void *ctx, int64_t i, const ql_quant_plan_entry *e)
+{
+    (void)i;
+    const ql_fit_importance *imp = ctx;
+    int64_t n;
+    return imp && imp->lookup(imp->user, e->name, &n) != NULL;
+}
+
+ql_status ql_fit_budget_of(const ql_gguf *model, const ql_config *weights,
+                           const ql_fit_importance *imp, uint64_t *bytes, ql_error *err)
+{
+    const bool has_imatrix = imp && imp->sha256 && *imp->sha256;
+    ql_quant_config qc = ql_config_quant_request(weights, NULL, has_imatrix);
+    ql_quant_plan *plan;
+    ql_status st = ql_quant_plan_build(model, &qc, &plan, err);
+    if (st != QL_OK)
+        return st;
+    st = ql_quant_plan_check_importance(plan, covered, has_imatrix ? imp : NULL, NULL, err);
+    *bytes = plan->bytes;
+    ql_quant_plan_free(plan);
+    return st;
+}
+
 /* ---------------------------------------------------------------------------
  * Hyper-parameters and the envelope */
 

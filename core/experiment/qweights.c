@@ -3,6 +3,7 @@
 #include "experiment/qweights.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -315,6 +316,8 @@ static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql
         if (t != QL_TYPE_INVALID &&
             (e->role == QL_ROLE_WEIGHT || e->role == QL_ROLE_HEAD || e->role == QL_ROLE_EMBD)) {
             e->requested = e->used = t;
+            snprintf(e->choice, sizeof e->choice, "budget: the exact-fit solver: %s",
+                     ql_type_name(t));
             e->fallback = QL_FALLBACK_NONE;
             e->reason[0] = '\0';
             e->bytes = ql_row_size(t, e->n_per_row) * (uint64_t)e->nrows;
@@ -341,10 +344,14 @@ static ql_status build_plan(const ql_qweights *q, const ql_config *c, const ql_c
                             ql_quant_plan **out, ql_error *err)
 {
     const ql_imatrix *im = ql_calib_slot_imatrix(slot);
-    ql_quant_config qc = {
-        .weight_type = c->weight_type, .head_type = c->head_type, .embd_type = c->embd_type};
+    ql_quant_overrides *rules;
+    ql_status st = ql_config_overrides(c, &rules, err);
+    if (st)
+        return st;
+    ql_quant_config qc = ql_config_quant_request(c, rules, im != NULL);
     ql_quant_plan *plan;
-    ql_status st = ql_quant_plan_build(q->model->gguf, &qc, &plan, err);
+    st = ql_quant_plan_build(q->model->gguf, &qc, &plan, err);
+    ql_quant_overrides_free(rules);
     if (st)
         return st;
     if (c->budget_kind != QL_BUDGET_NONE && (st = apply_budget(q, c, slot, plan, err))) {
@@ -352,8 +359,12 @@ static ql_status build_plan(const ql_qweights *q, const ql_config *c, const ql_c
         return st;
     }
     /* Tensors the importance matrix does not cover cannot take the types that need
-     * one: they fall back as llama-quantize's mixes do (recorded per tensor). */
-    ql_quant_plan_importance_fallbacks(plan, imatrix_covers, im);
+     * one: they fall back as llama-quantize's mixes do (recorded per tensor); a mix
+     * refuses them, as llama-quantize does. */
+    if ((st = ql_quant_plan_check_importance(plan, imatrix_covers, im, NULL, err))) {
+        ql_quant_plan_free(plan);
+        return st;
+    }
     *out = plan;
     return QL_OK;
 }
@@ -476,8 +487,9 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
     r->tensors = calloc((size_t)plan->n, sizeof *r->tensors);
     r->names = calloc((size_t)plan->n, sizeof *r->names);
     r->reasons = calloc((size_t)plan->n, sizeof *r->reasons);
+    r->choices = calloc((size_t)plan->n, sizeof *r->choices);
     r->site_q = calloc((size_t)w->n_lin, sizeof *r->site_q);
-    if (!r->tensors || !r->names || !r->reasons || !r->site_q) {
+    if (!r->tensors || !r->names || !r->reasons || !r->choices || !r->site_q) {
         ql_weights_free(w);
         return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor records");
     }
@@ -498,6 +510,8 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
         te->used_type = e->used;
         ql_strlcpy(r->reasons[r->n_tensors], e->reason, QL_QUANT_REASON_MAX);
         te->fallback_reason = e->used != e->requested ? r->reasons[r->n_tensors] : NULL;
+        ql_strlcpy(r->choices[r->n_tensors], e->choice, QL_QUANT_REASON_MAX);
+        te->choice = r->choices[r->n_tensors];
         te->n_rows = e->nrows;
         te->n_cols = e->n_per_row;
         te->params = e->nrows * e->n_per_row;
@@ -663,6 +677,7 @@ void ql_qweights_result_deinit(ql_qweights_result *r)
     free(r->tensors);
     free(r->names);
     free(r->reasons);
+    free(r->choices);
     free(r->site_q);
     free(r->acts);
     free(r->act_names);

@@ -77,6 +77,7 @@ typedef struct {
     /* Private storage of the records above. */
     char (*names)[QL_QUANT_NAME_MAX];
     char (*reasons)[QL_QUANT_REASON_MAX];
+    char (*choices)[QL_QUANT_REASON_MAX];
     const void **site_q; /* (n_lin,) quantized bytes of each product, NULL if none */
     char (*act_names)[96];
     char (*act_notes)[QL_ACT_NOTE_MAX];

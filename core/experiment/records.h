@@ -175,6 +175,7 @@ typedef struct {
     int64_t n_rows, n_cols, params, bytes;
     double rmse, max_err, imatrix_err, imatrix_err_rel; /* NAN = not measured */
     int64_t outlier_cols;                               /* -1 = split off (NULL) */
+    const char *choice; /* why requested_type: the type policy's rule or axis; NULL = unknown */
 } ql_tensor_record;
 
 /* Timings of a run in seconds; NAN = not measured. */

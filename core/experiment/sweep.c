@@ -1,3 +1,23 @@
+/* Sweep files: reading, the union of grids with their exclude/only patterns, and
+ * the checks that come before anything runs (sweep.h has the syntax).
+ *
+ * Design. The text is read line by line into sections; every value is parsed the
+ * moment its line is read (config.c's parser for an axis), so an error names its
+ * line. A [sweep] section holds the scalar keys and one value per axis, a default
+ * for every grid; each [grid] holds value lists. Patterns (`exclude`, `only`) are
+ * configs with a subset of their axes set; a config matches one when, for every axis
+ * it sets, the config with that axis replaced by the pattern's value reads the same
+ * (the canonical form decides, so spellings that compute the same thing match).
+ *
+ * What is checked where, so that a file either runs as written or is refused before
+ * the reference pass:
+ *   - a value alone (a known type, a number in range, a rule that compiles): when
+ *     its line is read;
+ *   - a combination (ql_config_validate): for every config the patterns keep, with
+ *     the line of the axis that breaks the rule;
+ *   - a pattern that matches nothing, a grid left empty: after the expansion;
+ *   - what needs the model (ql_sweep_check_model): by the runner once the model is
+ *     open. */
 #include "experiment/sweep.h"
 
 #include <ctype.h>
@@ -5,8 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/util.h"
+#include "model/quant_policy.h"
 
 /* ---------------------------------------------------------------- keys */
 
@@ -23,12 +45,22 @@ typedef enum {
 static const char *const key_names[KEY_COUNT] = {"name", "model",  "text",
                                                  "ctx",  "chunks", "threads"};
 
-/* Everything a [sweep] key may be, for "did you mean" (keys then axes). */
-static size_t all_key_names(const char **out)
+/* The pattern keys, allowed in both sections and repeatable. */
+typedef enum { FILTER_EXCLUDE, FILTER_ONLY, FILTER_COUNT } filter_kind;
+
+static const char *const filter_names[FILTER_COUNT] = {"exclude", "only"};
+
+/* Everything a key may be, for "did you mean": the scalar keys (in [sweep] only),
+ * the pattern keys, the axes. Returns the count; *first is where a [grid]'s
+ * candidates start. */
+static size_t all_key_names(const char **out, size_t *first)
 {
     size_t n = 0;
     for (int k = 0; k < KEY_COUNT; k++)
         out[n++] = key_names[k];
+    *first = n;
+    for (int f = 0; f < FILTER_COUNT; f++)
+        out[n++] = filter_names[f];
     for (int a = 0; a < QL_AXIS_COUNT; a++)
         out[n++] = ql_axis_name((ql_axis)a);
     return n;
@@ -44,14 +76,47 @@ static bool lookup_key(const char *s, sweep_key *out)
     return false;
 }
 
-/* One axis as the file gives it: its values (each parsed into a config that
- * differs from the defaults only in that axis) and where. */
+static bool lookup_filter(const char *s, filter_kind *out)
+{
+    for (int f = 0; f < FILTER_COUNT; f++)
+        if (strcmp(s, filter_names[f]) == 0) {
+            *out = (filter_kind)f;
+            return true;
+        }
+    return false;
+}
+
+/* ---------------------------------------------------------------- parser state */
+
+/* One axis as a section gives it: its values, each parsed into a config that
+ * differs from the defaults only in that axis, and the key's line. */
 typedef struct {
     ql_config *values;
     int n;
-    int line; /* line of the key; 0 = not given */
-    bool in_grid;
+    int line; /* 0 = not given in this section */
 } axis_list;
+
+/* An exclude or only pattern: the axes it sets and their values. */
+typedef struct {
+    filter_kind kind;
+    int line;
+    char text[256]; /* as written, for messages */
+    bool set[QL_AXIS_COUNT];
+    ql_config config;
+    size_t matches; /* configs of its scope it matched */
+} pattern;
+
+typedef struct {
+    pattern *items;
+    size_t n, cap;
+} pattern_list;
+
+typedef struct {
+    int line; /* of its [grid] header; 0 for the grid a file without [grid] implies */
+    axis_list axes[QL_AXIS_COUNT];
+    pattern_list patterns;
+    size_t kept; /* configs the patterns kept */
+} grid;
 
 typedef struct {
     const char *path;
@@ -59,9 +124,11 @@ typedef struct {
     ql_sweep *sw;
     ql_error *err;
     int key_line[KEY_COUNT];
-    axis_list axes[QL_AXIS_COUNT];
-    int sweep_line; /* line of the [sweep] header; 0 = absent */
-    int grid_line;
+    int sweep_line;                 /* line of the [sweep] header; 0 = absent */
+    axis_list fixed[QL_AXIS_COUNT]; /* [sweep]'s single values */
+    pattern_list patterns;          /* [sweep]'s: every grid */
+    grid *grids;
+    size_t n_grids, cap_grids;
 } parser;
 
 static ql_status fail(parser *p, int line, ql_status st, const char *fmt, ...)
@@ -82,6 +149,23 @@ static ql_status located(parser *p, int line, ql_status st)
 {
     ql_error_prefix(p->err, "%s:%d: ", p->path, line);
     return st;
+}
+
+static void axis_lists_free(axis_list *axes)
+{
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        free(axes[a].values);
+}
+
+static void parser_free(parser *p)
+{
+    axis_lists_free(p->fixed);
+    free(p->patterns.items);
+    for (size_t g = 0; g < p->n_grids; g++) {
+        axis_lists_free(p->grids[g].axes);
+        free(p->grids[g].patterns.items);
+    }
+    free(p->grids);
 }
 
 /* ---------------------------------------------------------------- values */
@@ -117,6 +201,26 @@ static bool valid_name(const char *s)
         if (!isalnum(*q) && *q != '-' && *q != '_' && *q != '.' && *q != '+')
             return false;
     return true;
+}
+
+/* Cuts a comment: `#` at the start or after whitespace. */
+static void strip_comment(char *line)
+{
+    for (char *q = line; *q; q++)
+        if (*q == '#' && (q == line || isspace((unsigned char)q[-1]))) {
+            *q = '\0';
+            return;
+        }
+}
+
+static char *trim(char *s)
+{
+    while (*s && isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
 }
 
 static ql_status set_scalar(parser *p, int line, sweep_key key, const char *v)
@@ -170,33 +274,213 @@ static ql_status set_scalar(parser *p, int line, sweep_key key, const char *v)
     return QL_EINVAL;
 }
 
-static ql_status set_axis(parser *p, int line, ql_axis axis, bool in_grid, char **tok, int n)
+/* Recipe files: one REGEX=TYPE rule per line, read into the ';'-joined rules of a
+ * tensor_types value. Each rule is checked on its own so that an error names its
+ * line in the recipe. */
+#define RECIPE_MAX_BYTES (1 << 20)
+
+/* what: "" or "exclude: " (a pattern's value), before every message. */
+static ql_status read_recipe(parser *p, int line, const char *what, const char *file, char *rules,
+                             size_t size)
 {
-    axis_list *al = &p->axes[axis];
+    /* A relative path is relative to the sweep file's directory (recipes live beside
+     * the sweeps that use them, wherever qlab runs from). */
+    char path[QL_PATH_MAX];
+    const char *slash = strrchr(p->path, '/');
+    if (file[0] != '/' && slash)
+        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - p->path), p->path, file);
+    else
+        ql_strlcpy(path, file, sizeof path);
+    char *text;
+    size_t len;
+    ql_error ferr;
+    ql_error_clear(&ferr);
+    if (ql_file_read_all(path, &text, &len, &ferr) != QL_OK) {
+        size_t n = strlen(path);
+        const char *why =
+            strncmp(ferr.msg, path, n) == 0 && ferr.msg[n] == ':' ? ferr.msg + n + 2 : ferr.msg;
+        return fail(p, line, QL_EFORMAT,
+                    "%stensor_types: '%s' is neither REGEX=TYPE rules nor a readable recipe file "
+                    "(%s)",
+                    what, file, why);
+    }
+    ql_status st = QL_OK;
+    size_t used = 0;
+    int rline = 0;
+    if (len > RECIPE_MAX_BYTES || strlen(text) != len) {
+        st = fail(p, line, QL_EFORMAT, "%stensor_types: recipe '%s' is not a text file of rules",
+                  what, file);
+        goto out;
+    }
+    for (char *next = text; next && !st;) {
+        char *l = next;
+        char *nl = strchr(l, '\n');
+        next = nl ? nl + 1 : NULL;
+        if (nl)
+            *nl = '\0';
+        rline++;
+        strip_comment(l);
+        l = trim(l);
+        if (!*l)
+            continue;
+        /* `REGEX = TYPE` reads as REGEX=TYPE. */
+        char rule[QL_CONFIG_RECIPE_MAX];
+        char *eq = strchr(l, '=');
+        if (eq) {
+            *eq = '\0';
+            snprintf(rule, sizeof rule, "%s=%s", trim(l), trim(eq + 1));
+        } else {
+            ql_strlcpy(rule, l, sizeof rule);
+        }
+        ql_config one;
+        ql_config_init(&one);
+        if (strchr(rule, ';'))
+            st = fail(p, line, QL_EFORMAT,
+                      "%stensor_types: recipe '%s' line %d: one rule per line, without ';'", what,
+                      file, rline);
+        else if (ql_config_set(&one, QL_AXIS_TENSOR_TYPES, rule, p->err) != QL_OK) {
+            char msg[QL_ERROR_MSG_MAX];
+            const char *why = p->err->msg;
+            if (strncmp(why, "tensor_types: ", 14) == 0)
+                why += 14;
+            ql_strlcpy(msg, why, sizeof msg);
+            st = fail(p, line, QL_EFORMAT, "%stensor_types: recipe '%s' line %d: %s", what, file,
+                      rline, msg);
+        } else {
+            size_t n = strlen(one.tensor_types);
+            if (used + 1 + n >= size)
+                st = fail(p, line, QL_EFORMAT,
+                          "%stensor_types: recipe '%s' holds more than %zu bytes of rules", what,
+                          file, size - 1);
+            else {
+                if (used)
+                    rules[used++] = ';';
+                memcpy(rules + used, one.tensor_types, n + 1);
+                used += n;
+            }
+        }
+    }
+    if (!st && used == 0)
+        st = fail(p, line, QL_EFORMAT, "%stensor_types: recipe '%s' has no rules", what, file);
+out:
+    free(text);
+    return st;
+}
+
+/* One value of an axis into c, as a sweep file may write it (a tensor_types value
+ * without '=' names a recipe file); what as read_recipe's. */
+static ql_status axis_value(parser *p, int line, const char *what, ql_axis axis, const char *v,
+                            ql_config *c)
+{
+    char rules[QL_CONFIG_RECIPE_MAX];
+    if (axis == QL_AXIS_TENSOR_TYPES && strcasecmp(v, "none") != 0 && !strchr(v, '=')) {
+        ql_status st = read_recipe(p, line, what, v, rules, sizeof rules);
+        if (st != QL_OK)
+            return st;
+        v = rules;
+    }
+    ql_status st = ql_config_set(c, axis, v, p->err);
+    if (st == QL_OK && !(p->flags & QL_SWEEP_ALLOW_UNIMPLEMENTED))
+        st = ql_config_check_axis(c, axis, p->err);
+    if (st != QL_OK)
+        ql_error_prefix(p->err, "%s:%d: %s", p->path, line, what);
+    return st;
+}
+
+static ql_status set_axis(parser *p, int line, axis_list *al, ql_axis axis, char **tok, int n)
+{
     al->values = calloc((size_t)n, sizeof *al->values);
     if (!al->values)
         return fail(p, line, QL_ENOMEM, "out of memory");
     al->line = line;
-    al->in_grid = in_grid;
     for (int i = 0; i < n; i++) {
         ql_config *c = &al->values[i];
         ql_config_init(c);
-        ql_status st = ql_config_set(c, axis, tok[i], p->err);
+        ql_status st = axis_value(p, line, "", axis, tok[i], c);
         if (st != QL_OK)
-            return located(p, line, st);
-        if (!(p->flags & QL_SWEEP_ALLOW_UNIMPLEMENTED)) {
-            st = ql_config_check_axis(c, axis, p->err);
-            if (st != QL_OK)
-                return located(p, line, st);
-        }
+            return st;
         al->n++;
     }
+    return QL_OK;
+}
+
+/* `exclude = axis=value ...` / `only = ...`: a pattern of the section's scope. */
+static ql_status add_pattern(parser *p, int line, pattern_list *list, filter_kind kind, char **tok,
+                             int n)
+{
+    const char *what = filter_names[kind];
+    if (list->n == list->cap &&
+        !ql_grow((void **)&list->items, &list->cap, list->n + 1, sizeof *list->items))
+        return fail(p, line, QL_ENOMEM, "out of memory");
+    pattern *pt = &list->items[list->n];
+    memset(pt, 0, sizeof *pt);
+    pt->kind = kind;
+    pt->line = line;
+    ql_config_init(&pt->config);
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        used +=
+            (size_t)snprintf(pt->text + used, used < sizeof pt->text ? sizeof pt->text - used : 0,
+                             "%s%s", i ? " " : "", tok[i]);
+        used = used < sizeof pt->text ? used : sizeof pt->text;
+        char *eq = strchr(tok[i], '=');
+        if (!eq)
+            return fail(p, line, QL_EFORMAT, "%s: '%s' is not axis=value", what, tok[i]);
+        *eq = '\0';
+        ql_axis axis;
+        if (!ql_axis_lookup(tok[i], &axis)) {
+            const char *names[QL_AXIS_COUNT];
+            for (int a = 0; a < QL_AXIS_COUNT; a++)
+                names[a] = ql_axis_name((ql_axis)a);
+            const char *near = ql_closest_name(tok[i], names, QL_AXIS_COUNT);
+            if (near)
+                return fail(p, line, QL_EFORMAT, "%s: unknown axis '%s'; did you mean '%s'?", what,
+                            tok[i], near);
+            return fail(p, line, QL_EFORMAT, "%s: unknown axis '%s'", what, tok[i]);
+        }
+        if (pt->set[axis])
+            return fail(p, line, QL_EFORMAT, "%s: axis '%s' given twice", what, tok[i]);
+        pt->set[axis] = true;
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "%s: ", what);
+        ql_status st = axis_value(p, line, prefix, axis, eq + 1, &pt->config);
+        if (st != QL_OK)
+            return st;
+    }
+    list->n++;
     return QL_OK;
 }
 
 /* ---------------------------------------------------------------- lines */
 
 enum { SECTION_NONE, SECTION_SWEEP, SECTION_GRID };
+
+/* An axis of the current section: refused when the other kind of section has it. */
+static ql_status axis_line(parser *p, int lineno, int section, ql_axis axis, char **tok, int n)
+{
+    const char *key = ql_axis_name(axis);
+    int other = 0;
+    axis_list *al;
+    if (section == SECTION_GRID) {
+        al = &p->grids[p->n_grids - 1].axes[axis];
+        other = p->fixed[axis].line;
+    } else {
+        al = &p->fixed[axis];
+        for (size_t g = 0; g < p->n_grids && !other; g++)
+            other = p->grids[g].axes[axis].line;
+    }
+    if (al->line)
+        return fail(p, lineno, QL_EFORMAT, "duplicate key '%s' (first given on line %d)", key,
+                    al->line);
+    if (other)
+        return fail(p, lineno, QL_EFORMAT,
+                    "axis '%s' is given in both [sweep] and [grid] (lines %d and %d)", key,
+                    other < lineno ? other : lineno, other < lineno ? lineno : other);
+    if (section == SECTION_SWEEP && n != 1)
+        return fail(p, lineno, QL_EFORMAT,
+                    "axis '%s' in [sweep] takes one value, got %d (put lists in [grid])", key, n);
+    return set_axis(p, lineno, al, axis, tok, n);
+}
 
 /* Handles `key = values` in the current section. line is modified. */
 static ql_status key_line(parser *p, int lineno, int section, char *line)
@@ -224,67 +508,35 @@ static ql_status key_line(parser *p, int lineno, int section, char *line)
 
     ql_axis axis;
     sweep_key sk;
-    bool is_axis = ql_axis_lookup(key, &axis);
-    bool is_key = !is_axis && lookup_key(key, &sk);
+    filter_kind fk;
     const char *sect = section == SECTION_SWEEP ? "[sweep]" : "[grid]";
-    if (!is_axis && !is_key) {
-        const char *names[KEY_COUNT + QL_AXIS_COUNT];
-        size_t nn = all_key_names(names);
+    if (ql_axis_lookup(key, &axis))
+        return axis_line(p, lineno, section, axis, tok, n);
+    if (lookup_filter(key, &fk))
+        return add_pattern(
+            p, lineno, section == SECTION_GRID ? &p->grids[p->n_grids - 1].patterns : &p->patterns,
+            fk, tok, n);
+    if (!lookup_key(key, &sk)) {
+        const char *names[KEY_COUNT + FILTER_COUNT + QL_AXIS_COUNT];
+        size_t first, nn = all_key_names(names, &first);
         const char *near = section == SECTION_SWEEP
                                ? ql_closest_name(key, names, nn)
-                               : ql_closest_name(key, names + KEY_COUNT, QL_AXIS_COUNT);
+                               : ql_closest_name(key, names + first, nn - first);
         if (near)
             return fail(p, lineno, QL_EFORMAT, "unknown key '%s' in %s; did you mean '%s'?", key,
                         sect, near);
         return fail(p, lineno, QL_EFORMAT, "unknown key '%s' in %s", key, sect);
     }
-    if (is_key) {
-        if (section == SECTION_GRID)
-            return fail(p, lineno, QL_EFORMAT, "'%s' is not an axis; it belongs in [sweep]", key);
-        if (p->key_line[sk])
-            return fail(p, lineno, QL_EFORMAT, "duplicate key '%s' (first given on line %d)", key,
-                        p->key_line[sk]);
-        if (n != 1)
-            return fail(p, lineno, QL_EFORMAT, "'%s' takes one value, got %d: '%s ...'", key, n,
-                        tok[0]);
-        p->key_line[sk] = lineno;
-        return set_scalar(p, lineno, sk, tok[0]);
-    }
-    axis_list *al = &p->axes[axis];
-    if (al->line) {
-        if (al->in_grid == (section == SECTION_GRID))
-            return fail(p, lineno, QL_EFORMAT, "duplicate key '%s' (first given on line %d)", key,
-                        al->line);
-        return fail(p, lineno, QL_EFORMAT,
-                    "axis '%s' is given in both [sweep] and [grid] (lines "
-                    "%d and %d)",
-                    key, al->line < lineno ? al->line : lineno,
-                    al->line < lineno ? lineno : al->line);
-    }
-    if (section == SECTION_SWEEP && n != 1)
-        return fail(p, lineno, QL_EFORMAT,
-                    "axis '%s' in [sweep] takes one value, got %d (put lists in [grid])", key, n);
-    return set_axis(p, lineno, axis, section == SECTION_GRID, tok, n);
-}
-
-/* Cuts a comment: `#` at the start or after whitespace. */
-static void strip_comment(char *line)
-{
-    for (char *q = line; *q; q++)
-        if (*q == '#' && (q == line || isspace((unsigned char)q[-1]))) {
-            *q = '\0';
-            return;
-        }
-}
-
-static char *trim(char *s)
-{
-    while (*s && isspace((unsigned char)*s))
-        s++;
-    size_t n = strlen(s);
-    while (n > 0 && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-    return s;
+    if (section == SECTION_GRID)
+        return fail(p, lineno, QL_EFORMAT, "'%s' is not an axis; it belongs in [sweep]", key);
+    if (p->key_line[sk])
+        return fail(p, lineno, QL_EFORMAT, "duplicate key '%s' (first given on line %d)", key,
+                    p->key_line[sk]);
+    if (n != 1)
+        return fail(p, lineno, QL_EFORMAT, "'%s' takes one value, got %d: '%s ...'", key, n,
+                    tok[0]);
+    p->key_line[sk] = lineno;
+    return set_scalar(p, lineno, sk, tok[0]);
 }
 
 /* Whether a line starts with `identifier =` (after optional whitespace). */
@@ -299,6 +551,16 @@ static bool looks_like_key(const char *s)
     while (*s == ' ' || *s == '\t')
         s++;
     return *s == '=';
+}
+
+static ql_status new_grid(parser *p, int lineno)
+{
+    if (p->n_grids == p->cap_grids &&
+        !ql_grow((void **)&p->grids, &p->cap_grids, p->n_grids + 1, sizeof *p->grids))
+        return fail(p, lineno, QL_ENOMEM, "out of memory");
+    memset(&p->grids[p->n_grids], 0, sizeof p->grids[p->n_grids]);
+    p->grids[p->n_grids++].line = lineno;
+    return QL_OK;
 }
 
 static ql_status parse_lines(parser *p, char *text)
@@ -330,10 +592,9 @@ static ql_status parse_lines(parser *p, char *text)
                 p->sweep_line = lineno;
                 section = SECTION_SWEEP;
             } else if (strcmp(name, "grid") == 0) {
-                if (p->grid_line)
-                    return fail(p, lineno, QL_EFORMAT,
-                                "duplicate section [grid] (first on line %d)", p->grid_line);
-                p->grid_line = lineno;
+                ql_status st = new_grid(p, lineno);
+                if (st != QL_OK)
+                    return st;
                 section = SECTION_GRID;
             } else {
                 return fail(p, lineno, QL_EFORMAT,
@@ -390,9 +651,17 @@ static ql_status parse_lines(parser *p, char *text)
         return fail(p, p->sweep_line, QL_EFORMAT, "[sweep] has no 'model' (required)");
     if (!p->key_line[KEY_TEXT])
         return fail(p, p->sweep_line, QL_EFORMAT, "[sweep] has no 'text' (required)");
-    if (!p->axes[QL_AXIS_WEIGHT_TYPE].line)
-        return fail(p, p->grid_line ? p->grid_line : p->sweep_line, QL_EFORMAT,
-                    "no weight_type given (in [sweep] or [grid])");
+    /* A file without [grid] is one grid of [sweep]'s values. */
+    p->sw->n_grids = (int)p->n_grids;
+    if (p->n_grids == 0) {
+        ql_status st = new_grid(p, 0);
+        if (st != QL_OK)
+            return st;
+    }
+    for (size_t g = 0; g < p->n_grids; g++)
+        if (!p->fixed[QL_AXIS_WEIGHT_TYPE].line && !p->grids[g].axes[QL_AXIS_WEIGHT_TYPE].line)
+            return fail(p, p->grids[g].line ? p->grids[g].line : p->sweep_line, QL_EFORMAT,
+                        "no weight_type given (in [sweep] or [grid])");
     return QL_OK;
 }
 
@@ -408,19 +677,168 @@ static uint64_t hash_key(const char *hex)
     return k;
 }
 
+/* Normal form of an expanded config: a calibration context equal to the run's is
+ * the default, one spelling. */
+static void normalize(const ql_sweep *sw, ql_config *c)
+{
+    if (c->imatrix_kind == QL_IMATRIX_CALIB && c->imatrix_ctx == sw->ctx)
+        c->imatrix_ctx = 0;
+}
+
+/* Whether c matches every axis the pattern sets (header comment). */
+static bool pattern_matches(const parser *p, const pattern *pt, const ql_config *c)
+{
+    for (int a = 0; a < QL_AXIS_COUNT; a++) {
+        if (!pt->set[a])
+            continue;
+        ql_config t = *c;
+        ql_config_copy_axis(&t, &pt->config, (ql_axis)a);
+        normalize(p->sw, &t);
+        char want[QL_CONFIG_VALUE_MAX], have[QL_CONFIG_VALUE_MAX];
+        ql_config_axis_string(&t, (ql_axis)a, want, sizeof want);
+        ql_config_axis_string(c, (ql_axis)a, have, sizeof have);
+        if (strcmp(want, have) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* Applies a scope's patterns to c (counting their matches): false when an exclude
+ * matches or the scope has `only` patterns and none matches. */
+static bool patterns_keep(const parser *p, pattern_list *list, const ql_config *c)
+{
+    bool excluded = false, has_only = false, in_only = false;
+    for (size_t i = 0; i < list->n; i++) {
+        pattern *pt = &list->items[i];
+        bool m = pattern_matches(p, pt, c);
+        pt->matches += m;
+        if (pt->kind == FILTER_EXCLUDE)
+            excluded |= m;
+        else {
+            has_only = true;
+            in_only |= m;
+        }
+    }
+    return !excluded && (!has_only || in_only);
+}
+
+/* Every pattern matched some config of its scope. */
+static ql_status check_patterns(parser *p, const pattern_list *list, const grid *g)
+{
+    for (size_t i = 0; i < list->n; i++) {
+        const pattern *pt = &list->items[i];
+        if (pt->matches)
+            continue;
+        if (g)
+            return fail(p, pt->line, QL_EFORMAT,
+                        "%s '%s' matches no config of the [grid] on line %d",
+                        filter_names[pt->kind], pt->text, g->line);
+        return fail(p, pt->line, QL_EFORMAT, "%s '%s' matches no config of the sweep",
+                    filter_names[pt->kind], pt->text);
+    }
+    return QL_OK;
+}
+
+/* The line a config's axis value came from (0: the default). */
+static int axis_source(const parser *p, const grid *g, int a)
+{
+    return g->axes[a].line ? g->axes[a].line : p->fixed[a].line;
+}
+
+/* Checks one config the patterns kept, with the line of the axis at fault. */
+static ql_status check_config(parser *p, const grid *g, const ql_config *c)
+{
+    ql_axis bad = QL_AXIS_WEIGHT_TYPE;
+    ql_status st = ql_config_validate(c, &bad, p->err);
+    if (st != QL_OK) {
+        int line = axis_source(p, g, bad);
+        return located(p, line ? line : axis_source(p, g, QL_AXIS_WEIGHT_TYPE), st);
+    }
+    if (p->flags & QL_SWEEP_ALLOW_UNIMPLEMENTED)
+        return QL_OK;
+    for (int a = 0; a < QL_AXIS_COUNT; a++) {
+        if ((st = ql_config_check_axis(c, (ql_axis)a, p->err)) != QL_OK) {
+            /* Only kv_type = auto can fail here (through act_mode). */
+            int line =
+                axis_source(p, g, a) ? axis_source(p, g, a) : axis_source(p, g, QL_AXIS_ACT_MODE);
+            return located(p, line ? line : p->sweep_line, st);
+        }
+    }
+    return QL_OK;
+}
+
+/* Configs in one grid: the product of its lists (with [sweep]'s values and the
+ * defaults for the axes it does not list). */
+static size_t grid_size(const parser *p, const grid *g)
+{
+    (void)p;
+    size_t n = 1;
+    for (int a = 0; a < QL_AXIS_COUNT; a++)
+        n *= (size_t)(g->axes[a].n ? g->axes[a].n : 1); /* at most 64^9 = 2^54 */
+    return n;
+}
+
+static int cmp_strings(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* sw->n_values: distinct canonical values per axis among the points (0 when the
+ * file gives the axis nowhere). */
+static ql_status count_values(parser *p)
+{
+    ql_sweep *sw = p->sw;
+    char **vals = calloc(sw->n_points ? sw->n_points : 1, sizeof *vals);
+    if (!vals)
+        return fail(p, 1, QL_ENOMEM, "out of memory");
+    ql_status st = QL_OK;
+    for (int a = 0; a < QL_AXIS_COUNT && !st; a++) {
+        bool given = p->fixed[a].line != 0;
+        for (size_t g = 0; g < p->n_grids; g++)
+            given |= p->grids[g].axes[a].line != 0;
+        sw->n_values[a] = 0;
+        if (!given)
+            continue;
+        size_t n = 0;
+        for (size_t i = 0; i < sw->n_points; i++) {
+            char v[QL_CONFIG_VALUE_MAX];
+            ql_config_axis_string(&sw->points[i].config, (ql_axis)a, v, sizeof v);
+            if (!(vals[n] = ql_strdup(v))) {
+                st = fail(p, 1, QL_ENOMEM, "out of memory");
+                break;
+            }
+            n++;
+        }
+        if (!st) {
+            qsort(vals, n, sizeof *vals, cmp_strings);
+            for (size_t i = 0; i < n; i++)
+                sw->n_values[a] += i == 0 || strcmp(vals[i], vals[i - 1]) != 0;
+        }
+        for (size_t i = 0; i < n; i++)
+            free(vals[i]);
+    }
+    free(vals);
+    return st;
+}
+
 static ql_status expand(parser *p)
 {
     ql_sweep *sw = p->sw;
-    size_t total = 1;
-    for (int a = 0; a < QL_AXIS_COUNT; a++) {
-        int n = p->axes[a].n ? p->axes[a].n : 1;
-        sw->n_values[a] = p->axes[a].n;
-        total *= (size_t)n; /* at most 64^8 = 2^48: no overflow in size_t */
+    size_t total = 0;
+    for (size_t g = 0; g < p->n_grids; g++) {
+        size_t n = grid_size(p, &p->grids[g]);
+        total = n > QL_SWEEP_MAX_CONFIGS ? n : total + n;
+        if (total > QL_SWEEP_MAX_CONFIGS) {
+            int line = p->grids[g].line ? p->grids[g].line : p->sweep_line;
+            if (p->n_grids == 1)
+                return fail(p, line, QL_EFORMAT, "the grid expands to %zu configs, more than %d",
+                            total, QL_SWEEP_MAX_CONFIGS);
+            return fail(p, line, QL_EFORMAT,
+                        "the grids up to this one expand to %zu configs, more than %d", total,
+                        QL_SWEEP_MAX_CONFIGS);
+        }
     }
-    if (total > QL_SWEEP_MAX_CONFIGS)
-        return fail(p, p->grid_line ? p->grid_line : p->sweep_line, QL_EFORMAT,
-                    "the grid expands to %zu configs, more than %d", total, QL_SWEEP_MAX_CONFIGS);
-    sw->points = calloc(total, sizeof *sw->points);
+    sw->points = calloc(total ? total : 1, sizeof *sw->points);
     /* Open addressing on the first 64 bits of the hash, at most half full. */
     size_t cap = 2;
     while (cap < 2 * total)
@@ -431,61 +849,68 @@ static ql_status expand(parser *p)
         return fail(p, 1, QL_ENOMEM, "out of memory for %zu configs", total);
     }
     ql_status st = QL_OK;
-    int idx[QL_AXIS_COUNT] = {0};
-    for (size_t it = 0; it < total; it++) {
-        ql_config c;
-        ql_config_init(&c);
-        for (int a = 0; a < QL_AXIS_COUNT; a++)
-            if (p->axes[a].n)
-                ql_config_copy_axis(&c, &p->axes[a].values[idx[a]], (ql_axis)a);
-        /* A calibration context equal to the run's is the default: one spelling. */
-        if (c.imatrix_kind == QL_IMATRIX_CALIB && c.imatrix_ctx == sw->ctx)
-            c.imatrix_ctx = 0;
-
-        ql_axis bad = QL_AXIS_WEIGHT_TYPE;
-        st = ql_config_validate(&c, &bad, p->err);
-        if (st != QL_OK) {
-            int line = p->axes[bad].line ? p->axes[bad].line : p->axes[QL_AXIS_WEIGHT_TYPE].line;
-            st = located(p, line, st);
-            goto out;
-        }
-        if (!(p->flags & QL_SWEEP_ALLOW_UNIMPLEMENTED)) {
+    for (size_t gi = 0; gi < p->n_grids && !st; gi++) {
+        grid *g = &p->grids[gi];
+        size_t n = grid_size(p, g);
+        int idx[QL_AXIS_COUNT] = {0};
+        for (size_t it = 0; it < n && !st; it++) {
+            ql_config c;
+            ql_config_init(&c);
+            int lines[QL_AXIS_COUNT];
             for (int a = 0; a < QL_AXIS_COUNT; a++) {
-                st = ql_config_check_axis(&c, (ql_axis)a, p->err);
-                if (st != QL_OK) {
-                    /* Only kv_type = auto can fail here (through act_mode). */
-                    int line = p->axes[a].line ? p->axes[a].line : p->axes[QL_AXIS_ACT_MODE].line;
-                    st = located(p, line ? line : p->sweep_line, st);
-                    goto out;
+                if (g->axes[a].n)
+                    ql_config_copy_axis(&c, &g->axes[a].values[idx[a]], (ql_axis)a);
+                else if (p->fixed[a].n)
+                    ql_config_copy_axis(&c, &p->fixed[a].values[0], (ql_axis)a);
+                lines[a] = axis_source(p, g, a);
+            }
+            normalize(sw, &c);
+            /* Odometer: the last axis turns fastest. */
+            for (int a = QL_AXIS_COUNT - 1; a >= 0; a--) {
+                int na = g->axes[a].n ? g->axes[a].n : 1;
+                if (++idx[a] < na)
+                    break;
+                idx[a] = 0;
+            }
+            /* Both scopes see every config, so that each counts its matches. */
+            bool keep = patterns_keep(p, &g->patterns, &c);
+            keep = patterns_keep(p, &p->patterns, &c) && keep;
+            if (!keep)
+                continue;
+            g->kept++;
+            if ((st = check_config(p, g, &c)) != QL_OK)
+                break;
+            char hash[65];
+            ql_config_hash(&c, hash);
+            size_t h = (size_t)hash_key(hash) & (cap - 1);
+            bool dup = false;
+            while (slots[h]) {
+                if (strcmp(sw->points[slots[h] - 1].hash, hash) == 0) {
+                    dup = true;
+                    break;
                 }
+                h = (h + 1) & (cap - 1);
             }
-        }
-        char hash[65];
-        ql_config_hash(&c, hash);
-        size_t h = (size_t)hash_key(hash) & (cap - 1);
-        bool dup = false;
-        while (slots[h]) {
-            if (strcmp(sw->points[slots[h] - 1].hash, hash) == 0) {
-                dup = true;
-                break;
+            if (!dup) {
+                ql_sweep_point *pt = &sw->points[sw->n_points++];
+                pt->config = c;
+                memcpy(pt->hash, hash, sizeof pt->hash);
+                memcpy(pt->line, lines, sizeof pt->line);
+                slots[h] = sw->n_points;
             }
-            h = (h + 1) & (cap - 1);
-        }
-        if (!dup) {
-            ql_sweep_point *pt = &sw->points[sw->n_points++];
-            pt->config = c;
-            memcpy(pt->hash, hash, sizeof pt->hash);
-            slots[h] = sw->n_points;
-        }
-        /* Odometer: the last axis turns fastest. */
-        for (int a = QL_AXIS_COUNT - 1; a >= 0; a--) {
-            int n = p->axes[a].n ? p->axes[a].n : 1;
-            if (++idx[a] < n)
-                break;
-            idx[a] = 0;
         }
     }
-out:
+    /* A pattern that matches nothing explains an empty grid: it is reported first. */
+    for (size_t gi = 0; gi < p->n_grids && !st; gi++)
+        st = check_patterns(p, &p->grids[gi].patterns, &p->grids[gi]);
+    if (!st)
+        st = check_patterns(p, &p->patterns, NULL);
+    for (size_t gi = 0; gi < p->n_grids && !st; gi++)
+        if (p->grids[gi].kept == 0)
+            st = fail(p, p->grids[gi].line ? p->grids[gi].line : p->sweep_line, QL_EFORMAT,
+                      "exclude/only leave no config of this [grid]");
+    if (!st)
+        st = count_values(p);
     free(slots);
     return st;
 }
@@ -533,8 +958,7 @@ ql_status ql_sweep_parse(const char *path, const char *text, unsigned flags, ql_
     if (st == QL_OK)
         st = expand(&p);
     free(copy);
-    for (int a = 0; a < QL_AXIS_COUNT; a++)
-        free(p.axes[a].values);
+    parser_free(&p);
     if (st != QL_OK)
         ql_sweep_deinit(sw);
     return st;
@@ -569,6 +993,113 @@ void ql_sweep_deinit(ql_sweep *sw)
     free(sw->points);
     sw->points = NULL;
     sw->n_points = 0;
+}
+
+/* ---------------------------------------------------------------- the model */
+
+/* "file:line: " of an axis of a point (the sweep file alone for a default). */
+static void point_at(const ql_sweep *sw, const ql_sweep_point *pt, ql_axis a, char *buf,
+                     size_t size)
+{
+    int line = pt->line[a] ? pt->line[a] : pt->line[QL_AXIS_WEIGHT_TYPE];
+    if (line)
+        snprintf(buf, size, "%s:%d: ", sw->path, line);
+    else
+        snprintf(buf, size, "%s: ", sw->path);
+}
+
+static bool axis_is(const ql_config *c, ql_axis a, const char *value)
+{
+    char v[QL_CONFIG_VALUE_MAX];
+    ql_config_axis_string(c, a, v, sizeof v);
+    return strcmp(v, value) == 0;
+}
+
+/* One config against the model: its plan, the explicit requests that would fall
+ * back, the rules that match nothing. */
+static ql_status check_point(const ql_sweep *sw, const ql_sweep_point *pt, const ql_gguf *model,
+                             ql_error *err)
+{
+    const ql_config *c = &pt->config;
+    char at[QL_PATH_MAX + 32], v[QL_CONFIG_VALUE_MAX];
+    ql_quant_overrides *rules = NULL;
+    ql_quant_plan *plan = NULL;
+    bool *matched = NULL;
+    ql_status st = ql_config_overrides(c, &rules, err);
+    if (st != QL_OK)
+        return st;
+    ql_quant_config qc = ql_config_quant_request(c, rules, c->imatrix_kind != QL_IMATRIX_NONE);
+    if ((st = ql_quant_plan_build(model, &qc, &plan, err)) != QL_OK) {
+        point_at(sw, pt, QL_AXIS_WEIGHT_TYPE, at, sizeof at);
+        ql_config_axis_string(c, QL_AXIS_WEIGHT_TYPE, v, sizeof v);
+        ql_error_prefix(err, "%sweight_type %s: ", at, v);
+        goto out;
+    }
+    const int n_rules = ql_quant_overrides_count(rules);
+    if (n_rules && !(matched = calloc((size_t)n_rules, sizeof *matched))) {
+        st = ql_error_set(err, QL_ENOMEM, "out of memory");
+        goto out;
+    }
+    const bool head_same = axis_is(c, QL_AXIS_HEAD_TYPE, "same");
+    const bool embd_same = axis_is(c, QL_AXIS_EMBD_TYPE, "same");
+    bool has_output = false;
+    for (int64_t i = 0; i < plan->n; i++)
+        has_output |= strcmp(plan->entries[i].name, "output.weight") == 0;
+    for (int64_t i = 0; i < plan->n && !st; i++) {
+        const ql_quant_plan_entry *e = &plan->entries[i];
+        if (e->role != QL_ROLE_WEIGHT && e->role != QL_ROLE_HEAD && e->role != QL_ROLE_EMBD)
+            continue;
+        /* Who asked for this tensor's type: head_type / embd_type (the embeddings of a
+         * model without output.weight are its head too, quant_policy.h), else the
+         * first rule that matches, else the weight type or the mix. */
+        ql_axis by = QL_AXIS_COUNT;
+        int rule = -1;
+        if (e->role == QL_ROLE_EMBD && !embd_same)
+            by = QL_AXIS_EMBD_TYPE;
+        else if ((e->role == QL_ROLE_HEAD || (e->role == QL_ROLE_EMBD && !has_output)) &&
+                 !head_same)
+            by = QL_AXIS_HEAD_TYPE;
+        else if ((st = ql_quant_overrides_match(rules, e->name, &rule, err)) != QL_OK)
+            break;
+        else if (rule >= 0) {
+            by = QL_AXIS_TENSOR_TYPES;
+            matched[rule] = true;
+        }
+        if (by == QL_AXIS_COUNT || e->fallback != QL_FALLBACK_ROW_LENGTH)
+            continue;
+        point_at(sw, pt, by, at, sizeof at);
+        if (by == QL_AXIS_TENSOR_TYPES)
+            snprintf(v, sizeof v, "tensor_types rule '%s'", ql_quant_overrides_rule(rules, rule));
+        else
+            snprintf(v, sizeof v, "%s %s", ql_axis_name(by), ql_type_name(e->requested));
+        st = ql_error_set(err, QL_EFORMAT,
+                          "%s%s: tensor '%s' of %s would fall back: %s (choose a type whose "
+                          "blocks divide its rows)",
+                          at, v, e->name, model->path, e->reason);
+    }
+    for (int r = 0; r < n_rules && !st; r++)
+        if (!matched[r]) {
+            point_at(sw, pt, QL_AXIS_TENSOR_TYPES, at, sizeof at);
+            st = ql_error_set(err, QL_EFORMAT,
+                              "%stensor_types rule '%s' matches no tensor of %s whose type a "
+                              "rule may set",
+                              at, ql_quant_overrides_rule(rules, r), model->path);
+        }
+out:
+    free(matched);
+    ql_quant_plan_free(plan);
+    ql_quant_overrides_free(rules);
+    return st;
+}
+
+ql_status ql_sweep_check_model(const ql_sweep *sw, const ql_gguf *model, ql_error *err)
+{
+    for (size_t i = 0; i < sw->n_points; i++) {
+        ql_status st = check_point(sw, &sw->points[i], model, err);
+        if (st != QL_OK)
+            return st;
+    }
+    return QL_OK;
 }
 
 /* ---------------------------------------------------------------- shards */

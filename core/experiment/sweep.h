@@ -12,21 +12,53 @@
  *   imatrix = calib:tinystories-calib   # any axis here is a single-value default
  *
  *   [grid]                          # cartesian product of these lists
- *   weight_type = F16 Q8_0 Q4_0
- *   act_mode    = f32
+ *   weight_type = F16 Q8_0 Q4_0 IQ2_XS
+ *   act_mode    = f32 native
+ *   exclude     = weight_type=IQ2_XS act_mode=native   # not this combination
+ *
+ *   [grid]                          # another product, added to the first
+ *   weight_type  = Q4_K_M Q4_K
+ *   tensor_types = none attn_v=Q8_0;ffn_down=Q6_K recipes/q4k-big.txt
  *
  * Lines are `key = value...`; values are separated by whitespace (so paths with
  * spaces are not supported). A long list may go on over indented lines that are not
  * `key = ...` lines themselves (errors in them name the key's line). A model may be
- * `synth:PRESET` or `synth:key=value,...` (synth.h): a synthetic model made once. `#` starts a comment at the start of a line or after
- * whitespace. Each section appears at most once; each key at most once, and an
- * axis in [sweep] or in [grid], not both. weight_type must be given somewhere;
- * the other axes default as in ql_config_init.
+ * `synth:PRESET` or `synth:key=value,...` (synth.h): a synthetic model made once.
+ * `#` starts a comment at the start of a line or after whitespace. [sweep] appears
+ * at most once; [grid] any number of times. Each key at most once per section (but
+ * `exclude` and `only`, which may repeat), and an axis either in [sweep] or in
+ * grids, not both. weight_type must be given, in [sweep] or in every grid; the other
+ * axes default as in ql_config_init.
  *
- * Expansion: axes in ql_axis order, the first varying slowest and the last
- * fastest, each axis's values in file order; a config whose hash was already
- * produced is dropped. So config i of a file is stable, which makes
- * `--shard K/N` (configs with i mod N == K) meaningful across machines.
+ * Which combinations run:
+ *   - each [grid] is the product of its lists, axes not listed taking [sweep]'s value
+ *     or the default; the sweep is the union of its grids (a file without [grid] is
+ *     one config of [sweep]'s values);
+ *   - `exclude = axis=value ...` drops the configs that match every axis=value of
+ *     the pattern; `only = axis=value ...` keeps only the configs that match it (one
+ *     of them, when `only` is given several times). In a [grid] they apply to that
+ *     grid, in [sweep] to every grid. Values compare as the config computes them
+ *     (canonical values: `head_type=Q4_0` matches a Q4_0 config's `same`, kv_type
+ *     f16 matches `auto` under act_mode native). A pattern that matches no config,
+ *     and a grid they leave empty, are errors (a typo, most likely).
+ * Every remaining combination must be able to run: ql_config_validate's rules are
+ * checked for each before anything runs, the error naming the line of the axis
+ * that breaks one; what depends on the model (rows a requested type does not
+ * divide, a mix's architecture, a rule that matches no tensor) is checked by
+ * ql_sweep_check_model once the model is open, before the reference pass.
+ *
+ * tensor_types values: `none`; rules REGEX=TYPE separated by ';' (qlab quantize
+ * --tensor-type: first match wins, the pattern searched in the tensor name); or, for
+ * a value without '=', a recipe file (a relative path is relative to the sweep
+ * file's directory) of one REGEX=TYPE rule per line, `#` comments and blank lines
+ * allowed.
+ * A config stores the rules themselves (config.h), so editing a recipe file makes
+ * new configs.
+ *
+ * Expansion: grids in file order; in each, axes in ql_axis order, the first varying
+ * slowest and the last fastest, each axis's values in file order; a config whose
+ * hash was already produced is dropped. So config i of a file is stable, which
+ * makes `--shard K/N` (configs with i mod N == K) meaningful across machines.
  *
  * Every error names the file and line and quotes the offending text:
  *   experiments/x.sweep:7: weight_type: unknown type 'Q4_O'; did you mean 'Q4_0'? */
@@ -40,6 +72,7 @@
 #include "base/data.h"
 #include "base/error.h"
 #include "experiment/config.h"
+#include "model/gguf.h"
 
 /* Largest grid qlab expands (a typo such as a list of 50 types times 6 modes
  * times 10 ratios should fail fast, not allocate gigabytes). */
@@ -59,6 +92,7 @@ enum {
 typedef struct {
     ql_config config;
     char hash[65];
+    int line[QL_AXIS_COUNT]; /* line that gave each axis its value; 0 = the default */
 } ql_sweep_point;
 
 typedef struct {
@@ -67,9 +101,12 @@ typedef struct {
     char model[QL_PATH_MAX];
     char text[QL_PATH_MAX];
     int ctx;
-    int chunks;                  /* 0 = all the text holds */
-    int threads;                 /* 0 = all cores */
-    int n_values[QL_AXIS_COUNT]; /* values listed per axis (0 = default) */
+    int chunks;  /* 0 = all the text holds */
+    int threads; /* 0 = all cores */
+    /* Distinct values of each axis among the points; 0 when the file gives the axis
+     * nowhere (every point has its default). */
+    int n_values[QL_AXIS_COUNT];
+    int n_grids; /* [grid] sections (0: the file has none) */
     size_t n_points;
     ql_sweep_point *points; /* expanded, deduplicated, in expansion order */
 } ql_sweep;
@@ -82,6 +119,15 @@ ql_status ql_sweep_parse(const char *path, const char *text, unsigned flags, ql_
                          ql_error *err);
 
 void ql_sweep_deinit(ql_sweep *sw);
+
+/* The checks of every config that need the model, before anything runs: the type
+ * policy plans each config on the model's tensors (a mix on an architecture it has
+ * no rules for, INT8_ROW rows it cannot take, ... fail here), a type that head_type,
+ * embd_type or a tensor_types rule asks for must fit the rows of every tensor it is
+ * asked for (falling back instead would run something else than the file says),
+ * and every tensor_types rule must match a tensor. Errors name the sweep file and
+ * the line of the axis, and the tensor. */
+ql_status ql_sweep_check_model(const ql_sweep *sw, const ql_gguf *model, ql_error *err);
 
 /* A slice of a sweep: configs i with i mod count == index. {0, 1} is everything. */
 typedef struct {

@@ -556,6 +556,8 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
     default_paths(s);
     ql_threads_set(opts->threads > 0 ? opts->threads : sw->threads);
     ql_status st = open_inputs(s, err);
+    if (!st) /* what the model decides about the configs, before anything runs */
+        st = ql_sweep_check_model(sw, s->model->gguf, err);
     if (!st) {
         plan_memory(s);
         ql_calib_source cs = {s->model, s->tok,      s->model_sha,     s->cache_dir,

@@ -11,6 +11,7 @@
 #include "experiment/config.h"
 #include "results/analysis.h"
 #include "results/plot.h"
+#include "results/types_table.h"
 
 /* Markdown text of a missing value. */
 #define NULL_TEXT "—"
@@ -51,6 +52,7 @@ typedef struct {
     struct tensor_point *pts;
     size_t npts;
     char outside[2048];
+    ql_types_table *types; /* which type each tensor class got, per row (types_table.h) */
 } group;
 
 /* One sweep: everything its files show, read before any is written. */
@@ -81,6 +83,7 @@ static void group_free(group *g)
     free(g->rows);
     free(g->fails);
     free(g->pts);
+    ql_types_table_free(g->types);
     free(g->model_sha);
     free(g->model);
     free(g->arch);
@@ -400,6 +403,13 @@ static const char *axis_display(int a, const char *v)
     return shown && is_default(a, v) ? shown : v;
 }
 
+/* Whether an axis added later is at its default: as the canonical form leaves it out,
+ * so does the summary (a sweep from before it existed reads as it did). */
+static bool omitted_default(int a, const char *v)
+{
+    return (ql_axis_get((ql_axis)a)->flags & QL_AXIS_OMIT_DEFAULT) && is_default(a, v);
+}
+
 /* Whether a label can leave an axis value out (head same, outliers off, ...). */
 static bool is_plain(int a, const char *v)
 {
@@ -583,7 +593,7 @@ static void md_summary(const group *g, FILE *out)
     if (any) {
         bool first = true;
         for (int a = 0; a < QL_AXIS_COUNT; a++)
-            if (!g->varies[a]) {
+            if (!g->varies[a] && !omitted_default(a, any[a])) {
                 fprintf(out, "%s%s %s", first ? "- fixed: " : " · ", ql_axis_get((ql_axis)a)->label,
                         axis_display(a, any[a]));
                 first = false;
@@ -639,6 +649,8 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
         else
             fprintf(d.f, "No finished configs.\n");
         md_failures(g, d.f);
+        if (!rc)
+            rc = ql_types_table_write_md(g->types, d.f, NULL_TEXT, err);
     }
     if (rc) {
         ql_doc_discard(&d);
@@ -964,12 +976,7 @@ typedef struct tensor_point {
 /* Tensor classes in the order of a transformer block; others after, by name. */
 static int class_rank(const char *cls)
 {
-    static const char *const order[] = {"attn_q",      "attn_k",   "attn_v", "attn_qkv",
-                                        "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
-    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
-        if (strcmp(cls, order[i]) == 0)
-            return (int)i;
-    return (int)(sizeof order / sizeof order[0]);
+    return ql_tensor_class_rank(cls);
 }
 
 static int cmp_points(const void *pa, const void *pb)
@@ -987,15 +994,7 @@ static int cmp_points(const void *pa, const void *pb)
 /* "blk.3.attn_q.weight" -> "attn_q". */
 static void tensor_class(const char *name, char *buf, size_t size)
 {
-    const char *p = name + 4; /* after "blk." */
-    while (*p >= '0' && *p <= '9')
-        p++;
-    if (*p == '.')
-        p++;
-    size_t n = strlen(p);
-    if (n > 7 && strcmp(p + n - 7, ".weight") == 0)
-        n -= 7;
-    snprintf(buf, size, "%.*s", (int)n, p);
+    ql_tensor_class(name, buf, size);
 }
 
 /* Reads the tensor errors of the group's plotted run into the group. */
@@ -1217,6 +1216,73 @@ static ql_status check_tensor_prefix(ctx *c, const group *gs, size_t ng, ql_erro
     return QL_OK;
 }
 
+/* ================================================================ tensor types */
+
+/* The group's table of tensor types, one row per finished config, labelled as the
+ * failures are. */
+static ql_status load_types(ctx *c, group *g, ql_error *err)
+{
+    int64_t *ids = calloc(g->nrows ? g->nrows : 1, sizeof *ids);
+    char **labels = calloc(g->nrows ? g->nrows : 1, sizeof *labels);
+    const char **hashes = calloc(g->nrows ? g->nrows : 1, sizeof *hashes);
+    ql_status rc = ids && labels && hashes ? QL_OK : oom(err);
+    for (size_t i = 0; i < g->nrows && !rc; i++) {
+        char label[512];
+        config_label(g, g->rows[i].axis, -1, label, sizeof label);
+        ids[i] = g->rows[i].run_id;
+        hashes[i] = g->rows[i].hash;
+        if (!(labels[i] = ql_strdup(label)))
+            rc = oom(err);
+    }
+    if (!rc)
+        rc = ql_types_table_load(c->store, ids, (const char *const *)labels, hashes, g->nrows,
+                                 &g->types, err);
+    for (size_t i = 0; labels && i < g->nrows; i++)
+        free(labels[i]);
+    free(labels);
+    free(hashes);
+    free(ids);
+    return rc;
+}
+
+/* tensor-types.csv: every tensor of every config with per-tensor records, after the
+ * group's columns; not written when no config has any. */
+static ql_status write_types_csv(ctx *c, group *gs, size_t ng, ql_error *err)
+{
+    bool any = false;
+    for (size_t i = 0; i < ng; i++)
+        any |= !ql_types_table_empty(gs[i].types);
+    if (!any)
+        return QL_OK;
+    static const char *const group_cols[] = {"model", "dataset", "ctx", "chunks"};
+    enum { N_G = sizeof group_cols / sizeof group_cols[0] };
+    const ql_table_column *tc;
+    size_t nt = ql_types_table_csv_columns(&tc);
+    ql_table_column cols[N_G + 16];
+    QL_ASSERT(nt <= 16);
+    for (size_t i = 0; i < N_G; i++)
+        cols[i] = (ql_table_column){group_cols[i], NULL, false};
+    memcpy(cols + N_G, tc, nt * sizeof *tc);
+    ql_table *t = ql_table_alloc(cols, N_G + nt);
+    if (!t)
+        return oom(err);
+    ql_status rc = QL_OK;
+    for (size_t i = 0; i < ng && !rc; i++) {
+        char ctx_s[32], chunks_s[32];
+        snprintf(ctx_s, sizeof ctx_s, "%d", gs[i].ctx);
+        snprintf(chunks_s, sizeof chunks_s, "%d", gs[i].chunks);
+        const char *prefix[N_G] = {gs[i].model, gs[i].dataset, ctx_s, chunks_s};
+        rc = ql_types_table_csv_rows(gs[i].types, t, prefix, N_G, err);
+    }
+    ql_doc d;
+    if (!rc && !(rc = ql_doc_open(&d, err))) {
+        ql_table_write_csv(t, d.f);
+        rc = doc_save(c, &d, "tensor-types.csv", err);
+    }
+    ql_table_free(t);
+    return rc;
+}
+
 /* ================================================================ driver */
 
 /* Reads everything the files of sweep c->sweep show. */
@@ -1228,6 +1294,8 @@ static ql_status load_sweep(ctx *c, sweep_data *sd, ql_error *err)
         if ((rc = load_rows(c, g, err)) || (rc = load_failures(c, g, err)))
             break;
         find_varying(g);
+        if ((rc = load_types(c, g, err)))
+            break;
         if (sd->ng > 1) {
             char m[200], d[200];
             slug(g->model, m, sizeof m);
@@ -1257,7 +1325,8 @@ static ql_status write_sweep(ctx *c, sweep_data *sd, ql_error *err)
         return rc;
     if (c->opt->log)
         fprintf(c->opt->log, "sweep %s:\n", c->sweep);
-    if ((rc = write_report_md(c, sd->gs, sd->ng, err)) || (rc = write_csv(c, sd->gs, sd->ng, err)))
+    if ((rc = write_report_md(c, sd->gs, sd->ng, err)) ||
+        (rc = write_csv(c, sd->gs, sd->ng, err)) || (rc = write_types_csv(c, sd->gs, sd->ng, err)))
         return rc;
     for (size_t i = 0; i < sd->ng && !rc; i++) {
         group *g = &sd->gs[i];

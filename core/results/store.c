@@ -425,6 +425,7 @@ static const col_def tensor_errors_cols[] = {
     {"imatrix_err", "REAL", 1, NULL},
     {"imatrix_err_rel", "REAL", 1, NULL},
     {"outlier_cols", "INTEGER", 1, "NULL when the outlier split is off"},
+    {"choice", "TEXT", 4, "the rule or axis that asked for requested_type"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -787,7 +788,7 @@ static void view_tensor_results(sqlbuf *b)
     sb_add(b, "       mo.name AS model, d.name AS dataset, r.ctx, r.chunks, t.tensor, t.layer,\n"
               "       t.requested_type, t.used_type, t.fallback, t.fallback_reason, t.n_rows,\n"
               "       t.n_cols, t.params, t.bytes, 8.0 * t.bytes / t.params AS bpw, t.rmse,\n"
-              "       t.max_err, t.imatrix_err, t.imatrix_err_rel, t.outlier_cols\n"
+              "       t.max_err, t.imatrix_err, t.imatrix_err_rel, t.outlier_cols, t.choice\n"
               "FROM tensor_errors t\n"
               "JOIN runs r ON r.id = t.run_id\n" RESULT_JOINS "WHERE r.status = 'done'");
 }
@@ -1597,8 +1598,8 @@ static ql_status insert_tensor_errors(ql_store *s, int64_t run_id, const ql_tens
     static const char sql[] =
         "INSERT INTO tensor_errors (run_id, tensor, layer, requested_type, used_type, fallback,"
         " fallback_reason, n_rows, n_cols, params, bytes, rmse, max_err, imatrix_err,"
-        " imatrix_err_rel, outlier_cols)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+        " imatrix_err_rel, outlier_cols, choice)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
     sqlite3_stmt *st;
     ql_status rc = prep(s, sql, &st, err);
     if (rc)
@@ -1634,7 +1635,8 @@ static ql_status insert_tensor_errors(ql_store *s, int64_t run_id, const ql_tens
             (rc = bind_real(s, st, 13, t->max_err, err)) ||
             (rc = bind_real(s, st, 14, t->imatrix_err, err)) ||
             (rc = bind_real(s, st, 15, t->imatrix_err_rel, err)) ||
-            (rc = bind_count(s, st, 16, t->outlier_cols, err)))
+            (rc = bind_count(s, st, 16, t->outlier_cols, err)) ||
+            (rc = bind_text(s, st, 17, t->choice, err)))
             goto out;
         if ((rc = step_done(s, st, "storing a tensor error", err))) {
             ql_error_prefix(err, "tensor '%s': ", name);

@@ -41,8 +41,10 @@
  * qlab's. History:
  *   1  models, datasets, configs, runs, sweep_runs, metrics, tensor_errors + views
  *   2  chunk_metrics (per-chunk sums of a run) and the chunk_results view
- *   3  act_roundings (the activation rounding each product used) */
-#define QL_STORE_SCHEMA_VERSION  3
+ *   3  act_roundings (the activation rounding each product used)
+ *   4  configs.tensor_types (per-tensor type rules), tensor_errors.choice (the rule
+ *      behind each tensor's requested type) */
+#define QL_STORE_SCHEMA_VERSION  4
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 /* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a

@@ -1,7 +1,8 @@
 #!/bin/sh
 # qlab fit from the command line on stories260K: usage errors (exit 2), an infeasible
 # budget (exit 1, naming the smallest feasible size), the envelope arithmetic, the
-# cache, and a written model that reads back with the planned types.
+# cache, a written model that reads back with the planned types, and budgets named by
+# a quantization (comparison points).
 set -u
 qlab="$1"
 # shellcheck source=SCRIPTDIR/lib.sh
@@ -59,4 +60,30 @@ expect 0 "fit from an IQ3_S model" "$qlab" fit "$tmp/s-iq3s.gguf" --budget bpw:6
 expect 0 "fit from an IQ3_S model, written" "$qlab" fit "$tmp/s-iq3s.gguf" --budget bpw:6 -o "$tmp/fit-iq.gguf" --cache-dir "$tmp/cache-iq" --quiet
 expect 0 "again, the table from the cache" "$qlab" fit "$tmp/s-iq3s.gguf" --budget bpw:6 -o "$tmp/fit-iq2.gguf" --cache-dir "$tmp/cache-iq" --quiet
 matches "$tmp/out" "read from the cache" "the IQ3_S source's table comes from the cache"
+# Comparison points: --budget names a quantization as a sweep's weight_type does, and
+# the budget is the tensor bytes `qlab quantize` writes for it (the sizes compared by
+# qlab inspect's totals), pure types and llama-quantize's mixes, with the imatrix's
+# coverage; a mix that cannot be made fails before any error is measured.
+tensor_bytes() { "$qlab" inspect "$1" | sed -n 's/^totals: .* \([0-9]*\) tensor bytes .*/\1/p'; }
+# point NAME QUANTIZE-ARGS...: --budget NAME against qlab quantize MODEL OUT ARGS.
+point() {
+    name=$1; shift
+    "$qlab" quantize "$model" "$tmp/point.gguf" "$@" >/dev/null 2>&1 || bad "quantize $*"
+    size=$(tensor_bytes "$tmp/point.gguf")
+    expect 0 "--budget $name" "$qlab" fit "$model" --budget "$name" --dry-run --cache-dir "$tmp/cache"
+    matches "$tmp/out" "^budget      .* ($size B)$" "--budget $name is the $size tensor bytes of quantize $*"
+}
+point Q4_K_M Q4_K_M
+point Q3_K_L Q3_K_L
+point mix:Q6_K Q6_K
+point Q6_K --type Q6_K
+"$qlab" quantize --imatrix "$imatrix" "$model" "$tmp/point.gguf" Q4_K_M >/dev/null 2>&1 || bad "quantize Q4_K_M with the imatrix"
+size=$(tensor_bytes "$tmp/point.gguf")
+expect 0 "--budget Q4_K_M with the imatrix" "$qlab" fit "$model" --imatrix "$imatrix" --budget Q4_K_M --dry-run --cache-dir "$tmp/cache"
+matches "$tmp/out" "^Q4_K_M      .* ($size B) = this model as llama-quantize's Q4_K_M$" "the comparison point is named"
+expect 2 "--budget of an unknown type" "$qlab" fit "$model" --budget Q4_K_N --dry-run
+has "$tmp/err" "--budget: 'Q4_K_N' is not a size, bpw:X or a weight type (unknown type 'Q4_K_N'; did you mean 'Q4_K_S'?)" "unknown type named"
+expect 1 "--budget of a mix that needs an imatrix" "$qlab" fit "$model" --budget mix:IQ2_S --dry-run --cache-dir "$tmp/cache"
+has "$tmp/err" "--budget mix:IQ2_S: $model: IQ2_S needs an importance matrix" "mix without its imatrix refused"
+grep -q "measuring errors" "$tmp/err" && bad "errors measured before the refusal" || ok "refused before measuring"
 exit $fail

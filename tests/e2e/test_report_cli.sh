@@ -34,7 +34,7 @@ diff -r "$tmp/a" "$tmp/nognu" >/dev/null && ok "gnuplot-less run writes the same
 # With gnuplot: real images.
 if command -v gnuplot >/dev/null 2>&1; then
     expect 0 "report with plots" "$qlab" report --db "$db" -o "$tmp/plots" --sweep fixture-formats
-    has "$tmp/out" "report: 1 sweep, 15 files under $tmp/plots/, 3 plots" "plots summary"
+    has "$tmp/out" "report: 1 sweep, 16 files under $tmp/plots/, 3 plots" "plots summary"
     for p in kld_bpw ppl_bpw tensors-c90fa930648f; do
         is_png "$tmp/plots/fixture-formats/$p.png" && ok "$p.png is a real PNG" || bad "$p.png is not a PNG of useful size"
         grep -q "<svg" "$tmp/plots/fixture-formats/$p.svg" && ok "$p.svg" || bad "$p.svg is not SVG"

@@ -74,9 +74,9 @@ static ql_status finish(ql_store *s, int64_t run, const ql_config *c, int i,
     ql_type wt = c->weight_type;
     ql_tensor_record te[2] = {
         {"token_embd.weight", wt, wt, NULL, 64, 32, 2048, 1024, (i + 1) / 256.0, (i + 1) / 64.0,
-         (double)NAN, (double)NAN, -1},
+         (double)NAN, (double)NAN, -1, "the weight type"},
         {"blk.0.attn_q.weight", wt, wt, NULL, 32, 32, 1024, 512, (i + 1) / 128.0, (i + 1) / 32.0,
-         (i + 1) / 16.0, 1.0 / 64, -1},
+         (i + 1) / 16.0, 1.0 / 64, -1, "the weight type"},
     };
     /* Provenance of the shard, not of the config. */
     ql_run_timing t = {1.0 + spec->shard.index, 0.25, 0.5, 0.5};

@@ -134,11 +134,12 @@ static ql_status add_run(ql_store *s, int64_t model, int64_t text, const char *c
     ql_type wt = c.weight_type;
     ql_tensor_record te[3] = {
         {"token_embd.weight", wt, wt, NULL, 512, 64, 32768, 1000, 0.0625, 0.25, (double)NAN,
-         (double)NAN, -1},
-        {"blk.0.attn_q.weight", wt, wt, NULL, 64, 64, 4096, 500, 0.125, 0.5, 2.0, 0.015625, -1},
+         (double)NAN, -1, "the embedding type"},
+        {"blk.0.attn_q.weight", wt, wt, NULL, 64, 64, 4096, 500, 0.125, 0.5, 2.0, 0.015625, -1,
+         "the weight type"},
         {"blk.0.ffn_down.weight", QL_TYPE_Q4_K, QL_TYPE_Q5_0,
          "row length 172 is not a multiple of 256", 64, 172, 11008, 700, 0.25, 1.0, 4.0, 0.03125,
-         -1},
+         -1, "--tensor-type 'ffn_down=Q4_K'"},
     };
     ql_run_timing t = {12.5, 1.0, 4.0, 5.0};
     return ql_store_finish_run(s, run, &m, te, 3, &t, err);

@@ -188,6 +188,14 @@ static void test_axis_table(void)
     char label[256];
     ql_config_short_label(&full, varies, label, sizeof label);
     CHECK_MSG(strcmp(label, "Q8_0_XC act_mode=q8_0 budget=400000") == 0, "%s", label);
+    /* tensor_types (added later) is left out at its default, like the canonical form. */
+    varies[QL_AXIS_TENSOR_TYPES] = true;
+    ql_config_short_label(&full, varies, label, sizeof label);
+    CHECK_MSG(strcmp(label, "Q8_0_XC act_mode=q8_0 budget=400000") == 0, "%s", label);
+    CHECK_OK(ql_config_set(&full, QL_AXIS_TENSOR_TYPES, "attn_v=Q8_0", &err), &err);
+    ql_config_short_label(&full, varies, label, sizeof label);
+    CHECK_MSG(strcmp(label, "Q8_0_XC act_mode=q8_0 budget=400000 tensor_types=attn_v=Q8_0") == 0,
+              "%s", label);
     CHECK(strcmp(ql_axis_get(QL_AXIS_OUTLIER_RATIO)->shown_default, "off") == 0);
     CHECK(ql_axis_get(QL_AXIS_HEAD_TYPE)->flags & QL_AXIS_LABEL_SKIPS_DEFAULT);
     CHECK(!(ql_axis_get(QL_AXIS_KV_TYPE)->flags & QL_AXIS_WEIGHTS));
@@ -389,6 +397,179 @@ static void test_format_double(void)
     CHECK(strcmp(b, "nan") == 0);
 }
 
+/* Expects ql_config_validate(s) to fail on axis with exactly msg. */
+static void check_invalid(const char *s, ql_axis axis, const char *msg)
+{
+    ql_config c;
+    ql_error err;
+    ql_axis bad = QL_AXIS_COUNT;
+    CHECK_OK(ql_config_from_string(s, &c, &err), &err);
+    CHECK_MSG(ql_config_validate(&c, &bad, &err) == QL_EFORMAT, "'%s' was valid", s);
+    CHECK_MSG(bad == axis, "'%s': axis %d, expected %s", s, (int)bad, ql_axis_name(axis));
+    CHECK_MSG(strcmp(err.msg, msg) == 0, "'%s': got '%s', expected '%s'", s, err.msg, msg);
+}
+
+/* llama-quantize's file types as weight types: the name of a type means the type,
+ * mix:NAME the file type of that name, a name no type has the file type. */
+static void test_mixes(void)
+{
+    ql_config c;
+    ql_error err;
+    static const struct {
+        const char *in, *canonical, *mix; /* mix NULL: pure */
+        ql_type type;
+    } cases[] = {
+        {"Q4_K_M", "Q4_K_M", "Q4_K_M", QL_TYPE_Q4_K},
+        {"q3_k_l", "Q3_K_L", "Q3_K_L", QL_TYPE_Q3_K},
+        {"IQ3_M", "IQ3_M", "IQ3_M", QL_TYPE_IQ3_S},
+        {"IQ2_M", "IQ2_M", "IQ2_M", QL_TYPE_IQ2_S},
+        {"Q6_K", "Q6_K", NULL, QL_TYPE_Q6_K},
+        {"Q4_K", "Q4_K", NULL, QL_TYPE_Q4_K}, /* llama-quantize's alias of Q4_K_M */
+        {"mix:Q6_K", "mix:Q6_K", "Q6_K", QL_TYPE_Q6_K},
+        {"MIX:q8_0", "mix:Q8_0", "Q8_0", QL_TYPE_Q8_0},
+        {"mix:Q4_K", "Q4_K_M", "Q4_K_M", QL_TYPE_Q4_K},
+        {"mix:Q4_K_M", "Q4_K_M", "Q4_K_M", QL_TYPE_Q4_K},
+        {"mix:15", "Q4_K_M", "Q4_K_M", QL_TYPE_Q4_K},
+        {"mix:IQ2_S", "mix:IQ2_S", "IQ2_S", QL_TYPE_IQ2_XS}, /* its default type */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ql_config_init(&c);
+        CHECK_OK(ql_config_set(&c, QL_AXIS_WEIGHT_TYPE, cases[i].in, &err), &err);
+        char v[QL_CONFIG_VALUE_MAX];
+        ql_config_axis_string(&c, QL_AXIS_WEIGHT_TYPE, v, sizeof v);
+        CHECK_MSG(strcmp(v, cases[i].canonical) == 0, "%s -> %s", cases[i].in, v);
+        CHECK_MSG(cases[i].mix ? c.weight_mix && strcmp(c.weight_mix->name, cases[i].mix) == 0
+                               : c.weight_mix == NULL,
+                  "%s: mix %s", cases[i].in, c.weight_mix ? c.weight_mix->name : "none");
+        CHECK(c.weight_type == cases[i].type);
+    }
+    /* A number alone is not a type name (llama-quantize's TYPE takes it only via mix:). */
+    check_bad("weight_type=15", "weight_type: unknown type '15' (valid: the GGUF weight types F32 "
+                                "F16 BF16 Q8_0 Q4_0 ... IQ1_M, INT8_ROW, Q8_0_XC)");
+    check_bad("weight_type=Q4_KM", "weight_type: unknown type 'Q4_KM'; did you mean 'Q4_K'?");
+    check_bad("weight_type=Q3_K_LL", "weight_type: unknown type 'Q3_K_LL'; did you mean 'Q3_K_L'?");
+    check_bad("weight_type=mix:Q4_K_MM",
+              "weight_type: unknown llama-quantize file type 'Q4_K_MM'; did you mean 'Q4_K_M'?");
+    check_bad("weight_type=mix:INT8_ROW",
+              "weight_type: unknown llama-quantize file type 'INT8_ROW' (file types: Q4_K_M, "
+              "Q3_K_L, IQ3_M, ...; see qlab quantize --help)");
+
+    /* With a mix, `same` is the mix's rule: a head type equal to the default type is
+     * an override and stays; with a pure type it is `same`. */
+    check_canon("weight_type=Q4_K_M head_type=Q4_K",
+                "weight_type=Q4_K_M act_mode=f32 outlier_ratio=0 head_type=Q4_K embd_type=same "
+                "kv_type=f32 imatrix=none budget=none");
+    check_canon("weight_type=Q4_K head_type=Q4_K",
+                "weight_type=Q4_K act_mode=f32 outlier_ratio=0 head_type=same embd_type=same "
+                "kv_type=f32 imatrix=none budget=none");
+    ql_config a, b;
+    char ha[65], hb[65];
+    CHECK_OK(ql_config_from_string("weight_type=Q6_K", &a, &err), &err);
+    CHECK_OK(ql_config_from_string("weight_type=mix:Q6_K", &b, &err), &err);
+    ql_config_hash(&a, ha);
+    ql_config_hash(&b, hb);
+    CHECK(strcmp(ha, hb) != 0);
+    CHECK_OK(ql_config_validate(&b, NULL, &err), &err);
+}
+
+/* tensor_types: rules REGEX=TYPE in the policy's spelling, and what is wrong with a bad one. */
+static void test_tensor_types(void)
+{
+    check_canon("weight_type=Q4_K tensor_types=ATTN_V=q8_0;blk\\.[01]\\.ffn_down=Q6_K",
+                "weight_type=Q4_K act_mode=f32 outlier_ratio=0 head_type=same embd_type=same "
+                "kv_type=f32 imatrix=none budget=none "
+                "tensor_types=attn_v=Q8_0;blk\\.[01]\\.ffn_down=Q6_K");
+    check_canon("weight_type=Q4_K tensor_types=NONE",
+                "weight_type=Q4_K act_mode=f32 outlier_ratio=0 head_type=same embd_type=same "
+                "kv_type=f32 imatrix=none budget=none");
+    check_bad("tensor_types=attn_v", "tensor_types: rule 'attn_v' is not REGEX=TYPE");
+    check_bad("tensor_types==Q8_0", "tensor_types: rule '=Q8_0' has an empty pattern");
+    check_bad("tensor_types=attn_v=", "tensor_types: rule 'attn_v=' names no type");
+    check_bad("tensor_types=attn_v=Q8_0;;ffn_up=Q4_0",
+              "tensor_types: empty rule in 'attn_v=Q8_0;;ffn_up=Q4_0'");
+    check_bad("tensor_types=attn_v=Q8_O",
+              "tensor_types: rule 'attn_v=Q8_O': unknown type 'Q8_O'; did you mean 'Q8_0'?");
+    check_bad("tensor_types=attn_v=Q8_K",
+              "tensor_types: rule 'attn_v=Q8_K': Q8_K is an activation-only format (ggml has no "
+              "matmul with it as the weight)");
+    check_bad("tensor_types=attn_v=same",
+              "tensor_types: rule 'attn_v=same': 'same' is only valid for head_type and embd_type");
+    check_bad("tensor_types=(attn=Q8_0",
+              "tensor_types: rule '(attn=Q8_0': regex '(attn': missing closing parenthesis at "
+              "character 5");
+
+    /* The rules as the policy reads them: first match wins. */
+    ql_config c;
+    ql_error err;
+    CHECK_OK(ql_config_from_string("tensor_types=blk\\.0\\.attn_v=Q8_0;attn_v=Q4_0", &c, &err),
+             &err);
+    ql_quant_overrides *o = NULL;
+    CHECK_OK(ql_config_overrides(&c, &o, &err), &err);
+    CHECK_EQ_INT(ql_quant_overrides_count(o), 2);
+    int rule = -2;
+    CHECK_OK(ql_quant_overrides_match(o, "blk.0.attn_v.weight", &rule, &err), &err);
+    CHECK_EQ_INT(rule, 0);
+    CHECK_OK(ql_quant_overrides_match(o, "blk.1.attn_v.weight", &rule, &err), &err);
+    CHECK_EQ_INT(rule, 1);
+    CHECK(ql_quant_overrides_type(o, 1) == QL_TYPE_Q4_0);
+    CHECK_OK(ql_quant_overrides_match(o, "blk.1.attn_q.weight", &rule, &err), &err);
+    CHECK_EQ_INT(rule, -1);
+    ql_quant_overrides_free(o);
+    ql_config_init(&c);
+    CHECK_OK(ql_config_overrides(&c, &o, &err), &err);
+    CHECK(o == NULL);
+}
+
+/* The combinations that cannot run, each with the axis a sweep's error points at. */
+static void test_cross_axis_rules(void)
+{
+    check_invalid("weight_type=mix:IQ2_S", QL_AXIS_WEIGHT_TYPE,
+                  "weight_type IQ2_S needs an importance matrix (llama-quantize refuses the mix "
+                  "without one), but imatrix is none");
+    check_invalid("weight_type=Q2_K_S", QL_AXIS_WEIGHT_TYPE,
+                  "weight_type Q2_K_S needs an importance matrix (llama-quantize refuses the mix "
+                  "without one), but imatrix is none");
+    check_invalid("weight_type=Q4_K tensor_types=attn_v=Q8_0;ffn_down=IQ2_XS", QL_AXIS_TENSOR_TYPES,
+                  "tensor_types rule 'ffn_down=IQ2_XS': IQ2_XS needs an importance matrix (ggml "
+                  "refuses to quantize it without one), but imatrix is none");
+    check_invalid("weight_type=Q4_K_M embd_type=IQ1_S", QL_AXIS_EMBD_TYPE,
+                  "embd_type IQ1_S needs an importance matrix (ggml refuses to quantize it "
+                  "without one), but imatrix is none");
+    check_invalid("weight_type=Q8_0 outlier_ratio=3", QL_AXIS_OUTLIER_RATIO,
+                  "outlier_ratio 3 needs calibration statistics, which come from the calibration "
+                  "pass of imatrix = calib:<text>, but imatrix is none");
+    check_invalid("weight_type=Q8_0 outlier_ratio=6 imatrix=x.dat", QL_AXIS_OUTLIER_RATIO,
+                  "outlier_ratio 6 needs calibration statistics, which come from the calibration "
+                  "pass of imatrix = calib:<text>, but imatrix is a file");
+    check_invalid("weight_type=Q4_K_M budget=bpw:4.5", QL_AXIS_WEIGHT_TYPE,
+                  "budget bpw:4.5: weight_type caps the solver's types and must be a pure type, "
+                  "not the mix Q4_K_M");
+    check_invalid("weight_type=Q6_K head_type=Q8_0 budget=300000", QL_AXIS_HEAD_TYPE,
+                  "budget 300000 lets the solver choose the head and embedding types too; use "
+                  "head_type = same and embd_type = same");
+    check_invalid("weight_type=Q6_K embd_type=Q8_0 budget=300000", QL_AXIS_EMBD_TYPE,
+                  "budget 300000 lets the solver choose the head and embedding types too; use "
+                  "head_type = same and embd_type = same");
+    check_invalid("weight_type=Q6_K tensor_types=attn_v=Q8_0 budget=bpw:5", QL_AXIS_TENSOR_TYPES,
+                  "budget bpw:5 lets the solver choose every tensor's type; tensor_types must be "
+                  "none");
+    /* And what runs. */
+    const char *fine[] = {
+        "weight_type=mix:IQ2_S imatrix=calib:x",
+        "weight_type=Q4_K tensor_types=ffn_down=IQ2_XS imatrix=y.dat",
+        "weight_type=Q8_0 outlier_ratio=3 imatrix=calib:x",
+        "weight_type=Q4_K_M head_type=Q8_0 tensor_types=attn_v=Q8_0",
+        "weight_type=Q6_K head_type=Q6_K budget=bpw:5",
+        "weight_type=IQ4_XS",
+    };
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        ql_config c;
+        ql_error err;
+        CHECK_OK(ql_config_from_string(fine[i], &c, &err), &err);
+        CHECK_MSG(ql_config_validate(&c, NULL, &err) == QL_OK, "%s: %s", fine[i], err.msg);
+    }
+}
+
 int main(void)
 {
     test_defaults_and_pinned_hash();
@@ -399,6 +580,9 @@ int main(void)
     test_errors();
     test_rules_and_capabilities();
     test_weight_type_set();
+    test_mixes();
+    test_tensor_types();
+    test_cross_axis_rules();
     test_format_double();
     return qlt_done();
 }

@@ -27,6 +27,7 @@
 #include "results/analysis.h"
 #include "results/plot.h"
 #include "results/report.h"
+#include "results/types_table.h"
 #include "results/store.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -356,7 +357,7 @@ static void test_report_text(void)
     snprintf(got, sizeof got, "%s/fixture-formats", dir);
     char *files = list_dir(got);
     CHECK_MSG(strcmp(files, "formats.csv\nformats.dat\nkld_bpw.gp\npareto_kld.dat\n"
-                            "pareto_ppl.dat\nppl_bpw.gp\nreport.md\n"
+                            "pareto_ppl.dat\nppl_bpw.gp\nreport.md\ntensor-types.csv\n"
                             "tensors-c90fa930648f.dat\ntensors-c90fa930648f.gp\n") == 0,
               "%s", files);
     free(files);
@@ -607,7 +608,8 @@ static void test_report_edge_cases(void)
                                0.004,
                                (double)NAN,
                                (double)NAN,
-                               0};
+                               0,
+                               "the weight type: Q8_0"};
         CHECK_OK(ql_store_finish_run(s, run, &met, &te, 1, NULL, &err), &err);
         ql_config_hash(&c, hash);
         if (strchr(seen, hash[0]))
@@ -757,6 +759,93 @@ static void test_plots_real_gnuplot(void)
     ql_store_close(s);
 }
 
+/* The tensor-types section: a mixed class with its counts, the fallbacks, the rule
+ * behind each tensor in tensor-types.csv, and no row for a run without records. */
+static void test_report_tensor_types(void)
+{
+    char name[64];
+    ql_tensor_class("blk.12.ffn_down_exps.weight", name, sizeof name);
+    CHECK(strcmp(name, "ffn_down_exps") == 0);
+    ql_tensor_class("token_embd.weight", name, sizeof name);
+    CHECK(strcmp(name, "token_embd") == 0);
+    CHECK(ql_tensor_class_rank("token_embd") < ql_tensor_class_rank("attn_q"));
+    CHECK(ql_tensor_class_rank("ffn_down") < ql_tensor_class_rank("output"));
+    CHECK(ql_tensor_class_rank("output") < ql_tensor_class_rank("ffn_down_exps"));
+
+    ql_store *s = NULL;
+    ql_error err;
+    CHECK_OK(ql_store_open(qlt_tmp("types.db"), NULL, &s, &err), &err);
+    if (!s)
+        return;
+    ql_store_model m;
+    ql_store_model_init(&m);
+    m.sha256 = "3333333333333333333333333333333333333333333333333333333333333333";
+    m.path = "m.gguf";
+    ql_store_dataset d;
+    ql_store_dataset_init(&d);
+    d.sha256 = "4444444444444444444444444444444444444444444444444444444444444444";
+    d.name = "t";
+    int64_t mid, tid;
+    CHECK_OK(ql_store_upsert_model(s, &m, &mid, &err), &err);
+    CHECK_OK(ql_store_upsert_dataset(s, &d, &tid, &err), &err);
+    const ql_tensor_record mix[] = {
+        {"token_embd.weight", QL_TYPE_Q4_K, QL_TYPE_Q4_K, NULL, 512, 256, 131072, 73728, 0.1, 0.2,
+         (double)NAN, (double)NAN, -1, "Q4_K_M: its default type: Q4_K"},
+        {"blk.0.attn_v.weight", QL_TYPE_Q6_K, QL_TYPE_Q6_K, NULL, 128, 256, 32768, 26880, 0.1, 0.2,
+         (double)NAN, (double)NAN, -1, "Q4_K_M: attn_v 0 of 2, a layer with more bits: Q6_K"},
+        {"blk.1.attn_v.weight", QL_TYPE_Q4_K, QL_TYPE_Q4_K, NULL, 128, 256, 32768, 18432, 0.1, 0.2,
+         (double)NAN, (double)NAN, -1, "Q4_K_M: its default type: Q4_K"},
+        {"blk.0.ffn_down.weight", QL_TYPE_Q6_K, QL_TYPE_Q8_0,
+         "row length 172 is not a multiple of 256 (Q6_K): Q8_0", 256, 160, 40960, 43520, 0.1, 0.2,
+         (double)NAN, (double)NAN, -1, "Q4_K_M: ffn_down of layer 0 of 2: Q6_K"},
+        {"output.weight", QL_TYPE_Q6_K, QL_TYPE_Q6_K, NULL, 512, 256, 131072, 107520, 0.1, 0.2,
+         (double)NAN, (double)NAN, -1, "Q4_K_M: head: Q6_K"},
+    };
+    static const char *const configs[] = {"weight_type=Q4_K_M imatrix=calib:c",
+                                          "weight_type=Q8_0 imatrix=calib:c"};
+    for (int k = 0; k < 2; k++) {
+        ql_config c;
+        int64_t cid, run;
+        CHECK_OK(ql_config_from_string(configs[k], &c, &err), &err);
+        CHECK_OK(ql_store_upsert_config(s, &c, &cid, &err), &err);
+        ql_store_run_key key = {cid, mid, tid, 32, 2};
+        ql_store_run_info info = {"types", 1, 1, NULL};
+        CHECK_OK(ql_store_begin_run(s, &key, &info, &run, &err), &err);
+        ql_run_metrics met;
+        ql_run_metrics_init(&met);
+        met.bpw = 4.9 + 4 * k;
+        met.kld_mean = 0.01;
+        /* The Q8_0 run stored no per-tensor records. */
+        CHECK_OK(ql_store_finish_run(s, run, &met, k ? NULL : mix, k ? 0 : 5, NULL, &err), &err);
+    }
+    ql_report_summary sum;
+    CHECK_OK(report(s, qlt_tmp("types-out"), "types", NULL, false, &sum, &err), &err);
+    char *md = slurp(qlt_tmp("types-out/types/report.md"));
+    const char *want =
+        "\nTensor types (the type each class got; ×N counts the tensors of a mixed class; the "
+        "rule behind every tensor is in tensor-types.csv):\n\n"
+        "| config | token_embd | attn_v            | ffn_down | output | fallbacks |\n"
+        "|--------|------------|-------------------|----------|--------|----------:|\n"
+        "| Q4_K_M | Q4_K       | Q4_K ×1 / Q6_K ×1 | Q8_0     | Q6_K   |    1 of 5 |\n";
+    CHECK_MSG(md && strstr(md, want) != NULL, "%s", md ? md : "(no report.md)");
+    free(md);
+    char *csv = slurp(qlt_tmp("types-out/types/tensor-types.csv"));
+    static const char header[] = "model,dataset,ctx,chunks,config_hash,config,tensor,class,layer,"
+                                 "requested_type,used_type,choice,fallback_reason\n";
+    CHECK_MSG(csv && strncmp(csv, header, strlen(header)) == 0, "%s", csv ? csv : "(no csv)");
+    CHECK(csv && strstr(csv, ",Q4_K_M,blk.0.ffn_down.weight,ffn_down,0,Q6_K,Q8_0,Q4_K_M: "
+                             "ffn_down of layer 0 of 2: Q6_K,row length 172 is not a multiple "
+                             "of 256 (Q6_K): Q8_0\n") != NULL);
+    CHECK(csv && strstr(csv, ",Q4_K_M,output.weight,output,,Q6_K,Q6_K,Q4_K_M: head: Q6_K,\n"));
+    /* Five lines of tensors and the header: nothing of the Q8_0 run. */
+    size_t lines = 0;
+    for (const char *q = csv; q && *q; q++)
+        lines += *q == '\n';
+    CHECK_EQ_INT(lines, 6);
+    free(csv);
+    ql_store_close(s);
+}
+
 int main(void)
 {
     gsl_set_error_handler_off();
@@ -770,6 +859,7 @@ int main(void)
     test_report_options();
     test_report_faults();
     test_report_edge_cases();
+    test_report_tensor_types();
     test_png_check();
     test_plots_without_gnuplot();
     test_plots_real_gnuplot();

@@ -251,9 +251,11 @@ static void test_declarations(void)
 }
 
 /* tests/data/store/v3-fixture.sql: a database qlab wrote before the schema was
- * derived from the declarations. It opens read-only as it is; a read-write open
- * leaves its tables alone (they are what the declarations create) and only brings
- * its views up to date, once; its configs keep their hashes. */
+ * derived from the declarations, at schema version 3. A read-only open refuses it
+ * until it is migrated; a read-write open adds what version 4 declares (the configs'
+ * tensor_types with its default, tensor_errors.choice), so that its tables are what
+ * the declarations create, brings its views up to date, once, and its configs keep
+ * their hashes. */
 static void test_v3_database(void)
 {
     const char *path = qlt_tmp_db("v3.db"), *fresh = qlt_tmp_db("fresh.db");
@@ -262,18 +264,21 @@ static void test_v3_database(void)
     ql_store *s = NULL, *f = NULL;
     ql_error err;
     ql_store_options ro = {.readonly = true};
-    CHECK_OK(ql_store_open(path, &ro, &s, &err), &err);
-    if (!s)
-        return;
-    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM results"), 3);
-    ql_store_close(s);
+    CHECK(ql_store_open(path, &ro, &s, &err) == QL_EDB);
+    CHECK(strstr(err.msg, "schema version 3 is older than 4") != NULL);
 
     CHECK_OK(ql_store_open(fresh, NULL, &f, &err), &err);
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
     if (!s || !f)
         return;
     sqlite3 *old = ql_store_handle(s), *now = ql_store_handle(f);
-    CHECK_EQ_INT(qlt_sql_int(old, "PRAGMA user_version"), 3);
+    CHECK_EQ_INT(qlt_sql_int(old, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
+    CHECK_EQ_INT(qlt_sql_int(old, "SELECT count(*) FROM results"), 3);
+    CHECK_EQ_INT(qlt_sql_int(old, "SELECT count(*) FROM configs WHERE tensor_types = 'none'"),
+                 qlt_sql_int(old, "SELECT count(*) FROM configs"));
+    CHECK(qlt_sql_int(old, "SELECT count(*) FROM tensor_errors") > 0);
+    CHECK_EQ_INT(qlt_sql_int(old, "SELECT count(*) FROM tensor_errors WHERE choice IS NOT NULL"),
+                 0);
     const ql_store_table *t;
     size_t nt = ql_store_tables(&t);
     for (size_t i = 0; i < nt; i++) {
@@ -391,9 +396,9 @@ static void test_round_trip(void)
     some_metrics(&met);
     ql_tensor_record te[2] = {
         {"token_embd.weight", QL_TYPE_Q8_0, QL_TYPE_Q8_0, NULL, 512, 64, 32768, 34816, 0.0625, 0.25,
-         (double)NAN, (double)NAN, -1},
+         (double)NAN, (double)NAN, -1, NULL},
         {"blk.11.ffn_down.weight", QL_TYPE_Q4_K, QL_TYPE_Q5_0, "row length 172", 64, 172, 11008,
-         7568, 0.125, 0.5, 2.0, 0.015625, 3},
+         7568, 0.125, 0.5, 2.0, 0.015625, 3, "Q4_K_M: ffn_down of layer 11 of 12: Q4_K"},
     };
     ql_run_timing t = {12.5, 1.0, (double)NAN, 5.0};
     CHECK_OK(ql_store_finish_run(e.s, run, &met, te, 2, &t, &err), &err);
@@ -423,6 +428,10 @@ static void test_round_trip(void)
                            "fallback || ' ' || fallback_reason || ' ' || outlier_cols FROM "
                            "tensor_errors WHERE layer IS NOT NULL"),
                  "11 Q4_K Q5_0 1 row length 172 3") == 0);
+    /* The rule behind each requested type, NULL when the record has none; the view has it. */
+    CHECK(strcmp(qtext(db, "SELECT coalesce(choice, 'NULL') FROM tensor_errors ORDER BY tensor"),
+                 "Q4_K_M: ffn_down of layer 11 of 12: Q4_K") == 0);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM tensor_results WHERE choice IS NULL"), 1);
     /* The views see the run. */
     CHECK_EQ_INT(
         qlt_sql_int(db, "SELECT count(*) FROM results WHERE weight_type = 'Q8_0' AND bpw = 8.5"),
@@ -557,11 +566,11 @@ static void test_finish_faults(void)
     some_metrics(&met);
     ql_tensor_record te[3] = {
         {"blk.0.attn_q.weight", QL_TYPE_Q4_0, QL_TYPE_Q4_0, NULL, 64, 64, 4096, 2304, 0.1, 0.2, 0.3,
-         0.4, -1},
+         0.4, -1, NULL},
         {"blk.0.attn_k.weight", QL_TYPE_Q4_0, QL_TYPE_Q4_0, NULL, 64, 64, 4096, 2304, 0.1, 0.2, 0.3,
-         0.4, -1},
+         0.4, -1, NULL},
         {"blk.0.ffn_up.weight", QL_TYPE_Q4_0, QL_TYPE_Q4_0, NULL, 64, 64, 4096, 2304, 0.1, 0.2, 0.3,
-         0.4, -1},
+         0.4, -1, NULL},
     };
     /* Run A is done before the faults; it must survive every one of them. */
     int64_t a = begin_run(&e, "weight_type=Q8_0", 1);

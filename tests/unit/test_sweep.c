@@ -7,6 +7,7 @@
 
 #include "base/util.h"
 #include "experiment/sweep.h"
+#include "model/gguf.h"
 #include "qltest.h"
 
 static const char *canonical(const ql_sweep *sw, size_t i)
@@ -310,12 +311,211 @@ static void test_malformed_corpus(void)
     CHECK(listed >= 10);
 }
 
+/* Several grids are the union of their products, in file order; exclude and only
+ * patterns say which combinations run, matched on canonical values. */
+static void test_grids_and_patterns(void)
+{
+    const char *text = "[sweep]\n"                                    /* 1 */
+                       "model = m\n"                                  /* 2 */
+                       "text = t\n"                                   /* 3 */
+                       "exclude = weight_type=Q8_0 act_mode=native\n" /* 4 */
+                       "[grid]\n"                                     /* 5 */
+                       "weight_type = Q8_0 Q4_0 IQ2_XS\n"             /* 6 */
+                       "act_mode = f32 native\n"                      /* 7 */
+                       "exclude = weight_type=IQ2_XS\n"               /* 8 */
+                       "[grid]\n"                                     /* 9 */
+                       "weight_type = IQ2_XS Q4_K_M mix:Q6_K Q4_0\n"  /* 10 */
+                       "imatrix = calib:c\n"                          /* 11 */
+                       "head_type = same Q8_0\n"                      /* 12 */
+                       "only = head_type=Q8_0\n"                      /* 13 */
+                       "only = weight_type=Q4_K_M\n"                  /* 14 */
+                       "exclude = head_type=q8_0 weight_type=q4_0\n"  /* 15 */
+                       "[grid]\n"                                     /* 16 */
+                       "weight_type = Q4_0\n"                         /* 17 */
+                       "act_mode = f32\n";                            /* 18 */
+    ql_sweep sw;
+    ql_error err;
+    ql_status st = ql_sweep_parse("g.sweep", text, 0, &sw, &err);
+    CHECK_OK(st, &err);
+    if (st != QL_OK)
+        return;
+    CHECK_EQ_INT(sw.n_grids, 3);
+    /* Grid 1: 3 x 2, minus IQ2_XS (line 8) and Q8_0 native (line 4): 3. Grid 2: 4 x 2
+     * kept by `only` where head is Q8_0 or the weights Q4_K_M (5), minus Q4_0 with head
+     * Q8_0 (line 15): 4. Grid 3: Q4_0 f32, already in grid 1. */
+    static const char *const want[] = {
+        "weight_type=Q8_0 act_mode=f32",       "weight_type=Q4_0 act_mode=f32",
+        "weight_type=Q4_0 act_mode=native",    "weight_type=IQ2_XS head_type=Q8_0",
+        "weight_type=Q4_K_M head_type=same",   "weight_type=Q4_K_M head_type=Q8_0",
+        "weight_type=mix:Q6_K head_type=Q8_0",
+    };
+    CHECK_EQ_INT(sw.n_points, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < sw.n_points && i < sizeof want / sizeof want[0]; i++) {
+        char w[128], h[160];
+        snprintf(w, sizeof w, "%s", want[i]);
+        char *sp = strchr(w, ' ');
+        *sp = '\0';
+        const char *got = canonical(&sw, i);
+        snprintf(h, sizeof h, "%s ", w);
+        CHECK_MSG(strncmp(got, h, strlen(h)) == 0 && strstr(got, sp + 1) != NULL,
+                  "config %zu: %s, expected %s", i, got, want[i]);
+    }
+    /* Where each value came from: its grid's line, [sweep]'s, or 0 for the default. */
+    if (sw.n_points >= 4) {
+        CHECK_EQ_INT(sw.points[0].line[QL_AXIS_WEIGHT_TYPE], 6);
+        CHECK_EQ_INT(sw.points[0].line[QL_AXIS_ACT_MODE], 7);
+        CHECK_EQ_INT(sw.points[0].line[QL_AXIS_HEAD_TYPE], 0);
+        CHECK_EQ_INT(sw.points[3].line[QL_AXIS_WEIGHT_TYPE], 10);
+        CHECK_EQ_INT(sw.points[3].line[QL_AXIS_IMATRIX], 11);
+        CHECK_EQ_INT(sw.points[3].line[QL_AXIS_ACT_MODE], 0);
+    }
+    /* Distinct values among the points; 0 for an axis the file never gives. */
+    CHECK_EQ_INT(sw.n_values[QL_AXIS_WEIGHT_TYPE], 5);
+    CHECK_EQ_INT(sw.n_values[QL_AXIS_ACT_MODE], 2);
+    CHECK_EQ_INT(sw.n_values[QL_AXIS_HEAD_TYPE], 2);
+    CHECK_EQ_INT(sw.n_values[QL_AXIS_IMATRIX], 2);
+    CHECK_EQ_INT(sw.n_values[QL_AXIS_BUDGET], 0);
+    ql_sweep_deinit(&sw);
+
+    /* Without the exclude of line 8, IQ2_XS without an imatrix is refused, naming the
+     * line of its weight type. */
+    char *copy = ql_strdup(text);
+    char *line8 = strstr(copy, "exclude = weight_type=IQ2_XS\n");
+    memset(line8, ' ', strlen("exclude = weight_type=IQ2_XS"));
+    line8[0] = '#';
+    CHECK(ql_sweep_parse("g.sweep", copy, 0, &sw, &err) == QL_EFORMAT);
+    CHECK_MSG(strcmp(err.msg, "g.sweep:6: weight_type IQ2_XS needs an importance matrix (ggml "
+                              "refuses to quantize it without one), but imatrix is none") == 0,
+              "%s", err.msg);
+    free(copy);
+
+    /* A file of one [grid] expands as it always did; one without [grid] is one config. */
+    CHECK_OK(
+        ql_sweep_parse("one.sweep", "[sweep]\nmodel=m\ntext=t\nweight_type=Q4_0\n", 0, &sw, &err),
+        &err);
+    CHECK_EQ_INT(sw.n_points, 1);
+    CHECK_EQ_INT(sw.n_grids, 0);
+    CHECK_EQ_INT(sw.n_values[QL_AXIS_WEIGHT_TYPE], 1);
+    ql_sweep_deinit(&sw);
+}
+
+/* tensor_types in a sweep: inline rules and a recipe file beside the sweep file, the
+ * config holding the rules themselves. */
+static void test_recipes(void)
+{
+    const char *dir = qlt_tmp("recipes");
+    char path[4096], recipe[4200];
+    ql_error err;
+    CHECK_OK(ql_make_dirs(dir, &err), &err);
+    snprintf(recipe, sizeof recipe, "%s/attn8.txt", dir);
+    const char *rules = "# attention values at 8 bits\n"
+                        "attn_v = Q8_0   # the value projection\n"
+                        "\n"
+                        "BLK\\.0\\.ffn_down=q6_k\n";
+    CHECK_OK(ql_file_write_all(recipe, rules, strlen(rules), &err), &err);
+    snprintf(path, sizeof path, "%s/r.sweep", dir);
+    const char *text = "[sweep]\nmodel=m\ntext=t\n[grid]\nweight_type=Q4_K\n"
+                       "tensor_types = none attn8.txt attn_v=Q8_0;blk\\.0\\.ffn_down=Q6_K "
+                       "ffn_.*=Q5_K\n";
+    ql_sweep sw;
+    CHECK_OK(ql_sweep_parse(path, text, 0, &sw, &err), &err);
+    /* The file and the inline rules are the same recipe: one config. */
+    CHECK_EQ_INT(sw.n_points, 3);
+    if (sw.n_points == 3) {
+        CHECK(strcmp(sw.points[0].config.tensor_types, "") == 0);
+        CHECK(strcmp(sw.points[1].config.tensor_types, "attn_v=Q8_0;blk\\.0\\.ffn_down=Q6_K") == 0);
+        CHECK(strstr(canonical(&sw, 2), " tensor_types=ffn_.*=Q5_K") != NULL);
+    }
+    ql_sweep_deinit(&sw);
+    /* A pattern may name a recipe file too. */
+    const char *excl = "[sweep]\nmodel=m\ntext=t\n[grid]\nweight_type=Q4_K\n"
+                       "tensor_types = none attn_v=Q8_0;blk\\.0\\.ffn_down=Q6_K\n"
+                       "exclude = tensor_types=attn8.txt\n";
+    CHECK_OK(ql_sweep_parse(path, excl, 0, &sw, &err), &err);
+    CHECK_EQ_INT(sw.n_points, 1);
+    ql_sweep_deinit(&sw);
+}
+
+/* What needs the model: explicit types that would fall back, rules that match
+ * nothing, a mix the architecture has no rules for. stories260K's rows are 64 wide
+ * (ffn_down 172), tiny256's 256. */
+static void test_check_model(void)
+{
+    ql_gguf *small = NULL, *wide = NULL;
+    ql_error err;
+    CHECK_OK(ql_gguf_open(&small, qlt_shared("models/stories260K.gguf"), &err), &err);
+    CHECK_OK(ql_gguf_open(&wide, qlt_shared("models/tiny256.gguf"), &err), &err);
+    if (!small || !wide)
+        return;
+    static const struct {
+        const char *grid;
+        const char *small_error; /* NULL: runs on stories260K */
+        bool wide_ok;
+    } cases[] = {
+        /* Fallbacks of the weight type and of a mix are llama.cpp's and recorded. */
+        {"weight_type = Q4_K Q4_K_M Q3_K_S\nimatrix = calib:c\n", NULL, true},
+        {"weight_type = Q4_0\nhead_type = Q4_K\n",
+         "c.sweep:6: head_type Q4_K: tensor 'output.weight' of %s would fall back: row length 64 "
+         "is not a multiple of 256 (Q4_K): Q5_0 (choose a type whose blocks divide its rows)",
+         true},
+        {"weight_type = Q4_K_M\nembd_type = Q8_0 IQ4_XS\n",
+         "c.sweep:6: embd_type IQ4_XS: tensor 'token_embd.weight' of %s would fall back: row "
+         "length 64 is not a multiple of 256 (IQ4_XS): IQ4_NL (choose a type whose blocks divide "
+         "its rows)",
+         true},
+        {"weight_type = Q4_0\ntensor_types = attn_v=Q8_0 ffn_down=Q6_K\n",
+         "c.sweep:6: tensor_types rule 'ffn_down=Q6_K': tensor 'blk.0.ffn_down.weight' of %s "
+         "would fall back: row length 172 is not a multiple of 256 (Q6_K): Q8_0, not a multiple "
+         "of 32 either: F16 (choose a type whose blocks divide its rows)",
+         true},
+        {"weight_type = Q4_0\ntensor_types = attn_v=Q8_0;attn_vv=Q4_0\n",
+         "c.sweep:6: tensor_types rule 'attn_vv=Q4_0' matches no tensor of %s whose type a rule "
+         "may set",
+         false},
+        /* An explicit head type wins over a rule for the head, which then sets nothing. */
+        {"weight_type = Q4_0\nhead_type = Q8_0\ntensor_types = ^output=Q4_1\n",
+         "c.sweep:7: tensor_types rule '^output=Q4_1' matches no tensor of %s whose type a rule "
+         "may set",
+         false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "[sweep]\nmodel=m\ntext=t\n[grid]\n%s", cases[i].grid);
+        ql_sweep sw;
+        ql_status st = ql_sweep_parse("c.sweep", text, 0, &sw, &err);
+        CHECK_OK(st, &err);
+        if (st != QL_OK)
+            continue;
+        st = ql_sweep_check_model(&sw, small, &err);
+        if (cases[i].small_error) {
+            /* The message with the model's path for its %s. */
+            char want[1024];
+            const char *mark = strstr(cases[i].small_error, "%s");
+            snprintf(want, sizeof want, "%.*s%s%s", (int)(mark - cases[i].small_error),
+                     cases[i].small_error, small->path, mark + 2);
+            CHECK_MSG(st == QL_EFORMAT && strcmp(err.msg, want) == 0,
+                      "case %zu:\n  got      '%s'\n  expected '%s'", i, st ? err.msg : "ok", want);
+        } else {
+            CHECK_MSG(st == QL_OK, "case %zu: %s", i, err.msg);
+        }
+        st = ql_sweep_check_model(&sw, wide, &err);
+        CHECK_MSG((st == QL_OK) == cases[i].wide_ok, "case %zu on tiny256: %s", i,
+                  st ? err.msg : "ok");
+        ql_sweep_deinit(&sw);
+    }
+    ql_gguf_close(small);
+    ql_gguf_close(wide);
+}
+
 int main(void)
 {
     test_design_example();
     test_dedup_and_defaults();
     test_continuation_lines();
     test_calib_ctx_normalized();
+    test_grids_and_patterns();
+    test_recipes();
+    test_check_model();
     test_shard_parse();
     test_missing_file();
     test_malformed_corpus();
