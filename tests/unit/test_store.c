@@ -251,9 +251,11 @@ static void test_declarations(void)
 }
 
 /* tests/data/store/v3-fixture.sql: a database qlab wrote before the schema was
- * derived from the declarations. It opens read-only as it is; a read-write open
- * leaves its tables alone (they are what the declarations create) and only brings
- * its views up to date, once; its configs keep their hashes. */
+ * derived from the declarations, at schema version 3. A read-only open refuses it
+ * (it lacks version 4's columns) and says how to migrate; a read-write open adds what
+ * version 4 declares, leaves the rest of its tables alone and brings its views up
+ * to date, once; its configs keep their hashes and its runs read as before, the new
+ * metrics NULL. */
 static void test_v3_database(void)
 {
     const char *path = qlt_tmp_db("v3.db"), *fresh = qlt_tmp_db("fresh.db");
@@ -262,18 +264,20 @@ static void test_v3_database(void)
     ql_store *s = NULL, *f = NULL;
     ql_error err;
     ql_store_options ro = {.readonly = true};
-    CHECK_OK(ql_store_open(path, &ro, &s, &err), &err);
-    if (!s)
-        return;
-    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM results"), 3);
-    ql_store_close(s);
+    CHECK(ql_store_open(path, &ro, &s, &err) == QL_EDB);
+    CHECK_MSG(strstr(err.msg, "schema version 3 is older than 4") &&
+                  strstr(err.msg, "open it once read-write"),
+              "%s", err.msg);
 
     CHECK_OK(ql_store_open(fresh, NULL, &f, &err), &err);
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
     if (!s || !f)
         return;
     sqlite3 *old = ql_store_handle(s), *now = ql_store_handle(f);
-    CHECK_EQ_INT(qlt_sql_int(old, "PRAGMA user_version"), 3);
+    CHECK_EQ_INT(qlt_sql_int(old, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
+    CHECK_EQ_INT(qlt_sql_int(old, "SELECT count(*) FROM results"), 3);
+    CHECK_EQ_INT(qlt_sql_int(old, "SELECT count(*) FROM results WHERE kld_mean IS NOT NULL"), 3);
+    CHECK_EQ_INT(qlt_sql_int(old, "SELECT count(*) FROM results WHERE rkld_mean IS NULL"), 3);
     const ql_store_table *t;
     size_t nt = ql_store_tables(&t);
     for (size_t i = 0; i < nt; i++) {
