@@ -66,6 +66,8 @@ typedef struct {
     const char *tensors; /* config hash prefix (1 to 64 hex digits) for the per-tensor
                             plot; NULL = the default choice */
     bool plots;          /* run gnuplot; false = tables and plot data only */
+    size_t resamples;    /* bootstrap resamples of the one-axis comparisons; 0 = the
+                            default QL_BOOTSTRAP_RESAMPLES */
     FILE *log;           /* one line per file written; NULL = quiet */
 } ql_report_options;
 
