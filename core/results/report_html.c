@@ -1,9 +1,9 @@
 /* The report's single page (report_impl.h): report.html per sweep, self-contained
  * (no network, no external file or script): per group the summary, the table of the
  * compared configs with more columns than report.md (sortable by a click on a header,
- * by a short inline script), the configs that are not applicable, the failures, the
- * one-axis comparisons, and every plot of the group as inline SVG (the .svg gnuplot
- * drew; a plot not drawn says so). */
+ * by a short inline script), the configs that are not applicable, the failures, every
+ * plot of the group as inline SVG (the .svg gnuplot drew; a plot not drawn says so)
+ * and the one-axis comparisons. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +38,9 @@ static const char style[] =
     "svg{max-width:100%;height:auto}.note{font-size:13px;color:#555}";
 
 /* Sorts a table by the clicked column: numbers by data-v, text otherwise; a second
- * click reverses. Marks the page once set up (the browser test looks for it). */
+ * click reverses. "report.html#sort=N" (or #sort=N-desc) opens the first table sorted
+ * by its column N (from 0), a link to a sorted view. Marks the page once set up (the
+ * browser test looks for it). */
 static const char script[] =
     "(function(){\n"
     "function key(td){var v=td.getAttribute('data-v');"
@@ -54,6 +56,9 @@ static const char script[] =
     "th.setAttribute('aria-sort',up?'ascending':'descending');}\n"
     "document.querySelectorAll('table.sortable th').forEach(function(th){"
     "th.addEventListener('click',function(){sort(th);});});\n"
+    "var m=/^#sort=(\\d+)(-desc)?$/.exec(location.hash),t=document.querySelector("
+    "'table.sortable');\n"
+    "if(m&&t){var th=t.tHead.rows[0].cells[+m[1]];if(th){sort(th);if(m[2])sort(th);}}\n"
     "document.documentElement.setAttribute('data-sortable','ready');\n"
     "})();\n";
 
@@ -342,8 +347,8 @@ ql_status ql_report_write_html(ctx *c, group *gs, size_t ng, ql_error *err)
             fputs("<p>No finished configs.</p>\n", f);
         not_applicable(g, f);
         failures(g, f);
-        pairs(g, f);
         plots(c, g, f);
+        pairs(g, f);
     }
     fprintf(f, "<script>\n%s</script>\n</body>\n</html>\n", script);
     if (rc) {
