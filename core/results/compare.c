@@ -200,6 +200,69 @@ out:
     return rc;
 }
 
+/* ---------------------------------------------------------------- a front beyond the noise */
+
+/* Whether (xj, yj) is at least as cheap and as good as (xi, yi), one strictly. */
+static bool plainly_dominates(double xj, double yj, double xi, double yi)
+{
+    return !isnan(xj) && !isnan(yj) && !isnan(xi) && !isnan(yi) && xj <= xi && yj <= yi &&
+           (xj < xi || yj < yi);
+}
+
+ql_status ql_pareto_beyond_noise(ql_store *s, const int64_t *run_ids, const double *x,
+                                 const double *y, size_t n, ql_compare_stat stat,
+                                 const ql_bootstrap_opts *o, ql_domination *out, bool *plain,
+                                 ql_error *err)
+{
+    *plain = false;
+    size_t *order = malloc((n ? n : 1) * sizeof *order);
+    if (!order)
+        return oom(err);
+    for (size_t i = 0; i < n; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].beaten_by = out[i].within = -1;
+        /* Insertion sort by x (stable): the candidates, cheapest first. */
+        size_t k = i;
+        while (k > 0 && x[order[k - 1]] > x[i])
+            order[k] = order[k - 1], k--;
+        order[k] = i;
+    }
+    ql_status rc = QL_OK;
+    for (size_t i = 0; i < n && !rc; i++)
+        for (size_t c = 0; c < n && out[i].beaten_by < 0; c++) {
+            size_t j = order[c];
+            if (j == i || !plainly_dominates(x[j], y[j], x[i], y[i]))
+                continue;
+            if (*plain) {
+                out[i].beaten_by = (ptrdiff_t)j;
+                break;
+            }
+            ql_comparison cmp;
+            rc = ql_compare_runs(s, run_ids[i], run_ids[j], o, &cmp, err);
+            if (rc == QL_ENOTFOUND) {
+                /* No chunk sums: plain dominance for every point, from the start. */
+                rc = QL_OK;
+                *plain = true;
+                for (size_t k = 0; k < n; k++)
+                    out[k].beaten_by = out[k].within = -1;
+                i = (size_t)-1; /* start over: the loop's i++ makes it 0 */
+                break;
+            }
+            if (rc)
+                break;
+            const ql_compare_value *v = &cmp.v[stat];
+            if (v->ok && v->diff.lo > 0.0) {
+                out[i].beaten_by = (ptrdiff_t)j;
+                out[i].beaten_diff = v->diff;
+            } else if (out[i].within < 0) {
+                out[i].within = (ptrdiff_t)j;
+                out[i].within_diff = v->diff;
+            }
+        }
+    free(order);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- picking configs */
 
 typedef struct {

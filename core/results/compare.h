@@ -57,6 +57,28 @@ typedef struct {
 ql_status ql_compare_runs(ql_store *s, int64_t run_a, int64_t run_b, const ql_bootstrap_opts *o,
                           ql_comparison *out, ql_error *err);
 
+/* ---------------------------------------------------------------- a front beyond the noise */
+
+/* What dominates a point of a front: the cheapest point that does by more than the
+ * noise, and the cheapest that does only within it (indices, -1 for none), with the
+ * difference (this point minus that one) of the statistic. */
+typedef struct {
+    ptrdiff_t beaten_by, within;
+    ql_ci beaten_diff, within_diff;
+} ql_domination;
+
+/* The Pareto front of n runs in (x, y), both minimised (x: bits per weight; y: the
+ * run's mean of stat, QL_CMP_KLD or QL_CMP_LN_PPL, or PPL for the latter), where run j
+ * dominates run i only when x_j <= x_i, y_j <= y_i (one strictly) and the interval of
+ * stat(i) - stat(j) from ql_compare_runs lies above zero. A point with a NaN coordinate
+ * takes no part. out[i].beaten_by < 0 puts i on the front. When a run has no per-chunk
+ * sums, every point falls back to plain dominance and *plain is set. Candidates are
+ * taken in order of x, so the first that dominates is the cheapest. */
+ql_status ql_pareto_beyond_noise(ql_store *s, const int64_t *run_ids, const double *x,
+                                 const double *y, size_t n, ql_compare_stat stat,
+                                 const ql_bootstrap_opts *o, ql_domination *out, bool *plain,
+                                 ql_error *err);
+
 /* ---------------------------------------------------------------- picking configs */
 
 /* The config a user names, among the configs with a finished run (of the sweep, when

@@ -175,9 +175,91 @@ static void without_chunks(ql_store *s)
     free(g);
 }
 
+/* A run of config `canon` with bpw and per-chunk KLD sums kld[0..8) over 10 tokens a
+ * chunk (NLL and top-1 sums follow them); its id. */
+static int64_t crafted_run(ql_store *s, const char *canon, double bpw, const double *kld)
+{
+    enum { CHUNKS = 8, T = 10 };
+    ql_error err;
+    int64_t model, text, config, run = 0;
+    qlt_store_add_inputs(s, &model, &text);
+    ql_config c;
+    CHECK_OK(ql_config_from_string(canon, &c, &err), &err);
+    CHECK_OK(ql_store_upsert_config(s, &c, &config, &err), &err);
+    ql_store_run_key key = {config, model, text, 128, CHUNKS};
+    ql_store_run_info info = {.sweep = "noise", .threads = 1, .metrics_version = 1};
+    CHECK_OK(ql_store_begin_run(s, &key, &info, &run, &err), &err);
+    ql_chunk_record ck[CHUNKS];
+    double sum = 0;
+    for (int i = 0; i < CHUNKS; i++) {
+        ck[i] = (ql_chunk_record){i, T, kld[i], 20.0 + kld[i], 20.0, T - 1};
+        sum += kld[i];
+    }
+    ql_run_metrics m;
+    ql_run_metrics_init(&m);
+    m.n_tokens = CHUNKS * T;
+    m.kld_mean = sum / (CHUNKS * T);
+    m.bpw = bpw;
+    ql_run_result res = {.metrics = &m, .chunks = ck, .n_chunks = CHUNKS};
+    CHECK_OK(ql_store_finish_run_result(s, run, &res, &err), &err);
+    return run;
+}
+
+/* The front beyond the noise: a dearer config a little worse than a cheap one, but
+ * within the noise, stays on it; one clearly worse does not. */
+static void front_beyond_noise(void)
+{
+    ql_error err;
+    ql_store *s = NULL;
+    CHECK_OK(ql_store_open(qlt_tmp_db("noise.db"), NULL, &s, &err), &err);
+    if (!s)
+        return;
+    /* cheap: 0.1 a token in every chunk; noisy: +0.0005 on average, +-0.03 from chunk to
+     * chunk; worse: +0.1 in every chunk. */
+    double cheap[8], noisy[8], worse[8];
+    for (int i = 0; i < 8; i++) {
+        cheap[i] = 1.0;
+        noisy[i] = 1.0 + 0.005 + (i % 2 ? -0.3 : 0.3);
+        worse[i] = 2.0;
+    }
+    int64_t runs[3] = {crafted_run(s, "weight_type=Q5_0", 5.0, noisy),
+                       crafted_run(s, "weight_type=Q4_0", 4.0, cheap),
+                       crafted_run(s, "weight_type=Q6_K", 6.0, worse)};
+    const double x[3] = {5.0, 4.0, 6.0}, y[3] = {0.1005, 0.1, 0.2};
+    ql_bootstrap_opts o;
+    ql_bootstrap_opts_init(&o);
+    ql_domination d[3];
+    bool plain = true;
+    CHECK_OK(ql_pareto_beyond_noise(s, runs, x, y, 3, QL_CMP_KLD, &o, d, &plain, &err), &err);
+    CHECK(!plain);
+    /* Plain dominance would put the noisy config off the front. */
+    bool front[3];
+    ql_pareto_front(x, y, 3, front, NULL);
+    CHECK(!front[0] && front[1] && !front[2]);
+    CHECK_EQ_INT(d[0].beaten_by, -1);
+    CHECK_EQ_INT(d[0].within, 1);
+    CHECK(d[0].within_diff.lo < 0.0 && d[0].within_diff.hi > 0.0);
+    CHECK_NEAR(d[0].within_diff.estimate, 0.0005, 1e-12);
+    CHECK_EQ_INT(d[1].beaten_by, -1);
+    CHECK_EQ_INT(d[1].within, -1);
+    /* The worse one is beaten by the cheapest that beats it: the cheap one. */
+    CHECK_EQ_INT(d[2].beaten_by, 1);
+    CHECK_NEAR(d[2].beaten_diff.estimate, 0.1, 1e-12);
+    CHECK(d[2].beaten_diff.lo > 0.0);
+    /* A point without coordinates takes no part: without the cheap one, the noisy one
+     * is on the front alone and beats the worse one. */
+    const double x_nan[3] = {5.0, (double)NAN, 6.0};
+    CHECK_OK(ql_pareto_beyond_noise(s, runs, x_nan, y, 3, QL_CMP_KLD, &o, d, &plain, &err), &err);
+    CHECK_EQ_INT(d[0].within, -1);
+    CHECK_EQ_INT(d[1].beaten_by, -1);
+    CHECK_EQ_INT(d[2].beaten_by, 0);
+    ql_store_close(s);
+}
+
 int main(void)
 {
     bootstrap_by_hand();
+    front_beyond_noise();
     ql_store *s = fixture("compare.db", true);
     if (s) {
         picking_configs(s);
