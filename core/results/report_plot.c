@@ -5,7 +5,9 @@
  * vary besides the weight type: the first such axis gives the colour, the second the
  * marker, and any further ones split the plot into small multiples (one panel per
  * combination of their values). Points carry error bars (± the standard error of
- * the mean), the axes span the data, the Pareto front of the group is dashed, and
+ * the mean), the series sit side by side around their bits per weight (configs of the
+ * same size do not hide each other), the axes span the data, the Pareto front of the
+ * group is dashed, and
  * each weight type is labelled next to its point where a label fits without covering
  * another label or point; where none fits, the point gets a number and the plot a
  * key of the numbers. Labels are placed here, not by gnuplot: the plot area sits at
@@ -43,6 +45,9 @@ typedef ql_report_ctx ctx;
 #define LABEL_CHAR_W 6.0
 #define LABEL_H      11.0
 #define POINT_R      5.0
+/* The markers of series s of S sit (s - (S-1)/2) times this share of the x range off
+ * their bpw, so that configs of the same size stay visible side by side. */
+#define DODGE 0.009
 /* Per-tensor plot: a log y axis only when the errors span more than this factor. */
 #define LOG_SPAN_MIN 20.0
 
@@ -681,16 +686,21 @@ static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plo
             if (l->panel[i] != p || !drawable(bp, x[i], y[i]))
                 continue;
             const char *text = g->rows[i].axis[QL_AXIS_WEIGHT_TYPE];
-            /* One label for a weight type's points at the same bpw (the series differ
-             * in colour and marker already). */
-            bool dup = false;
-            for (size_t j = 0; j < i && !dup; j++)
-                dup = l->panel[j] == p && drawable(bp, x[j], y[j]) && x[j] == x[i] &&
-                      strcmp(g->rows[j].axis[QL_AXIS_WEIGHT_TYPE], text) == 0;
-            if (dup)
-                continue;
+            /* One label for a weight type's points at the same bpw and about the same
+             * height (the series differ in colour and marker already). */
             double px, py;
             to_pixels(&m, x[i], y[i], &px, &py);
+            bool dup = false;
+            for (size_t j = 0; j < i && !dup; j++) {
+                double qx, qy;
+                if (l->panel[j] != p || !drawable(bp, x[j], y[j]) || x[j] != x[i] ||
+                    strcmp(g->rows[j].axis[QL_AXIS_WEIGHT_TYPE], text) != 0)
+                    continue;
+                to_pixels(&m, x[j], y[j], &qx, &qy);
+                dup = fabs(qy - py) < 2.0 * LABEL_H;
+            }
+            if (dup)
+                continue;
             placed_label *pl = &labels[n_labels++];
             ql_strlcpy(pl->text, text, sizeof pl->text);
             pl->key = 0;
@@ -723,10 +733,12 @@ static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plo
             size_t ci = l->colour[l->series_row[s]] % N_COLOURS;
             size_t mi = l->marker[l->series_row[s]] % N_MARKERS;
             int yc = dat_column(bp->value), ec = dat_column(bp->error);
+            /* Series side by side: configs of the same size do not hide each other. */
+            double dodge = DODGE * (m.xhi - m.xlo) * ((double)s - 0.5 * (double)(l->n_series - 1));
             body_add(&b,
-                     "%s\\\n  'formats%s.dat' index %zu using 1:%d:(bar_lo($%d, $%d)):(bar_hi($%d, "
-                     "$%d)) with yerrorbars pt %d lc rgb '%s' title ",
-                     sep, g->suffix, p * l->n_series + s, yc, yc, ec, yc, ec, markers[mi],
+                     "%s\\\n  'formats%s.dat' index %zu using ($1 + %.17g):%d:(bar_lo($%d, $%d)):"
+                     "(bar_hi($%d, $%d)) with yerrorbars pt %d lc rgb '%s' title ",
+                     sep, g->suffix, p * l->n_series + s, dodge, yc, yc, ec, yc, ec, markers[mi],
                      colours[ci]);
             body_quote(&b, p == 0 ? stitle : "");
             sep = ", ";

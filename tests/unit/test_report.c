@@ -396,9 +396,10 @@ static void test_report_text(void)
         }
         snprintf(got, sizeof got, "%s/fixture-formats/%s", dir, plotted[i].script);
         char *gp = slurp(got), want_using[64];
-        snprintf(want_using, sizeof want_using, "'formats.dat' index 0 using 1:%d:", col);
-        CHECK_MSG(col > 0 && gp && strstr(gp, want_using), "%s: no '%s'", plotted[i].script,
-                  want_using);
+        snprintf(want_using, sizeof want_using, "):%d:(bar_lo($%d, ", col, col);
+        CHECK_MSG(col > 0 && gp && strstr(gp, "'formats.dat' index 0 using ($1 + ") &&
+                      strstr(gp, want_using),
+                  "%s: no '%s'", plotted[i].script, want_using);
         free(gp);
     }
     free(dat);
