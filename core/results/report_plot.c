@@ -440,7 +440,8 @@ static bool drawable(const bpw_plot *bp, double x, double y)
 /* The axis ranges: the data with its error bars, and a margin. */
 static void data_ranges(const group *g, const bpw_plot *bp, mapping *m)
 {
-    double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+    double xlo = (double)INFINITY, xhi = -(double)INFINITY, ylo = (double)INFINITY,
+           yhi = -(double)INFINITY;
     for (size_t i = 0; i < g->nrows; i++) {
         const row *r = &g->rows[i];
         double x = r->v[QL_METRIC_bpw], y = r->v[bp->value], e = r->v[bp->error];
@@ -857,7 +858,7 @@ static bool cdf_drawable(const row *r)
 static ql_status plot_kld_cdf(ctx *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
-    double lo = INFINITY, hi = 0.0;
+    double lo = (double)INFINITY, hi = 0.0;
     size_t drawn = 0;
     const char *types[MAX_SERIES];
     size_t n_types = 0;

@@ -32,7 +32,8 @@ static int64_t store_run(ql_store *s, const char *weights, const ql_tensor_recor
 
 #define REC(name, req, used, params, why)                                                          \
     {                                                                                              \
-        name, req, used, why, 1, params, params, params / 2, NAN, NAN, NAN, NAN, -1                \
+        name, req, used, why, 1, params, params, params / 2, (double)NAN, (double)NAN,             \
+            (double)NAN, (double)NAN, -1                                                           \
     }
 
 static void check_run(ql_store *s, int64_t run, ql_applies applies, const char *types,
