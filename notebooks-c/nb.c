@@ -79,6 +79,8 @@ enum {
     C_BPW = C_AXES + QL_AXIS_COUNT,
     C_KLD,
     C_PPL,
+    C_APPLIES,
+    C_TYPES_USED,
 };
 
 /* SELECT ... FROM <from> ORDER BY ...: the columns above, every axis in order. */
@@ -88,10 +90,11 @@ static void results_sql(char *sql, size_t size, const char *from)
         (size_t)snprintf(sql, size, "SELECT run_id, model, dataset, ctx, chunks, config_hash");
     for (int a = 0; a < QL_AXIS_COUNT; a++)
         off += (size_t)snprintf(sql + off, size - off, ", %s", ql_axis_name((ql_axis)a));
-    off += (size_t)snprintf(sql + off, size - off,
-                            ", bpw, kld_mean, ppl FROM %s ORDER BY model, dataset, ctx, chunks,"
-                            " bpw IS NULL, bpw",
-                            from);
+    off += (size_t)snprintf(
+        sql + off, size - off,
+        ", bpw, kld_mean, ppl, applies, types_used FROM %s ORDER BY model, dataset, ctx, chunks,"
+        " bpw IS NULL, bpw",
+        from);
     for (int a = 0; a < QL_AXIS_COUNT; a++)
         off += (size_t)snprintf(sql + off, size - off, ", %s", ql_axis_name((ql_axis)a));
     off += (size_t)snprintf(sql + off, size - off, ", config_hash");
@@ -118,6 +121,9 @@ static void read_result(const ql_query *q, nb_result *r)
     r->bpw = ql_query_double(q, C_BPW);
     r->kld = ql_query_double(q, C_KLD);
     r->ppl = ql_query_double(q, C_PPL);
+    r->applies = ql_applies_parse(ql_query_text(q, C_APPLIES));
+    const char *types = ql_query_text(q, C_TYPES_USED);
+    ql_strlcpy(r->types_used, types ? types : "", sizeof r->types_used);
 }
 
 ql_status nb_load_results(ql_store *s, const nb_options *o, nb_result **out, size_t *n,

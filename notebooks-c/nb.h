@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "cli/opt.h"
 #include "experiment/config.h"
+#include "results/applicability.h"
 #include "results/query.h"
 #include "results/store.h"
 
@@ -52,6 +53,8 @@ typedef struct {
     char axis[QL_AXIS_COUNT][128]; /* the config's axes as text (outlier_ratio formatted) */
     char label[512];               /* free for the program's own label */
     double bpw, kld, ppl;          /* bits per weight, mean KLD, PPL; NAN when NULL */
+    ql_applies applies;            /* whether its types applied (results/applicability.h) */
+    char types_used[256];          /* the types its weights got ("" when unknown) */
 } nb_result;
 
 /* The finished runs (of the --sweep, if given) in group order, then by bits per

@@ -1,10 +1,15 @@
 /* pareto: which formats are worth their bits? For every (model, text, ctx,
  * chunks) of the finished runs, the Pareto front across configs in bits per
- * weight against mean KLD and against PPL (both minimised): a config is on the
- * front when no other config is at most as large and at most as bad, one of
- * them strictly. Writes pareto.md (every config with its front membership and
- * the cheapest config that beats it) and one plot per group (pareto[-N].png/.svg:
- * KLD and PPL panels, the front joined). */
+ * weight against mean KLD and against PPL (both minimised). A config is dominated
+ * only when another config of at most its bits per weight is better by more than
+ * the noise: the 95% paired-bootstrap interval over chunks of the difference (mean
+ * KLD, or ln PPL for the PPL front; results/compare.h) excludes zero. Configs within
+ * the noise of a cheaper one stay on the front, with the cheaper one named. Configs
+ * whose types did not apply (results/applicability.h) are listed apart. Runs without
+ * per-chunk sums fall back to plain dominance, as the table says. Writes pareto.md
+ * (every config with its front membership, the cheapest config that beats it and by
+ * how much) and one plot per group (pareto[-N].png/.svg: KLD and PPL panels, the
+ * fronts joined). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +19,7 @@
 #include "experiment/config.h"
 #include "nb.h"
 #include "results/analysis.h"
+#include "results/compare.h"
 #include "results/plot.h"
 
 /* A metric's cell as the metric list formats it; missing for NaN. */
@@ -93,7 +99,7 @@ static ql_status write_plot(const nb_options *o, const nb_result *v, size_t n, c
                 : block == 1 ? "front in (bpw, KLD)"
                              : "front in (bpw, PPL)");
         for (size_t i = 0; i < n; i++) {
-            if ((block == 1 && !fk[i]) || (block == 2 && !fp[i]))
+            if ((block == 1 && !fk[i]) || (block == 2 && !fp[i]) || v[i].applies == QL_APPLIES_NONE)
                 continue;
             /* The plot's label names the activation mode unless it is f32. */
             const char *act = v[i].axis[QL_AXIS_ACT_MODE];
@@ -109,7 +115,8 @@ static ql_status write_plot(const nb_options *o, const nb_result *v, size_t n, c
     for (size_t i = 0; i < n; i++)
         kld_positive = kld_positive || (fk[i] && v[i].kld > 0.0);
     fprintf(d.f,
-            "# pareto: the front across formats (joined) among all configs (grey).\n"
+            "# pareto: the front across formats (joined; a config within the noise of a\n"
+            "# cheaper one stays on it) among all configs (grey).\n"
             "# Data: %s.dat. Redraw: gnuplot %s.gp\nset encoding utf8\n",
             base, base);
     /* A multiplot cannot be replotted: the panels are drawn once per terminal. */
@@ -126,24 +133,81 @@ static ql_status write_plot(const nb_options *o, const nb_result *v, size_t n, c
     return QL_OK;
 }
 
+/* Dominance beyond the noise in a group [v, v + n) on KLD (dk) and PPL (dp); configs
+ * whose types did not apply take no part. *plain: some run has no chunk sums. */
+static ql_status dominance(ql_store *s, const nb_result *v, size_t n, const ql_bootstrap_opts *bo,
+                           ql_domination *dk, ql_domination *dp, bool *plain, ql_error *err)
+{
+    int64_t *runs = malloc(n * sizeof *runs);
+    double *x = malloc(n * sizeof *x), *yk = malloc(n * sizeof *yk), *yp = malloc(n * sizeof *yp);
+    ql_status st = QL_OK;
+    if (!runs || !x || !yk || !yp) {
+        st = ql_error_set(err, QL_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool used = v[i].applies != QL_APPLIES_NONE;
+        runs[i] = v[i].run_id;
+        x[i] = used ? v[i].bpw : (double)NAN;
+        yk[i] = v[i].kld;
+        yp[i] = v[i].ppl;
+    }
+    bool plain_k = false, plain_p = false;
+    if (!(st = ql_pareto_beyond_noise(s, runs, x, yk, n, QL_CMP_KLD, bo, dk, &plain_k, err)))
+        st = ql_pareto_beyond_noise(s, runs, x, yp, n, QL_CMP_LN_PPL, bo, dp, &plain_p, err);
+    *plain = plain_k || plain_p;
+out:
+    free(runs);
+    free(x);
+    free(yk);
+    free(yp);
+    return st;
+}
+
+/* "Q8_0 (f32): +1.2e-03 [+1.0e-03, +1.4e-03]", the config and i's excess over it. */
+static void dominator_text(const nb_result *v, ptrdiff_t j, const ql_ci *d, bool plain, bool ppl,
+                           char *buf, size_t size)
+
+{
+    if (plain)
+        snprintf(buf, size, "%s (%s)", v[j].label, v[j].axis[QL_AXIS_ACT_MODE]);
+    else
+        snprintf(buf, size, ppl ? "%s (%s): %+.4f [%+.4f, %+.4f]" : "%s (%s): %+.2e [%+.2e, %+.2e]",
+                 v[j].label, v[j].axis[QL_AXIS_ACT_MODE], d->estimate, d->lo, d->hi);
+}
+
 int main(int argc, char **argv)
 {
     nb_options o;
+    /* Fewer resamples than qlab compare: one comparison per dominated pair. */
+    int64_t resamples = 2000, seed = (int64_t)QL_BOOTSTRAP_SEED;
+    char seed_help[80];
+    snprintf(seed_help, sizeof seed_help, "seed of the bootstrap's random numbers (default %lld)",
+             (long long)seed);
+    const ql_opt extra[] = {
+        ql_opt_i64("resamples", 0, &resamples, 100, 100000000, "N",
+                   "bootstrap resamples per comparison (default 2000)"),
+        ql_opt_i64("seed", 's', &seed, 0, INT64_MAX, "S", seed_help),
+    };
     int rc = nb_parse(argc, argv, &o,
                       "The Pareto front across formats: bits per weight against mean KLD and "
-                      "against PPL,\nper model, text and context. Writes pareto.md and "
-                      "pareto[-N].png/.svg.",
-                      NULL, 0);
+                      "against PPL,\nper model, text and context; a config is dominated only "
+                      "by a difference beyond\nthe noise (95% paired-bootstrap interval over "
+                      "chunks). Writes pareto.md and\npareto[-N].png/.svg.",
+                      extra, QL_OPT_COUNT(extra));
     if (rc != QL_OPT_GO_ON)
         return rc;
+    ql_bootstrap_opts bo;
+    ql_bootstrap_opts_init(&bo);
+    bo.resamples = (size_t)resamples;
+    bo.seed = (unsigned long)seed;
     ql_error err;
     ql_error_clear(&err);
     ql_store *s = NULL;
     nb_result *all = NULL;
     size_t n_all = 0;
     bool *fk = NULL, *fp = NULL;
-    ptrdiff_t *by = NULL;
-    double *x = NULL, *yk = NULL, *yp = NULL;
+    ql_domination *dk = NULL, *dp = NULL;
     ql_table *t = NULL;
     ql_doc d = {0};
     ql_status st;
@@ -151,10 +215,8 @@ int main(int argc, char **argv)
         goto out;
     fk = calloc(n_all, sizeof *fk);
     fp = calloc(n_all, sizeof *fp);
-    by = calloc(n_all, sizeof *by);
-    x = calloc(n_all, sizeof *x);
-    yk = calloc(n_all, sizeof *yk);
-    yp = calloc(n_all, sizeof *yp);
+    dk = calloc(n_all, sizeof *dk);
+    dp = calloc(n_all, sizeof *dp);
     /* The metrics as the metric list labels and formats them (records.h). */
     static const ql_metric_id shown[] = {QL_METRIC_bpw, QL_METRIC_kld_mean, QL_METRIC_ppl};
     const ql_table_column cols[] = {
@@ -165,19 +227,23 @@ int main(int argc, char **argv)
         {ql_metric_get(shown[2])->label, NULL, true},
         {"KLD front", NULL, false},
         {"PPL front", NULL, false},
-        {"beaten on KLD by", NULL, false},
+        {"beaten on KLD by (ΔKLD, 95% CI)", NULL, false},
+        {"within the noise of", NULL, false},
     };
-    if (!fk || !fp || !by || !x || !yk || !yp || (st = ql_doc_open(&d, &err))) {
+    if (!fk || !fp || !dk || !dp || (st = ql_doc_open(&d, &err))) {
         st = st ? st : ql_error_set(&err, QL_ENOMEM, "out of memory");
         goto out;
     }
     fprintf(d.f,
             "# Pareto front across formats\n\n"
-            "Source: `%s`%s%s%s. A config is on a front when no other config of the same "
-            "model, text and context has at most its bits per weight and at most its error "
-            "(mean KLD, or PPL), one of them strictly. \"Beaten on KLD by\" names the "
-            "cheapest config that does.\n",
-            o.db, o.sweep ? ", sweep `" : "", o.sweep ? o.sweep : "", o.sweep ? "`" : "");
+            "Source: `%s`%s%s%s. A config is on a front unless another config of the same "
+            "model, text and context has at most its bits per weight and a lower error (mean "
+            "KLD, or PPL) by more than the noise: the 95%% paired-bootstrap interval over the "
+            "chunks (%lld resamples) of the difference excludes zero. \"Beaten on KLD by\" "
+            "names the cheapest config that does, with this config's excess KLD over it; "
+            "\"within the noise of\" the cheapest that is as good within the interval.\n",
+            o.db, o.sweep ? ", sweep `" : "", o.sweep ? o.sweep : "", o.sweep ? "`" : "",
+            (long long)resamples);
     int groups = 0;
     for (size_t lo = 0, hi; lo < n_all; lo = hi) {
         for (hi = lo + 1; hi < n_all && strcmp(all[hi].group, all[lo].group) == 0; hi++)
@@ -185,17 +251,17 @@ int main(int argc, char **argv)
         size_t n = hi - lo;
         nb_result *v = all + lo;
         make_labels(all, lo, hi);
+        bool plain = false;
+        if ((st = dominance(s, v, n, &bo, dk, dp, &plain, &err)))
+            goto out;
+        size_t nk = 0, np = 0, na = 0;
         for (size_t i = 0; i < n; i++) {
-            x[i] = v[i].bpw;
-            yk[i] = v[i].kld;
-            yp[i] = v[i].ppl;
-        }
-        ql_pareto_front(x, yk, n, fk, by);
-        ql_pareto_front(x, yp, n, fp, NULL);
-        size_t nk = 0, np = 0;
-        for (size_t i = 0; i < n; i++) {
+            bool used = v[i].applies != QL_APPLIES_NONE;
+            fk[i] = used && !isnan(v[i].kld) && dk[i].beaten_by < 0;
+            fp[i] = used && !isnan(v[i].ppl) && dp[i].beaten_by < 0;
             nk += fk[i];
             np += fp[i];
+            na += !used;
         }
         t = ql_table_alloc(cols, sizeof cols / sizeof cols[0]);
         if (!t) {
@@ -203,6 +269,8 @@ int main(int argc, char **argv)
             goto out;
         }
         for (size_t i = 0; i < n && !st; i++) {
+            if (v[i].applies == QL_APPLIES_NONE)
+                continue;
             if ((st = ql_table_row(t, &err)) || (st = ql_table_put(t, v[i].label, &err)) ||
                 (st = ql_table_put(t, v[i].axis[QL_AXIS_ACT_MODE], &err)) ||
                 (st = put_metric(t, shown[0], v[i].bpw, &err)) ||
@@ -211,19 +279,35 @@ int main(int argc, char **argv)
                 (st = ql_table_put(t, fk[i] ? "yes" : "no", &err)) ||
                 (st = ql_table_put(t, fp[i] ? "yes" : "no", &err)))
                 break;
-            char beaten[700];
-            if (by[i] >= 0)
-                snprintf(beaten, sizeof beaten, "%s (%s)", v[by[i]].label,
-                         v[by[i]].axis[QL_AXIS_ACT_MODE]);
-            st = ql_table_put(t, by[i] >= 0 ? beaten : NULL, &err);
+            char beaten[700], within[700];
+            if (dk[i].beaten_by >= 0)
+                dominator_text(v, dk[i].beaten_by, &dk[i].beaten_diff, plain, false, beaten,
+                               sizeof beaten);
+            if (dk[i].beaten_by < 0 && dk[i].within >= 0)
+                dominator_text(v, dk[i].within, &dk[i].within_diff, plain, false, within,
+                               sizeof within);
+            if ((st = ql_table_put(t, dk[i].beaten_by >= 0 ? beaten : NULL, &err)))
+                break;
+            st = ql_table_put(t, dk[i].beaten_by < 0 && dk[i].within >= 0 ? within : NULL, &err);
         }
         if (st)
             goto out;
-        fprintf(d.f, "\n## %s\n\n%zu configs: %zu on the KLD front, %zu on the PPL front.\n\n",
-                v[0].group, n, nk, np);
+        fprintf(d.f, "\n## %s\n\n%zu configs: %zu on the KLD front, %zu on the PPL front.%s\n\n",
+                v[0].group, n - na, nk, np,
+                plain ? " These runs have no per-chunk sums: plain dominance, without the "
+                        "noise."
+                      : "");
         ql_table_write_md(t, d.f, "—");
         ql_table_free(t);
         t = NULL;
+        if (na) {
+            fprintf(d.f, "\nNot applicable (their types applied to no tensor of a class; left "
+                         "out of the fronts):\n\n");
+            for (size_t i = 0; i < n; i++)
+                if (v[i].applies == QL_APPLIES_NONE)
+                    fprintf(d.f, "- %s (%s): measured %s\n", v[i].label,
+                            v[i].axis[QL_AXIS_ACT_MODE], v[i].types_used);
+        }
         char suffix[32] = "";
         if (lo > 0 || hi < n_all)
             snprintf(suffix, sizeof suffix, "-%d", groups + 1);
@@ -237,10 +321,8 @@ out:
     ql_table_free(t);
     free(fk);
     free(fp);
-    free(by);
-    free(x);
-    free(yk);
-    free(yp);
+    free(dk);
+    free(dp);
     free(all);
     ql_store_close(s);
     return st ? nb_fail(&o, &err) : 0;

@@ -1,9 +1,10 @@
 #!/bin/sh
 # Regenerates the result tables shown in README.md from the results store: each
 # block between "<!-- report:SWEEP -->" and "<!-- /report:SWEEP -->" is replaced by
-# the table `qlab report` wrote to results/SWEEP/report.md (summary lines and table,
-# without the legend and the tensor-type table). Run the sweeps first; the numbers come from qlab, not from
-# hand editing.
+# the table `qlab report` wrote to results/SWEEP/report.md (summary lines, table and
+# the notes under it, without what report.md marks as details: tensor types,
+# comparisons, plot links, the legend). Run the sweeps first; the numbers come from
+# qlab, not from hand editing.
 #   usage: scripts/readme-tables.sh [QLAB] [DB]
 set -eu
 cd "$(dirname "$0")/.."
@@ -19,15 +20,14 @@ awk -v dir="$out" '
         name = $0; sub(/^<!-- report:/, "", name); sub(/ -->$/, "", name)
         file = dir "/" name "/report.md"
         if ((getline line < file) <= 0) { print "missing report for sweep " name > "/dev/stderr"; exit 1 }
-        # Copy the table and the bullet summary, skip the heading, the legend and the
-        # tensor-type tables (up to the heading of the next group).
-        types = 0
+        # Copy the summary, the table and the notes under it; skip the heading and
+        # what report.md marks as details (comparisons, plot links, the legend).
+        details = 0
         do {
             if (line ~ /^## /) continue
-            if (line ~ /^### /) types = 0
-            if (line ~ /^Tensor types /) types = 1
-            if (types) continue
-            if (line ~ /^[-|]/ || line == "") print line
+            if (line == "<!-- details -->") { details = 1; continue }
+            if (line == "<!-- /details -->") { details = 0; continue }
+            if (!details) print line
         } while ((getline line < file) > 0)
         skipping = 1
         next

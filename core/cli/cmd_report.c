@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "results/analysis.h"
 #include "results/report.h"
 #include "results/store.h"
 
@@ -14,12 +15,19 @@ static void help(const ql_opt_parser *p)
            "\n"
            "Writes, for every sweep in the results database (or the one named), the\n"
            "format-comparison table and plots to DIR/<sweep>/:\n"
-           "  report.md          summary and table (Markdown), failed configs\n"
-           "  formats.csv        the same rows, full precision, every axis\n"
-           "  kld_bpw.png/.svg   mean KLD against bits per weight (log scale), one series\n"
-           "                     per activation mode, the Pareto front dashed\n"
-           "  ppl_bpw.png/.svg   perplexity against bits per weight\n"
-           "  tensors-<hash>.png/.svg  per-tensor error by layer for one config\n"
+           "  report.md          summary and table (Markdown), the configs whose types did\n"
+           "                     not apply, failed configs, one-axis comparisons with\n"
+           "                     paired-bootstrap intervals, links to the plots\n"
+           "  report.html        all of it in one self-contained page: sortable tables,\n"
+           "                     more columns, the plots inline\n"
+           "  formats.csv        the rows, full precision, every axis and metric\n"
+           "  kld_bpw.png/.svg   mean KLD ± its error against bits per weight (log scale);\n"
+           "                     colour and marker by the axes that vary, panels for more\n"
+           "                     than two, the Pareto front dashed\n"
+           "  ppl_bpw.png/.svg   perplexity against bits per weight (not for synth: models)\n"
+           "  kld_cdf.png/.svg   the KLD distribution of every config (log x)\n"
+           "  tensors-<hash>.png/.svg  per-tensor error by layer for one config, fallbacks\n"
+           "                     marked\n"
            "  *.dat, *.gp        the plot data and gnuplot scripts (rerun: gnuplot X.gp)\n"
            "\n");
     ql_opt_print_options(stdout, p);
@@ -33,6 +41,7 @@ int ql_cmd_report(int argc, char **argv)
     const char *db = QL_STORE_DEFAULT_PATH;
     ql_report_options opt = {.out_dir = QL_REPORT_DEFAULT_DIR, .plots = true, .log = stdout};
     bool no_plots = false;
+    int64_t resamples = QL_BOOTSTRAP_RESAMPLES;
     const ql_opt opts[] = {
         ql_opt_str("db", 0, &db, "PATH", "results database (default " QL_STORE_DEFAULT_PATH ")"),
         ql_opt_str("sweep", 0, &opt.sweep, "NAME", "only this sweep"),
@@ -43,6 +52,8 @@ int ql_cmd_report(int argc, char **argv)
                    "configs') for the per-tensor plot; default: the config\n"
                    "with the largest mean KLD"),
         ql_opt_flag("no-plots", 0, &no_plots, "tables and plot data only, do not run gnuplot"),
+        ql_opt_i64("resamples", 0, &resamples, 100, 100000000, "N",
+                   "bootstrap resamples of the one-axis comparisons\n(default 10000)"),
     };
     ql_opt_parser p = {
         .prog = "qlab report", .opts = opts, .n_opts = QL_OPT_COUNT(opts), .help = help};
@@ -50,6 +61,7 @@ int ql_cmd_report(int argc, char **argv)
     if (rc != QL_OPT_GO_ON)
         return rc;
     opt.plots = !no_plots;
+    opt.resamples = (size_t)resamples;
     if (opt.tensors && strlen(opt.tensors) < 4)
         return ql_opt_usage(&p, "--tensors: give at least 4 hex digits of the config hash "
                                 "(see 'qlab query configs')");

@@ -8,6 +8,7 @@
 
 static const ql_cli_command commands[] = {
     {"bench", ql_cmd_bench, "measure speed (bench quant | forward | act)"},
+    {"compare", ql_cmd_compare, "two configs on the same tokens, with bootstrap intervals"},
     {"data", ql_cmd_data, "list the named models and texts, verify their sha256"},
     {"eval", ql_cmd_eval, "perplexity of a model on a text (llama-perplexity protocol)"},
     {"fit", ql_cmd_fit, "choose a type per tensor to fill a byte budget; write the GGUF"},

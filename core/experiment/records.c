@@ -146,3 +146,33 @@ void ql_run_timing_init(ql_run_timing *t)
 {
     t->seconds = t->quantize_seconds = t->ref_seconds = t->quant_seconds = (double)NAN;
 }
+
+/* ---------------------------------------------------------------- tensor classes */
+
+/* The GGUF names of the two tensors outside the body. */
+#define HEAD_TENSOR "output.weight"
+#define EMBD_TENSOR "token_embd.weight"
+
+ql_tensor_axis ql_tensor_axis_of(const char *name)
+{
+    if (strcmp(name, HEAD_TENSOR) == 0)
+        return QL_TENSOR_HEAD;
+    if (strcmp(name, EMBD_TENSOR) == 0)
+        return QL_TENSOR_EMBD;
+    return QL_TENSOR_BODY;
+}
+
+void ql_tensor_shares(const ql_tensor_record *t, size_t n, double share[QL_TENSOR_AXES])
+{
+    double all[QL_TENSOR_AXES] = {0}, got[QL_TENSOR_AXES] = {0};
+    bool seen[QL_TENSOR_AXES] = {false};
+    for (size_t i = 0; i < n; i++) {
+        ql_tensor_axis c = ql_tensor_axis_of(t[i].tensor ? t[i].tensor : "");
+        seen[c] = true;
+        all[c] += (double)t[i].params;
+        if (t[i].used_type == t[i].requested_type)
+            got[c] += (double)t[i].params;
+    }
+    for (int c = 0; c < QL_TENSOR_AXES; c++)
+        share[c] = !seen[c] ? (double)NAN : all[c] > 0 ? got[c] / all[c] : 1.0;
+}

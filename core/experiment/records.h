@@ -26,8 +26,10 @@
  *   since    store schema version whose metrics table first had the column (a later
  *            one becomes ALTER TABLE ... ADD COLUMN for older databases)
  *   source   which record of a run computes it, under the same field name: DIST
- *            (ql_dist_metrics, experiment/metrics.h) or WEIGHTS (ql_qweights_result,
- *            experiment/qweights.h); the SQL of a DERIVED metric
+ *            (ql_dist_metrics, experiment/metrics.h), WEIGHTS (ql_qweights_result,
+ *            experiment/qweights.h) or TENSORS (ql_tensor_shares below, from the run's
+ *            tensor records: the store fills these when it stores the run); the SQL of
+ *            a DERIVED metric
  *   pos      place in the report's outputs (report.md table, formats.csv, legend, the
  *            sweep summary, `qlab query formats`), increasing; 0 = in none
  *   label    header of report.md's table and the sweep summary; NULL = not a column
@@ -70,6 +72,53 @@
       QL_METRIC_CSV | QL_METRIC_SUMMARY,                                                           \
       "top-1: tokens whose most likely next token is the reference's.")                            \
     X(n_tokens,         COUNT,   1, DIST,  0, NULL,        NUM, "%.0f", -1, 0, NULL)               \
+    /* llama-perplexity's and exllamav3's further statistics (schema 4) */                        \
+    X(kld_min,          REAL,    4, DIST, 14, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_p01,          REAL,    4, DIST, 15, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_p05,          REAL,    4, DIST, 16, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_p10,          REAL,    4, DIST, 17, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_p25,          REAL,    4, DIST, 18, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_p75,          REAL,    4, DIST, 19, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_p95,          REAL,    4, DIST, 20, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(rkld_mean,        REAL,    4, DIST, 21, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(rkld_mean_err,    REAL,    4, DIST, 22, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_conf_0_25,    REAL,    4, DIST, 23, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_conf_0_25_err, REAL,   4, DIST, 24, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(n_conf_0_25,      COUNT,   4, DIST, 25, NULL,        NUM, "%.0f", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_conf_25_50,   REAL,    4, DIST, 26, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_conf_25_50_err, REAL,  4, DIST, 27, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(n_conf_25_50,     COUNT,   4, DIST, 28, NULL,        NUM, "%.0f", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_conf_50_75,   REAL,    4, DIST, 29, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_conf_50_75_err, REAL,  4, DIST, 30, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(n_conf_50_75,     COUNT,   4, DIST, 31, NULL,        NUM, "%.0f", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_conf_75_95,   REAL,    4, DIST, 32, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_conf_75_95_err, REAL,  4, DIST, 33, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(n_conf_75_95,     COUNT,   4, DIST, 34, NULL,        NUM, "%.0f", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_conf_95_100,  REAL,    4, DIST, 35, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(kld_conf_95_100_err, REAL, 4, DIST, 36, NULL,        NUM, "%.3e", -1, QL_METRIC_CSV, NULL)   \
+    X(n_conf_95_100,    COUNT,   4, DIST, 37, NULL,        NUM, "%.0f", -1, QL_METRIC_CSV, NULL)   \
+    X(dp_mean_err,      REAL,    4, DIST, 38, NULL,        NUM, "%.4e", -1, QL_METRIC_CSV, NULL)   \
+    X(dp_rms_err,       REAL,    4, DIST, 39, NULL,        NUM, "%.4e", -1, QL_METRIC_CSV, NULL)   \
+    X(dp_p001,          REAL,    4, DIST, 40, NULL,        NUM, "%+.4f", -1, QL_METRIC_CSV, NULL)  \
+    X(dp_p01,           REAL,    4, DIST, 41, NULL,        NUM, "%+.4f", -1, QL_METRIC_CSV, NULL)  \
+    X(dp_p05,           REAL,    4, DIST, 42, NULL,        NUM, "%+.4f", -1, QL_METRIC_CSV, NULL)  \
+    X(dp_p10,           REAL,    4, DIST, 43, NULL,        NUM, "%+.4f", -1, QL_METRIC_CSV, NULL)  \
+    X(dp_p25,           REAL,    4, DIST, 44, NULL,        NUM, "%+.4f", -1, QL_METRIC_CSV, NULL)  \
+    X(dp_median,        REAL,    4, DIST, 45, NULL,        NUM, "%+.4f", -1, QL_METRIC_CSV, NULL)  \
+    X(dp_p75,           REAL,    4, DIST, 46, NULL,        NUM, "%+.4f", -1, QL_METRIC_CSV, NULL)  \
+    X(dp_p90,           REAL,    4, DIST, 47, NULL,        NUM, "%+.4f", -1, QL_METRIC_CSV, NULL)  \
+    X(dp_p95,           REAL,    4, DIST, 48, NULL,        NUM, "%+.4f", -1, QL_METRIC_CSV, NULL)  \
+    X(dp_p99,           REAL,    4, DIST, 49, NULL,        NUM, "%+.4f", -1, QL_METRIC_CSV, NULL)  \
+    X(dp_p999,          REAL,    4, DIST, 50, NULL,        NUM, "%+.4f", -1, QL_METRIC_CSV, NULL)  \
+    X(top1_agree_err,   REAL,    4, DIST, 51, NULL,        PCT, "%.2f", -1, QL_METRIC_CSV, NULL)   \
+    X(top5_ref_in_q,    REAL,    4, DIST, 52, NULL,        PCT, "%.2f", -1, QL_METRIC_CSV, NULL)   \
+    X(top5_ref_in_q_err, REAL,   4, DIST, 53, NULL,        PCT, "%.2f", -1, QL_METRIC_CSV, NULL)   \
+    X(top10_ref_in_q,   REAL,    4, DIST, 54, NULL,        PCT, "%.2f", -1, QL_METRIC_CSV, NULL)   \
+    X(top10_ref_in_q_err, REAL,  4, DIST, 55, NULL,        PCT, "%.2f", -1, QL_METRIC_CSV, NULL)   \
+    X(top5_q_in_ref,    REAL,    4, DIST, 56, NULL,        PCT, "%.2f", -1, QL_METRIC_CSV, NULL)   \
+    X(top5_q_in_ref_err, REAL,   4, DIST, 57, NULL,        PCT, "%.2f", -1, QL_METRIC_CSV, NULL)   \
+    X(top10_q_in_ref,   REAL,    4, DIST, 58, NULL,        PCT, "%.2f", -1, QL_METRIC_CSV, NULL)   \
+    X(top10_q_in_ref_err, REAL,  4, DIST, 59, NULL,        PCT, "%.2f", -1, QL_METRIC_CSV, NULL)   \
     /* weight side, summed over the model (rmse and max_err over all weights) */                   \
     X(rmse,             REAL,    1, WEIGHTS, 0, NULL,      NUM, "%.3e", -1, 0, NULL)               \
     X(max_err,          REAL,    1, WEIGHTS, 0, NULL,      NUM, "%.3e", -1, 0, NULL)               \
@@ -87,7 +136,12 @@
     X(gguf_bytes,       COUNT,   1, WEIGHTS, 0, NULL,      BYTES, "%.0f", -1, 0, NULL)             \
     X(zlib_bytes,       COUNT,   1, WEIGHTS, 0, NULL,      BYTES, "%.0f", -1, 0, NULL)             \
     X(params,           COUNT,   1, WEIGHTS, 0, NULL,      NUM, "%.0f", -1, 0, NULL)               \
-    X(params_body,      COUNT,   1, WEIGHTS, 0, NULL,      NUM, "%.0f", -1, 0, NULL)
+    X(params_body,      COUNT,   1, WEIGHTS, 0, NULL,      NUM, "%.0f", -1, 0, NULL)               \
+    /* which share of the parameters got the type asked for (schema 4): matmul weights       \
+     * without head and embeddings, the head, the embeddings; from the tensor records */       \
+    X(applied_body,     REAL,    4, TENSORS, 60, NULL,     PCT, "%.1f", -1, QL_METRIC_CSV, NULL)   \
+    X(applied_head,     REAL,    4, TENSORS, 61, NULL,     PCT, "%.1f", -1, QL_METRIC_CSV, NULL)   \
+    X(applied_embd,     REAL,    4, TENSORS, 62, NULL,     PCT, "%.1f", -1, QL_METRIC_CSV, NULL)
 // clang-format on
 
 /* Flags of a metric. */
@@ -123,7 +177,10 @@ typedef struct {
 /* For code that fills ql_run_metrics from the records that compute the figures:
  * with QL_METRIC_FROM_<source>(name) defined for every source (DIST, WEIGHTS),
  * QL_RUN_METRICS(QL_METRIC_BY_SOURCE) expands it for every stored metric. A source
- * left undefined does not compile. */
+ * left undefined does not compile. TENSORS metrics are the store's to fill (from the
+ * tensor records a run gives, ql_store_finish_run_result), so they expand to nothing
+ * here. */
+#define QL_METRIC_FROM_TENSORS(name)
 #define QL_METRIC_BY_SOURCE(name, kind, since, source, ...) QL_METRIC_BY_SOURCE_##kind(name, source)
 #define QL_METRIC_BY_SOURCE_REAL(name, source)              QL_METRIC_FROM_##source(name)
 #define QL_METRIC_BY_SOURCE_COUNT(name, source)             QL_METRIC_FROM_##source(name)
@@ -177,6 +234,18 @@ typedef struct {
     int64_t outlier_cols;                               /* -1 = split off (NULL) */
     const char *choice; /* why requested_type: the type policy's rule or axis; NULL = unknown */
 } ql_tensor_record;
+
+/* What a tensor is to the type axes: a matmul weight of the body (weight_type), the
+ * LM head (head_type) or the token embeddings (embd_type). */
+typedef enum { QL_TENSOR_BODY, QL_TENSOR_HEAD, QL_TENSOR_EMBD, QL_TENSOR_AXES } ql_tensor_axis;
+
+/* By GGUF name: output.weight is the head, token_embd.weight the embeddings. */
+ql_tensor_axis ql_tensor_axis_of(const char *name);
+
+/* For each class, the share of its parameters whose used type is the requested one
+ * (NAN for a class without records): the TENSORS metrics applied_body, applied_head,
+ * applied_embd. */
+void ql_tensor_shares(const ql_tensor_record *t, size_t n, double share[QL_TENSOR_AXES]);
 
 /* Timings of a run in seconds; NAN = not measured. */
 typedef struct {

@@ -31,9 +31,17 @@ typedef struct {
     double estimate; /* the statistic on the full sample */
     double lo, hi;   /* percentile interval at the requested level */
     double se;       /* standard deviation of the bootstrap replicates */
-    size_t n;        /* sample size (chunks) */
+    /* Two-sided p-value of "no difference", the one the percentile interval implies:
+     * twice the share of replicates on the far side of zero, (1 + 2 min(#{D* <= 0},
+     * #{D* >= 0})) / (1 + R), at most 1. The interval at level L excludes zero about
+     * when p < 1 - L. */
+    double p;
+    size_t n; /* sample size (chunks) */
     size_t resamples;
 } ql_ci;
+
+/* Whether the interval excludes zero: the difference is more than the noise. */
+bool ql_ci_excludes_zero(const ql_ci *ci);
 
 /* Paired bootstrap of a difference of token-weighted means over chunks.
  *
@@ -54,6 +62,15 @@ typedef struct {
 ql_status ql_bootstrap_paired_diff(const double *a, const double *b, const double *w, size_t n,
                                    size_t resamples, double level, unsigned long seed, ql_ci *out,
                                    ql_error *err);
+
+/* The same for k statistics of the same chunks at once: statistic j compares
+ * a[j][0..n) with b[j][0..n), all with weights w, and every replicate draws one set
+ * of chunk indices for all of them (so the intervals of ΔKLD, Δ ln PPL and Δ top-1
+ * come from the same resamples). out[j] is what ql_bootstrap_paired_diff gives for
+ * statistic j alone with the same seed. Errors as there, naming the statistic. */
+ql_status ql_bootstrap_paired_diffs(const double *const *a, const double *const *b, const double *w,
+                                    size_t k, size_t n, size_t resamples, double level,
+                                    unsigned long seed, ql_ci *out, ql_error *err);
 
 /* Defaults of the analyses. 10,000 replicates put the Monte-Carlo error of a
  * 95% percentile bound near 1% of the interval's half-width. */

@@ -17,8 +17,9 @@ struct ql_query {
 
 /* ================================================================ named queries */
 
-/* `formats`: every axis, then the metrics the metric list gives digits for
- * (records.h), rounded to them, in report order. Built once. */
+/* `formats`: every axis, whether its types applied and which were used
+ * (applicability.h), then the metrics the metric list gives digits for (records.h),
+ * rounded to them, in report order. Built once. */
 static char formats_sql[4096];
 static pthread_once_t formats_once = PTHREAD_ONCE_INIT;
 
@@ -30,6 +31,7 @@ static void build_formats_sql(void)
     for (int a = 0; a < QL_AXIS_COUNT; a++)
         off += (size_t)snprintf(formats_sql + off, sizeof formats_sql - off, ", %s",
                                 ql_axis_name((ql_axis)a));
+    off += (size_t)snprintf(formats_sql + off, sizeof formats_sql - off, ", applies, types_used");
     ql_metric_id ids[QL_N_METRICS];
     size_t n = ql_metrics_reported(ids);
     for (size_t k = 0; k < n; k++) {

@@ -11,49 +11,23 @@
 #include "experiment/config.h"
 #include "results/analysis.h"
 #include "results/plot.h"
+#include "results/report_impl.h"
 #include "results/types_table.h"
 
 /* Markdown text of a missing value. */
 #define NULL_TEXT "—"
-/* Per-tensor plot: a log y axis only when the errors span more than this factor. */
-#define LOG_SPAN_MIN 20.0
+/* report.md marks what follows a group's table (comparisons, plots, the legend). */
+#define DETAILS_BEGIN "<!-- details -->"
+#define DETAILS_END   "<!-- /details -->"
 /* Longest error text quoted in report.md (the CSV-free failure list). */
 #define ERROR_TEXT_MAX 200
 
 /* ================================================================ data */
 
-typedef struct {
-    int64_t run_id;
-    char hash[65];
-    char *axis[QL_AXIS_COUNT]; /* canonical values */
-    double v[QL_N_METRICS];    /* by ql_metric_id; NAN = NULL */
-} row;
-
-typedef struct {
-    char *axis[QL_AXIS_COUNT];
-    char *error;
-} failure;
-
-/* The runs of one sweep on one (model, text, ctx, chunks). */
-typedef struct {
-    char *model_sha, *model, *arch, *dataset_sha, *dataset;
-    int64_t params; /* -1 = unknown */
-    int ctx, chunks;
-    int64_t done, failed, running;
-    row *rows;
-    size_t nrows;
-    failure *fails;
-    size_t nfails;
-    bool varies[QL_AXIS_COUNT];
-    char suffix[512]; /* file name suffix; "" for a sweep of one group */
-    /* The per-tensor plot: the run it shows (NULL: none), its tensors inside the
-     * blocks, and a header line per tensor outside them. */
-    const row *tensor_row;
-    struct tensor_point *pts;
-    size_t npts;
-    char outside[2048];
-    ql_types_table *types; /* which type each tensor class got, per row (types_table.h) */
-} group;
+typedef ql_report_row row;
+typedef ql_report_failure failure;
+typedef ql_report_group group;
+typedef ql_report_ctx ctx;
 
 /* One sweep: everything its files show, read before any is written. */
 typedef struct {
@@ -61,20 +35,14 @@ typedef struct {
     size_t ng;
 } sweep_data;
 
-typedef struct {
-    ql_store *store;
-    const ql_report_options *opt;
-    ql_report_summary *sum;
-    const char *sweep;
-    char dir[4096];
-    int tensors_found; /* runs matching opt->tensors, over every sweep */
-} ctx;
-
 static void group_free(group *g)
 {
-    for (size_t i = 0; i < g->nrows; i++)
+    for (size_t i = 0; i < g->nrows; i++) {
         for (int a = 0; a < QL_AXIS_COUNT; a++)
             free(g->rows[i].axis[a]);
+        free(g->rows[i].types_used);
+        free(g->rows[i].fallback_note);
+    }
     for (size_t i = 0; i < g->nfails; i++) {
         for (int a = 0; a < QL_AXIS_COUNT; a++)
             free(g->fails[i].axis[a]);
@@ -83,6 +51,7 @@ static void group_free(group *g)
     free(g->rows);
     free(g->fails);
     free(g->pts);
+    free(g->pairs);
     ql_types_table_free(g->types);
     free(g->model_sha);
     free(g->model);
@@ -257,12 +226,13 @@ static void add_axes(char *sql, size_t size, size_t *off, const char *prefix)
 
 static ql_status load_rows(ctx *c, group *g, ql_error *err)
 {
-    char sql[4096];
+    char sql[8192];
     size_t off = (size_t)snprintf(sql, sizeof sql, "SELECT run_id, config_hash");
     add_axes(sql, sizeof sql, &off, "");
     for (int v = 0; v < QL_N_METRICS; v++)
         off += (size_t)snprintf(sql + off, sizeof sql - off, ", %s",
                                 ql_metric_get((ql_metric_id)v)->name);
+    off += (size_t)snprintf(sql + off, sizeof sql - off, ", applies, types_used, fallback_note");
     off += (size_t)snprintf(sql + off, sizeof sql - off,
                             " FROM sweep_results WHERE sweep = ?1 AND model_sha256 = ?2 AND"
                             " dataset_sha256 = ?3 AND ctx = ?4 AND chunks = ?5"
@@ -296,6 +266,10 @@ static ql_status load_rows(ctx *c, group *g, ql_error *err)
             ok = (r->axis[a] = col_string(st, 2 + a)) != NULL && ok;
         for (int v = 0; v < QL_N_METRICS; v++)
             r->v[v] = col_double(st, 2 + QL_AXIS_COUNT + v);
+        int k = 2 + QL_AXIS_COUNT + QL_N_METRICS;
+        r->applies = ql_applies_parse((const char *)sqlite3_column_text(st, k));
+        ok = (r->types_used = col_string(st, k + 1)) != NULL && ok;
+        ok = (r->fallback_note = col_string(st, k + 2)) != NULL && ok;
         if (!ok) {
             rc = oom(err);
             break;
@@ -438,21 +412,67 @@ static ql_status doc_save(ctx *c, ql_doc *d, const char *name, ql_error *err)
     return rc;
 }
 
-/* Renders one plot unless plots are off or were given up; a failure of
- * gnuplot turns plotting off with the reason (not an error). */
-static void render(ctx *c, const char *script, const char *base)
+/* ---------------------------------------------------------------- for the other report files */
+
+ql_status ql_report_prepare(ctx *c, const char *sql, sqlite3_stmt **st, ql_error *err)
 {
-    if (!c->opt->plots || c->sum->plots_skipped)
-        return;
-    ql_error perr;
-    ql_error_clear(&perr);
-    if (ql_plot_draw(c->dir, script, base, c->opt->log, &perr) != QL_OK) {
-        c->sum->plots_skipped = true;
-        ql_strlcpy(c->sum->why, perr.msg, sizeof c->sum->why);
-        return;
-    }
-    c->sum->plots++;
-    c->sum->files += 2;
+    return prepare(c, sql, st, err);
+}
+
+ql_status ql_report_step(ctx *c, sqlite3_stmt *st, bool *got, ql_error *err)
+{
+    return step(c, st, got, err);
+}
+
+ql_status ql_report_bind_int(ctx *c, sqlite3_stmt *st, int idx, int64_t v, ql_error *err)
+{
+    return bind_int(c, st, idx, v, err);
+}
+
+double ql_report_col_double(sqlite3_stmt *st, int i)
+{
+    return col_double(st, i);
+}
+
+ql_status ql_report_oom(ql_error *err)
+{
+    return oom(err);
+}
+
+const char *ql_report_axis_display(int a, const char *v)
+{
+    return axis_display(a, v);
+}
+
+bool ql_report_is_default(int a, const char *v)
+{
+    return is_default(a, v);
+}
+
+void ql_report_config_label(const group *g, char *const *axis, int skip_axis, char *buf,
+                            size_t size)
+{
+    config_label(g, axis, skip_axis, buf, size);
+}
+
+void ql_report_rest_label(const group *g, char *const *axis, int skip_axis, char *buf, size_t size)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int a = 1; a < QL_AXIS_COUNT && o < size; a++)
+        if (g->varies[a] && a != skip_axis && !is_plain(a, axis[a]))
+            o += (size_t)snprintf(buf + o, size - o, "%s%s=%s", o ? " " : "",
+                                  ql_axis_get((ql_axis)a)->label, axis[a]);
+}
+
+bool ql_report_row_compared(const row *r)
+{
+    return r->applies != QL_APPLIES_NONE;
+}
+
+ql_status ql_report_doc_save(ctx *c, ql_doc *d, const char *name, ql_error *err)
+{
+    return doc_save(c, d, name, err);
 }
 
 /* ================================================================ the table */
@@ -468,14 +488,20 @@ static size_t md_metrics(ql_metric_id *ids)
     return n;
 }
 
+size_t ql_report_md_metrics(ql_metric_id *ids)
+{
+    return md_metrics(ids);
+}
+
 /* A metric cell: the value as the list says, "± err" for QL_METRIC_PM when the
- * error is known; NULL (missing) without a value. */
-static ql_status put_metric(ql_table *t, const row *r, ql_metric_id id, ql_error *err)
+ * error is known; "" without a value. */
+void ql_report_metric_text(const row *r, ql_metric_id id, char *buf, size_t size)
 {
     const ql_metric_info *mi = ql_metric_get(id);
     char v[64], e[64];
+    buf[0] = '\0';
     if (isnan(r->v[id]))
-        return ql_table_put(t, NULL, err);
+        return;
     ql_metric_format(id, r->v[id], v, sizeof v);
     if (mi->flags & QL_METRIC_PM) {
         char name[96];
@@ -485,50 +511,95 @@ static ql_status put_metric(ql_table *t, const row *r, ql_metric_id id, ql_error
         ql_metric_id eid = (ql_metric_id)(ei - ql_metric_get((ql_metric_id)0));
         if (!isnan(r->v[eid])) {
             ql_metric_format(eid, r->v[eid], e, sizeof e);
-            return ql_table_putf(t, err, "%s ± %s", v, e);
+            snprintf(buf, size, "%s ± %s", v, e);
+            return;
         }
     }
-    return ql_table_put(t, v, err);
+    snprintf(buf, size, "%s", v);
 }
 
-/* Writes the group's table; shown[id] is set for every metric column shown. */
+static ql_status put_metric(ql_table *t, const row *r, ql_metric_id id, ql_error *err)
+{
+    char text[160];
+    ql_report_metric_text(r, id, text, sizeof text);
+    return ql_table_put(t, *text ? text : NULL, err);
+}
+
+/* Writes the group's table of the configs whose types applied (fully or in part);
+ * shown[id] is set for every metric column shown. A "types used" column follows the
+ * axes when some config got its types on part of its weights only. */
 static ql_status md_table(const group *g, FILE *out, bool shown[QL_N_METRICS], ql_error *err)
 {
     ql_metric_id ids[QL_N_METRICS];
     size_t nm = md_metrics(ids);
-    ql_table_column cols[QL_AXIS_COUNT + QL_N_METRICS];
+    enum { TYPES = QL_AXIS_COUNT, METRICS };
+    ql_table_column cols[METRICS + QL_N_METRICS];
     for (int a = 0; a < QL_AXIS_COUNT; a++)
         cols[a] = (ql_table_column){ql_axis_get((ql_axis)a)->label, NULL, false};
+    cols[TYPES] = (ql_table_column){"types used", NULL, false};
     for (size_t m = 0; m < nm; m++)
-        cols[QL_AXIS_COUNT + m] = (ql_table_column){ql_metric_get(ids[m])->label, NULL, true};
-    ql_table *t = ql_table_alloc(cols, QL_AXIS_COUNT + nm);
+        cols[METRICS + m] = (ql_table_column){ql_metric_get(ids[m])->label, NULL, true};
+    ql_table *t = ql_table_alloc(cols, METRICS + nm);
     if (!t)
         return oom(err);
     ql_status rc = QL_OK;
+    bool partial = false;
     for (size_t i = 0; i < g->nrows && !rc; i++) {
         const row *r = &g->rows[i];
+        if (!ql_report_row_compared(r))
+            continue;
+        partial = partial || r->applies == QL_APPLIES_PARTIAL;
         if ((rc = ql_table_row(t, err)))
             break;
         for (int a = 0; a < QL_AXIS_COUNT && !rc; a++)
             rc = ql_table_put(t, axis_display(a, r->axis[a]), err);
+        if (!rc)
+            rc = ql_table_put(t, *r->types_used ? r->types_used : NULL, err);
         for (size_t m = 0; m < nm && !rc; m++)
             rc = put_metric(t, r, ids[m], err);
     }
     if (!rc) {
         for (int a = 1; a < QL_AXIS_COUNT; a++)
             ql_table_hide(t, (size_t)a, !g->varies[a]);
+        ql_table_hide(t, TYPES, !partial);
         /* Empty metric columns go, unless the list keeps them (bpw, size). */
         for (size_t m = 0; m < nm; m++) {
             bool empty = !(ql_metric_get(ids[m])->flags & QL_METRIC_KEEP) &&
-                         ql_table_col_empty(t, QL_AXIS_COUNT + m);
-            ql_table_hide(t, QL_AXIS_COUNT + m, empty);
+                         ql_table_col_empty(t, METRICS + m);
+            ql_table_hide(t, METRICS + m, empty);
             if (!empty)
                 shown[ids[m]] = true;
         }
         ql_table_write_md(t, out, NULL_TEXT);
+        if (partial)
+            fprintf(out, "\n\"types used\": the types the matmul weights got, by share of their "
+                         "parameters, where some fell back (rows that do not split into the "
+                         "type's blocks).\n");
     }
     ql_table_free(t);
     return rc;
+}
+
+/* The configs none of whose weights (or head, or embeddings) got the type they name:
+ * listed apart, with what they measured instead and why. */
+static void md_not_applicable(const group *g, FILE *out)
+{
+    bool any = false;
+    for (size_t i = 0; i < g->nrows; i++) {
+        const row *r = &g->rows[i];
+        if (ql_report_row_compared(r))
+            continue;
+        if (!any)
+            fprintf(out, "\nNot applicable (the types they name applied to no tensor of their "
+                         "class; left out of the table, the fronts and the comparisons):\n\n");
+        any = true;
+        char label[512];
+        config_label(g, r->axis, -1, label, sizeof label);
+        fprintf(out, "- %s: measured %s", label, r->types_used);
+        if (*r->fallback_note)
+            fprintf(out, " (%s)", r->fallback_note);
+        fputc('\n', out);
+    }
 }
 
 /* The reference PPL of a group: one value, or a range when runs disagree. */
@@ -576,7 +647,7 @@ static void tokens_text(const group *g, char *buf, size_t size)
                  ql_fmt_count((int64_t)hi, b, sizeof b));
 }
 
-static void md_summary(const group *g, FILE *out)
+void ql_report_md_summary(const group *g, FILE *out)
 {
     char buf[256], num[32];
     fprintf(out, "- model: %s", g->model);
@@ -628,6 +699,18 @@ static void md_failures(const group *g, FILE *out)
     }
 }
 
+/* Links to the group's plots (drawn or not, their scripts are there) and the page. */
+static void md_plots(const ctx *c, const group *g, FILE *out)
+{
+    if (!g->nplots)
+        return;
+    fputs("\nPlots:", out);
+    for (size_t i = 0; i < g->nplots; i++)
+        fprintf(out, "%s [%s](%s.svg)", i ? " ·" : "", g->plot_titles[i], g->plots[i]);
+    (void)c;
+    fprintf(out, "; all of it in one page: [report.html](report.html).\n");
+}
+
 static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
 {
     ql_doc d;
@@ -642,15 +725,23 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
             fprintf(d.f, "\n### %s · %s · ctx %d · %d chunks\n", g->model, g->dataset, g->ctx,
                     g->chunks);
         fputc('\n', d.f);
-        md_summary(g, d.f);
+        ql_report_md_summary(g, d.f);
         fputc('\n', d.f);
         if (g->nrows)
             rc = md_table(g, d.f, shown, err);
         else
             fprintf(d.f, "No finished configs.\n");
+        md_not_applicable(g, d.f);
         md_failures(g, d.f);
+        /* What follows the table is marked, so that a copy of the table can leave it
+         * out (scripts/readme-tables.sh). */
+        fputs("\n" DETAILS_BEGIN "\n", d.f);
         if (!rc)
             rc = ql_types_table_write_md(g->types, d.f, NULL_TEXT, err);
+        if (!rc)
+            rc = ql_report_md_pairs(g, d.f, err);
+        md_plots(c, g, d.f);
+        fputs(DETAILS_END "\n", d.f);
     }
     if (rc) {
         ql_doc_discard(&d);
@@ -659,7 +750,8 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
     /* The legend: what the columns shown mean, in report order. */
     ql_metric_id ids[QL_N_METRICS];
     size_t nm = md_metrics(ids);
-    const char *sep = "\n";
+    fputs("\n" DETAILS_BEGIN "\n", d.f);
+    const char *sep = "";
     for (size_t m = 0; m < nm; m++) {
         const ql_metric_info *mi = ql_metric_get(ids[m]);
         if (shown[ids[m]] && mi->note) {
@@ -669,6 +761,7 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
     }
     if (*sep == ' ')
         fputc('\n', d.f);
+    fputs(DETAILS_END "\n", d.f);
     return doc_save(c, &d, "report.md", err);
 }
 
@@ -717,425 +810,6 @@ static ql_status write_csv(ctx *c, group *gs, size_t ng, ql_error *err)
         rc = doc_save(c, &d, "formats.csv", err);
     }
     ql_table_free(t);
-    return rc;
-}
-
-/* ================================================================ plots */
-
-/* A number in a gnuplot data file: round-trip exact, NaN for missing; all but
- * the first column of a line get a separating space. */
-static void dat_col(FILE *f, double v, bool first)
-{
-    if (!first)
-        fputc(' ', f);
-    if (isnan(v))
-        fputs("NaN", f);
-    else
-        fprintf(f, "%.17g", v);
-}
-
-static void dat_num(FILE *f, double v)
-{
-    dat_col(f, v, false);
-}
-
-/* A string column of a data file (gnuplot reads "..." as one column). */
-static void dat_str(FILE *f, const char *s)
-{
-    fputs(" \"", f);
-    for (; *s; s++)
-        fputc(*s == '"' || *s == '\n' ? '\'' : *s, f);
-    fputc('"', f);
-}
-
-static void dat_header(ctx *c, const group *g, FILE *f, const char *what)
-{
-    fprintf(f, "# qlab report: %s\n# sweep %s: %s on %s, ctx %d, %d chunks\n", what, c->sweep,
-            g->model, g->dataset, g->ctx, g->chunks);
-}
-
-static void plot_title(ctx *c, const group *g, char *buf, size_t size)
-{
-    snprintf(buf, size, "%s: %s on %s, ctx %d, %d chunks", c->sweep, g->model, g->dataset, g->ctx,
-             g->chunks);
-}
-
-/* The distinct activation modes of a group, sorted by name: the series of the
- * plots, in the same order in every plot. */
-static size_t act_modes(const group *g, const char **modes, size_t max)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < g->nrows; i++)
-        ql_strset_add(modes, &n, max, g->rows[i].axis[QL_AXIS_ACT_MODE]);
-    return n;
-}
-
-#define MAX_SERIES 16
-
-/* The numeric columns of formats.dat, in order; the label and the config hash
- * follow them. The plot scripts find their y column here (dat_column). */
-static const ql_metric_id dat_cols[] = {QL_METRIC_bpw, QL_METRIC_kld_mean, QL_METRIC_kld_p99,
-                                        QL_METRIC_ppl, QL_METRIC_ppl_err,  QL_METRIC_top1_agree};
-
-/* The gnuplot column number (1-based) of a value in formats.dat. */
-static int dat_column(ql_metric_id value)
-{
-    for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
-        if (dat_cols[k] == value)
-            return (int)k + 1;
-    QL_ASSERT(!"value not in formats.dat");
-    return 0;
-}
-
-typedef struct {
-    const char *name;  /* file stem: kld_bpw, ppl_bpw */
-    const char *front; /* pareto_kld, pareto_ppl */
-    int value;         /* QL_METRIC_kld_mean or QL_METRIC_ppl */
-    bool log_y;
-    const char *ylabel;
-} metric_plot;
-
-static const metric_plot metric_plots[] = {
-    {"kld_bpw", "pareto_kld", QL_METRIC_kld_mean, true,
-     "mean KL divergence to the reference (nats)"},
-    {"ppl_bpw", "pareto_ppl", QL_METRIC_ppl, false, "perplexity"},
-};
-
-/* Whether a value can be drawn on the plot's y axis. */
-static bool drawable(const metric_plot *mp, double x, double y)
-{
-    return !isnan(x) && !isnan(y) && (!mp->log_y || y > 0.0);
-}
-
-static ql_status write_metric_plot(ctx *c, const group *g, const metric_plot *mp,
-                                   const char **modes, size_t nmodes, ql_error *err)
-{
-    char fname[1200], script[1200], base[1024], title[1024], label[512];
-    size_t n = g->nrows;
-    double *x = malloc((n ? n : 1) * sizeof *x), *y = malloc((n ? n : 1) * sizeof *y);
-    bool *front = malloc((n ? n : 1) * sizeof *front);
-    ql_status rc = QL_OK;
-    ql_doc d = {0};
-    if (!x || !y || !front) {
-        rc = oom(err);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        x[i] = g->rows[i].v[QL_METRIC_bpw];
-        y[i] = g->rows[i].v[mp->value];
-    }
-    ql_pareto_front(x, y, n, front, NULL);
-
-    /* The front in bpw order (rows are sorted by bpw already). */
-    if ((rc = ql_doc_open(&d, err)))
-        goto out;
-    dat_header(c, g, d.f,
-               mp->value == QL_METRIC_kld_mean ? "Pareto front in (bpw, mean KLD)"
-                                               : "Pareto front in (bpw, PPL)");
-    fprintf(d.f,
-            "# configs no other config beats on both; columns: bpw %s label act_mode "
-            "config_hash\n",
-            ql_metric_get(mp->value)->name);
-    bool front_drawable = false;
-    for (size_t i = 0; i < n; i++) {
-        if (!front[i])
-            continue;
-        const row *r = &g->rows[i];
-        config_label(g, r->axis, QL_AXIS_ACT_MODE, label, sizeof label);
-        dat_col(d.f, x[i], true);
-        dat_num(d.f, y[i]);
-        dat_str(d.f, label);
-        dat_str(d.f, r->axis[QL_AXIS_ACT_MODE]);
-        fprintf(d.f, " %s\n", r->hash);
-        front_drawable = front_drawable || drawable(mp, x[i], y[i]);
-    }
-    snprintf(fname, sizeof fname, "%s%s.dat", mp->front, g->suffix);
-    if ((rc = doc_save(c, &d, fname, err)))
-        goto out;
-
-    /* Which series have something to draw. */
-    bool series_ok[MAX_SERIES] = {false};
-    bool any = false;
-    for (size_t i = 0; i < n; i++)
-        for (size_t s = 0; s < nmodes; s++)
-            if (strcmp(g->rows[i].axis[QL_AXIS_ACT_MODE], modes[s]) == 0 &&
-                drawable(mp, x[i], y[i]))
-                any = series_ok[s] = true;
-    if (!any) {
-        if (c->opt->log)
-            fprintf(c->opt->log, "  (%s%s: no %s values to plot)\n", mp->name, g->suffix,
-                    ql_metric_get(mp->value)->name);
-        goto out;
-    }
-
-    snprintf(base, sizeof base, "%s%s", mp->name, g->suffix);
-    snprintf(script, sizeof script, "%s.gp", base);
-    if ((rc = ql_doc_open(&d, err)))
-        goto out;
-    FILE *f = d.f;
-    fprintf(f,
-            "# qlab report: %s against bits per weight, one series per activation mode;\n"
-            "# the dashed line joins the Pareto front (configs no other config beats on\n"
-            "# both). Data: formats%s.dat, %s%s.dat. Redraw: gnuplot %s\n",
-            ql_metric_get(mp->value)->name, g->suffix, mp->front, g->suffix, script);
-    plot_title(c, g, title, sizeof title);
-    fputs("set encoding utf8\nset title ", f);
-    ql_gnuplot_quote(f, title);
-    fprintf(f, "\nset xlabel 'bits per weight'\nset ylabel '%s'\n", mp->ylabel);
-    fprintf(f, "set grid\nset key top right\nset pointsize 1.3\n");
-    if (mp->log_y)
-        fputs("set logscale y\nset format y '%.0e'\n", f);
-    fprintf(f, "set offsets graph 0.05, graph 0.05, graph 0.08, graph 0.05\n");
-    /* The reference PPL as a horizontal line. */
-    double ref = (double)NAN;
-    for (size_t i = 0; i < n && mp->value == QL_METRIC_ppl; i++)
-        if (!isnan(g->rows[i].v[QL_METRIC_ppl_ref]) &&
-            (isnan(ref) || g->rows[i].v[QL_METRIC_ppl_ref] < ref))
-            ref = g->rows[i].v[QL_METRIC_ppl_ref];
-    fprintf(f, "set terminal %s\nset output '%s.png'\nplot", QL_PLOT_PNG_TERMINAL, base);
-    const char *sep = " ";
-    static const int point_types[] = {7, 5, 9, 11, 13, 15};
-    for (size_t s = 0; s < nmodes; s++) {
-        if (!series_ok[s])
-            continue;
-        int pt = point_types[s % (sizeof point_types / sizeof point_types[0])];
-        fprintf(f, "%s\\\n  'formats%s.dat' index %zu using 1:%d with points pt %d lc %zu title ",
-                sep, g->suffix, s, dat_column(mp->value), pt, s + 1);
-        char t[128];
-        snprintf(t, sizeof t, "act %s", modes[s]);
-        ql_gnuplot_quote(f, t);
-        sep = ", ";
-    }
-    if (front_drawable)
-        fprintf(f,
-                ", \\\n  '%s%s.dat' using 1:2 with lines dt 2 lw 1.5 lc rgb 'black' title "
-                "'Pareto front'"
-                ", \\\n  '%s%s.dat' using 1:2 with points pt 6 ps 2.4 lc rgb 'black' notitle"
-                ", \\\n  '%s%s.dat' using 1:2:3 with labels offset char 0,1.3 font ',9' notitle",
-                mp->front, g->suffix, mp->front, g->suffix, mp->front, g->suffix);
-    if (!isnan(ref))
-        fprintf(f, ", \\\n  %.17g with lines dt 3 lc rgb 'gray40' title 'unquantized reference'",
-                ref);
-    fprintf(f, "\nset terminal %s\nset output '%s.svg'\nreplot\nunset output\n",
-            QL_PLOT_SVG_TERMINAL, base);
-    if ((rc = doc_save(c, &d, script, err)))
-        goto out;
-    render(c, script, base);
-out:
-    ql_doc_discard(&d);
-    free(x);
-    free(y);
-    free(front);
-    return rc;
-}
-
-static ql_status write_plots(ctx *c, const group *g, ql_error *err)
-{
-    const char *modes[MAX_SERIES];
-    size_t nmodes = act_modes(g, modes, MAX_SERIES);
-    char fname[1024], label[512];
-    ql_doc d;
-    ql_status rc = ql_doc_open(&d, err);
-    if (rc)
-        return rc;
-    dat_header(c, g, d.f, "one line per finished config, one block per activation mode");
-    fputs("# columns:", d.f);
-    for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
-        fprintf(d.f, " %s", ql_metric_get(dat_cols[k])->name);
-    fputs(" label config_hash\n", d.f);
-    for (size_t s = 0; s < nmodes; s++) {
-        fprintf(d.f, "%s# index %zu: act_mode %s\n", s ? "\n\n" : "", s, modes[s]);
-        for (size_t i = 0; i < g->nrows; i++) {
-            const row *r = &g->rows[i];
-            if (strcmp(r->axis[QL_AXIS_ACT_MODE], modes[s]) != 0)
-                continue;
-            config_label(g, r->axis, QL_AXIS_ACT_MODE, label, sizeof label);
-            for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
-                dat_col(d.f, r->v[dat_cols[k]], k == 0);
-            dat_str(d.f, label);
-            fprintf(d.f, " %s\n", r->hash);
-        }
-    }
-    snprintf(fname, sizeof fname, "formats%s.dat", g->suffix);
-    if ((rc = doc_save(c, &d, fname, err)))
-        return rc;
-    for (size_t p = 0; p < sizeof metric_plots / sizeof metric_plots[0] && !rc; p++)
-        rc = write_metric_plot(c, g, &metric_plots[p], modes, nmodes, err);
-    return rc;
-}
-
-/* ---------------------------------------------------------------- per-tensor plot */
-
-typedef struct tensor_point {
-    char cls[64];
-    int64_t layer;
-    char used[32];
-    double rmse, rel;
-} tensor_point;
-
-/* Tensor classes in the order of a transformer block; others after, by name. */
-static int class_rank(const char *cls)
-{
-    return ql_tensor_class_rank(cls);
-}
-
-static int cmp_points(const void *pa, const void *pb)
-{
-    const tensor_point *a = pa, *b = pb;
-    int ra = class_rank(a->cls), rb = class_rank(b->cls);
-    if (ra != rb)
-        return ra < rb ? -1 : 1;
-    int s = strcmp(a->cls, b->cls);
-    if (s)
-        return s;
-    return a->layer < b->layer ? -1 : a->layer > b->layer;
-}
-
-/* "blk.3.attn_q.weight" -> "attn_q". */
-static void tensor_class(const char *name, char *buf, size_t size)
-{
-    ql_tensor_class(name, buf, size);
-}
-
-/* Reads the tensor errors of the group's plotted run into the group. */
-static ql_status load_tensor_points(ctx *c, group *g, ql_error *err)
-{
-    static const char sql[] = "SELECT tensor, layer, used_type, rmse, imatrix_err_rel"
-                              " FROM tensor_errors WHERE run_id = ?1 ORDER BY tensor";
-    sqlite3_stmt *st;
-    ql_status rc = prepare(c, sql, &st, err);
-    if (rc)
-        return rc;
-    size_t cap = 0, olen = 0;
-    if ((rc = bind_int(c, st, 1, g->tensor_row->run_id, err)))
-        goto out;
-    for (;;) {
-        bool more;
-        if ((rc = step(c, st, &more, err)) || !more)
-            break;
-        const char *name = (const char *)sqlite3_column_text(st, 0);
-        const char *used = (const char *)sqlite3_column_text(st, 2);
-        if (sqlite3_column_type(st, 1) == SQLITE_NULL) {
-            /* Tensors outside the blocks (embeddings, head) go into the header. */
-            char v1[32], v2[32];
-            ql_format_double(col_double(st, 3), v1, sizeof v1);
-            ql_format_double(col_double(st, 4), v2, sizeof v2);
-            if (olen < sizeof g->outside)
-                olen += (size_t)snprintf(g->outside + olen, sizeof g->outside - olen,
-                                         "#   %s %s rmse %s imatrix_err_rel %s\n",
-                                         name ? name : "?", used ? used : "?", v1, v2);
-            continue;
-        }
-        if (!ql_grow((void **)&g->pts, &cap, g->npts + 1, sizeof *g->pts)) {
-            rc = oom(err);
-            break;
-        }
-        tensor_point *p = &g->pts[g->npts++];
-        tensor_class(name ? name : "", p->cls, sizeof p->cls);
-        p->layer = sqlite3_column_int64(st, 1);
-        ql_strlcpy(p->used, used ? used : "?", sizeof p->used);
-        p->rmse = col_double(st, 3);
-        p->rel = col_double(st, 4);
-    }
-out:
-    sqlite3_finalize(st);
-    return rc;
-}
-
-static ql_status write_tensor_plot(ctx *c, group *g, ql_error *err)
-{
-    const row *r = g->tensor_row;
-    tensor_point *pts = g->pts;
-    size_t n = g->npts;
-    const char *outside = g->outside;
-    size_t olen = strlen(outside);
-    ql_doc d = {0};
-    ql_status rc = QL_OK;
-    if (n == 0)
-        return QL_OK;
-    qsort(pts, n, sizeof *pts, cmp_points);
-    bool use_rel = true;
-    int64_t min_layer = pts[0].layer, max_layer = pts[0].layer;
-    for (size_t i = 0; i < n; i++) {
-        use_rel = use_rel && !isnan(pts[i].rel);
-        min_layer = pts[i].layer < min_layer ? pts[i].layer : min_layer;
-        max_layer = pts[i].layer > max_layer ? pts[i].layer : max_layer;
-    }
-    /* Log scale when the errors span more than LOG_SPAN_MIN; within a narrower
-     * range a log axis would show one or no labelled tick. */
-    double lo = (double)INFINITY, hi = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double v = use_rel ? pts[i].rel : pts[i].rmse;
-        if (v > 0.0 && v < lo)
-            lo = v;
-        if (v > hi)
-            hi = v;
-    }
-    bool log_y = hi > 0.0 && hi / lo > LOG_SPAN_MIN;
-    const char *metric = use_rel ? "imatrix_err_rel" : "rmse";
-
-    char base[1024], fname[1200], label[512], title[1600], hash12[13];
-    snprintf(hash12, sizeof hash12, "%.12s", r->hash);
-    snprintf(base, sizeof base, "tensors%s-%s", g->suffix, hash12);
-    config_label(g, r->axis, -1, label, sizeof label);
-    if ((rc = ql_doc_open(&d, err)))
-        goto out;
-    dat_header(c, g, d.f, "per-tensor weight error by layer");
-    fprintf(d.f, "# config %s (%s), run %lld\n# metric: %s\n", label, r->hash, (long long)r->run_id,
-            use_rel ? "imatrix_err_rel = sum I (w - w')^2 / sum I w^2" : "rmse of w - w'");
-    if (olen)
-        fprintf(d.f, "# tensors outside the blocks:\n%s", outside);
-    fprintf(d.f, "# one block per tensor class; columns: layer %s used_type\n", metric);
-    size_t nblocks = 0;
-    char classes[64][64];
-    for (size_t i = 0; i < n; i++) {
-        bool first = i == 0 || strcmp(pts[i].cls, pts[i - 1].cls) != 0;
-        if (first) {
-            fprintf(d.f, "%s# index %zu: %s\n", i ? "\n\n" : "", nblocks, pts[i].cls);
-            if (nblocks < 64)
-                ql_strlcpy(classes[nblocks], pts[i].cls, sizeof classes[0]);
-            nblocks++;
-        }
-        fprintf(d.f, "%lld", (long long)pts[i].layer);
-        dat_num(d.f, use_rel ? pts[i].rel : pts[i].rmse);
-        fprintf(d.f, " %s\n", pts[i].used);
-    }
-    snprintf(fname, sizeof fname, "%s.dat", base);
-    if ((rc = doc_save(c, &d, fname, err)))
-        goto out;
-
-    snprintf(fname, sizeof fname, "%s.gp", base);
-    if ((rc = ql_doc_open(&d, err)))
-        goto out;
-    FILE *f = d.f;
-    fprintf(f,
-            "# qlab report: per-tensor weight error by layer, one line per tensor class.\n"
-            "# Data: %s.dat. Redraw: gnuplot %s\n",
-            base, fname);
-    snprintf(title, sizeof title, "%s: %s (%s) on %s", c->sweep, label, hash12, g->model);
-    fputs("set encoding utf8\nset title ", f);
-    ql_gnuplot_quote(f, title);
-    fprintf(f, "\nset xlabel 'layer'\nset ylabel '%s'\n",
-            use_rel ? "relative imatrix-weighted error" : "RMSE of the weights");
-    fputs(log_y ? "set logscale y\nset format y '%.0e'\n" : "set format y '%.2e'\n", f);
-    fprintf(f, "set grid\nset key outside right top\nset xrange [%g:%g]\n", (double)min_layer - 0.5,
-            (double)max_layer + 0.5);
-    if (max_layer - min_layer <= 40)
-        fputs("set xtics 1\n", f);
-    fprintf(f, "set terminal %s\nset output '%s.png'\nplot", QL_PLOT_PNG_TERMINAL, base);
-    for (size_t b = 0; b < nblocks && b < 64; b++) {
-        fprintf(f, "%s\\\n  '%s.dat' index %zu using 1:2 with linespoints pt 7 lw 1.5 title ",
-                b ? ", " : " ", base, b);
-        ql_gnuplot_quote(f, classes[b]);
-    }
-    fprintf(f, "\nset terminal %s\nset output '%s.svg'\nreplot\nunset output\n",
-            QL_PLOT_SVG_TERMINAL, base);
-    if ((rc = doc_save(c, &d, fname, err)))
-        goto out;
-    snprintf(fname, sizeof fname, "%s.gp", base);
-    render(c, fname, base);
-out:
-    ql_doc_discard(&d);
     return rc;
 }
 
@@ -1308,7 +982,9 @@ static ql_status load_sweep(ctx *c, sweep_data *sd, ql_error *err)
     for (size_t i = 0; i < sd->ng && !rc; i++) {
         group *g = &sd->gs[i];
         if (g->nrows && !(rc = tensor_run(c, g, &g->tensor_row, err)) && g->tensor_row)
-            rc = load_tensor_points(c, g, err);
+            rc = ql_report_load_tensors(c, g, err);
+        if (!rc)
+            rc = ql_report_load_pairs(c, g, err);
     }
     return rc;
 }
@@ -1325,18 +1001,15 @@ static ql_status write_sweep(ctx *c, sweep_data *sd, ql_error *err)
         return rc;
     if (c->opt->log)
         fprintf(c->opt->log, "sweep %s:\n", c->sweep);
-    if ((rc = write_report_md(c, sd->gs, sd->ng, err)) ||
-        (rc = write_csv(c, sd->gs, sd->ng, err)) || (rc = write_types_csv(c, sd->gs, sd->ng, err)))
+    /* The plots first: report.md links them and report.html embeds their images. */
+    for (size_t i = 0; i < sd->ng && !rc; i++)
+        if (sd->gs[i].nrows)
+            rc = ql_report_write_plots(c, &sd->gs[i], err);
+    if (rc || (rc = write_report_md(c, sd->gs, sd->ng, err)) ||
+        (rc = write_csv(c, sd->gs, sd->ng, err)) || (rc = write_types_csv(c, sd->gs, sd->ng, err)) ||
+        (rc = ql_report_write_html(c, sd->gs, sd->ng, err)))
         return rc;
-    for (size_t i = 0; i < sd->ng && !rc; i++) {
-        group *g = &sd->gs[i];
-        if (!g->nrows)
-            continue;
-        if (!(rc = write_plots(c, g, err)) && g->tensor_row)
-            rc = write_tensor_plot(c, g, err);
-    }
-    if (!rc)
-        c->sum->sweeps++;
+    c->sum->sweeps++;
     return rc;
 }
 

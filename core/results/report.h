@@ -5,17 +5,24 @@
  * replaced by '_'):
  *
  *   report.md       a summary (model, text, ctx, chunks, reference PPL, configs
- *                   done/failed, the axes held fixed) and the format-comparison
- *                   table, one row per finished config sorted by bpw, then the
- *                   failed configs with their errors
- *   formats.csv     the same rows with full-precision values and every axis
- *   formats.dat     plot data: one block per activation mode
+ *                   done/failed, the axes held fixed), the format-comparison table of
+ *                   the configs whose types applied (one row per finished config
+ *                   sorted by bpw; "types used" where some fell back), the configs
+ *                   that are not applicable (applicability.h) with what they measured,
+ *                   the failed configs with their errors, the one-axis comparisons
+ *                   with paired-bootstrap intervals (report_pairs.c), links to the
+ *                   plots; what follows the table is between <!-- details --> marks
+ *   report.html     the same and more columns in one self-contained page, the tables
+ *                   sortable, the plots inline (report_html.c)
+ *   formats.csv     the rows with full-precision values, every axis and CSV metric
+ *   formats.dat     plot data: one block per panel and series (report_plot.c)
  *   pareto_kld.dat  the configs on the Pareto front in (bpw, mean KLD)
  *   pareto_ppl.dat  the same in (bpw, PPL)
  *   kld_bpw.gp      gnuplot script -> kld_bpw.png, kld_bpw.svg (log-scale y)
- *   ppl_bpw.gp      gnuplot script -> ppl_bpw.png, ppl_bpw.svg
+ *   ppl_bpw.gp      gnuplot script -> ppl_bpw.png, ppl_bpw.svg (not for synth: models)
+ *   kld_cdf.dat/.gp -> .png, .svg: the KLD distribution of every config
  *   tensors-<hash12>.dat/.gp -> .png, .svg: per-tensor error by layer and
- *                   tensor class for one config
+ *                   tensor class for one config, fallbacks marked
  *
  * A sweep whose runs span several (model, text, ctx, chunks) groups gets one
  * section per group in report.md (groups ordered by model, text, ctx, chunks),
@@ -25,7 +32,8 @@
  * Table rows are sorted by bpw (NULL last), then by the axes (weight type,
  * act mode, outlier ratio, head, embd, KV type, imatrix, budget) and the
  * config hash, so the order is total. Markdown columns: the weight type, the
- * other axes that vary within the group, then the metrics the metric list gives
+ * other axes that vary within the group, "types used" when a config's types applied
+ * in part only, then the metrics the metric list gives
  * a label, in its report order (today bpw, size, PPL ± err, ΔPPL, KLD mean, KLD
  * p99, top-1 %, max |Δp| and the relative imatrix-weighted weight error); a
  * metric column with no value in any row is left out of the Markdown unless the
@@ -66,6 +74,8 @@ typedef struct {
     const char *tensors; /* config hash prefix (1 to 64 hex digits) for the per-tensor
                             plot; NULL = the default choice */
     bool plots;          /* run gnuplot; false = tables and plot data only */
+    size_t resamples;    /* bootstrap resamples of the one-axis comparisons; 0 = the
+                            default QL_BOOTSTRAP_RESAMPLES */
     FILE *log;           /* one line per file written; NULL = quiet */
 } ql_report_options;
 

@@ -242,7 +242,7 @@ void ql_store_set_subject(ql_store *s, const char *path)
 /* Schema statements are built from the declarations below (a bounded number of
  * short names), so a fixed buffer always suffices; running out is a broken
  * invariant, not an input error. */
-#define SQL_MAX 16384
+#define SQL_MAX 65536
 
 typedef struct {
     char text[SQL_MAX];
@@ -698,6 +698,48 @@ static void add_axes(sqlbuf *b)
     }
 }
 
+/* Whether a config's types applied, from the shares of its classes (metrics m, from
+ * the tensor records): 'n/a' when a class got its type on none of its parameters (the
+ * config measures other types than it names), 'partial' when one got it on some,
+ * 'yes' when all did; NULL without tensor records. */
+#define APPLIES_SQL                                                                                \
+    "CASE WHEN m.applied_body = 0 OR m.applied_head = 0 OR m.applied_embd = 0 THEN 'n/a'"          \
+    " WHEN m.applied_body < 1 OR m.applied_head < 1 OR m.applied_embd < 1 THEN 'partial'"          \
+    " WHEN coalesce(m.applied_body, m.applied_head, m.applied_embd) IS NULL THEN NULL"             \
+    " ELSE 'yes' END AS applies"
+
+/* The types the body's matmul weights got, by share of their parameters, largest first
+ * ("IQ4_NL 86.5%, F16 13.5%"; a type alone when it is all), then the head's and the
+ * embeddings' when they are not the ones asked for ("; head Q2_K"). */
+#define TYPES_USED_SQL                                                                             \
+    "(SELECT group_concat(part, '; ') FROM ("                                                      \
+    "SELECT (CASE cls WHEN 'body' THEN '' ELSE cls || ' ' END) || group_concat(used, ', ')"        \
+    " AS part FROM (SELECT CASE t.tensor WHEN 'output.weight' THEN 'head'"                         \
+    " WHEN 'token_embd.weight' THEN 'embd' ELSE 'body' END AS cls,"                                \
+    " t.used_type || CASE WHEN sum(t.params) = tot.p THEN '' ELSE"                                 \
+    " printf(' %.1f%%', 100.0 * sum(t.params) / tot.p) END AS used, sum(t.params) AS p,"           \
+    " max(t.fallback) AS fell"                                                                     \
+    " FROM tensor_errors t JOIN (SELECT CASE tensor WHEN 'output.weight' THEN 'head'"              \
+    " WHEN 'token_embd.weight' THEN 'embd' ELSE 'body' END AS cls2, sum(params) AS p"              \
+    " FROM tensor_errors WHERE run_id = r.id GROUP BY cls2) tot ON tot.cls2 ="                     \
+    " CASE t.tensor WHEN 'output.weight' THEN 'head' WHEN 'token_embd.weight' THEN 'embd'"         \
+    " ELSE 'body' END WHERE t.run_id = r.id GROUP BY cls, t.used_type"                             \
+    " ORDER BY cls = 'body' DESC, cls, p DESC, t.used_type)"                                       \
+    " GROUP BY cls HAVING cls = 'body' OR max(fell) = 1"                                           \
+    " ORDER BY cls = 'body' DESC, cls = 'head' DESC)) AS types_used"
+
+/* Why the first tensor that did not get its type (largest first) fell back. */
+#define FALLBACK_NOTE_SQL                                                                          \
+    "(SELECT t.fallback_reason FROM tensor_errors t WHERE t.run_id = r.id AND t.fallback = 1"      \
+    " ORDER BY t.params DESC, t.tensor LIMIT 1) AS fallback_note"
+
+static void add_applicability(sqlbuf *b)
+{
+    list_add(b, APPLIES_SQL);
+    list_add(b, TYPES_USED_SQL);
+    list_add(b, FALLBACK_NOTE_SQL);
+}
+
 /* The columns of results and sweep_results after run_id and sweep (aliases r, c,
  * mo, d, m): the config, model and text, every metric, the run's provenance. They
  * share them so that a report can read either. */
@@ -731,6 +773,7 @@ static void add_result_columns(sqlbuf *b)
             snprintf(item, sizeof item, "m.%s", mi[i].name);
         list_add(b, item);
     }
+    add_applicability(b);
     for (size_t i = 0; i < sizeof provenance / sizeof provenance[0]; i++)
         list_add(b, provenance[i]);
     sb_add(b, "\n");
@@ -1789,7 +1832,14 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_r
     if (res->n_chunks > 0 && (rc = check_chunks(s, run_id, run.chunks, res->chunks, res->n_chunks,
                                                 res->metrics->n_tokens, err)))
         goto out;
-    if ((rc = insert_metrics(s, run_id, res->metrics, err)) ||
+    /* The shares of the type axes, from the tensor records (records.h: TENSORS). */
+    ql_run_metrics m = *res->metrics;
+    double share[QL_TENSOR_AXES];
+    ql_tensor_shares(res->tensors, res->n_tensors, share);
+    m.applied_body = share[QL_TENSOR_BODY];
+    m.applied_head = share[QL_TENSOR_HEAD];
+    m.applied_embd = share[QL_TENSOR_EMBD];
+    if ((rc = insert_metrics(s, run_id, &m, err)) ||
         (rc = insert_tensor_errors(s, run_id, res->tensors, res->n_tensors, err)) ||
         (rc = insert_chunk_metrics(s, run_id, res->chunks, res->n_chunks, err)) ||
         (rc = insert_act_roundings(s, run_id, res->acts, res->n_acts, err)))

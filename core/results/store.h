@@ -43,7 +43,10 @@
  *   2  chunk_metrics (per-chunk sums of a run) and the chunk_results view
  *   3  act_roundings (the activation rounding each product used)
  *   4  configs.tensor_types (per-tensor type rules), tensor_errors.choice (the rule
- *      behind each tensor's requested type) */
+ *      behind each tensor's requested type); the further distribution metrics (reverse
+ *      KLD, top-k agreement, KLD by reference confidence, low KLD and Δp percentiles,
+ *      errors of every mean) and the applied shares of the type axes; the results
+ *      views' applies, types_used and fallback_note columns */
 #define QL_STORE_SCHEMA_VERSION  4
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
@@ -133,7 +136,7 @@ typedef struct {
 /* Every table, referenced tables first (the order rows can be copied in). */
 size_t ql_store_tables(const ql_store_table **out);
 
-#define QL_STORE_COLUMN_MAX 96
+#define QL_STORE_COLUMN_MAX 160
 
 typedef struct {
     const char *name;
@@ -238,7 +241,8 @@ ql_status ql_store_add_to_sweep(ql_store *s, const char *sweep, int64_t run_id, 
 
 /* Writes the metrics, tensor errors and chunk sums and marks the run done, all
  * in one transaction: on any error nothing of it is stored and the run stays
- * 'running'. */
+ * 'running'. The TENSORS metrics (records.h) are computed here from r->tensors,
+ * whatever r->metrics holds for them. */
 ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_result *r,
                                      ql_error *err);
 

@@ -18,10 +18,16 @@ db="$tmp/results.db"
 expect 0 "pareto" "$pareto" --db "$db" -o "$tmp/nb"
 md="$tmp/nb/pareto.md"
 has "$md" "7 configs: 4 on the KLD front, 4 on the PPL front." "front sizes of fixture-a"
-# The quantized-activation runs are beaten by f32 runs of at most their size.
-has "$md" "| Q4_0          | q8_0 |  4.678 | 8.067e-02 | 10.9320 | no        | no        | Q4_0 (f32)       |" "Q4_0 q8_0 beaten by Q4_0 f32"
-has "$md" "| F16           | q8_0 | 16.103 | 1.418e-03 | 10.5074 | no        | no        | Q8_0 (f32)       |" "F16 q8_0 beaten by the cheaper Q8_0 f32"
-has "$md" "| Q4_0 head=F32 | f32  |  6.955 | 7.443e-02 | 10.8981 | yes       | yes       | —                |" "head=F32 on the front"
+# The quantized-activation runs are beaten by f32 runs of at most their size, by more
+# than the noise (the fixture's chunks all agree), with the excess and its interval.
+has "$md" "| Q4_0          | q8_0 |  4.678 | 8.067e-02 | 10.9320 | no        | no        | Q4_0 (f32): +1.39e-03 [+1.22e-03, +1.56e-03] |" "Q4_0 q8_0 beaten by Q4_0 f32"
+has "$md" "| F16           | q8_0 | 16.103 | 1.418e-03 | 10.5074 | no        | no        | Q8_0 (f32): +1.02e-03 [+8.53e-04, +1.18e-03] |" "F16 q8_0 beaten by the cheaper Q8_0 f32"
+has "$md" "| Q4_0 head=F32 | f32  |  6.955 | 7.443e-02 | 10.8981 | yes       | yes       | —                                            |" "head=F32 on the front"
+# Without chunk sums: plain dominance, said so.
+"$make_fixture_db" --report-nochunks "$tmp/nochunks.db" || bad "make_fixture_db --report-nochunks"
+expect 0 "pareto without chunk sums" "$pareto" --db "$tmp/nochunks.db" -o "$tmp/nbn" --sweep fixture-formats
+has "$tmp/nbn/pareto.md" "no per-chunk sums: plain dominance" "says it falls back to plain dominance"
+has "$tmp/nbn/pareto.md" "| Q4_0          | q8_0 |  4.678 | 8.067e-02 | 10.9320 | no        | no        | Q4_0 (f32)" "plain: Q4_0 q8_0 beaten by Q4_0 f32"
 has "$md" "## fixture-b · fixture-text · ctx 64 · 8 chunks" "second group"
 [ -s "$tmp/nb/pareto-1.dat" ] && [ -s "$tmp/nb/pareto-2.gp" ] && ok "pareto data and scripts" || bad "pareto data/scripts missing"
 expect 0 "pareto --sweep" "$pareto" --db "$db" -o "$tmp/nb1" --sweep fixture-formats

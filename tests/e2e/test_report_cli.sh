@@ -34,11 +34,20 @@ diff -r "$tmp/a" "$tmp/nognu" >/dev/null && ok "gnuplot-less run writes the same
 # With gnuplot: real images.
 if command -v gnuplot >/dev/null 2>&1; then
     expect 0 "report with plots" "$qlab" report --db "$db" -o "$tmp/plots" --sweep fixture-formats
-    has "$tmp/out" "report: 1 sweep, 16 files under $tmp/plots/, 3 plots" "plots summary"
-    for p in kld_bpw ppl_bpw tensors-c90fa930648f; do
+    has "$tmp/out" "report: 1 sweep, 21 files under $tmp/plots/, 4 plots" "plots summary"
+    for p in kld_bpw ppl_bpw kld_cdf tensors-c90fa930648f; do
         is_png "$tmp/plots/fixture-formats/$p.png" && ok "$p.png is a real PNG" || bad "$p.png is not a PNG of useful size"
         grep -q "<svg" "$tmp/plots/fixture-formats/$p.svg" && ok "$p.svg" || bad "$p.svg is not SVG"
     done
+    # report.html: every plot inline, nothing fetched from elsewhere.
+    html="$tmp/plots/fixture-formats/report.html"
+    [ "$(grep -c '<svg' "$html")" -eq 4 ] && ok "report.html inlines the 4 plots" || bad "report.html: not 4 inline SVGs"
+    if grep -Eq '<(script|img|link|iframe)[^>]*(src|href)=|https?://[^"]*\.(js|css)|@import' "$html"; then
+        bad "report.html refers to an external file"
+    else
+        ok "report.html is self-contained"
+    fi
+    has "$tmp/plots/fixture-formats/report.md" "[report.html](report.html)" "report.md links report.html"
     # The scripts redraw the plots on their own from their directory.
     rm "$tmp/plots/fixture-formats/kld_bpw.png"
     (cd "$tmp/plots/fixture-formats" && gnuplot kld_bpw.gp) && is_png "$tmp/plots/fixture-formats/kld_bpw.png" &&

@@ -100,8 +100,8 @@ code=$?
 # Runs of another metrics version are redone by the jobs; the summary counts only
 # what the jobs finished, not the old runs they did not get to (each job here dies
 # when it begins its second config).
-sqlite3 "$tmp/a.db" "VACUUM INTO '$tmp/v.db'" && sqlite3 "$tmp/v.db" "UPDATE runs SET metrics_version = 2"
-if [ "$(rows "$tmp/v.db" "SELECT count(*) FROM runs WHERE metrics_version = 2")" = 7 ]; then
+sqlite3 "$tmp/a.db" "VACUUM INTO '$tmp/v.db'" && sqlite3 "$tmp/v.db" "UPDATE runs SET metrics_version = 1"
+if [ "$(rows "$tmp/v.db" "SELECT count(*) FROM runs WHERE metrics_version = 1")" = 7 ]; then
     QLAB_FAULT_KILL_AFTER_RUNS=1 "$qlab" sweep "$tmp/small.sweep" --db "$tmp/v.db" \
         --cache-dir "$tmp/cache-a" --jobs 2 >"$tmp/v.out" 2>"$tmp/v.err"
     grep -q "7 configs (2 run, 0 already done, 0 failed)" "$tmp/v.out" \

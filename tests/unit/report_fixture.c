@@ -195,6 +195,15 @@ static void make_metrics(const ql_config *c, const weights *w, int k, bool model
     m->kld_p99 = 7.0 * m->kld_mean;
     m->kld_p999 = 15.0 * m->kld_mean;
     m->kld_max = 40.0 * m->kld_mean;
+    /* The further percentiles (dyadic multiples, as the ones above). */
+    m->kld_min = 0.0;
+    m->kld_p01 = 0.0078125 * m->kld_mean;
+    m->kld_p05 = 0.03125 * m->kld_mean;
+    m->kld_p10 = 0.0625 * m->kld_mean;
+    m->kld_p25 = 0.1875 * m->kld_mean;
+    m->kld_p75 = 1.125 * m->kld_mean;
+    m->kld_p95 = 4.0 * m->kld_mean;
+    m->rkld_mean = 1.125 * m->kld_mean;
     m->ln_ppl_ratio = (nll - nll_ref) / n;
     m->ln_ppl_ratio_err = std_error(chunk_dnll, QLT_REPORT_CHUNKS);
     /* exp() is left out on purpose (see the header): second-order expansion. */

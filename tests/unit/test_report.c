@@ -356,8 +356,8 @@ static void test_report_text(void)
     /* The files of a sweep: tables, plot data and scripts, no images. */
     snprintf(got, sizeof got, "%s/fixture-formats", dir);
     char *files = list_dir(got);
-    CHECK_MSG(strcmp(files, "formats.csv\nformats.dat\nkld_bpw.gp\npareto_kld.dat\n"
-                            "pareto_ppl.dat\nppl_bpw.gp\nreport.md\ntensor-types.csv\n"
+    CHECK_MSG(strcmp(files, "formats.csv\nformats.dat\nkld_bpw.gp\nkld_cdf.dat\nkld_cdf.gp\n"
+                            "pareto_kld.dat\npareto_ppl.dat\nppl_bpw.gp\nreport.html\nreport.md\ntensor-types.csv\n"
                             "tensors-c90fa930648f.dat\ntensors-c90fa930648f.gp\n") == 0,
               "%s", files);
     free(files);
@@ -369,9 +369,11 @@ static void test_report_text(void)
      * all beaten by their f32 twins; among f32, every config is on the front. */
     snprintf(got, sizeof got, "%s/fixture-formats/pareto_kld.dat", dir);
     char *front = slurp(got);
-    CHECK(front && strstr(front, "\"Q4_0\" \"f32\"") && strstr(front, "\"Q4_0 head=F32\"") &&
-          strstr(front, "\"Q8_0\" \"f32\"") && strstr(front, "\"F16\" \"f32\"") &&
-          !strstr(front, "q8_0"));
+    CHECK_MSG(front && strstr(front, "\"Q4_0 act=f32\" 1a4bd3da") &&
+                  strstr(front, "\"Q4_0 act=f32 head=F32\"") &&
+                  strstr(front, "\"Q8_0 act=f32\" 55cc442f") &&
+                  strstr(front, "\"F16 act=f32\" 9514f34a") && !strstr(front, "act=q8_0"),
+              "%s", front ? front : "");
     free(front);
 
     /* Each script plots the column of formats.dat that the data's header names. */
@@ -395,9 +397,10 @@ static void test_report_text(void)
         }
         snprintf(got, sizeof got, "%s/fixture-formats/%s", dir, plotted[i].script);
         char *gp = slurp(got), want_using[64];
-        snprintf(want_using, sizeof want_using, "'formats.dat' index 0 using 1:%d ", col);
-        CHECK_MSG(col > 0 && gp && strstr(gp, want_using), "%s: no '%s'", plotted[i].script,
-                  want_using);
+        snprintf(want_using, sizeof want_using, "):%d:(bar_lo($%d, ", col, col);
+        CHECK_MSG(col > 0 && gp && strstr(gp, "'formats.dat' index 0 using ($1 + ") &&
+                      strstr(gp, want_using),
+                  "%s: no '%s'", plotted[i].script, want_using);
         free(gp);
     }
     free(dat);
@@ -483,8 +486,10 @@ static void test_report_faults(void)
     bool done = false;
     for (int n = 1; n < 2000 && !done; n++) {
         ql_report_summary sum;
+        /* Few resamples: the comparisons' statistics are not what is tested here. */
+        ql_report_options opt = {.out_dir = dir, .resamples = 100};
         ql_store_inject_fault(s, n);
-        ql_status st = report(s, dir, NULL, NULL, false, &sum, &err);
+        ql_status st = ql_report_write(s, &opt, &sum, &err);
         ql_store_inject_fault(s, 0);
         if (st == QL_OK) {
             done = true;
@@ -739,9 +744,10 @@ static void test_plots_real_gnuplot(void)
     ql_error err;
     CHECK_OK(report(s, qlt_tmp("plots"), NULL, NULL, true, &sum, &err), &err);
     CHECK_MSG(!sum.plots_skipped, "%s", sum.why);
-    /* fixture-formats 3, fixture-mixed 2 groups x 3, fixture-failed none. */
-    CHECK_EQ_INT(sum.plots, 9);
+    /* fixture-formats 4, fixture-mixed 2 groups x 4, fixture-failed none. */
+    CHECK_EQ_INT(sum.plots, 12);
     static const char *const pngs[] = {"fixture-formats/kld_bpw", "fixture-formats/ppl_bpw",
+                                       "fixture-formats/kld_cdf",
                                        "fixture-formats/tensors-c90fa930648f",
                                        "fixture-mixed/kld_bpw-fixture-b-fixture-text-ctx64-c8"};
     for (size_t i = 0; i < sizeof pngs / sizeof pngs[0]; i++) {

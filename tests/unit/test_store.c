@@ -252,10 +252,11 @@ static void test_declarations(void)
 
 /* tests/data/store/v3-fixture.sql: a database qlab wrote before the schema was
  * derived from the declarations, at schema version 3. A read-only open refuses it
- * until it is migrated; a read-write open adds what version 4 declares (the configs'
- * tensor_types with its default, tensor_errors.choice), so that its tables are what
- * the declarations create, brings its views up to date, once, and its configs keep
- * their hashes. */
+ * (it lacks version 4's columns) and says how to migrate; a read-write open adds what
+ * version 4 declares (the configs' tensor_types with its default, tensor_errors.choice,
+ * the new metrics), leaves the rest of its tables alone and brings its views up to
+ * date, once; its configs keep their hashes and its runs read as before, the new
+ * metrics NULL. */
 static void test_v3_database(void)
 {
     const char *path = qlt_tmp_db("v3.db"), *fresh = qlt_tmp_db("fresh.db");
@@ -265,7 +266,9 @@ static void test_v3_database(void)
     ql_error err;
     ql_store_options ro = {.readonly = true};
     CHECK(ql_store_open(path, &ro, &s, &err) == QL_EDB);
-    CHECK(strstr(err.msg, "schema version 3 is older than 4") != NULL);
+    CHECK_MSG(strstr(err.msg, "schema version 3 is older than 4") &&
+                  strstr(err.msg, "open it once read-write"),
+              "%s", err.msg);
 
     CHECK_OK(ql_store_open(fresh, NULL, &f, &err), &err);
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
@@ -279,6 +282,8 @@ static void test_v3_database(void)
     CHECK(qlt_sql_int(old, "SELECT count(*) FROM tensor_errors") > 0);
     CHECK_EQ_INT(qlt_sql_int(old, "SELECT count(*) FROM tensor_errors WHERE choice IS NOT NULL"),
                  0);
+    CHECK_EQ_INT(qlt_sql_int(old, "SELECT count(*) FROM results WHERE kld_mean IS NOT NULL"), 3);
+    CHECK_EQ_INT(qlt_sql_int(old, "SELECT count(*) FROM results WHERE rkld_mean IS NULL"), 3);
     const ql_store_table *t;
     size_t nt = ql_store_tables(&t);
     for (size_t i = 0; i < nt; i++) {

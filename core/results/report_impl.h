@@ -1,0 +1,149 @@
+/* qlab report internals: what report.c reads from the store and the files it writes
+ * from it share (report.c: loading, report.md, formats.csv, the driver;
+ * report_plot.c: the plots; report_pairs.c: the one-axis comparisons; report_html.c:
+ * report.html). Not a public interface: only the report's files include it. */
+#ifndef QL_REPORT_IMPL_H
+#define QL_REPORT_IMPL_H
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/doc.h"
+#include "base/error.h"
+#include "experiment/config.h"
+#include "experiment/records.h"
+#include "results/applicability.h"
+#include "results/compare.h"
+#include "results/report.h"
+
+/* A finished config of a group. */
+typedef struct {
+    int64_t run_id;
+    char hash[65];
+    char *axis[QL_AXIS_COUNT]; /* canonical values */
+    double v[QL_N_METRICS];    /* by ql_metric_id; NAN = NULL */
+    ql_applies applies;        /* whether its types applied (applicability.h) */
+    char *types_used;          /* "" when unknown */
+    char *fallback_note;       /* "" when none */
+} ql_report_row;
+
+typedef struct {
+    char *axis[QL_AXIS_COUNT];
+    char *error;
+} ql_report_failure;
+
+/* One tensor of the per-tensor plot. */
+typedef struct {
+    char cls[64];
+    int64_t layer;
+    char requested[32], used[32]; /* types */
+    double rmse, rel;
+} ql_report_tensor;
+
+/* Two configs of a group that differ in one axis only, compared on their chunks. */
+typedef struct {
+    int axis;
+    size_t a, b; /* rows: a has the axis's baseline value, b the other one */
+    ql_comparison cmp;
+} ql_report_pair;
+
+/* The runs of one sweep on one (model, text, ctx, chunks). */
+typedef struct {
+    char *model_sha, *model, *arch, *dataset_sha, *dataset;
+    int64_t params; /* -1 = unknown */
+    int ctx, chunks;
+    int64_t done, failed, running;
+    ql_report_row *rows;
+    size_t nrows;
+    ql_report_failure *fails;
+    size_t nfails;
+    bool varies[QL_AXIS_COUNT];
+    char suffix[512]; /* file name suffix; "" for a sweep of one group */
+    /* The per-tensor plot: the run it shows (NULL: none), its tensors inside the
+     * blocks, and a header line per tensor outside them. */
+    const ql_report_row *tensor_row;
+    ql_report_tensor *pts;
+    size_t npts;
+    char outside[2048];
+    /* The one-axis comparisons (report_pairs.c), and why there are none. */
+    ql_report_pair *pairs;
+    size_t npairs;
+    char pairs_note[256];
+    /* The plots drawn for the group (base names, for report.md and report.html). */
+    char plots[8][1100];
+    char plot_titles[8][128];
+    size_t nplots;
+    struct ql_types_table *types; /* which type each tensor class got, per row (types_table.h) */
+} ql_report_group;
+
+typedef struct {
+    ql_store *store;
+    const ql_report_options *opt;
+    ql_report_summary *sum;
+    const char *sweep;
+    char dir[4096];
+    int tensors_found; /* runs matching opt->tensors, over every sweep */
+} ql_report_ctx;
+
+/* ---------------------------------------------------------------- report.c */
+
+/* The store's statement helpers with the report's messages. */
+ql_status ql_report_prepare(ql_report_ctx *c, const char *sql, sqlite3_stmt **st, ql_error *err);
+ql_status ql_report_step(ql_report_ctx *c, sqlite3_stmt *st, bool *got, ql_error *err);
+ql_status ql_report_bind_int(ql_report_ctx *c, sqlite3_stmt *st, int idx, int64_t v, ql_error *err);
+double ql_report_col_double(sqlite3_stmt *st, int i);
+ql_status ql_report_oom(ql_error *err);
+
+/* How an axis value reads in a table (the default as the axis list shows it). */
+const char *ql_report_axis_display(int a, const char *v);
+/* Whether v is the axis's default value. */
+bool ql_report_is_default(int a, const char *v);
+/* "Q4_0 head=F32": the weight type and the axes that vary within the group, except
+ * skip_axis and values that go without saying (head same, outliers off, ...). */
+void ql_report_config_label(const ql_report_group *g, char *const *axis, int skip_axis, char *buf,
+                            size_t size);
+/* The same without the weight type and skip_axis: what tells a series apart
+ * ("act=native imatrix=calib:x"); "" when nothing does. */
+void ql_report_rest_label(const ql_report_group *g, char *const *axis, int skip_axis, char *buf,
+                          size_t size);
+
+/* report.md's summary lines of a group ("- model: ...", one item a line). */
+void ql_report_md_summary(const ql_report_group *g, FILE *out);
+/* report.md's metric columns (a label in the metric list), in report order. */
+size_t ql_report_md_metrics(ql_metric_id *ids);
+
+/* A metric of a row as its table cell reads ("6.6168 ± 0.0872"); "" when missing. */
+void ql_report_metric_text(const ql_report_row *r, ql_metric_id id, char *buf, size_t size);
+
+/* Whether a row takes part in format comparisons (tables, fronts, pairs, plots). */
+bool ql_report_row_compared(const ql_report_row *r);
+
+/* Writes a document to the sweep's directory and counts it. */
+ql_status ql_report_doc_save(ql_report_ctx *c, ql_doc *d, const char *name, ql_error *err);
+
+/* ---------------------------------------------------------------- report_plot.c */
+
+/* Reads the tensor errors of the group's tensor_row. */
+ql_status ql_report_load_tensors(ql_report_ctx *c, ql_report_group *g, ql_error *err);
+/* Writes every plot of a group (data, scripts, images when gnuplot works) and
+ * records the drawn ones in g->plots. */
+ql_status ql_report_write_plots(ql_report_ctx *c, ql_report_group *g, ql_error *err);
+
+/* ---------------------------------------------------------------- report_pairs.c */
+
+/* Finds and compares the one-axis pairs of a group (reads chunk sums). */
+ql_status ql_report_load_pairs(ql_report_ctx *c, ql_report_group *g, ql_error *err);
+/* report.md's section of them. */
+ql_status ql_report_md_pairs(const ql_report_group *g, FILE *out, ql_error *err);
+/* A pair's cells: the config both share, the two values of the axis, and for each
+ * statistic "estimate [lo, hi]". */
+void ql_report_pair_cells(const ql_report_group *g, const ql_report_pair *p, char *rest,
+                          size_t rest_size, char cells[QL_CMP_STATS][96]);
+
+/* ---------------------------------------------------------------- report_html.c */
+
+ql_status ql_report_write_html(ql_report_ctx *c, ql_report_group *gs, size_t ng, ql_error *err);
+
+#endif

@@ -1,0 +1,1236 @@
+/* The report's plots (report_impl.h): mean KLD and PPL against bits per weight,
+ * the KLD distribution of every config, and the per-tensor error of one config.
+ *
+ * Against bits per weight, the configs of a group are told apart by the axes that
+ * vary besides the weight type: the first such axis gives the colour, the second the
+ * marker, and any further ones split the plot into small multiples (one panel per
+ * combination of their values). Points carry error bars (± the standard error of
+ * the mean), the series sit side by side around their bits per weight (configs of the
+ * same size do not hide each other), the axes span the data, the Pareto front of the
+ * group is dashed, and
+ * each weight type is labelled next to its point where a label fits without covering
+ * another label or point; where none fits, the point gets a number and the plot a
+ * key of the numbers. Labels are placed here, not by gnuplot: the plot area sits at
+ * fixed screen coordinates, so a data point's place on the canvas is known.
+ *
+ * Another plot is a writer in the table at the end of this file. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "results/analysis.h"
+#include "results/plot.h"
+#include "results/report_impl.h"
+#include "results/types_table.h"
+
+typedef ql_report_row row;
+typedef ql_report_group group;
+typedef ql_report_ctx ctx;
+
+/* The canvas of every plot: as the terminals of plot.h, taller for small multiples. */
+#define CANVAS_W      960
+#define CANVAS_H      600
+#define PANEL_ROW_H   330 /* height added per further row of panels */
+#define MAX_PANELS    12
+#define MAX_SERIES    64
+#define MAX_LABEL_KEY 40
+/* The key of the series sits right of the panels, as wide as its longest entry
+ * (font ',10': about 6.5 pixels a character, the sample and its gap 45), between
+ * these screen x. */
+#define KEY_X_MIN 0.55
+#define KEY_X_MAX 0.80
+/* Label boxes in pixels: font ',8' is about 6 pixels a character and 11 high; a
+ * point with its error bar cap keeps this radius free. */
+#define LABEL_CHAR_W 6.0
+#define LABEL_H      11.0
+#define POINT_R      5.0
+/* The markers of series s of S sit (s - (S-1)/2) times this share of the x range off
+ * their bpw, so that configs of the same size stay visible side by side. */
+#define DODGE 0.009
+/* Per-tensor plot: a log y axis only when the errors span more than this factor. */
+#define LOG_SPAN_MIN 20.0
+
+/* Line colours and point types of the series, in order. */
+static const char *const colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
+                                      "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+static const int markers[] = {7, 5, 9, 11, 13, 15, 6, 4};
+#define N_COLOURS (sizeof colours / sizeof colours[0])
+#define N_MARKERS (sizeof markers / sizeof markers[0])
+
+/* ================================================================ shared helpers */
+
+/* Renders one plot unless plots are off or were given up; a failure of gnuplot
+ * turns plotting off with the reason (not an error). */
+static void render(ctx *c, const char *script, const char *base)
+{
+    if (!c->opt->plots || c->sum->plots_skipped)
+        return;
+    ql_error perr;
+    ql_error_clear(&perr);
+    if (ql_plot_draw(c->dir, script, base, c->opt->log, &perr) != QL_OK) {
+        c->sum->plots_skipped = true;
+        ql_strlcpy(c->sum->why, perr.msg, sizeof c->sum->why);
+        return;
+    }
+    c->sum->plots++;
+    c->sum->files += 2;
+}
+
+/* Records a plot of the group (for report.md's links and report.html). */
+static void add_plot(group *g, const char *base, const char *title)
+{
+    if (g->nplots >= sizeof g->plots / sizeof g->plots[0])
+        return;
+    ql_strlcpy(g->plots[g->nplots], base, sizeof g->plots[0]);
+    ql_strlcpy(g->plot_titles[g->nplots], title, sizeof g->plot_titles[0]);
+    g->nplots++;
+}
+
+/* A number in a gnuplot data file: round-trip exact, NaN for missing; all but the
+ * first column of a line get a separating space. */
+static void dat_col(FILE *f, double v, bool first)
+{
+    if (!first)
+        fputc(' ', f);
+    if (isnan(v))
+        fputs("NaN", f);
+    else
+        fprintf(f, "%.17g", v);
+}
+
+static void dat_num(FILE *f, double v)
+{
+    dat_col(f, v, false);
+}
+
+/* A string column of a data file (gnuplot reads "..." as one column). */
+static void dat_str(FILE *f, const char *s)
+{
+    fputs(" \"", f);
+    for (; *s; s++)
+        fputc(*s == '"' || *s == '\n' ? '\'' : *s, f);
+    fputc('"', f);
+}
+
+static void dat_header(ctx *c, const group *g, FILE *f, const char *what)
+{
+    fprintf(f, "# qlab report: %s\n# sweep %s: %s on %s, ctx %d, %d chunks\n", what, c->sweep,
+            g->model, g->dataset, g->ctx, g->chunks);
+}
+
+static void plot_title(ctx *c, const group *g, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s: %s on %s, ctx %d, %d chunks", c->sweep, g->model, g->dataset, g->ctx,
+             g->chunks);
+}
+
+/* Both terminals, one after the other: a plot made of panels cannot be replotted, so
+ * the script draws it once per terminal (body: the drawing commands). */
+static void both_terminals(FILE *f, const char *base, int height, const char *body)
+{
+    for (int svg = 0; svg < 2; svg++) {
+        fprintf(f, "set terminal %s size %d,%d font 'sans,11' noenhanced%s\nset output '%s.%s'\n",
+                svg ? "svg" : "pngcairo", CANVAS_W, height, svg ? " background rgb 'white'" : "",
+                base, svg ? "svg" : "png");
+        fputs(body, f);
+    }
+    fputs("unset output\n", f);
+}
+
+/* Synthetic models have random weights: their perplexity means nothing. */
+static bool ppl_meaningful(const group *g)
+{
+    return strncmp(g->model, "synth:", 6) != 0;
+}
+
+/* ================================================================ series and panels */
+
+/* How a group's compared configs are drawn: the axes that vary besides the weight
+ * type, their values in name order, and for
+ * every row its colour, marker and panel. */
+typedef struct {
+    int axes[QL_AXIS_COUNT];
+    size_t n_axes;
+    const char *values[QL_AXIS_COUNT][MAX_SERIES];
+    size_t n_values[QL_AXIS_COUNT];
+    size_t n_panels;
+    char panel_title[MAX_PANELS][256];
+    size_t *colour, *marker, *panel, *series; /* per row; series: index into the list */
+    size_t n_series;
+    size_t series_row[MAX_SERIES]; /* a row of each series (its label) */
+} layout;
+
+static void layout_free(layout *l)
+{
+    free(l->colour);
+    free(l->marker);
+    free(l->panel);
+    free(l->series);
+}
+
+static size_t value_index(const layout *l, size_t k, const char *v)
+{
+    for (size_t i = 0; i < l->n_values[k]; i++)
+        if (strcmp(l->values[k][i], v) == 0)
+            return i;
+    return 0;
+}
+
+static ql_status make_layout(const group *g, layout *l, ql_error *err)
+{
+    memset(l, 0, sizeof *l);
+    size_t n = g->nrows ? g->nrows : 1;
+    l->colour = calloc(n, sizeof *l->colour);
+    l->marker = calloc(n, sizeof *l->marker);
+    l->panel = calloc(n, sizeof *l->panel);
+    l->series = calloc(n, sizeof *l->series);
+    if (!l->colour || !l->marker || !l->panel || !l->series) {
+        layout_free(l);
+        return ql_report_oom(err);
+    }
+    for (int a = 1; a < QL_AXIS_COUNT; a++)
+        if (g->varies[a])
+            l->axes[l->n_axes++] = a;
+    for (size_t k = 0; k < l->n_axes; k++)
+        for (size_t i = 0; i < g->nrows; i++)
+            if (ql_report_row_compared(&g->rows[i]))
+                ql_strset_add(l->values[k], &l->n_values[k], MAX_SERIES,
+                              g->rows[i].axis[l->axes[k]]);
+    /* Panels: the combinations of the third and further axes that occur. */
+    for (size_t i = 0; i < g->nrows; i++) {
+        const row *r = &g->rows[i];
+        char title[256] = "";
+        size_t o = 0;
+        for (size_t k = 2; k < l->n_axes && o < sizeof title; k++)
+            o += (size_t)snprintf(title + o, sizeof title - o, "%s%s=%s", k > 2 ? " " : "",
+                                  ql_axis_get((ql_axis)l->axes[k])->label,
+                                  ql_report_axis_display(l->axes[k], r->axis[l->axes[k]]));
+        size_t p = 0;
+        while (p < l->n_panels && strcmp(l->panel_title[p], title) != 0)
+            p++;
+        if (p == l->n_panels && l->n_panels < MAX_PANELS)
+            ql_strlcpy(l->panel_title[l->n_panels++], title, sizeof l->panel_title[0]);
+        l->panel[i] = p < MAX_PANELS ? p : MAX_PANELS - 1;
+        l->colour[i] = l->n_axes > 0 ? value_index(l, 0, r->axis[l->axes[0]]) : 0;
+        l->marker[i] = l->n_axes > 1 ? value_index(l, 1, r->axis[l->axes[1]]) : l->colour[i];
+        /* The series: colour and marker. */
+        size_t s = 0;
+        while (s < l->n_series && !(l->colour[l->series_row[s]] == l->colour[i] &&
+                                    l->marker[l->series_row[s]] == l->marker[i]))
+            s++;
+        if (s == l->n_series && l->n_series < MAX_SERIES)
+            l->series_row[l->n_series++] = i;
+        l->series[i] = s < MAX_SERIES ? s : MAX_SERIES - 1;
+    }
+    if (l->n_panels == 0)
+        l->n_panels = 1;
+    return QL_OK;
+}
+
+/* The series' key text: the first two axes' values ("act=native imatrix=none"). */
+static void series_title(const group *g, const layout *l, size_t s, char *buf, size_t size)
+{
+    const row *r = &g->rows[l->series_row[s]];
+    size_t o = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < l->n_axes && k < 2 && o < size; k++)
+        o += (size_t)snprintf(buf + o, size - o, "%s%s %s", k ? ", " : "",
+                              ql_axis_get((ql_axis)l->axes[k])->label,
+                              ql_report_axis_display(l->axes[k], r->axis[l->axes[k]]));
+    if (!buf[0])
+        snprintf(buf, size, "configs");
+}
+
+/* Where panel p of n sits on the canvas (screen fractions of its plot area). */
+typedef struct {
+    double x0, x1, y0, y1;
+} rect;
+
+static int canvas_height(size_t n_panels)
+{
+    size_t cols = n_panels <= 1 ? 1 : 2, rows = (n_panels + cols - 1) / cols;
+    return CANVAS_H + (int)(rows > 1 ? (rows - 1) * PANEL_ROW_H : 0);
+}
+
+/* Where the key starts for entries of at most max_chars characters. */
+static double key_x(size_t max_chars)
+{
+    double x = 1.0 - (6.5 * (double)max_chars + 45.0) / CANVAS_W;
+    return x < KEY_X_MIN ? KEY_X_MIN : x > KEY_X_MAX ? KEY_X_MAX : x;
+}
+
+static rect panel_rect(size_t p, size_t n_panels, double kx)
+{
+    size_t cols = n_panels <= 1 ? 1 : 2, rows = (n_panels + cols - 1) / cols;
+    size_t col = p % cols, rw = p / cols;
+    double h = (double)canvas_height(n_panels);
+    /* Fixed pixel margins around each panel's plot area: room for tick labels, the
+     * axis labels and the panel title. */
+    const double left = 84.0, right = 14.0, bottom = 58.0, top = rows > 1 ? 44.0 : 52.0;
+    double cell_w = kx / (double)cols, cell_h = (1.0 - 30.0 / h) / (double)rows;
+    rect r;
+    r.x0 = (double)col * cell_w + left / CANVAS_W;
+    r.x1 = (double)(col + 1) * cell_w - right / CANVAS_W;
+    r.y1 = 1.0 - 30.0 / h - (double)rw * cell_h - top / h;
+    r.y0 = 1.0 - 30.0 / h - (double)(rw + 1) * cell_h + bottom / h;
+    return r;
+}
+
+/* ================================================================ label placement */
+
+typedef struct {
+    double x0, y0, x1, y1; /* pixels, y up */
+} box;
+
+static bool overlaps(const box *a, const box *b)
+{
+    return a->x0 < b->x1 && b->x0 < a->x1 && a->y0 < b->y1 && b->y0 < a->y1;
+}
+
+/* Data to pixel coordinates of a panel. */
+typedef struct {
+    rect area;
+    double xlo, xhi, ylo, yhi;
+    bool log_y;
+    int height;
+} mapping;
+
+static void to_pixels(const mapping *m, double x, double y, double *px, double *py)
+{
+    double fx = (x - m->xlo) / (m->xhi - m->xlo);
+    double fy = m->log_y ? (log(y) - log(m->ylo)) / (log(m->yhi) - log(m->ylo))
+                         : (y - m->ylo) / (m->yhi - m->ylo);
+    *px = (m->area.x0 + fx * (m->area.x1 - m->area.x0)) * CANVAS_W;
+    *py = (m->area.y0 + fy * (m->area.y1 - m->area.y0)) * m->height;
+}
+
+static void to_data(const mapping *m, double px, double py, double *x, double *y)
+{
+    double fx = (px / CANVAS_W - m->area.x0) / (m->area.x1 - m->area.x0);
+    double fy = (py / m->height - m->area.y0) / (m->area.y1 - m->area.y0);
+    *x = m->xlo + fx * (m->xhi - m->xlo);
+    *y = m->log_y ? exp(log(m->ylo) + fy * (log(m->yhi) - log(m->ylo)))
+                  : m->ylo + fy * (m->yhi - m->ylo);
+}
+
+/* The label of a point: where it goes (data coordinates) or, when no place fits,
+ * its number in the key. */
+typedef struct {
+    char text[64];
+    double x, y;
+    int key; /* 0: at (x, y) as text; else the number shown at (x, y) */
+} placed_label;
+
+/* Places text next to point (px, py) at the first candidate position whose box stays
+ * inside the area and clear of every box in taken (labels and points); the box is
+ * then taken. false when none fits. */
+static bool place(const mapping *m, double px, double py, const char *text, box *taken,
+                  size_t *n_taken, size_t max_taken, double *x, double *y)
+{
+    double w = LABEL_CHAR_W * (double)strlen(text) + 4.0, h = LABEL_H;
+    double side = w / 2.0 + POINT_R + 3.0, up = LABEL_H / 2.0 + POINT_R + 2.0;
+    const double cand[][2] = {{0, up},
+                              {0, -up},
+                              {side, 0},
+                              {-side, 0},
+                              {0, up + LABEL_H},
+                              {0, -up - LABEL_H},
+                              {side, LABEL_H},
+                              {side, -LABEL_H},
+                              {-side, LABEL_H},
+                              {-side, -LABEL_H},
+                              {0, up + 2 * LABEL_H},
+                              {0, -up - 2 * LABEL_H}};
+    box area = {m->area.x0 * CANVAS_W, m->area.y0 * m->height, m->area.x1 * CANVAS_W,
+                m->area.y1 * m->height};
+    for (size_t k = 0; k < sizeof cand / sizeof cand[0]; k++) {
+        double cx = px + cand[k][0], cy = py + cand[k][1];
+        box b = {cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2};
+        if (b.x0 < area.x0 || b.x1 > area.x1 || b.y0 < area.y0 || b.y1 > area.y1)
+            continue;
+        bool clear = true;
+        for (size_t i = 0; i < *n_taken && clear; i++)
+            clear = !overlaps(&b, &taken[i]);
+        if (!clear)
+            continue;
+        if (*n_taken < max_taken)
+            taken[(*n_taken)++] = b;
+        to_data(m, cx, cy, x, y);
+        return true;
+    }
+    return false;
+}
+
+/* ================================================================ against bits per weight */
+
+typedef struct {
+    const char *name;  /* file stem: kld_bpw, ppl_bpw */
+    const char *title; /* for report.md's links */
+    ql_metric_id value, error;
+    bool log_y;
+    const char *ylabel;
+} bpw_plot;
+
+static const bpw_plot bpw_plots[] = {
+    {"kld_bpw", "mean KLD against bpw", QL_METRIC_kld_mean, QL_METRIC_kld_mean_err, true,
+     "mean KL divergence to the reference (nats)"},
+    {"ppl_bpw", "PPL against bpw", QL_METRIC_ppl, QL_METRIC_ppl_err, false, "perplexity"},
+};
+
+/* The numeric columns of formats.dat, in order; label and config hash follow. */
+static const ql_metric_id dat_cols[] = {
+    QL_METRIC_bpw, QL_METRIC_kld_mean, QL_METRIC_kld_mean_err, QL_METRIC_kld_p99,
+    QL_METRIC_ppl, QL_METRIC_ppl_err,  QL_METRIC_top1_agree};
+
+/* The gnuplot column number (1-based) of a value in formats.dat. */
+static int dat_column(ql_metric_id value)
+{
+    for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
+        if (dat_cols[k] == value)
+            return (int)k + 1;
+    QL_ASSERT(!"value not in formats.dat");
+    return 0;
+}
+
+/* formats.dat: one block per (panel, series), index p * n_series + s. */
+static ql_status write_formats_dat(ctx *c, const group *g, const layout *l, ql_error *err)
+{
+    ql_doc d;
+    ql_status rc = ql_doc_open(&d, err);
+    if (rc)
+        return rc;
+    dat_header(c, g, d.f,
+               "one line per compared config, one block per panel and series (index = "
+               "panel * series + series)");
+    fputs("# columns:", d.f);
+    for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
+        fprintf(d.f, " %s", ql_metric_get(dat_cols[k])->name);
+    fputs(" label config_hash\n", d.f);
+    char label[512], title[256];
+    for (size_t p = 0; p < l->n_panels; p++)
+        for (size_t s = 0; s < l->n_series; s++) {
+            series_title(g, l, s, title, sizeof title);
+            fprintf(d.f, "%s# index %zu: %s%s%s\n", p || s ? "\n\n" : "", p * l->n_series + s,
+                    title, *l->panel_title[p] ? " · " : "", l->panel_title[p]);
+            for (size_t i = 0; i < g->nrows; i++) {
+                const row *r = &g->rows[i];
+                if (!ql_report_row_compared(r) || l->panel[i] != p || l->series[i] != s)
+                    continue;
+                ql_report_config_label(g, r->axis, -1, label, sizeof label);
+                for (size_t k = 0; k < sizeof dat_cols / sizeof dat_cols[0]; k++)
+                    dat_col(d.f, r->v[dat_cols[k]], k == 0);
+                dat_str(d.f, label);
+                fprintf(d.f, " %s\n", r->hash);
+            }
+            /* gnuplot needs at least one record in a block to count it. */
+            fputs("NaN NaN NaN NaN NaN NaN NaN \"\" -\n", d.f);
+        }
+    char name[1100];
+    snprintf(name, sizeof name, "formats%s.dat", g->suffix);
+    return ql_report_doc_save(c, &d, name, err);
+}
+
+/* Whether a value can be drawn on the plot's y axis. */
+static bool drawable(const bpw_plot *bp, double x, double y)
+{
+    return !isnan(x) && !isnan(y) && (!bp->log_y || y > 0.0);
+}
+
+/* The axis ranges: the data with its error bars, and a margin. */
+static void data_ranges(const group *g, const bpw_plot *bp, mapping *m)
+{
+    double xlo = (double)INFINITY, xhi = -(double)INFINITY, ylo = (double)INFINITY,
+           yhi = -(double)INFINITY;
+    for (size_t i = 0; i < g->nrows; i++) {
+        const row *r = &g->rows[i];
+        double x = r->v[QL_METRIC_bpw], y = r->v[bp->value], e = r->v[bp->error];
+        if (!ql_report_row_compared(r) || !drawable(bp, x, y))
+            continue;
+        if (isnan(e))
+            e = 0.0;
+        xlo = fmin(xlo, x);
+        xhi = fmax(xhi, x);
+        double lo = y - e, hi = y + e;
+        if (bp->log_y && !(lo > 0.0))
+            lo = y;
+        ylo = fmin(ylo, lo);
+        yhi = fmax(yhi, hi);
+    }
+    if (bp->value == QL_METRIC_ppl)
+        for (size_t i = 0; i < g->nrows; i++) {
+            double ref = g->rows[i].v[QL_METRIC_ppl_ref];
+            if (!isnan(ref)) {
+                ylo = fmin(ylo, ref);
+                yhi = fmax(yhi, ref);
+            }
+        }
+    double xpad = xhi > xlo ? 0.06 * (xhi - xlo) : 0.5;
+    m->xlo = xlo - xpad;
+    m->xhi = xhi + xpad;
+    if (bp->log_y) {
+        double span = yhi > ylo ? log(yhi / ylo) : log(10.0);
+        m->ylo = ylo * exp(-0.12 * span);
+        m->yhi = yhi * exp(0.16 * span);
+    } else {
+        double pad = yhi > ylo ? 0.12 * (yhi - ylo) : fmax(0.05 * fabs(yhi), 0.5);
+        m->ylo = ylo - pad;
+        m->yhi = yhi + pad;
+    }
+    m->log_y = bp->log_y;
+}
+
+/* A buffer of gnuplot commands (the body both terminals run). */
+typedef struct {
+    char *text;
+    size_t len, cap;
+    bool failed;
+} body;
+
+static void body_add(body *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void body_add(body *b, const char *fmt, ...)
+{
+    if (b->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n =
+            vsnprintf(b->text ? b->text + b->len : NULL, b->text ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = true;
+            return;
+        }
+        if (b->text && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t want = (b->cap ? 2 * b->cap : 4096) + (size_t)n;
+        char *t = realloc(b->text, want);
+        if (!t) {
+            b->failed = true;
+            return;
+        }
+        b->text = t;
+        b->cap = want;
+    }
+}
+
+/* A gnuplot single-quoted string into the body. */
+static void body_quote(body *b, const char *s)
+{
+    body_add(b, "'");
+    for (; *s; s++)
+        body_add(b, *s == '\'' ? "''" : "%c", *s);
+    body_add(b, "'");
+}
+
+/* Ticks of a log axis over [lo, hi]: gnuplot's own are decades only, so a narrower
+ * range gets none; these take 1, 2, 5 times a power of ten, or every digit when
+ * that gives fewer than three. Writes "set ytics (...)" or nothing when the decades
+ * do (more than two). */
+static void log_ticks(body *f, double lo, double hi, const char *axis)
+{
+    if (!(lo > 0.0) || !(hi > lo))
+        return;
+    int decades = (int)floor(log10(hi)) - (int)ceil(log10(lo)) + 1;
+    if (decades > 2)
+        return;
+    static const double coarse[] = {1, 2, 5}, fine[] = {1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9};
+    for (int pass = 0; pass < 2; pass++) {
+        const double *m = pass ? fine : coarse;
+        size_t nm = pass ? sizeof fine / sizeof fine[0] : sizeof coarse / sizeof coarse[0];
+        int count = 0;
+        for (int e = (int)floor(log10(lo)); e <= (int)ceil(log10(hi)); e++)
+            for (size_t k = 0; k < nm; k++) {
+                double v = m[k] * pow(10.0, e);
+                count += v >= lo && v <= hi;
+            }
+        if (count < 3 && !pass)
+            continue;
+        body_add(f, "set %stics (", axis);
+        const char *sep = "";
+        for (int e = (int)floor(log10(lo)); e <= (int)ceil(log10(hi)); e++)
+            for (size_t k = 0; k < nm; k++) {
+                double v = m[k] * pow(10.0, e);
+                if (v >= lo && v <= hi) {
+                    body_add(f, "%s'%.3g' %.17g", sep, v, v);
+                    sep = ", ";
+                }
+            }
+        body_add(f, ")\n");
+        return;
+    }
+}
+
+static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plot *bp,
+                                ql_error *err)
+{
+    size_t n = g->nrows;
+    double *x = malloc((n ? n : 1) * sizeof *x), *y = malloc((n ? n : 1) * sizeof *y);
+    bool *front = malloc((n ? n : 1) * sizeof *front);
+    box *taken = malloc((2 * n + 1) * sizeof *taken);
+    placed_label *labels = malloc((n ? n : 1) * sizeof *labels);
+    body b = {0};
+    ql_doc d = {0};
+    ql_status rc = QL_OK;
+    if (!x || !y || !front || !taken || !labels) {
+        rc = ql_report_oom(err);
+        goto out;
+    }
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        const row *r = &g->rows[i];
+        bool use = ql_report_row_compared(r);
+        x[i] = use ? r->v[QL_METRIC_bpw] : (double)NAN;
+        y[i] = use ? r->v[bp->value] : (double)NAN;
+        any = any || drawable(bp, x[i], y[i]);
+    }
+    if (!any) {
+        if (c->opt->log)
+            fprintf(c->opt->log, "  (%s%s: no %s values to plot)\n", bp->name, g->suffix,
+                    ql_metric_get(bp->value)->name);
+        goto out;
+    }
+    ql_pareto_front(x, y, n, front, NULL);
+
+    /* The front of the whole group, in bpw order. */
+    char name[1200], base[1100], title[1024];
+    if ((rc = ql_doc_open(&d, err)))
+        goto out;
+    dat_header(c, g, d.f, "the Pareto front (configs no other config beats on both)");
+    fprintf(d.f, "# columns: bpw %s label config_hash\n", ql_metric_get(bp->value)->name);
+    const char *front_stem = bp->value == QL_METRIC_kld_mean ? "pareto_kld" : "pareto_ppl";
+    bool front_drawable = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!front[i])
+            continue;
+        char label[512];
+        ql_report_config_label(g, g->rows[i].axis, -1, label, sizeof label);
+        dat_col(d.f, x[i], true);
+        dat_num(d.f, y[i]);
+        dat_str(d.f, label);
+        fprintf(d.f, " %s\n", g->rows[i].hash);
+        front_drawable = front_drawable || drawable(bp, x[i], y[i]);
+    }
+    snprintf(name, sizeof name, "%s%s.dat", front_stem, g->suffix);
+    if ((rc = ql_report_doc_save(c, &d, name, err)))
+        goto out;
+
+    snprintf(base, sizeof base, "%s%s", bp->name, g->suffix);
+    mapping m;
+    data_ranges(g, bp, &m);
+    m.height = canvas_height(l->n_panels);
+    double ref = (double)NAN;
+    for (size_t i = 0; i < n && bp->value == QL_METRIC_ppl; i++)
+        if (!isnan(g->rows[i].v[QL_METRIC_ppl_ref]) &&
+            (isnan(ref) || g->rows[i].v[QL_METRIC_ppl_ref] < ref))
+            ref = g->rows[i].v[QL_METRIC_ppl_ref];
+
+    plot_title(c, g, title, sizeof title);
+    body_add(&b, "set multiplot title ");
+    body_quote(&b, title);
+    body_add(&b, "\nset grid\nset pointsize 1.2\nset bars small\n");
+    /* Error bars: ± the standard error (none when it is not stored, NaN != NaN), the
+     * lower end kept above zero on a log axis. */
+    body_add(&b,
+             "bar_hi(y, e) = e == e ? y + e : y\n"
+             "bar_lo(y, e) = e != e ? y : (y - e > 0 || !%d) ? y - e : y\n",
+             bp->log_y ? 1 : 0);
+    size_t longest = strlen("unquantized reference");
+    for (size_t sr = 0; sr < l->n_series; sr++) {
+        char t[256];
+        series_title(g, l, sr, t, sizeof t);
+        longest = strlen(t) > longest ? strlen(t) : longest;
+    }
+    const double kx = key_x(longest);
+    int key_no = 0;
+    char key_text[MAX_LABEL_KEY][128];
+    int n_key = 0;
+    for (size_t p = 0; p < l->n_panels; p++) {
+        m.area = panel_rect(p, l->n_panels, kx);
+        body_add(&b,
+                 "set lmargin at screen %.4f\nset rmargin at screen %.4f\n"
+                 "set bmargin at screen %.4f\nset tmargin at screen %.4f\n",
+                 m.area.x0, m.area.x1, m.area.y0, m.area.y1);
+        body_add(&b, "set xrange [%.17g:%.17g]\nset yrange [%.17g:%.17g]\n", m.xlo, m.xhi, m.ylo,
+                 m.yhi);
+        body_add(&b, "set xlabel 'bits per weight'\nset ylabel '%s'\n", bp->ylabel);
+        body_add(&b, bp->log_y ? "set logscale y\nset format y '%%.0e'\nset ytics auto\n"
+                               : "unset logscale y\nset format y '%%g'\n");
+        if (bp->log_y)
+            log_ticks(&b, m.ylo, m.yhi, "y");
+        if (*l->panel_title[p]) {
+            body_add(&b, "set label 1 ");
+            body_quote(&b, l->panel_title[p]);
+            body_add(&b, " at graph 0.5, graph 1.03 center font ',10'\n");
+        }
+        /* The key of the series: in the first panel only, outside on the right. */
+        if (p == 0)
+            body_add(&b,
+                     "set key at screen %.4f, screen %.4f left top Left reverse "
+                     "samplen 1.5 spacing 1.1 font ',10'\n",
+                     kx + 0.01, m.area.y1);
+        else
+            body_add(&b, "unset key\n");
+        /* Labels: a box per point of the panel first, then a label per weight type. */
+        size_t n_taken = 0, n_labels = 0;
+        for (size_t i = 0; i < n; i++)
+            if (l->panel[i] == p && drawable(bp, x[i], y[i])) {
+                double px, py;
+                to_pixels(&m, x[i], y[i], &px, &py);
+                taken[n_taken++] = (box){px - POINT_R, py - POINT_R, px + POINT_R, py + POINT_R};
+            }
+        for (size_t i = 0; i < n; i++) {
+            if (l->panel[i] != p || !drawable(bp, x[i], y[i]))
+                continue;
+            const char *text = g->rows[i].axis[QL_AXIS_WEIGHT_TYPE];
+            /* One label for a weight type's points at the same bpw and about the same
+             * height (the series differ in colour and marker already). */
+            double px, py;
+            to_pixels(&m, x[i], y[i], &px, &py);
+            bool dup = false;
+            for (size_t j = 0; j < i && !dup; j++) {
+                double qx, qy;
+                if (l->panel[j] != p || !drawable(bp, x[j], y[j]) || x[j] != x[i] ||
+                    strcmp(g->rows[j].axis[QL_AXIS_WEIGHT_TYPE], text) != 0)
+                    continue;
+                to_pixels(&m, x[j], y[j], &qx, &qy);
+                dup = fabs(qy - py) < 2.0 * LABEL_H;
+            }
+            if (dup)
+                continue;
+            placed_label *pl = &labels[n_labels++];
+            ql_strlcpy(pl->text, text, sizeof pl->text);
+            pl->key = 0;
+            if (place(&m, px, py, text, taken, &n_taken, 2 * n + 1, &pl->x, &pl->y))
+                continue;
+            /* No room: a number, and the number's text in the key. */
+            char num[16];
+            snprintf(num, sizeof num, "%d", key_no + 1);
+            if (place(&m, px, py, num, taken, &n_taken, 2 * n + 1, &pl->x, &pl->y) ||
+                (to_data(&m, px, py + POINT_R + LABEL_H / 2, &pl->x, &pl->y), true)) {
+                pl->key = ++key_no;
+                if (n_key < MAX_LABEL_KEY)
+                    snprintf(key_text[n_key++], sizeof key_text[0], "%d: %s", pl->key, text);
+            }
+        }
+        for (size_t k = 0; k < n_labels; k++) {
+            body_add(&b, "set label %zu ", 10 + k);
+            if (labels[k].key) {
+                body_add(&b, "'%d'", labels[k].key);
+            } else {
+                body_quote(&b, labels[k].text);
+            }
+            body_add(&b, " at %.17g, %.17g center font ',8' front\n", labels[k].x, labels[k].y);
+        }
+        body_add(&b, "plot");
+        const char *sep = " ";
+        char stitle[256];
+        for (size_t s = 0; s < l->n_series; s++) {
+            series_title(g, l, s, stitle, sizeof stitle);
+            size_t ci = l->colour[l->series_row[s]] % N_COLOURS;
+            size_t mi = l->marker[l->series_row[s]] % N_MARKERS;
+            int yc = dat_column(bp->value), ec = dat_column(bp->error);
+            /* Series side by side: configs of the same size do not hide each other. */
+            double dodge = DODGE * (m.xhi - m.xlo) * ((double)s - 0.5 * (double)(l->n_series - 1));
+            body_add(&b,
+                     "%s\\\n  'formats%s.dat' index %zu using ($1 + %.17g):%d:(bar_lo($%d, $%d)):"
+                     "(bar_hi($%d, $%d)) with yerrorbars pt %d lc rgb '%s' title ",
+                     sep, g->suffix, p * l->n_series + s, dodge, yc, yc, ec, yc, ec, markers[mi],
+                     colours[ci]);
+            body_quote(&b, p == 0 ? stitle : "");
+            sep = ", ";
+        }
+        if (front_drawable)
+            body_add(&b,
+                     ", \\\n  '%s%s.dat' using 1:2 with lines dt 2 lw 1.5 lc rgb 'black' "
+                     "title %s",
+                     front_stem, g->suffix, p == 0 ? "'Pareto front'" : "''");
+        if (!isnan(ref))
+            body_add(&b, ", \\\n  %.17g with lines dt 3 lc rgb 'gray40' title %s", ref,
+                     p == 0 ? "'unquantized reference'" : "''");
+        body_add(&b, "\nunset label\n");
+    }
+    /* The numbered labels' key under the series key. */
+    for (int k = 0; k < n_key; k++) {
+        body_add(&b, "set label %d ", 1000 + k);
+        body_quote(&b, key_text[k]);
+        body_add(&b, " at screen %.4f, screen %.4f left font ',9'\n", kx + 0.012,
+                 0.45 - 0.028 * k * 600.0 / m.height);
+    }
+    if (n_key)
+        body_add(&b, "set origin 0,0\nset size 1,1\nunset border\nunset tics\nunset xlabel\n"
+                     "unset ylabel\nunset key\nunset grid\nset xrange [0:1]\nset yrange [0:1]\n"
+                     "plot NaN notitle\n");
+    body_add(&b, "unset multiplot\n");
+    if (b.failed) {
+        rc = ql_report_oom(err);
+        goto out;
+    }
+    if ((rc = ql_doc_open(&d, err)))
+        goto out;
+    fprintf(d.f,
+            "# qlab report: %s against bits per weight, ± its standard error; colour and marker\n"
+            "# tell apart the axes that vary besides the weight type, panels any further ones;\n"
+            "# the dashed line joins the Pareto front. Data: formats%s.dat, %s%s.dat.\n"
+            "# Redraw: gnuplot %s.gp\nset encoding utf8\n",
+            ql_metric_get(bp->value)->name, g->suffix, front_stem, g->suffix, base);
+    both_terminals(d.f, base, m.height, b.text);
+    snprintf(name, sizeof name, "%s.gp", base);
+    if ((rc = ql_report_doc_save(c, &d, name, err)))
+        goto out;
+    render(c, name, base);
+    add_plot(g, base, bp->title);
+out:
+    ql_doc_discard(&d);
+    free(b.text);
+    free(x);
+    free(y);
+    free(front);
+    free(taken);
+    free(labels);
+    return rc;
+}
+
+static ql_status plot_kld_bpw(ctx *c, group *g, const layout *l, ql_error *err)
+{
+    return write_bpw_plot(c, g, l, &bpw_plots[0], err);
+}
+
+static ql_status plot_ppl_bpw(ctx *c, group *g, const layout *l, ql_error *err)
+{
+    if (!ppl_meaningful(g)) {
+        if (c->opt->log)
+            fprintf(c->opt->log,
+                    "  (ppl_bpw%s: %s has random weights, its perplexity means "
+                    "nothing; no PPL plot)\n",
+                    g->suffix, g->model);
+        return QL_OK;
+    }
+    return write_bpw_plot(c, g, l, &bpw_plots[1], err);
+}
+
+/* ================================================================ KLD distribution */
+
+/* The points of a config's KLD distribution function: the stored percentiles. */
+static const struct {
+    ql_metric_id id;
+    double fraction;
+} cdf_points[] = {
+    {QL_METRIC_kld_p01, 0.01},   {QL_METRIC_kld_p05, 0.05},   {QL_METRIC_kld_p10, 0.10},
+    {QL_METRIC_kld_p25, 0.25},   {QL_METRIC_kld_median, 0.5}, {QL_METRIC_kld_p75, 0.75},
+    {QL_METRIC_kld_p90, 0.90},   {QL_METRIC_kld_p95, 0.95},   {QL_METRIC_kld_p99, 0.99},
+    {QL_METRIC_kld_p999, 0.999}, {QL_METRIC_kld_max, 1.0},
+};
+#define N_CDF (sizeof cdf_points / sizeof cdf_points[0])
+
+/* A panel of the KLD distribution plot: every axis that varies besides the weight type,
+ * with its value ("head same, imatrix none"). */
+static void panel_label(const group *g, const row *r, char *buf, size_t size)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int a = 1; a < QL_AXIS_COUNT && o < size; a++)
+        if (g->varies[a])
+            o += (size_t)snprintf(buf + o, size - o, "%s%s %s", o ? ", " : "",
+                                  ql_axis_get((ql_axis)a)->label,
+                                  ql_report_axis_display(a, r->axis[a]));
+}
+
+/* Whether a config has a KLD distribution to draw: positive percentiles from 25% on
+ * (lower ones of a near-exact config may be 0 or rounding noise below it). */
+static bool cdf_drawable(const row *r)
+{
+    if (!ql_report_row_compared(r))
+        return false;
+    for (size_t k = 0; k < N_CDF; k++)
+        if (cdf_points[k].fraction >= 0.25 && !(r->v[cdf_points[k].id] > 0.0))
+            return false;
+    return true;
+}
+
+/* One panel per combination of the axes other than the weight type (small multiples,
+ * as many as MAX_PANELS; with more, one panel), one line per weight type in each,
+ * coloured by weight type alike in every panel. */
+static ql_status plot_kld_cdf(ctx *c, group *g, const layout *l, ql_error *err)
+{
+    (void)l;
+    double lo = (double)INFINITY, hi = 0.0;
+    size_t drawn = 0;
+    const char *types[MAX_SERIES];
+    size_t n_types = 0;
+    char panels[MAX_PANELS][256];
+    size_t n_panels = 0;
+    bool too_many = false;
+    for (size_t i = 0; i < g->nrows; i++) {
+        const row *r = &g->rows[i];
+        if (!cdf_drawable(r))
+            continue;
+        drawn++;
+        for (size_t k = 0; k < N_CDF; k++)
+            if (r->v[cdf_points[k].id] > 0.0) {
+                lo = fmin(lo, r->v[cdf_points[k].id]);
+                hi = fmax(hi, r->v[cdf_points[k].id]);
+            }
+        ql_strset_add(types, &n_types, MAX_SERIES, r->axis[QL_AXIS_WEIGHT_TYPE]);
+        char rest[256];
+        panel_label(g, r, rest, sizeof rest);
+        size_t p = 0;
+        while (p < n_panels && strcmp(panels[p], rest) != 0)
+            p++;
+        if (p == n_panels) {
+            if (n_panels < MAX_PANELS)
+                ql_strlcpy(panels[n_panels++], rest, sizeof panels[0]);
+            else
+                too_many = true;
+        }
+    }
+    if (!drawn) {
+        if (c->opt->log)
+            fprintf(c->opt->log, "  (kld_cdf%s: no stored KLD percentiles to plot)\n", g->suffix);
+        return QL_OK;
+    }
+    if (too_many) {
+        n_panels = 1;
+        panels[0][0] = '\0';
+    }
+    char name[1200], base[1100], title[1024], label[512];
+    ql_doc d;
+    ql_status rc = ql_doc_open(&d, err);
+    if (rc)
+        return rc;
+    dat_header(c, g, d.f, "KLD distribution function per config, from its stored percentiles");
+    fputs("# one block per config; columns: kld fraction_at_or_below\n", d.f);
+    size_t block = 0;
+    for (size_t i = 0; i < g->nrows; i++) {
+        const row *r = &g->rows[i];
+        if (!cdf_drawable(r))
+            continue;
+        ql_report_config_label(g, r->axis, -1, label, sizeof label);
+        fprintf(d.f, "%s# index %zu: %s %s\n", block ? "\n\n" : "", block, label, r->hash);
+        for (size_t k = 0; k < N_CDF; k++)
+            if (r->v[cdf_points[k].id] > 0.0)
+                fprintf(d.f, "%.17g %.17g\n", r->v[cdf_points[k].id], cdf_points[k].fraction);
+        block++;
+    }
+    snprintf(base, sizeof base, "kld_cdf%s", g->suffix);
+    snprintf(name, sizeof name, "%s.dat", base);
+    if ((rc = ql_report_doc_save(c, &d, name, err)))
+        return rc;
+
+    size_t longest = 0;
+    for (size_t i = 0; i < g->nrows; i++) {
+        if (!cdf_drawable(&g->rows[i]))
+            continue;
+        ql_report_config_label(g, g->rows[i].axis, -1, label, sizeof label);
+        size_t len = too_many ? strlen(label) : strlen(g->rows[i].axis[QL_AXIS_WEIGHT_TYPE]);
+        longest = len > longest ? len : longest;
+    }
+    const double kx = key_x(longest);
+    /* Narrow panels: a labelled tick every few decades, in short form. */
+    int decades = (int)ceil(log10(hi * 2.0) - log10(lo / 2.0));
+    int step = n_panels > 1 && decades > 4 ? (decades + 3) / 4 : 1;
+    body b = {0};
+    int height = canvas_height(n_panels);
+    plot_title(c, g, title, sizeof title);
+    body_add(&b, "set multiplot title ");
+    body_quote(&b, title);
+    body_add(&b,
+             "\nset grid\nset logscale x\nset format x '1e%%T'\nset xtics %g\n"
+             "set xrange [%.17g:%.17g]\nset yrange [0:1.02]\n"
+             "set xlabel 'KL divergence of a token (nats, log scale)'\n"
+             "set ylabel 'share of tokens at or below'\n",
+             pow(10.0, step), lo / 2.0, hi * 2.0);
+    for (size_t p = 0; p < n_panels; p++) {
+        rect area = panel_rect(p, n_panels, kx);
+        body_add(&b, p % 2 ? "unset ylabel\n" : "set ylabel 'share of tokens at or below'\n");
+        body_add(&b,
+                 "set lmargin at screen %.4f\nset rmargin at screen %.4f\n"
+                 "set bmargin at screen %.4f\nset tmargin at screen %.4f\n",
+                 area.x0, area.x1, area.y0, area.y1);
+        if (*panels[p]) {
+            body_add(&b, "set label 1 ");
+            body_quote(&b, panels[p]);
+            body_add(&b, " at graph 0.5, graph 1.03 center font ',10'\n");
+        }
+        if (p == 0)
+            body_add(&b,
+                     "set key at screen %.4f, screen %.4f left top Left reverse samplen 2 "
+                     "font ',10'\n",
+                     kx + 0.01, area.y1);
+        else
+            body_add(&b, "unset key\n");
+        body_add(&b, "plot");
+        const char *sep = " ";
+        block = 0;
+        for (size_t i = 0; i < g->nrows; i++) {
+            const row *r = &g->rows[i];
+            if (!cdf_drawable(r))
+                continue;
+            char rest[256];
+            panel_label(g, r, rest, sizeof rest);
+            size_t here = block++;
+            if (!too_many && strcmp(rest, panels[p]) != 0)
+                continue;
+            size_t wt = 0;
+            while (wt < n_types && strcmp(types[wt], r->axis[QL_AXIS_WEIGHT_TYPE]) != 0)
+                wt++;
+            /* One panel with every config: the other axes in the line's dashes. */
+            size_t dash = too_many ? 1 + here % 5 : 1;
+            body_add(&b,
+                     "%s\\\n  '%s.dat' index %zu using 1:2 with linespoints pt %d ps 0.6 "
+                     "lw 1.6 dt %zu lc rgb '%s' title ",
+                     sep, base, here, markers[wt % N_MARKERS], dash, colours[wt % N_COLOURS]);
+            if (too_many)
+                ql_report_config_label(g, r->axis, -1, label, sizeof label);
+            else
+                ql_strlcpy(label, r->axis[QL_AXIS_WEIGHT_TYPE], sizeof label);
+            body_quote(&b, p == 0 || too_many ? label : "");
+            sep = ", ";
+        }
+        body_add(&b, "\nunset label\n");
+    }
+    body_add(&b, "unset multiplot\n");
+    if (b.failed) {
+        free(b.text);
+        return ql_report_oom(err);
+    }
+    if ((rc = ql_doc_open(&d, err))) {
+        free(b.text);
+        return rc;
+    }
+    fprintf(d.f,
+            "# qlab report: the distribution of per-token KLD of every config (its stored\n"
+            "# percentiles 1%%..99.9%% and maximum), a panel per combination of the other\n"
+            "# axes. Data: %s.dat. Redraw: gnuplot %s.gp\nset encoding utf8\n",
+            base, base);
+    both_terminals(d.f, base, height, b.text);
+    free(b.text);
+    snprintf(name, sizeof name, "%s.gp", base);
+    if ((rc = ql_report_doc_save(c, &d, name, err)))
+        return rc;
+    render(c, name, base);
+    add_plot(g, base, "KLD distribution");
+    return QL_OK;
+}
+
+/* ================================================================ per-tensor plot */
+
+/* Tensor classes in the order of a transformer block; others after, by name. */
+static int class_rank(const char *cls)
+{
+    return ql_tensor_class_rank(cls);
+}
+
+static int cmp_points(const void *pa, const void *pb)
+{
+    const ql_report_tensor *a = pa, *b = pb;
+    int ra = class_rank(a->cls), rb = class_rank(b->cls);
+    if (ra != rb)
+        return ra < rb ? -1 : 1;
+    int s = strcmp(a->cls, b->cls);
+    if (s)
+        return s;
+    return a->layer < b->layer ? -1 : a->layer > b->layer;
+}
+
+/* "blk.3.attn_q.weight" -> "attn_q". */
+static void tensor_class(const char *name, char *buf, size_t size)
+{
+    ql_tensor_class(name, buf, size);
+}
+
+ql_status ql_report_load_tensors(ctx *c, group *g, ql_error *err)
+{
+    static const char sql[] =
+        "SELECT tensor, layer, used_type, rmse, imatrix_err_rel, requested_type"
+        " FROM tensor_errors WHERE run_id = ?1 ORDER BY tensor";
+    sqlite3_stmt *st;
+    ql_status rc = ql_report_prepare(c, sql, &st, err);
+    if (rc)
+        return rc;
+    size_t cap = 0, olen = 0;
+    if ((rc = ql_report_bind_int(c, st, 1, g->tensor_row->run_id, err)))
+        goto out;
+    for (;;) {
+        bool more;
+        if ((rc = ql_report_step(c, st, &more, err)) || !more)
+            break;
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        const char *used = (const char *)sqlite3_column_text(st, 2);
+        const char *req = (const char *)sqlite3_column_text(st, 5);
+        if (sqlite3_column_type(st, 1) == SQLITE_NULL) {
+            /* Tensors outside the blocks (embeddings, head) go into the header. */
+            char v1[32], v2[32];
+            ql_format_double(ql_report_col_double(st, 3), v1, sizeof v1);
+            ql_format_double(ql_report_col_double(st, 4), v2, sizeof v2);
+            if (olen < sizeof g->outside)
+                olen += (size_t)snprintf(g->outside + olen, sizeof g->outside - olen,
+                                         "#   %s %s rmse %s imatrix_err_rel %s\n",
+                                         name ? name : "?", used ? used : "?", v1, v2);
+            continue;
+        }
+        if (!ql_grow((void **)&g->pts, &cap, g->npts + 1, sizeof *g->pts)) {
+            rc = ql_report_oom(err);
+            break;
+        }
+        ql_report_tensor *p = &g->pts[g->npts++];
+        tensor_class(name ? name : "", p->cls, sizeof p->cls);
+        p->layer = sqlite3_column_int64(st, 1);
+        ql_strlcpy(p->used, used ? used : "?", sizeof p->used);
+        ql_strlcpy(p->requested, req ? req : "?", sizeof p->requested);
+        p->rmse = ql_report_col_double(st, 3);
+        p->rel = ql_report_col_double(st, 4);
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static ql_status plot_tensors(ctx *c, group *g, const layout *l, ql_error *err)
+{
+    (void)l;
+    const row *r = g->tensor_row;
+    ql_report_tensor *pts = g->pts;
+    size_t n = g->npts;
+    if (!r || n == 0)
+        return QL_OK;
+    const char *outside = g->outside;
+    ql_doc d = {0};
+    ql_status rc = QL_OK;
+    qsort(pts, n, sizeof *pts, cmp_points);
+    bool use_rel = true;
+    size_t fell = 0;
+    int64_t min_layer = pts[0].layer, max_layer = pts[0].layer;
+    for (size_t i = 0; i < n; i++) {
+        use_rel = use_rel && !isnan(pts[i].rel);
+        fell += strcmp(pts[i].used, pts[i].requested) != 0;
+        min_layer = pts[i].layer < min_layer ? pts[i].layer : min_layer;
+        max_layer = pts[i].layer > max_layer ? pts[i].layer : max_layer;
+    }
+    /* Log scale when the errors span more than LOG_SPAN_MIN; within a narrower range a
+     * log axis would show one or no labelled tick. */
+    double lo = (double)INFINITY, hi = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double v = use_rel ? pts[i].rel : pts[i].rmse;
+        if (v > 0.0 && v < lo)
+            lo = v;
+        if (v > hi)
+            hi = v;
+    }
+    bool log_y = hi > 0.0 && hi / lo > LOG_SPAN_MIN;
+    const char *metric = use_rel ? "imatrix_err_rel" : "rmse";
+
+    char base[1024], fname[1200], label[512], title[1600], hash12[13];
+    snprintf(hash12, sizeof hash12, "%.12s", r->hash);
+    snprintf(base, sizeof base, "tensors%s-%s", g->suffix, hash12);
+    ql_report_config_label(g, r->axis, -1, label, sizeof label);
+    if ((rc = ql_doc_open(&d, err)))
+        goto out;
+    dat_header(c, g, d.f, "per-tensor weight error by layer");
+    fprintf(d.f, "# config %s (%s), run %lld\n# metric: %s\n", label, r->hash, (long long)r->run_id,
+            use_rel ? "imatrix_err_rel = sum I (w - w')^2 / sum I w^2"
+                    : "rmse of w - w' (some tensor has no importance weights)");
+    if (*outside)
+        fprintf(d.f, "# tensors outside the blocks:\n%s", outside);
+    fprintf(d.f,
+            "# one block per tensor class, then one of the tensors that fell back;\n"
+            "# columns: layer %s used_type requested_type\n",
+            metric);
+    size_t nblocks = 0;
+    char classes[64][64];
+    for (size_t i = 0; i < n; i++) {
+        bool first = i == 0 || strcmp(pts[i].cls, pts[i - 1].cls) != 0;
+        if (first) {
+            fprintf(d.f, "%s# index %zu: %s\n", i ? "\n\n" : "", nblocks, pts[i].cls);
+            if (nblocks < 64)
+                ql_strlcpy(classes[nblocks], pts[i].cls, sizeof classes[0]);
+            nblocks++;
+        }
+        fprintf(d.f, "%lld", (long long)pts[i].layer);
+        dat_num(d.f, use_rel ? pts[i].rel : pts[i].rmse);
+        fprintf(d.f, " %s %s\n", pts[i].used, pts[i].requested);
+    }
+    fprintf(d.f, "\n\n# index %zu: fell back (used_type is not the requested one)\n", nblocks);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(pts[i].used, pts[i].requested) != 0) {
+            fprintf(d.f, "%lld", (long long)pts[i].layer);
+            dat_num(d.f, use_rel ? pts[i].rel : pts[i].rmse);
+            fprintf(d.f, " %s %s\n", pts[i].used, pts[i].requested);
+        }
+    fputs("NaN NaN - -\n", d.f);
+    snprintf(fname, sizeof fname, "%s.dat", base);
+    if ((rc = ql_report_doc_save(c, &d, fname, err)))
+        goto out;
+
+    snprintf(fname, sizeof fname, "%s.gp", base);
+    if ((rc = ql_doc_open(&d, err)))
+        goto out;
+    FILE *f = d.f;
+    fprintf(f,
+            "# qlab report: per-tensor weight error by layer, one line per tensor class; open\n"
+            "# red circles mark tensors that fell back to another type (labelled with it).\n"
+            "# Data: %s.dat. Redraw: gnuplot %s\n",
+            base, fname);
+    snprintf(title, sizeof title, "%s: %s (%s) on %s — %s%s", c->sweep, label, hash12, g->model,
+             metric,
+             use_rel ? " (importance-weighted)" : " (no importance matrix for every tensor)");
+    fputs("set encoding utf8\nset title ", f);
+    ql_gnuplot_quote(f, title);
+    fprintf(f, "\nset xlabel 'layer'\nset ylabel '%s'\n",
+            use_rel ? "relative imatrix-weighted error Σ I(w−ŵ)² / Σ I w²" : "RMSE of the weights");
+    fputs(log_y ? "set logscale y\nset format y '%.0e'\n" : "set format y '%.2e'\n", f);
+    fprintf(f, "set grid\nset key outside right top\nset xrange [%g:%g]\n", (double)min_layer - 0.5,
+            (double)max_layer + 0.5);
+    if (max_layer - min_layer <= 40)
+        fputs("set xtics 1\n", f);
+    fprintf(f, "set terminal %s\nset output '%s.png'\nplot", QL_PLOT_PNG_TERMINAL, base);
+    for (size_t k = 0; k < nblocks && k < 64; k++) {
+        fprintf(f, "%s\\\n  '%s.dat' index %zu using 1:2 with linespoints pt 7 lw 1.5 title ",
+                k ? ", " : " ", base, k);
+        ql_gnuplot_quote(f, classes[k]);
+    }
+    if (fell)
+        fprintf(f,
+                ", \\\n  '%s.dat' index %zu using 1:2 with points pt 6 ps 2.2 lw 2 lc rgb "
+                "'#d62728' title 'fell back (type used)', \\\n  '' index %zu using 1:2:3 with "
+                "labels offset char 0,-1.2 font ',8' tc rgb '#d62728' notitle",
+                base, nblocks, nblocks);
+    fprintf(f, "\nset terminal %s\nset output '%s.svg'\nreplot\nunset output\n",
+            QL_PLOT_SVG_TERMINAL, base);
+    if ((rc = ql_report_doc_save(c, &d, fname, err)))
+        goto out;
+    render(c, fname, base);
+    add_plot(g, base, "per-tensor error");
+out:
+    ql_doc_discard(&d);
+    return rc;
+}
+
+/* ================================================================ the plots of a group */
+
+/* Every plot of a group, in the order report.md and report.html show them. Another
+ * plot is a line here (its writer records itself with add_plot when it draws). */
+static ql_status (*const plot_writers[])(ctx *, group *, const layout *, ql_error *) = {
+    plot_kld_bpw,
+    plot_ppl_bpw,
+    plot_kld_cdf,
+    plot_tensors,
+};
+
+ql_status ql_report_write_plots(ctx *c, group *g, ql_error *err)
+{
+    layout l;
+    ql_status rc = make_layout(g, &l, err);
+    if (rc)
+        return rc;
+    rc = write_formats_dat(c, g, &l, err);
+    for (size_t k = 0; k < sizeof plot_writers / sizeof plot_writers[0] && !rc; k++)
+        rc = plot_writers[k](c, g, &l, err);
+    layout_free(&l);
+    return rc;
+}
