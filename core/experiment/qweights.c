@@ -15,6 +15,7 @@
 #include "formats/zlib_size.h"
 #include "formats/types.h"
 #include "model/gguf.h"
+#include "model/quant_model.h"
 
 /* ------------------------------------------------------------------------- */
 /* Quantized tensors shared between configs                                   */
@@ -254,11 +255,16 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
         for (int64_t r = 0; keep_cols && r < e->nrows; r++)
             for (int64_t j = 0; j < oc->n; j++)
                 nt.exact[r * oc->n + j] = src[r * e->n_per_row + oc->cols[j]];
-    } else if ((st = ql_quant_tensor(e->used, src, e->nrows, e->n_per_row, qw, nt.q, nt.q_bytes,
-                                     NULL, err)) ||
-               (st =
-                    measure_error(e->used, nt.q, src, e->nrows, e->n_per_row, mw, &nt.werr, err))) {
-        goto out;
+    } else {
+        /* The quantization every command shares (quant_model.h): the same bytes as
+         * qlab quantize writes for this tensor. */
+        ql_quant_src qs;
+        const int64_t ne[QL_GGUF_MAX_DIMS] = {e->n_per_row, e->nrows, 1, 1};
+        ql_quant_src_from_f32(&qs, ne, src);
+        qs.imatrix = qw;
+        if ((st = ql_quant_tensor_rows(&qs, e->used, 0, e->nrows, nt.q, nt.q_bytes, err)) ||
+            (st = measure_error(e->used, nt.q, src, e->nrows, e->n_per_row, mw, &nt.werr, err)))
+            goto out;
     }
     qcache *c = &q->cache;
     if (c->n == c->cap && !ql_grow((void **)&c->items, &c->cap, c->n + 1, sizeof *c->items)) {

@@ -299,11 +299,14 @@ typedef struct {
     /* Activation roundings of the products whose input is rounded (may be none). */
     const ql_act_record *acts;
     size_t n_acts;
+    /* Per-layer divergence (sweep key layer_metrics): none, or one record per block. */
+    const struct ql_layer_record *layers;
+    size_t n_layers;
 } ql_run_result;
 
 /* The divergence of a config's residual stream from the reference's after one block
  * (experiment/divergence.h); NAN = not measured. */
-typedef struct {
+typedef struct ql_layer_record {
     int32_t layer;
     double rel_err_mean; /* mean over scored tokens of ||h - r|| / ||r|| */
     double rel_err_p99;  /* its 99th percentile */

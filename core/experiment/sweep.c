@@ -39,11 +39,12 @@ typedef enum {
     KEY_CTX,
     KEY_CHUNKS,
     KEY_THREADS,
+    KEY_LAYER_METRICS,
     KEY_COUNT
 } sweep_key;
 
-static const char *const key_names[KEY_COUNT] = {"name", "model",  "text",
-                                                 "ctx",  "chunks", "threads"};
+static const char *const key_names[KEY_COUNT] = {"name",   "model",   "text",         "ctx",
+                                                 "chunks", "threads", "layer_metrics"};
 
 /* The pattern keys, allowed in both sections and repeatable. */
 typedef enum { FILTER_EXCLUDE, FILTER_ONLY, FILTER_COUNT } filter_kind;
@@ -266,6 +267,11 @@ static ql_status set_scalar(parser *p, int line, sweep_key key, const char *v)
             return fail(p, line, QL_EFORMAT, "threads %d is out of range (0..%d, 0 = all cores)", n,
                         QL_SWEEP_MAX_THREADS);
         sw->threads = n;
+        return QL_OK;
+    case KEY_LAYER_METRICS:
+        if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0)
+            return fail(p, line, QL_EFORMAT, "layer_metrics '%s' must be yes or no", v);
+        sw->layer_metrics = strcmp(v, "yes") == 0;
         return QL_OK;
     case KEY_COUNT:
         break;

@@ -9,6 +9,7 @@
  *   ctx     = 128                   # default 512 (llama-perplexity's)
  *   chunks  = 16                    # default 0 = every chunk the text holds
  *   threads = 0                     # default 0 = all cores
+ *   layer_metrics = yes             # default no: per-layer divergence (runner.h)
  *   imatrix = calib:tinystories-calib   # any axis here is a single-value default
  *
  *   [grid]                          # cartesian product of these lists
@@ -103,6 +104,10 @@ typedef struct {
     int ctx;
     int chunks;  /* 0 = all the text holds */
     int threads; /* 0 = all cores */
+    /* Each config's pass runs in lock-step with the reference's and stores the
+     * divergence of the residual stream after every block (one more reference pass
+     * per config). */
+    bool layer_metrics;
     /* Distinct values of each axis among the points; 0 when the file gives the axis
      * nowhere (every point has its default). */
     int n_values[QL_AXIS_COUNT];

@@ -13,6 +13,7 @@
 #include "base/table.h"
 #include "base/util.h"
 #include "experiment/calib.h"
+#include "experiment/divergence.h"
 #include "experiment/metrics.h"
 #include "experiment/qweights.h"
 #include "experiment/reference.h"
@@ -78,6 +79,7 @@ struct ql_sweep_run {
     ql_store *store;
     int64_t model_id, dataset_id;
     ql_dist_acc *acc;
+    ql_divergence *div; /* per-layer divergence, when the sweep asks for it */
 
     bool *todo; /* (sw->n_points,) */
     size_t n_todo;
@@ -105,13 +107,15 @@ static void plan_memory(ql_sweep_run *s)
     const size_t ram = ql_mem_total();
     m->budget = s->opts.mem_bytes ? s->opts.mem_bytes : (size_t)((double)ram * QL_RUN_MEM_SHARE);
     const size_t weights = (size_t)s->model->gguf->file_size;
-    const size_t one = ql_sched_bytes(hp, d->ctx, 1, 1);
+    const int n_sets = s->sw->layer_metrics ? 2 : 1;
+    const size_t one = ql_sched_bytes(hp, d->ctx, 1, n_sets);
     size_t left = m->budget > weights + one ? m->budget - weights - one : 0;
     const size_t logp = ql_reference_logp_bytes(d, hp->n_vocab);
     m->keep_logp = logp <= left / 2 ? logp : 0;
     left -= m->keep_logp;
     m->group = 1;
-    while (m->group < d->n_chunks && ql_sched_bytes(hp, d->ctx, m->group + 1, 1) - one <= left)
+    while (m->group < d->n_chunks &&
+           ql_sched_bytes(hp, d->ctx, m->group + 1, n_sets) - one <= left)
         m->group++;
     size_t cache = weights / 2;
     if (cache > QL_QWEIGHTS_CACHE_BYTES)
@@ -145,11 +149,14 @@ typedef struct {
     ql_chunk_record *chunks;
     ql_run_timing timing;
     ql_qweights_result q; /* the weight set, its tensor and activation records */
+    ql_layer_record *layers; /* (n_layer,) with layer_metrics, else NULL */
+    size_t n_layers;
 } config_result;
 
 static void config_result_deinit(config_result *r)
 {
     free(r->chunks);
+    free(r->layers);
     ql_qweights_result_deinit(&r->q);
     memset(r, 0, sizeof *r);
 }
@@ -157,13 +164,16 @@ static void config_result_deinit(config_result *r)
 typedef struct {
     ql_sweep_run *s;
     ql_progress progress;
+    int config_set; /* the job's set that is the config (1 in lock-step with the reference) */
 } pass_ctx;
 
 /* A chunk's logits against the reference's log-probs. */
 static ql_status score_chunk(void *ctx, int set, int64_t chunk, const float *hidden,
                              const float *logits, int64_t n_rows, ql_error *err)
 {
-    (void)set, (void)hidden;
+    (void)hidden;
+    if (set != ((pass_ctx *)ctx)->config_set)
+        return QL_OK;
     ql_sweep_run *s = ((pass_ctx *)ctx)->s;
     const float *logp;
     ql_status st = ql_reference_logp(s->ref, chunk, &logp, err);
@@ -171,6 +181,21 @@ static ql_status score_chunk(void *ctx, int set, int64_t chunk, const float *hid
         st = ql_dist_acc_add(s->acc, logp, logits, ql_ppl_chunk_targets(&s->data, chunk), n_rows,
                              err);
     return st ? ql_error_prefix(err, "chunk %lld: ", (long long)chunk) : QL_OK;
+}
+
+/* After each block in lock-step: the config's residual stream (set 1) against the
+ * reference's (set 0) at the scored positions. */
+static ql_status block_divergence(void *ctx, int layer, int64_t chunk, int64_t row0,
+                                  int64_t n_rows, const float *const *x, ql_error *err)
+{
+    (void)chunk;
+    ql_sweep_run *s = ((pass_ctx *)ctx)->s;
+    const int64_t n_embd = s->model->hp.n_embd;
+    const int64_t skip = s->data.first > row0 ? s->data.first - row0 : 0;
+    if (skip >= n_rows)
+        return QL_OK;
+    return ql_divergence_add(s->div, layer, x[1] + skip * n_embd, x[0] + skip * n_embd,
+                             n_rows - skip, n_embd, err);
 }
 
 static void pass_progress(void *ctx, double tokens_done)
@@ -205,7 +230,8 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
 {
     const ql_ppl_data *d = &s->data;
     ql_dist_acc_reset(s->acc);
-    pass_ctx p = {.s = s};
+    const bool lockstep = s->div != NULL;
+    pass_ctx p = {.s = s, .config_set = lockstep ? 1 : 0};
     const int64_t tokens = d->n_chunks * (int64_t)(d->ctx - 1);
     ql_progress_begin(&p.progress, label, "tok", tokens, s->opts.quiet);
     ql_sched_job job = {.data = d,
@@ -215,7 +241,15 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
                         .on_output = score_chunk,
                         .progress = pass_progress,
                         .ctx = &p};
-    job.sets[0] = (ql_sched_set){.w = w, .rounding = kv, .head = true};
+    if (lockstep) {
+        /* The reference's blocks beside the config's, for the divergence after each;
+         * its output is the cached reference's, so it needs no head. */
+        ql_divergence_reset(s->div);
+        job.n_sets = 2;
+        job.on_block = block_divergence;
+        job.sets[0] = (ql_sched_set){.w = s->model->weights, .head = false};
+    }
+    job.sets[job.n_sets - 1] = (ql_sched_set){.w = w, .rounding = kv, .head = true};
     double t0 = ql_now();
     ql_status st = ql_sched_run(s->sched, s->fw, &job, err);
     if (st)
@@ -237,6 +271,12 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
     r->chunks = calloc((size_t)d->n_chunks, sizeof *r->chunks);
     if (!r->chunks)
         return ql_error_set(err, QL_ENOMEM, "out of memory for per-chunk metrics");
+    if (lockstep) {
+        r->n_layers = (size_t)s->model->hp.n_layer;
+        if (!(r->layers = calloc(r->n_layers, sizeof *r->layers)))
+            return ql_error_set(err, QL_ENOMEM, "out of memory for the layer metrics");
+        ql_divergence_finish(s->div, r->layers);
+    }
     for (int64_t c = 0; c < d->n_chunks; c++) {
         ql_chunk_record *cm = &r->chunks[c];
         cm->chunk = (int32_t)c;
@@ -578,6 +618,9 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
     }
     if (!st)
         st = ql_dist_acc_alloc(&s->acc, ql_ppl_n_scored_total(&s->data), s->model->hp.n_vocab, err);
+    if (!st && sw->layer_metrics)
+        st = ql_divergence_alloc(&s->div, (int)s->model->hp.n_layer, ql_ppl_n_scored_total(&s->data),
+                                 err);
     /* Which configs still need work: decided before the reference is computed, so a
      * finished sweep costs nothing. */
     if (!st)
@@ -598,6 +641,7 @@ void ql_sweep_run_close(ql_sweep_run *s)
         return;
     ql_qweights_free(s->qw);
     ql_dist_acc_free(s->acc);
+    ql_divergence_free(s->div);
     ql_reference_free(s->ref);
     ql_sched_free(s->sched);
     ql_forward_free(s->fw);
@@ -705,7 +749,7 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
     } else {
         ql_run_result res = {
             &r.m,      r.q.tensors, r.q.n_tensors, r.chunks, (size_t)s->data.n_chunks,
-            &r.timing, r.q.acts,    r.q.n_acts};
+            &r.timing, r.q.acts,    r.q.n_acts,  r.layers, r.n_layers};
         st = ql_store_finish_run_result(s->store, run_id, &res, err);
         s->sum.n_run++;
         s->sum.forward_seconds += r.timing.quant_seconds;

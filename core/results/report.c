@@ -53,6 +53,7 @@ static void group_free(group *g)
     free(g->pts);
     free(g->pairs);
     ql_types_table_free(g->types);
+    free(g->layers);
     free(g->model_sha);
     free(g->model);
     free(g->arch);
@@ -985,6 +986,8 @@ static ql_status load_sweep(ctx *c, sweep_data *sd, ql_error *err)
             rc = ql_report_load_tensors(c, g, err);
         if (!rc)
             rc = ql_report_load_pairs(c, g, err);
+        if (!rc)
+            rc = ql_report_load_layers(c, g, err);
     }
     return rc;
 }

@@ -76,7 +76,17 @@ typedef struct {
     char plot_titles[8][128];
     size_t nplots;
     struct ql_types_table *types; /* which type each tensor class got, per row (types_table.h) */
+    /* The layer metrics of the rows' runs, by row then layer (the divergence plot). */
+    struct ql_report_layer *layers;
+    size_t nlayers;
 } ql_report_group;
+
+/* One block's divergence of the run of row `row` (layer_metrics). */
+typedef struct ql_report_layer {
+    size_t row;
+    int64_t layer;
+    double rel_err_mean, rel_err_p99, cos_mean;
+} ql_report_layer;
 
 typedef struct {
     ql_store *store;
@@ -127,6 +137,9 @@ ql_status ql_report_doc_save(ql_report_ctx *c, ql_doc *d, const char *name, ql_e
 
 /* Reads the tensor errors of the group's tensor_row. */
 ql_status ql_report_load_tensors(ql_report_ctx *c, ql_report_group *g, ql_error *err);
+
+/* Reads the layer metrics of the group's runs into g->layers (report_plot.c). */
+ql_status ql_report_load_layers(ql_report_ctx *c, ql_report_group *g, ql_error *err);
 /* Writes every plot of a group (data, scripts, images when gnuplot works) and
  * records the drawn ones in g->plots. */
 ql_status ql_report_write_plots(ql_report_ctx *c, ql_report_group *g, ql_error *err);

@@ -1215,11 +1215,130 @@ out:
 
 /* Every plot of a group, in the order report.md and report.html show them. Another
  * plot is a line here (its writer records itself with add_plot when it draws). */
+/* ================================================================ divergence plot */
+
+ql_status ql_report_load_layers(ctx *c, group *g, ql_error *err)
+{
+    static const char sql[] = "SELECT layer, rel_err_mean, rel_err_p99, cos_mean"
+                              " FROM layer_metrics WHERE run_id = ?1 ORDER BY layer";
+    sqlite3_stmt *st;
+    ql_status rc = ql_report_prepare(c, sql, &st, err);
+    if (rc)
+        return rc;
+    size_t cap = 0;
+    for (size_t i = 0; i < g->nrows && !rc; i++) {
+        sqlite3_reset(st);
+        if ((rc = ql_report_bind_int(c, st, 1, g->rows[i].run_id, err)))
+            break;
+        for (;;) {
+            bool more;
+            if ((rc = ql_report_step(c, st, &more, err)) || !more)
+                break;
+            if (!ql_grow((void **)&g->layers, &cap, g->nlayers + 1, sizeof *g->layers)) {
+                rc = ql_report_oom(err);
+                break;
+            }
+            g->layers[g->nlayers++] = (ql_report_layer){
+                i, sqlite3_column_int64(st, 0), ql_report_col_double(st, 1),
+                ql_report_col_double(st, 2), ql_report_col_double(st, 3)};
+        }
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* divergence: the mean relative error of the residual stream after each block, one
+ * line per config with layer metrics (a sweep with layer_metrics = yes), log scale.
+ * Nothing is written when no run of the group has them. */
+static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *err)
+{
+    (void)l;
+    if (!g->nlayers)
+        return QL_OK;
+    ql_doc d;
+    ql_status rc = ql_doc_open(&d, err);
+    if (rc)
+        return rc;
+    dat_header(c, g, d.f, "per-layer divergence of the residual stream from the reference");
+    fputs("# one block per config; columns: layer rel_err_mean rel_err_p99 cos_mean\n", d.f);
+    size_t blocks = 0, *shown = calloc(g->nrows ? g->nrows : 1, sizeof *shown);
+    if (!shown) {
+        ql_doc_discard(&d);
+        return ql_report_oom(err);
+    }
+    bool any_positive = false;
+    char label[512];
+    for (size_t k = 0; k < g->nlayers; k++) {
+        const ql_report_layer *ly = &g->layers[k];
+        if (k == 0 || ly->row != g->layers[k - 1].row) {
+            ql_report_config_label(g, g->rows[ly->row].axis, -1, label, sizeof label);
+            fprintf(d.f, "%s# index %zu: %s %s\n", blocks ? "\n\n" : "", blocks, label,
+                    g->rows[ly->row].hash);
+            shown[blocks++] = ly->row;
+        }
+        any_positive |= ly->rel_err_mean > 0.0;
+        fprintf(d.f, "%lld", (long long)ly->layer);
+        dat_num(d.f, ly->rel_err_mean);
+        dat_num(d.f, ly->rel_err_p99);
+        dat_num(d.f, ly->cos_mean);
+        fputc('\n', d.f);
+    }
+    char name[1200], base[1100], title[1024];
+    snprintf(base, sizeof base, "divergence%s", g->suffix);
+    snprintf(name, sizeof name, "%s.dat", base);
+    if ((rc = ql_report_doc_save(c, &d, name, err))) {
+        free(shown);
+        return rc;
+    }
+    body b = {0};
+    plot_title(c, g, title, sizeof title);
+    body_add(&b, "set title ");
+    body_quote(&b, title);
+    /* A config that leaves every block exact (only the head quantized) is 0 throughout:
+     * a log scale has no room for it, so the axis is linear then. */
+    body_add(&b, "\nset grid\n%sset xlabel 'block'\n"
+                 "set ylabel 'mean ||h - r|| / ||r|| of the residual stream'\n"
+                 "set key outside right top font ',10'\nset xtics 1\nplot",
+             any_positive ? "set logscale y\n" : "");
+    for (size_t k = 0; k < blocks; k++) {
+        const row *r = &g->rows[shown[k]];
+        ql_report_config_label(g, r->axis, -1, label, sizeof label);
+        body_add(&b, "%s\\\n  '%s.dat' index %zu using 1:($2 > 0 ? $2 : NaN) with linespoints "
+                     "pt %d ps 0.7 lw 1.6 lc rgb '%s' title ",
+                 k ? "," : "", base, k, markers[k % N_MARKERS], colours[k % N_COLOURS]);
+        body_quote(&b, label);
+    }
+    body_add(&b, "\n");
+    free(shown);
+    if (b.failed) {
+        free(b.text);
+        return ql_report_oom(err);
+    }
+    if ((rc = ql_doc_open(&d, err))) {
+        free(b.text);
+        return rc;
+    }
+    fprintf(d.f,
+            "# qlab report: the divergence of each config's residual stream from the\n"
+            "# reference's after every block (layer_metrics). Data: %s.dat. Redraw: gnuplot "
+            "%s.gp\nset encoding utf8\n",
+            base, base);
+    both_terminals(d.f, base, 560, b.text);
+    free(b.text);
+    snprintf(name, sizeof name, "%s.gp", base);
+    if ((rc = ql_report_doc_save(c, &d, name, err)))
+        return rc;
+    render(c, name, base);
+    add_plot(g, base, "divergence by layer");
+    return QL_OK;
+}
+
 static ql_status (*const plot_writers[])(ctx *, group *, const layout *, ql_error *) = {
     plot_kld_bpw,
     plot_ppl_bpw,
     plot_kld_cdf,
     plot_tensors,
+    plot_divergence,
 };
 
 ql_status ql_report_write_plots(ctx *c, group *g, ql_error *err)

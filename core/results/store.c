@@ -455,6 +455,17 @@ static const col_def act_roundings_cols[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The divergence of a run's residual stream from the reference's after each block
+ * (experiment/divergence.h), for runs of sweeps with layer_metrics = yes. */
+static const col_def layer_metrics_cols[] = {
+    {"run_id", "INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE", 5, NULL},
+    {"layer", "INTEGER NOT NULL CHECK (layer >= 0)", 5, "block index"},
+    {"rel_err_mean", "REAL", 5, "mean over scored tokens of ||h - r|| / ||r||"},
+    {"rel_err_p99", "REAL", 5, "its 99th percentile"},
+    {"cos_mean", "REAL", 5, "mean cosine similarity of h and r"},
+    {NULL, NULL, 0, NULL},
+};
+
 static const char *const no_extra[] = {NULL};
 
 /* The tables, referenced ones first. */
@@ -525,6 +536,13 @@ static const table_def tables[] = {
      DERIVED_NONE,
      "PRIMARY KEY (run_id, tensor),\n"
      "    CHECK ((used <> requested) = (note IS NOT NULL))",
+     " WITHOUT ROWID",
+     no_extra},
+    {{"layer_metrics", 5, QL_TABLE_RUN_DATA, "layer", "the divergence of layer"},
+     NULL,
+     layer_metrics_cols,
+     DERIVED_NONE,
+     "PRIMARY KEY (run_id, layer)",
      " WITHOUT ROWID",
      no_extra},
 };
@@ -852,6 +870,19 @@ static void view_chunk_results(sqlbuf *b)
               "JOIN runs r ON r.id = k.run_id\n" RESULT_JOINS "WHERE r.status = 'done'");
 }
 
+static void view_layer_results(sqlbuf *b)
+{
+    sb_add(b, "CREATE VIEW layer_results AS -- per-layer divergence of finished runs with\n"
+              "                             -- their config\n"
+              "SELECT r.id AS run_id, c.hash AS config_hash,\n");
+    add_axes(b);
+    sb_add(b, ",\n");
+    sb_add(b, "       mo.name AS model, d.name AS dataset, r.ctx, r.chunks, l.layer,\n"
+              "       l.rel_err_mean, l.rel_err_p99, l.cos_mean\n"
+              "FROM layer_metrics l\n"
+              "JOIN runs r ON r.id = l.run_id\n" RESULT_JOINS "WHERE r.status = 'done'");
+}
+
 /* In creation order (failed_runs reads run_log). */
 static const struct {
     const char *name;
@@ -863,6 +894,7 @@ static const struct {
     {"failed_runs", view_failed_runs},
     {"tensor_results", view_tensor_results},
     {"chunk_results", view_chunk_results},
+    {"layer_results", view_layer_results},
 };
 #define N_VIEWS (sizeof views / sizeof views[0])
 
@@ -1799,6 +1831,31 @@ out:
     return rc;
 }
 
+static ql_status insert_layer_metrics(ql_store *s, int64_t run_id, const ql_layer_record *l,
+                                      size_t n, ql_error *err)
+{
+    if (n == 0)
+        return QL_OK;
+    sqlite3_stmt *st;
+    ql_status rc = prep(s,
+                        "INSERT INTO layer_metrics (run_id, layer, rel_err_mean, rel_err_p99,"
+                        " cos_mean) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        &st, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n && !rc; i++) {
+        sqlite3_reset(st);
+        if (!(rc = bind_count(s, st, 1, run_id, err)) &&
+            !(rc = bind_count(s, st, 2, l[i].layer, err)) &&
+            !(rc = bind_real(s, st, 3, l[i].rel_err_mean, err)) &&
+            !(rc = bind_real(s, st, 4, l[i].rel_err_p99, err)) &&
+            !(rc = bind_real(s, st, 5, l[i].cos_mean, err)))
+            rc = step_done(s, st, "storing the layer metrics", err);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
 ql_status ql_store_finish_run(ql_store *s, int64_t run_id, const ql_run_metrics *m,
                               const ql_tensor_record *te, size_t n_te, const ql_run_timing *t,
                               ql_error *err)
@@ -1842,7 +1899,8 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_r
     if ((rc = insert_metrics(s, run_id, &m, err)) ||
         (rc = insert_tensor_errors(s, run_id, res->tensors, res->n_tensors, err)) ||
         (rc = insert_chunk_metrics(s, run_id, res->chunks, res->n_chunks, err)) ||
-        (rc = insert_act_roundings(s, run_id, res->acts, res->n_acts, err)))
+        (rc = insert_act_roundings(s, run_id, res->acts, res->n_acts, err)) ||
+        (rc = insert_layer_metrics(s, run_id, res->layers, res->n_layers, err)))
         goto out;
     ql_utc_timestamp(now);
     if ((rc = prep(s,

@@ -46,8 +46,9 @@
  *      behind each tensor's requested type); the further distribution metrics (reverse
  *      KLD, top-k agreement, KLD by reference confidence, low KLD and Δp percentiles,
  *      errors of every mean) and the applied shares of the type axes; the results
- *      views' applies, types_used and fallback_note columns */
-#define QL_STORE_SCHEMA_VERSION  4
+ *      views' applies, types_used and fallback_note columns
+ *   5  layer_metrics (per-layer divergence of a run) and the layer_results view */
+#define QL_STORE_SCHEMA_VERSION  5
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 /* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a

@@ -298,7 +298,12 @@ ql_status qlt_report_fixture(const char *path, bool chunks, ql_error *err)
         ql_chunk_record ck[QLT_REPORT_CHUNKS];
         make_metrics(&c, &w, (int)c.weight_type, is_b, fr->no_max_dp, &m, ck);
         ql_run_timing t = {2.5, 0.25, 1.0, 1.0};
-        ql_run_result res = {&m, w.te, w.n, ck, chunks ? QLT_REPORT_CHUNKS : 0, &t, NULL, 0};
+        ql_run_result res = {.metrics = &m,
+                             .tensors = w.te,
+                             .n_tensors = w.n,
+                             .chunks = ck,
+                             .n_chunks = chunks ? QLT_REPORT_CHUNKS : 0,
+                             .timing = &t};
         if ((st = ql_store_finish_run_result(s, run, &res, err)))
             goto out;
     }
