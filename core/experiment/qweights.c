@@ -88,27 +88,42 @@ static int64_t error_piece_rows(int64_t n_per_row)
     return (k > 1 ? k : 1) * chunk;
 }
 
-/* Error of the quantized bytes q (type) against src, decoded piece by piece. */
-static ql_status measure_error(int32_t type, const void *q, const float *src, int64_t nrows,
-                               int64_t n_per_row, const float *col_weight, ql_weight_error *werr,
-                               ql_error *err)
+/* Quantizes the linear's rows to type into q (the tensor's bytes) and measures their
+ * error, piece by piece (whole chunks of the quantizer, error_piece_rows), so that the
+ * f32 copy of a tensor that exists is one piece, not the tensor (a 150k-token
+ * embedding table is 545 MB in f32). The bytes are those of the whole tensor at once:
+ * ql_quant_tensor_rows quantizes each chunk from its first row. */
+static ql_status quantize_pieces(const ql_linear *src_lin, int32_t type, const float *qw,
+                                 const float *mw, void *q, size_t q_bytes, ql_weight_error *werr,
+                                 ql_error *err)
 {
+    const int64_t nrows = src_lin->n_out, n_per_row = src_lin->n_in;
     const int32_t storage = ql_type_get(type)->storage;
     const size_t row_bytes = ql_row_size(storage, n_per_row);
     const int64_t piece = error_piece_rows(n_per_row);
     const int64_t rows = piece < nrows ? piece : nrows;
+    float *src = malloc((size_t)(rows * n_per_row) * sizeof *src);
     float *deq = malloc((size_t)(rows * n_per_row) * sizeof *deq);
-    if (!deq)
-        return ql_error_set(err, QL_ENOMEM, "out of memory measuring a quantization error");
-    ql_status st = QL_OK;
+    ql_status st = src && deq ? QL_OK
+                              : ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'",
+                                             src_lin->name);
+    const int64_t ne[QL_GGUF_MAX_DIMS] = {n_per_row, nrows, 1, 1};
     for (int64_t r = 0; r < nrows && !st; r += piece) {
         const int64_t nr = nrows - r < piece ? nrows - r : piece;
-        st = ql_dequant_tensor(storage, (const uint8_t *)q + (size_t)r * row_bytes,
-                               (size_t)nr * row_bytes, nr, n_per_row, deq, err);
-        if (!st)
-            st =
-                ql_weight_error_add(werr, src + r * n_per_row, deq, nr, n_per_row, col_weight, err);
+        uint8_t *dst = (uint8_t *)q + (size_t)r * row_bytes;
+        ql_quant_src qs;
+        ql_quant_src_from_f32(&qs, ne, src);
+        qs.rows_first = r;
+        qs.rows_n = nr;
+        qs.imatrix = qw;
+        if (!(st = ql_linear_decode_rows(src_lin, r, nr, src, err)) &&
+            !(st = ql_quant_tensor_rows(&qs, type, r, nr, dst, q_bytes - (size_t)r * row_bytes,
+                                        err)) &&
+            !(st = ql_dequant_tensor(storage, dst, (size_t)nr * row_bytes, nr, n_per_row, deq,
+                                     err)))
+            st = ql_weight_error_add(werr, src, deq, nr, n_per_row, mw, err);
     }
+    free(src);
     free(deq);
     return st;
 }
@@ -228,17 +243,19 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
     const size_t n = (size_t)(e->nrows * e->n_per_row);
     const bool split = oc || e->used == QL_TYPE_Q8_0_XC;
     const bool keep_cols = oc && oc->n > 0 && e->used != QL_TYPE_Q8_0_XC;
-    float *src = malloc(n * sizeof *src);
+    /* The outlier split needs the whole tensor in f32; a plain quantization goes piece
+     * by piece (quantize_pieces). */
+    float *src = split ? malloc(n * sizeof *src) : NULL;
     float *w_eff = split ? malloc(n * sizeof *w_eff) : NULL;
     nt.q = malloc(nt.q_bytes ? nt.q_bytes : 1);
     nt.exact = keep_cols ? malloc((size_t)(e->nrows * oc->n) * sizeof *nt.exact) : NULL;
     ql_status st = QL_OK;
-    if (!src || !nt.q || (split && !w_eff) || (keep_cols && !nt.exact)) {
+    if (!nt.q || (split && (!src || !w_eff)) || (keep_cols && !nt.exact)) {
         st = ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", e->name);
         goto out;
     }
     const float *qw, *mw;
-    if ((st = ql_linear_decode_rows(src_lin, 0, e->nrows, src, err)) ||
+    if ((split && (st = ql_linear_decode_rows(src_lin, 0, e->nrows, src, err))) ||
         (st = ql_calib_column_weights(im, e->name, e->n_per_row, q->imat_buf, &qw, err)) ||
         (st = ql_calib_column_weights(q->metric_imatrix, e->name, e->n_per_row, q->metric_buf, &mw,
                                       err)))
@@ -255,16 +272,11 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
         for (int64_t r = 0; keep_cols && r < e->nrows; r++)
             for (int64_t j = 0; j < oc->n; j++)
                 nt.exact[r * oc->n + j] = src[r * e->n_per_row + oc->cols[j]];
-    } else {
+    } else if ((st = quantize_pieces(src_lin, e->used, qw, mw, nt.q, nt.q_bytes, &nt.werr,
+                                     err))) {
         /* The quantization every command shares (quant_model.h): the same bytes as
          * qlab quantize writes for this tensor. */
-        ql_quant_src qs;
-        const int64_t ne[QL_GGUF_MAX_DIMS] = {e->n_per_row, e->nrows, 1, 1};
-        ql_quant_src_from_f32(&qs, ne, src);
-        qs.imatrix = qw;
-        if ((st = ql_quant_tensor_rows(&qs, e->used, 0, e->nrows, nt.q, nt.q_bytes, err)) ||
-            (st = measure_error(e->used, nt.q, src, e->nrows, e->n_per_row, mw, &nt.werr, err)))
-            goto out;
+        goto out;
     }
     qcache *c = &q->cache;
     if (c->n == c->cap && !ql_grow((void **)&c->items, &c->cap, c->n + 1, sizeof *c->items)) {
