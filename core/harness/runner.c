@@ -159,20 +159,6 @@ typedef struct {
     ql_progress progress;
 } pass_ctx;
 
-/* A chunk's logits against the reference's log-probs. */
-static ql_status score_chunk(void *ctx, int set, int64_t chunk, const float *hidden,
-                             const float *logits, int64_t n_rows, ql_error *err)
-{
-    (void)set, (void)hidden;
-    ql_sweep_run *s = ((pass_ctx *)ctx)->s;
-    const float *logp;
-    ql_status st = ql_reference_logp(s->ref, chunk, &logp, err);
-    if (!st)
-        st = ql_dist_acc_add(s->acc, logp, logits, ql_ppl_chunk_targets(&s->data, chunk), n_rows,
-                             err);
-    return st ? ql_error_prefix(err, "chunk %lld: ", (long long)chunk) : QL_OK;
-}
-
 static void pass_progress(void *ctx, double tokens_done)
 {
     pass_ctx *p = ctx;
@@ -180,44 +166,17 @@ static void pass_progress(void *ctx, double tokens_done)
                        p->s->eta_note[0] ? p->s->eta_note : NULL);
 }
 
-/* A run whose figures are not finite is a failed run, not a result: NaN would be stored
- * as NULL, which means "not measured", next to false zeros. */
-static ql_status check_finite(const ql_dist_metrics *m, ql_error *err)
-{
-    const struct {
-        const char *name;
-        double v;
-    } figs[] = {{"ppl", m->ppl},           {"ppl_ref", m->ppl_ref},   {"kld_mean", m->kld_mean},
-                {"kld_max", m->kld_max},   {"dp_mean", m->dp_mean},   {"dp_rms", m->dp_rms},
-                {"max_abs_prob_err", m->max_abs_prob_err}, {"top1_agree", m->top1_agree}};
-    for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++)
-        if (!isfinite(figs[i].v))
-            return ql_error_set(err, QL_EFORMAT,
-                                "metric %s is %s: the quantized or the reference model computes "
-                                "non-finite probabilities",
-                                figs[i].name, isnan(figs[i].v) ? "NaN" : "infinite");
-    return QL_OK;
-}
-
 /* The quantized pass over every chunk, scored against the reference. */
 static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding *kv,
                           const char *label, config_result *r, ql_error *err)
 {
     const ql_ppl_data *d = &s->data;
-    ql_dist_acc_reset(s->acc);
     pass_ctx p = {.s = s};
     const int64_t tokens = d->n_chunks * (int64_t)(d->ctx - 1);
     ql_progress_begin(&p.progress, label, "tok", tokens, s->opts.quiet);
-    ql_sched_job job = {.data = d,
-                        .n_chunks = d->n_chunks,
-                        .group = s->mem.group,
-                        .n_sets = 1,
-                        .on_output = score_chunk,
-                        .progress = pass_progress,
-                        .ctx = &p};
-    job.sets[0] = (ql_sched_set){.w = w, .rounding = kv, .head = true};
     double t0 = ql_now();
-    ql_status st = ql_sched_run(s->sched, s->fw, &job, err);
+    ql_status st =
+        ql_reference_score(s->ref, s->sched, w, kv, s->mem.group, s->acc, pass_progress, &p, err);
     if (st)
         return st;
     r->timing.quant_seconds = ql_now() - t0;
@@ -225,7 +184,7 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
 
     ql_dist_metrics dm;
     ql_dist_acc_finish(s->acc, &dm);
-    if ((st = check_finite(&dm, err)))
+    if ((st = ql_dist_metrics_check_finite(&dm, err)))
         return st;
     /* The metrics records.h says come from the distribution, field by field. */
 #define QL_METRIC_FROM_DIST(name) r->m.name = (double)dm.name;
