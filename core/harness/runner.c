@@ -517,6 +517,8 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
     ql_status st = open_inputs(s, err);
     if (!st) /* what the model decides about the configs, before anything runs */
         st = ql_sweep_check_model(sw, s->model->gguf, err);
+    if (!st) /* the configs that are existing GGUF files: the same model's shapes */
+        st = ql_sweep_check_files(sw, s->model, err);
     if (!st) {
         plan_memory(s);
         ql_calib_source cs = {s->model, s->tok,      s->model_sha,     s->cache_dir,
