@@ -33,8 +33,9 @@ static void help(const ql_opt_parser *p)
            "\n"
            "It follows llama-imatrix: the text is tokenized once (BOS first) and cut into\n"
            "chunks of N tokens (default %d); each chunk starts with BOS and every position\n"
-           "is counted. token_embd (a lookup) gets no entry, output.weight only with\n"
-           "--process-output.\n"
+           "is counted, with llama.cpp's default f16 K/V cache (--kv-type f32 for the\n"
+           "exact reference). token_embd (a lookup) gets no entry, output.weight only\n"
+           "with --process-output.\n"
            "\n",
            DEFAULT_CTX);
     ql_opt_print_options(stdout, p);
@@ -45,7 +46,8 @@ int ql_cmd_imatrix(int argc, char **argv)
     const char *args[1], *text_arg = NULL, *out_arg = NULL;
     ql_imatrix_format format = QL_IMATRIX_GGUF;
     int ctx = DEFAULT_CTX, chunks = 0, threads = 0;
-    int32_t kv_type = QL_TYPE_F32;
+    /* llama-imatrix's protocol: its K/V cache is f16 (llama.cpp's default). */
+    int32_t kv_type = QL_TYPE_F16;
     bool quiet = false, process_output = false;
     static const int32_t kv_types[] = {QL_TYPE_F32, QL_TYPE_F16};
     const ql_opt opts[] = {
@@ -65,9 +67,9 @@ int ql_cmd_imatrix(int argc, char **argv)
         ql_opt_func("format", 0, ql_cli_parse_imatrix_format, &format, "F",
                     "dat (legacy binary, what llama-imatrix b4747 writes) or gguf"),
         ql_opt_type("kv-type", 0, &kv_type, kv_types, QL_OPT_COUNT(kv_types), "T",
-                    "f32 (default, the exact reference) or f16 (round K/V like\n"
-                    "llama.cpp's default cache; reproduces llama-imatrix's numbers\n"
-                    "to ~4e-5 relative, f32 to ~5e-4 on stories260K)"),
+                    "f16 (default: K/V rounded like llama.cpp's default cache, as\n"
+                    "llama-imatrix computes; its numbers to ~4e-5 relative on\n"
+                    "stories260K) or f32 (the exact reference; ~5e-4 from them)"),
         ql_opt_threads(&threads, "threads (default: $OMP_NUM_THREADS, else all cores); the\n"
                                  "result does not depend on N"),
         ql_opt_flag("quiet", 'q', &quiet, "no progress line"),

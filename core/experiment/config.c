@@ -35,7 +35,8 @@ const char *ql_kv_type_name(ql_kv_type kv)
  * Type names are validated against the type table only: whether a format's
  * quantizer exists is checked when the sweep quantizes. */
 static const ql_capability capabilities[] = {
-    {QL_AXIS_WEIGHT_TYPE, "<type>", true},   {QL_AXIS_ACT_MODE, "f32", true},
+    {QL_AXIS_WEIGHT_TYPE, "<type>", true},   {QL_AXIS_WEIGHT_TYPE, "file:<path>", true},
+    {QL_AXIS_ACT_MODE, "f32", true},
     {QL_AXIS_ACT_MODE, "native", true},      {QL_AXIS_ACT_MODE, "q8_0", true},
     {QL_AXIS_ACT_MODE, "q8_1", true},        {QL_AXIS_ACT_MODE, "q8_K", true},
     {QL_AXIS_ACT_MODE, "q8x2", true},        {QL_AXIS_OUTLIER_RATIO, "0", true},
@@ -352,8 +353,54 @@ static void set_mix(ql_config *c, const ql_quant_mix *m)
 
 /* A pure type by its name; a mix by a name no type has, or by mix:NAME (any of
  * llama-quantize's TYPE spellings). */
+/* The prefix of a weight_type that names an existing GGUF file. */
+#define FILE_PREFIX "file:"
+
+static bool is_hex64(const char *s)
+{
+    if (strlen(s) != 64)
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!isxdigit((unsigned char)*p))
+            return false;
+    return true;
+}
+
+/* file:PATH or file:PATH@SHA256 (the canonical form, as the store keeps it). */
+static ql_status parse_weight_file(ql_config *c, const char *v, ql_error *err)
+{
+    const char *path = v + strlen(FILE_PREFIX);
+    const char *at = strrchr(path, '@');
+    const bool with_sha = at && is_hex64(at + 1);
+    const size_t n = with_sha ? (size_t)(at - path) : strlen(path);
+    if (n == 0)
+        return ql_error_set(err, QL_EFORMAT, "weight_type: '%s' names no file (file:PATH)", v);
+    if (!is_plain_token(path))
+        return ql_error_set(err, QL_EFORMAT,
+                            "weight_type: '%s' contains whitespace, quotes or control characters",
+                            v);
+    /* Room for "file:", the path, "@" and the hash in a canonical value. */
+    if (n >= sizeof c->weight_file - 80)
+        return ql_error_set(err, QL_EFORMAT, "weight_type: path '%.64s...' is too long (max %d)",
+                            path, (int)sizeof c->weight_file - 81);
+    c->weight_mix = NULL;
+    c->weight_type = QL_TYPE_F32;
+    memcpy(c->weight_file, path, n);
+    c->weight_file[n] = '\0';
+    ql_strlcpy(c->weight_file_open, c->weight_file, sizeof c->weight_file_open);
+    c->weight_file_sha[0] = '\0';
+    if (with_sha)
+        for (int i = 0; i < 64; i++)
+            c->weight_file_sha[i] = (char)tolower((unsigned char)at[1 + i]);
+    c->weight_file_sha[with_sha ? 64 : 0] = '\0';
+    return QL_OK;
+}
+
 static ql_status parse_weight_type(ql_config *c, const char *v, ql_error *err)
 {
+    c->weight_file[0] = c->weight_file_sha[0] = c->weight_file_open[0] = '\0';
+    if (strncasecmp(v, FILE_PREFIX, strlen(FILE_PREFIX)) == 0)
+        return parse_weight_file(c, v, err);
     if (strncasecmp(v, MIX_PREFIX, strlen(MIX_PREFIX)) == 0) {
         const char *name = v + strlen(MIX_PREFIX);
         const ql_quant_mix *m = ql_quant_mix_by_name(name);
@@ -396,6 +443,9 @@ static ql_status parse_weight_type(ql_config *c, const char *v, ql_error *err)
 /* A mix as llama-quantize names it, with mix: where a type has that name. */
 static int print_weight_type(const ql_config *c, char *buf, size_t size)
 {
+    if (c->weight_file[0])
+        return snprintf(buf, size, FILE_PREFIX "%s%s%s", c->weight_file,
+                        c->weight_file_sha[0] ? "@" : "", c->weight_file_sha);
     if (c->weight_mix)
         return snprintf(buf, size, "%s%s", ql_type_by_name(c->weight_mix->name) ? MIX_PREFIX : "",
                         c->weight_mix->name);
@@ -404,7 +454,7 @@ static int print_weight_type(const ql_config *c, char *buf, size_t size)
 
 static const char *class_weight_type(const ql_config *c)
 {
-    return "<type>";
+    return c->weight_file[0] ? FILE_PREFIX "<path>" : "<type>";
 }
 
 static ql_status parse_act_mode(ql_config *c, const char *v, ql_error *err)
@@ -472,7 +522,7 @@ static ql_status parse_head_type(ql_config *c, const char *v, ql_error *err)
  * choose it, so a type there is an override even when it is the default type). */
 static bool role_is_same(const ql_config *c, ql_type field)
 {
-    if (c->weight_mix)
+    if (c->weight_mix || c->weight_file[0])
         return field == QL_TYPE_SAME;
     return field == QL_TYPE_SAME || field == c->weight_type;
 }
@@ -924,8 +974,31 @@ static ql_status validate_imatrix(const ql_config *c, ql_axis *bad_axis, ql_erro
     return QL_OK;
 }
 
+/* A file config: the file decides every tensor, so no axis may say how to quantize. */
+static ql_status validate_file(const ql_config *c, ql_axis *bad_axis, ql_error *err)
+{
+    ql_config d;
+    ql_config_init(&d);
+    const ql_axis weight_axes[] = {QL_AXIS_OUTLIER_RATIO, QL_AXIS_HEAD_TYPE, QL_AXIS_EMBD_TYPE,
+                                   QL_AXIS_IMATRIX, QL_AXIS_BUDGET, QL_AXIS_TENSOR_TYPES};
+    for (size_t i = 0; i < sizeof weight_axes / sizeof weight_axes[0]; i++) {
+        char v[QL_CONFIG_VALUE_MAX], dv[QL_CONFIG_VALUE_MAX];
+        ql_config_axis_string(c, weight_axes[i], v, sizeof v);
+        ql_config_axis_string(&d, weight_axes[i], dv, sizeof dv);
+        if (strcmp(v, dv) != 0)
+            return broken(bad_axis, weight_axes[i], err,
+                          "%s %s: weight_type file:%s takes every tensor as the file has it; "
+                          "%s must be %s (put the file in a [grid] of its own)",
+                          axis_names[weight_axes[i]], v, c->weight_file,
+                          axis_names[weight_axes[i]], dv);
+    }
+    return QL_OK;
+}
+
 ql_status ql_config_validate(const ql_config *c, ql_axis *bad_axis, ql_error *err)
 {
+    if (c->weight_file[0])
+        return validate_file(c, bad_axis, err);
     ql_status st = validate_imatrix(c, bad_axis, err);
     if (st != QL_OK)
         return st;
@@ -1050,6 +1123,11 @@ void ql_config_short_label(const ql_config *c, const bool varies[QL_AXIS_COUNT],
             continue;
         char v[QL_CONFIG_VALUE_MAX];
         ql_config_axis_string(c, (ql_axis)a, v, sizeof v);
+        /* A file by its name: the path and hash are the canonical form's. */
+        if (a == QL_AXIS_WEIGHT_TYPE && c->weight_file[0]) {
+            const char *base = strrchr(c->weight_file, '/');
+            snprintf(v, sizeof v, FILE_PREFIX "%s", base ? base + 1 : c->weight_file);
+        }
         /* An axis added later goes without saying at its default, as in the canonical form. */
         if (a != QL_AXIS_WEIGHT_TYPE && omitted(c, (ql_axis)a, v))
             continue;

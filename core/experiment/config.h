@@ -11,6 +11,11 @@
  * of that name is spelled `mix:Q6_K` (`mix:` takes any of llama-quantize's TYPE
  * names, aliases and numbers). Names that are only mixes (Q4_K_M, IQ3_M) need no
  * prefix; the aliases Q3_K, Q4_K and Q5_K are pure types, as they always were here.
+ * `file:PATH` takes every tensor from an existing GGUF of the same model (made by
+ * llama-quantize, another tool or qlab); its canonical value is `file:PATH@SHA256`
+ * (the file's hash: a changed file is a new config), and the weight axes
+ * (outlier_ratio, head_type, embd_type, imatrix, budget, tensor_types) must keep
+ * their defaults, since the file decides every tensor.
  *
  * Canonical form: one line, the axes in the fixed order of ql_axis, each as
  * `axis=value`, separated by one space, e.g.
@@ -154,7 +159,16 @@ typedef enum { QL_BUDGET_NONE, QL_BUDGET_BYTES, QL_BUDGET_BPW } ql_budget_kind;
 #define QL_CTX_MAX 1048576
 
 typedef struct {
-    ql_type weight_type;            /* pure: every weight's type; a mix: its default type */
+    ql_type weight_type; /* pure: every weight's type; a mix: its default type; file: F32 */
+    /* weight_type file:PATH: every tensor from an existing GGUF of the same model (its
+     * types as the file has them); "" otherwise. weight_file is the path as written
+     * (canonical), weight_file_sha its SHA-256 in hex ("" until hashed: ql_sweep_load
+     * hashes it; the canonical form then carries it, so a changed file is a new
+     * config), weight_file_open the path to open (a sweep's relative path resolved
+     * against its directory; not canonical). */
+    char weight_file[QL_CONFIG_IMATRIX_MAX];
+    char weight_file_sha[65];
+    char weight_file_open[QL_CONFIG_IMATRIX_MAX];
     const ql_quant_mix *weight_mix; /* llama-quantize's file type; NULL: pure weight_type */
     ql_act_mode act_mode;
     double outlier_ratio; /* 0 = off, else > 1 */

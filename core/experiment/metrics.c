@@ -381,28 +381,52 @@ void ql_dist_acc_finish(const ql_dist_acc *a, ql_dist_metrics *out)
 
 /* ---------------------------------------------------------------- llama-perplexity's block */
 
+ql_status ql_dist_metrics_check_finite(const ql_dist_metrics *m, ql_error *err)
+{
+    const struct {
+        const char *name;
+        double v;
+    } figs[] = {{"ppl", m->ppl},           {"ppl_ref", m->ppl_ref},   {"kld_mean", m->kld_mean},
+                {"kld_max", m->kld_max},   {"dp_mean", m->dp_mean},   {"dp_rms", m->dp_rms},
+                {"max_abs_prob_err", m->max_abs_prob_err}, {"top1_agree", m->top1_agree}};
+    for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++)
+        if (!isfinite(figs[i].v))
+            return ql_error_set(err, QL_EFORMAT,
+                                "metric %s is %s: the quantized or the reference model computes "
+                                "non-finite probabilities",
+                                figs[i].name, isnan(figs[i].v) ? "NaN" : "infinite");
+    return QL_OK;
+}
+
+void ql_dist_metrics_ppl_pair(const ql_dist_metrics *m, ql_ppl_pair *out)
+{
+    /* llama-perplexity's covariance of the two mean NLLs, recovered from the three
+     * standard errors: se(ratio)^2 = se(q)^2 + se(p)^2 - 2 cov. */
+    double se_q = m->ppl_err / m->ppl, se_p = m->ppl_ref_err / m->ppl_ref;
+    double cov = 0.5 * (se_q * se_q + se_p * se_p - m->ln_ppl_ratio_err * m->ln_ppl_ratio_err);
+    out->cor = cov / (se_q * se_p);
+    out->ratio = exp(m->ln_ppl_ratio);
+    out->ratio_err = out->ratio * m->ln_ppl_ratio_err;
+    out->diff = m->ppl - m->ppl_ref;
+    out->diff_err = sqrt(m->ppl_err * m->ppl_err + m->ppl_ref_err * m->ppl_ref_err -
+                         2.0 * m->ppl * m->ppl_ref * cov);
+}
+
 void ql_dist_metrics_print_llama(const ql_dist_metrics *m, FILE *out)
 {
     /* llama-perplexity does no statistics on fewer than 100 tokens. */
     if (m->n_tokens < 100)
         return;
-    /* Its covariance of the two mean NLLs, recovered from the three standard errors:
-     * se(ratio)^2 = se(q)^2 + se(p)^2 - 2 cov. */
-    double se_q = m->ppl_err / m->ppl, se_p = m->ppl_ref_err / m->ppl_ref;
-    double cov = 0.5 * (se_q * se_q + se_p * se_p - m->ln_ppl_ratio_err * m->ln_ppl_ratio_err);
-    double ratio = exp(m->ln_ppl_ratio);
-    double diff_err = sqrt(m->ppl_err * m->ppl_err + m->ppl_ref_err * m->ppl_ref_err -
-                           2.0 * m->ppl * m->ppl_ref * cov);
+    ql_ppl_pair pp;
+    ql_dist_metrics_ppl_pair(m, &pp);
     fprintf(out, "====== Perplexity statistics ======\n");
     fprintf(out, "Mean PPL(Q)                   : %10.6f ± %10.6f\n", m->ppl, m->ppl_err);
     fprintf(out, "Mean PPL(base)                : %10.6f ± %10.6f\n", m->ppl_ref, m->ppl_ref_err);
-    fprintf(out, "Cor(ln(PPL(Q)), ln(PPL(base))): %6.2f%%\n", 100.0 * cov / (se_q * se_p));
+    fprintf(out, "Cor(ln(PPL(Q)), ln(PPL(base))): %6.2f%%\n", 100.0 * pp.cor);
     fprintf(out, "Mean ln(PPL(Q)/PPL(base))     : %10.6f ± %10.6f\n", m->ln_ppl_ratio,
             m->ln_ppl_ratio_err);
-    fprintf(out, "Mean PPL(Q)/PPL(base)         : %10.6f ± %10.6f\n", ratio,
-            ratio * m->ln_ppl_ratio_err);
-    fprintf(out, "Mean PPL(Q)-PPL(base)         : %10.6f ± %10.6f\n", m->ppl - m->ppl_ref,
-            diff_err);
+    fprintf(out, "Mean PPL(Q)/PPL(base)         : %10.6f ± %10.6f\n", pp.ratio, pp.ratio_err);
+    fprintf(out, "Mean PPL(Q)-PPL(base)         : %10.6f ± %10.6f\n", pp.diff, pp.diff_err);
     fprintf(out, "\n====== KL divergence statistics ======\n");
     fprintf(out, "Mean    KLD: %10.6f ± %10.6f\n", m->kld_mean, m->kld_mean_err);
     fprintf(out, "Maximum KLD: %10.6f\n", m->kld_max);

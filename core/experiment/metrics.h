@@ -88,6 +88,21 @@ void ql_dist_acc_finish(const ql_dist_acc *a, ql_dist_metrics *out);
 void ql_dist_acc_range(const ql_dist_acc *a, int64_t begin, int64_t end, double *kld_sum,
                        double *nll_sum, double *nll_ref_sum, int64_t *top1_count);
 
+/* Fails when a figure every run has (PPL of both models, KLD mean and maximum, dp mean
+ * and RMS, max |dp|, top-1 agreement) is not finite, naming it: a run whose figures are
+ * NaN is a failure, not a result (a store would keep NaN as NULL, "not measured"). */
+ql_status ql_dist_metrics_check_finite(const ql_dist_metrics *m, ql_error *err);
+
+/* The figures llama-perplexity derives from the two perplexities (its closing block):
+ * the correlation of the two mean NLLs (in [-1, 1]), PPL(Q)/PPL(base) and
+ * PPL(Q) - PPL(base), each with its error. */
+typedef struct {
+    double cor;
+    double ratio, ratio_err;
+    double diff, diff_err;
+} ql_ppl_pair;
+void ql_dist_metrics_ppl_pair(const ql_dist_metrics *m, ql_ppl_pair *out);
+
 /* Writes llama-perplexity's closing statistics block (its --kl-divergence output at
  * b4747: perplexity, KL divergence and token probability statistics, each mean
  * with its ±, percentages as it prints them) from m. It prints nothing for fewer

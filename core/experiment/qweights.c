@@ -646,10 +646,154 @@ static ql_status install_act(const ql_config *c, const ql_quant_plan *plan,
     return QL_OK;
 }
 
+/* ------------------------------------------------------------------------- */
+/* A config that is an existing GGUF file                                     */
+
+/* The plan of the file: the policy's roles for its tensors, each in the type the file
+ * has it in, chosen by the file. */
+static ql_status file_plan(const ql_model *fm, ql_quant_plan **out, ql_error *err)
+{
+    ql_quant_config qc = {.weight_type = QL_TYPE_F32,
+                          .head_type = QL_TYPE_INVALID,
+                          .embd_type = QL_TYPE_INVALID};
+    ql_quant_plan *plan;
+    ql_status st = ql_quant_plan_build(fm->gguf, &qc, &plan, err);
+    if (st)
+        return st;
+    for (int64_t i = 0; i < plan->n; i++) {
+        ql_quant_plan_entry *e = &plan->entries[i];
+        const ql_gguf_tensor *gt = ql_gguf_find_tensor(fm->gguf, e->name);
+        QL_ASSERT(gt);
+        e->requested = e->used = gt->type;
+        e->fallback = QL_FALLBACK_NONE;
+        e->reason[0] = '\0';
+        ql_strlcpy(e->choice, "file", sizeof e->choice);
+        e->bytes = gt->nbytes;
+    }
+    ql_quant_plan_totals(plan);
+    *out = plan;
+    return QL_OK;
+}
+
+/* The file's weight set (every tensor from its memory map) and the records of its
+ * 2-D weights against the reference's. */
+static ql_status file_weights(ql_qweights *q, const ql_model *fm, const ql_quant_plan *plan,
+                              ql_qweights_result *r, ql_error *err)
+{
+    const ql_model *model = q->model;
+    ql_weights *w;
+    ql_status st = ql_weights_copy(&w, fm->weights, err);
+    if (st)
+        return st;
+    r->weights = w;
+    r->tensors = calloc((size_t)plan->n, sizeof *r->tensors);
+    r->names = calloc((size_t)plan->n, sizeof *r->names);
+    r->reasons = calloc((size_t)plan->n, sizeof *r->reasons);
+    r->choices = calloc((size_t)plan->n, sizeof *r->choices);
+    r->site_q = calloc((size_t)w->n_lin, sizeof *r->site_q);
+    if (!r->tensors || !r->names || !r->reasons || !r->choices || !r->site_q)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for the tensor records");
+    /* The file's bytes of each product (Q4_1/Q5_1 block mins for native q8_1 products). */
+    for (int s = 0; s < w->n_lin; s++) {
+        const ql_gguf_tensor *gt = ql_gguf_find_tensor(fm->gguf, w->lin[s].name);
+        r->site_q[s] = gt && gt->type == w->lin[s].src_type ? gt->data : NULL;
+    }
+    ql_weight_error total;
+    memset(&total, 0, sizeof total);
+    total.weighted = true;
+    bool any_weighted = false;
+    for (int64_t i = 0; i < plan->n && !st; i++) {
+        const ql_quant_plan_entry *e = &plan->entries[i];
+        ql_linear *ref = ql_weights_find(model->weights, e->name);
+        const ql_gguf_tensor *gt = ql_gguf_find_tensor(fm->gguf, e->name);
+        if (e->role == QL_ROLE_VECTOR || e->role == QL_ROLE_KEEP || !ref)
+            continue;
+        ql_tensor_record *te = &r->tensors[r->n_tensors];
+        ql_strlcpy(r->names[r->n_tensors], e->name, QL_QUANT_NAME_MAX);
+        te->tensor = r->names[r->n_tensors];
+        te->requested_type = te->used_type = e->used;
+        te->fallback_reason = NULL;
+        ql_strlcpy(r->choices[r->n_tensors], e->choice, QL_QUANT_REASON_MAX);
+        te->choice = r->choices[r->n_tensors];
+        te->n_rows = e->nrows;
+        te->n_cols = e->n_per_row;
+        te->params = e->nrows * e->n_per_row;
+        te->bytes = (int64_t)e->bytes;
+        te->outlier_cols = -1;
+        r->n_tensors++;
+        /* Its error against the reference's values, weighted as every run's. */
+        const float *mw = NULL;
+        const size_t n = (size_t)(e->nrows * e->n_per_row);
+        float *src = malloc(n * sizeof *src);
+        ql_weight_error werr;
+        memset(&werr, 0, sizeof werr);
+        if (!src)
+            st = ql_error_set(err, QL_ENOMEM, "out of memory for tensor '%s'", e->name);
+        if (!st)
+            st = ql_linear_decode_rows(ref, 0, e->nrows, src, err);
+        if (!st)
+            st = ql_calib_column_weights(q->metric_imatrix, e->name, e->n_per_row, q->metric_buf,
+                                         &mw, err);
+        if (!st)
+            st = measure_error(gt->type, gt->data, src, e->nrows, e->n_per_row, mw, &werr, err);
+        free(src);
+        if (st) {
+            ql_error_prefix(err, "%s: tensor '%s' (%s): ", fm->path, e->name,
+                            ql_type_name(gt->type));
+            break;
+        }
+        te->rmse = ql_weight_error_rmse(&werr);
+        te->max_err = werr.max_abs;
+        te->imatrix_err = werr.weighted ? werr.w_sse : (double)NAN;
+        te->imatrix_err_rel = ql_weight_error_rel(&werr);
+        any_weighted |= werr.weighted;
+        ql_weight_error_merge(&total, &werr);
+    }
+    if (st)
+        return st;
+    r->rmse = ql_weight_error_rmse(&total);
+    r->max_err = total.max_abs;
+    r->imatrix_err = total.weighted && any_weighted ? total.w_sse : (double)NAN;
+    r->imatrix_err_rel = any_weighted ? ql_weight_error_rel(&total) : (double)NAN;
+    r->zlib_bytes = zlib_bytes(fm, plan, w, err);
+    return QL_OK;
+}
+
+static ql_status build_file(ql_qweights *q, const ql_config *c, ql_qweights_result *r,
+                            ql_error *err)
+{
+    ql_quant_plan *plan = NULL;
+    ql_status st = ql_model_load(&r->file_model, c->weight_file_open, err);
+    if (!st && (st = ql_model_check_same_shape(q->model, r->file_model, err)))
+        ql_error_prefix(err, "not a quantization of the sweep's model: ");
+    if (!st)
+        st = file_plan(r->file_model, &plan, err);
+    if (!st)
+        st = file_weights(q, r->file_model, plan, r, err);
+    if (!st)
+        st = install_act(c, plan, NULL, r, err);
+    if (!st) {
+        r->bytes = (double)plan->bytes;
+        r->params = (double)plan->params;
+        r->bpw = 8.0 * r->bytes / (double)plan->params;
+        r->bytes_body = (double)plan->body_bytes;
+        r->params_body = (double)plan->body_params;
+        r->bpw_body = plan->body_params > 0 ? 8.0 * r->bytes_body / (double)plan->body_params
+                                            : (double)NAN;
+        r->gguf_bytes = (double)r->file_model->gguf->file_size;
+    }
+    ql_quant_plan_free(plan);
+    if (st)
+        ql_qweights_result_deinit(r);
+    return st;
+}
+
 ql_status ql_qweights_build(ql_qweights *q, ql_calib *cal, const ql_config *c, ql_calib_slot *slot,
                             ql_qweights_result *r, ql_error *err)
 {
     memset(r, 0, sizeof *r);
+    if (c->weight_file[0])
+        return build_file(q, c, r, err);
     ql_quant_plan *plan;
     ql_status st = build_plan(q, c, slot, &plan, err);
     if (st)
@@ -692,6 +836,7 @@ void ql_qweights_result_deinit(ql_qweights_result *r)
     /* The activation plan outlives the set's use: free the set first. */
     ql_weights_free(r->weights);
     ql_act_plan_free(r->act);
+    ql_model_free(r->file_model); /* after the set that reads its memory map */
     free(r->tensors);
     free(r->names);
     free(r->reasons);

@@ -73,6 +73,9 @@ typedef struct {
      * stored, compressed at zlib level 9, quant_int8row.h). */
     double bytes, bpw, bytes_body, bpw_body, gguf_bytes, zlib_bytes, params, params_body;
     double quantize_seconds; /* quantizing the tensors not found in the cache */
+    /* weight_type file:PATH: the file, open for the weight set's use (its tensors are
+     * the products' sources, read through its memory map); NULL otherwise. */
+    ql_model *file_model;
 
     /* Private storage of the records above. */
     char (*names)[QL_QUANT_NAME_MAX];
@@ -83,6 +86,10 @@ typedef struct {
     char (*act_notes)[QL_ACT_NOTE_MAX];
 } ql_qweights_result;
 
+/* Builds config c's weight set into r (overwritten). A config whose weight_type is
+ * file:PATH takes every tensor from that file as it is (ql_model_check_same_shape
+ * first): its records say requested = used = the file's type, choice "file", with the
+ * errors against the reference weights; its sizes are the file's tensors'. */
 /* Builds config c's weight set into r (overwritten). slot is c's importance matrix
  * (ql_calib_config_imatrix, NULL for none); the outlier channels come from cal. The
  * cache is first trimmed to its budget (least recently used first; the previous

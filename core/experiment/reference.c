@@ -398,3 +398,51 @@ ql_status ql_reference_get(ql_reference **out, ql_forward *fw, ql_sched *sched, 
     *out = r;
     return QL_OK;
 }
+
+/* ------------------------------------------------------------------------- */
+/* Scoring a weight set against the reference                                 */
+
+typedef struct {
+    ql_reference *r;
+    ql_dist_acc *acc;
+    ql_sched_progress_fn progress;
+    void *progress_ctx;
+} score_ctx;
+
+/* A chunk's logits against the reference's log-probs of the same chunk. */
+static ql_status score_chunk(void *ctx, int set, int64_t chunk, const float *hidden,
+                             const float *logits, int64_t n_rows, ql_error *err)
+{
+    (void)set, (void)hidden;
+    score_ctx *sc = ctx;
+    const float *logp;
+    ql_status st = ql_reference_logp(sc->r, chunk, &logp, err);
+    if (!st)
+        st = ql_dist_acc_add(sc->acc, logp, logits, ql_ppl_chunk_targets(sc->r->d, chunk), n_rows,
+                             err);
+    return st ? ql_error_prefix(err, "chunk %lld: ", (long long)chunk) : QL_OK;
+}
+
+static void score_progress(void *ctx, double tokens_done)
+{
+    score_ctx *sc = ctx;
+    if (sc->progress)
+        sc->progress(sc->progress_ctx, tokens_done);
+}
+
+ql_status ql_reference_score(ql_reference *r, ql_sched *sched, ql_weights *w,
+                             const ql_attn_rounding *kv, int group, ql_dist_acc *acc,
+                             ql_sched_progress_fn progress, void *progress_ctx, ql_error *err)
+{
+    ql_dist_acc_reset(acc);
+    score_ctx sc = {r, acc, progress, progress_ctx};
+    ql_sched_job job = {.data = r->d,
+                        .n_chunks = r->n_chunks,
+                        .group = group > 0 ? group : 1,
+                        .n_sets = 1,
+                        .on_output = score_chunk,
+                        .progress = score_progress,
+                        .ctx = &sc};
+    job.sets[0] = (ql_sched_set){.w = w, .rounding = kv, .head = true};
+    return ql_sched_run(sched, r->fw, &job, err);
+}

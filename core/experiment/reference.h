@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "experiment/metrics.h"
 #include "model/forward.h"
 #include "model/perplexity.h"
 #include "model/scheduler.h"
@@ -57,6 +58,16 @@ void ql_reference_free(ql_reference *r);
 /* Log-probabilities of chunk i's scored tokens (n_scored, n_vocab): the held ones, or
  * computed into the reference's buffer, valid until the next call. */
 ql_status ql_reference_logp(ql_reference *r, int64_t chunk, const float **out, ql_error *err);
+
+/* Scores weight set w (a quantization of the reference's model) against the
+ * reference: one pass over every chunk of the reference's text with the forward pass
+ * and scheduler it was made with, in groups of `group` chunks, the K/V cache rounded as
+ * kv says (NULL: f32), each chunk's logits added to acc (reset first) with the
+ * reference's log-probabilities of the same chunk. progress (may be NULL) gets
+ * progress_ctx and the tokens done. acc must hold every scored token of the text. */
+ql_status ql_reference_score(ql_reference *r, ql_sched *sched, ql_weights *w,
+                             const ql_attn_rounding *kv, int group, ql_dist_acc *acc,
+                             ql_sched_progress_fn progress, void *progress_ctx, ql_error *err);
 
 /* The head input of chunk i's scored tokens (n_scored, n_embd). */
 const float *ql_reference_hidden(const ql_reference *r, int64_t chunk);

@@ -373,8 +373,35 @@ out:
     return st;
 }
 
+/* weight_type file:PATH: the path resolved against the sweep file's directory (as a
+ * recipe's) and the file hashed, so that the config's identity is the file's contents. */
+static ql_status weight_file(parser *p, int line, const char *what, ql_config *c)
+{
+    if (c->weight_file_sha[0])
+        return fail(p, line, QL_EFORMAT,
+                    "%sweight_type: file:%s: give the path alone; qlab hashes the file itself",
+                    what, c->weight_file);
+    const char *slash = strrchr(p->path, '/');
+    if (c->weight_file[0] != '/' && slash) {
+        const int n = snprintf(c->weight_file_open, sizeof c->weight_file_open, "%.*s/%s",
+                               (int)(slash - p->path), p->path, c->weight_file);
+        if (n < 0 || (size_t)n >= sizeof c->weight_file_open)
+            return fail(p, line, QL_EFORMAT, "%sweight_type: file:%s: the path is too long",
+                        what, c->weight_file);
+    }
+    ql_error ferr;
+    ql_error_clear(&ferr);
+    if (ql_sha256_file(c->weight_file_open, c->weight_file_sha, &ferr) != QL_OK) {
+        c->weight_file_sha[0] = '\0';
+        return fail(p, line, QL_EFORMAT, "%sweight_type: file:%s: %s", what, c->weight_file,
+                    ferr.msg);
+    }
+    return QL_OK;
+}
+
 /* One value of an axis into c, as a sweep file may write it (a tensor_types value
- * without '=' names a recipe file); what as read_recipe's. */
+ * without '=' names a recipe file, a weight_type file:PATH is hashed); what as
+ * read_recipe's. */
 static ql_status axis_value(parser *p, int line, const char *what, ql_axis axis, const char *v,
                             ql_config *c)
 {
@@ -386,6 +413,9 @@ static ql_status axis_value(parser *p, int line, const char *what, ql_axis axis,
         v = rules;
     }
     ql_status st = ql_config_set(c, axis, v, p->err);
+    if (st == QL_OK && axis == QL_AXIS_WEIGHT_TYPE && c->weight_file[0] &&
+        (st = weight_file(p, line, what, c)) != QL_OK)
+        return st;
     if (st == QL_OK && !(p->flags & QL_SWEEP_ALLOW_UNIMPLEMENTED))
         st = ql_config_check_axis(c, axis, p->err);
     if (st != QL_OK)
@@ -1031,6 +1061,8 @@ static ql_status check_point(const ql_sweep *sw, const ql_sweep_point *pt, const
     ql_quant_overrides *rules = NULL;
     ql_quant_plan *plan = NULL;
     bool *matched = NULL;
+    if (c->weight_file[0])
+        return QL_OK; /* no plan: the file's tensors (ql_sweep_check_files) */
     ql_status st = ql_config_overrides(c, &rules, err);
     if (st != QL_OK)
         return st;
@@ -1104,6 +1136,29 @@ ql_status ql_sweep_check_model(const ql_sweep *sw, const ql_gguf *model, ql_erro
         ql_status st = check_point(sw, &sw->points[i], model, err);
         if (st != QL_OK)
             return st;
+    }
+    return QL_OK;
+}
+
+ql_status ql_sweep_check_files(const ql_sweep *sw, const ql_model *ref, ql_error *err)
+{
+    for (size_t i = 0; i < sw->n_points; i++) {
+        const ql_sweep_point *pt = &sw->points[i];
+        const ql_config *c = &pt->config;
+        bool seen = false; /* each file once */
+        for (size_t j = 0; j < i && !seen && c->weight_file[0]; j++)
+            seen = strcmp(sw->points[j].config.weight_file_open, c->weight_file_open) == 0;
+        if (!c->weight_file[0] || seen)
+            continue;
+        char at[QL_PATH_MAX + 32];
+        point_at(sw, pt, QL_AXIS_WEIGHT_TYPE, at, sizeof at);
+        ql_model *m = NULL;
+        ql_status st = ql_model_load(&m, c->weight_file_open, err);
+        if (!st && (st = ql_model_check_same_shape(ref, m, err)) != QL_OK)
+            ql_error_prefix(err, "not a quantization of the sweep's model: ");
+        ql_model_free(m);
+        if (st != QL_OK)
+            return ql_error_prefix(err, "%sweight_type file:%s: ", at, c->weight_file);
     }
     return QL_OK;
 }

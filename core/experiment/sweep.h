@@ -74,6 +74,7 @@
 #include "base/error.h"
 #include "experiment/config.h"
 #include "model/gguf.h"
+#include "model/model.h"
 
 /* Largest grid qlab expands (a typo such as a list of 50 types times 6 modes
  * times 10 ratios should fail fast, not allocate gigabytes). */
@@ -133,6 +134,12 @@ void ql_sweep_deinit(ql_sweep *sw);
  * and every tensor_types rule must match a tensor. Errors name the sweep file and
  * the line of the axis, and the tensor. */
 ql_status ql_sweep_check_model(const ql_sweep *sw, const ql_gguf *model, ql_error *err);
+
+/* The configs whose weight_type is file:PATH: each file loads as a model qlab can run
+ * and is a quantization of ref (ql_model_check_same_shape: the same architecture,
+ * hyper-parameters, tensor names and shapes). Errors name the sweep file, the line
+ * and the first difference. */
+ql_status ql_sweep_check_files(const ql_sweep *sw, const ql_model *ref, ql_error *err);
 
 /* A slice of a sweep: configs i with i mod count == index. {0, 1} is everything. */
 typedef struct {

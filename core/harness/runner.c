@@ -205,25 +205,6 @@ static void pass_progress(void *ctx, double tokens_done)
                        p->s->eta_note[0] ? p->s->eta_note : NULL);
 }
 
-/* A run whose figures are not finite is a failed run, not a result: NaN would be stored
- * as NULL, which means "not measured", next to false zeros. */
-static ql_status check_finite(const ql_dist_metrics *m, ql_error *err)
-{
-    const struct {
-        const char *name;
-        double v;
-    } figs[] = {{"ppl", m->ppl},           {"ppl_ref", m->ppl_ref},   {"kld_mean", m->kld_mean},
-                {"kld_max", m->kld_max},   {"dp_mean", m->dp_mean},   {"dp_rms", m->dp_rms},
-                {"max_abs_prob_err", m->max_abs_prob_err}, {"top1_agree", m->top1_agree}};
-    for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++)
-        if (!isfinite(figs[i].v))
-            return ql_error_set(err, QL_EFORMAT,
-                                "metric %s is %s: the quantized or the reference model computes "
-                                "non-finite probabilities",
-                                figs[i].name, isnan(figs[i].v) ? "NaN" : "infinite");
-    return QL_OK;
-}
-
 /* The quantized pass over every chunk, scored against the reference. */
 static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding *kv,
                           const char *label, config_result *r, ql_error *err)
@@ -259,7 +240,7 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
 
     ql_dist_metrics dm;
     ql_dist_acc_finish(s->acc, &dm);
-    if ((st = check_finite(&dm, err)))
+    if ((st = ql_dist_metrics_check_finite(&dm, err)))
         return st;
     /* The metrics records.h says come from the distribution, field by field. */
 #define QL_METRIC_FROM_DIST(name) r->m.name = (double)dm.name;
@@ -598,6 +579,8 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
     ql_status st = open_inputs(s, err);
     if (!st) /* what the model decides about the configs, before anything runs */
         st = ql_sweep_check_model(sw, s->model->gguf, err);
+    if (!st) /* the configs that are existing GGUF files: the same model's shapes */
+        st = ql_sweep_check_files(sw, s->model, err);
     if (!st) {
         plan_memory(s);
         ql_calib_source cs = {s->model, s->tok,      s->model_sha,     s->cache_dir,

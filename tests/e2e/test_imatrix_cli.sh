@@ -36,6 +36,18 @@ need_file "$model"
     "$qlab" inspect "$tmp/e.gguf" | grep -q "output.weight.in_sum2" &&
     ok "--process-output adds output.weight" || { bad "--process-output"; cat "$tmp/out"; }
 
+# llama-imatrix's protocol by default: its f16 K/V cache; --kv-type f32 is the exact reference.
+"$qlab" imatrix stories260K --text ts-calib --ctx 64 --chunks 4 -o "$tmp/f16.gguf" --quiet \
+    --kv-type f16 >/dev/null 2>&1 && cmp -s "$tmp/a.gguf" "$tmp/f16.gguf" &&
+    ok "the default K/V cache is f16, as llama-imatrix's" || bad "default K/V is not f16"
+"$qlab" imatrix stories260K --text ts-calib --ctx 64 --chunks 4 -o "$tmp/f32.gguf" \
+    --kv-type f32 >"$tmp/out" 2>"$tmp/err" && ! cmp -s "$tmp/a.gguf" "$tmp/f32.gguf" &&
+    grep -q "K/V f32" "$tmp/err" && ok "--kv-type f32 computes the exact reference's" ||
+    { bad "--kv-type f32"; cat "$tmp/out" "$tmp/err"; }
+"$qlab" imatrix stories260K --text ts-calib --ctx 64 --chunks 4 -o "$tmp/dflt.gguf" \
+    >/dev/null 2>"$tmp/err" && grep -q "K/V f16" "$tmp/err" && ok "the header says K/V f16" ||
+    { bad "header K/V"; cat "$tmp/err"; }
+
 # The imatrix feeds qlab quantize.
 "$qlab" quantize "$model" "$tmp/q.gguf" --type IQ4_NL --imatrix "$tmp/a.gguf" --stats --quiet \
     >"$tmp/out" 2>&1 &&
