@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/data.h"
+#include "base/gemm.h"
 #include "base/progress.h"
 #include "base/table.h"
 #include "base/util.h"
@@ -683,8 +684,10 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
     ql_status cst = ql_calib_config_imatrix(s->calib, &pt->config, &slot, &cerr);
     ql_store_run_key key = {config_id, s->model_id, s->dataset_id, s->sw->ctx,
                             (int)s->data.n_chunks};
-    ql_store_run_info info = {s->sw->name, ql_threads_get(), QL_METRICS_VERSION,
-                              ql_calib_slot_sha256(slot)};
+    ql_store_run_info info = {s->sw->name,         ql_threads_get(),
+                              QL_METRICS_VERSION,  ql_calib_slot_sha256(slot),
+                              ql_gemm_kernel(),    (int64_t)s->mem.budget,
+                              s->mem.group};
     if ((st = ql_store_begin_run(s->store, &key, &info, &run_id, err)))
         return st;
     s->begun++;

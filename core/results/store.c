@@ -392,6 +392,10 @@ static const col_def runs_cols[] = {
     {"qlab_commit", "TEXT NOT NULL", 1, NULL},
     {"metrics_version", "INTEGER NOT NULL CHECK (metrics_version > 0)", 1, NULL},
     {"imatrix_sha256", "TEXT", 1, NULL},
+    {"blas_kernel", "TEXT", 5, "BLAS library, version and kernel, e.g. OpenBLAS 0.3.21 Haswell"},
+    {"mem_budget", "INTEGER", 5, "bytes the runner planned with (--mem)"},
+    {"group_chunks", "INTEGER", 5, "chunks per group of a pass, from mem_budget"},
+    {"pid", "INTEGER", 5, "process on host of the last attempt"},
     {NULL, NULL, 0, NULL},
 };
 static const char *const runs_extra[] = {"CREATE INDEX runs_by_status ON runs(status)", NULL};
@@ -756,7 +760,8 @@ static void add_result_columns(sqlbuf *b)
         "r.seconds",         "r.quantize_seconds", "r.ref_seconds",
         "r.quant_seconds",   "r.threads",          "r.host",
         "r.finished",        "r.qlab_version",     "r.qlab_commit",
-        "r.metrics_version", "r.imatrix_sha256"};
+        "r.metrics_version", "r.imatrix_sha256",    "r.blas_kernel",
+        "r.mem_budget",      "r.group_chunks"};
     sb_add(b, "\n");
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         list_add(b, head[i]);
@@ -812,7 +817,8 @@ static void view_run_log(sqlbuf *b)
            "SELECT r.id AS run_id, r.sweep, r.status, r.attempts, c.hash AS config_hash,\n"
            "       c.canonical, mo.name AS model, mo.sha256 AS model_sha256, d.name AS dataset,\n"
            "       r.ctx, r.chunks, r.started, r.finished, r.seconds, r.threads, r.host,\n"
-           "       r.qlab_version, r.qlab_commit, r.metrics_version, r.error\n"
+           "       r.qlab_version, r.qlab_commit, r.metrics_version, r.blas_kernel,\n"
+           "       r.mem_budget, r.group_chunks, r.pid, r.error\n"
            "FROM runs r\n" RESULT_JOINS);
 }
 
@@ -1445,7 +1451,7 @@ ql_status ql_store_add_to_sweep(ql_store *s, const char *sweep, int64_t run_id, 
     return add_member(s, sweep, run_id, err);
 }
 
-/* Binds the provenance columns shared by a new run and a retry, at ?1..?8. */
+/* Binds the provenance columns shared by a new run and a retry, at ?1..?12. */
 static ql_status bind_provenance(ql_store *s, sqlite3_stmt *st, const ql_store_run_info *info,
                                  ql_error *err)
 {
@@ -1460,7 +1466,11 @@ static ql_status bind_provenance(ql_store *s, sqlite3_stmt *st, const ql_store_r
         (rc = bind_text(s, st, 4, host, err)) || (rc = bind_text(s, st, 5, QL_VERSION, err)) ||
         (rc = bind_text(s, st, 6, QL_COMMIT, err)) ||
         (rc = bind_count(s, st, 7, info->metrics_version, err)) ||
-        (rc = bind_text(s, st, 8, info->imatrix_sha256, err)))
+        (rc = bind_text(s, st, 8, info->imatrix_sha256, err)) ||
+        (rc = bind_text(s, st, 9, info->blas_kernel, err)) ||
+        (rc = bind_count(s, st, 10, info->mem_budget > 0 ? info->mem_budget : -1, err)) ||
+        (rc = bind_count(s, st, 11, info->group_chunks > 0 ? info->group_chunks : -1, err)) ||
+        (rc = bind_count(s, st, 12, (int64_t)getpid(), err)))
         return rc;
     return QL_OK;
 }
@@ -1510,15 +1520,16 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
     if (id == 0) {
         static const char insert[] =
             "INSERT INTO runs (sweep, started, threads, host, qlab_version, qlab_commit,"
-            " metrics_version, imatrix_sha256, config_id, model_id, dataset_id, ctx, chunks,"
-            " status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 'running')"
+            " metrics_version, imatrix_sha256, blas_kernel, mem_budget, group_chunks, pid,"
+            " config_id, model_id, dataset_id, ctx, chunks, status) VALUES (?1, ?2, ?3, ?4,"
+            " ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'running')"
             " RETURNING id";
         if ((rc = prep(s, insert, &st, err)) || (rc = bind_provenance(s, st, info, err)) ||
-            (rc = bind_count(s, st, 9, key->config_id, err)) ||
-            (rc = bind_count(s, st, 10, key->model_id, err)) ||
-            (rc = bind_count(s, st, 11, key->dataset_id, err)) ||
-            (rc = bind_count(s, st, 12, key->ctx, err)) ||
-            (rc = bind_count(s, st, 13, key->chunks, err)) ||
+            (rc = bind_count(s, st, 13, key->config_id, err)) ||
+            (rc = bind_count(s, st, 14, key->model_id, err)) ||
+            (rc = bind_count(s, st, 15, key->dataset_id, err)) ||
+            (rc = bind_count(s, st, 16, key->ctx, err)) ||
+            (rc = bind_count(s, st, 17, key->chunks, err)) ||
             (rc = step_id(s, st, "creating the run", &id, err)))
             goto out;
     } else {
@@ -1537,11 +1548,12 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
         static const char update[] =
             "UPDATE runs SET sweep = ?1, started = ?2, threads = ?3, host = ?4,"
             " qlab_version = ?5, qlab_commit = ?6, metrics_version = ?7, imatrix_sha256 = ?8,"
+            " blas_kernel = ?9, mem_budget = ?10, group_chunks = ?11, pid = ?12,"
             " status = 'running', error = NULL, finished = NULL, seconds = NULL,"
             " quantize_seconds = NULL, ref_seconds = NULL, quant_seconds = NULL,"
-            " attempts = attempts + 1 WHERE id = ?9";
+            " attempts = attempts + 1 WHERE id = ?13";
         if ((rc = prep(s, update, &st, err)) || (rc = bind_provenance(s, st, info, err)) ||
-            (rc = bind_count(s, st, 9, id, err)) ||
+            (rc = bind_count(s, st, 13, id, err)) ||
             (rc = step_done(s, st, "restarting the run", err)))
             goto out;
     }

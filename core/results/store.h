@@ -46,8 +46,11 @@
  *      behind each tensor's requested type); the further distribution metrics (reverse
  *      KLD, top-k agreement, KLD by reference confidence, low KLD and Δp percentiles,
  *      errors of every mean) and the applied shares of the type axes; the results
- *      views' applies, types_used and fallback_note columns */
-#define QL_STORE_SCHEMA_VERSION  4
+ *      views' applies, types_used and fallback_note columns
+ *   5  runs.blas_kernel, mem_budget, group_chunks (what the products ran on and the
+ *      runner's memory plan) and runs.pid (the process of the last attempt: a running
+ *      run whose process is alive on this host belongs to it) */
+#define QL_STORE_SCHEMA_VERSION  5
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 /* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a
@@ -194,6 +197,9 @@ typedef struct {
     int threads;                /* 0 = unknown */
     int metrics_version;        /* version of the metric definitions (> 0) */
     const char *imatrix_sha256; /* SHA-256 of the importance matrix used, or NULL */
+    const char *blas_kernel;    /* BLAS library, version and kernel (ql_gemm_kernel), or NULL */
+    int64_t mem_budget;         /* the runner's memory budget in bytes; 0 = unknown */
+    int group_chunks;           /* chunks per group of a pass; 0 = unknown */
 } ql_store_run_info;
 
 /* The done run for this identity whose metrics_version equals the given one, by

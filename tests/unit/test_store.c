@@ -58,7 +58,7 @@ static int64_t config_id(env *e, const char *canon)
 static int64_t begin_run(env *e, const char *canon, int metrics_version)
 {
     ql_store_run_key key = {config_id(e, canon), e->model, e->text, 128, 4};
-    ql_store_run_info info = {"test", 2, metrics_version, NULL};
+    ql_store_run_info info = {"test", 2, metrics_version, NULL, NULL, 0, 0};
     ql_error err;
     int64_t run = 0;
     CHECK_OK(ql_store_begin_run(e->s, &key, &info, &run, &err), &err);
@@ -266,7 +266,7 @@ static void test_v3_database(void)
     ql_error err;
     ql_store_options ro = {.readonly = true};
     CHECK(ql_store_open(path, &ro, &s, &err) == QL_EDB);
-    CHECK_MSG(strstr(err.msg, "schema version 3 is older than 4") &&
+    CHECK_MSG(strstr(err.msg, "schema version 3 is older than 5") &&
                   strstr(err.msg, "open it once read-write"),
               "%s", err.msg);
 
@@ -516,7 +516,7 @@ static void test_skip_and_retry(void)
 
     /* Beginning a done run again is refused; a newer metrics version redoes it. */
     ql_store_run_key key = {config_id(&e, "weight_type=Q4_0"), e.model, e.text, 128, 4};
-    ql_store_run_info info = {"other-sweep", 1, 1, NULL};
+    ql_store_run_info info = {"other-sweep", 1, 1, NULL, NULL, 0, 0};
     int64_t r2 = 0;
     CHECK(ql_store_begin_run(e.s, &key, &info, &r2, &err) == QL_EINVAL);
     CHECK(strstr(err.msg, "is already done with metrics version 1") != NULL);
@@ -630,7 +630,7 @@ static void test_finish_faults(void)
     int begin_failures = 0;
     for (int n = 1; n < 1000; n++) {
         ql_store_run_key key = {config_id(&e, "weight_type=Q6_K"), e.model, e.text, 128, 4};
-        ql_store_run_info info = {"faults", 1, 1, NULL};
+        ql_store_run_info info = {"faults", 1, 1, NULL, NULL, 0, 0};
         int64_t r = 0;
         ql_store_inject_fault(e.s, n);
         ql_status st = ql_store_begin_run(e.s, &key, &info, &r, &err);
@@ -771,6 +771,37 @@ static void test_fixture(void)
     ql_store_close(s);
 }
 
+/* A run records what its products ran on and the runner's memory plan, and the process
+ * that runs it (schema version 5). */
+static void test_provenance(void)
+{
+    const char *path = qlt_tmp_db("provenance.db");
+    env e;
+    env_open(&e, path);
+    ql_error err;
+    ql_store_run_key key = {config_id(&e, "weight_type=Q4_0"), e.model, e.text, 128, 4};
+    ql_store_run_info info = {"prov", 3, 1, NULL, "OpenBLAS 0.3.21 Haswell", 1 << 30, 7};
+    int64_t run = 0;
+    CHECK_OK(ql_store_begin_run(e.s, &key, &info, &run, &err), &err);
+    sqlite3 *db = ql_store_handle(e.s);
+    char want[128];
+    snprintf(want, sizeof want, "OpenBLAS 0.3.21 Haswell|3|1073741824|7|%ld", (long)getpid());
+    const char *got = qtext(db, "SELECT blas_kernel || '|' || threads || '|' || mem_budget || '|'"
+                                " || group_chunks || '|' || pid FROM runs");
+    CHECK_MSG(strcmp(got, want) == 0, "%s", got);
+    /* A retry records the new attempt's; unknown ones are NULL. */
+    CHECK_OK(ql_store_fail_run(e.s, run, "boom", 1.0, &err), &err);
+    ql_store_run_info unknown = {"prov", 0, 1, NULL, NULL, 0, 0};
+    CHECK_OK(ql_store_begin_run(e.s, &key, &unknown, &run, &err), &err);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM runs WHERE blas_kernel IS NULL AND"
+                                 " mem_budget IS NULL AND group_chunks IS NULL AND threads IS NULL"),
+                 1);
+    CHECK(strcmp(qtext(db, "SELECT group_concat(name) FROM pragma_table_info('results')"
+                           " WHERE name IN ('blas_kernel', 'mem_budget', 'group_chunks')"),
+                 "blas_kernel,mem_budget,group_chunks") == 0);
+    ql_store_close(e.s);
+}
+
 int main(void)
 {
     test_declarations();
@@ -778,6 +809,7 @@ int main(void)
     test_views_refreshed();
     test_schema();
     test_round_trip();
+    test_provenance();
     test_skip_and_retry();
     test_finish_faults();
     test_open_faults();
