@@ -1,10 +1,12 @@
 /* qlab sweep: run a sweep file into the results store, or list its configs. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
 #include "experiment/sweep.h"
@@ -138,6 +140,12 @@ int ql_cmd_sweep(int argc, char **argv)
         ro.shard = shard;
         ro.mem_bytes = (size_t)mem;
         ql_sweep_faults_install(&ro);
+        /* Tests: short lock waits (the defaults are 30 s before saying so, 10 min). */
+        const char *bt = getenv("QLAB_STORE_BUSY_TIMEOUT_MS"), *lp = getenv("QLAB_STORE_LOCK_PATIENCE_MS");
+        if (bt && !ql_parse_int(bt, &ro.busy_timeout_ms))
+            ro.busy_timeout_ms = 0;
+        if (lp && !ql_parse_int(lp, &ro.lock_patience_ms))
+            ro.lock_patience_ms = 0;
         ql_run_summary sum;
         ql_status st = run(&sw, &ro, jobs, &sum, &err);
         ql_sweep_deinit(&sw);

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/data.h"
@@ -21,6 +23,10 @@ struct ql_store {
     bool readonly;
     int fault;     /* countdown to an injected failure; 0 = off */
     bool injected; /* the failure being reported was injected */
+    bool busy;     /* the last failure was SQLITE_BUSY (the lock stayed taken) */
+    /* The lock waits (busy_wait): when to say so, when to give up. */
+    int note_ms, patience_ms;
+    double busy_since, busy_noted;
 };
 
 /* ================================================================ SQLite calls */
@@ -40,6 +46,7 @@ static bool fault_now(ql_store *s)
 static ql_status db_fail(ql_store *s, int rc, const char *what, ql_error *err)
 {
     const char *path = s->subject ? s->subject : s->path;
+    s->busy = !s->injected && (rc & 0xff) == SQLITE_BUSY;
     if (s->injected) {
         s->injected = false;
         return ql_error_set(err, QL_EDB, "%s: %s: injected fault", path, what);
@@ -73,7 +80,11 @@ static int step(ql_store *s, sqlite3_stmt *st)
 {
     if (fault_now(s))
         return SQLITE_IOERR;
-    return sqlite3_step(st);
+    int rc = sqlite3_step(st);
+    /* sqlite3_errmsg may say less than the step's code (an error of another call). */
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        s->busy = (rc & 0xff) == SQLITE_BUSY;
+    return rc;
 }
 
 /* Runs one statement to completion (no rows expected). */
@@ -95,6 +106,7 @@ static ql_status exec(ql_store *s, const char *sql, const char *what, ql_error *
     char *msg = NULL;
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
     if (rc != SQLITE_OK) {
+        s->busy = (rc & 0xff) == SQLITE_BUSY;
         ql_error_set(err, QL_EDB, "%s: %s: %s", s->subject ? s->subject : s->path, what,
                      msg ? msg : sqlite3_errstr(rc));
         sqlite3_free(msg);
@@ -1029,12 +1041,44 @@ out_rollback:
     return st;
 }
 
+/* SQLite's busy handler: another connection holds the lock this one needs. Waits with
+ * a backoff (1 ms doubling to 1 s), says so on stderr once the wait passes note_ms (and
+ * every note_ms after), and gives up after patience_ms or when the process is told to
+ * stop (SIGINT, SIGTERM): the caller then gets SQLITE_BUSY (ql_store_busy). */
+static int busy_wait(void *ctx, int count)
+{
+    ql_store *s = ctx;
+    const double now = ql_now();
+    if (count == 0) {
+        s->busy_since = now;
+        s->busy_noted = 0.0;
+    }
+    const double waited_ms = (now - s->busy_since) * 1000.0;
+    if (ql_interrupted() || (s->patience_ms > 0 && waited_ms >= (double)s->patience_ms))
+        return 0;
+    if (waited_ms >= (double)s->note_ms &&
+        (s->busy_noted == 0.0 || (now - s->busy_noted) * 1000.0 >= (double)s->note_ms)) {
+        fprintf(stderr,
+                "qlab: %s: the results store is locked by another process; waiting for it "
+                "(%.0f s so far, giving up after %.0f s)\n",
+                s->path, waited_ms / 1000.0, (double)s->patience_ms / 1000.0);
+        s->busy_noted = now;
+    }
+    sqlite3_sleep(count < 10 ? 1 << count : 1000);
+    return 1;
+}
+
+bool ql_store_busy(const ql_store *s)
+{
+    return s->busy;
+}
+
 static ql_status configure(ql_store *s, ql_error *err)
 {
     ql_status st;
-    int rc = sqlite3_busy_timeout(s->db, QL_STORE_BUSY_TIMEOUT_MS);
+    int rc = sqlite3_busy_handler(s->db, busy_wait, s);
     if (rc != SQLITE_OK)
-        return db_fail(s, rc, "setting the busy timeout", err);
+        return db_fail(s, rc, "setting the busy handler", err);
     if ((st = exec(s, "PRAGMA foreign_keys = ON", "enabling foreign keys", err)))
         return st;
     int64_t fk = 0;
@@ -1061,6 +1105,86 @@ static ql_status configure(ql_store *s, ql_error *err)
     return exec(s, "PRAGMA synchronous = NORMAL", "setting synchronous", err);
 }
 
+/* A file: URI of path for sqlite3_open_v2 (reserved characters escaped), with query. */
+static bool file_uri(const char *path, const char *query, char *out, size_t size)
+{
+    size_t o = 0;
+    const char *pre = path[0] == '/' ? "file:" : "file:./";
+    for (const char *p = pre; *p && o + 1 < size; p++)
+        out[o++] = *p;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (o + 4 >= size)
+            return false;
+        if (*p == '%' || *p == '?' || *p == '#' || *p < 0x20 || *p >= 0x7f)
+            o += (size_t)snprintf(out + o, size - o, "%%%02X", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    int n = snprintf(out + o, size - o, "?%s", query);
+    return n > 0 && (size_t)n < size - o;
+}
+
+/* Whether a read-only open must not touch the file system: the directory (where SQLite
+ * creates the -shm and -wal files of a WAL database) or the file is not writable (or
+ * nobody may write it, or its file system is mounted read-only). The
+ * database is then read as immutable: no locks, no WAL (a WAL file left there is not
+ * read; it is said). */
+static bool needs_immutable(const char *path)
+{
+    char dir[QL_PATH_MAX];
+    ql_strlcpy(dir, path, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        ql_strlcpy(dir, ".", sizeof dir);
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    /* access() says yes to root whatever the modes: a file nobody may write (mode
+     * 0444) and a read-only file system count too. */
+    struct statvfs fs;
+    struct stat sb;
+    return access(dir, W_OK) != 0 || access(path, W_OK) != 0 ||
+           (statvfs(dir, &fs) == 0 && (fs.f_flag & ST_RDONLY)) ||
+           (stat(path, &sb) == 0 && (sb.st_mode & 0222) == 0);
+}
+
+/* A file that is not a qlab results database is refused before a read-write open
+ * changes anything in it (the WAL switch rewrites its header): its identity is read on
+ * a read-only connection first. An empty or missing file is a new store. */
+static ql_status check_foreign(const char *path, ql_error *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || sb.st_size == 0)
+        return QL_OK;
+    ql_store probe;
+    memset(&probe, 0, sizeof probe);
+    ql_strlcpy(probe.path, path, sizeof probe.path);
+    probe.readonly = true;
+    probe.note_ms = QL_STORE_BUSY_TIMEOUT_MS;
+    probe.patience_ms = QL_STORE_BUSY_TIMEOUT_MS;
+    char uri[QL_PATH_MAX * 3 + 32];
+    const bool immutable = needs_immutable(path);
+    if (immutable && !file_uri(path, "immutable=1", uri, sizeof uri))
+        return ql_error_set(err, QL_EINVAL, "%s: path too long", path);
+    int rc = sqlite3_open_v2(immutable ? uri : path, &probe.db,
+                             SQLITE_OPEN_READONLY | (immutable ? SQLITE_OPEN_URI : 0), NULL);
+    ql_status st = QL_OK;
+    if (rc != SQLITE_OK) {
+        st = ql_error_set(err, QL_EDB, "%s: cannot open database: %s", path,
+                          probe.db ? sqlite3_errmsg(probe.db) : sqlite3_errstr(rc));
+    } else {
+        sqlite3_busy_handler(probe.db, busy_wait, &probe);
+        int64_t version, app_id, n_objects;
+        if (!(st = pragma_int(&probe, "PRAGMA user_version", &version, err)) &&
+            !(st = pragma_int(&probe, "PRAGMA application_id", &app_id, err)) &&
+            !(st = pragma_int(&probe, "SELECT count(*) FROM sqlite_master", &n_objects, err)))
+            st = check_identity(&probe, version, app_id, n_objects, err);
+    }
+    sqlite3_close_v2(probe.db);
+    return st;
+}
+
 ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store **out,
                         ql_error *err)
 {
@@ -1084,9 +1208,34 @@ ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store 
     ql_strlcpy(s->path, path, sizeof s->path);
     s->readonly = opt->readonly;
     s->fault = opt->fault_after;
+    s->note_ms = opt->busy_timeout_ms > 0 ? opt->busy_timeout_ms : QL_STORE_BUSY_TIMEOUT_MS;
+    s->patience_ms = opt->lock_patience_ms != 0 ? opt->lock_patience_ms : QL_STORE_LOCK_PATIENCE_MS;
+    if (s->patience_ms < 0)
+        s->patience_ms = 0; /* no limit */
 
+    if (!opt->readonly && (st = check_foreign(path, err)))
+        goto out_close;
     int flags = opt->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-    int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
+    char uri[QL_PATH_MAX * 3 + 32];
+    const char *name = path;
+    if (opt->readonly && needs_immutable(path)) {
+        if (!file_uri(path, "immutable=1", uri, sizeof uri)) {
+            st = ql_error_set(err, QL_EINVAL, "%s: path too long", path);
+            goto out_close;
+        }
+        char wal[QL_PATH_MAX + 8];
+        struct stat sb;
+        snprintf(wal, sizeof wal, "%s-wal", path);
+        if (stat(wal, &sb) == 0 && sb.st_size > 0)
+            fprintf(stderr,
+                    "qlab: warning: %s cannot be written here, so it is read as it is without "
+                    "its write-ahead log %s (%lld bytes): the latest transactions may be "
+                    "missing\n",
+                    path, wal, (long long)sb.st_size);
+        name = uri;
+        flags |= SQLITE_OPEN_URI;
+    }
+    int rc = sqlite3_open_v2(name, &s->db, flags, NULL);
     if (rc != SQLITE_OK) {
         st = ql_error_set(err, QL_EDB, "%s: cannot open database: %s", path,
                           s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
@@ -1475,10 +1624,44 @@ static ql_status bind_provenance(ql_store *s, sqlite3_stmt *st, const ql_store_r
     return QL_OK;
 }
 
+/* Whether a running run belongs to a live process other than this one: its pid is
+ * alive on this host. A run of another host cannot be checked and is taken over, as is
+ * one without a pid (written before schema version 5). */
+static bool run_owned_elsewhere(const char *host, sqlite3_stmt *st, int host_col, int pid_col)
+{
+    const char *h = (const char *)sqlite3_column_text(st, host_col);
+    if (!h || strcmp(h, host) != 0 || sqlite3_column_type(st, pid_col) == SQLITE_NULL)
+        return false;
+    const int64_t pid = sqlite3_column_int64(st, pid_col);
+    return pid != (int64_t)getpid() && ql_pid_alive((long)pid);
+}
+
 ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
                              const ql_store_run_info *info, int64_t *run_id, ql_error *err)
 {
+    ql_store_claim claim;
+    ql_status rc = ql_store_claim_run(s, key, info, run_id, &claim, err);
+    if (rc || claim == QL_CLAIM_BEGUN)
+        return rc;
     *run_id = 0;
+    return ql_error_set(err, QL_EINVAL,
+                        claim == QL_CLAIM_DONE
+                            ? "%s: the run is already done with metrics version %d (a sweep "
+                              "skips it)"
+                            : "%s: the run is running in another live process",
+                        s->path, info->metrics_version);
+}
+
+ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
+                             const ql_store_run_info *info, int64_t *run_id,
+                             ql_store_claim *claim, ql_error *err)
+{
+    *run_id = 0;
+    *claim = QL_CLAIM_BEGUN;
+    char host[256];
+    if (gethostname(host, sizeof host) != 0)
+        ql_strlcpy(host, "unknown", sizeof host);
+    host[sizeof host - 1] = '\0';
     if (info->metrics_version <= 0)
         return ql_error_set(err, QL_EINVAL, "%s: metrics_version must be > 0", s->path);
     if (key->ctx <= 0 || key->chunks <= 0)
@@ -1489,8 +1672,8 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
     if (rc)
         return rc;
     if ((rc = prep(s,
-                   "SELECT id, status, metrics_version FROM runs WHERE config_id = ?1 AND"
-                   " model_id = ?2 AND dataset_id = ?3 AND ctx = ?4 AND chunks = ?5",
+                   "SELECT id, status, metrics_version, host, pid FROM runs WHERE config_id = ?1"
+                   " AND model_id = ?2 AND dataset_id = ?3 AND ctx = ?4 AND chunks = ?5",
                    &st, err)) ||
         (rc = bind_count(s, st, 1, key->config_id, err)) ||
         (rc = bind_count(s, st, 2, key->model_id, err)) ||
@@ -1503,12 +1686,14 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
         id = sqlite3_column_int64(st, 0);
         const char *status = (const char *)sqlite3_column_text(st, 1);
         int64_t mv = sqlite3_column_int64(st, 2);
-        if (status && strcmp(status, "done") == 0 && mv == info->metrics_version) {
-            rc = ql_error_set(err, QL_EINVAL,
-                              "%s: run %lld is already done with metrics version %lld (a sweep "
-                              "skips it)",
-                              s->path, (long long)id, (long long)mv);
-            goto out;
+        /* Done meanwhile (by another process), or being run by one: not this one's. */
+        if (status && ((strcmp(status, "done") == 0 && mv == info->metrics_version) ||
+                       (strcmp(status, "running") == 0 && run_owned_elsewhere(host, st, 3, 4)))) {
+            *claim = strcmp(status, "done") == 0 ? QL_CLAIM_DONE : QL_CLAIM_BUSY;
+            *run_id = id;
+            sqlite3_finalize(st);
+            rollback(s);
+            return QL_OK;
         }
     } else if (r != SQLITE_DONE) {
         rc = db_fail(s, r, "looking up the run", err);

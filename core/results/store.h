@@ -21,7 +21,11 @@
  * (or -1 for counts) for "not measured".
  *
  * Threading: one ql_store per thread; SQLite serializes writers across processes
- * (the busy timeout waits for the lock). */
+ * (a lock another process holds is waited for with a backoff; see ql_store_options).
+ *
+ * Opening read-write a file that is not a qlab results database (another SQLite file:
+ * no qlab application_id or schema version but tables) is refused before anything in
+ * it changes. */
 #ifndef QL_STORE_H
 #define QL_STORE_H
 
@@ -59,9 +63,21 @@
 
 typedef struct ql_store ql_store;
 
+/* How long a lock wait may last before the store gives up with SQLITE_BUSY (another
+ * process holding the write lock that long is stuck, or the sweep should stop). */
+#define QL_STORE_LOCK_PATIENCE_MS (10 * 60 * 1000)
+
 typedef struct {
-    bool readonly;   /* open with SQLITE_OPEN_READONLY; never creates or migrates */
+    bool readonly;   /* open with SQLITE_OPEN_READONLY; never creates or migrates. When the
+                      * file or its directory is not writable (a read-only file system), the
+                      * file is read as immutable (no locks, a WAL file left there unread) */
     int fault_after; /* tests: the n-th SQLite call from now fails (0 = never) */
+    /* Lock waits: a wait longer than busy_timeout_ms is said on stderr (and again every
+     * busy_timeout_ms); one longer than lock_patience_ms gives up (SQLITE_BUSY,
+     * ql_store_busy). 0 = QL_STORE_BUSY_TIMEOUT_MS / QL_STORE_LOCK_PATIENCE_MS; a
+     * negative patience waits without limit. A wait also gives up when the process is
+     * interrupted (ql_interrupted). */
+    int busy_timeout_ms, lock_patience_ms;
 } ql_store_options;
 
 /* Opens (creating the file and schema unless readonly) and checks the schema
@@ -69,6 +85,10 @@ typedef struct {
 ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store **out,
                         ql_error *err);
 void ql_store_close(ql_store *s);
+
+/* Whether the last failure was a lock that stayed taken (SQLITE_BUSY after the lock
+ * waits): the operation may succeed when retried. */
+bool ql_store_busy(const ql_store *s);
 
 /* The SQLite handle (tests read the database through it; library code goes through
  * the statement helpers below). */
@@ -238,9 +258,25 @@ ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief
 /* Marks the run 'running' (new row, or a retry of a failed, interrupted or
  * older-metrics run: its old metrics and tensor errors are deleted and attempts
  * incremented) and records it as a member of info->sweep. A run already done
- * with the same metrics version is an error (find_done should have skipped it). */
+ * with the same metrics version is an error (find_done should have skipped it), and so
+ * is one that another live process is running (ql_store_claim_run). */
 ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
                              const ql_store_run_info *info, int64_t *run_id, ql_error *err);
+
+/* What ql_store_claim_run found. */
+typedef enum {
+    QL_CLAIM_BEGUN, /* the run is this process's now, marked running */
+    QL_CLAIM_DONE,  /* already done with this metrics version (by another process) */
+    QL_CLAIM_BUSY,  /* running in another process that is alive on this host */
+} ql_store_claim;
+
+/* ql_store_begin_run for processes that share a store: a run another process finished
+ * (DONE) or is running (BUSY: status 'running', its pid alive on this host) is left to
+ * it, with *run_id its id and nothing written. A running run of a process that is gone
+ * (killed), of another host or of this process is taken over. */
+ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
+                             const ql_store_run_info *info, int64_t *run_id,
+                             ql_store_claim *claim, ql_error *err);
 
 /* Records that a sweep includes a run it did not execute itself (found done). */
 ql_status ql_store_add_to_sweep(ql_store *s, const char *sweep, int64_t run_id, ql_error *err);
