@@ -677,6 +677,15 @@ static void update_eta(ql_sweep_run *s, double t_configs)
     snprintf(s->eta_note, sizeof s->eta_note, "sweep ETA %s", eta);
 }
 
+/* Adds config i to the summary's interrupted configs. */
+static void note_interrupted(ql_sweep_run *s, size_t i, const summary_row *row)
+{
+    char *list = s->sum.interrupted;
+    size_t len = strlen(list);
+    snprintf(list + len, sizeof s->sum.interrupted - len, "%s%zu (%s)", len ? ", " : "", i,
+             row->label);
+}
+
 /* After a store write of config i's run failed: whether to try again. A lock that
  * stayed taken through the store's waits (another process holds it for long) is waited
  * for again, saying so, until it is free or the sweep is interrupted: a computed config
@@ -746,6 +755,22 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
     double t0 = ql_now();
     if (!cst)
         cst = evaluate_config(s, &pt->config, slot, label, &r, &cerr);
+    if (cst == QL_EINTERRUPTED || (cst && ql_interrupted())) {
+        /* Not the config's failure: it is retried by the next sweep. */
+        char why[64];
+        snprintf(why, sizeof why, "interrupted by signal %d", ql_interrupted());
+        note_interrupted(s, i, row);
+        row->status = "interrupted";
+        config_result_deinit(&r);
+        st = ql_store_interrupt_run(s->store, run_id, why, ql_now() - t0, err);
+        if (st)
+            return ql_error_prefix(err,
+                                   "config %zu (%s): interrupted, and its run could not be "
+                                   "marked so (it stays 'running' until the next sweep takes it "
+                                   "over): ",
+                                   i, row->label);
+        return ql_error_set(err, QL_EINTERRUPTED, "config %zu (%s): %s", i, row->label, why);
+    }
     if (cst) {
         s->sum.n_failed++;
         row->status = "failed";
@@ -795,6 +820,11 @@ ql_status ql_sweep_run_configs(ql_sweep_run *s, ql_error *err)
         const size_t i = s->rows[k].index;
         if (!s->todo[i])
             continue;
+        if (ql_interrupted()) {
+            st = ql_error_set(err, QL_EINTERRUPTED, "interrupted by signal %d between configs",
+                              ql_interrupted());
+            break;
+        }
         update_eta(s, t0);
         st = run_config(s, i, &s->rows[k], k + 1, err);
     }
@@ -858,7 +888,14 @@ ql_status ql_sweep_run_collect(ql_sweep_run *s, const ql_sweep_snapshot *before,
             finished_run(s, row->index, before->states, before->n, now, n_now);
         ql_store_run_brief b;
         ql_error serr;
-        if (!run) {
+        const ql_store_run_state *now_run = find_state(now, n_now, s->sw->points[row->index].hash);
+        const ql_store_run_state *was = find_state(before->states, before->n,
+                                                   s->sw->points[row->index].hash);
+        if (!run && now_run && strcmp(now_run->status, "interrupted") == 0 &&
+            (!was || now_run->attempts > was->attempts)) {
+            row->status = "interrupted";
+            note_interrupted(s, row->index, row);
+        } else if (!run) {
             row->status = "not run";
         } else if (strcmp(run->status, "failed") == 0) {
             s->sum.n_failed++;

@@ -15,6 +15,11 @@
  * stored however long another process holds the write lock (the wait is said on
  * stderr), unless the sweep is interrupted.
  *
+ * Interrupts: when ql_interrupted() (util.h) says a signal came, the pass stops after
+ * the block it is in (model/scheduler.c), the config's run is marked 'interrupted' and
+ * the step returns QL_EINTERRUPTED; between configs, no further config begins. The next
+ * sweep retries interrupted runs like failed ones.
+ *
  * Memory: the budget (`--mem`, default QL_RUN_MEM_SHARE of the machine's RAM) sizes
  * the groups of chunks a pass takes through each layer, decides whether the
  * reference's log-probabilities are held or regenerated per config, and bounds the
@@ -71,6 +76,9 @@ typedef struct {
     size_t n_skipped;       /* already done in the store */
     size_t n_failed;        /* stored as failed */
     size_t n_elsewhere;     /* left to another process on the store (running or done by it) */
+    /* Interrupted (SIGINT, SIGTERM): the configs whose runs were marked 'interrupted'
+     * ("3 (Q4_0)", comma-separated), empty when the signal came between configs. */
+    char interrupted[512];
     double ref_seconds;     /* reference pass (0 when loaded from the cache) */
     double configs_seconds; /* all configs evaluated now */
     double forward_seconds; /* the quantized passes among them */

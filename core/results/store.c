@@ -381,6 +381,12 @@ static const col_def configs_cols[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* Constraints of version 6 (a run stopped by SIGINT/SIGTERM is 'interrupted', with the
+ * reason in error); older databases get them through constraint_changes. */
+#define RUNS_STATUS_CHECK                                                                          \
+    "TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'interrupted'))"
+#define RUNS_ERROR_CHECK "CHECK ((status IN ('failed', 'interrupted')) = (error IS NOT NULL))"
+
 static const col_def runs_cols[] = {
     {"id", "INTEGER PRIMARY KEY", 1, NULL},
     {"config_id", "INTEGER NOT NULL REFERENCES configs(id)", 1, NULL},
@@ -389,8 +395,8 @@ static const col_def runs_cols[] = {
     {"ctx", "INTEGER NOT NULL CHECK (ctx > 0)", 1, NULL},
     {"chunks", "INTEGER NOT NULL CHECK (chunks > 0)", 1, NULL},
     {"sweep", "TEXT", 1, "the sweep of the last attempt"},
-    {"status", "TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed'))", 1, NULL},
-    {"error", "TEXT", 1, "why it failed"},
+    {"status", RUNS_STATUS_CHECK, 1, "interrupted: since version 6"},
+    {"error", "TEXT", 1, "why it failed or stopped"},
     {"attempts", "INTEGER NOT NULL DEFAULT 1 CHECK (attempts > 0)", 1, NULL},
     {"started", "TEXT NOT NULL", 1, "UTC, YYYY-MM-DDTHH:MM:SSZ"},
     {"finished", "TEXT", 1, NULL},
@@ -501,7 +507,7 @@ static const table_def tables[] = {
      runs_cols,
      DERIVED_NONE,
      "UNIQUE (config_id, model_id, dataset_id, ctx, chunks),\n"
-     "    CHECK ((status = 'failed') = (error IS NOT NULL)),\n"
+     "    " RUNS_ERROR_CHECK ",\n"
      "    CHECK ((status = 'running') = (finished IS NULL))",
      "",
      runs_extra},
@@ -545,6 +551,22 @@ static const table_def tables[] = {
      no_extra},
 };
 #define N_TABLES (sizeof tables / sizeof tables[0])
+
+/* Constraints a version changed: in a database older than `since`, the table's stored
+ * CREATE TABLE holds `before` where this qlab declares `after`. Every change here admits
+ * every row the old constraint admitted (it only widens it), so the stored text can be
+ * rewritten in place (SQLite's documented way for such changes: writable_schema and a
+ * new schema cookie) without copying the table, which the foreign keys of the tables
+ * referring to it would not allow inside the migration's transaction. */
+static const struct {
+    const char *table;
+    int since;
+    const char *before, *after;
+} constraint_changes[] = {
+    {"runs", 6, "CHECK (status IN ('running', 'done', 'failed'))",
+     "CHECK (status IN ('running', 'done', 'failed', 'interrupted'))"},
+    {"runs", 6, "CHECK ((status = 'failed') = (error IS NOT NULL))", RUNS_ERROR_CHECK},
+};
 
 /* A column as created: the declaration of a derived one is built here. */
 typedef struct {
@@ -982,6 +1004,78 @@ static ql_status upgrade(ql_store *s, int64_t version, ql_error *err)
     return QL_OK;
 }
 
+/* Rewrites the constraints version > `version` changed (constraint_changes), inside the
+ * caller's transaction. */
+static ql_status rewrite_constraints(ql_store *s, int64_t version, ql_error *err)
+{
+    ql_status st = QL_OK;
+    bool writable = false;
+    for (size_t i = 0; i < sizeof constraint_changes / sizeof constraint_changes[0] && !st; i++) {
+        if (constraint_changes[i].since <= version)
+            continue;
+        /* A table this migration created has the current definition already. */
+        bool existed = false;
+        for (size_t t = 0; t < N_TABLES; t++)
+            if (strcmp(tables[t].pub.name, constraint_changes[i].table) == 0)
+                existed = tables[t].pub.since <= version;
+        if (!existed)
+            continue;
+        char what[160];
+        snprintf(what, sizeof what, "changing a constraint of table %s (schema version %d)",
+                 constraint_changes[i].table, constraint_changes[i].since);
+        sqlite3_stmt *q;
+        if ((st = prep_what(s, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                            &q, NULL, what, err)))
+            break;
+        char *sql = NULL;
+        if (!(st = bind_text(s, q, 1, constraint_changes[i].table, err))) {
+            int r = step(s, q);
+            const char *have = r == SQLITE_ROW ? (const char *)sqlite3_column_text(q, 0) : NULL;
+            const char *at = have ? strstr(have, constraint_changes[i].before) : NULL;
+            if (r != SQLITE_ROW && r != SQLITE_DONE) {
+                st = db_fail(s, r, what, err);
+            } else if (!at || strstr(at + 1, constraint_changes[i].before)) {
+                st = ql_error_set(err, QL_EDB,
+                                  "%s: %s: the table's definition does not hold \"%s\" once (a "
+                                  "database changed by hand?)",
+                                  s->path, what, constraint_changes[i].before);
+            } else {
+                const size_t pre = (size_t)(at - have), before = strlen(constraint_changes[i].before);
+                sql = sqlite3_mprintf("%.*s%s%s", (int)pre, have, constraint_changes[i].after,
+                                      at + before);
+                if (!sql)
+                    st = ql_error_set(err, QL_ENOMEM, "%s: out of memory", s->path);
+            }
+        }
+        sqlite3_finalize(q);
+        if (!st && !writable) {
+            st = exec(s, "PRAGMA writable_schema = ON", what, err);
+            writable = !st;
+        }
+        if (!st && !(st = prep_what(s,
+                                    "UPDATE sqlite_master SET sql = ?1 WHERE type = 'table' AND"
+                                    " name = ?2",
+                                    &q, NULL, what, err))) {
+            if (!(st = bind_text(s, q, 1, sql, err)) &&
+                !(st = bind_text(s, q, 2, constraint_changes[i].table, err)))
+                st = step_done(s, q, what, err);
+            sqlite3_finalize(q);
+        }
+        sqlite3_free(sql);
+    }
+    if (!writable)
+        return st;
+    /* A new schema cookie makes every connection read the changed definitions. */
+    int64_t cookie = 0;
+    if (!st && !(st = pragma_int(s, "PRAGMA schema_version", &cookie, err))) {
+        char set[64];
+        snprintf(set, sizeof set, "PRAGMA schema_version = %lld", (long long)cookie + 1);
+        st = exec(s, set, "changing the schema cookie", err);
+    }
+    sqlite3_exec(s->db, "PRAGMA writable_schema = OFF", NULL, NULL, NULL);
+    return st;
+}
+
 static ql_status recreate_views(ql_store *s, ql_error *err)
 {
     ql_status st;
@@ -1028,7 +1122,8 @@ static ql_status migrate(ql_store *s, ql_error *err)
     /* Another process may have migrated between the check and the lock. */
     if ((st = pragma_int(s, "PRAGMA user_version", &version, err)) ||
         (st = check_identity(s, version, QL_STORE_APPLICATION_ID, 0, err)) ||
-        (st = upgrade(s, version, err)) || (st = recreate_views(s, err)))
+        (st = upgrade(s, version, err)) || (st = rewrite_constraints(s, version, err)) ||
+        (st = recreate_views(s, err)))
         goto out_rollback;
     char sql[128];
     snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d",
@@ -2063,21 +2158,37 @@ out:
     return rc;
 }
 
+static ql_status end_run(ql_store *s, int64_t run_id, const char *status, const char *error,
+                         double seconds, ql_error *err);
+
 ql_status ql_store_fail_run(ql_store *s, int64_t run_id, const char *error, double seconds,
                             ql_error *err)
+{
+    return end_run(s, run_id, "failed", error, seconds, err);
+}
+
+ql_status ql_store_interrupt_run(ql_store *s, int64_t run_id, const char *why, double seconds,
+                                 ql_error *err)
+{
+    return end_run(s, run_id, "interrupted", why, seconds, err);
+}
+
+/* Marks a running run failed or interrupted, with the reason. */
+static ql_status end_run(ql_store *s, int64_t run_id, const char *status, const char *error,
+                         double seconds, ql_error *err)
 {
     char now[32];
     ql_utc_timestamp(now);
     sqlite3_stmt *st;
     ql_status rc = prep(s,
-                        "UPDATE runs SET status = 'failed', error = ?1, finished = ?2,"
+                        "UPDATE runs SET status = ?5, error = ?1, finished = ?2,"
                         " seconds = ?3 WHERE id = ?4 AND status = 'running'",
                         &st, err);
     if (rc)
         return rc;
     if ((rc = bind_text(s, st, 1, error && *error ? error : "unknown error", err)) ||
         (rc = bind_text(s, st, 2, now, err)) || (rc = bind_real(s, st, 3, seconds, err)) ||
-        (rc = bind_count(s, st, 4, run_id, err)) ||
+        (rc = bind_count(s, st, 4, run_id, err)) || (rc = bind_text(s, st, 5, status, err)) ||
         (rc = step_done(s, st, "recording the failure", err)))
         goto out;
     if (sqlite3_changes(s->db) != 1)

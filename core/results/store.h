@@ -14,6 +14,7 @@
  *   ql_store_finish_run()  -> metrics + tensor errors (+ per-chunk sums) + status 'done',
  *                             one transaction
  *   ql_store_fail_run()    -> status 'failed' with the error text
+ *   ql_store_interrupt_run() -> status 'interrupted' (a signal stopped it), with why
  *
  * A run left 'running' by a killed process, a 'failed' run and a 'done' run of an
  * older metrics version are taken over by the next ql_store_begin_run. Missing
@@ -53,8 +54,10 @@
  *      views' applies, types_used and fallback_note columns
  *   5  runs.blas_kernel, mem_budget, group_chunks (what the products ran on and the
  *      runner's memory plan) and runs.pid (the process of the last attempt: a running
- *      run whose process is alive on this host belongs to it) */
-#define QL_STORE_SCHEMA_VERSION  5
+ *      run whose process is alive on this host belongs to it)
+ *   6  runs.status 'interrupted' (a run stopped by SIGINT/SIGTERM, the reason in error;
+ *      retried like a failed one): older databases' CHECK constraints are rewritten */
+#define QL_STORE_SCHEMA_VERSION  6
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 /* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a
@@ -233,7 +236,7 @@ ql_status ql_store_find_done(ql_store *s, const char *config_hash, const char *m
 typedef struct {
     char config_hash[65];
     int64_t run_id;
-    char status[16]; /* running, done, failed */
+    char status[16]; /* running, done, failed, interrupted */
     int64_t attempts;
     int metrics_version;
 } ql_store_run_state;
@@ -246,7 +249,7 @@ ql_status ql_store_run_states(ql_store *s, const char *model_sha256, const char 
 /* A run's status and chunk count, and its figures (NAN where not measured, e.g.
  * before it is done). */
 typedef struct {
-    char status[16]; /* running, done, failed */
+    char status[16]; /* running, done, failed, interrupted */
     int64_t chunks;
     double metric[QL_N_METRICS]; /* by ql_metric_id, DERIVED ones included */
     double quant_seconds;        /* its quantized forward pass */
@@ -297,7 +300,12 @@ ql_status ql_store_finish_run(ql_store *s, int64_t run_id, const ql_run_metrics 
 ql_status ql_store_fail_run(ql_store *s, int64_t run_id, const char *error, double seconds,
                             ql_error *err);
 
-/* Status of a run: "running", "done" or "failed" (copied into out). */
+/* Marks a running run interrupted (SIGINT, SIGTERM) with why; retried by the next sweep
+ * like a failed one. */
+ql_status ql_store_interrupt_run(ql_store *s, int64_t run_id, const char *why, double seconds,
+                                 ql_error *err);
+
+/* Status of a run: "running", "done", "failed" or "interrupted" (copied into out). */
 ql_status ql_store_run_status(ql_store *s, int64_t run_id, char out[16], ql_error *err);
 
 /* The metric columns of the metrics table in schema order (the stored metrics). */

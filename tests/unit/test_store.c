@@ -266,7 +266,7 @@ static void test_v3_database(void)
     ql_error err;
     ql_store_options ro = {.readonly = true};
     CHECK(ql_store_open(path, &ro, &s, &err) == QL_EDB);
-    CHECK_MSG(strstr(err.msg, "schema version 3 is older than 5") &&
+    CHECK_MSG(strstr(err.msg, "schema version 3 is older than 6") &&
                   strstr(err.msg, "open it once read-write"),
               "%s", err.msg);
 
@@ -292,6 +292,22 @@ static void test_v3_database(void)
         free(a);
         free(b);
     }
+    /* Version 6's constraints: the runs table holds them (and not version 1's), and a run
+     * can be interrupted (with its reason, never without). */
+    static const char runs_sql[] = "SELECT sql FROM sqlite_master WHERE name = 'runs'";
+    char *ra = rows_text(old, runs_sql, NULL);
+    CHECK_MSG(strstr(ra, "'failed', 'interrupted'))") &&
+                  strstr(ra, "CHECK ((status IN ('failed', 'interrupted')) = (error IS NOT NULL))") &&
+                  !strstr(ra, "CHECK ((status = 'failed')"),
+              "runs:\n%s", ra);
+    free(ra);
+    CHECK(sqlite3_exec(old, "UPDATE runs SET status = 'interrupted' WHERE status = 'done'", NULL,
+                       NULL, NULL) != SQLITE_OK);
+    CHECK(sqlite3_exec(old,
+                       "SAVEPOINT x; UPDATE runs SET status = 'interrupted', error = 'SIGINT'"
+                       " WHERE status = 'done'; ROLLBACK TO x; RELEASE x",
+                       NULL, NULL, NULL) == SQLITE_OK);
+    CHECK_EQ_INT(qlt_sql_int(old, "PRAGMA integrity_check = 1") , 0);
     static const char objects[] =
         "SELECT type, name, tbl_name, type = 'view' AND sql IS NOT NULL FROM sqlite_master"
         " WHERE type IN ('index', 'view') ORDER BY name";
