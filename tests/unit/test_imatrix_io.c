@@ -482,11 +482,11 @@ static double rel_error(int32_t type, const float *x, int64_t nrows, const float
     ql_error err;
     if (ql_quant_tensor(type, x, nrows, 256, imat, q, q_size, NULL, &err) ||
         ql_dequant_tensor(type, q, q_size, nrows, 256, y, &err))
-        return INFINITY;
+        return (double)INFINITY;
     double se = 0, sx = 0;
     for (int64_t i = 0; i < nrows * 256; i++) {
         if (!isfinite(y[i]))
-            return INFINITY;
+            return (double)INFINITY;
         const double d = (double)y[i] - (double)x[i];
         se += d * d;
         sx += (double)x[i] * (double)x[i];
