@@ -55,6 +55,7 @@ const char *ql_status_name(ql_status status)
     case QL_EUNSUPPORTED: return "unsupported";
     case QL_EDB: return "database error";
     case QL_EEXTERNAL: return "external program failed";
+    case QL_EINTERRUPTED: return "interrupted";
     }
     return "unknown status";
 }

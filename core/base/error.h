@@ -21,6 +21,7 @@ typedef enum {
     QL_EUNSUPPORTED, /* valid but not implemented (e.g. a type qlab cannot quantize) */
     QL_EDB,          /* SQLite error */
     QL_EEXTERNAL,    /* an external program (gnuplot) failed */
+    QL_EINTERRUPTED, /* stopped by a signal (SIGINT, SIGTERM; ql_interrupted in util.h) */
 } ql_status;
 
 #define QL_ERROR_MSG_MAX 2048

@@ -1,6 +1,8 @@
 #include "base/util.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <omp.h>
@@ -544,4 +546,70 @@ int ql_double_precision(double v)
             break;
     }
     return prec;
+}
+
+/* ---------------------------------------------------------------- interrupts */
+
+static volatile sig_atomic_t interrupt_signal;
+
+void ql_interrupt_request(int sig)
+{
+    interrupt_signal = sig;
+}
+
+int ql_interrupted(void)
+{
+    return interrupt_signal;
+}
+
+bool ql_pid_alive(long pid)
+{
+    if (pid <= 0 || pid != (long)(pid_t)pid)
+        return false;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* "NAME.tmp.PID": the PID, or -1 for any other name. */
+static long tmp_file_pid(const char *name)
+{
+    const char *t = strstr(name, ".tmp.");
+    if (!t || t == name)
+        return -1;
+    /* The last ".tmp." (a name may hold one of its own). */
+    for (const char *n; (n = strstr(t + 1, ".tmp.")) != NULL;)
+        t = n;
+    const char *d = t + 5;
+    long pid = 0;
+    if (*d < '1' || *d > '9')
+        return -1;
+    for (; *d; d++) {
+        if (*d < '0' || *d > '9' || pid > 100000000L)
+            return -1;
+        pid = pid * 10 + (*d - '0');
+    }
+    return pid;
+}
+
+size_t ql_remove_stale_tmp(const char *dir, double min_age)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    size_t removed = 0;
+    const time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const long pid = tmp_file_pid(e->d_name);
+        if (pid <= 0 || ql_pid_alive(pid))
+            continue;
+        char path[4096];
+        struct stat sb;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path ||
+            lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+            difftime(now, sb.st_mtime) < min_age)
+            continue;
+        removed += unlink(path) == 0;
+    }
+    closedir(d);
+    return removed;
 }

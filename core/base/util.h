@@ -87,6 +87,23 @@ double ql_rng_gauss(uint64_t *state);
 /* Monotonic seconds. */
 double ql_now(void);
 
+/* Interrupts (SIGINT, SIGTERM): a signal handler records the signal with
+ * ql_interrupt_request (async-signal-safe: it only sets a flag), long loops ask
+ * ql_interrupted between steps and stop cleanly. ql_interrupted returns the signal
+ * number, 0 when none came. */
+void ql_interrupt_request(int sig);
+int ql_interrupted(void);
+
+/* Whether process pid runs on this machine (a process of another user counts). */
+bool ql_pid_alive(long pid);
+
+/* Temporary files of atomic writes ("NAME.tmp.PID", ql_file_write_all and the cache
+ * writers) left in dir by a killed process: removed when PID is not alive here and the
+ * file was not modified for min_age seconds (a writer on another machine sharing the
+ * directory keeps its file fresh). Returns how many were removed; a missing directory
+ * is none. */
+size_t ql_remove_stale_tmp(const char *dir, double min_age);
+
 /* Wall-clock time as "YYYY-MM-DDTHH:MM:SSZ" (UTC). */
 void ql_utc_timestamp(char out[32]);
 

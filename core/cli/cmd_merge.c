@@ -64,6 +64,11 @@ int ql_cmd_merge(int argc, char **argv)
         for (size_t i = 0; i < n_in; i++) {
             printf("%s: %zu runs: %zu added, %zu replaced, %zu already there\n", paths[i + 1],
                    counts[i].runs, counts[i].added, counts[i].replaced, counts[i].kept);
+            if (counts[i].other_kernel)
+                printf("note: %zu run%s done in both %s and %s under different BLAS kernels "
+                       "(%s vs %s) agree in every value; kept once\n",
+                       counts[i].other_kernel, counts[i].other_kernel == 1 ? "" : "s",
+                       paths[i + 1], paths[0], counts[i].kernel_in, counts[i].kernel_out);
             total.added += counts[i].added;
             total.replaced += counts[i].replaced;
         }

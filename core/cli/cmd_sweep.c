@@ -1,10 +1,12 @@
 /* qlab sweep: run a sweep file into the results store, or list its configs. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "cli.h"
 #include "commands.h"
 #include "experiment/sweep.h"
@@ -42,6 +44,42 @@ static void help(const ql_opt_parser *p)
            "weighed by the first imatrix the sweep names, with or without it quantizing.\n");
 }
 
+/* SIGINT, SIGTERM: only a flag; the runner stops between blocks and configs. */
+static void on_signal(int sig)
+{
+    ql_interrupt_request(sig);
+}
+
+static void catch_interrupts(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: a wait (pause, waitpid) returns */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* What an interrupted sweep tells: what is stored, what was marked, how to resume. */
+static void report_interrupt(const ql_sweep *sw, const ql_run_opts *ro, const ql_run_summary *sum)
+{
+    const int sig = ql_interrupted();
+    char marked[600] = "no run was in progress";
+    if (sum->interrupted[0])
+        snprintf(marked, sizeof marked, "the run of config %s marked interrupted",
+                 sum->interrupted);
+    char shard[48] = "";
+    if (ro->shard.count > 1)
+        snprintf(shard, sizeof shard, " --shard %d/%d", ro->shard.index, ro->shard.count);
+    fprintf(stderr,
+            "qlab: interrupted (%s): %zu config%s stored, %s; resume with: qlab sweep %s --db "
+            "%s%s\n",
+            sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "signal",
+            sum->n_run + sum->n_failed, sum->n_run + sum->n_failed == 1 ? "" : "s", marked,
+            sw->path, ro->db_path ? ro->db_path : "results/qlab.db", shard);
+}
+
 /* The sweep in this process, or its configs in `jobs` processes (sweep_jobs.h). */
 static ql_status run(const ql_sweep *sw, const ql_run_opts *ro, int jobs, ql_run_summary *sum,
                      ql_error *err)
@@ -58,7 +96,7 @@ static ql_status run(const ql_sweep *sw, const ql_run_opts *ro, int jobs, ql_run
     } else {
         st = ql_sweep_run_configs(r, err);
     }
-    if (!st || st == QL_EEXTERNAL)
+    if (!st || st == QL_EEXTERNAL || st == QL_EINTERRUPTED)
         ql_sweep_run_print(r);
     *sum = *ql_sweep_run_summary(r);
     ql_sweep_run_close(r);
@@ -138,8 +176,23 @@ int ql_cmd_sweep(int argc, char **argv)
         ro.shard = shard;
         ro.mem_bytes = (size_t)mem;
         ql_sweep_faults_install(&ro);
+        /* Tests: short lock waits (the defaults are 30 s before saying so, 10 min). */
+        const char *bt = getenv("QLAB_STORE_BUSY_TIMEOUT_MS"), *lp = getenv("QLAB_STORE_LOCK_PATIENCE_MS");
+        if (bt && !ql_parse_int(bt, &ro.busy_timeout_ms))
+            ro.busy_timeout_ms = 0;
+        if (lp && !ql_parse_int(lp, &ro.lock_patience_ms))
+            ro.lock_patience_ms = 0;
         ql_run_summary sum;
+        memset(&sum, 0, sizeof sum);
+        catch_interrupts();
         ql_status st = run(&sw, &ro, jobs, &sum, &err);
+        if (ql_interrupted() && (st == QL_EINTERRUPTED || !st || parent)) {
+            /* A job tells nothing: its sweep process reports for all of them. */
+            if (!parent)
+                report_interrupt(&sw, &ro, &sum);
+            ql_sweep_deinit(&sw);
+            return 128 + ql_interrupted();
+        }
         ql_sweep_deinit(&sw);
         if (st)
             return ql_cli_fail(&err);

@@ -15,7 +15,7 @@
 
 extern char **environ;
 
-/* Starts the jobs; returns how many started (an error stops at the first failure). */
+/* Starts the jobs (which handle SIGINT and SIGTERM as this process does); returns how many started (an error stops at the first failure). */
 static int spawn_jobs(const ql_sweep_run *r, const ql_sweep *sw, const ql_run_opts *o, int jobs,
                       pid_t *pids, ql_error *err)
 {
@@ -77,8 +77,15 @@ ql_status ql_sweep_jobs_run(ql_sweep_run *r, const ql_sweep *sw, const ql_run_op
     ql_progress_begin(&p, "configs", "config", (int64_t)ql_sweep_run_todo(r), opts->quiet);
     const double t0 = ql_now();
     int running = started, failures = 0;
+    bool forwarded = false;
     char why[256] = "";
     while (running > 0) {
+        /* Interrupted: each job stops after its current block and marks its run. */
+        if (ql_interrupted() && !forwarded) {
+            for (int j = 0; j < started; j++)
+                kill(pids[j], SIGTERM);
+            forwarded = true;
+        }
         int status;
         pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid > 0) {
@@ -101,6 +108,9 @@ ql_status ql_sweep_jobs_run(ql_sweep_run *r, const ql_sweep *sw, const ql_run_op
     free(pids);
     st = ql_sweep_run_collect(r, before, ql_now() - t0, err);
     ql_sweep_snapshot_free(before);
+    if (!st && forwarded)
+        st = ql_error_set(err, QL_EINTERRUPTED, "interrupted by signal %d; the jobs stopped",
+                          ql_interrupted());
     if (!st && spawn_err.status)
         st = ql_error_set(err, spawn_err.status, "%s", spawn_err.msg);
     if (!st && failures)

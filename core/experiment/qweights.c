@@ -88,6 +88,31 @@ static int64_t error_piece_rows(int64_t n_per_row)
     return (k > 1 ? k : 1) * chunk;
 }
 
+/* Error of the quantized bytes q (type) against src, decoded piece by piece. */
+static ql_status measure_error(int32_t type, const void *q, const float *src, int64_t nrows,
+                               int64_t n_per_row, const float *col_weight, ql_weight_error *werr,
+                               ql_error *err)
+{
+    const int32_t storage = ql_type_get(type)->storage;
+    const size_t row_bytes = ql_row_size(storage, n_per_row);
+    const int64_t piece = error_piece_rows(n_per_row);
+    const int64_t rows = piece < nrows ? piece : nrows;
+    float *deq = malloc((size_t)(rows * n_per_row) * sizeof *deq);
+    if (!deq)
+        return ql_error_set(err, QL_ENOMEM, "out of memory measuring a quantization error");
+    ql_status st = QL_OK;
+    for (int64_t r = 0; r < nrows && !st; r += piece) {
+        const int64_t nr = nrows - r < piece ? nrows - r : piece;
+        st = ql_dequant_tensor(storage, (const uint8_t *)q + (size_t)r * row_bytes,
+                               (size_t)nr * row_bytes, nr, n_per_row, deq, err);
+        if (!st)
+            st =
+                ql_weight_error_add(werr, src + r * n_per_row, deq, nr, n_per_row, col_weight, err);
+    }
+    free(deq);
+    return st;
+}
+
 /* Quantizes the linear's rows to type into q (the tensor's bytes) and measures their
  * error, piece by piece (whole chunks of the quantizer, error_piece_rows), so that the
  * f32 copy of a tensor that exists is one piece, not the tensor (a 150k-token

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/data.h"
+#include "base/gemm.h"
 #include "base/progress.h"
 #include "base/table.h"
 #include "base/util.h"
@@ -354,7 +355,9 @@ static ql_status open_store(ql_sweep_run *s, ql_error *err)
     ql_status st = ql_make_dirs(dirname(dir), err);
     if (st)
         return st;
-    if ((st = ql_store_open(s->db_path, NULL, &s->store, err)))
+    ql_store_options so = {.busy_timeout_ms = s->opts.busy_timeout_ms,
+                           .lock_patience_ms = s->opts.lock_patience_ms};
+    if ((st = ql_store_open(s->db_path, &so, &s->store, err)))
         return st;
     const ql_hparams *hp = &s->model->hp;
     ql_store_model m;
@@ -439,10 +442,13 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
     char ref[32], cfg[32];
     ql_format_duration(sum->ref_seconds, ref, sizeof ref);
     ql_format_duration(sum->configs_seconds, cfg, sizeof cfg);
-    printf("\nsweep %s: %zu config%s (%zu run, %zu already done, %zu failed), %lld scored tokens "
-           "per pass\n",
+    char elsewhere[64] = "";
+    if (sum->n_elsewhere)
+        snprintf(elsewhere, sizeof elsewhere, ", %zu left to another process", sum->n_elsewhere);
+    printf("\nsweep %s: %zu config%s (%zu run, %zu already done, %zu failed%s), %lld scored "
+           "tokens per pass\n",
            s->sw->name, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
-           sum->n_failed, (long long)sum->scored_tokens);
+           sum->n_failed, elsewhere, (long long)sum->scored_tokens);
     double per_pass = sum->n_run ? sum->forward_seconds / (double)sum->n_run : (double)NAN;
     if (s->ref && !ql_reference_from_cache(s->ref) && !sum->n_run)
         printf("timing: reference pass %s; no config ran\n", ref);
@@ -575,6 +581,11 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
     s->sw = sw;
     s->opts = *opts;
     default_paths(s);
+    /* What killed cache writes left (reference, imatrix, synthetic model). */
+    size_t stale = ql_remove_stale_tmp(s->cache_dir, QL_RUN_STALE_TMP_SECONDS);
+    if (stale && !opts->quiet)
+        fprintf(stderr, "qlab: removed %zu stale temporary file%s of killed cache writes in %s\n",
+                stale, stale == 1 ? "" : "s", s->cache_dir);
     ql_threads_set(opts->threads > 0 ? opts->threads : sw->threads);
     ql_status st = open_inputs(s, err);
     if (!st) /* what the model decides about the configs, before anything runs */
@@ -693,13 +704,41 @@ static void update_eta(ql_sweep_run *s, double t_configs)
     snprintf(s->eta_note, sizeof s->eta_note, "sweep ETA %s", eta);
 }
 
+/* Adds config i to the summary's interrupted configs. */
+static void note_interrupted(ql_sweep_run *s, size_t i, const summary_row *row)
+{
+    char *list = s->sum.interrupted;
+    size_t len = strlen(list);
+    snprintf(list + len, sizeof s->sum.interrupted - len, "%s%zu (%s)", len ? ", " : "", i,
+             row->label);
+}
+
+/* After a store write of config i's run failed: whether to try again. A lock that
+ * stayed taken through the store's waits (another process holds it for long) is waited
+ * for again, saying so, until it is free or the sweep is interrupted: a computed config
+ * is not given up for a lock. */
+static bool still_locked(ql_sweep_run *s, size_t i, const summary_row *row, const char *what,
+                         const ql_error *err)
+{
+    if (!ql_store_busy(s->store) || ql_interrupted())
+        return false;
+    fprintf(stderr,
+            "qlab: %s: config %zu (%s): storing its %s waits for the lock another process "
+            "holds (%s); trying again (Ctrl-C stops the sweep)\n",
+            s->db_path, i, row->label, what, err->msg);
+    return true;
+}
+
 /* Evaluates config i (row) and stores its run: done with every record, or failed with
  * its error. */
 static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t k, ql_error *err)
 {
     const ql_sweep_point *pt = &s->sw->points[i];
     int64_t config_id, run_id;
-    ql_status st = ql_store_upsert_config(s->store, &pt->config, &config_id, err);
+    ql_status st;
+    do
+        st = ql_store_upsert_config(s->store, &pt->config, &config_id, err);
+    while (st && still_locked(s, i, row, "config", err));
     if (st)
         return st;
     /* The importance matrix is loaded before the run begins so that the run records
@@ -710,10 +749,29 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
     ql_status cst = ql_calib_config_imatrix(s->calib, &pt->config, &slot, &cerr);
     ql_store_run_key key = {config_id, s->model_id, s->dataset_id, s->sw->ctx,
                             (int)s->data.n_chunks};
-    ql_store_run_info info = {s->sw->name, ql_threads_get(), QL_METRICS_VERSION,
-                              ql_calib_slot_sha256(slot)};
-    if ((st = ql_store_begin_run(s->store, &key, &info, &run_id, err)))
+    ql_store_run_info info = {s->sw->name,         ql_threads_get(),
+                              QL_METRICS_VERSION,  ql_calib_slot_sha256(slot),
+                              ql_gemm_kernel(),    (int64_t)s->mem.budget,
+                              s->mem.group};
+    ql_store_claim claim;
+    do
+        st = ql_store_claim_run(s->store, &key, &info, &run_id, &claim, err);
+    while (st && still_locked(s, i, row, "start", err));
+    if (st)
         return st;
+    if (claim != QL_CLAIM_BEGUN) {
+        /* Another sweep on this store finished it since this one started, or runs it. */
+        s->sum.n_elsewhere++;
+        if (claim == QL_CLAIM_DONE) {
+            row->status = "done by another process";
+            stored_row(s->store, run_id, row);
+            return ql_store_add_to_sweep(s->store, s->sw->name, run_id, err);
+        }
+        row->status = "running in another process";
+        if (!s->opts.quiet)
+            fprintf(stderr, "  %s: left to the other process running it\n", row->label);
+        return QL_OK;
+    }
     s->begun++;
     if (s->opts.on_run_begun)
         s->opts.on_run_begun(s->opts.on_run_begun_ctx, s->begun);
@@ -724,16 +782,49 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
     double t0 = ql_now();
     if (!cst)
         cst = evaluate_config(s, &pt->config, slot, label, &r, &cerr);
+    if (cst == QL_EINTERRUPTED || (cst && ql_interrupted())) {
+        /* Not the config's failure: it is retried by the next sweep. */
+        char why[64];
+        snprintf(why, sizeof why, "interrupted by signal %d", ql_interrupted());
+        note_interrupted(s, i, row);
+        row->status = "interrupted";
+        config_result_deinit(&r);
+        st = ql_store_interrupt_run(s->store, run_id, why, ql_now() - t0, err);
+        if (st)
+            return ql_error_prefix(err,
+                                   "config %zu (%s): interrupted, and its run could not be "
+                                   "marked so (it stays 'running' until the next sweep takes it "
+                                   "over): ",
+                                   i, row->label);
+        return ql_error_set(err, QL_EINTERRUPTED, "config %zu (%s): %s", i, row->label, why);
+    }
     if (cst) {
         s->sum.n_failed++;
         row->status = "failed";
         fprintf(stderr, "qlab: config %zu (%s) failed: %s\n", i, row->label, cerr.msg);
-        st = ql_store_fail_run(s->store, run_id, cerr.msg, ql_now() - t0, err);
+        do
+            st = ql_store_fail_run(s->store, run_id, cerr.msg, ql_now() - t0, err);
+        while (st && still_locked(s, i, row, "failure", err));
     } else {
         ql_run_result res = {
             &r.m,      r.q.tensors, r.q.n_tensors, r.chunks, (size_t)s->data.n_chunks,
             &r.timing, r.q.acts,    r.q.n_acts,  r.layers, r.n_layers};
-        st = ql_store_finish_run_result(s->store, run_id, &res, err);
+        do
+            st = ql_store_finish_run_result(s->store, run_id, &res, err);
+        while (st && still_locked(s, i, row, "result", err));
+        if (st && !ql_store_busy(s->store)) {
+            /* Not storable (a full disk, a damaged file): the run is failed with the
+             * reason, not left running. */
+            ql_error ferr;
+            if (ql_store_fail_run(s->store, run_id, err->msg, ql_now() - t0, &ferr) == QL_OK)
+                ql_error_prefix(err, "config %zu (%s): its run is marked failed: ", i,
+                                row->label);
+        } else if (st) {
+            ql_error_prefix(err,
+                            "config %zu (%s) is computed but could not be stored (its run stays "
+                            "'running' until the next sweep takes it over): ",
+                            i, row->label);
+        }
         s->sum.n_run++;
         s->sum.forward_seconds += r.timing.quant_seconds;
         row->status = "ok";
@@ -756,6 +847,11 @@ ql_status ql_sweep_run_configs(ql_sweep_run *s, ql_error *err)
         const size_t i = s->rows[k].index;
         if (!s->todo[i])
             continue;
+        if (ql_interrupted()) {
+            st = ql_error_set(err, QL_EINTERRUPTED, "interrupted by signal %d between configs",
+                              ql_interrupted());
+            break;
+        }
         update_eta(s, t0);
         st = run_config(s, i, &s->rows[k], k + 1, err);
     }
@@ -819,7 +915,14 @@ ql_status ql_sweep_run_collect(ql_sweep_run *s, const ql_sweep_snapshot *before,
             finished_run(s, row->index, before->states, before->n, now, n_now);
         ql_store_run_brief b;
         ql_error serr;
-        if (!run) {
+        const ql_store_run_state *now_run = find_state(now, n_now, s->sw->points[row->index].hash);
+        const ql_store_run_state *was = find_state(before->states, before->n,
+                                                   s->sw->points[row->index].hash);
+        if (!run && now_run && strcmp(now_run->status, "interrupted") == 0 &&
+            (!was || now_run->attempts > was->attempts)) {
+            row->status = "interrupted";
+            note_interrupted(s, row->index, row);
+        } else if (!run) {
             row->status = "not run";
         } else if (strcmp(run->status, "failed") == 0) {
             s->sum.n_failed++;

@@ -10,6 +10,16 @@
  * stored with its error and the sweep goes on; a killed sweep resumes where it
  * stopped, since done runs are skipped by content hash.
  *
+ * Several sweeps on one store cooperate: a config another live process is running (or
+ * has finished since this one looked) is left to it (ql_store_claim_run); a result is
+ * stored however long another process holds the write lock (the wait is said on
+ * stderr), unless the sweep is interrupted.
+ *
+ * Interrupts: when ql_interrupted() (util.h) says a signal came, the pass stops after
+ * the block it is in (model/scheduler.c), the config's run is marked 'interrupted' and
+ * the step returns QL_EINTERRUPTED; between configs, no further config begins. The next
+ * sweep retries interrupted runs like failed ones.
+ *
  * Memory: the budget (`--mem`, default QL_RUN_MEM_SHARE of the machine's RAM) sizes
  * the groups of chunks a pass takes through each layer, decides whether the
  * reference's log-probabilities are held or regenerated per config, and bounds the
@@ -50,13 +60,25 @@ typedef struct {
      * command line's fault injection for the resume tests); NULL = none. */
     void (*on_run_begun)(void *ctx, int begun);
     void *on_run_begun_ctx;
+    /* The store's lock waits (ql_store_options; 0 = its defaults): a config's writes are
+     * tried again after each wait that gave up. */
+    int busy_timeout_ms, lock_patience_ms;
 } ql_run_opts;
+
+/* A temporary file of a cache write ("NAME.tmp.PID") in the cache directory whose
+ * process is gone and which was not modified for this long is removed when a sweep
+ * opens (ql_remove_stale_tmp). */
+#define QL_RUN_STALE_TMP_SECONDS 60.0
 
 typedef struct {
     size_t n_configs;       /* configs of this shard */
     size_t n_run;           /* evaluated now */
     size_t n_skipped;       /* already done in the store */
     size_t n_failed;        /* stored as failed */
+    size_t n_elsewhere;     /* left to another process on the store (running or done by it) */
+    /* Interrupted (SIGINT, SIGTERM): the configs whose runs were marked 'interrupted'
+     * ("3 (Q4_0)", comma-separated), empty when the signal came between configs. */
+    char interrupted[512];
     double ref_seconds;     /* reference pass (0 when loaded from the cache) */
     double configs_seconds; /* all configs evaluated now */
     double forward_seconds; /* the quantized passes among them */

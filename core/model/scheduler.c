@@ -149,6 +149,10 @@ static ql_status run_group(ql_sched *s, ql_forward *fw, const ql_sched_job *job,
         *done += per_block;
         if (!st && job->progress)
             job->progress(job->ctx, *done);
+        /* A signal stops the pass between blocks: the caller decides what it means. */
+        if (!st && ql_interrupted())
+            st = ql_error_set(err, QL_EINTERRUPTED, "interrupted by signal %d after block %d",
+                              ql_interrupted(), l);
     }
     /* The heads: per set and chunk, the final norm, the logits, the consumer. */
     for (int i = 0; i < job->n_sets && !st; i++) {

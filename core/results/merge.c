@@ -572,6 +572,43 @@ static void value_text(sqlite3_stmt *st, int col, char *out, size_t size)
     }
 }
 
+/* The kernel name at the end of a blas_kernel ("OpenBLAS 0.3.21 Haswell" -> "Haswell"). */
+static const char *kernel_short(const char *k)
+{
+    const char *sp = strrchr(k, ' ');
+    return sp && sp[1] ? sp + 1 : k;
+}
+
+/* The blas_kernel of run in_id of input src and of the output's run of the same identity
+ * ("" where not recorded). */
+static ql_status run_kernels(merger *m, int64_t src, int64_t in_id, char kin[QL_MERGE_KERNEL_MAX],
+                             char kout[QL_MERGE_KERNEL_MAX], ql_error *err)
+{
+    kin[0] = kout[0] = '\0';
+    const char *what = "reading the runs' BLAS kernels";
+    sqlite3_stmt *st;
+    bool row = false;
+    ql_status rc = prep(m,
+                        "SELECT s.blas_kernel, o.blas_kernel FROM temp.km k"
+                        " JOIN temp.s_runs s ON s.src = ?1 AND s.id = k.in_id"
+                        " LEFT JOIN main.runs o ON o.id = k.out_id WHERE k.in_id = ?2",
+                        &st, what, err);
+    if (rc)
+        return rc;
+    if (!(rc = bind_int(m, st, 1, src, what, err)) && !(rc = bind_int(m, st, 2, in_id, what, err)))
+        rc = ql_store_step(m->store, st, &row, what, err);
+    if (!rc && !row)
+        rc = ql_error_set(err, QL_EDB, "%s: run %lld vanished", m->out_path, (long long)in_id);
+    if (!rc) {
+        const char *a = (const char *)sqlite3_column_text(st, 0);
+        const char *b = (const char *)sqlite3_column_text(st, 1);
+        ql_strlcpy(kin, a ? a : "", QL_MERGE_KERNEL_MAX);
+        ql_strlcpy(kout, b ? b : "", QL_MERGE_KERNEL_MAX);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* Refuses the merge over run in_id of input src: `what` differs, with the
  * input's and the output's value when given. */
 static ql_status refuse_run(merger *m, int64_t src, int64_t in_id, const char *what,
@@ -598,16 +635,31 @@ static ql_status refuse_run(merger *m, int64_t src, int64_t in_id, const char *w
     if (in_value && out_value)
         snprintf(values, sizeof values, " (%s in %s, %s in %s)", in_value, in_name, out_value,
                  out_name);
+    char kin[QL_MERGE_KERNEL_MAX], kout[QL_MERGE_KERNEL_MAX], why[4 * QL_MERGE_KERNEL_MAX + 256];
+    if ((rc = run_kernels(m, src, in_id, kin, kout, err))) {
+        sqlite3_finalize(st);
+        return rc;
+    }
+    /* Results do not depend on the thread count, but the last bits of a product depend
+     * on the BLAS kernel: when the kernels differ, that is the likely cause. */
+    if (kin[0] && kout[0] && strcmp(kin, kout) != 0)
+        snprintf(why, sizeof why,
+                 "the two were computed with different BLAS kernels (kernel %s vs %s: %s in "
+                 "%s, %s in %s), whose products differ in their last bits; merge stores made "
+                 "under one kernel (OPENBLAS_CORETYPE)",
+                 kernel_short(kin), kernel_short(kout), kin, in_name, kout, out_name);
+    else
+        snprintf(why, sizeof why,
+                 "qlab's results are reproducible, so the two come from different builds or "
+                 "inputs");
     rc = ql_error_set(
         err, QL_EINVAL,
         "%s: config %.12s (%s) on model %s, text %s, ctx %lld, chunks %lld is done "
-        "in both %s and %s with metrics version %lld, but %s%s; qlab's results "
-        "are reproducible, so the two come from different builds or inputs; "
-        "nothing was merged",
+        "in both %s and %s with metrics version %lld, but %s%s; %s; nothing was merged",
         in_name, (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1),
         (const char *)sqlite3_column_text(st, 2), (const char *)sqlite3_column_text(st, 3),
         (long long)sqlite3_column_int64(st, 4), (long long)sqlite3_column_int64(st, 5), in_name,
-        out_name, (long long)sqlite3_column_int64(st, 6), what, values);
+        out_name, (long long)sqlite3_column_int64(st, 6), what, values, why);
     sqlite3_finalize(st);
     return rc;
 }
@@ -855,6 +907,29 @@ static ql_status check_run_data(merger *m, int64_t src, ql_error *err)
     return rc;
 }
 
+/* Runs done on both sides (and equal: check_run_data passed) under different BLAS
+ * kernels, with the first pair of kernels. */
+static ql_status count_other_kernel(merger *m, int64_t src, ql_merge_counts *counts, ql_error *err)
+{
+    sqlite3_stmt *st;
+    bool row;
+    ql_status rc = query_first(m,
+                               "SELECT count(*), min(s.blas_kernel), min(o.blas_kernel)"
+                               " FROM temp.km k JOIN temp.s_runs s ON s.src = ?1 AND s.id = k.in_id"
+                               " JOIN main.runs o ON o.id = k.out_id WHERE " BOTH_DONE
+                               " AND s.blas_kernel <> o.blas_kernel",
+                               src, NULL, &st, &row, "comparing the runs' BLAS kernels", err);
+    if (!rc && row && sqlite3_column_int64(st, 0) > 0) {
+        counts->other_kernel = (size_t)sqlite3_column_int64(st, 0);
+        ql_strlcpy(counts->kernel_in, (const char *)sqlite3_column_text(st, 1),
+                   sizeof counts->kernel_in);
+        ql_strlcpy(counts->kernel_out, (const char *)sqlite3_column_text(st, 2),
+                   sizeof counts->kernel_out);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* Folds input src into the output (inside the merge's transaction). */
 static ql_status merge_one(merger *m, int64_t src, ql_merge_counts *counts, ql_error *err)
 {
@@ -871,7 +946,8 @@ static ql_status merge_one(merger *m, int64_t src, ql_merge_counts *counts, ql_e
     ql_status rc;
     if ((rc = check_configs(m, src, err)) || (rc = check_sweeps(m, src, err)) ||
         (rc = merge_identities(m, src, err)) || (rc = map_runs(m, src, err)) ||
-        (rc = check_run_data(m, src, err)) || (rc = run_sql(m, decide, src, "merging runs", err)) ||
+        (rc = check_run_data(m, src, err)) || (rc = count_other_kernel(m, src, counts, err)) ||
+        (rc = run_sql(m, decide, src, "merging runs", err)) ||
         (rc = write_runs(m, src, err)))
         return rc;
 

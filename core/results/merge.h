@@ -24,7 +24,12 @@
  *     such as timings, host and commit may differ and the output's is kept). If
  *     any value differs the merge is REFUSED, naming the run and the first
  *     difference: silently keeping either value would hide that two builds or
- *     inputs disagree. Merging a database twice therefore changes nothing.
+ *     inputs disagree. When the two runs were computed under different BLAS
+ *     kernels (runs.blas_kernel), the message names them ("kernel Haswell vs
+ *     SkylakeX"): results do not depend on the thread count, but a kernel may
+ *     change the last bits of a product. Equal values under different kernels
+ *     are accepted and counted (other_kernel). Merging a database twice
+ *     therefore changes nothing.
  *
  * Before anything is written, every sweep an input takes part in must agree with
  * the same sweep in the output (and in the inputs merged before it): the set of
@@ -53,12 +58,18 @@
 
 #include "base/error.h"
 
+#define QL_MERGE_KERNEL_MAX 128
+
 /* What happened to the runs of one input. */
 typedef struct {
     size_t runs;     /* runs in the input */
     size_t added;    /* identities the output did not have */
     size_t replaced; /* replaced a failed, running or older-metrics run of the output */
     size_t kept;     /* the output already had them done (equal values) or had a better run */
+    /* Runs done on both sides, equal in every value, computed under different BLAS kernels
+     * (runs.blas_kernel): accepted, and the first pair of kernels named for a note. */
+    size_t other_kernel;
+    char kernel_in[QL_MERGE_KERNEL_MAX], kernel_out[QL_MERGE_KERNEL_MAX];
 } ql_merge_counts;
 
 typedef struct {

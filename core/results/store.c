@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/data.h"
@@ -21,6 +23,10 @@ struct ql_store {
     bool readonly;
     int fault;     /* countdown to an injected failure; 0 = off */
     bool injected; /* the failure being reported was injected */
+    bool busy;     /* the last failure was SQLITE_BUSY (the lock stayed taken) */
+    /* The lock waits (busy_wait): when to say so, when to give up. */
+    int note_ms, patience_ms;
+    double busy_since, busy_noted;
 };
 
 /* ================================================================ SQLite calls */
@@ -40,6 +46,7 @@ static bool fault_now(ql_store *s)
 static ql_status db_fail(ql_store *s, int rc, const char *what, ql_error *err)
 {
     const char *path = s->subject ? s->subject : s->path;
+    s->busy = !s->injected && (rc & 0xff) == SQLITE_BUSY;
     if (s->injected) {
         s->injected = false;
         return ql_error_set(err, QL_EDB, "%s: %s: injected fault", path, what);
@@ -73,7 +80,11 @@ static int step(ql_store *s, sqlite3_stmt *st)
 {
     if (fault_now(s))
         return SQLITE_IOERR;
-    return sqlite3_step(st);
+    int rc = sqlite3_step(st);
+    /* sqlite3_errmsg may say less than the step's code (an error of another call). */
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        s->busy = (rc & 0xff) == SQLITE_BUSY;
+    return rc;
 }
 
 /* Runs one statement to completion (no rows expected). */
@@ -95,6 +106,7 @@ static ql_status exec(ql_store *s, const char *sql, const char *what, ql_error *
     char *msg = NULL;
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
     if (rc != SQLITE_OK) {
+        s->busy = (rc & 0xff) == SQLITE_BUSY;
         ql_error_set(err, QL_EDB, "%s: %s: %s", s->subject ? s->subject : s->path, what,
                      msg ? msg : sqlite3_errstr(rc));
         sqlite3_free(msg);
@@ -369,6 +381,12 @@ static const col_def configs_cols[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* Constraints of version 6 (a run stopped by SIGINT/SIGTERM is 'interrupted', with the
+ * reason in error); older databases get them through constraint_changes. */
+#define RUNS_STATUS_CHECK                                                                          \
+    "TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'interrupted'))"
+#define RUNS_ERROR_CHECK "CHECK ((status IN ('failed', 'interrupted')) = (error IS NOT NULL))"
+
 static const col_def runs_cols[] = {
     {"id", "INTEGER PRIMARY KEY", 1, NULL},
     {"config_id", "INTEGER NOT NULL REFERENCES configs(id)", 1, NULL},
@@ -377,8 +395,8 @@ static const col_def runs_cols[] = {
     {"ctx", "INTEGER NOT NULL CHECK (ctx > 0)", 1, NULL},
     {"chunks", "INTEGER NOT NULL CHECK (chunks > 0)", 1, NULL},
     {"sweep", "TEXT", 1, "the sweep of the last attempt"},
-    {"status", "TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed'))", 1, NULL},
-    {"error", "TEXT", 1, "why it failed"},
+    {"status", RUNS_STATUS_CHECK, 1, "interrupted: since version 6"},
+    {"error", "TEXT", 1, "why it failed or stopped"},
     {"attempts", "INTEGER NOT NULL DEFAULT 1 CHECK (attempts > 0)", 1, NULL},
     {"started", "TEXT NOT NULL", 1, "UTC, YYYY-MM-DDTHH:MM:SSZ"},
     {"finished", "TEXT", 1, NULL},
@@ -392,6 +410,10 @@ static const col_def runs_cols[] = {
     {"qlab_commit", "TEXT NOT NULL", 1, NULL},
     {"metrics_version", "INTEGER NOT NULL CHECK (metrics_version > 0)", 1, NULL},
     {"imatrix_sha256", "TEXT", 1, NULL},
+    {"blas_kernel", "TEXT", 5, "BLAS library, version and kernel, e.g. OpenBLAS 0.3.21 Haswell"},
+    {"mem_budget", "INTEGER", 5, "bytes the runner planned with (--mem)"},
+    {"group_chunks", "INTEGER", 5, "chunks per group of a pass, from mem_budget"},
+    {"pid", "INTEGER", 5, "process on host of the last attempt"},
     {NULL, NULL, 0, NULL},
 };
 static const char *const runs_extra[] = {"CREATE INDEX runs_by_status ON runs(status)", NULL};
@@ -458,11 +480,11 @@ static const col_def act_roundings_cols[] = {
 /* The divergence of a run's residual stream from the reference's after each block
  * (experiment/divergence.h), for runs of sweeps with layer_metrics = yes. */
 static const col_def layer_metrics_cols[] = {
-    {"run_id", "INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE", 5, NULL},
-    {"layer", "INTEGER NOT NULL CHECK (layer >= 0)", 5, "block index"},
-    {"rel_err_mean", "REAL", 5, "mean over scored tokens of ||h - r|| / ||r||"},
-    {"rel_err_p99", "REAL", 5, "its 99th percentile"},
-    {"cos_mean", "REAL", 5, "mean cosine similarity of h and r"},
+    {"run_id", "INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE", 7, NULL},
+    {"layer", "INTEGER NOT NULL CHECK (layer >= 0)", 7, "block index"},
+    {"rel_err_mean", "REAL", 7, "mean over scored tokens of ||h - r|| / ||r||"},
+    {"rel_err_p99", "REAL", 7, "its 99th percentile"},
+    {"cos_mean", "REAL", 7, "mean cosine similarity of h and r"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -496,7 +518,7 @@ static const table_def tables[] = {
      runs_cols,
      DERIVED_NONE,
      "UNIQUE (config_id, model_id, dataset_id, ctx, chunks),\n"
-     "    CHECK ((status = 'failed') = (error IS NOT NULL)),\n"
+     "    " RUNS_ERROR_CHECK ",\n"
      "    CHECK ((status = 'running') = (finished IS NULL))",
      "",
      runs_extra},
@@ -538,7 +560,7 @@ static const table_def tables[] = {
      "    CHECK ((used <> requested) = (note IS NOT NULL))",
      " WITHOUT ROWID",
      no_extra},
-    {{"layer_metrics", 5, QL_TABLE_RUN_DATA, "layer", "the divergence of layer"},
+    {{"layer_metrics", 7, QL_TABLE_RUN_DATA, "layer", "the divergence of layer"},
      NULL,
      layer_metrics_cols,
      DERIVED_NONE,
@@ -547,6 +569,22 @@ static const table_def tables[] = {
      no_extra},
 };
 #define N_TABLES (sizeof tables / sizeof tables[0])
+
+/* Constraints a version changed: in a database older than `since`, the table's stored
+ * CREATE TABLE holds `before` where this qlab declares `after`. Every change here admits
+ * every row the old constraint admitted (it only widens it), so the stored text can be
+ * rewritten in place (SQLite's documented way for such changes: writable_schema and a
+ * new schema cookie) without copying the table, which the foreign keys of the tables
+ * referring to it would not allow inside the migration's transaction. */
+static const struct {
+    const char *table;
+    int since;
+    const char *before, *after;
+} constraint_changes[] = {
+    {"runs", 6, "CHECK (status IN ('running', 'done', 'failed'))",
+     "CHECK (status IN ('running', 'done', 'failed', 'interrupted'))"},
+    {"runs", 6, "CHECK ((status = 'failed') = (error IS NOT NULL))", RUNS_ERROR_CHECK},
+};
 
 /* A column as created: the declaration of a derived one is built here. */
 typedef struct {
@@ -774,7 +812,8 @@ static void add_result_columns(sqlbuf *b)
         "r.seconds",         "r.quantize_seconds", "r.ref_seconds",
         "r.quant_seconds",   "r.threads",          "r.host",
         "r.finished",        "r.qlab_version",     "r.qlab_commit",
-        "r.metrics_version", "r.imatrix_sha256"};
+        "r.metrics_version", "r.imatrix_sha256",    "r.blas_kernel",
+        "r.mem_budget",      "r.group_chunks"};
     sb_add(b, "\n");
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         list_add(b, head[i]);
@@ -830,7 +869,8 @@ static void view_run_log(sqlbuf *b)
            "SELECT r.id AS run_id, r.sweep, r.status, r.attempts, c.hash AS config_hash,\n"
            "       c.canonical, mo.name AS model, mo.sha256 AS model_sha256, d.name AS dataset,\n"
            "       r.ctx, r.chunks, r.started, r.finished, r.seconds, r.threads, r.host,\n"
-           "       r.qlab_version, r.qlab_commit, r.metrics_version, r.error\n"
+           "       r.qlab_version, r.qlab_commit, r.metrics_version, r.blas_kernel,\n"
+           "       r.mem_budget, r.group_chunks, r.pid, r.error\n"
            "FROM runs r\n" RESULT_JOINS);
 }
 
@@ -996,6 +1036,78 @@ static ql_status upgrade(ql_store *s, int64_t version, ql_error *err)
     return QL_OK;
 }
 
+/* Rewrites the constraints version > `version` changed (constraint_changes), inside the
+ * caller's transaction. */
+static ql_status rewrite_constraints(ql_store *s, int64_t version, ql_error *err)
+{
+    ql_status st = QL_OK;
+    bool writable = false;
+    for (size_t i = 0; i < sizeof constraint_changes / sizeof constraint_changes[0] && !st; i++) {
+        if (constraint_changes[i].since <= version)
+            continue;
+        /* A table this migration created has the current definition already. */
+        bool existed = false;
+        for (size_t t = 0; t < N_TABLES; t++)
+            if (strcmp(tables[t].pub.name, constraint_changes[i].table) == 0)
+                existed = tables[t].pub.since <= version;
+        if (!existed)
+            continue;
+        char what[160];
+        snprintf(what, sizeof what, "changing a constraint of table %s (schema version %d)",
+                 constraint_changes[i].table, constraint_changes[i].since);
+        sqlite3_stmt *q;
+        if ((st = prep_what(s, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                            &q, NULL, what, err)))
+            break;
+        char *sql = NULL;
+        if (!(st = bind_text(s, q, 1, constraint_changes[i].table, err))) {
+            int r = step(s, q);
+            const char *have = r == SQLITE_ROW ? (const char *)sqlite3_column_text(q, 0) : NULL;
+            const char *at = have ? strstr(have, constraint_changes[i].before) : NULL;
+            if (r != SQLITE_ROW && r != SQLITE_DONE) {
+                st = db_fail(s, r, what, err);
+            } else if (!at || strstr(at + 1, constraint_changes[i].before)) {
+                st = ql_error_set(err, QL_EDB,
+                                  "%s: %s: the table's definition does not hold \"%s\" once (a "
+                                  "database changed by hand?)",
+                                  s->path, what, constraint_changes[i].before);
+            } else {
+                const size_t pre = (size_t)(at - have), before = strlen(constraint_changes[i].before);
+                sql = sqlite3_mprintf("%.*s%s%s", (int)pre, have, constraint_changes[i].after,
+                                      at + before);
+                if (!sql)
+                    st = ql_error_set(err, QL_ENOMEM, "%s: out of memory", s->path);
+            }
+        }
+        sqlite3_finalize(q);
+        if (!st && !writable) {
+            st = exec(s, "PRAGMA writable_schema = ON", what, err);
+            writable = !st;
+        }
+        if (!st && !(st = prep_what(s,
+                                    "UPDATE sqlite_master SET sql = ?1 WHERE type = 'table' AND"
+                                    " name = ?2",
+                                    &q, NULL, what, err))) {
+            if (!(st = bind_text(s, q, 1, sql, err)) &&
+                !(st = bind_text(s, q, 2, constraint_changes[i].table, err)))
+                st = step_done(s, q, what, err);
+            sqlite3_finalize(q);
+        }
+        sqlite3_free(sql);
+    }
+    if (!writable)
+        return st;
+    /* A new schema cookie makes every connection read the changed definitions. */
+    int64_t cookie = 0;
+    if (!st && !(st = pragma_int(s, "PRAGMA schema_version", &cookie, err))) {
+        char set[64];
+        snprintf(set, sizeof set, "PRAGMA schema_version = %lld", (long long)cookie + 1);
+        st = exec(s, set, "changing the schema cookie", err);
+    }
+    sqlite3_exec(s->db, "PRAGMA writable_schema = OFF", NULL, NULL, NULL);
+    return st;
+}
+
 static ql_status recreate_views(ql_store *s, ql_error *err)
 {
     ql_status st;
@@ -1042,7 +1154,8 @@ static ql_status migrate(ql_store *s, ql_error *err)
     /* Another process may have migrated between the check and the lock. */
     if ((st = pragma_int(s, "PRAGMA user_version", &version, err)) ||
         (st = check_identity(s, version, QL_STORE_APPLICATION_ID, 0, err)) ||
-        (st = upgrade(s, version, err)) || (st = recreate_views(s, err)))
+        (st = upgrade(s, version, err)) || (st = rewrite_constraints(s, version, err)) ||
+        (st = recreate_views(s, err)))
         goto out_rollback;
     char sql[128];
     snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d",
@@ -1055,12 +1168,44 @@ out_rollback:
     return st;
 }
 
+/* SQLite's busy handler: another connection holds the lock this one needs. Waits with
+ * a backoff (1 ms doubling to 1 s), says so on stderr once the wait passes note_ms (and
+ * every note_ms after), and gives up after patience_ms or when the process is told to
+ * stop (SIGINT, SIGTERM): the caller then gets SQLITE_BUSY (ql_store_busy). */
+static int busy_wait(void *ctx, int count)
+{
+    ql_store *s = ctx;
+    const double now = ql_now();
+    if (count == 0) {
+        s->busy_since = now;
+        s->busy_noted = 0.0;
+    }
+    const double waited_ms = (now - s->busy_since) * 1000.0;
+    if (ql_interrupted() || (s->patience_ms > 0 && waited_ms >= (double)s->patience_ms))
+        return 0;
+    if (waited_ms >= (double)s->note_ms &&
+        (s->busy_noted == 0.0 || (now - s->busy_noted) * 1000.0 >= (double)s->note_ms)) {
+        fprintf(stderr,
+                "qlab: %s: the results store is locked by another process; waiting for it "
+                "(%.0f s so far, giving up after %.0f s)\n",
+                s->path, waited_ms / 1000.0, (double)s->patience_ms / 1000.0);
+        s->busy_noted = now;
+    }
+    sqlite3_sleep(count < 10 ? 1 << count : 1000);
+    return 1;
+}
+
+bool ql_store_busy(const ql_store *s)
+{
+    return s->busy;
+}
+
 static ql_status configure(ql_store *s, ql_error *err)
 {
     ql_status st;
-    int rc = sqlite3_busy_timeout(s->db, QL_STORE_BUSY_TIMEOUT_MS);
+    int rc = sqlite3_busy_handler(s->db, busy_wait, s);
     if (rc != SQLITE_OK)
-        return db_fail(s, rc, "setting the busy timeout", err);
+        return db_fail(s, rc, "setting the busy handler", err);
     if ((st = exec(s, "PRAGMA foreign_keys = ON", "enabling foreign keys", err)))
         return st;
     int64_t fk = 0;
@@ -1087,6 +1232,86 @@ static ql_status configure(ql_store *s, ql_error *err)
     return exec(s, "PRAGMA synchronous = NORMAL", "setting synchronous", err);
 }
 
+/* A file: URI of path for sqlite3_open_v2 (reserved characters escaped), with query. */
+static bool file_uri(const char *path, const char *query, char *out, size_t size)
+{
+    size_t o = 0;
+    const char *pre = path[0] == '/' ? "file:" : "file:./";
+    for (const char *p = pre; *p && o + 1 < size; p++)
+        out[o++] = *p;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (o + 4 >= size)
+            return false;
+        if (*p == '%' || *p == '?' || *p == '#' || *p < 0x20 || *p >= 0x7f)
+            o += (size_t)snprintf(out + o, size - o, "%%%02X", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    int n = snprintf(out + o, size - o, "?%s", query);
+    return n > 0 && (size_t)n < size - o;
+}
+
+/* Whether a read-only open must not touch the file system: the directory (where SQLite
+ * creates the -shm and -wal files of a WAL database) or the file is not writable (or
+ * nobody may write it, or its file system is mounted read-only). The
+ * database is then read as immutable: no locks, no WAL (a WAL file left there is not
+ * read; it is said). */
+static bool needs_immutable(const char *path)
+{
+    char dir[QL_PATH_MAX];
+    ql_strlcpy(dir, path, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        ql_strlcpy(dir, ".", sizeof dir);
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    /* access() says yes to root whatever the modes: a file nobody may write (mode
+     * 0444) and a read-only file system count too. */
+    struct statvfs fs;
+    struct stat sb;
+    return access(dir, W_OK) != 0 || access(path, W_OK) != 0 ||
+           (statvfs(dir, &fs) == 0 && (fs.f_flag & ST_RDONLY)) ||
+           (stat(path, &sb) == 0 && (sb.st_mode & 0222) == 0);
+}
+
+/* A file that is not a qlab results database is refused before a read-write open
+ * changes anything in it (the WAL switch rewrites its header): its identity is read on
+ * a read-only connection first. An empty or missing file is a new store. */
+static ql_status check_foreign(const char *path, ql_error *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || sb.st_size == 0)
+        return QL_OK;
+    ql_store probe;
+    memset(&probe, 0, sizeof probe);
+    ql_strlcpy(probe.path, path, sizeof probe.path);
+    probe.readonly = true;
+    probe.note_ms = QL_STORE_BUSY_TIMEOUT_MS;
+    probe.patience_ms = QL_STORE_BUSY_TIMEOUT_MS;
+    char uri[QL_PATH_MAX * 3 + 32];
+    const bool immutable = needs_immutable(path);
+    if (immutable && !file_uri(path, "immutable=1", uri, sizeof uri))
+        return ql_error_set(err, QL_EINVAL, "%s: path too long", path);
+    int rc = sqlite3_open_v2(immutable ? uri : path, &probe.db,
+                             SQLITE_OPEN_READONLY | (immutable ? SQLITE_OPEN_URI : 0), NULL);
+    ql_status st = QL_OK;
+    if (rc != SQLITE_OK) {
+        st = ql_error_set(err, QL_EDB, "%s: cannot open database: %s", path,
+                          probe.db ? sqlite3_errmsg(probe.db) : sqlite3_errstr(rc));
+    } else {
+        sqlite3_busy_handler(probe.db, busy_wait, &probe);
+        int64_t version, app_id, n_objects;
+        if (!(st = pragma_int(&probe, "PRAGMA user_version", &version, err)) &&
+            !(st = pragma_int(&probe, "PRAGMA application_id", &app_id, err)) &&
+            !(st = pragma_int(&probe, "SELECT count(*) FROM sqlite_master", &n_objects, err)))
+            st = check_identity(&probe, version, app_id, n_objects, err);
+    }
+    sqlite3_close_v2(probe.db);
+    return st;
+}
+
 ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store **out,
                         ql_error *err)
 {
@@ -1110,9 +1335,34 @@ ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store 
     ql_strlcpy(s->path, path, sizeof s->path);
     s->readonly = opt->readonly;
     s->fault = opt->fault_after;
+    s->note_ms = opt->busy_timeout_ms > 0 ? opt->busy_timeout_ms : QL_STORE_BUSY_TIMEOUT_MS;
+    s->patience_ms = opt->lock_patience_ms != 0 ? opt->lock_patience_ms : QL_STORE_LOCK_PATIENCE_MS;
+    if (s->patience_ms < 0)
+        s->patience_ms = 0; /* no limit */
 
+    if (!opt->readonly && (st = check_foreign(path, err)))
+        goto out_close;
     int flags = opt->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-    int rc = sqlite3_open_v2(path, &s->db, flags, NULL);
+    char uri[QL_PATH_MAX * 3 + 32];
+    const char *name = path;
+    if (opt->readonly && needs_immutable(path)) {
+        if (!file_uri(path, "immutable=1", uri, sizeof uri)) {
+            st = ql_error_set(err, QL_EINVAL, "%s: path too long", path);
+            goto out_close;
+        }
+        char wal[QL_PATH_MAX + 8];
+        struct stat sb;
+        snprintf(wal, sizeof wal, "%s-wal", path);
+        if (stat(wal, &sb) == 0 && sb.st_size > 0)
+            fprintf(stderr,
+                    "qlab: warning: %s cannot be written here, so it is read as it is without "
+                    "its write-ahead log %s (%lld bytes): the latest transactions may be "
+                    "missing\n",
+                    path, wal, (long long)sb.st_size);
+        name = uri;
+        flags |= SQLITE_OPEN_URI;
+    }
+    int rc = sqlite3_open_v2(name, &s->db, flags, NULL);
     if (rc != SQLITE_OK) {
         st = ql_error_set(err, QL_EDB, "%s: cannot open database: %s", path,
                           s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
@@ -1477,7 +1727,7 @@ ql_status ql_store_add_to_sweep(ql_store *s, const char *sweep, int64_t run_id, 
     return add_member(s, sweep, run_id, err);
 }
 
-/* Binds the provenance columns shared by a new run and a retry, at ?1..?8. */
+/* Binds the provenance columns shared by a new run and a retry, at ?1..?12. */
 static ql_status bind_provenance(ql_store *s, sqlite3_stmt *st, const ql_store_run_info *info,
                                  ql_error *err)
 {
@@ -1492,15 +1742,53 @@ static ql_status bind_provenance(ql_store *s, sqlite3_stmt *st, const ql_store_r
         (rc = bind_text(s, st, 4, host, err)) || (rc = bind_text(s, st, 5, QL_VERSION, err)) ||
         (rc = bind_text(s, st, 6, QL_COMMIT, err)) ||
         (rc = bind_count(s, st, 7, info->metrics_version, err)) ||
-        (rc = bind_text(s, st, 8, info->imatrix_sha256, err)))
+        (rc = bind_text(s, st, 8, info->imatrix_sha256, err)) ||
+        (rc = bind_text(s, st, 9, info->blas_kernel, err)) ||
+        (rc = bind_count(s, st, 10, info->mem_budget > 0 ? info->mem_budget : -1, err)) ||
+        (rc = bind_count(s, st, 11, info->group_chunks > 0 ? info->group_chunks : -1, err)) ||
+        (rc = bind_count(s, st, 12, (int64_t)getpid(), err)))
         return rc;
     return QL_OK;
+}
+
+/* Whether a running run belongs to a live process other than this one: its pid is
+ * alive on this host. A run of another host cannot be checked and is taken over, as is
+ * one without a pid (written before schema version 5). */
+static bool run_owned_elsewhere(const char *host, sqlite3_stmt *st, int host_col, int pid_col)
+{
+    const char *h = (const char *)sqlite3_column_text(st, host_col);
+    if (!h || strcmp(h, host) != 0 || sqlite3_column_type(st, pid_col) == SQLITE_NULL)
+        return false;
+    const int64_t pid = sqlite3_column_int64(st, pid_col);
+    return pid != (int64_t)getpid() && ql_pid_alive((long)pid);
 }
 
 ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
                              const ql_store_run_info *info, int64_t *run_id, ql_error *err)
 {
+    ql_store_claim claim;
+    ql_status rc = ql_store_claim_run(s, key, info, run_id, &claim, err);
+    if (rc || claim == QL_CLAIM_BEGUN)
+        return rc;
     *run_id = 0;
+    return ql_error_set(err, QL_EINVAL,
+                        claim == QL_CLAIM_DONE
+                            ? "%s: the run is already done with metrics version %d (a sweep "
+                              "skips it)"
+                            : "%s: the run is running in another live process",
+                        s->path, info->metrics_version);
+}
+
+ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
+                             const ql_store_run_info *info, int64_t *run_id,
+                             ql_store_claim *claim, ql_error *err)
+{
+    *run_id = 0;
+    *claim = QL_CLAIM_BEGUN;
+    char host[256];
+    if (gethostname(host, sizeof host) != 0)
+        ql_strlcpy(host, "unknown", sizeof host);
+    host[sizeof host - 1] = '\0';
     if (info->metrics_version <= 0)
         return ql_error_set(err, QL_EINVAL, "%s: metrics_version must be > 0", s->path);
     if (key->ctx <= 0 || key->chunks <= 0)
@@ -1511,8 +1799,8 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
     if (rc)
         return rc;
     if ((rc = prep(s,
-                   "SELECT id, status, metrics_version FROM runs WHERE config_id = ?1 AND"
-                   " model_id = ?2 AND dataset_id = ?3 AND ctx = ?4 AND chunks = ?5",
+                   "SELECT id, status, metrics_version, host, pid FROM runs WHERE config_id = ?1"
+                   " AND model_id = ?2 AND dataset_id = ?3 AND ctx = ?4 AND chunks = ?5",
                    &st, err)) ||
         (rc = bind_count(s, st, 1, key->config_id, err)) ||
         (rc = bind_count(s, st, 2, key->model_id, err)) ||
@@ -1525,12 +1813,14 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
         id = sqlite3_column_int64(st, 0);
         const char *status = (const char *)sqlite3_column_text(st, 1);
         int64_t mv = sqlite3_column_int64(st, 2);
-        if (status && strcmp(status, "done") == 0 && mv == info->metrics_version) {
-            rc = ql_error_set(err, QL_EINVAL,
-                              "%s: run %lld is already done with metrics version %lld (a sweep "
-                              "skips it)",
-                              s->path, (long long)id, (long long)mv);
-            goto out;
+        /* Done meanwhile (by another process), or being run by one: not this one's. */
+        if (status && ((strcmp(status, "done") == 0 && mv == info->metrics_version) ||
+                       (strcmp(status, "running") == 0 && run_owned_elsewhere(host, st, 3, 4)))) {
+            *claim = strcmp(status, "done") == 0 ? QL_CLAIM_DONE : QL_CLAIM_BUSY;
+            *run_id = id;
+            sqlite3_finalize(st);
+            rollback(s);
+            return QL_OK;
         }
     } else if (r != SQLITE_DONE) {
         rc = db_fail(s, r, "looking up the run", err);
@@ -1542,15 +1832,16 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
     if (id == 0) {
         static const char insert[] =
             "INSERT INTO runs (sweep, started, threads, host, qlab_version, qlab_commit,"
-            " metrics_version, imatrix_sha256, config_id, model_id, dataset_id, ctx, chunks,"
-            " status) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 'running')"
+            " metrics_version, imatrix_sha256, blas_kernel, mem_budget, group_chunks, pid,"
+            " config_id, model_id, dataset_id, ctx, chunks, status) VALUES (?1, ?2, ?3, ?4,"
+            " ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'running')"
             " RETURNING id";
         if ((rc = prep(s, insert, &st, err)) || (rc = bind_provenance(s, st, info, err)) ||
-            (rc = bind_count(s, st, 9, key->config_id, err)) ||
-            (rc = bind_count(s, st, 10, key->model_id, err)) ||
-            (rc = bind_count(s, st, 11, key->dataset_id, err)) ||
-            (rc = bind_count(s, st, 12, key->ctx, err)) ||
-            (rc = bind_count(s, st, 13, key->chunks, err)) ||
+            (rc = bind_count(s, st, 13, key->config_id, err)) ||
+            (rc = bind_count(s, st, 14, key->model_id, err)) ||
+            (rc = bind_count(s, st, 15, key->dataset_id, err)) ||
+            (rc = bind_count(s, st, 16, key->ctx, err)) ||
+            (rc = bind_count(s, st, 17, key->chunks, err)) ||
             (rc = step_id(s, st, "creating the run", &id, err)))
             goto out;
     } else {
@@ -1569,11 +1860,12 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
         static const char update[] =
             "UPDATE runs SET sweep = ?1, started = ?2, threads = ?3, host = ?4,"
             " qlab_version = ?5, qlab_commit = ?6, metrics_version = ?7, imatrix_sha256 = ?8,"
+            " blas_kernel = ?9, mem_budget = ?10, group_chunks = ?11, pid = ?12,"
             " status = 'running', error = NULL, finished = NULL, seconds = NULL,"
             " quantize_seconds = NULL, ref_seconds = NULL, quant_seconds = NULL,"
-            " attempts = attempts + 1 WHERE id = ?9";
+            " attempts = attempts + 1 WHERE id = ?13";
         if ((rc = prep(s, update, &st, err)) || (rc = bind_provenance(s, st, info, err)) ||
-            (rc = bind_count(s, st, 9, id, err)) ||
+            (rc = bind_count(s, st, 13, id, err)) ||
             (rc = step_done(s, st, "restarting the run", err)))
             goto out;
     }
@@ -1924,21 +2216,37 @@ out:
     return rc;
 }
 
+static ql_status end_run(ql_store *s, int64_t run_id, const char *status, const char *error,
+                         double seconds, ql_error *err);
+
 ql_status ql_store_fail_run(ql_store *s, int64_t run_id, const char *error, double seconds,
                             ql_error *err)
+{
+    return end_run(s, run_id, "failed", error, seconds, err);
+}
+
+ql_status ql_store_interrupt_run(ql_store *s, int64_t run_id, const char *why, double seconds,
+                                 ql_error *err)
+{
+    return end_run(s, run_id, "interrupted", why, seconds, err);
+}
+
+/* Marks a running run failed or interrupted, with the reason. */
+static ql_status end_run(ql_store *s, int64_t run_id, const char *status, const char *error,
+                         double seconds, ql_error *err)
 {
     char now[32];
     ql_utc_timestamp(now);
     sqlite3_stmt *st;
     ql_status rc = prep(s,
-                        "UPDATE runs SET status = 'failed', error = ?1, finished = ?2,"
+                        "UPDATE runs SET status = ?5, error = ?1, finished = ?2,"
                         " seconds = ?3 WHERE id = ?4 AND status = 'running'",
                         &st, err);
     if (rc)
         return rc;
     if ((rc = bind_text(s, st, 1, error && *error ? error : "unknown error", err)) ||
         (rc = bind_text(s, st, 2, now, err)) || (rc = bind_real(s, st, 3, seconds, err)) ||
-        (rc = bind_count(s, st, 4, run_id, err)) ||
+        (rc = bind_count(s, st, 4, run_id, err)) || (rc = bind_text(s, st, 5, status, err)) ||
         (rc = step_done(s, st, "recording the failure", err)))
         goto out;
     if (sqlite3_changes(s->db) != 1)

@@ -14,6 +14,7 @@
  *   ql_store_finish_run()  -> metrics + tensor errors (+ per-chunk sums) + status 'done',
  *                             one transaction
  *   ql_store_fail_run()    -> status 'failed' with the error text
+ *   ql_store_interrupt_run() -> status 'interrupted' (a signal stopped it), with why
  *
  * A run left 'running' by a killed process, a 'failed' run and a 'done' run of an
  * older metrics version are taken over by the next ql_store_begin_run. Missing
@@ -21,7 +22,11 @@
  * (or -1 for counts) for "not measured".
  *
  * Threading: one ql_store per thread; SQLite serializes writers across processes
- * (the busy timeout waits for the lock). */
+ * (a lock another process holds is waited for with a backoff; see ql_store_options).
+ *
+ * Opening read-write a file that is not a qlab results database (another SQLite file:
+ * no qlab application_id or schema version but tables) is refused before anything in
+ * it changes. */
 #ifndef QL_STORE_H
 #define QL_STORE_H
 
@@ -47,8 +52,13 @@
  *      KLD, top-k agreement, KLD by reference confidence, low KLD and Δp percentiles,
  *      errors of every mean) and the applied shares of the type axes; the results
  *      views' applies, types_used and fallback_note columns
- *   5  layer_metrics (per-layer divergence of a run) and the layer_results view */
-#define QL_STORE_SCHEMA_VERSION  5
+ *   5  runs.blas_kernel, mem_budget, group_chunks (what the products ran on and the
+ *      runner's memory plan) and runs.pid (the process of the last attempt: a running
+ *      run whose process is alive on this host belongs to it)
+ *   6  runs.status 'interrupted' (a run stopped by SIGINT/SIGTERM, the reason in error;
+ *      retried like a failed one): older databases' CHECK constraints are rewritten
+ *   7  layer_metrics (per-layer divergence of a run) and the layer_results view */
+#define QL_STORE_SCHEMA_VERSION  7
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 /* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a
@@ -57,9 +67,21 @@
 
 typedef struct ql_store ql_store;
 
+/* How long a lock wait may last before the store gives up with SQLITE_BUSY (another
+ * process holding the write lock that long is stuck, or the sweep should stop). */
+#define QL_STORE_LOCK_PATIENCE_MS (10 * 60 * 1000)
+
 typedef struct {
-    bool readonly;   /* open with SQLITE_OPEN_READONLY; never creates or migrates */
+    bool readonly;   /* open with SQLITE_OPEN_READONLY; never creates or migrates. When the
+                      * file or its directory is not writable (a read-only file system), the
+                      * file is read as immutable (no locks, a WAL file left there unread) */
     int fault_after; /* tests: the n-th SQLite call from now fails (0 = never) */
+    /* Lock waits: a wait longer than busy_timeout_ms is said on stderr (and again every
+     * busy_timeout_ms); one longer than lock_patience_ms gives up (SQLITE_BUSY,
+     * ql_store_busy). 0 = QL_STORE_BUSY_TIMEOUT_MS / QL_STORE_LOCK_PATIENCE_MS; a
+     * negative patience waits without limit. A wait also gives up when the process is
+     * interrupted (ql_interrupted). */
+    int busy_timeout_ms, lock_patience_ms;
 } ql_store_options;
 
 /* Opens (creating the file and schema unless readonly) and checks the schema
@@ -67,6 +89,10 @@ typedef struct {
 ql_status ql_store_open(const char *path, const ql_store_options *opt, ql_store **out,
                         ql_error *err);
 void ql_store_close(ql_store *s);
+
+/* Whether the last failure was a lock that stayed taken (SQLITE_BUSY after the lock
+ * waits): the operation may succeed when retried. */
+bool ql_store_busy(const ql_store *s);
 
 /* The SQLite handle (tests read the database through it; library code goes through
  * the statement helpers below). */
@@ -195,6 +221,9 @@ typedef struct {
     int threads;                /* 0 = unknown */
     int metrics_version;        /* version of the metric definitions (> 0) */
     const char *imatrix_sha256; /* SHA-256 of the importance matrix used, or NULL */
+    const char *blas_kernel;    /* BLAS library, version and kernel (ql_gemm_kernel), or NULL */
+    int64_t mem_budget;         /* the runner's memory budget in bytes; 0 = unknown */
+    int group_chunks;           /* chunks per group of a pass; 0 = unknown */
 } ql_store_run_info;
 
 /* The done run for this identity whose metrics_version equals the given one, by
@@ -208,7 +237,7 @@ ql_status ql_store_find_done(ql_store *s, const char *config_hash, const char *m
 typedef struct {
     char config_hash[65];
     int64_t run_id;
-    char status[16]; /* running, done, failed */
+    char status[16]; /* running, done, failed, interrupted */
     int64_t attempts;
     int metrics_version;
 } ql_store_run_state;
@@ -221,7 +250,7 @@ ql_status ql_store_run_states(ql_store *s, const char *model_sha256, const char 
 /* A run's status and chunk count, and its figures (NAN where not measured, e.g.
  * before it is done). */
 typedef struct {
-    char status[16]; /* running, done, failed */
+    char status[16]; /* running, done, failed, interrupted */
     int64_t chunks;
     double metric[QL_N_METRICS]; /* by ql_metric_id, DERIVED ones included */
     double quant_seconds;        /* its quantized forward pass */
@@ -233,9 +262,25 @@ ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief
 /* Marks the run 'running' (new row, or a retry of a failed, interrupted or
  * older-metrics run: its old metrics and tensor errors are deleted and attempts
  * incremented) and records it as a member of info->sweep. A run already done
- * with the same metrics version is an error (find_done should have skipped it). */
+ * with the same metrics version is an error (find_done should have skipped it), and so
+ * is one that another live process is running (ql_store_claim_run). */
 ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
                              const ql_store_run_info *info, int64_t *run_id, ql_error *err);
+
+/* What ql_store_claim_run found. */
+typedef enum {
+    QL_CLAIM_BEGUN, /* the run is this process's now, marked running */
+    QL_CLAIM_DONE,  /* already done with this metrics version (by another process) */
+    QL_CLAIM_BUSY,  /* running in another process that is alive on this host */
+} ql_store_claim;
+
+/* ql_store_begin_run for processes that share a store: a run another process finished
+ * (DONE) or is running (BUSY: status 'running', its pid alive on this host) is left to
+ * it, with *run_id its id and nothing written. A running run of a process that is gone
+ * (killed), of another host or of this process is taken over. */
+ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
+                             const ql_store_run_info *info, int64_t *run_id,
+                             ql_store_claim *claim, ql_error *err);
 
 /* Records that a sweep includes a run it did not execute itself (found done). */
 ql_status ql_store_add_to_sweep(ql_store *s, const char *sweep, int64_t run_id, ql_error *err);
@@ -256,7 +301,12 @@ ql_status ql_store_finish_run(ql_store *s, int64_t run_id, const ql_run_metrics 
 ql_status ql_store_fail_run(ql_store *s, int64_t run_id, const char *error, double seconds,
                             ql_error *err);
 
-/* Status of a run: "running", "done" or "failed" (copied into out). */
+/* Marks a running run interrupted (SIGINT, SIGTERM) with why; retried by the next sweep
+ * like a failed one. */
+ql_status ql_store_interrupt_run(ql_store *s, int64_t run_id, const char *why, double seconds,
+                                 ql_error *err);
+
+/* Status of a run: "running", "done", "failed" or "interrupted" (copied into out). */
 ql_status ql_store_run_status(ql_store *s, int64_t run_id, char out[16], ql_error *err);
 
 /* The metric columns of the metrics table in schema order (the stored metrics). */

@@ -142,7 +142,8 @@ ql_status qlt_shard_fixture(const char *path, const qlt_shard_spec *spec, ql_err
         if ((st = ql_store_upsert_config(s, &sw.points[i].config, &cid, err)))
             goto out;
         ql_store_run_key key = {cid, mid, tid, spec->ctx, spec->chunks};
-        ql_store_run_info info = {spec->sweep, 1 + spec->shard.index, spec->metrics_version, NULL};
+        ql_store_run_info info = {spec->sweep, 1 + spec->shard.index, spec->metrics_version, NULL,
+                                  spec->kernel, 0, 0};
         if ((st = ql_store_begin_run(s, &key, &info, &run, err)))
             goto out;
         if ((int)i == spec->running)

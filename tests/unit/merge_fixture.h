@@ -34,6 +34,7 @@ typedef struct {
     int perturb;    /* config index whose kld_mean does not reproduce (-1: none) */
     int fail;       /* config index stored as failed (-1: none) */
     int running;    /* config index left running, as by a killed process (-1: none) */
+    const char *kernel; /* the runs' blas_kernel (NULL: not recorded) */
 } qlt_shard_spec;
 
 /* The defaults: sweep QLT_SHARD_SWEEP on the A model and text, metrics version 1,

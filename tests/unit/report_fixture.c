@@ -284,7 +284,7 @@ ql_status qlt_report_fixture(const char *path, bool chunks, ql_error *err)
         }
         ql_store_run_key key = {cid, is_b ? model_b : model_a, text, QLT_REPORT_CTX,
                                 QLT_REPORT_CHUNKS};
-        ql_store_run_info info = {fr->sweep, 2, 1, NULL};
+        ql_store_run_info info = {fr->sweep, 2, 1, NULL, NULL, 0, 0};
         if ((st = ql_store_begin_run(s, &key, &info, &run, err)))
             goto out;
         if (fr->fail) {

@@ -108,7 +108,7 @@ static ql_status add_run(ql_store *s, int64_t model, int64_t text, const char *c
     if (st || (st = ql_store_upsert_config(s, &c, &cid, err)))
         return st;
     ql_store_run_key key = {cid, model, text, QLT_FIXTURE_CTX, QLT_FIXTURE_CHUNKS};
-    ql_store_run_info info = {QLT_FIXTURE_SWEEP, 2, QLT_FIXTURE_METRICS_VERSION, NULL};
+    ql_store_run_info info = {QLT_FIXTURE_SWEEP, 2, QLT_FIXTURE_METRICS_VERSION, NULL, NULL, 0, 0};
     if ((st = ql_store_begin_run(s, &key, &info, &run, err)))
         return st;
     if (leave_running)

@@ -899,6 +899,49 @@ static void timed(const char *name, void (*fn)(void))
         fprintf(stderr, "%s: %.2f s\n", name, ql_now() - t);
 }
 
+/* Runs of two BLAS kernels: equal values are accepted and counted, different ones are
+ * refused naming the kernels rather than "different builds or inputs". */
+static void test_kernels(void)
+{
+    const char *out = tmp_db("kernels-out.db");
+    qlt_shard_spec spec;
+    qlt_shard_spec_init(&spec);
+    spec.shard = (ql_shard){0, 2};
+    spec.kernel = "OpenBLAS 0.3.21 SkylakeX";
+    make_shard(out, &spec);
+
+    const char *same = tmp_db("kernels-same.db");
+    spec.kernel = "OpenBLAS 0.3.21 Haswell";
+    make_shard(same, &spec);
+    ql_error err;
+    ql_merge_counts mc[1];
+    CHECK_OK(merge(out, &same, 1, mc, &err), &err);
+    CHECK_EQ_INT(mc[0].added, 0);
+    CHECK(mc[0].other_kernel > 0);
+    CHECK_EQ_INT(mc[0].other_kernel, mc[0].kept);
+    CHECK(strcmp(mc[0].kernel_in, "OpenBLAS 0.3.21 Haswell") == 0);
+    CHECK(strcmp(mc[0].kernel_out, "OpenBLAS 0.3.21 SkylakeX") == 0);
+
+    const char *differ = tmp_db("kernels-differ.db");
+    spec.perturb = 2;
+    make_shard(differ, &spec);
+    snapshot before = take(out);
+    CHECK(merge(out, &differ, 1, NULL, &err) == QL_EINVAL);
+    check_msg(&err, "but kld_mean differs (");
+    check_msg(&err, "kernel Haswell vs SkylakeX");
+    check_msg(&err, "OpenBLAS 0.3.21 Haswell in ");
+    CHECK_MSG(strstr(err.msg, "different builds or inputs") == NULL, "%s", err.msg);
+    check_untouched(out, &before, "kernels");
+    free(before.bytes);
+
+    /* The same kernel (or none recorded): the builds or inputs are to blame. */
+    const char *plain = tmp_db("kernels-plain.db");
+    spec.kernel = "OpenBLAS 0.3.21 SkylakeX";
+    make_shard(plain, &spec);
+    CHECK(merge(out, &plain, 1, NULL, &err) == QL_EINVAL);
+    check_msg(&err, "different builds or inputs");
+}
+
 int main(void)
 {
     timed("shards_equal_single", test_shards_equal_single);
@@ -907,6 +950,7 @@ int main(void)
     timed("refuse_other_values", test_refuse_other_values);
     timed("which_run_wins", test_which_run_wins);
     timed("bad_inputs", test_bad_inputs);
+    timed("kernels", test_kernels);
     timed("v1_input", test_v1_input);
     timed("fixture_databases", test_fixture_databases);
     timed("large", test_large);

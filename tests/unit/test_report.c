@@ -595,7 +595,7 @@ static void test_report_edge_cases(void)
         CHECK_OK(ql_config_from_string(canon, &c, &err), &err);
         CHECK_OK(ql_store_upsert_config(s, &c, &cid, &err), &err);
         ql_store_run_key key = {cid, mid, tid, 32, 2};
-        ql_store_run_info info = {"edge", 1, 1, NULL};
+        ql_store_run_info info = {"edge", 1, 1, NULL, NULL, 0, 0};
         CHECK_OK(ql_store_begin_run(s, &key, &info, &run, &err), &err);
         ql_run_metrics met;
         ql_run_metrics_init(&met);
@@ -815,7 +815,7 @@ static void test_report_tensor_types(void)
         CHECK_OK(ql_config_from_string(configs[k], &c, &err), &err);
         CHECK_OK(ql_store_upsert_config(s, &c, &cid, &err), &err);
         ql_store_run_key key = {cid, mid, tid, 32, 2};
-        ql_store_run_info info = {"types", 1, 1, NULL};
+        ql_store_run_info info = {"types", 1, 1, NULL, NULL, 0, 0};
         CHECK_OK(ql_store_begin_run(s, &key, &info, &run, &err), &err);
         ql_run_metrics met;
         ql_run_metrics_init(&met);

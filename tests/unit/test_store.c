@@ -58,7 +58,7 @@ static int64_t config_id(env *e, const char *canon)
 static int64_t begin_run(env *e, const char *canon, int metrics_version)
 {
     ql_store_run_key key = {config_id(e, canon), e->model, e->text, 128, 4};
-    ql_store_run_info info = {"test", 2, metrics_version, NULL};
+    ql_store_run_info info = {"test", 2, metrics_version, NULL, NULL, 0, 0};
     ql_error err;
     int64_t run = 0;
     CHECK_OK(ql_store_begin_run(e->s, &key, &info, &run, &err), &err);
@@ -252,7 +252,7 @@ static void test_declarations(void)
 
 /* tests/data/store/v3-fixture.sql: a database qlab wrote before the schema was
  * derived from the declarations, at schema version 3. A read-only open refuses it
- * (it lacks what versions 4 and 5 added) and says how to migrate; a read-write open
+ * (it lacks what versions 4 to 7 added) and says how to migrate; a read-write open
  * adds it (the configs' tensor_types with its default, tensor_errors.choice, the new
  * metrics, layer_metrics), leaves the rest of its tables alone and brings its views up to
  * date, once; its configs keep their hashes and its runs read as before, the new
@@ -294,6 +294,22 @@ static void test_v3_database(void)
         free(a);
         free(b);
     }
+    /* Version 6's constraints: the runs table holds them (and not version 1's), and a run
+     * can be interrupted (with its reason, never without). */
+    static const char runs_sql[] = "SELECT sql FROM sqlite_master WHERE name = 'runs'";
+    char *ra = rows_text(old, runs_sql, NULL);
+    CHECK_MSG(strstr(ra, "'failed', 'interrupted'))") &&
+                  strstr(ra, "CHECK ((status IN ('failed', 'interrupted')) = (error IS NOT NULL))") &&
+                  !strstr(ra, "CHECK ((status = 'failed')"),
+              "runs:\n%s", ra);
+    free(ra);
+    CHECK(sqlite3_exec(old, "UPDATE runs SET status = 'interrupted' WHERE status = 'done'", NULL,
+                       NULL, NULL) != SQLITE_OK);
+    CHECK(sqlite3_exec(old,
+                       "SAVEPOINT x; UPDATE runs SET status = 'interrupted', error = 'SIGINT'"
+                       " WHERE status = 'done'; ROLLBACK TO x; RELEASE x",
+                       NULL, NULL, NULL) == SQLITE_OK);
+    CHECK_EQ_INT(qlt_sql_int(old, "PRAGMA integrity_check = 1") , 0);
     static const char objects[] =
         "SELECT type, name, tbl_name, type = 'view' AND sql IS NOT NULL FROM sqlite_master"
         " WHERE type IN ('index', 'view') ORDER BY name";
@@ -518,7 +534,7 @@ static void test_skip_and_retry(void)
 
     /* Beginning a done run again is refused; a newer metrics version redoes it. */
     ql_store_run_key key = {config_id(&e, "weight_type=Q4_0"), e.model, e.text, 128, 4};
-    ql_store_run_info info = {"other-sweep", 1, 1, NULL};
+    ql_store_run_info info = {"other-sweep", 1, 1, NULL, NULL, 0, 0};
     int64_t r2 = 0;
     CHECK(ql_store_begin_run(e.s, &key, &info, &r2, &err) == QL_EINVAL);
     CHECK(strstr(err.msg, "is already done with metrics version 1") != NULL);
@@ -632,7 +648,7 @@ static void test_finish_faults(void)
     int begin_failures = 0;
     for (int n = 1; n < 1000; n++) {
         ql_store_run_key key = {config_id(&e, "weight_type=Q6_K"), e.model, e.text, 128, 4};
-        ql_store_run_info info = {"faults", 1, 1, NULL};
+        ql_store_run_info info = {"faults", 1, 1, NULL, NULL, 0, 0};
         int64_t r = 0;
         ql_store_inject_fault(e.s, n);
         ql_status st = ql_store_begin_run(e.s, &key, &info, &r, &err);
@@ -773,6 +789,37 @@ static void test_fixture(void)
     ql_store_close(s);
 }
 
+/* A run records what its products ran on and the runner's memory plan, and the process
+ * that runs it (schema version 5). */
+static void test_provenance(void)
+{
+    const char *path = qlt_tmp_db("provenance.db");
+    env e;
+    env_open(&e, path);
+    ql_error err;
+    ql_store_run_key key = {config_id(&e, "weight_type=Q4_0"), e.model, e.text, 128, 4};
+    ql_store_run_info info = {"prov", 3, 1, NULL, "OpenBLAS 0.3.21 Haswell", 1 << 30, 7};
+    int64_t run = 0;
+    CHECK_OK(ql_store_begin_run(e.s, &key, &info, &run, &err), &err);
+    sqlite3 *db = ql_store_handle(e.s);
+    char want[128];
+    snprintf(want, sizeof want, "OpenBLAS 0.3.21 Haswell|3|1073741824|7|%ld", (long)getpid());
+    const char *got = qtext(db, "SELECT blas_kernel || '|' || threads || '|' || mem_budget || '|'"
+                                " || group_chunks || '|' || pid FROM runs");
+    CHECK_MSG(strcmp(got, want) == 0, "%s", got);
+    /* A retry records the new attempt's; unknown ones are NULL. */
+    CHECK_OK(ql_store_fail_run(e.s, run, "boom", 1.0, &err), &err);
+    ql_store_run_info unknown = {"prov", 0, 1, NULL, NULL, 0, 0};
+    CHECK_OK(ql_store_begin_run(e.s, &key, &unknown, &run, &err), &err);
+    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM runs WHERE blas_kernel IS NULL AND"
+                                 " mem_budget IS NULL AND group_chunks IS NULL AND threads IS NULL"),
+                 1);
+    CHECK(strcmp(qtext(db, "SELECT group_concat(name) FROM pragma_table_info('results')"
+                           " WHERE name IN ('blas_kernel', 'mem_budget', 'group_chunks')"),
+                 "blas_kernel,mem_budget,group_chunks") == 0);
+    ql_store_close(e.s);
+}
+
 int main(void)
 {
     test_declarations();
@@ -780,6 +827,7 @@ int main(void)
     test_views_refreshed();
     test_schema();
     test_round_trip();
+    test_provenance();
     test_skip_and_retry();
     test_finish_faults();
     test_open_faults();

@@ -26,7 +26,7 @@ static int64_t begin(ql_store *s, const char *canon, int64_t model, int64_t text
     CHECK_OK(ql_config_from_string(canon, &c, &err), &err);
     CHECK_OK(ql_store_upsert_config(s, &c, &cid, &err), &err);
     ql_store_run_key key = {cid, model, text, CTX, CHUNKS};
-    ql_store_run_info info = {"chunks", 2, 1, NULL};
+    ql_store_run_info info = {"chunks", 2, 1, NULL, NULL, 0, 0};
     CHECK_OK(ql_store_begin_run(s, &key, &info, &run, &err), &err);
     return run;
 }
@@ -146,7 +146,7 @@ static void test_round_trip_and_validation(void)
     int64_t cid;
     CHECK_OK(ql_store_upsert_config(s, &c, &cid, &err), &err);
     ql_store_run_key key = {cid, model, text, CTX, CHUNKS};
-    ql_store_run_info info = {"chunks", 2, 2, NULL};
+    ql_store_run_info info = {"chunks", 2, 2, NULL, NULL, 0, 0};
     int64_t again;
     CHECK_OK(ql_store_begin_run(s, &key, &info, &again, &err), &err);
     CHECK_EQ_INT(again, run);
@@ -254,7 +254,7 @@ static void test_migration_from_v1(void)
     int64_t cid, run;
     CHECK_OK(ql_store_upsert_config(s, &c, &cid, &err), &err);
     ql_store_run_key key = {cid, model, text, QLT_FIXTURE_CTX, QLT_FIXTURE_CHUNKS};
-    ql_store_run_info info = {QLT_FIXTURE_SWEEP, 2, QLT_FIXTURE_METRICS_VERSION, NULL};
+    ql_store_run_info info = {QLT_FIXTURE_SWEEP, 2, QLT_FIXTURE_METRICS_VERSION, NULL, NULL, 0, 0};
     CHECK_OK(ql_store_begin_run(s, &key, &info, &run, &err), &err);
     ql_chunk_record ck[QLT_FIXTURE_CHUNKS];
     ql_run_metrics m;

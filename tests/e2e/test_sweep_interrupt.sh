@@ -1,0 +1,72 @@
+#!/bin/sh
+# SIGINT and SIGTERM during a sweep (issue 16, item 8): the sweep stops after the block
+# it is in, marks the run of the config in progress 'interrupted' (with the reason),
+# says on stderr what is stored, which run was marked and the command that resumes, and
+# exits 128 + the signal (130 for SIGINT); the next sweep retries the interrupted run.
+# With --jobs, SIGTERM to the sweep process stops its jobs the same way. The signal
+# comes while the sweep hangs in a config (QLAB_FAULT_PAUSE_AFTER_RUNS), not by timing.
+set -u
+qlab="$1"
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+cat >"$tmp/i.sweep" <<'END'
+[sweep]
+name    = interrupt-test
+model   = stories260K
+text    = ts-eval
+ctx     = 64
+chunks  = 6
+threads = 1
+
+[grid]
+weight_type = F16 Q8_0 Q4_0 Q5_1
+END
+db="$tmp/i.db"
+wait_running() { # DB N [DONE]: until N runs are running (and DONE are done)
+    n=0
+    while [ "$(rows "$1" "SELECT sum(status = 'running') || ' ' || sum(status = 'done') FROM runs" 2>/dev/null)" != "$2 ${3:-0}" ] \
+        && [ $n -lt 600 ]; do sleep 0.2; n=$((n + 1)); done
+    [ $n -lt 600 ]
+}
+
+QLAB_FAULT_PAUSE_AFTER_RUNS=2 "$qlab" sweep "$tmp/i.sweep" --db "$db" --cache-dir "$tmp/cache" \
+    >"$tmp/a.out" 2>"$tmp/a.err" &
+a=$!
+wait_running "$db" 1 2 && ok "the sweep hangs in its third config" || bad "the sweep never reached its third config"
+kill -INT "$a"
+wait "$a"; code=$?
+[ "$code" = 130 ] && ok "SIGINT: exit 130" || { bad "SIGINT: exit $code"; cat "$tmp/a.err"; }
+has "$tmp/a.err" "qlab: interrupted (SIGINT): 2 configs stored, the run of config 2 (Q4_0) marked interrupted; resume with: qlab sweep $tmp/i.sweep --db $db" \
+    "the message says what is stored, what was marked and how to resume"
+[ "$(rows "$db" "SELECT count(*) FROM runs WHERE status = 'running'")" = 0 ] && ok "no run left running" \
+    || bad "runs left running"
+[ "$(rows "$db" "SELECT status || ' ' || error FROM run_log WHERE canonical LIKE 'weight_type=Q4_0%'")" = "interrupted interrupted by signal 2" ] \
+    && ok "the run in progress is stored interrupted, with the reason" \
+    || { bad "the interrupted run"; rows "$db" "SELECT canonical, status, error FROM run_log"; }
+[ "$(rows "$db" "SELECT count(*) FROM runs WHERE status = 'done'")" = 2 ] && ok "the two finished configs are stored" \
+    || bad "finished configs"
+
+expect 0 "the next sweep resumes" "$qlab" sweep "$tmp/i.sweep" --db "$db" --cache-dir "$tmp/cache"
+has "$tmp/out" "4 configs (2 run, 2 already done, 0 failed)" "it runs the interrupted config and the one not begun"
+[ "$(rows "$db" "SELECT status || ' ' || attempts FROM run_log WHERE canonical LIKE 'weight_type=Q4_0%'")" = "done 2" ] \
+    && ok "the interrupted run is retried" || bad "the interrupted run was not retried"
+
+# --jobs: SIGTERM to the sweep process stops its jobs, each marking its run.
+jdb="$tmp/j.db"
+QLAB_FAULT_PAUSE_AFTER_RUNS=1 "$qlab" sweep "$tmp/i.sweep" --db "$jdb" --cache-dir "$tmp/cache" \
+    --jobs 2 >"$tmp/j.out" 2>"$tmp/j.err" &
+j=$!
+wait_running "$jdb" 2 2 && ok "both jobs hang in their second config" || bad "the jobs never reached their second config"
+kill -TERM "$j"
+wait "$j"; code=$?
+[ "$code" = 143 ] && ok "SIGTERM with --jobs: exit 143" || { bad "SIGTERM with --jobs: exit $code"; cat "$tmp/j.err"; }
+has "$tmp/j.err" "qlab: interrupted (SIGTERM): 2 configs stored, the run of config " "the sweep process reports for its jobs"
+has "$tmp/j.err" "resume with: qlab sweep $tmp/i.sweep --db $jdb" "with the command that resumes"
+[ "$(rows "$jdb" "SELECT sum(status = 'interrupted') || ' ' || sum(status = 'running') || ' ' || sum(status = 'done') FROM runs")" = "2 0 2" ] \
+    && ok "both jobs' runs are marked interrupted, none left running" \
+    || { bad "runs after SIGTERM"; rows "$jdb" "SELECT canonical, status, error FROM run_log"; }
+expect 0 "the --jobs sweep resumes" "$qlab" sweep "$tmp/i.sweep" --db "$jdb" --cache-dir "$tmp/cache" --jobs 2
+[ "$(rows "$jdb" "SELECT count(*) FROM runs WHERE status = 'done'")" = 4 ] && ok "every config done after the resume" \
+    || bad "not every config done after the resume"
+exit "$fail"
