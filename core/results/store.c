@@ -755,11 +755,14 @@ static void add_axes(sqlbuf *b)
 }
 
 /* Whether a config's types applied, from the shares of its classes (metrics m, from
- * the tensor records): 'n/a' when a class got its type on none of its parameters (the
- * config measures other types than it names), 'partial' when one got it on some,
- * 'yes' when all did; NULL without tensor records. */
+ * the tensor records; config c): 'n/a' when the body's weights, or a head or embedding
+ * type the config names itself, got it on none of their parameters (the config measures
+ * other types than it names), 'partial' when a class got it on some only (a head that
+ * is to be "same" as the body and fell back counts so), 'yes' when all did; NULL
+ * without tensor records. */
 #define APPLIES_SQL                                                                                \
-    "CASE WHEN m.applied_body = 0 OR m.applied_head = 0 OR m.applied_embd = 0 THEN 'n/a'"          \
+    "CASE WHEN m.applied_body = 0 OR (m.applied_head = 0 AND c.head_type <> 'same')"               \
+    " OR (m.applied_embd = 0 AND c.embd_type <> 'same') THEN 'n/a'"                                \
     " WHEN m.applied_body < 1 OR m.applied_head < 1 OR m.applied_embd < 1 THEN 'partial'"          \
     " WHEN coalesce(m.applied_body, m.applied_head, m.applied_embd) IS NULL THEN NULL"             \
     " ELSE 'yes' END AS applies"

@@ -89,6 +89,15 @@ int main(void)
     int64_t r_head = store_run(s, "weight_type=Q8_0 head_type=IQ1_S", head, 2);
     check_run(s, r_head, QL_APPLIES_NONE, "Q8_0; head Q2_K", "no imatrix: Q2_K",
               "n/a: Q8_0; head Q2_K");
+    /* head_type same: the body got IQ1_S, the head (that follows the body) fell back:
+     * partial, not n/a, since the config names no type of its own for the head. */
+    const ql_tensor_record same[] = {
+        REC("blk.0.attn_q.weight", QL_TYPE_IQ1_S, QL_TYPE_IQ1_S, 300, NULL),
+        REC("output.weight", QL_TYPE_IQ1_S, QL_TYPE_Q2_K, 50, "no imatrix: Q2_K"),
+    };
+    int64_t r_same = store_run(s, "weight_type=IQ1_S imatrix=x.dat", same, 2);
+    check_run(s, r_same, QL_APPLIES_PARTIAL, "IQ1_S; head Q2_K", "no imatrix: Q2_K",
+              "partial: IQ1_S; head Q2_K");
     /* Everything applied: an empty label; no records: unknown. */
     const ql_tensor_record full[] = {
         REC("blk.0.attn_q.weight", QL_TYPE_Q8_0, QL_TYPE_Q8_0, 30, NULL)};
