@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/progress.h"
 #include "base/util.h"
 #include "experiment/fit.h"
 #include "experiment/metrics.h"
@@ -449,6 +450,9 @@ out:
  * 16 MB. */
 #define ZLIB_MAX_BYTES ((uint64_t)256 << 20)
 
+/* A config's quantization shows a progress line from this many MB of f32 weights on. */
+#define QUANT_PROGRESS_MB 256
+
 /* The zlib level-9 size of the config's tensors as its weight set holds them (the
  * plan's order; kept tensors as f32, 1-D ones as the file has them when F32), or NAN
  * when the plan is over ZLIB_MAX_BYTES. */
@@ -541,6 +545,16 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
     total.weighted = true;
     bool any_weighted = false;
     double quant_seconds = 0;
+    /* A progress line (MB of f32 weights) when there is much to quantize: minutes for a
+     * K-quant of a billion parameters. */
+    int64_t mb_total = 0, mb_done = 0;
+    for (int64_t i = 0; i < plan->n; i++)
+        if (plan->entries[i].role != QL_ROLE_VECTOR && plan->entries[i].role != QL_ROLE_KEEP &&
+            plan->entries[i].used != QL_TYPE_F32)
+            mb_total += plan->entries[i].nrows * plan->entries[i].n_per_row * 4;
+    mb_total /= 1000000;
+    ql_progress pr;
+    ql_progress_begin(&pr, "quantize", "MB", mb_total, q->quiet || mb_total < QUANT_PROGRESS_MB);
     for (int64_t i = 0; i < plan->n && !st; i++) {
         const ql_quant_plan_entry *e = &plan->entries[i];
         ql_linear *lin = ql_weights_find(model->weights, e->name);
@@ -579,6 +593,8 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
         const ql_outlier_cols *oc = os && site >= 0 ? &os->site[site] : NULL;
         qtensor *qt = NULL;
         st = get_qtensor(q, e, lin, im, oc, &qt, &quant_seconds, err);
+        mb_done += e->nrows * e->n_per_row * 4;
+        ql_progress_update(&pr, mb_done / 1000000, NULL);
         if (st) {
             ql_error_prefix(err, "tensor '%s' (%s): ", e->name, ql_type_name(e->used));
             break;
@@ -615,6 +631,7 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
                 *outlier_bytes += hq->outlier_bytes;
         }
     }
+    ql_progress_end(&pr, mb_done / 1000000, st ? "failed" : NULL);
     if (!st) {
         r->rmse = ql_weight_error_rmse(&total);
         r->max_err = total.max_abs;
