@@ -124,7 +124,7 @@ ql_status ql_sweep_jobs_run(ql_sweep_run *r, const ql_sweep *sw, const ql_run_op
 /* ------------------------------------------------------------------------- */
 /* Fault injection                                                            */
 
-static int kill_after, pause_after;
+static int kill_after, pause_after, delay_ms;
 
 static void fault_hook(void *ctx, int begun)
 {
@@ -133,6 +133,8 @@ static void fault_hook(void *ctx, int begun)
         raise(SIGKILL);
     if (pause_after > 0 && begun > pause_after)
         pause();
+    if (delay_ms > 0) /* every run takes this long more: a window for the store tests */
+        usleep((useconds_t)delay_ms * 1000);
 }
 
 void ql_sweep_faults_install(ql_run_opts *opts)
@@ -143,7 +145,10 @@ void ql_sweep_faults_install(ql_run_opts *opts)
         kill_after = 0;
     if (!p || !ql_parse_int(p, &pause_after))
         pause_after = 0;
-    if (kill_after > 0 || pause_after > 0) {
+    const char *d = getenv("QLAB_FAULT_DELAY_MS");
+    if (!d || !ql_parse_int(d, &delay_ms))
+        delay_ms = 0;
+    if (kill_after > 0 || pause_after > 0 || delay_ms > 0) {
         opts->on_run_begun = fault_hook;
         opts->on_run_begun_ctx = NULL;
     }

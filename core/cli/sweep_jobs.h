@@ -16,9 +16,10 @@
 ql_status ql_sweep_jobs_run(ql_sweep_run *r, const ql_sweep *sw, const ql_run_opts *opts, int jobs,
                             ql_error *err);
 
-/* The resume tests' fault injection, from the environment: QLAB_FAULT_KILL_AFTER_RUNS=N
- * kills the process (SIGKILL) when its run N+1 begins, QLAB_FAULT_PAUSE_AFTER_RUNS=N
- * waits for a signal there. Installs the hook on opts when either is set. */
+/* The resume and store tests' fault injection, from the environment:
+ * QLAB_FAULT_KILL_AFTER_RUNS=N kills the process (SIGKILL) when its run N+1 begins,
+ * QLAB_FAULT_PAUSE_AFTER_RUNS=N waits for a signal there, QLAB_FAULT_DELAY_MS=MS sleeps
+ * that long when each run begins. Installs the hook on opts when any is set. */
 void ql_sweep_faults_install(ql_run_opts *opts);
 
 #endif

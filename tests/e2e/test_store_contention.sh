@@ -85,7 +85,10 @@ threads = 1
 weight_type = Q4_0 Q8_0 Q5_0
 act_mode    = native
 END
-QLAB_STORE_BUSY_TIMEOUT_MS=300 QLAB_STORE_LOCK_PATIENCE_MS=1000 "$qlab" sweep "$tmp/l.sweep" \
+# Each run begun waits 2.5 s (QLAB_FAULT_DELAY_MS) before it computes, so the lock below
+# is held when the first result is to be stored, however loaded the machine.
+QLAB_FAULT_DELAY_MS=2500 QLAB_STORE_BUSY_TIMEOUT_MS=300 QLAB_STORE_LOCK_PATIENCE_MS=1000 \
+    "$qlab" sweep "$tmp/l.sweep" \
     --db "$db" --cache-dir "$cache" >"$tmp/l.out" 2>"$tmp/l.err" &
 l=$!
 n=0
