@@ -89,12 +89,15 @@ static ql_status prepare(ql_sched *s, const ql_sched_job *job, const ql_hparams 
         (st = ensure(&s->logits, &s->logits_floats, (size_t)n_tok * (size_t)hp->n_vocab,
                      "one chunk's logits", err)))
         return st;
-    if (s->tokens_cap < n_tok) {
-        int32_t *t = realloc(s->tokens, (size_t)n_tok * sizeof *t);
+    /* A chunk's input is all ctx tokens (ql_ppl_chunk_input), of which a perplexity pass
+     * runs the first ctx - 1. */
+    const int n_in = job->data->ctx > n_tok ? job->data->ctx : n_tok;
+    if (s->tokens_cap < n_in) {
+        int32_t *t = realloc(s->tokens, (size_t)n_in * sizeof *t);
         if (!t)
             return ql_error_set(err, QL_ENOMEM, "out of memory");
         s->tokens = t;
-        s->tokens_cap = n_tok;
+        s->tokens_cap = n_in;
     }
     return QL_OK;
 }

@@ -199,7 +199,8 @@ ql_status ql_types_table_load(ql_store *s, const int64_t *run_ids, const char *c
         ql_types_table_free(t);
         return rc;
     }
-    qsort(t->classes, t->n_classes, sizeof *t->classes, cmp_class);
+    if (t->n_classes) /* qsort wants a non-null base even for no elements */
+        qsort(t->classes, t->n_classes, sizeof *t->classes, cmp_class);
     *out = t;
     return QL_OK;
 }
