@@ -142,6 +142,13 @@ static ql_status list_sweeps(ctx *c, char ***out, size_t *n, ql_error *err)
         (*n)++;
     }
     sqlite3_finalize(st);
+    if (rc) { /* a failed read leaves nothing to free */
+        for (size_t i = 0; i < *n; i++)
+            free(names[i]);
+        free(names);
+        *n = 0;
+        return rc;
+    }
     *out = names;
     return rc;
 }
