@@ -528,6 +528,30 @@ static void body_quote(body *b, const char *s)
     body_add(b, "'");
 }
 
+/* The gnuplot script of a plot: header (comment lines and settings, ending in a
+ * newline), then body b once per terminal; saved as BASE.gp, drawn and recorded as
+ * the group's plot `title`. Frees b's text in every case. */
+static ql_status write_plot_script(ctx *c, group *g, body *b, const char *base, int height,
+                                   const char *header, const char *title, ql_error *err)
+{
+    ql_doc d;
+    ql_status rc = b->failed ? ql_report_oom(err) : ql_doc_open(&d, err);
+    if (rc) {
+        free(b->text);
+        return rc;
+    }
+    fputs(header, d.f);
+    both_terminals(d.f, base, height, b->text);
+    free(b->text);
+    char name[1200];
+    snprintf(name, sizeof name, "%s.gp", base);
+    if ((rc = ql_report_doc_save(c, &d, name, err)))
+        return rc;
+    render(c, name, base);
+    add_plot(g, base, title);
+    return QL_OK;
+}
+
 /* Ticks of a log axis over [lo, hi]: gnuplot's own are decades only, so a narrower
  * range gets none; these take 1, 2, 5 times a power of ten, or every digit when
  * that gives fewer than three. Writes "set ytics (...)" or nothing when the decades
@@ -767,24 +791,15 @@ static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plo
                      "unset ylabel\nunset key\nunset grid\nset xrange [0:1]\nset yrange [0:1]\n"
                      "plot NaN notitle\n");
     body_add(&b, "unset multiplot\n");
-    if (b.failed) {
-        rc = ql_report_oom(err);
-        goto out;
-    }
-    if ((rc = ql_doc_open(&d, err)))
-        goto out;
-    fprintf(d.f,
-            "# qlab report: %s against bits per weight, ± its standard error; colour and marker\n"
-            "# tell apart the axes that vary besides the weight type, panels any further ones;\n"
-            "# the dashed line joins the Pareto front. Data: formats%s.dat, %s%s.dat.\n"
-            "# Redraw: gnuplot %s.gp\nset encoding utf8\n",
-            ql_metric_get(bp->value)->name, g->suffix, front_stem, g->suffix, base);
-    both_terminals(d.f, base, m.height, b.text);
-    snprintf(name, sizeof name, "%s.gp", base);
-    if ((rc = ql_report_doc_save(c, &d, name, err)))
-        goto out;
-    render(c, name, base);
-    add_plot(g, base, bp->title);
+    char header[4096];
+    snprintf(header, sizeof header,
+             "# qlab report: %s against bits per weight, ± its standard error; colour and marker\n"
+             "# tell apart the axes that vary besides the weight type, panels any further ones;\n"
+             "# the dashed line joins the Pareto front. Data: formats%s.dat, %s%s.dat.\n"
+             "# Redraw: gnuplot %s.gp\nset encoding utf8\n",
+             ql_metric_get(bp->value)->name, g->suffix, front_stem, g->suffix, base);
+    rc = write_plot_script(c, g, &b, base, m.height, header, bp->title, err);
+    b.text = NULL;
 out:
     ql_doc_discard(&d);
     free(b.text);
@@ -995,27 +1010,13 @@ static ql_status plot_kld_cdf(ctx *c, group *g, const layout *l, ql_error *err)
         body_add(&b, "\nunset label\n");
     }
     body_add(&b, "unset multiplot\n");
-    if (b.failed) {
-        free(b.text);
-        return ql_report_oom(err);
-    }
-    if ((rc = ql_doc_open(&d, err))) {
-        free(b.text);
-        return rc;
-    }
-    fprintf(d.f,
-            "# qlab report: the distribution of per-token KLD of every config (its stored\n"
-            "# percentiles 1%%..99.9%% and maximum), a panel per combination of the other\n"
-            "# axes. Data: %s.dat. Redraw: gnuplot %s.gp\nset encoding utf8\n",
-            base, base);
-    both_terminals(d.f, base, height, b.text);
-    free(b.text);
-    snprintf(name, sizeof name, "%s.gp", base);
-    if ((rc = ql_report_doc_save(c, &d, name, err)))
-        return rc;
-    render(c, name, base);
-    add_plot(g, base, "KLD distribution");
-    return QL_OK;
+    char header[2600];
+    snprintf(header, sizeof header,
+             "# qlab report: the distribution of per-token KLD of every config (its stored\n"
+             "# percentiles 1%%..99.9%% and maximum), a panel per combination of the other\n"
+             "# axes. Data: %s.dat. Redraw: gnuplot %s.gp\nset encoding utf8\n",
+             base, base);
+    return write_plot_script(c, g, &b, base, height, header, "KLD distribution", err);
 }
 
 /* ================================================================ per-tensor plot */
@@ -1310,27 +1311,13 @@ static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *er
     }
     body_add(&b, "\n");
     free(shown);
-    if (b.failed) {
-        free(b.text);
-        return ql_report_oom(err);
-    }
-    if ((rc = ql_doc_open(&d, err))) {
-        free(b.text);
-        return rc;
-    }
-    fprintf(d.f,
-            "# qlab report: the divergence of each config's residual stream from the\n"
-            "# reference's after every block (layer_metrics). Data: %s.dat. Redraw: gnuplot "
-            "%s.gp\nset encoding utf8\n",
-            base, base);
-    both_terminals(d.f, base, 560, b.text);
-    free(b.text);
-    snprintf(name, sizeof name, "%s.gp", base);
-    if ((rc = ql_report_doc_save(c, &d, name, err)))
-        return rc;
-    render(c, name, base);
-    add_plot(g, base, "divergence by layer");
-    return QL_OK;
+    char header[2600];
+    snprintf(header, sizeof header,
+             "# qlab report: the divergence of each config's residual stream from the\n"
+             "# reference's after every block (layer_metrics). Data: %s.dat. Redraw: gnuplot "
+             "%s.gp\nset encoding utf8\n",
+             base, base);
+    return write_plot_script(c, g, &b, base, 560, header, "divergence by layer", err);
 }
 
 static ql_status (*const plot_writers[])(ctx *, group *, const layout *, ql_error *) = {
