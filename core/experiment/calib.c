@@ -160,6 +160,19 @@ static ql_status calib_files_of(const ql_calib *cal, const ql_config *c, calib_f
     return QL_OK;
 }
 
+ql_status ql_calib_config_text(const ql_calib *cal, const ql_config *c, ql_ppl_data *d,
+                               char text_sha[65], ql_error *err)
+{
+    memset(d, 0, sizeof *d);
+    if (c->imatrix_kind != QL_IMATRIX_CALIB)
+        return ql_error_set(err, QL_EINVAL, "the config's imatrix is not calib:<text>");
+    calib_files f;
+    ql_status st = calib_files_of(cal, c, &f, err);
+    if (!st && !(st = calib_chunks(cal, c, f.text_path, d, err)))
+        ql_strlcpy(text_sha, f.text_sha, 65);
+    return st;
+}
+
 /* The cached imatrix into slot (and its file's sha256): *hit = false, and a warning
  * when the file is there but unusable, means it has to be computed. */
 static ql_status load_cached_imatrix(const ql_calib *cal, const ql_config *c, const calib_files *f,

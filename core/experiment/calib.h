@@ -31,6 +31,7 @@
 #include "experiment/sweep.h"
 #include "model/imatrix_io.h"
 #include "model/model.h"
+#include "model/perplexity.h"
 #include "model/tokenizer.h"
 
 typedef struct ql_calib ql_calib;
@@ -63,6 +64,12 @@ ql_status ql_calib_config_imatrix(ql_calib *cal, const ql_config *c, ql_calib_sl
  * NULL for a NULL slot. */
 const ql_imatrix *ql_calib_slot_imatrix(const ql_calib_slot *slot);
 const char *ql_calib_slot_sha256(const ql_calib_slot *slot);
+
+/* The calibration text of c's calib: imatrix in chunks as its pass reads them (its ctx,
+ * else the sweep's; its chunk count), and the text's SHA-256 (free d with
+ * ql_ppl_data_free). The text the kld objective measures sensitivities on. */
+ql_status ql_calib_config_text(const ql_calib *cal, const ql_config *c, ql_ppl_data *d,
+                               char text_sha[65], ql_error *err);
 
 /* The outlier channels of c (slot: c's, from ql_calib_config_imatrix): *out = NULL
  * without a split (outlier_ratio 0). A ratio needs the activation maxima of a calib:

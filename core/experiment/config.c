@@ -47,8 +47,9 @@ static const ql_capability capabilities[] = {
     {QL_AXIS_KV_TYPE, "q4_0", true},         {QL_AXIS_IMATRIX, "none", true},
     {QL_AXIS_IMATRIX, "<path>", true},       {QL_AXIS_IMATRIX, "calib:<dataset>", true},
     {QL_AXIS_BUDGET, "none", true},          {QL_AXIS_BUDGET, "<bytes>", true},
-    {QL_AXIS_BUDGET, "bpw:<x>", true},       {QL_AXIS_TENSOR_TYPES, "none", true},
-    {QL_AXIS_TENSOR_TYPES, "<rules>", true},
+    {QL_AXIS_BUDGET, "bpw:<x>", true},       {QL_AXIS_BUDGET, "<type>", true},
+    {QL_AXIS_TENSOR_TYPES, "none", true},    {QL_AXIS_TENSOR_TYPES, "<rules>", true},
+    {QL_AXIS_OBJECTIVE, "imatrix", true},    {QL_AXIS_OBJECTIVE, "kld", true},
 };
 
 size_t ql_config_capabilities(const ql_capability **out)
@@ -269,6 +270,24 @@ static ql_status parse_budget(ql_config *c, const char *v, ql_error *err)
         c->budget_bytes = 0;
         return QL_OK;
     }
+    /* A type or mix: the size of this model quantized so. */
+    if (isalpha((unsigned char)v[0])) {
+        ql_config t;
+        ql_config_init(&t);
+        ql_error e2;
+        if (ql_config_set(&t, QL_AXIS_WEIGHT_TYPE, v, &e2) == QL_OK &&
+            strncasecmp(v, "file:", 5) != 0) {
+            char name[QL_CONFIG_VALUE_MAX];
+            ql_config_axis_string(&t, QL_AXIS_WEIGHT_TYPE, name, sizeof name);
+            if (strlen(name) < sizeof c->budget_like) {
+                c->budget_kind = QL_BUDGET_LIKE;
+                ql_strlcpy(c->budget_like, name, sizeof c->budget_like);
+                c->budget_bytes = 0;
+                c->budget_bpw = 0.0;
+                return QL_OK;
+            }
+        }
+    }
     /* A number, optionally followed by a binary unit. */
     size_t len = strlen(v), ulen = 0;
     while (ulen < len && isalpha((unsigned char)v[len - 1 - ulen]))
@@ -276,8 +295,8 @@ static ql_status parse_budget(ql_config *c, const char *v, ql_error *err)
     char num[64];
     if (len - ulen == 0 || len - ulen >= sizeof num)
         return ql_error_set(err, QL_EFORMAT,
-                            "budget: '%s' is not none, a byte count (4718592, 512MiB, 4.5GiB) "
-                            "or bpw:X",
+                            "budget: '%s' is not none, a byte count (4718592, 512MiB, 4.5GiB), "
+                            "bpw:X or a type or mix (Q4_K_M)",
                             v);
     memcpy(num, v, len - ulen);
     num[len - ulen] = '\0';
@@ -614,6 +633,8 @@ static int print_budget(const ql_config *c, char *buf, size_t size)
         return snprintf(buf, size, "none");
     if (c->budget_kind == QL_BUDGET_BYTES)
         return snprintf(buf, size, "%lld", (long long)c->budget_bytes);
+    if (c->budget_kind == QL_BUDGET_LIKE)
+        return snprintf(buf, size, "%s", c->budget_like);
     ql_format_double(c->budget_bpw, num, sizeof num);
     return snprintf(buf, size, "bpw:%s", num);
 }
@@ -622,7 +643,30 @@ static const char *class_budget(const ql_config *c)
 {
     return c->budget_kind == QL_BUDGET_NONE    ? "none"
            : c->budget_kind == QL_BUDGET_BYTES ? "<bytes>"
+           : c->budget_kind == QL_BUDGET_LIKE  ? "<type>"
                                                : "bpw:<x>";
+}
+
+static ql_status parse_objective(ql_config *c, const char *v, ql_error *err)
+{
+    if (strcasecmp(v, "imatrix") == 0)
+        c->objective = QL_OBJECTIVE_IMATRIX;
+    else if (strcasecmp(v, "kld") == 0)
+        c->objective = QL_OBJECTIVE_KLD;
+    else
+        return ql_error_set(err, QL_EFORMAT, "objective: unknown objective '%s' (imatrix, kld)",
+                            v);
+    return QL_OK;
+}
+
+static int print_objective(const ql_config *c, char *buf, size_t size)
+{
+    return snprintf(buf, size, "%s", c->objective == QL_OBJECTIVE_KLD ? "kld" : "imatrix");
+}
+
+static const char *class_objective(const ql_config *c)
+{
+    return c->objective == QL_OBJECTIVE_KLD ? "kld" : "imatrix";
 }
 
 static double column_budget_bytes(const ql_config *c)
@@ -980,7 +1024,8 @@ static ql_status validate_file(const ql_config *c, ql_axis *bad_axis, ql_error *
     ql_config d;
     ql_config_init(&d);
     const ql_axis weight_axes[] = {QL_AXIS_OUTLIER_RATIO, QL_AXIS_HEAD_TYPE, QL_AXIS_EMBD_TYPE,
-                                   QL_AXIS_IMATRIX, QL_AXIS_BUDGET, QL_AXIS_TENSOR_TYPES};
+                                   QL_AXIS_IMATRIX, QL_AXIS_BUDGET, QL_AXIS_TENSOR_TYPES,
+                                   QL_AXIS_OBJECTIVE};
     for (size_t i = 0; i < sizeof weight_axes / sizeof weight_axes[0]; i++) {
         char v[QL_CONFIG_VALUE_MAX], dv[QL_CONFIG_VALUE_MAX];
         ql_config_axis_string(c, weight_axes[i], v, sizeof v);
@@ -1010,6 +1055,14 @@ ql_status ql_config_validate(const ql_config *c, ql_axis *bad_axis, ql_error *er
                       "calibration pass of imatrix = calib:<text>, but imatrix is %s",
                       v, c->imatrix_kind == QL_IMATRIX_NONE ? "none" : "a file");
     }
+    if (c->objective == QL_OBJECTIVE_KLD && c->budget_kind == QL_BUDGET_NONE)
+        return broken(bad_axis, QL_AXIS_OBJECTIVE, err,
+                      "objective kld is what a budget's solver minimises; give a budget");
+    if (c->objective == QL_OBJECTIVE_KLD && c->imatrix_kind != QL_IMATRIX_CALIB)
+        return broken(bad_axis, QL_AXIS_OBJECTIVE, err,
+                      "objective kld measures each tensor's sensitivity on the calibration text "
+                      "of imatrix = calib:<text>, but imatrix is %s",
+                      c->imatrix_kind == QL_IMATRIX_NONE ? "none" : "a file");
     if (c->budget_kind == QL_BUDGET_NONE)
         return QL_OK;
     /* A budget: the exact-fit solver chooses every tensor's type up to weight_type. */

@@ -86,12 +86,17 @@
     X(IMATRIX,       imatrix,       imatrix_kind,  imatrix_chunks, "none", TEXT, 1,                \
       "imatrix",  NULL,  QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT,                            \
       "'none', a path, or 'calib:<dataset>[,ctx=N][,chunks=N]'")                                   \
-    X(BUDGET,        budget,        budget_kind,   budget_bpw,     "none", TEXT, 1,                \
-      "budget",   NULL,  QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT, "'none', bytes, or 'bpw:X'") \
+    X(BUDGET,        budget,        budget_kind,   budget_like,    "none", TEXT, 1,                \
+      "budget",   NULL,  QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT, "'none', bytes, 'bpw:X' or a type") \
     X(TENSOR_TYPES,  tensor_types,  tensor_types,  tensor_types,   "none", TEXT, 4,                \
       "recipe",   NULL,                                                                            \
       QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT | QL_AXIS_OMIT_DEFAULT,                        \
-      "'none' or REGEX=TYPE rules separated by ';' (first match wins)")
+      "'none' or REGEX=TYPE rules separated by ';' (first match wins)")                       \
+    X(OBJECTIVE,     objective,     objective,     objective,      "imatrix", TEXT, 8,             \
+      "objective", NULL,                                                                           \
+      QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT | QL_AXIS_OMIT_DEFAULT,                        \
+      "what a budget's solver minimises: 'imatrix' (weighted weight error) or 'kld' (measured "    \
+      "sensitivities)")
 // clang-format on
 
 /* Flags of an axis. */
@@ -141,7 +146,15 @@ typedef enum { QL_KV_AUTO, QL_KV_F32, QL_KV_F16, QL_KV_Q8_0, QL_KV_Q4_0, QL_KV_C
 
 typedef enum { QL_IMATRIX_NONE, QL_IMATRIX_FILE, QL_IMATRIX_CALIB } ql_imatrix_kind;
 
-typedef enum { QL_BUDGET_NONE, QL_BUDGET_BYTES, QL_BUDGET_BPW } ql_budget_kind;
+/* A budget in bytes, in bits per weight, or as the size of this model in a type or mix
+ * (LIKE: `budget = Q4_K_M`, resolved against the model and the importance matrix when
+ * the config is planned, fit.h's ql_fit_budget_of). */
+typedef enum { QL_BUDGET_NONE, QL_BUDGET_BYTES, QL_BUDGET_BPW, QL_BUDGET_LIKE } ql_budget_kind;
+
+/* What a budget's solver minimises (fit.h): the summed imatrix-weighted weight error, or
+ * the summed measured sensitivities (sensitivity.h) on the calibration text of the
+ * config's calib: imatrix. */
+typedef enum { QL_OBJECTIVE_IMATRIX, QL_OBJECTIVE_KLD } ql_objective;
 
 /* head_type / embd_type value meaning "the same as weight_type". */
 #define QL_TYPE_SAME QL_TYPE_INVALID
@@ -182,6 +195,8 @@ typedef struct {
     ql_budget_kind budget_kind;
     int64_t budget_bytes; /* BYTES */
     double budget_bpw;    /* BPW */
+    char budget_like[32]; /* LIKE: the weight type or mix, canonical (Q4_K_M, mix:Q6_K) */
+    ql_objective objective;
     /* --tensor-type rules in canonical form (REGEX=TYPE;...; patterns lowercased as
      * the policy matches them, types as GGUF spells them); "" = none. */
     char tensor_types[QL_CONFIG_RECIPE_MAX];

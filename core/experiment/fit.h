@@ -227,6 +227,12 @@ typedef struct {
     const char *cache_dir;
     /* No progress line. */
     bool quiet;
+    /* The objective: NULL minimises the imatrix-weighted errors of the table; otherwise
+     * called with errors_ctx on the table before it is solved, to replace every
+     * assigned tensor's choice errors (the kld objective: the measured sensitivities of
+     * sensitivity.h). The cached table keeps the imatrix errors. */
+    ql_status (*errors)(void *ctx, ql_fit_table *t, ql_error *err);
+    void *errors_ctx;
 } ql_fit_options;
 
 /* Defaults: default ladder, QL_FIT_SAMPLE_ROWS rows, default cache, progress on. */
@@ -247,6 +253,9 @@ ql_status ql_fit_table_compute(const ql_gguf *model, const char *model_sha256,
                                ql_fit_table **out, ql_error *err);
 
 void ql_fit_table_free(ql_fit_table *t);
+
+/* Sorts every tensor's choices by bytes, then error (after their errors changed). */
+void ql_fit_table_sort_choices(ql_fit_table *t);
 
 /* Writes / reads the cache file format (also used by tests). Reading validates
  * everything (header, key, checksum, every number) and fails with the reason. */

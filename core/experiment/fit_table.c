@@ -529,6 +529,13 @@ static int cmp_choice(const void *pa, const void *pb)
     return a->type < b->type ? -1 : a->type > b->type;
 }
 
+void ql_fit_table_sort_choices(ql_fit_table *t)
+{
+    for (int i = 0; i < t->n_tensors; i++)
+        qsort(t->tensors[i].choices, (size_t)t->tensors[i].n_choices,
+              sizeof *t->tensors[i].choices, cmp_choice);
+}
+
 /* ---------------------------------------------------------------------------
  * Candidate types */
 

@@ -159,6 +159,13 @@ ql_status ql_fit_plan_model(const ql_gguf *model, const char *model_sha256,
     ql_status rc = ql_fit_table_compute(model, model_sha256, imp, opt, &t, err);
     if (rc != QL_OK)
         return rc;
+    if (opt && opt->errors) {
+        if ((rc = opt->errors(opt->errors_ctx, t, err))) {
+            ql_fit_table_free(t);
+            return rc;
+        }
+        ql_fit_table_sort_choices(t);
+    }
     rc = ql_fit_solve(t, ql_fit_budget_resolve(budget, t), NULL, plan_out, err);
     if (rc != QL_OK) {
         ql_fit_table_free(t);

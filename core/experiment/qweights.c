@@ -44,6 +44,9 @@ typedef struct {
 
 struct ql_qweights {
     const ql_model *model;
+    ql_status (*sensitivities)(void *ctx, const ql_config *c, const ql_calib_slot *slot,
+                               ql_fit_table *t, ql_error *err);
+    void *sens_ctx;
     char model_sha[65];
     char cache_dir[QL_PATH_MAX];
     const ql_imatrix *metric_imatrix;
@@ -154,6 +157,33 @@ static ql_status quantize_pieces(const ql_linear *src_lin, int32_t type, const f
     return st;
 }
 
+ql_status ql_qweights_quantize_linear(const ql_linear *lin, int32_t type, const ql_imatrix *im,
+                                      ql_weight_src *src, void **bytes, ql_error *err)
+{
+    *bytes = NULL;
+    const size_t q_bytes = ql_row_size(ql_type_get(type)->storage, lin->n_in) * (size_t)lin->n_out;
+    float *buf = malloc((size_t)lin->n_in * sizeof *buf);
+    void *q = malloc(q_bytes ? q_bytes : 1);
+    const float *qw = NULL;
+    ql_weight_error werr;
+    memset(&werr, 0, sizeof werr);
+    ql_status st = buf && q ? QL_OK
+                            : ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'",
+                                           lin->name);
+    if (!st)
+        st = ql_calib_column_weights(im, lin->name, lin->n_in, buf, &qw, err);
+    if (!st)
+        st = quantize_pieces(lin, type, qw, NULL, q, q_bytes, &werr, err);
+    free(buf);
+    if (st) {
+        free(q);
+        return ql_error_prefix(err, "tensor '%s' (%s): ", lin->name, ql_type_name(type));
+    }
+    *src = (ql_weight_src){ql_type_get(type)->storage, q, 0, NULL, NULL};
+    *bytes = q;
+    return QL_OK;
+}
+
 static void qcache_deinit(qcache *c)
 {
     for (size_t i = 0; i < c->n; i++)
@@ -216,6 +246,8 @@ ql_status ql_qweights_alloc(ql_qweights **out, const ql_qweights_opts *o, ql_err
     ql_strlcpy(q->cache_dir, o->cache_dir, sizeof q->cache_dir);
     q->metric_imatrix = o->metric_imatrix;
     q->quiet = o->quiet;
+    q->sensitivities = o->sensitivities;
+    q->sens_ctx = o->sens_ctx;
     q->cache.max_bytes = o->cache_bytes ? o->cache_bytes : QL_QWEIGHTS_CACHE_BYTES;
     /* The longest row any tensor has: a hidden, feed-forward or vocabulary row. */
     const ql_hparams *hp = &o->model->hp;
@@ -325,22 +357,53 @@ out:
 /* ------------------------------------------------------------------------- */
 /* The plan                                                                   */
 
-/* Replaces the policy's types by the ones the exact-fit solver chose for a budget,
- * and recomputes the plan's byte totals. */
-static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql_calib_slot *slot,
-                              ql_quant_plan *plan, ql_error *err)
+/* What the kld objective's hook needs besides the table. */
+typedef struct {
+    const ql_qweights *q;
+    const ql_config *c;
+    const ql_calib_slot *slot;
+} sens_hook;
+
+static ql_status measured_errors(void *ctx, ql_fit_table *t, ql_error *err)
 {
+    const sens_hook *h = ctx;
+    return h->q->sensitivities(h->q->sens_ctx, h->c, h->slot, t, err);
+}
+
+/* Replaces the policy's types by the ones the exact-fit solver chose for a budget,
+ * and recomputes the plan's byte totals; *predicted: the solver's summed objective
+ * when it is the kld one, else NAN. */
+static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql_calib_slot *slot,
+                              ql_quant_plan *plan, double *predicted, ql_error *err)
+{
+    *predicted = (double)NAN;
     if (c->head_type != QL_TYPE_SAME || c->embd_type != QL_TYPE_SAME)
         return ql_error_set(err, QL_EINVAL,
                             "a budget config lets the solver choose the head and embedding "
                             "types too; use head_type = same and embd_type = same");
+    if (c->objective == QL_OBJECTIVE_KLD && !q->sensitivities)
+        return ql_error_set(err, QL_EINVAL,
+                            "objective kld: nothing here measures sensitivities (a sweep does)");
     ql_fit_imatrix *fim = NULL;
     ql_status st = QL_OK;
     if (slot && (st = ql_fit_imatrix_wrap(ql_calib_slot_imatrix(slot), ql_calib_slot_sha256(slot),
                                           &fim, err)))
         return st;
+    const ql_fit_importance *imp = fim ? ql_fit_imatrix_importance(fim) : NULL;
     ql_fit_budget b = {c->budget_kind == QL_BUDGET_BPW ? QL_FIT_BUDGET_BPW : QL_FIT_BUDGET_BYTES,
                        (uint64_t)c->budget_bytes, c->budget_bpw};
+    ql_fit_table *table = NULL;
+    ql_fit_plan *fp = NULL;
+    if (c->budget_kind == QL_BUDGET_LIKE) {
+        /* The size of this model in that type or mix, with the same importance matrix. */
+        ql_config like;
+        ql_config_init(&like);
+        if ((st = ql_config_set(&like, QL_AXIS_WEIGHT_TYPE, c->budget_like, err)) ||
+            (st = ql_fit_budget_of(q->model->gguf, &like, imp, &b.bytes, err))) {
+            ql_error_prefix(err, "budget %s: ", c->budget_like);
+            goto out;
+        }
+    }
     /* The solver's default ladder up to the precision of weight_type, so that
      * weight_type caps what a fitted model may spend on one tensor. */
     ql_fit_options fo;
@@ -348,20 +411,24 @@ static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql
     fo.max_bpw = ql_type_bpw(c->weight_type);
     fo.cache_dir = q->cache_dir;
     fo.quiet = q->quiet;
-    ql_fit_table *table = NULL;
-    ql_fit_plan *fp = NULL;
-    st = ql_fit_plan_model(q->model->gguf, q->model_sha,
-                           fim ? ql_fit_imatrix_importance(fim) : NULL, &b, &fo, &table, &fp, err);
+    sens_hook hook = {q, c, slot};
+    if (c->objective == QL_OBJECTIVE_KLD) {
+        fo.errors = measured_errors;
+        fo.errors_ctx = &hook;
+    }
+    st = ql_fit_plan_model(q->model->gguf, q->model_sha, imp, &b, &fo, &table, &fp, err);
     if (st)
         goto out;
+    if (c->objective == QL_OBJECTIVE_KLD)
+        *predicted = fp->err;
     for (int64_t i = 0; i < plan->n; i++) {
         ql_quant_plan_entry *e = &plan->entries[i];
         int32_t t = ql_fit_plan_type(fp, e->name);
         if (t != QL_TYPE_INVALID &&
             (e->role == QL_ROLE_WEIGHT || e->role == QL_ROLE_HEAD || e->role == QL_ROLE_EMBD)) {
             e->requested = e->used = t;
-            snprintf(e->choice, sizeof e->choice, "budget: the exact-fit solver: %s",
-                     ql_type_name(t));
+            snprintf(e->choice, sizeof e->choice, "budget: the exact-fit solver%s: %s",
+                     c->objective == QL_OBJECTIVE_KLD ? " on measured KLD" : "", ql_type_name(t));
             e->fallback = QL_FALLBACK_NONE;
             e->reason[0] = '\0';
             e->bytes = ql_row_size(t, e->n_per_row) * (uint64_t)e->nrows;
@@ -385,7 +452,7 @@ static bool imatrix_covers(const void *ctx, int64_t i, const ql_quant_plan_entry
 /* The config's plan: the type policy, the budget's types, and the fallback of
  * tensors without importance data. */
 static ql_status build_plan(const ql_qweights *q, const ql_config *c, const ql_calib_slot *slot,
-                            ql_quant_plan **out, ql_error *err)
+                            ql_quant_plan **out, double *predicted, ql_error *err)
 {
     const ql_imatrix *im = ql_calib_slot_imatrix(slot);
     ql_quant_overrides *rules;
@@ -398,7 +465,8 @@ static ql_status build_plan(const ql_qweights *q, const ql_config *c, const ql_c
     ql_quant_overrides_free(rules);
     if (st)
         return st;
-    if (c->budget_kind != QL_BUDGET_NONE && (st = apply_budget(q, c, slot, plan, err))) {
+    if (c->budget_kind != QL_BUDGET_NONE &&
+        (st = apply_budget(q, c, slot, plan, predicted, err))) {
         ql_quant_plan_free(plan);
         return st;
     }
@@ -834,10 +902,11 @@ ql_status ql_qweights_build(ql_qweights *q, ql_calib *cal, const ql_config *c, q
                             ql_qweights_result *r, ql_error *err)
 {
     memset(r, 0, sizeof *r);
+    r->predicted_kld = (double)NAN;
     if (c->weight_file[0])
         return build_file(q, c, r, err);
     ql_quant_plan *plan;
-    ql_status st = build_plan(q, c, slot, &plan, err);
+    ql_status st = build_plan(q, c, slot, &plan, &r->predicted_kld, err);
     if (st)
         return st;
     /* Trimmed before the config's tensors are made (the previous config's weight set is

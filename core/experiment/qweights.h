@@ -29,6 +29,7 @@
 #include "experiment/actquant.h"
 #include "experiment/calib.h"
 #include "experiment/config.h"
+#include "experiment/fit.h"
 #include "experiment/records.h"
 #include "model/imatrix_io.h"
 #include "model/model.h"
@@ -47,12 +48,26 @@ typedef struct {
     const ql_imatrix *metric_imatrix; /* weighs every imatrix_err (borrowed); NULL = none */
     size_t cache_bytes;               /* memory for cached tensors; 0 = QL_QWEIGHTS_CACHE_BYTES */
     bool quiet;                       /* no progress lines */
+    /* A budget with objective kld: replaces the table's errors by c's measured
+     * sensitivities (fit.h's errors hook; the harness implements it: it holds the
+     * calibration text's reference and the store that caches them). NULL: such a
+     * config fails, naming the objective. */
+    ql_status (*sensitivities)(void *ctx, const ql_config *c, const ql_calib_slot *slot,
+                               ql_fit_table *t, ql_error *err);
+    void *sens_ctx;
 } ql_qweights_opts;
 
 /* An empty tensor cache and the scratch of the longest row of o->model; the strings
  * of o are copied. */
 ql_status ql_qweights_alloc(ql_qweights **out, const ql_qweights_opts *o, ql_error *err);
 void ql_qweights_free(ql_qweights *q); /* NULL is fine */
+
+/* One tensor quantized to type as a config of that type quantizes it (the same bytes:
+ * the importance of im for the quantizer, the rows piece by piece), without the cache:
+ * *src reads *bytes, which the caller frees. For measurements that try many types of
+ * one tensor (sensitivity.h). */
+ql_status ql_qweights_quantize_linear(const ql_linear *lin, int32_t type, const ql_imatrix *im,
+                                      ql_weight_src *src, void **bytes, ql_error *err);
 
 /* What ql_qweights_build makes for one config. The records point into storage the
  * result owns; everything lives until ql_qweights_result_deinit, which must come
@@ -68,6 +83,9 @@ typedef struct {
     size_t n_acts;
     /* Weight side over every quantized tensor, as ql_run_metrics defines them. */
     double rmse, max_err, imatrix_err, imatrix_err_rel;
+    /* A budget with objective kld: the summed sensitivities of the solver's choices
+     * (NAN otherwise). */
+    double predicted_kld;
     /* Sizes: the plan's tensors plus the exact columns of an outlier split (gguf_bytes:
      * the GGUF file's, NAN when a type has no GGUF id; zlib_bytes: the tensors as
      * stored, compressed at zlib level 9, quant_int8row.h). */

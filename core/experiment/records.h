@@ -125,6 +125,9 @@
     X(imatrix_err,      REAL,    1, WEIGHTS, 0, NULL,      NUM, "%.3e", -1, 0, NULL)               \
     X(imatrix_err_rel,  REAL,    1, WEIGHTS, 13, "imatrix err", NUM, "%.3e", 6, QL_METRIC_CSV,     \
       "imatrix err: Σ I·(w − ŵ)² / Σ I·w² over the quantized weights.")                            \
+    /* a budget with objective kld: the solver's prediction, Σ of the chosen tensors'       \
+     * measured sensitivities on the calibration text (schema 8) */                         \
+    X(predicted_kld,    REAL,    8, WEIGHTS, 63, NULL,     NUM, "%.3e", 6, QL_METRIC_CSV, NULL)   \
     /* size: whole model and body (without head and embeddings) */                                 \
     X(bytes,            COUNT,   1, WEIGHTS, 3, "size",    BYTES, "%.0f", 0,                       \
       QL_METRIC_CSV | QL_METRIC_KEEP, NULL)                                                        \

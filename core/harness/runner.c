@@ -1,5 +1,6 @@
 /* The sweep runner: reference once, then every config against it (runner.h). */
 #include "harness/runner.h"
+#include "harness/sensitivities.h"
 
 #include <libgen.h>
 #include <math.h>
@@ -75,6 +76,7 @@ struct ql_sweep_run {
 
     ql_calib *calib; /* the importance matrices and outlier sets the configs name */
     ql_qweights *qw; /* the configs' quantized weights and the tensor cache they share */
+    ql_sens_source sens; /* what the kld objective's measurements need */
     const ql_imatrix *metric_imatrix;
 
     ql_store *store;
@@ -606,8 +608,11 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
     if (!st)
         st = ql_sched_alloc(&s->sched, err);
     if (!st) {
+        s->sens = (ql_sens_source){s->model,     s->model_sha, s->text_sha,     s->cache_dir,
+                                   s->calib,     s->store,     s->mem.budget / 2, opts->quiet};
         ql_qweights_opts qo = {s->model,          s->model_sha, s->cache_dir,
-                               s->metric_imatrix, s->mem.cache, opts->quiet};
+                               s->metric_imatrix, s->mem.cache, opts->quiet,
+                               ql_sens_fill_table, &s->sens};
         st = ql_qweights_alloc(&s->qw, &qo, err);
     }
     if (!st)

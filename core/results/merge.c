@@ -48,7 +48,10 @@ static const char *db_name(const merger *m, int64_t src)
 /* The column a staging copy is looked up by: the row id, or the run of run data. */
 static const char *id_column(const table *t)
 {
-    return t->t->role == QL_TABLE_IDENTITY || t->t->role == QL_TABLE_RUNS ? "id" : "run_id";
+    return t->t->role == QL_TABLE_IDENTITY || t->t->role == QL_TABLE_RUNS ||
+                   t->t->role == QL_TABLE_MEASURED
+               ? "id"
+               : "run_id";
 }
 
 static const table *table_named(const merger *m, const char *name)
@@ -806,6 +809,28 @@ static ql_status merge_identities(merger *m, int64_t src, ql_error *err)
     return QL_OK;
 }
 
+/* Adds the input's measurements the output lacks (a measurement is its key: one that
+ * both have is the output's). */
+static ql_status merge_measured(merger *m, int64_t src, ql_error *err)
+{
+    for (int t = 0; t < m->n_tab; t++) {
+        const table *c = &m->tab[t];
+        if (c->t->role != QL_TABLE_MEASURED)
+            continue;
+        sqlbuf cols = {.len = 0}, q = {.len = 0};
+        for (int i = 0, n = 0; i < c->n; i++)
+            if (strcmp(c->col[i].name, "id") != 0)
+                sb_add(&cols, "%s%s", n++ ? ", " : "", c->col[i].name);
+        sb_add(&q, "INSERT OR IGNORE INTO main.%s (%s) SELECT %s FROM temp.s_%s s"
+                   " WHERE s.src = ?1 ORDER BY s.id",
+               c->t->name, cols.text, cols.text, c->t->name);
+        ql_status rc = run_sql(m, q.text, src, "merging measurements", err);
+        if (rc)
+            return rc;
+    }
+    return QL_OK;
+}
+
 /* Copies the rows of a run's child table for the runs being added or replaced
  * (sweep memberships: for every run of the input, ignoring those present). */
 static ql_status copy_children(merger *m, const table *c, int64_t src, ql_error *err)
@@ -945,7 +970,8 @@ static ql_status merge_one(merger *m, int64_t src, ql_merge_counts *counts, ql_e
         " ELSE 'keep' END";
     ql_status rc;
     if ((rc = check_configs(m, src, err)) || (rc = check_sweeps(m, src, err)) ||
-        (rc = merge_identities(m, src, err)) || (rc = map_runs(m, src, err)) ||
+        (rc = merge_identities(m, src, err)) || (rc = merge_measured(m, src, err)) ||
+        (rc = map_runs(m, src, err)) ||
         (rc = check_run_data(m, src, err)) || (rc = count_other_kernel(m, src, counts, err)) ||
         (rc = run_sql(m, decide, src, "merging runs", err)) ||
         (rc = write_runs(m, src, err)))

@@ -488,6 +488,31 @@ static const col_def layer_metrics_cols[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* Per (tensor, type): quantizing it alone, measured on a calibration text
+ * (experiment/sensitivity.h); the objective of budgets with objective = kld. */
+static const col_def sensitivity_cols[] = {
+    {"id", "INTEGER PRIMARY KEY", 8, NULL},
+    {"model_sha256", "TEXT NOT NULL", 8, "the model (models.sha256)"},
+    {"text_sha256", "TEXT NOT NULL", 8, "the calibration text"},
+    {"text", "TEXT", 8, "its name as the config gives it"},
+    {"ctx", "INTEGER NOT NULL", 8, NULL},
+    {"chunks", "INTEGER NOT NULL", 8, NULL},
+    {"imatrix_sha256", "TEXT NOT NULL", 8, "the quantizer's importance matrix, or 'none'"},
+    {"metrics_version", "INTEGER NOT NULL", 8, NULL},
+    {"tensor", "TEXT NOT NULL", 8, NULL},
+    {"layer", "INTEGER NOT NULL", 8, "block; -1 the token embedding; n_layer the head"},
+    {"kind", "TEXT NOT NULL", 8, "attn_q ... ffn_down, output, token_embd"},
+    {"type", "TEXT NOT NULL", 8, NULL},
+    {"bytes", "INTEGER NOT NULL", 8, "the tensor in that type"},
+    {"kld_mean", "REAL", 8, "mean KLD of the model with only this tensor quantized"},
+    {"kld_mean_err", "REAL", 8, NULL},
+    {"ln_ppl_ratio", "REAL", 8, "ln(PPL / PPL of the reference)"},
+    {"ln_ppl_ratio_err", "REAL", 8, NULL},
+    {"seconds", "REAL", 8, "quantizing and scoring it"},
+    {"qlab_version", "TEXT NOT NULL", 8, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
 static const char *const no_extra[] = {NULL};
 
 /* The tables, referenced ones first. */
@@ -566,6 +591,14 @@ static const table_def tables[] = {
      DERIVED_NONE,
      "PRIMARY KEY (run_id, layer)",
      " WITHOUT ROWID",
+     no_extra},
+    {{"sensitivity", 8, QL_TABLE_MEASURED, NULL, NULL},
+     NULL,
+     sensitivity_cols,
+     DERIVED_NONE,
+     "UNIQUE (model_sha256, text_sha256, ctx, chunks, imatrix_sha256, metrics_version, tensor,"
+     " type)",
+     "",
      no_extra},
 };
 #define N_TABLES (sizeof tables / sizeof tables[0])
@@ -1708,6 +1741,86 @@ ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief
         rc = db_fail(s, r, "reading the run", err);
     }
 out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Sensitivity                                                                */
+
+#define SENS_KEY_WHERE                                                                             \
+    "model_sha256 = ?1 AND text_sha256 = ?2 AND ctx = ?3 AND chunks = ?4 AND imatrix_sha256 = ?5" \
+    " AND metrics_version = ?6 AND tensor = ?7 AND type = ?8"
+
+static ql_status bind_sens_key(ql_store *s, sqlite3_stmt *st, const ql_store_sens_key *k,
+                               const char *tensor, int32_t type, ql_error *err)
+{
+    ql_status rc;
+    if ((rc = bind_text(s, st, 1, k->model_sha256, err)) ||
+        (rc = bind_text(s, st, 2, k->text_sha256, err)) ||
+        (rc = bind_count(s, st, 3, k->ctx, err)) || (rc = bind_count(s, st, 4, k->chunks, err)) ||
+        (rc = bind_text(s, st, 5, k->imatrix_sha256, err)) ||
+        (rc = bind_count(s, st, 6, k->metrics_version, err)) ||
+        (rc = bind_text(s, st, 7, tensor, err)))
+        return rc;
+    return bind_text(s, st, 8, ql_type_name(type), err);
+}
+
+ql_status ql_store_sensitivity_get(ql_store *s, const ql_store_sens_key *key, const char *tensor,
+                                   int32_t type, ql_store_sens_row *out, bool *found,
+                                   ql_error *err)
+{
+    *found = false;
+    sqlite3_stmt *st;
+    ql_status rc = prep(s,
+                        "SELECT bytes, kld_mean, kld_mean_err, ln_ppl_ratio, ln_ppl_ratio_err,"
+                        " seconds FROM sensitivity WHERE " SENS_KEY_WHERE,
+                        &st, err);
+    if (rc)
+        return rc;
+    if (!(rc = bind_sens_key(s, st, key, tensor, type, err))) {
+        int r = step(s, st);
+        if (r == SQLITE_ROW) {
+            out->bytes = sqlite3_column_int64(st, 0);
+            out->kld_mean = col_or_nan(st, 1);
+            out->kld_mean_err = col_or_nan(st, 2);
+            out->ln_ppl_ratio = col_or_nan(st, 3);
+            out->ln_ppl_ratio_err = col_or_nan(st, 4);
+            out->seconds = col_or_nan(st, 5);
+            *found = true;
+        } else if (r != SQLITE_DONE) {
+            rc = db_fail(s, r, "reading a sensitivity", err);
+        }
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+ql_status ql_store_sensitivity_put(ql_store *s, const ql_store_sens_key *key,
+                                   const ql_store_sens_row *row, ql_error *err)
+{
+    sqlite3_stmt *st;
+    ql_status rc = prep(s,
+                        "INSERT OR IGNORE INTO sensitivity (model_sha256, text_sha256, ctx, chunks,"
+                        " imatrix_sha256, metrics_version, tensor, type, text, layer, kind, bytes,"
+                        " kld_mean, kld_mean_err, ln_ppl_ratio, ln_ppl_ratio_err, seconds,"
+                        " qlab_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
+                        " ?13, ?14, ?15, ?16, ?17, ?18)",
+                        &st, err);
+    if (rc)
+        return rc;
+    if (!(rc = bind_sens_key(s, st, key, row->tensor, row->type, err)) &&
+        !(rc = bind_text(s, st, 9, key->text_name, err)) &&
+        !(rc = ql_store_bind_int64(s, st, 10, row->layer, "binding the layer", err)) &&
+        !(rc = bind_text(s, st, 11, row->kind, err)) &&
+        !(rc = bind_count(s, st, 12, row->bytes, err)) &&
+        !(rc = bind_real(s, st, 13, row->kld_mean, err)) &&
+        !(rc = bind_real(s, st, 14, row->kld_mean_err, err)) &&
+        !(rc = bind_real(s, st, 15, row->ln_ppl_ratio, err)) &&
+        !(rc = bind_real(s, st, 16, row->ln_ppl_ratio_err, err)) &&
+        !(rc = bind_real(s, st, 17, row->seconds, err)) &&
+        !(rc = bind_text(s, st, 18, QL_VERSION, err)))
+        rc = step_done(s, st, "storing a sensitivity", err);
     sqlite3_finalize(st);
     return rc;
 }

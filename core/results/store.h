@@ -57,8 +57,10 @@
  *      run whose process is alive on this host belongs to it)
  *   6  runs.status 'interrupted' (a run stopped by SIGINT/SIGTERM, the reason in error;
  *      retried like a failed one): older databases' CHECK constraints are rewritten
- *   7  layer_metrics (per-layer divergence of a run) and the layer_results view */
-#define QL_STORE_SCHEMA_VERSION  7
+ *   7  layer_metrics (per-layer divergence of a run) and the layer_results view
+ *   8  configs.objective (what a budget's solver minimises), metrics.predicted_kld and
+ *      the sensitivity table (per tensor and type, measured on a calibration text) */
+#define QL_STORE_SCHEMA_VERSION  8
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 /* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a
@@ -148,6 +150,7 @@ typedef enum {
     QL_TABLE_RUNS,     /* runs */
     QL_TABLE_MEMBERS,  /* sweep_runs: which sweeps include a run */
     QL_TABLE_RUN_DATA, /* what a finished run stored: deleted when the run is retried */
+    QL_TABLE_MEASURED, /* sensitivity: measurements keyed by what they measured, kept once */
 } ql_table_role;
 
 typedef struct {
@@ -206,6 +209,36 @@ ql_status ql_store_upsert_dataset(ql_store *s, const ql_store_dataset *d, int64_
                                   ql_error *err);
 /* Insert-or-find by content hash; a stored config whose canonical text differs
  * from c's (a hash collision or a changed canonical form) is an error. */
+/* The sensitivity table (experiment/sensitivity.h): what one (tensor, type) does to the
+ * output when quantized alone, measured on a calibration text. A row is identified by
+ * the key below, the tensor and the type, and never changes once stored. */
+typedef struct {
+    const char *model_sha256;
+    const char *text_sha256; /* the calibration text */
+    const char *text_name;   /* as the config names it (stored, not part of the key) */
+    int ctx;
+    int64_t chunks;
+    const char *imatrix_sha256; /* the quantizer's importance matrix; "none" */
+    int metrics_version;        /* experiment/metrics.h's QL_METRICS_VERSION */
+} ql_store_sens_key;
+
+typedef struct {
+    const char *tensor;
+    int layer;        /* block; -1 token embedding; n_layer the head */
+    const char *kind; /* attn_q ... ffn_down, output, token_embd */
+    int32_t type;
+    int64_t bytes; /* the tensor in that type */
+    double kld_mean, kld_mean_err, ln_ppl_ratio, ln_ppl_ratio_err, seconds;
+} ql_store_sens_row;
+
+/* The stored row of (key, tensor, type) into out's numbers; *found = false when none. */
+ql_status ql_store_sensitivity_get(ql_store *s, const ql_store_sens_key *key, const char *tensor,
+                                   int32_t type, ql_store_sens_row *out, bool *found,
+                                   ql_error *err);
+/* Stores a measured row (one that is there already is kept). */
+ql_status ql_store_sensitivity_put(ql_store *s, const ql_store_sens_key *key,
+                                   const ql_store_sens_row *row, ql_error *err);
+
 ql_status ql_store_upsert_config(ql_store *s, const ql_config *c, int64_t *id, ql_error *err);
 
 /* ---------------------------------------------------------------- runs */

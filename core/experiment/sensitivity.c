@@ -1,0 +1,270 @@
+/* Measured per-tensor sensitivity (sensitivity.h). */
+#include "experiment/sensitivity.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/progress.h"
+#include "base/util.h"
+#include "experiment/metrics.h"
+#include "experiment/qweights.h"
+#include "formats/types.h"
+
+static const char *const site_kind[QL_SITES_PER_LAYER] = {"attn_q",   "attn_k",  "attn_v",
+                                                          "attn_output", "ffn_gate", "ffn_up",
+                                                          "ffn_down"};
+
+/* Where a tensor acts: its product site (-1 for the token embedding), or -2 when the
+ * model has no such product. */
+static int site_of(const ql_model *m, const char *tensor)
+{
+    ql_weights *w = m->weights;
+    const ql_linear *lin = ql_weights_find(w, tensor);
+    if (!lin)
+        return -2;
+    if (lin == &w->tok_embd)
+        return -1;
+    return (int)(lin - w->lin);
+}
+
+const char *ql_sens_kind_name(const ql_model *m, const char *tensor, int *layer)
+{
+    const int site = site_of(m, tensor);
+    *layer = -1;
+    if (site == -1)
+        return "token_embd";
+    if (site < 0)
+        return NULL;
+    if (site == ql_site_output(m->weights)) {
+        *layer = m->hp.n_layer;
+        return "output";
+    }
+    *layer = site / QL_SITES_PER_LAYER;
+    return site_kind[site % QL_SITES_PER_LAYER];
+}
+
+/* The block a candidate's pass starts at: 0 for the embedding, n_layer for the head. */
+static int start_block(const ql_model *m, int site)
+{
+    if (site == -1)
+        return 0;
+    if (site == ql_site_output(m->weights))
+        return m->hp.n_layer;
+    return site / QL_SITES_PER_LAYER;
+}
+
+typedef struct {
+    const ql_sens_job *job;
+    int n_tok;        /* tokens a chunk runs: ctx - 1, as a perplexity pass */
+    size_t stride;    /* floats of one chunk's residual stream */
+    float *x_ref;     /* (n_chunks, n_tok, n_embd): the reference stream at the current block */
+    float *x;         /* a candidate's copy */
+    float *layer;     /* one layer's products in f32 */
+    size_t layer_floats;
+    float *hidden;    /* one chunk's head input */
+    float *logits;    /* one chunk's logits */
+    int32_t *tokens;  /* one chunk's input */
+    ql_dist_acc *acc; /* the scored tokens of every chunk */
+} sens_state;
+
+static void state_free(sens_state *s)
+{
+    free(s->x_ref);
+    free(s->x);
+    free(s->layer);
+    free(s->hidden);
+    free(s->logits);
+    free(s->tokens);
+    ql_dist_acc_free(s->acc);
+}
+
+static ql_status state_alloc(sens_state *s, const ql_sens_job *job, ql_error *err)
+{
+    memset(s, 0, sizeof *s);
+    s->job = job;
+    const ql_hparams *hp = &job->model->hp;
+    const ql_ppl_data *d = job->d;
+    s->n_tok = d->ctx - 1;
+    s->stride = (size_t)s->n_tok * (size_t)hp->n_embd;
+    const size_t all = s->stride * (size_t)d->n_chunks;
+    s->layer_floats = ql_weights_layer_floats(job->model->weights);
+    s->x_ref = malloc(all * sizeof *s->x_ref);
+    s->x = malloc(all * sizeof *s->x);
+    s->layer = malloc((s->layer_floats ? s->layer_floats : 1) * sizeof *s->layer);
+    s->hidden = malloc((size_t)s->n_tok * (size_t)hp->n_embd * sizeof *s->hidden);
+    s->logits = malloc((size_t)s->n_tok * (size_t)hp->n_vocab * sizeof *s->logits);
+    s->tokens = malloc((size_t)d->ctx * sizeof *s->tokens);
+    if (!s->x_ref || !s->x || !s->layer || !s->hidden || !s->logits || !s->tokens)
+        return ql_error_set(err, QL_ENOMEM,
+                            "out of memory for the calibration text's residual streams "
+                            "(2 x %lld chunks x %d tokens x %lld floats)",
+                            (long long)d->n_chunks, s->n_tok, (long long)hp->n_embd);
+    return ql_dist_acc_alloc(&s->acc, d->n_chunks * d->n_scored, hp->n_vocab, err);
+}
+
+/* Every chunk of x through blocks l0 .. n_layer - 1 with weight set w, as the
+ * scheduler runs a pass (the last block keeps only the scored rows). */
+static ql_status run_blocks(sens_state *s, ql_weights *w, float *x, int l0, ql_error *err)
+{
+    const ql_sens_job *job = s->job;
+    const int n_layer = job->model->hp.n_layer;
+    ql_status st = QL_OK;
+    for (int l = l0; l < n_layer && !st; l++) {
+        const int first = l == n_layer - 1 ? job->d->first : 0;
+        if ((st = ql_weights_bind_layer(w, l, s->layer, s->layer_floats, err)))
+            break;
+        for (int64_t c = 0; c < job->d->n_chunks && !st; c++)
+            st = ql_forward_block(job->fw, w, l, x + (size_t)c * s->stride, s->n_tok, 0, first,
+                                  NULL, err);
+        ql_weights_unbind_layer(w, l);
+    }
+    return st;
+}
+
+/* The head of w on every chunk's final stream x (NULL: the reference's kept head
+ * inputs), scored against the reference. */
+static ql_status score(sens_state *s, ql_weights *w, const float *x, ql_sens_item *it,
+                       ql_error *err)
+{
+    const ql_sens_job *job = s->job;
+    const ql_ppl_data *d = job->d;
+    ql_dist_acc_reset(s->acc);
+    ql_status st = QL_OK;
+    for (int64_t c = 0; c < d->n_chunks && !st; c++) {
+        const float *hidden = s->hidden;
+        if (x)
+            ql_forward_output_norm(job->fw, w, x + (size_t)c * s->stride, s->hidden, d->n_scored);
+        else
+            hidden = ql_reference_hidden(job->ref, c);
+        const float *logp;
+        if (!(st = ql_forward_head(job->fw, w, hidden, s->logits, d->n_scored, err)) &&
+            !(st = ql_reference_logp(job->ref, c, &logp, err)))
+            st = ql_dist_acc_add(s->acc, logp, s->logits, ql_ppl_chunk_targets(d, c),
+                                 d->n_scored, err);
+    }
+    if (st)
+        return st;
+    ql_dist_metrics m;
+    ql_dist_acc_finish(s->acc, &m);
+    it->kld_mean = m.kld_mean;
+    it->kld_mean_err = m.kld_mean_err;
+    it->ln_ppl_ratio = m.ln_ppl_ratio;
+    it->ln_ppl_ratio_err = m.ln_ppl_ratio_err;
+    return ql_dist_metrics_check_finite(&m, err);
+}
+
+/* One candidate: the tensor quantized in a copy of the reference set, the blocks from
+ * its own on, the head, the score. x_ref holds the reference stream at block l0. */
+static ql_status measure_one(sens_state *s, int site, int l0, ql_sens_item *it, ql_error *err)
+{
+    const ql_sens_job *job = s->job;
+    const ql_model *m = job->model;
+    double t0 = ql_now();
+    ql_weights *w = NULL;
+    void *bytes = NULL;
+    ql_weight_src src;
+    ql_status st = ql_weights_copy(&w, m->weights, err);
+    if (st)
+        return st;
+    ql_linear *lin = site == -1 ? &w->tok_embd : &w->lin[site];
+    if ((st = ql_qweights_quantize_linear(lin, it->type, job->im, &src, &bytes, err)))
+        goto out;
+    ql_linear_set_src(lin, &src);
+    if (site == -1 && m->hp.tied_output)
+        ql_linear_set_src(&w->lin[ql_site_output(w)], &src);
+    const ql_ppl_data *d = job->d;
+    if (site == -1) {
+        for (int64_t c = 0; c < d->n_chunks && !st; c++) {
+            ql_ppl_chunk_input(d, c, s->tokens);
+            st = ql_forward_embed(job->fw, w, s->tokens, s->n_tok, 0, s->x + (size_t)c * s->stride,
+                                  err);
+        }
+    } else if (l0 < m->hp.n_layer) {
+        memcpy(s->x, s->x_ref, s->stride * (size_t)d->n_chunks * sizeof *s->x);
+    }
+    const bool head_only = l0 == m->hp.n_layer && site != -1 && !m->hp.tied_output;
+    if (!st && !head_only)
+        st = run_blocks(s, w, s->x, l0, err);
+    if (!st)
+        st = score(s, w, head_only ? NULL : s->x, it, err);
+    it->seconds = ql_now() - t0;
+out:
+    ql_weights_free(w);
+    free(bytes);
+    return st ? ql_error_prefix(err, "sensitivity of %s to %s: ", it->tensor,
+                                ql_type_name(it->type))
+              : QL_OK;
+}
+
+typedef struct {
+    ql_sens_item *it;
+    int site;
+    int block;
+} cand;
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->block != y->block)
+        return x->block < y->block ? -1 : 1;
+    return x->it < y->it ? -1 : x->it > y->it;
+}
+
+ql_status ql_sens_measure(const ql_sens_job *job, ql_sens_item *items, int64_t n, ql_error *err)
+{
+    if (n == 0)
+        return QL_OK;
+    const ql_model *m = job->model;
+    cand *cs = malloc((size_t)n * sizeof *cs);
+    if (!cs)
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    ql_status st = QL_OK;
+    for (int64_t i = 0; i < n && !st; i++) {
+        const int site = site_of(m, items[i].tensor);
+        if (site < -1)
+            st = ql_error_set(err, QL_EINVAL, "sensitivity: the model has no product '%s'",
+                              items[i].tensor);
+        cs[i] = (cand){&items[i], site, site < -1 ? 0 : start_block(m, site)};
+    }
+    sens_state s;
+    if (st || (st = state_alloc(&s, job, err))) {
+        if (!st)
+            state_free(&s);
+        free(cs);
+        return st;
+    }
+    /* Block order: the reference stream is advanced once through the model. */
+    qsort(cs, (size_t)n, sizeof *cs, cmp_cand);
+    const ql_ppl_data *d = job->d;
+    for (int64_t c = 0; c < d->n_chunks && !st; c++) {
+        ql_ppl_chunk_input(d, c, s.tokens);
+        st = ql_forward_embed(job->fw, m->weights, s.tokens, s.n_tok, 0,
+                              s.x_ref + (size_t)c * s.stride, err);
+    }
+    ql_progress pr;
+    ql_progress_begin(&pr, "sensitivity", "tensor", n, job->quiet);
+    int at = 0; /* the block x_ref is at the input of */
+    for (int64_t i = 0; i < n && !st; i++) {
+        const int target = cs[i].block < m->hp.n_layer ? cs[i].block : m->hp.n_layer;
+        /* The stream stops at the last block's input: the head reads the reference's
+         * kept inputs. */
+        for (; at < target && at < m->hp.n_layer - 1 && !st; at++) {
+            if ((st = ql_weights_bind_layer(m->weights, at, s.layer, s.layer_floats, err)))
+                break;
+            for (int64_t c = 0; c < d->n_chunks && !st; c++)
+                st = ql_forward_block(job->fw, m->weights, at, s.x_ref + (size_t)c * s.stride,
+                                      s.n_tok, 0, 0, NULL, err);
+            ql_weights_unbind_layer(m->weights, at);
+        }
+        if (!st)
+            st = measure_one(&s, cs[i].site, cs[i].block, cs[i].it, err);
+        if (!st && job->done)
+            st = job->done(job->done_ctx, cs[i].it, err);
+        ql_progress_update(&pr, i + 1, cs[i].it->tensor);
+    }
+    ql_progress_end(&pr, n, st ? "failed" : NULL);
+    state_free(&s);
+    free(cs);
+    return st;
+}

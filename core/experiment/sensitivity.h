@@ -1,0 +1,66 @@
+/* qlab: measured sensitivity of a model to quantizing one tensor (issue 18).
+ *
+ * The sensitivity of a tensor to a type is what quantizing that tensor alone does to
+ * the output, the rest of the model at reference precision: the mean KLD against the
+ * reference and ln(PPL_q / PPL_ref), with their standard errors (metrics.h), on a
+ * calibration text. The fit's `kld` objective (fit.h) predicts a mixed config's KLD as
+ * the sum of the sensitivities of its (tensor, type) choices.
+ *
+ * How: the reference's residual stream of every calibration chunk is held (chunks x
+ * (ctx - 1) x n_embd floats) and advanced one block at a time. A candidate in block l
+ * starts from the held stream at block l's input and recomputes blocks l .. L-1 and the
+ * head only; a candidate for the head applies the quantized head to the reference's
+ * kept head inputs (no block); the token embedding recomputes every block. So a
+ * candidate in block l costs (L - l) / L of a reference pass plus one head, and the
+ * whole measurement over a model of L blocks, K products per block and T types costs
+ * about K T (L + 1) / 2 passes. The products, the K/V rounding (f32) and the head are
+ * those of the sweep's pass, in the same order, so a candidate's figures are those of
+ * a sweep config that quantizes that tensor alone (tensor_types) on the same text: the
+ * same bits (tested).
+ *
+ * Threading: the products use every core (gemm.h); candidates run one after another. */
+#ifndef QL_SENSITIVITY_H
+#define QL_SENSITIVITY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "experiment/reference.h"
+#include "model/imatrix_io.h"
+#include "model/model.h"
+
+/* Tensor kinds as the heatmap's columns name them: the products of a block, then the
+ * head and the token embedding (block -1). */
+const char *ql_sens_kind_name(const ql_model *m, const char *tensor, int *layer);
+
+/* One (tensor, type) to measure and what was measured. */
+typedef struct {
+    const char *tensor; /* GGUF name of a product weight, output.weight or token_embd.weight */
+    int32_t type;
+    /* out */
+    double kld_mean, kld_mean_err;
+    double ln_ppl_ratio, ln_ppl_ratio_err;
+    double seconds; /* quantizing and scoring it */
+} ql_sens_item;
+
+/* Called after each item is measured (to store it at once: a long measurement that is
+ * interrupted keeps what it did). May be NULL. */
+typedef ql_status (*ql_sens_done_fn)(void *ctx, const ql_sens_item *item, ql_error *err);
+
+typedef struct {
+    const ql_model *model;  /* the reference model; its weight set is not changed */
+    ql_reference *ref;      /* the reference on the calibration text (with fw, d) */
+    ql_forward *fw;         /* the forward pass of the calibration text's ctx */
+    const ql_ppl_data *d;   /* the calibration chunks */
+    const ql_imatrix *im;   /* the quantizer's importance (NULL: none) */
+    ql_sens_done_fn done;   /* may be NULL */
+    void *done_ctx;
+    bool quiet;             /* no progress line */
+} ql_sens_job;
+
+/* Measures items[0 .. n) in block order. Errors: a tensor the model has no product
+ * for, a type the tensor's rows do not take, the quantizer's and the pass's errors. */
+ql_status ql_sens_measure(const ql_sens_job *job, ql_sens_item *items, int64_t n, ql_error *err);
+
+#endif

@@ -1,0 +1,151 @@
+/* The sweep's measured sensitivities (sensitivities.h). */
+#include "harness/sensitivities.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "experiment/metrics.h"
+#include "experiment/reference.h"
+#include "experiment/sensitivity.h"
+#include "formats/types.h"
+#include "model/forward.h"
+#include "model/scheduler.h"
+
+typedef struct {
+    const ql_sens_source *src;
+    const ql_store_sens_key *key;
+    const ql_model *model;
+} store_ctx;
+
+/* Stores a measured item at once (experiment/sensitivity.h's done hook). */
+static ql_status store_item(void *ctx, const ql_sens_item *it, ql_error *err)
+{
+    const store_ctx *sc = ctx;
+    int layer;
+    const char *kind = ql_sens_kind_name(sc->model, it->tensor, &layer);
+    const ql_linear *lin = ql_weights_find(sc->model->weights, it->tensor);
+    ql_store_sens_row row = {
+        .tensor = it->tensor,
+        .layer = layer,
+        .kind = kind,
+        .type = it->type,
+        .bytes = (int64_t)(ql_row_size(it->type, lin->n_in) * (size_t)lin->n_out),
+        .kld_mean = it->kld_mean,
+        .kld_mean_err = it->kld_mean_err,
+        .ln_ppl_ratio = it->ln_ppl_ratio,
+        .ln_ppl_ratio_err = it->ln_ppl_ratio_err,
+        .seconds = it->seconds,
+    };
+    return ql_store_sensitivity_put(sc->src->store, sc->key, &row, err);
+}
+
+/* Measures items on the calibration text d: its reference (cached under cache_dir),
+ * then every item, each stored as it is done. */
+static ql_status measure(const ql_sens_source *src, const ql_store_sens_key *key,
+                         const ql_ppl_data *d, const ql_imatrix *im, ql_sens_item *items,
+                         int64_t n, ql_error *err)
+{
+    const ql_hparams *hp = &src->model->hp;
+    ql_forward *fw = NULL;
+    ql_sched *sched = NULL;
+    ql_reference *ref = NULL;
+    ql_status st = ql_forward_alloc(&fw, hp, d->ctx, err);
+    if (!st)
+        st = ql_sched_alloc(&sched, err);
+    if (!st) {
+        const size_t logp = ql_reference_logp_bytes(d, hp->n_vocab);
+        ql_reference_opts ro = {src->model_sha,
+                                key->text_sha256,
+                                src->cache_dir,
+                                src->quiet,
+                                ql_sched_group_for(hp, d->ctx, 1, d->n_chunks, src->mem_bytes / 4),
+                                logp <= src->mem_bytes / 4 ? logp : 0};
+        st = ql_reference_get(&ref, fw, sched, src->model->weights, d, &ro, err);
+    }
+    if (!st) {
+        /* Blocks recomputed, in reference passes: a candidate in block l runs L - l of L. */
+        double passes = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int layer;
+            ql_sens_kind_name(src->model, items[i].tensor, &layer);
+            passes += (double)(hp->n_layer - (layer < 0 ? 0 : layer)) / (double)hp->n_layer;
+        }
+        if (!src->quiet)
+            fprintf(stderr,
+                    "sensitivity: %lld (tensor, type) pairs on %s (%lld chunks of %d): %.1f "
+                    "reference passes of blocks, one head each\n",
+                    (long long)n, key->text_name, (long long)d->n_chunks, d->ctx, passes);
+        store_ctx sc = {src, key, src->model};
+        ql_sens_job job = {.model = src->model,
+                           .ref = ref,
+                           .fw = fw,
+                           .d = d,
+                           .im = im,
+                           .done = store_item,
+                           .done_ctx = &sc,
+                           .quiet = src->quiet};
+        st = ql_sens_measure(&job, items, n, err);
+    }
+    ql_reference_free(ref);
+    ql_sched_free(sched);
+    ql_forward_free(fw);
+    return st;
+}
+
+ql_status ql_sens_fill_table(void *ctx, const ql_config *c, const ql_calib_slot *slot,
+                             ql_fit_table *t, ql_error *err)
+{
+    const ql_sens_source *src = ctx;
+    ql_ppl_data d;
+    char text_sha[65];
+    ql_status st = ql_calib_config_text(src->calib, c, &d, text_sha, err);
+    if (st)
+        return ql_error_prefix(err, "objective kld: ");
+    if (strcmp(text_sha, src->eval_text_sha) == 0) {
+        ql_ppl_data_deinit(&d);
+        return ql_error_set(err, QL_EINVAL,
+                            "objective kld: the calibration text calib:%s is the sweep's "
+                            "evaluation text; measure sensitivities on another text",
+                            c->imatrix);
+    }
+    const char *im_sha = slot ? ql_calib_slot_sha256(slot) : "none";
+    ql_store_sens_key key = {src->model_sha, text_sha,      c->imatrix,        d.ctx,
+                             d.n_chunks,     im_sha,        QL_METRICS_VERSION};
+    /* What the store has; the rest is measured. */
+    int64_t n_all = 0;
+    for (int i = 0; i < t->n_tensors; i++)
+        if (t->tensors[i].assigned)
+            n_all += t->tensors[i].n_choices;
+    ql_sens_item *items = calloc((size_t)(n_all ? n_all : 1), sizeof *items);
+    ql_fit_choice **where = calloc((size_t)(n_all ? n_all : 1), sizeof *where);
+    int64_t n_missing = 0;
+    if (!items || !where)
+        st = ql_error_set(err, QL_ENOMEM, "out of memory");
+    for (int i = 0; i < t->n_tensors && !st; i++) {
+        ql_fit_tensor *ft = &t->tensors[i];
+        for (int j = 0; ft->assigned && j < ft->n_choices && !st; j++) {
+            ql_fit_choice *ch = &ft->choices[j];
+            ql_store_sens_row row;
+            bool found;
+            if ((st = ql_store_sensitivity_get(src->store, &key, ft->name, ch->type, &row, &found,
+                                               err)))
+                break;
+            if (found) {
+                ch->err = row.kld_mean;
+                continue;
+            }
+            items[n_missing] = (ql_sens_item){.tensor = ft->name, .type = ch->type};
+            where[n_missing++] = ch;
+        }
+    }
+    if (!st && n_missing > 0 &&
+        !(st = measure(src, &key, &d, ql_calib_slot_imatrix(slot), items, n_missing, err)))
+        for (int64_t i = 0; i < n_missing; i++)
+            where[i]->err = items[i].kld_mean;
+    free(items);
+    free(where);
+    ql_ppl_data_deinit(&d);
+    return st;
+}
