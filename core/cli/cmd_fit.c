@@ -11,19 +11,28 @@
 #include "cli.h"
 #include "commands.h"
 #include "experiment/fit.h"
+#include "harness/sensitivities.h"
 #include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "results/store.h"
 
 static void help(const ql_opt_parser *p)
 {
     printf(
         "usage: qlab fit MODEL.gguf [--imatrix FILE]\n"
         "                (--budget B | --envelope SIZE [--ctx N] [--reserve SIZE])\n"
+        "                [--objective imatrix | --objective kld --calib TEXT [--calib-ctx N]\n"
+        "                 [--calib-chunks N] [--db PATH]]\n"
         "                [-o OUT.gguf | --dry-run] [--types LIST] [--exact-errors]\n"
         "                [--sample-rows N] [--cache-dir DIR | --no-cache] [--threads N] [--quiet]\n"
         "\n"
         "Chooses one type per weight tensor so that the whole model fits the budget with the\n"
         "least summed imatrix-weighted error sum_rows sum_j I_j (w - w^)^2, and writes the\n"
         "mixed-precision GGUF. MODEL is a path or a name from datasets/manifest.tsv.\n"
+        "With --objective kld the solver minimises the predicted KLD instead: the sum of the\n"
+        "chosen (tensor, type) pairs' measured sensitivities, each the mean KLD of the model\n"
+        "with only that tensor quantized, on the calibration text TEXT (never the text you\n"
+        "evaluate on); they are kept in the results store (--db) and measured only once.\n"
         "\n");
     ql_opt_print_options(stdout, p);
 }
@@ -31,6 +40,8 @@ static void help(const ql_opt_parser *p)
 typedef struct {
     const char *args[1]; /* MODEL */
     const char *imatrix, *out, *types, *cache_dir;
+    const char *objective, *calib, *db; /* --objective kld: its calibration text, store */
+    int calib_ctx, calib_chunks;
     ql_fit_budget budget;
     bool budget_as;      /* --budget names a quantization: its bytes on this model */
     ql_config as;        /* that quantization (its weight_type axis) */
@@ -106,6 +117,18 @@ static int parse_args(int argc, char **argv, args *a)
         ql_opt_size("reserve", 0, &a->reserve, "SIZE",
                     "compute reserve (default: an estimate of llama.cpp's compute buffer\n"
                     "for 512-token batches, 4*512*(n_vocab + 4 n_embd + 3 n_ff + n_head ctx))"),
+        ql_opt_section("objective:"),
+        ql_opt_str("objective", 0, &a->objective, "imatrix|kld",
+                   "what the solver minimises (default imatrix): the summed imatrix-\n"
+                   "weighted error, or the summed measured sensitivities (KLD)"),
+        ql_opt_str("calib", 0, &a->calib, "TEXT",
+                   "--objective kld: the calibration text (a path or dataset name)"),
+        ql_opt_int("calib-ctx", 0, &a->calib_ctx, 8, 1 << 20, "N",
+                   "its chunk length (default 256)"),
+        ql_opt_int("calib-chunks", 0, &a->calib_chunks, 1, 1 << 30, "N",
+                   "chunks of it used (default 32)"),
+        ql_opt_str("db", 0, &a->db, "PATH",
+                   "results store the sensitivities are kept in (default results/qlab.db)"),
         ql_opt_section("output:"),
         ql_opt_str("output", 'o', &a->out, "OUT.gguf",
                    "write the fitted model (then read it back and check every tensor)"),
@@ -145,6 +168,19 @@ static int parse_args(int argc, char **argv, args *a)
         return ql_opt_usage(&p, "give exactly one of -o OUT.gguf and --dry-run");
     if (a->no_cache && a->cache_dir)
         return ql_opt_usage(&p, "--no-cache and --cache-dir exclude each other");
+    const bool kld = a->objective && strcmp(a->objective, "kld") == 0;
+    if (a->objective && !kld && strcmp(a->objective, "imatrix") != 0)
+        return ql_opt_usage(&p, "--objective is imatrix or kld");
+    if (kld && !a->calib)
+        return ql_opt_usage(&p, "--objective kld measures sensitivities on --calib TEXT");
+    if (!kld && (a->calib || a->db || ql_opt_given(&p, "calib-ctx") ||
+                 ql_opt_given(&p, "calib-chunks")))
+        return ql_opt_usage(&p, "--calib, --calib-ctx, --calib-chunks and --db belong to "
+                                "--objective kld");
+    if (!a->calib_ctx)
+        a->calib_ctx = 256;
+    if (!a->calib_chunks)
+        a->calib_chunks = 32;
     return QL_OPT_GO_ON;
 }
 
@@ -205,6 +241,61 @@ static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_ta
     ql_fit_format_size(*budget, s4, sizeof s4);
     printf("budget      %s = envelope - KV cache - reserve\n", s4);
     return QL_OK;
+}
+
+/* --objective kld: the table's errors become the measured sensitivities on --calib
+ * (from the store when they are there). */
+static ql_status kld_errors(const args *a, const char *path, const char *model_sha,
+                            const char *cache_dir, ql_fit_table *t, ql_error *err)
+{
+    ql_model *m = NULL;
+    ql_tokenizer *tok = NULL;
+    ql_imatrix *im = NULL;
+    ql_store *store = NULL;
+    ql_ppl_data d;
+    memset(&d, 0, sizeof d);
+    char text_path[QL_PATH_MAX], text_sha[65], msha[65], im_sha[65] = "none";
+    const ql_data_entry *te = NULL;
+    ql_status st = ql_model_load(&m, path, err);
+    if (!st)
+        st = ql_tokenizer_from_gguf(&tok, m->gguf, err);
+    if (!st && !(st = ql_data_resolve(a->calib, text_path, sizeof text_path, &te, err))) {
+        if (te)
+            ql_strlcpy(text_sha, te->sha256, sizeof text_sha);
+        else
+            st = ql_sha256_file(text_path, text_sha, err);
+    }
+    if (!st && (st = ql_ppl_data_from_file(&d, tok, text_path, a->calib_ctx, a->calib_chunks,
+                                           err)))
+        ql_error_prefix(err, "--calib %s: ", a->calib);
+    if (!st && model_sha)
+        ql_strlcpy(msha, model_sha, sizeof msha);
+    else if (!st)
+        st = ql_sha256_file(path, msha, err);
+    if (!st && a->imatrix) {
+        char ipath[QL_PATH_MAX];
+        if (!(st = ql_data_resolve(a->imatrix, ipath, sizeof ipath, NULL, err)) &&
+            !(st = ql_sha256_file(ipath, im_sha, err)))
+            st = ql_imatrix_read(ipath, &im, err);
+    }
+    if (!st)
+        st = ql_store_open(a->db ? a->db : QL_STORE_DEFAULT_PATH, NULL, &store, err);
+    if (!st) {
+        printf("objective   kld: sensitivities on %s, %lld chunks of %d, kept in %s\n", a->calib,
+               (long long)d.n_chunks, d.ctx, a->db ? a->db : QL_STORE_DEFAULT_PATH);
+        fflush(stdout);
+        const ql_sens_source src = {m,     msha,  "", cache_dir && cache_dir[0] ? cache_dir : "results/cache",
+                                    NULL,  store, ql_mem_total() / 2, a->quiet};
+        const ql_sens_text text = {&d, text_sha, a->calib};
+        if (!(st = ql_sens_fill(&src, &text, im, im_sha, t, err)))
+            ql_fit_table_sort_choices(t);
+    }
+    ql_store_close(store);
+    ql_ppl_data_deinit(&d);
+    ql_imatrix_free(im);
+    ql_tokenizer_free(tok);
+    ql_model_free(m);
+    return st;
 }
 
 /* Reads the written file back: every tensor in the planned type and size. */
@@ -304,6 +395,9 @@ int ql_cmd_fit(int argc, char **argv)
     for (int i = 0; i < t->n_notes; i++)
         printf("note        %s\n", t->notes[i]);
 
+    const bool kld = a.objective && strcmp(a.objective, "kld") == 0;
+    if (kld && (st = kld_errors(&a, path, entry ? entry->sha256 : NULL, o.cache_dir, t, &err)))
+        goto out;
     uint64_t budget;
     if ((st = resolve_budget(&a, g, t, &budget, &err)) != QL_OK)
         goto out;
@@ -311,6 +405,10 @@ int ql_cmd_fit(int argc, char **argv)
         goto out;
     printf("\n");
     ql_fit_plan_print(stdout, p, t);
+    if (kld)
+        printf("predicted   KLD %.4e: the sum of the chosen tensors' sensitivities on %s (each "
+               "alone; interactions add to it)\n",
+               p->err, a.calib);
     fflush(stdout);
     if (a.out) {
         if ((st = ql_fit_write(g, p, imp, a.out, a.quiet, &err)) != QL_OK)

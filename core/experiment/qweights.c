@@ -902,7 +902,7 @@ ql_status ql_qweights_build(ql_qweights *q, ql_calib *cal, const ql_config *c, q
                             ql_qweights_result *r, ql_error *err)
 {
     memset(r, 0, sizeof *r);
-    r->predicted_kld = (double)NAN;
+    r->predicted_kld = r->calib_kld = (double)NAN;
     if (c->weight_file[0])
         return build_file(q, c, r, err);
     ql_quant_plan *plan;

@@ -86,6 +86,8 @@ typedef struct {
     /* A budget with objective kld: the summed sensitivities of the solver's choices
      * (NAN otherwise). */
     double predicted_kld;
+    /* ... and its KLD on the calibration text (the harness measures it; NAN otherwise). */
+    double calib_kld;
     /* Sizes: the plan's tensors plus the exact columns of an outlier split (gguf_bytes:
      * the GGUF file's, NAN when a type has no GGUF id; zlib_bytes: the tensors as
      * stored, compressed at zlib level 9, quant_int8row.h). */

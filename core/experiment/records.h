@@ -128,6 +128,9 @@
     /* a budget with objective kld: the solver's prediction, Σ of the chosen tensors'       \
      * measured sensitivities on the calibration text (schema 8) */                         \
     X(predicted_kld,    REAL,    8, WEIGHTS, 63, NULL,     NUM, "%.3e", 6, QL_METRIC_CSV, NULL)   \
+    /* ... and the fitted config's own KLD on that calibration text: the prediction with   \
+     * the interactions of its choices measured (schema 8) */                               \
+    X(calib_kld,        REAL,    8, WEIGHTS, 64, NULL,     NUM, "%.3e", 6, QL_METRIC_CSV, NULL)   \
     /* size: whole model and body (without head and embeddings) */                                 \
     X(bytes,            COUNT,   1, WEIGHTS, 3, "size",    BYTES, "%.0f", 0,                       \
       QL_METRIC_CSV | QL_METRIC_KEEP, NULL)                                                        \

@@ -285,6 +285,9 @@ static ql_status evaluate_config(ql_sweep_run *s, const ql_config *c, ql_calib_s
         ql_kv_rounding(ql_kv_ggml_type(ql_config_kv_type(c)), s->model->hp.head_dim, &kv, err);
     if (!st)
         st = ql_qweights_build(s->qw, s->calib, c, slot, &r->q, err);
+    /* A kld fit's prediction with its interactions: the config on its calibration text. */
+    if (!st && c->objective == QL_OBJECTIVE_KLD)
+        st = ql_sens_calib_kld(&s->sens, c, q->weights, &kv, &r->q.calib_kld, err);
     if (!st)
         st = run_pass(s, q->weights, &kv, label, r, err);
     if (st)

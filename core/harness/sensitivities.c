@@ -1,6 +1,7 @@
 /* The sweep's measured sensitivities (sensitivities.h). */
 #include "harness/sensitivities.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,78 +42,129 @@ static ql_status store_item(void *ctx, const ql_sens_item *it, ql_error *err)
     return ql_store_sensitivity_put(sc->src->store, sc->key, &row, err);
 }
 
-/* Measures items on the calibration text d: its reference (cached under cache_dir),
- * then every item, each stored as it is done. */
+/* The calibration text's pass: a forward pass of its ctx, a scheduler and its
+ * reference (computed once, then loaded from the cache directory). */
+typedef struct {
+    ql_forward *fw;
+    ql_sched *sched;
+    ql_reference *ref;
+    int group;
+} calib_pass;
+
+static void calib_pass_close(calib_pass *p)
+{
+    ql_reference_free(p->ref);
+    ql_sched_free(p->sched);
+    ql_forward_free(p->fw);
+}
+
+static ql_status calib_pass_open(const ql_sens_source *src, const char *text_sha,
+                                 const ql_ppl_data *d, calib_pass *p, ql_error *err)
+{
+    memset(p, 0, sizeof *p);
+    const ql_hparams *hp = &src->model->hp;
+    ql_status st = ql_forward_alloc(&p->fw, hp, d->ctx, err);
+    if (!st)
+        st = ql_sched_alloc(&p->sched, err);
+    if (!st) {
+        const size_t logp = ql_reference_logp_bytes(d, hp->n_vocab);
+        p->group = ql_sched_group_for(hp, d->ctx, 1, d->n_chunks, src->mem_bytes / 4);
+        ql_reference_opts ro = {src->model_sha, text_sha, src->cache_dir, src->quiet, p->group,
+                                logp <= src->mem_bytes / 4 ? logp : 0};
+        st = ql_reference_get(&p->ref, p->fw, p->sched, src->model->weights, d, &ro, err);
+    }
+    if (st)
+        calib_pass_close(p);
+    return st;
+}
+
+/* Measures items on the calibration text d, each stored as it is done. */
 static ql_status measure(const ql_sens_source *src, const ql_store_sens_key *key,
                          const ql_ppl_data *d, const ql_imatrix *im, ql_sens_item *items,
                          int64_t n, ql_error *err)
 {
     const ql_hparams *hp = &src->model->hp;
-    ql_forward *fw = NULL;
-    ql_sched *sched = NULL;
-    ql_reference *ref = NULL;
-    ql_status st = ql_forward_alloc(&fw, hp, d->ctx, err);
-    if (!st)
-        st = ql_sched_alloc(&sched, err);
-    if (!st) {
-        const size_t logp = ql_reference_logp_bytes(d, hp->n_vocab);
-        ql_reference_opts ro = {src->model_sha,
-                                key->text_sha256,
-                                src->cache_dir,
-                                src->quiet,
-                                ql_sched_group_for(hp, d->ctx, 1, d->n_chunks, src->mem_bytes / 4),
-                                logp <= src->mem_bytes / 4 ? logp : 0};
-        st = ql_reference_get(&ref, fw, sched, src->model->weights, d, &ro, err);
+    calib_pass p;
+    ql_status st = calib_pass_open(src, key->text_sha256, d, &p, err);
+    if (st)
+        return st;
+    /* Blocks recomputed, in reference passes: a candidate in block l runs L - l of L. */
+    double passes = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int layer;
+        ql_sens_kind_name(src->model, items[i].tensor, &layer);
+        passes += (double)(hp->n_layer - (layer < 0 ? 0 : layer)) / (double)hp->n_layer;
     }
-    if (!st) {
-        /* Blocks recomputed, in reference passes: a candidate in block l runs L - l of L. */
-        double passes = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int layer;
-            ql_sens_kind_name(src->model, items[i].tensor, &layer);
-            passes += (double)(hp->n_layer - (layer < 0 ? 0 : layer)) / (double)hp->n_layer;
-        }
-        if (!src->quiet)
-            fprintf(stderr,
-                    "sensitivity: %lld (tensor, type) pairs on %s (%lld chunks of %d): %.1f "
-                    "reference passes of blocks, one head each\n",
-                    (long long)n, key->text_name, (long long)d->n_chunks, d->ctx, passes);
-        store_ctx sc = {src, key, src->model};
-        ql_sens_job job = {.model = src->model,
-                           .ref = ref,
-                           .fw = fw,
-                           .d = d,
-                           .im = im,
-                           .done = store_item,
-                           .done_ctx = &sc,
-                           .quiet = src->quiet};
-        st = ql_sens_measure(&job, items, n, err);
-    }
-    ql_reference_free(ref);
-    ql_sched_free(sched);
-    ql_forward_free(fw);
+    if (!src->quiet)
+        fprintf(stderr,
+                "sensitivity: %lld (tensor, type) pairs on %s (%lld chunks of %d): %.1f "
+                "reference passes of blocks, one head each\n",
+                (long long)n, key->text_name, (long long)d->n_chunks, d->ctx, passes);
+    store_ctx sc = {src, key, src->model};
+    ql_sens_job job = {.model = src->model,
+                       .ref = p.ref,
+                       .fw = p.fw,
+                       .d = d,
+                       .im = im,
+                       .done = store_item,
+                       .done_ctx = &sc,
+                       .quiet = src->quiet};
+    st = ql_sens_measure(&job, items, n, err);
+    calib_pass_close(&p);
     return st;
 }
 
-ql_status ql_sens_fill_table(void *ctx, const ql_config *c, const ql_calib_slot *slot,
-                             ql_fit_table *t, ql_error *err)
+/* c's calibration text in chunks and its SHA-256, refused when it is the evaluation
+ * text. */
+static ql_status calib_text(const ql_sens_source *src, const ql_config *c, ql_ppl_data *d,
+                            char text_sha[65], ql_error *err)
 {
-    const ql_sens_source *src = ctx;
-    ql_ppl_data d;
-    char text_sha[65];
-    ql_status st = ql_calib_config_text(src->calib, c, &d, text_sha, err);
+    ql_status st = ql_calib_config_text(src->calib, c, d, text_sha, err);
     if (st)
         return ql_error_prefix(err, "objective kld: ");
     if (strcmp(text_sha, src->eval_text_sha) == 0) {
-        ql_ppl_data_deinit(&d);
+        ql_ppl_data_deinit(d);
         return ql_error_set(err, QL_EINVAL,
                             "objective kld: the calibration text calib:%s is the sweep's "
                             "evaluation text; measure sensitivities on another text",
                             c->imatrix);
     }
-    const char *im_sha = slot ? ql_calib_slot_sha256(slot) : "none";
-    ql_store_sens_key key = {src->model_sha, text_sha,      c->imatrix,        d.ctx,
-                             d.n_chunks,     im_sha,        QL_METRICS_VERSION};
+    return QL_OK;
+}
+
+ql_status ql_sens_calib_kld(const ql_sens_source *src, const ql_config *c, ql_weights *w,
+                            const ql_attn_rounding *kv, double *out, ql_error *err)
+{
+    *out = (double)NAN;
+    ql_ppl_data d;
+    char text_sha[65];
+    ql_status st = calib_text(src, c, &d, text_sha, err);
+    if (st)
+        return st;
+    calib_pass p;
+    ql_dist_acc *acc = NULL;
+    if (!(st = calib_pass_open(src, text_sha, &d, &p, err))) {
+        if (!(st = ql_dist_acc_alloc(&acc, ql_ppl_n_scored_total(&d), src->model->hp.n_vocab,
+                                     err)) &&
+            !(st = ql_reference_score(p.ref, p.sched, w, kv, p.group, acc, NULL, NULL, err))) {
+            ql_dist_metrics m;
+            ql_dist_acc_finish(acc, &m);
+            *out = m.kld_mean;
+        }
+        ql_dist_acc_free(acc);
+        calib_pass_close(&p);
+    }
+    ql_ppl_data_deinit(&d);
+    return st ? ql_error_prefix(err, "objective kld: the fitted config on calib:%s: ", c->imatrix)
+              : QL_OK;
+}
+
+ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text,
+                       const ql_imatrix *im, const char *im_sha, ql_fit_table *t, ql_error *err)
+{
+    const ql_ppl_data *d = text->d;
+    ql_store_sens_key key = {src->model_sha, text->sha256, text->name,       d->ctx,
+                             d->n_chunks,    im_sha,       QL_METRICS_VERSION};
     /* What the store has; the rest is measured. */
     int64_t n_all = 0;
     for (int i = 0; i < t->n_tensors; i++)
@@ -121,8 +173,7 @@ ql_status ql_sens_fill_table(void *ctx, const ql_config *c, const ql_calib_slot 
     ql_sens_item *items = calloc((size_t)(n_all ? n_all : 1), sizeof *items);
     ql_fit_choice **where = calloc((size_t)(n_all ? n_all : 1), sizeof *where);
     int64_t n_missing = 0;
-    if (!items || !where)
-        st = ql_error_set(err, QL_ENOMEM, "out of memory");
+    ql_status st = items && where ? QL_OK : ql_error_set(err, QL_ENOMEM, "out of memory");
     for (int i = 0; i < t->n_tensors && !st; i++) {
         ql_fit_tensor *ft = &t->tensors[i];
         for (int j = 0; ft->assigned && j < ft->n_choices && !st; j++) {
@@ -140,12 +191,26 @@ ql_status ql_sens_fill_table(void *ctx, const ql_config *c, const ql_calib_slot 
             where[n_missing++] = ch;
         }
     }
-    if (!st && n_missing > 0 &&
-        !(st = measure(src, &key, &d, ql_calib_slot_imatrix(slot), items, n_missing, err)))
+    if (!st && n_missing > 0 && !(st = measure(src, &key, d, im, items, n_missing, err)))
         for (int64_t i = 0; i < n_missing; i++)
             where[i]->err = items[i].kld_mean;
     free(items);
     free(where);
+    return st;
+}
+
+ql_status ql_sens_fill_table(void *ctx, const ql_config *c, const ql_calib_slot *slot,
+                             ql_fit_table *t, ql_error *err)
+{
+    const ql_sens_source *src = ctx;
+    ql_ppl_data d;
+    char text_sha[65];
+    ql_status st = calib_text(src, c, &d, text_sha, err);
+    if (st)
+        return st;
+    const ql_sens_text text = {&d, text_sha, c->imatrix};
+    st = ql_sens_fill(src, &text, ql_calib_slot_imatrix(slot),
+                      slot ? ql_calib_slot_sha256(slot) : "none", t, err);
     ql_ppl_data_deinit(&d);
     return st;
 }

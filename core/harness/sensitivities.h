@@ -17,23 +17,45 @@
 #include "experiment/calib.h"
 #include "experiment/config.h"
 #include "experiment/fit.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "results/store.h"
 
 typedef struct {
     const ql_model *model; /* the sweep's reference model (borrowed) */
     const char *model_sha;
-    const char *eval_text_sha; /* the sweep's evaluation text, which calibration must not be */
+    const char *eval_text_sha; /* the evaluation text, which calibration must not be ("") */
     const char *cache_dir;     /* where the calibration text's reference is cached */
-    ql_calib *calib;           /* the sweep's calibration resources (borrowed) */
+    ql_calib *calib;           /* the sweep's calibration resources (borrowed; NULL
+                                  outside a sweep: then only ql_sens_fill) */
     ql_store *store;           /* the results store (borrowed) */
     size_t mem_bytes;          /* memory a measurement may plan with */
     bool quiet;
 } ql_sens_source;
 
+/* A calibration text in chunks. */
+typedef struct {
+    const ql_ppl_data *d;
+    const char *sha256;
+    const char *name; /* as the user gave it */
+} ql_sens_text;
+
+/* Replaces the error of every assigned tensor's choices in t by its mean KLD on text, the
+ * tensor quantized with the importance of im (im_sha: its file's SHA-256, or "none"):
+ * read from the store, or measured and stored. */
+ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text,
+                       const ql_imatrix *im, const char *im_sha, ql_fit_table *t, ql_error *err);
+
 /* The hook of qweights.h (ql_qweights_opts.sensitivities) with ctx = src: replaces the
  * error of every assigned tensor's choices in t by its measured mean KLD. */
 ql_status ql_sens_fill_table(void *src, const ql_config *c, const ql_calib_slot *slot,
                              ql_fit_table *t, ql_error *err);
+
+/* The mean KLD of weight set w (a kld fit of c) on c's calibration text against the
+ * reference there, K/V rounded as kv says: the fit's prediction with the interactions of
+ * its choices measured (the sum of the sensitivities counts each tensor alone). One pass
+ * over the calibration text. */
+ql_status ql_sens_calib_kld(const ql_sens_source *src, const ql_config *c, ql_weights *w,
+                            const ql_attn_rounding *kv, double *out, ql_error *err);
 
 #endif
