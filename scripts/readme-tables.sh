@@ -4,20 +4,24 @@
 # the table `qlab report` wrote to results/SWEEP/report.md (summary lines, table and
 # the notes under it, without what report.md marks as details: tensor types,
 # comparisons, plot links, the legend). Run the sweeps first; the numbers come from
-# qlab, not from hand editing.
-#   usage: scripts/readme-tables.sh [QLAB] [DB]
+# qlab, not from hand editing. With SWEEP names, only their blocks are replaced (the
+# others stay as they are: a store that holds only some sweeps).
+#   usage: scripts/readme-tables.sh [QLAB] [DB] [SWEEP...]
 set -eu
 cd "$(dirname "$0")/.."
 qlab=${1:-build/core/qlab}
 db=${2:-results/qlab.db}
+[ $# -ge 2 ] && shift 2 || set --
+only=" $* "
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$qlab" report --db "$db" -o "$out" --no-plots >/dev/null
 cp README.md "$out/README.in"
-awk -v dir="$out" '
+awk -v dir="$out" -v only="$only" '
     /^<!-- report:[^ ]+ -->$/ {
-        print
         name = $0; sub(/^<!-- report:/, "", name); sub(/ -->$/, "", name)
+        if (only != "  " && index(only, " " name " ") == 0) { print; next }
+        print
         file = dir "/" name "/report.md"
         if ((getline line < file) <= 0) { print "missing report for sweep " name > "/dev/stderr"; exit 1 }
         # Copy the summary, the table and the notes under it; skip the heading and

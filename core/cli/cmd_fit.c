@@ -173,8 +173,8 @@ static int parse_args(int argc, char **argv, args *a)
         return ql_opt_usage(&p, "--objective is imatrix or kld");
     if (kld && !a->calib)
         return ql_opt_usage(&p, "--objective kld measures sensitivities on --calib TEXT");
-    if (!kld && (a->calib || a->db || ql_opt_given(&p, "calib-ctx") ||
-                 ql_opt_given(&p, "calib-chunks")))
+    if (!kld &&
+        (a->calib || a->db || ql_opt_given(&p, "calib-ctx") || ql_opt_given(&p, "calib-chunks")))
         return ql_opt_usage(&p, "--calib, --calib-ctx, --calib-chunks and --db belong to "
                                 "--objective kld");
     if (!a->calib_ctx)
@@ -265,8 +265,7 @@ static ql_status kld_errors(const args *a, const char *path, const char *model_s
         else
             st = ql_sha256_file(text_path, text_sha, err);
     }
-    if (!st && (st = ql_ppl_data_from_file(&d, tok, text_path, a->calib_ctx, a->calib_chunks,
-                                           err)))
+    if (!st && (st = ql_ppl_data_from_file(&d, tok, text_path, a->calib_ctx, a->calib_chunks, err)))
         ql_error_prefix(err, "--calib %s: ", a->calib);
     if (!st && model_sha)
         ql_strlcpy(msha, model_sha, sizeof msha);
@@ -284,8 +283,14 @@ static ql_status kld_errors(const args *a, const char *path, const char *model_s
         printf("objective   kld: sensitivities on %s, %lld chunks of %d, kept in %s\n", a->calib,
                (long long)d.n_chunks, d.ctx, a->db ? a->db : QL_STORE_DEFAULT_PATH);
         fflush(stdout);
-        const ql_sens_source src = {m,     msha,  "", cache_dir && cache_dir[0] ? cache_dir : "results/cache",
-                                    NULL,  store, ql_mem_total() / 2, a->quiet};
+        const ql_sens_source src = {m,
+                                    msha,
+                                    "",
+                                    cache_dir && cache_dir[0] ? cache_dir : "results/cache",
+                                    NULL,
+                                    store,
+                                    ql_mem_total() / 2,
+                                    a->quiet};
         const ql_sens_text text = {&d, text_sha, a->calib};
         if (!(st = ql_sens_fill(&src, &text, im, im_sha, t, err)))
             ql_fit_table_sort_choices(t);

@@ -35,21 +35,35 @@ const char *ql_kv_type_name(ql_kv_type kv)
  * Type names are validated against the type table only: whether a format's
  * quantizer exists is checked when the sweep quantizes. */
 static const ql_capability capabilities[] = {
-    {QL_AXIS_WEIGHT_TYPE, "<type>", true},   {QL_AXIS_WEIGHT_TYPE, "file:<path>", true},
+    {QL_AXIS_WEIGHT_TYPE, "<type>", true},
+    {QL_AXIS_WEIGHT_TYPE, "file:<path>", true},
     {QL_AXIS_ACT_MODE, "f32", true},
-    {QL_AXIS_ACT_MODE, "native", true},      {QL_AXIS_ACT_MODE, "q8_0", true},
-    {QL_AXIS_ACT_MODE, "q8_1", true},        {QL_AXIS_ACT_MODE, "q8_K", true},
-    {QL_AXIS_ACT_MODE, "q8x2", true},        {QL_AXIS_OUTLIER_RATIO, "0", true},
-    {QL_AXIS_OUTLIER_RATIO, ">1", true},     {QL_AXIS_HEAD_TYPE, "same", true},
-    {QL_AXIS_HEAD_TYPE, "<type>", true},     {QL_AXIS_EMBD_TYPE, "same", true},
-    {QL_AXIS_EMBD_TYPE, "<type>", true},     {QL_AXIS_KV_TYPE, "f32", true},
-    {QL_AXIS_KV_TYPE, "f16", true},          {QL_AXIS_KV_TYPE, "q8_0", true},
-    {QL_AXIS_KV_TYPE, "q4_0", true},         {QL_AXIS_IMATRIX, "none", true},
-    {QL_AXIS_IMATRIX, "<path>", true},       {QL_AXIS_IMATRIX, "calib:<dataset>", true},
-    {QL_AXIS_BUDGET, "none", true},          {QL_AXIS_BUDGET, "<bytes>", true},
-    {QL_AXIS_BUDGET, "bpw:<x>", true},       {QL_AXIS_BUDGET, "<type>", true},
-    {QL_AXIS_TENSOR_TYPES, "none", true},    {QL_AXIS_TENSOR_TYPES, "<rules>", true},
-    {QL_AXIS_OBJECTIVE, "imatrix", true},    {QL_AXIS_OBJECTIVE, "kld", true},
+    {QL_AXIS_ACT_MODE, "native", true},
+    {QL_AXIS_ACT_MODE, "q8_0", true},
+    {QL_AXIS_ACT_MODE, "q8_1", true},
+    {QL_AXIS_ACT_MODE, "q8_K", true},
+    {QL_AXIS_ACT_MODE, "q8x2", true},
+    {QL_AXIS_OUTLIER_RATIO, "0", true},
+    {QL_AXIS_OUTLIER_RATIO, ">1", true},
+    {QL_AXIS_HEAD_TYPE, "same", true},
+    {QL_AXIS_HEAD_TYPE, "<type>", true},
+    {QL_AXIS_EMBD_TYPE, "same", true},
+    {QL_AXIS_EMBD_TYPE, "<type>", true},
+    {QL_AXIS_KV_TYPE, "f32", true},
+    {QL_AXIS_KV_TYPE, "f16", true},
+    {QL_AXIS_KV_TYPE, "q8_0", true},
+    {QL_AXIS_KV_TYPE, "q4_0", true},
+    {QL_AXIS_IMATRIX, "none", true},
+    {QL_AXIS_IMATRIX, "<path>", true},
+    {QL_AXIS_IMATRIX, "calib:<dataset>", true},
+    {QL_AXIS_BUDGET, "none", true},
+    {QL_AXIS_BUDGET, "<bytes>", true},
+    {QL_AXIS_BUDGET, "bpw:<x>", true},
+    {QL_AXIS_BUDGET, "<type>", true},
+    {QL_AXIS_TENSOR_TYPES, "none", true},
+    {QL_AXIS_TENSOR_TYPES, "<rules>", true},
+    {QL_AXIS_OBJECTIVE, "imatrix", true},
+    {QL_AXIS_OBJECTIVE, "kld", true},
 };
 
 size_t ql_config_capabilities(const ql_capability **out)
@@ -654,8 +668,7 @@ static ql_status parse_objective(ql_config *c, const char *v, ql_error *err)
     else if (strcasecmp(v, "kld") == 0)
         c->objective = QL_OBJECTIVE_KLD;
     else
-        return ql_error_set(err, QL_EFORMAT, "objective: unknown objective '%s' (imatrix, kld)",
-                            v);
+        return ql_error_set(err, QL_EFORMAT, "objective: unknown objective '%s' (imatrix, kld)", v);
     return QL_OK;
 }
 
@@ -1024,7 +1037,7 @@ static ql_status validate_file(const ql_config *c, ql_axis *bad_axis, ql_error *
     ql_config d;
     ql_config_init(&d);
     const ql_axis weight_axes[] = {QL_AXIS_OUTLIER_RATIO, QL_AXIS_HEAD_TYPE, QL_AXIS_EMBD_TYPE,
-                                   QL_AXIS_IMATRIX, QL_AXIS_BUDGET, QL_AXIS_TENSOR_TYPES,
+                                   QL_AXIS_IMATRIX,       QL_AXIS_BUDGET,    QL_AXIS_TENSOR_TYPES,
                                    QL_AXIS_OBJECTIVE};
     for (size_t i = 0; i < sizeof weight_axes / sizeof weight_axes[0]; i++) {
         char v[QL_CONFIG_VALUE_MAX], dv[QL_CONFIG_VALUE_MAX];
@@ -1034,8 +1047,8 @@ static ql_status validate_file(const ql_config *c, ql_axis *bad_axis, ql_error *
             return broken(bad_axis, weight_axes[i], err,
                           "%s %s: weight_type file:%s takes every tensor as the file has it; "
                           "%s must be %s (put the file in a [grid] of its own)",
-                          axis_names[weight_axes[i]], v, c->weight_file,
-                          axis_names[weight_axes[i]], dv);
+                          axis_names[weight_axes[i]], v, c->weight_file, axis_names[weight_axes[i]],
+                          dv);
     }
     return QL_OK;
 }

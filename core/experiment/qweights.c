@@ -133,9 +133,9 @@ static ql_status quantize_pieces(const ql_linear *src_lin, int32_t type, const f
     const int64_t rows = piece < nrows ? piece : nrows;
     float *src = malloc((size_t)(rows * n_per_row) * sizeof *src);
     float *deq = malloc((size_t)(rows * n_per_row) * sizeof *deq);
-    ql_status st = src && deq ? QL_OK
-                              : ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'",
-                                             src_lin->name);
+    ql_status st =
+        src && deq ? QL_OK
+                   : ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", src_lin->name);
     const int64_t ne[QL_GGUF_MAX_DIMS] = {n_per_row, nrows, 1, 1};
     for (int64_t r = 0; r < nrows && !st; r += piece) {
         const int64_t nr = nrows - r < piece ? nrows - r : piece;
@@ -148,8 +148,8 @@ static ql_status quantize_pieces(const ql_linear *src_lin, int32_t type, const f
         if (!(st = ql_linear_decode_rows(src_lin, r, nr, src, err)) &&
             !(st = ql_quant_tensor_rows(&qs, type, r, nr, dst, q_bytes - (size_t)r * row_bytes,
                                         err)) &&
-            !(st = ql_dequant_tensor(storage, dst, (size_t)nr * row_bytes, nr, n_per_row, deq,
-                                     err)))
+            !(st =
+                  ql_dequant_tensor(storage, dst, (size_t)nr * row_bytes, nr, n_per_row, deq, err)))
             st = ql_weight_error_add(werr, src, deq, nr, n_per_row, mw, err);
     }
     free(src);
@@ -167,9 +167,8 @@ ql_status ql_qweights_quantize_linear(const ql_linear *lin, int32_t type, const 
     const float *qw = NULL;
     ql_weight_error werr;
     memset(&werr, 0, sizeof werr);
-    ql_status st = buf && q ? QL_OK
-                            : ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'",
-                                           lin->name);
+    ql_status st =
+        buf && q ? QL_OK : ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", lin->name);
     if (!st)
         st = ql_calib_column_weights(im, lin->name, lin->n_in, buf, &qw, err);
     if (!st)
@@ -330,8 +329,7 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
         for (int64_t r = 0; keep_cols && r < e->nrows; r++)
             for (int64_t j = 0; j < oc->n; j++)
                 nt.exact[r * oc->n + j] = src[r * e->n_per_row + oc->cols[j]];
-    } else if ((st = quantize_pieces(src_lin, e->used, qw, mw, nt.q, nt.q_bytes, &nt.werr,
-                                     err))) {
+    } else if ((st = quantize_pieces(src_lin, e->used, qw, mw, nt.q, nt.q_bytes, &nt.werr, err))) {
         /* The quantization every command shares (quant_model.h): the same bytes as
          * qlab quantize writes for this tensor. */
         goto out;
@@ -465,8 +463,7 @@ static ql_status build_plan(const ql_qweights *q, const ql_config *c, const ql_c
     ql_quant_overrides_free(rules);
     if (st)
         return st;
-    if (c->budget_kind != QL_BUDGET_NONE &&
-        (st = apply_budget(q, c, slot, plan, predicted, err))) {
+    if (c->budget_kind != QL_BUDGET_NONE && (st = apply_budget(q, c, slot, plan, predicted, err))) {
         ql_quant_plan_free(plan);
         return st;
     }
@@ -763,9 +760,8 @@ static ql_status install_act(const ql_config *c, const ql_quant_plan *plan,
  * has it in, chosen by the file. */
 static ql_status file_plan(const ql_model *fm, ql_quant_plan **out, ql_error *err)
 {
-    ql_quant_config qc = {.weight_type = QL_TYPE_F32,
-                          .head_type = QL_TYPE_INVALID,
-                          .embd_type = QL_TYPE_INVALID};
+    ql_quant_config qc = {
+        .weight_type = QL_TYPE_F32, .head_type = QL_TYPE_INVALID, .embd_type = QL_TYPE_INVALID};
     ql_quant_plan *plan;
     ql_status st = ql_quant_plan_build(fm->gguf, &qc, &plan, err);
     if (st)
@@ -888,8 +884,8 @@ static ql_status build_file(ql_qweights *q, const ql_config *c, ql_qweights_resu
         r->bpw = 8.0 * r->bytes / (double)plan->params;
         r->bytes_body = (double)plan->body_bytes;
         r->params_body = (double)plan->body_params;
-        r->bpw_body = plan->body_params > 0 ? 8.0 * r->bytes_body / (double)plan->body_params
-                                            : (double)NAN;
+        r->bpw_body =
+            plan->body_params > 0 ? 8.0 * r->bytes_body / (double)plan->body_params : (double)NAN;
         r->gguf_bytes = (double)r->file_model->gguf->file_size;
     }
     ql_quant_plan_free(plan);

@@ -76,7 +76,7 @@ typedef struct {
     /* The reference weight set with every quantized product's source replaced by its
      * quantized bytes, borrowed from the cache (decoded layer by layer when bound). */
     ql_weights *weights;
-    ql_act_plan *act;               /* installed on weights; NULL when nothing is rounded */
+    ql_act_plan *act;          /* installed on weights; NULL when nothing is rounded */
     ql_tensor_record *tensors; /* (n_tensors,) every weight quantized or kept F32 */
     size_t n_tensors;
     ql_act_record *acts; /* (n_acts,) products whose input is rounded or split */

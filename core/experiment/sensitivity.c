@@ -11,9 +11,8 @@
 #include "experiment/qweights.h"
 #include "formats/types.h"
 
-static const char *const site_kind[QL_SITES_PER_LAYER] = {"attn_q",   "attn_k",  "attn_v",
-                                                          "attn_output", "ffn_gate", "ffn_up",
-                                                          "ffn_down"};
+static const char *const site_kind[QL_SITES_PER_LAYER] = {
+    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
 
 /* Where a tensor acts: its product site (-1 for the token embedding), or -2 when the
  * model has no such product. */
@@ -56,11 +55,11 @@ static int start_block(const ql_model *m, int site)
 
 typedef struct {
     const ql_sens_job *job;
-    int n_tok;        /* tokens a chunk runs: ctx - 1, as a perplexity pass */
-    size_t stride;    /* floats of one chunk's residual stream */
-    float *x_ref;     /* (n_chunks, n_tok, n_embd): the reference stream at the current block */
-    float *x;         /* a candidate's copy */
-    float *layer;     /* one layer's products in f32 */
+    int n_tok;     /* tokens a chunk runs: ctx - 1, as a perplexity pass */
+    size_t stride; /* floats of one chunk's residual stream */
+    float *x_ref;  /* (n_chunks, n_tok, n_embd): the reference stream at the current block */
+    float *x;      /* a candidate's copy */
+    float *layer;  /* one layer's products in f32 */
     size_t layer_floats;
     float *hidden;    /* one chunk's head input */
     float *logits;    /* one chunk's logits */
@@ -140,8 +139,8 @@ static ql_status score(sens_state *s, ql_weights *w, const float *x, ql_sens_ite
         const float *logp;
         if (!(st = ql_forward_head(job->fw, w, hidden, s->logits, d->n_scored, err)) &&
             !(st = ql_reference_logp(job->ref, c, &logp, err)))
-            st = ql_dist_acc_add(s->acc, logp, s->logits, ql_ppl_chunk_targets(d, c),
-                                 d->n_scored, err);
+            st = ql_dist_acc_add(s->acc, logp, s->logits, ql_ppl_chunk_targets(d, c), d->n_scored,
+                                 err);
     }
     if (st)
         return st;

@@ -49,14 +49,14 @@ typedef struct {
 typedef ql_status (*ql_sens_done_fn)(void *ctx, const ql_sens_item *item, ql_error *err);
 
 typedef struct {
-    const ql_model *model;  /* the reference model; its weight set is not changed */
-    ql_reference *ref;      /* the reference on the calibration text (with fw, d) */
-    ql_forward *fw;         /* the forward pass of the calibration text's ctx */
-    const ql_ppl_data *d;   /* the calibration chunks */
-    const ql_imatrix *im;   /* the quantizer's importance (NULL: none) */
-    ql_sens_done_fn done;   /* may be NULL */
+    const ql_model *model; /* the reference model; its weight set is not changed */
+    ql_reference *ref;     /* the reference on the calibration text (with fw, d) */
+    ql_forward *fw;        /* the forward pass of the calibration text's ctx */
+    const ql_ppl_data *d;  /* the calibration chunks */
+    const ql_imatrix *im;  /* the quantizer's importance (NULL: none) */
+    ql_sens_done_fn done;  /* may be NULL */
     void *done_ctx;
-    bool quiet;             /* no progress line */
+    bool quiet; /* no progress line */
 } ql_sens_job;
 
 /* Measures items[0 .. n) in block order. Errors: a tensor the model has no product

@@ -69,8 +69,8 @@ static ql_status calib_pass_open(const ql_sens_source *src, const char *text_sha
     if (!st) {
         const size_t logp = ql_reference_logp_bytes(d, hp->n_vocab);
         p->group = ql_sched_group_for(hp, d->ctx, 1, d->n_chunks, src->mem_bytes / 4);
-        ql_reference_opts ro = {src->model_sha, text_sha, src->cache_dir, src->quiet, p->group,
-                                logp <= src->mem_bytes / 4 ? logp : 0};
+        ql_reference_opts ro = {src->model_sha, text_sha, src->cache_dir,
+                                src->quiet,     p->group, logp <= src->mem_bytes / 4 ? logp : 0};
         st = ql_reference_get(&p->ref, p->fw, p->sched, src->model->weights, d, &ro, err);
     }
     if (st)
@@ -80,8 +80,8 @@ static ql_status calib_pass_open(const ql_sens_source *src, const char *text_sha
 
 /* Measures items on the calibration text d, each stored as it is done. */
 static ql_status measure(const ql_sens_source *src, const ql_store_sens_key *key,
-                         const ql_ppl_data *d, const ql_imatrix *im, ql_sens_item *items,
-                         int64_t n, ql_error *err)
+                         const ql_ppl_data *d, const ql_imatrix *im, ql_sens_item *items, int64_t n,
+                         ql_error *err)
 {
     const ql_hparams *hp = &src->model->hp;
     calib_pass p;
@@ -159,11 +159,11 @@ ql_status ql_sens_calib_kld(const ql_sens_source *src, const ql_config *c, ql_we
               : QL_OK;
 }
 
-ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text,
-                       const ql_imatrix *im, const char *im_sha, ql_fit_table *t, ql_error *err)
+ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text, const ql_imatrix *im,
+                       const char *im_sha, ql_fit_table *t, ql_error *err)
 {
     const ql_ppl_data *d = text->d;
-    ql_store_sens_key key = {src->model_sha, text->sha256, text->name,       d->ctx,
+    ql_store_sens_key key = {src->model_sha, text->sha256, text->name,        d->ctx,
                              d->n_chunks,    im_sha,       QL_METRICS_VERSION};
     /* What the store has; the rest is measured. */
     int64_t n_all = 0;

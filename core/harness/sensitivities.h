@@ -43,8 +43,8 @@ typedef struct {
 /* Replaces the error of every assigned tensor's choices in t by its mean KLD on text, the
  * tensor quantized with the importance of im (im_sha: its file's SHA-256, or "none"):
  * read from the store, or measured and stored. */
-ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text,
-                       const ql_imatrix *im, const char *im_sha, ql_fit_table *t, ql_error *err);
+ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text, const ql_imatrix *im,
+                       const char *im_sha, ql_fit_table *t, ql_error *err);
 
 /* The hook of qweights.h (ql_qweights_opts.sensitivities) with ctx = src: replaces the
  * error of every assigned tensor's choices in t by its measured mean KLD. */

@@ -821,8 +821,9 @@ static ql_status merge_measured(merger *m, int64_t src, ql_error *err)
         for (int i = 0, n = 0; i < c->n; i++)
             if (strcmp(c->col[i].name, "id") != 0)
                 sb_add(&cols, "%s%s", n++ ? ", " : "", c->col[i].name);
-        sb_add(&q, "INSERT OR IGNORE INTO main.%s (%s) SELECT %s FROM temp.s_%s s"
-                   " WHERE s.src = ?1 ORDER BY s.id",
+        sb_add(&q,
+               "INSERT OR IGNORE INTO main.%s (%s) SELECT %s FROM temp.s_%s s"
+               " WHERE s.src = ?1 ORDER BY s.id",
                c->t->name, cols.text, cols.text, c->t->name);
         ql_status rc = run_sql(m, q.text, src, "merging measurements", err);
         if (rc)
@@ -971,10 +972,9 @@ static ql_status merge_one(merger *m, int64_t src, ql_merge_counts *counts, ql_e
     ql_status rc;
     if ((rc = check_configs(m, src, err)) || (rc = check_sweeps(m, src, err)) ||
         (rc = merge_identities(m, src, err)) || (rc = merge_measured(m, src, err)) ||
-        (rc = map_runs(m, src, err)) ||
-        (rc = check_run_data(m, src, err)) || (rc = count_other_kernel(m, src, counts, err)) ||
-        (rc = run_sql(m, decide, src, "merging runs", err)) ||
-        (rc = write_runs(m, src, err)))
+        (rc = map_runs(m, src, err)) || (rc = check_run_data(m, src, err)) ||
+        (rc = count_other_kernel(m, src, counts, err)) ||
+        (rc = run_sql(m, decide, src, "merging runs", err)) || (rc = write_runs(m, src, err)))
         return rc;
 
     static const char *const remember[] = {

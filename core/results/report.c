@@ -9,6 +9,7 @@
 #include "base/table.h"
 #include "base/util.h"
 #include "experiment/config.h"
+#include "formats/types.h"
 #include "results/analysis.h"
 #include "results/plot.h"
 #include "results/report_impl.h"
@@ -52,6 +53,11 @@ static void group_free(group *g)
     free(g->fails);
     free(g->pts);
     free(g->pairs);
+    free(g->fits);
+    free(g->sens.text);
+    free(g->sens.text_sha);
+    free(g->sens.imatrix_sha);
+    free(g->sens.rows);
     ql_types_table_free(g->types);
     free(g->layers);
     free(g->model_sha);
@@ -348,6 +354,147 @@ static void find_varying(group *g)
     }
 }
 
+/* ---------------------------------------------------------------- sensitivities */
+
+/* Picks the sensitivity set of the group's model with the most rows and counts the
+ * sets. Ties go to the newest metrics version, then by text name, text, ctx, chunks and
+ * importance matrix, so the same store always shows the same set. */
+static ql_status pick_sens_set(ctx *c, group *g, ql_error *err)
+{
+    static const char sql[] =
+        "SELECT text_sha256, coalesce(min(text), ''), ctx, chunks, imatrix_sha256,"
+        " metrics_version, count(*), sum(seconds) FROM sensitivity WHERE model_sha256 = ?1"
+        " GROUP BY text_sha256, ctx, chunks, imatrix_sha256, metrics_version"
+        " ORDER BY count(*) DESC, metrics_version DESC, 2, text_sha256, ctx, chunks,"
+        " imatrix_sha256";
+    ql_report_sens_set *ss = &g->sens;
+    sqlite3_stmt *st;
+    ql_status rc = prepare(c, sql, &st, err);
+    if (rc)
+        return rc;
+    if ((rc = bind_text(c, st, 1, g->model_sha, err)))
+        goto out;
+    for (;;) {
+        bool more;
+        if ((rc = step(c, st, &more, err)) || !more)
+            break;
+        if (ss->nsets++)
+            continue;
+        ss->text_sha = col_string(st, 0);
+        ss->text = col_string(st, 1);
+        ss->ctx = sqlite3_column_int(st, 2);
+        ss->chunks = sqlite3_column_int64(st, 3);
+        ss->imatrix_sha = col_string(st, 4);
+        ss->metrics_version = sqlite3_column_int(st, 5);
+        ss->seconds = col_double(st, 7);
+        if (!ss->text_sha || !ss->text || !ss->imatrix_sha) {
+            rc = oom(err);
+            break;
+        }
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* A type of a sensitivity set and its bits per weight (NAN: unknown to qlab). */
+typedef struct {
+    double bpw;
+    const char *name;
+} sens_type;
+
+/* By bits per weight, unknown types last, then by name. */
+static int cmp_sens_types(const void *pa, const void *pb)
+{
+    const sens_type *a = pa, *b = pb;
+    if (a->bpw != b->bpw) {
+        if (isnan(a->bpw) || isnan(b->bpw))
+            return isnan(a->bpw) ? 1 : -1;
+        return a->bpw < b->bpw ? -1 : 1;
+    }
+    return strcmp(a->name, b->name);
+}
+
+/* The set's types by bits per weight (the heatmap's panels, the lowest-bit type of
+ * report.md's list), and each row's index among them. */
+static void order_sens_types(ql_report_sens_set *ss)
+{
+    const char *names[QL_REPORT_SENS_TYPES];
+    size_t n = 0;
+    for (size_t i = 0; i < ss->nrows; i++)
+        ql_strset_add(names, &n, QL_REPORT_SENS_TYPES, ss->rows[i].type);
+    sens_type by_bpw[QL_REPORT_SENS_TYPES];
+    for (size_t k = 0; k < n; k++) {
+        const ql_type_traits *t = ql_type_by_name(names[k]);
+        by_bpw[k].bpw = t ? ql_type_bpw(t->type) : (double)NAN;
+        by_bpw[k].name = names[k];
+    }
+    qsort(by_bpw, n, sizeof by_bpw[0], cmp_sens_types);
+    for (size_t k = 0; k < n; k++) {
+        ql_strlcpy(ss->types[k], by_bpw[k].name, sizeof ss->types[0]);
+        ss->type_bpw[k] = by_bpw[k].bpw;
+    }
+    ss->ntypes = n;
+    for (size_t i = 0; i < ss->nrows; i++) {
+        ss->rows[i].type_ix = -1;
+        for (size_t k = 0; k < n && ss->rows[i].type_ix < 0; k++)
+            if (strcmp(ss->rows[i].type, ss->types[k]) == 0)
+                ss->rows[i].type_ix = (int)k;
+    }
+}
+
+/* Reads the sensitivities the report shows for the group's model (none: nrows 0). */
+static ql_status load_sensitivity(ctx *c, group *g, ql_error *err)
+{
+    static const char sql[] =
+        "SELECT tensor, layer, kind, type, bytes, kld_mean, kld_mean_err, ln_ppl_ratio,"
+        " ln_ppl_ratio_err, seconds FROM sensitivity WHERE model_sha256 = ?1 AND"
+        " text_sha256 = ?2 AND ctx = ?3 AND chunks = ?4 AND imatrix_sha256 = ?5 AND"
+        " metrics_version = ?6 ORDER BY layer, tensor, type";
+    ql_report_sens_set *ss = &g->sens;
+    ql_status rc = pick_sens_set(c, g, err);
+    if (rc || !ss->nsets)
+        return rc;
+    sqlite3_stmt *st;
+    if ((rc = prepare(c, sql, &st, err)))
+        return rc;
+    size_t cap = 0;
+    if ((rc = bind_text(c, st, 1, g->model_sha, err)) ||
+        (rc = bind_text(c, st, 2, ss->text_sha, err)) || (rc = bind_int(c, st, 3, ss->ctx, err)) ||
+        (rc = bind_int(c, st, 4, ss->chunks, err)) ||
+        (rc = bind_text(c, st, 5, ss->imatrix_sha, err)) ||
+        (rc = bind_int(c, st, 6, ss->metrics_version, err)))
+        goto out;
+    for (;;) {
+        bool more;
+        if ((rc = step(c, st, &more, err)) || !more)
+            break;
+        if (!ql_grow((void **)&ss->rows, &cap, ss->nrows + 1, sizeof *ss->rows)) {
+            rc = oom(err);
+            break;
+        }
+        ql_report_sens *r = &ss->rows[ss->nrows++];
+        const char *tensor = (const char *)sqlite3_column_text(st, 0);
+        const char *kind = (const char *)sqlite3_column_text(st, 2);
+        const char *type = (const char *)sqlite3_column_text(st, 3);
+        ql_strlcpy(r->tensor, tensor ? tensor : "", sizeof r->tensor);
+        ql_strlcpy(r->kind, kind ? kind : "", sizeof r->kind);
+        ql_strlcpy(r->type, type ? type : "", sizeof r->type);
+        r->layer = sqlite3_column_int64(st, 1);
+        r->bytes = sqlite3_column_int64(st, 4);
+        r->kld_mean = col_double(st, 5);
+        r->kld_mean_err = col_double(st, 6);
+        r->ln_ppl_ratio = col_double(st, 7);
+        r->ln_ppl_ratio_err = col_double(st, 8);
+        r->seconds = col_double(st, 9);
+    }
+    if (!rc)
+        order_sens_types(ss);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* ================================================================ text helpers */
 
 /* A file-name-safe version of s: characters outside [A-Za-z0-9._+-] become
@@ -455,6 +602,11 @@ const char *ql_report_axis_display(int a, const char *v)
 bool ql_report_is_default(int a, const char *v)
 {
     return is_default(a, v);
+}
+
+bool ql_report_is_plain(int a, const char *v)
+{
+    return is_plain(a, v);
 }
 
 void ql_report_config_label(const group *g, char *const *axis, int skip_axis, char *buf,
@@ -707,6 +859,102 @@ static void md_failures(const group *g, FILE *out)
     }
 }
 
+/* The most sensitive tensors report.md lists. */
+#define SENS_TOP 10
+
+/* By mean KLD, largest first (NaN last), then by tensor name. */
+static int cmp_sens_kld(const void *pa, const void *pb)
+{
+    const ql_report_sens *a = *(const ql_report_sens *const *)pa;
+    const ql_report_sens *b = *(const ql_report_sens *const *)pb;
+    if (a->kld_mean != b->kld_mean) {
+        if (isnan(a->kld_mean) || isnan(b->kld_mean))
+            return isnan(a->kld_mean) ? 1 : -1;
+        return a->kld_mean > b->kld_mean ? -1 : 1;
+    }
+    return strcmp(a->tensor, b->tensor);
+}
+
+/* "v ± e" in the metric list's formats of both; "" without v. */
+static void sens_pm(ql_metric_id id, double v, ql_metric_id eid, double e, char *buf, size_t size)
+{
+    char a[64], b[64];
+    buf[0] = '\0';
+    if (isnan(v))
+        return;
+    ql_metric_format(id, v, a, sizeof a);
+    if (isnan(e)) {
+        snprintf(buf, size, "%s", a);
+        return;
+    }
+    ql_metric_format(eid, e, b, sizeof b);
+    snprintf(buf, size, "%s ± %s", a, b);
+}
+
+/* report.md's section of the group's sensitivities: which set, how much of it, and the
+ * tensors that suffer most at the lowest-bit type measured (where a fit's choices
+ * matter most). */
+static ql_status md_sensitivity(const group *g, FILE *out, ql_error *err)
+{
+    const ql_report_sens_set *ss = &g->sens;
+    if (!ss->nrows)
+        return QL_OK;
+    const ql_report_sens **top = malloc(ss->nrows * sizeof *top);
+    if (!top)
+        return oom(err);
+    size_t n = 0, tensors = 0;
+    for (size_t i = 0; i < ss->nrows; i++) {
+        if (ss->rows[i].type_ix == 0)
+            top[n++] = &ss->rows[i];
+        /* Rows come by layer and tensor: a tensor's types are adjacent. */
+        tensors += i == 0 || strcmp(ss->rows[i].tensor, ss->rows[i - 1].tensor) != 0;
+    }
+    qsort(top, n, sizeof *top, cmp_sens_kld);
+    char types[QL_REPORT_SENS_TYPES * 34] = "", secs[32] = NULL_TEXT;
+    size_t o = 0;
+    for (size_t k = 0; k < ss->ntypes && o < sizeof types; k++)
+        o += (size_t)snprintf(types + o, sizeof types - o, "%s%s", k ? ", " : "", ss->types[k]);
+    if (!isnan(ss->seconds))
+        snprintf(secs, sizeof secs, "%.2f s", ss->seconds);
+    fprintf(out,
+            "\nSensitivity (the mean KLD of the model with one tensor quantized alone, the rest "
+            "unquantized; every (tensor, type) in sensitivity.csv):\n\n");
+    fprintf(out, "- measured on %s, ctx %d, %lld chunks, imatrix %.12s, metrics version %d",
+            ss->text, ss->ctx, (long long)ss->chunks, ss->imatrix_sha, ss->metrics_version);
+    if (ss->nsets > 1)
+        fprintf(out, " (the largest of the %zu sets stored for this model)", ss->nsets);
+    fprintf(out, "\n- %zu (tensor, type) pairs: %zu tensors, %zu type%s (%s); %s of measuring\n",
+            ss->nrows, tensors, ss->ntypes, ss->ntypes == 1 ? "" : "s", types, secs);
+
+    const ql_table_column cols[] = {
+        {"#", NULL, true},
+        {"tensor", NULL, false},
+        {"KLD mean", NULL, true},
+        {"ln PPL ratio", NULL, true},
+    };
+    ql_table *t = ql_table_alloc(cols, sizeof cols / sizeof cols[0]);
+    ql_status rc = t ? QL_OK : oom(err);
+    for (size_t k = 0; k < n && k < SENS_TOP && !rc; k++) {
+        char kld[160], ppl[160];
+        sens_pm(QL_METRIC_kld_mean, top[k]->kld_mean, QL_METRIC_kld_mean_err, top[k]->kld_mean_err,
+                kld, sizeof kld);
+        sens_pm(QL_METRIC_ln_ppl_ratio, top[k]->ln_ppl_ratio, QL_METRIC_ln_ppl_ratio_err,
+                top[k]->ln_ppl_ratio_err, ppl, sizeof ppl);
+        if ((rc = ql_table_row(t, err)) || (rc = ql_table_putf(t, err, "%zu", k + 1)) ||
+            (rc = ql_table_put(t, top[k]->tensor, err)) ||
+            (rc = ql_table_put(t, *kld ? kld : NULL, err)))
+            break;
+        rc = ql_table_put(t, *ppl ? ppl : NULL, err);
+    }
+    if (!rc) {
+        fprintf(out, "\nMost sensitive at %s, the lowest-bit type measured:\n\n", ss->types[0]);
+        ql_table_write_md(t, out, NULL_TEXT);
+    }
+    ql_table_free(t);
+    free(top);
+    return rc;
+}
+
 /* Links to the group's plots (drawn or not, their scripts are there) and the page. */
 static void md_plots(const ctx *c, const group *g, FILE *out)
 {
@@ -748,6 +996,10 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
             rc = ql_types_table_write_md(g->types, d.f, NULL_TEXT, err);
         if (!rc)
             rc = ql_report_md_pairs(g, d.f, err);
+        if (!rc)
+            rc = ql_report_md_fits(g, d.f, err);
+        if (!rc)
+            rc = md_sensitivity(g, d.f, err);
         md_plots(c, g, d.f);
         fputs(DETAILS_END "\n", d.f);
     }
@@ -965,6 +1217,71 @@ static ql_status write_types_csv(ctx *c, group *gs, size_t ng, ql_error *err)
     return rc;
 }
 
+/* sensitivity.csv: the sensitivities each group shows, after the set's columns, once
+ * per model (groups of one model show the same set); not written when there are none. */
+static ql_status write_sens_csv(ctx *c, group *gs, size_t ng, ql_error *err)
+{
+    bool any = false;
+    for (size_t i = 0; i < ng; i++)
+        any |= gs[i].sens.nrows > 0;
+    if (!any)
+        return QL_OK;
+    static const char *const set_cols[] = {"model",  "text",           "text_sha256",    "ctx",
+                                           "chunks", "imatrix_sha256", "metrics_version"};
+    static const char *const row_cols[] = {"tensor",       "layer",        "kind",
+                                           "type",         "bytes",        "kld_mean",
+                                           "kld_mean_err", "ln_ppl_ratio", "ln_ppl_ratio_err",
+                                           "seconds"};
+    enum {
+        N_SET = sizeof set_cols / sizeof set_cols[0],
+        N_COLS = N_SET + sizeof row_cols / sizeof row_cols[0]
+    };
+    ql_table_column cols[N_COLS];
+    for (size_t k = 0; k < N_COLS; k++)
+        cols[k] = (ql_table_column){k < N_SET ? set_cols[k] : row_cols[k - N_SET], NULL, false};
+    ql_table *t = ql_table_alloc(cols, N_COLS);
+    if (!t)
+        return oom(err);
+    ql_status rc = QL_OK;
+    for (size_t i = 0; i < ng && !rc; i++) {
+        const group *g = &gs[i];
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(gs[j].model_sha, g->model_sha) == 0;
+        if (seen)
+            continue;
+        const ql_report_sens_set *ss = &g->sens;
+        for (size_t k = 0; k < ss->nrows && !rc; k++) {
+            const ql_report_sens *r = &ss->rows[k];
+            char b[5][64];
+            if ((rc = ql_table_row(t, err)) || (rc = ql_table_put(t, g->model, err)) ||
+                (rc = ql_table_put(t, ss->text, err)) ||
+                (rc = ql_table_put(t, ss->text_sha, err)) ||
+                (rc = ql_table_putf(t, err, "%d", ss->ctx)) ||
+                (rc = ql_table_putf(t, err, "%lld", (long long)ss->chunks)) ||
+                (rc = ql_table_put(t, ss->imatrix_sha, err)) ||
+                (rc = ql_table_putf(t, err, "%d", ss->metrics_version)) ||
+                (rc = ql_table_put(t, r->tensor, err)) ||
+                (rc = ql_table_putf(t, err, "%lld", (long long)r->layer)) ||
+                (rc = ql_table_put(t, r->kind, err)) || (rc = ql_table_put(t, r->type, err)) ||
+                (rc = ql_table_putf(t, err, "%lld", (long long)r->bytes)) ||
+                (rc = ql_table_put(t, ql_fmt_exact(r->kld_mean, b[0], sizeof b[0]), err)) ||
+                (rc = ql_table_put(t, ql_fmt_exact(r->kld_mean_err, b[1], sizeof b[1]), err)) ||
+                (rc = ql_table_put(t, ql_fmt_exact(r->ln_ppl_ratio, b[2], sizeof b[2]), err)) ||
+                (rc = ql_table_put(t, ql_fmt_exact(r->ln_ppl_ratio_err, b[3], sizeof b[3]), err)))
+                break;
+            rc = ql_table_put(t, ql_fmt_exact(r->seconds, b[4], sizeof b[4]), err);
+        }
+    }
+    ql_doc d;
+    if (!rc && !(rc = ql_doc_open(&d, err))) {
+        ql_table_write_csv(t, d.f);
+        rc = doc_save(c, &d, "sensitivity.csv", err);
+    }
+    ql_table_free(t);
+    return rc;
+}
+
 /* ================================================================ driver */
 
 /* Reads everything the files of sweep c->sweep show. */
@@ -976,7 +1293,7 @@ static ql_status load_sweep(ctx *c, sweep_data *sd, ql_error *err)
         if ((rc = load_rows(c, g, err)) || (rc = load_failures(c, g, err)))
             break;
         find_varying(g);
-        if ((rc = load_types(c, g, err)))
+        if ((rc = load_types(c, g, err)) || (rc = load_sensitivity(c, g, err)))
             break;
         if (sd->ng > 1) {
             char m[200], d[200];
@@ -993,6 +1310,8 @@ static ql_status load_sweep(ctx *c, sweep_data *sd, ql_error *err)
             rc = ql_report_load_tensors(c, g, err);
         if (!rc)
             rc = ql_report_load_pairs(c, g, err);
+        if (!rc)
+            rc = ql_report_load_fits(c, g, err);
         if (!rc)
             rc = ql_report_load_layers(c, g, err);
     }
@@ -1016,7 +1335,9 @@ static ql_status write_sweep(ctx *c, sweep_data *sd, ql_error *err)
         if (sd->gs[i].nrows)
             rc = ql_report_write_plots(c, &sd->gs[i], err);
     if (rc || (rc = write_report_md(c, sd->gs, sd->ng, err)) ||
-        (rc = write_csv(c, sd->gs, sd->ng, err)) || (rc = write_types_csv(c, sd->gs, sd->ng, err)) ||
+        (rc = write_csv(c, sd->gs, sd->ng, err)) ||
+        (rc = write_types_csv(c, sd->gs, sd->ng, err)) ||
+        (rc = write_sens_csv(c, sd->gs, sd->ng, err)) ||
         (rc = ql_report_write_html(c, sd->gs, sd->ng, err)))
         return rc;
     c->sum->sweeps++;

@@ -10,8 +10,13 @@
  *                   sorted by bpw; "types used" where some fell back), the configs
  *                   that are not applicable (applicability.h) with what they measured,
  *                   the failed configs with their errors, the one-axis comparisons
- *                   with paired-bootstrap intervals (report_pairs.c), links to the
- *                   plots; what follows the table is between <!-- details --> marks
+ *                   with paired-bootstrap intervals (report_pairs.c), the fitted
+ *                   configs (budget != none) against every config no larger in bytes
+ *                   that is not fitted (measured and predicted KLD, the paired
+ *                   difference of mean KLD with its interval), the model's measured
+ *                   sensitivities (which set, its size and time, the ten most sensitive
+ *                   tensors at the lowest-bit type), links to the plots; what follows
+ *                   the table is between <!-- details --> marks
  *   report.html     the same and more columns in one self-contained page, the tables
  *                   sortable, the plots inline (report_html.c)
  *   formats.csv     the rows with full-precision values, every axis and CSV metric
@@ -23,6 +28,12 @@
  *   kld_cdf.dat/.gp -> .png, .svg: the KLD distribution of every config
  *   tensors-<hash12>.dat/.gp -> .png, .svg: per-tensor error by layer and
  *                   tensor class for one config, fallbacks marked
+ *   divergence.dat/.gp -> .png, .svg: the residual stream's divergence by layer
+ *   sensitivity.dat/.gp -> .png, .svg: the sensitivity table's rows for the model
+ *                   as a heatmap per type (tensor kind across, layer up, colour
+ *                   log10 of the mean KLD); of several sets (text, ctx, chunks,
+ *                   importance matrix, metrics version) the one with the most rows
+ *   sensitivity.csv those rows, full precision, once per model of the sweep
  *
  * A sweep whose runs span several (model, text, ctx, chunks) groups gets one
  * section per group in report.md (groups ordered by model, text, ctx, chunks),

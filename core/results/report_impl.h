@@ -1,7 +1,8 @@
 /* qlab report internals: what report.c reads from the store and the files it writes
- * from it share (report.c: loading, report.md, formats.csv, the driver;
- * report_plot.c: the plots; report_pairs.c: the one-axis comparisons; report_html.c:
- * report.html). Not a public interface: only the report's files include it. */
+ * from it share (report.c: loading, report.md, formats.csv, sensitivity.csv, the driver;
+ * report_plot.c: the plots; report_pairs.c: the one-axis comparisons and the fitted
+ * configs against the smaller ones; report_html.c: report.html). Not a public
+ * interface: only the report's files include it. */
 #ifndef QL_REPORT_IMPL_H
 #define QL_REPORT_IMPL_H
 
@@ -49,6 +50,44 @@ typedef struct {
     ql_comparison cmp;
 } ql_report_pair;
 
+/* One measured (tensor, type) of a model: the sensitivity table's row. */
+typedef struct {
+    char tensor[128], kind[32], type[32];
+    int64_t layer; /* block; -1 the token embedding; n_layer the head */
+    int64_t bytes;
+    double kld_mean, kld_mean_err, ln_ppl_ratio, ln_ppl_ratio_err, seconds;
+    int type_ix; /* into the set's types; -1 past QL_REPORT_SENS_TYPES */
+} ql_report_sens;
+
+/* Types a sensitivity set keeps apart (panels of the heatmap, the lowest-bit one). */
+#define QL_REPORT_SENS_TYPES 32
+
+/* The sensitivities of a group's model the report shows: of the sets stored for the
+ * model (one per text, ctx, chunks, importance matrix and metrics version), the one with
+ * the most rows. nrows = 0: none stored. */
+typedef struct {
+    char *text, *text_sha, *imatrix_sha;
+    int ctx;
+    int64_t chunks;
+    int metrics_version;
+    size_t nsets;         /* sets stored for the model */
+    ql_report_sens *rows; /* by layer, tensor, type */
+    size_t nrows;
+    double seconds; /* the set's measuring time, summed */
+    /* Its types by bits per weight (unknown types last, then by name). */
+    char types[QL_REPORT_SENS_TYPES][32];
+    double type_bpw[QL_REPORT_SENS_TYPES]; /* NAN: a type qlab does not know */
+    size_t ntypes;
+} ql_report_sens_set;
+
+/* A fitted config (budget != none) against a config of the group that is not a
+ * budget and no larger in bytes, compared on their chunks (fitted - other). */
+typedef struct {
+    size_t fit, other; /* rows */
+    bool compared;     /* cmp holds the comparison (false: no per-chunk sums) */
+    ql_comparison cmp;
+} ql_report_fit_pair;
+
 /* The runs of one sweep on one (model, text, ctx, chunks). */
 typedef struct {
     char *model_sha, *model, *arch, *dataset_sha, *dataset;
@@ -71,6 +110,13 @@ typedef struct {
     ql_report_pair *pairs;
     size_t npairs;
     char pairs_note[256];
+    /* The fitted configs against the smaller ones (report_pairs.c), and why their
+     * comparisons have no intervals. */
+    ql_report_fit_pair *fits;
+    size_t nfits;
+    char fits_note[256];
+    /* The sensitivities of the group's model (the heatmap, sensitivity.csv). */
+    ql_report_sens_set sens;
     /* The plots drawn for the group (base names, for report.md and report.html). */
     char plots[8][1100];
     char plot_titles[8][128];
@@ -110,6 +156,8 @@ ql_status ql_report_oom(ql_error *err);
 const char *ql_report_axis_display(int a, const char *v);
 /* Whether v is the axis's default value. */
 bool ql_report_is_default(int a, const char *v);
+/* Whether a label leaves the value out (head same, outliers off, budget none, ...). */
+bool ql_report_is_plain(int a, const char *v);
 /* "Q4_0 head=F32": the weight type and the axes that vary within the group, except
  * skip_axis and values that go without saying (head same, outliers off, ...). */
 void ql_report_config_label(const ql_report_group *g, char *const *axis, int skip_axis, char *buf,
@@ -154,6 +202,12 @@ ql_status ql_report_md_pairs(const ql_report_group *g, FILE *out, ql_error *err)
  * statistic "estimate [lo, hi]". */
 void ql_report_pair_cells(const ql_report_group *g, const ql_report_pair *p, char *rest,
                           size_t rest_size, char cells[QL_CMP_STATS][96]);
+
+/* Finds the fitted configs of a group and compares each with the configs no larger
+ * than it (reads chunk sums). */
+ql_status ql_report_load_fits(ql_report_ctx *c, ql_report_group *g, ql_error *err);
+/* report.md's table of them; nothing when the group has no budget config. */
+ql_status ql_report_md_fits(const ql_report_group *g, FILE *out, ql_error *err);
 
 /* ---------------------------------------------------------------- report_html.c */
 

@@ -7,7 +7,12 @@
  * each value against the axis's baseline (its default value when the group has it,
  * else its first value by name) with every other axis equal: imatrix none against
  * calib for each weight type, head same against F16, act f32 against native. The
- * difference is B - A, A being the baseline or the smaller type. */
+ * difference is B - A, A being the baseline or the smaller type.
+ *
+ * And the fitted configs (a budget, objective imatrix or kld): each against every config
+ * of its group that is not fitted and no larger in bytes, fitted - other, with the
+ * solver's predicted KLD beside the measured one. */
+#include <math.h>
 #include <string.h>
 
 #include "base/table.h"
@@ -200,5 +205,216 @@ ql_status ql_report_md_pairs(const group *g, FILE *out, ql_error *err)
         }
         ql_table_free(t);
     }
+    return rc;
+}
+
+/* ================================================================ fitted configs
+ *
+ * A fitted config (budget != none) lets the solver choose every tensor's type within
+ * a size; the question its table answers is whether that beats what one gets for the
+ * same bytes without a solver: each config of the group that is not fitted and no
+ * larger (llama.cpp's mixes, the uniform types), compared on the same tokens. */
+
+static bool row_fitted(const row *r)
+{
+    return !ql_report_is_default(QL_AXIS_BUDGET, r->axis[QL_AXIS_BUDGET]);
+}
+
+/* Compares fitted row f with row o (f - o); without per-chunk sums the pair is kept
+ * uncompared and *no_chunks set. */
+static ql_status add_fit_pair(ctx *c, group *g, size_t *cap, size_t f, size_t o, bool *no_chunks,
+                              ql_error *err)
+{
+    if (!ql_grow((void **)&g->fits, cap, g->nfits + 1, sizeof *g->fits))
+        return ql_report_oom(err);
+    ql_report_fit_pair *p = &g->fits[g->nfits++];
+    p->fit = f;
+    p->other = o;
+    p->compared = false;
+    ql_bootstrap_opts opts;
+    ql_bootstrap_opts_init(&opts);
+    if (c->opt->resamples)
+        opts.resamples = c->opt->resamples;
+    ql_error e;
+    ql_error_clear(&e);
+    ql_status rc =
+        ql_compare_runs(c->store, g->rows[f].run_id, g->rows[o].run_id, &opts, &p->cmp, &e);
+    if (rc == QL_ENOTFOUND) {
+        *no_chunks = true;
+        return QL_OK;
+    }
+    if (rc) {
+        *err = e;
+        return ql_error_prefix(err, "report: ");
+    }
+    p->compared = true;
+    return QL_OK;
+}
+
+ql_status ql_report_load_fits(ctx *c, group *g, ql_error *err)
+{
+    size_t cap = 0;
+    bool no_chunks = false;
+    ql_status rc = QL_OK;
+    for (size_t i = 0; i < g->nrows && !rc; i++) {
+        const row *f = &g->rows[i];
+        if (!ql_report_row_compared(f) || !row_fitted(f) || isnan(f->v[QL_METRIC_bytes]))
+            continue;
+        /* Rows come by bpw, so from the end: the closest in size first. */
+        for (size_t j = g->nrows; j-- > 0 && !rc;) {
+            const row *o = &g->rows[j];
+            if (ql_report_row_compared(o) && !row_fitted(o) &&
+                o->v[QL_METRIC_bytes] <= f->v[QL_METRIC_bytes])
+                rc = add_fit_pair(c, g, &cap, i, j, &no_chunks, err);
+        }
+    }
+    if (no_chunks)
+        snprintf(g->fits_note, sizeof g->fits_note,
+                 "no intervals: the runs have no per-chunk sums to resample");
+    return rc;
+}
+
+/* A fitted config's label without its budget and objective (they have columns): the
+ * weight type, which caps the solver's types, and the other axes that vary. */
+static void fit_label(const group *g, char *const *axis, char *buf, size_t size)
+{
+    size_t o = (size_t)snprintf(buf, size, "%s", axis[QL_AXIS_WEIGHT_TYPE]);
+    for (int a = 1; a < QL_AXIS_COUNT && o < size; a++)
+        if (g->varies[a] && a != QL_AXIS_BUDGET && a != QL_AXIS_OBJECTIVE &&
+            !ql_report_is_plain(a, axis[a]))
+            o += (size_t)snprintf(buf + o, size - o, " %s=%s", ql_axis_get((ql_axis)a)->label,
+                                  axis[a]);
+}
+
+/* "6.625e-02 ± 3.125e-03": the mean KLD and its standard error; "" without it. */
+static void kld_pm(const row *r, char *buf, size_t size)
+{
+    char v[64], e[64];
+    buf[0] = '\0';
+    if (isnan(r->v[QL_METRIC_kld_mean]))
+        return;
+    ql_metric_format(QL_METRIC_kld_mean, r->v[QL_METRIC_kld_mean], v, sizeof v);
+    if (isnan(r->v[QL_METRIC_kld_mean_err])) {
+        snprintf(buf, size, "%s", v);
+        return;
+    }
+    ql_metric_format(QL_METRIC_kld_mean_err, r->v[QL_METRIC_kld_mean_err], e, sizeof e);
+    snprintf(buf, size, "%s ± %s", v, e);
+}
+
+/* The fitted config's cells (the first row of its group in the table). */
+static ql_status put_fitted(ql_table *t, const group *g, const row *f, ql_error *err)
+{
+    char label[512], bpw[64], size[64], kld[160], pred[64], calib[64];
+    fit_label(g, f->axis, label, sizeof label);
+    ql_report_metric_text(f, QL_METRIC_bpw, bpw, sizeof bpw);
+    ql_report_metric_text(f, QL_METRIC_bytes, size, sizeof size);
+    kld_pm(f, kld, sizeof kld);
+    ql_report_metric_text(f, QL_METRIC_predicted_kld, pred, sizeof pred);
+    ql_report_metric_text(f, QL_METRIC_calib_kld, calib, sizeof calib);
+    const double p = f->v[QL_METRIC_predicted_kld], pc = f->v[QL_METRIC_calib_kld];
+    ql_status rc;
+    if ((rc = ql_table_put(t, label, err)) ||
+        (rc = ql_table_put(t, ql_report_axis_display(QL_AXIS_BUDGET, f->axis[QL_AXIS_BUDGET]),
+                           err)) ||
+        (rc = ql_table_put(t, ql_report_axis_display(QL_AXIS_OBJECTIVE, f->axis[QL_AXIS_OBJECTIVE]),
+                           err)) ||
+        (rc = ql_table_put(t, *bpw ? bpw : NULL, err)) ||
+        (rc = ql_table_put(t, *size ? size : NULL, err)) ||
+        (rc = ql_table_put(t, *kld ? kld : NULL, err)) ||
+        (rc = ql_table_put(t, *pred ? pred : NULL, err)) ||
+        (rc = ql_table_put_num(t, p > 0.0 ? f->v[QL_METRIC_kld_mean] / p : (double)NAN, "%.3f",
+                               err)) ||
+        (rc = ql_table_put(t, *calib ? calib : NULL, err)))
+        return rc;
+    return ql_table_put_num(t, pc > 0.0 ? f->v[QL_METRIC_kld_mean] / pc : (double)NAN, "%.3f", err);
+}
+
+/* The other config's cells, and the difference with its interval. */
+static ql_status put_other(ql_table *t, const group *g, const ql_report_fit_pair *p, ql_error *err)
+{
+    const row *o = &g->rows[p->other];
+    char label[512], bpw[64], kld[160], diff[96] = "";
+    ql_report_config_label(g, o->axis, -1, label, sizeof label);
+    ql_report_metric_text(o, QL_METRIC_bpw, bpw, sizeof bpw);
+    kld_pm(o, kld, sizeof kld);
+    if (p->compared)
+        cell(QL_CMP_KLD, &p->cmp.v[QL_CMP_KLD], diff, sizeof diff);
+    ql_status rc;
+    if ((rc = ql_table_put(t, label, err)) || (rc = ql_table_put(t, *bpw ? bpw : NULL, err)) ||
+        (rc = ql_table_put(t, *kld ? kld : NULL, err)))
+        return rc;
+    return ql_table_put(t, *diff ? diff : NULL, err);
+}
+
+ql_status ql_report_md_fits(const group *g, FILE *out, ql_error *err)
+{
+    size_t fitted = 0;
+    for (size_t i = 0; i < g->nrows; i++)
+        fitted += ql_report_row_compared(&g->rows[i]) && row_fitted(&g->rows[i]);
+    if (!fitted)
+        return QL_OK;
+    enum { FIT_COLS = 10 };
+    const ql_table_column cols[] = {
+        {"fitted", NULL, false},
+        {"budget", NULL, false},
+        {"objective", NULL, false},
+        {"bpw", NULL, true},
+        {"size", NULL, true},
+        {"KLD mean", NULL, true},
+        {"predicted KLD", NULL, true},
+        {"measured / predicted", NULL, true},
+        {"KLD on calib text", NULL, true},
+        {"measured / calib", NULL, true},
+        {"against", NULL, false},
+        {"its bpw", NULL, true},
+        {"its KLD mean", NULL, true},
+        {"Δ mean KLD", NULL, true},
+    };
+    ql_table *t = ql_table_alloc(cols, sizeof cols / sizeof cols[0]);
+    if (!t)
+        return ql_report_oom(err);
+    ql_status rc = QL_OK;
+    for (size_t i = 0; i < g->nrows && !rc; i++) {
+        const row *f = &g->rows[i];
+        if (!ql_report_row_compared(f) || !row_fitted(f))
+            continue;
+        /* One line per pair; the fitted config's cells on its first line only. */
+        bool first = true;
+        for (size_t k = 0; k < g->nfits && !rc; k++) {
+            if (g->fits[k].fit != i)
+                continue;
+            if ((rc = ql_table_row(t, err)))
+                break;
+            if (first)
+                rc = put_fitted(t, g, f, err);
+            for (int col = 0; col < FIT_COLS && !first && !rc; col++)
+                rc = ql_table_put(t, "", err);
+            if (!rc)
+                rc = put_other(t, g, &g->fits[k], err);
+            first = false;
+        }
+        /* Nothing that is no larger: the config alone, its comparison cells missing. */
+        if (first && !rc && !(rc = ql_table_row(t, err)))
+            rc = put_fitted(t, g, f, err);
+    }
+    if (!rc) {
+        ql_bootstrap_opts o;
+        ql_bootstrap_opts_init(&o);
+        fprintf(out,
+                "\nFitted configs (a budget the solver fills) against each config of the group "
+                "that is not fitted and no larger in bytes (llama.cpp's mixes, uniform types), "
+                "closest in size first. Δ mean KLD = fitted − that config on the same tokens, "
+                "%g%% paired-bootstrap interval over the %d chunks, * where the interval excludes "
+                "zero; measured / predicted: the mean KLD over the solver's prediction (objective "
+                "kld: the sum of its choices' sensitivities, each measured alone); KLD on calib "
+                "text: the fitted config's own KLD on the calibration text the sensitivities "
+                "were measured on, the prediction with the interactions of its choices:\n\n",
+                100.0 * o.level, g->chunks);
+        ql_table_write_md(t, out, "—");
+        if (*g->fits_note)
+            fprintf(out, "\nΔ mean KLD: %s.\n", g->fits_note);
+    }
+    ql_table_free(t);
     return rc;
 }

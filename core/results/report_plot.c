@@ -1239,9 +1239,9 @@ ql_status ql_report_load_layers(ctx *c, group *g, ql_error *err)
                 rc = ql_report_oom(err);
                 break;
             }
-            g->layers[g->nlayers++] = (ql_report_layer){
-                i, sqlite3_column_int64(st, 0), ql_report_col_double(st, 1),
-                ql_report_col_double(st, 2), ql_report_col_double(st, 3)};
+            g->layers[g->nlayers++] =
+                (ql_report_layer){i, sqlite3_column_int64(st, 0), ql_report_col_double(st, 1),
+                                  ql_report_col_double(st, 2), ql_report_col_double(st, 3)};
         }
     }
     sqlite3_finalize(st);
@@ -1297,15 +1297,17 @@ static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *er
     body_quote(&b, title);
     /* A config that leaves every block exact (only the head quantized) is 0 throughout:
      * a log scale has no room for it, so the axis is linear then. */
-    body_add(&b, "\nset grid\n%sset xlabel 'block'\n"
-                 "set ylabel 'mean ||h - r|| / ||r|| of the residual stream'\n"
-                 "set key outside right top font ',10'\nset xtics 1\nplot",
+    body_add(&b,
+             "\nset grid\n%sset xlabel 'block'\n"
+             "set ylabel 'mean ||h - r|| / ||r|| of the residual stream'\n"
+             "set key outside right top font ',10'\nset xtics 1\nplot",
              any_positive ? "set logscale y\n" : "");
     for (size_t k = 0; k < blocks; k++) {
         const row *r = &g->rows[shown[k]];
         ql_report_config_label(g, r->axis, -1, label, sizeof label);
-        body_add(&b, "%s\\\n  '%s.dat' index %zu using 1:($2 > 0 ? $2 : NaN) with linespoints "
-                     "pt %d ps 0.7 lw 1.6 lc rgb '%s' title ",
+        body_add(&b,
+                 "%s\\\n  '%s.dat' index %zu using 1:($2 > 0 ? $2 : NaN) with linespoints "
+                 "pt %d ps 0.7 lw 1.6 lc rgb '%s' title ",
                  k ? "," : "", base, k, markers[k % N_MARKERS], colours[k % N_COLOURS]);
         body_quote(&b, label);
     }
@@ -1320,12 +1322,212 @@ static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *er
     return write_plot_script(c, g, &b, base, 560, header, "divergence by layer", err);
 }
 
+/* ================================================================ sensitivity heatmap */
+
+/* The heatmap's columns: a block's products in block order, then the head and the token
+ * embedding, whose layers (n_layer, -1) put each at the top or the bottom of its own
+ * column; kinds not listed follow by name. */
+static const char *const sens_kinds[] = {"attn_q", "attn_k",   "attn_v", "attn_output", "ffn_gate",
+                                         "ffn_up", "ffn_down", "output", "token_embd"};
+#define N_SENS_KINDS     (sizeof sens_kinds / sizeof sens_kinds[0])
+#define MAX_SENS_COLUMNS 24
+/* Layers with a labelled tick each, at most; more get a tick every few layers. */
+#define SENS_LAYER_TICKS 24
+
+typedef struct {
+    const char *name[MAX_SENS_COLUMNS];
+    size_t n;
+} sens_columns;
+
+static void sens_make_columns(const ql_report_sens_set *ss, sens_columns *cols)
+{
+    const char *extra[MAX_SENS_COLUMNS];
+    size_t n_extra = 0;
+    cols->n = 0;
+    for (size_t k = 0; k < N_SENS_KINDS; k++)
+        cols->name[cols->n++] = sens_kinds[k];
+    for (size_t i = 0; i < ss->nrows; i++) {
+        bool listed = false;
+        for (size_t k = 0; k < N_SENS_KINDS && !listed; k++)
+            listed = strcmp(ss->rows[i].kind, sens_kinds[k]) == 0;
+        if (!listed)
+            ql_strset_add(extra, &n_extra, MAX_SENS_COLUMNS - N_SENS_KINDS, ss->rows[i].kind);
+    }
+    for (size_t k = 0; k < n_extra; k++)
+        cols->name[cols->n++] = extra[k];
+}
+
+/* The column of a kind; -1 for a kind past the columns (not drawn). */
+static int sens_column(const sens_columns *cols, const char *kind)
+{
+    for (size_t k = 0; k < cols->n; k++)
+        if (strcmp(cols->name[k], kind) == 0)
+            return (int)k;
+    return -1;
+}
+
+/* The colour of a cell: log10 of the mean KLD; NaN (an empty cell) where that is not
+ * positive, as a tensor its type leaves exact measures 0. */
+static double sens_log(const ql_report_sens *r)
+{
+    return r->kld_mean > 0.0 ? log10(r->kld_mean) : (double)NAN;
+}
+
+/* "on calib-text, ctx 64, 4 chunks, imatrix none": the set a group shows, and that it
+ * is the largest when the model has several. */
+static void sens_set_text(const ql_report_sens_set *ss, char *buf, size_t size)
+{
+    int o = snprintf(buf, size, "on %s, ctx %d, %lld chunks, imatrix %.12s", ss->text, ss->ctx,
+                     (long long)ss->chunks, ss->imatrix_sha);
+    if (ss->nsets > 1 && o >= 0 && (size_t)o < size)
+        snprintf(buf + o, size - (size_t)o, " (the largest of %zu sets)", ss->nsets);
+}
+
+/* BASE.dat: one block per type (panel), lowest bits first; a line per tensor: its
+ * column, layer, log10 of the mean KLD, the mean KLD and the tensor. */
+static ql_status write_sens_dat(ctx *c, const group *g, const sens_columns *cols, size_t panels,
+                                const char *base, ql_error *err)
+{
+    const ql_report_sens_set *ss = &g->sens;
+    char set[512], name[1200];
+    ql_doc d;
+    ql_status rc = ql_doc_open(&d, err);
+    if (rc)
+        return rc;
+    sens_set_text(ss, set, sizeof set);
+    dat_header(c, g, d.f, "per-tensor sensitivity (mean KLD with only that tensor quantized)");
+    fprintf(d.f, "# measured %s, metrics version %d\n# kinds:", set, ss->metrics_version);
+    for (size_t k = 0; k < cols->n; k++)
+        fprintf(d.f, " %zu=%s", k, cols->name[k]);
+    fputs("\n# one block per type; columns: kind layer log10_kld_mean kld_mean tensor\n", d.f);
+    for (size_t p = 0; p < panels; p++) {
+        fprintf(d.f, "%s# index %zu: %s\n", p ? "\n\n" : "", p, ss->types[p]);
+        for (size_t i = 0; i < ss->nrows; i++) {
+            const ql_report_sens *r = &ss->rows[i];
+            int col = sens_column(cols, r->kind);
+            if (r->type_ix != (int)p || col < 0)
+                continue;
+            fprintf(d.f, "%d %lld", col, (long long)r->layer);
+            dat_num(d.f, sens_log(r));
+            dat_num(d.f, r->kld_mean);
+            dat_str(d.f, r->tensor);
+            fputc('\n', d.f);
+        }
+        /* gnuplot needs at least one record in a block to count it. */
+        fputs("NaN NaN NaN NaN \"\"\n", d.f);
+    }
+    snprintf(name, sizeof name, "%s.dat", base);
+    return ql_report_doc_save(c, &d, name, err);
+}
+
+/* The layer ticks: every layer (every few of many), the embedding's -1 as "embd" and
+ * the head's n_layer as "head"; a numbered tick closer to those than its step is left
+ * out, as the labels would touch. */
+static void sens_layer_ticks(body *b, const ql_report_sens_set *ss, int64_t lo, int64_t hi)
+{
+    int64_t head = -2, step = (hi - lo + SENS_LAYER_TICKS) / SENS_LAYER_TICKS;
+    bool embd = lo == -1;
+    for (size_t i = 0; i < ss->nrows; i++)
+        if (strcmp(ss->rows[i].kind, "output") == 0)
+            head = ss->rows[i].layer;
+    body_add(b, "set ytics (");
+    const char *sep = "";
+    for (int64_t y = lo; y <= hi; y++) {
+        bool clear = (!embd || y + 1 >= step) && (head < 0 || head - y >= step);
+        if (y == -1)
+            body_add(b, "%s'embd' -1", sep);
+        else if (y == head)
+            body_add(b, "%s'head' %lld", sep, (long long)y);
+        else if (y >= 0 && y % step == 0 && clear)
+            body_add(b, "%s'%lld' %lld", sep, (long long)y, (long long)y);
+        else
+            continue;
+        sep = ", ";
+    }
+    body_add(b, ")\n");
+}
+
+/* sensitivity: the measured sensitivities of the group's model (the set with the most
+ * rows) as a heatmap per type, tensor kind across, layer up, colour log10 of the mean
+ * KLD on a scale the panels share; grey where nothing was measured. Nothing is written
+ * when the model has none. */
+static ql_status plot_sensitivity(ctx *c, group *g, const layout *l, ql_error *err)
+{
+    (void)l;
+    const ql_report_sens_set *ss = &g->sens;
+    if (!ss->nrows)
+        return QL_OK;
+    size_t panels = ss->ntypes < MAX_PANELS ? ss->ntypes : MAX_PANELS;
+    sens_columns cols;
+    sens_make_columns(ss, &cols);
+    double lo = (double)INFINITY, hi = -(double)INFINITY;
+    int64_t min_layer = ss->rows[0].layer, max_layer = ss->rows[0].layer;
+    for (size_t i = 0; i < ss->nrows; i++) {
+        const ql_report_sens *r = &ss->rows[i];
+        min_layer = r->layer < min_layer ? r->layer : min_layer;
+        max_layer = r->layer > max_layer ? r->layer : max_layer;
+        if (r->type_ix >= 0 && (size_t)r->type_ix < panels && !isnan(sens_log(r))) {
+            lo = fmin(lo, sens_log(r));
+            hi = fmax(hi, sens_log(r));
+        }
+    }
+    char base[1100], title[1600], set[512];
+    snprintf(base, sizeof base, "sensitivity%s", g->suffix);
+    ql_status rc = write_sens_dat(c, g, &cols, panels, base, err);
+    if (rc)
+        return rc;
+
+    body b = {0};
+    size_t ncols = panels <= 1 ? 1 : 2, nrows = (panels + ncols - 1) / ncols;
+    sens_set_text(ss, set, sizeof set);
+    snprintf(title, sizeof title, "%s: %s — sensitivity %s", c->sweep, g->model, set);
+    body_add(&b, "set multiplot layout %zu,%zu title ", nrows, ncols);
+    body_quote(&b, title);
+    /* Light to dark as the KLD grows; the scale ends at whole decades. */
+    body_add(&b, "\nset palette defined (0 '#fff7bc', 0.4 '#fe9929', 0.75 '#d7301f', 1 "
+                 "'#67000d')\nset cblabel 'log10 mean KLD (nats)'\n");
+    if (hi >= lo)
+        body_add(&b, "set cbrange [%g:%g]\n", floor(lo),
+                 ceil(hi) > floor(lo) ? ceil(hi) : floor(lo) + 1.0);
+    body_add(&b,
+             "set object 1 rectangle from graph 0, graph 0 to graph 1, graph 1 behind fillcolor "
+             "rgb '#e8e8e8' fillstyle solid noborder\n"
+             "set xrange [-0.5:%g]\nset yrange [%g:%g]\nset ylabel 'layer'\n"
+             "set xtics rotate by 45 right font ',9' (",
+             (double)cols.n - 0.5, (double)min_layer - 0.5, (double)max_layer + 0.5);
+    for (size_t k = 0; k < cols.n; k++) {
+        body_add(&b, "%s", k ? ", " : "");
+        body_quote(&b, cols.name[k]);
+        body_add(&b, " %zu", k);
+    }
+    body_add(&b, ")\n");
+    sens_layer_ticks(&b, ss, min_layer, max_layer);
+    for (size_t p = 0; p < panels; p++) {
+        char panel[96];
+        if (isnan(ss->type_bpw[p]))
+            snprintf(panel, sizeof panel, "%s", ss->types[p]);
+        else
+            snprintf(panel, sizeof panel, "%s (%.2f bpw)", ss->types[p], ss->type_bpw[p]);
+        body_add(&b, "set title ");
+        body_quote(&b, panel);
+        body_add(&b,
+                 "\nplot '%s.dat' index %zu using 1:2:(0.5):(0.5):3 with boxxyerror fillstyle "
+                 "solid 1.0 noborder lc palette notitle\n",
+                 base, p);
+    }
+    body_add(&b, "unset multiplot\n");
+    char header[2600];
+    snprintf(header, sizeof header,
+             "# qlab report: the mean KLD of the model with one tensor quantized alone, a panel\n"
+             "# per type (%zu of %zu, lowest bits first), colour log10 of the KLD; grey: not\n"
+             "# measured. Data: %s.dat. Redraw: gnuplot %s.gp\nset encoding utf8\n",
+             panels, ss->ntypes, base, base);
+    return write_plot_script(c, g, &b, base, canvas_height(panels), header, "sensitivity heatmap",
+                             err);
+}
+
 static ql_status (*const plot_writers[])(ctx *, group *, const layout *, ql_error *) = {
-    plot_kld_bpw,
-    plot_ppl_bpw,
-    plot_kld_cdf,
-    plot_tensors,
-    plot_divergence,
+    plot_kld_bpw, plot_ppl_bpw, plot_kld_cdf, plot_tensors, plot_divergence, plot_sensitivity,
 };
 
 ql_status ql_report_write_plots(ctx *c, group *g, ql_error *err)

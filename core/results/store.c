@@ -848,7 +848,7 @@ static void add_result_columns(sqlbuf *b)
         "r.seconds",         "r.quantize_seconds", "r.ref_seconds",
         "r.quant_seconds",   "r.threads",          "r.host",
         "r.finished",        "r.qlab_version",     "r.qlab_commit",
-        "r.metrics_version", "r.imatrix_sha256",    "r.blas_kernel",
+        "r.metrics_version", "r.imatrix_sha256",   "r.blas_kernel",
         "r.mem_budget",      "r.group_chunks"};
     sb_add(b, "\n");
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
@@ -1108,7 +1108,8 @@ static ql_status rewrite_constraints(ql_store *s, int64_t version, ql_error *err
                                   "database changed by hand?)",
                                   s->path, what, constraint_changes[i].before);
             } else {
-                const size_t pre = (size_t)(at - have), before = strlen(constraint_changes[i].before);
+                const size_t pre = (size_t)(at - have),
+                             before = strlen(constraint_changes[i].before);
                 sql = sqlite3_mprintf("%.*s%s%s", (int)pre, have, constraint_changes[i].after,
                                       at + before);
                 if (!sql)
@@ -1749,7 +1750,7 @@ out:
 /* Sensitivity                                                                */
 
 #define SENS_KEY_WHERE                                                                             \
-    "model_sha256 = ?1 AND text_sha256 = ?2 AND ctx = ?3 AND chunks = ?4 AND imatrix_sha256 = ?5" \
+    "model_sha256 = ?1 AND text_sha256 = ?2 AND ctx = ?3 AND chunks = ?4 AND imatrix_sha256 = ?5"  \
     " AND metrics_version = ?6 AND tensor = ?7 AND type = ?8"
 
 static ql_status bind_sens_key(ql_store *s, sqlite3_stmt *st, const ql_store_sens_key *k,
@@ -1767,8 +1768,7 @@ static ql_status bind_sens_key(ql_store *s, sqlite3_stmt *st, const ql_store_sen
 }
 
 ql_status ql_store_sensitivity_get(ql_store *s, const ql_store_sens_key *key, const char *tensor,
-                                   int32_t type, ql_store_sens_row *out, bool *found,
-                                   ql_error *err)
+                                   int32_t type, ql_store_sens_row *out, bool *found, ql_error *err)
 {
     *found = false;
     sqlite3_stmt *st;
@@ -1896,8 +1896,8 @@ ql_status ql_store_begin_run(ql_store *s, const ql_store_run_key *key,
 }
 
 ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
-                             const ql_store_run_info *info, int64_t *run_id,
-                             ql_store_claim *claim, ql_error *err)
+                             const ql_store_run_info *info, int64_t *run_id, ql_store_claim *claim,
+                             ql_error *err)
 {
     *run_id = 0;
     *claim = QL_CLAIM_BEGUN;

@@ -312,8 +312,8 @@ typedef enum {
  * it, with *run_id its id and nothing written. A running run of a process that is gone
  * (killed), of another host or of this process is taken over. */
 ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
-                             const ql_store_run_info *info, int64_t *run_id,
-                             ql_store_claim *claim, ql_error *err);
+                             const ql_store_run_info *info, int64_t *run_id, ql_store_claim *claim,
+                             ql_error *err);
 
 /* Records that a sweep includes a run it did not execute itself (found done). */
 ql_status ql_store_add_to_sweep(ql_store *s, const char *sweep, int64_t run_id, ql_error *err);

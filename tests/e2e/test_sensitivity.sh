@@ -74,6 +74,13 @@ if grep -q "^sensitivity: " "$tmp/err"; then bad "qlab fit measured again"; else
 want=$(rows "$tmp/q.db" "SELECT printf('%.4e', predicted_kld) FROM results WHERE budget = 'Q4_0'")
 has "$tmp/out" "KLD $want" "qlab fit predicts what the sweep's fit predicted ($want)"
 
+# Merged by what they measured: once, however often merged.
+expect 0 "merge" "$qlab" merge "$tmp/m.db" "$tmp/q.db"
+expect 0 "merge again" "$qlab" merge "$tmp/m.db" "$tmp/q.db"
+q="SELECT tensor, type, printf('%.17g', kld_mean) FROM sensitivity ORDER BY tensor, type"
+[ "$(rows "$tmp/m.db" "$q")" = "$(rows "$tmp/q.db" "$q")" ] && ok "merged sensitivities, once" ||
+    bad "merged sensitivities differ: $(rows "$tmp/m.db" "SELECT count(*) FROM sensitivity")"
+
 # Refusals.
 write_sweep "$tmp/bad1.sweep" bad1 ts-eval none "weight_type = F32" "budget = Q4_0" \
     "objective = kld"

@@ -1,7 +1,9 @@
 /* qlab report and its helpers: Markdown/CSV tables, the Pareto front (hand-
  * checked), the paired bootstrap (constructed cases with known answers), the
  * report on the fixture database (exact text, determinism, options and
- * errors) and the plot path with a missing, a failing and the real gnuplot.
+ * errors), the sensitivity heatmap and the fit table on a store of their own
+ * (exact figures, store faults) and the plot path with a missing, a failing and
+ * the real gnuplot.
  *
  * The expected report files in tests/data/report/ are `qlab report --no-plots`
  * on the report fixture (report_fixture.c); a deliberate change of the format
@@ -22,6 +24,7 @@
 #include "base/table.h"
 #include "base/util.h"
 #include "experiment/config.h"
+#include "formats/types.h"
 #include "qltest.h"
 #include "report_fixture.h"
 #include "results/analysis.h"
@@ -852,6 +855,315 @@ static void test_report_tensor_types(void)
     ql_store_close(s);
 }
 
+/* ---------------------------------------------------------------- sensitivity and fits */
+
+#define SENS_MODEL_SHA "5555555555555555555555555555555555555555555555555555555555555555"
+#define SENS_TEXT_SHA  "6666666666666666666666666666666666666666666666666666666666666666"
+#define SENS_CALIB_A   "7777777777777777777777777777777777777777777777777777777777777777"
+#define SENS_CALIB_B   "8888888888888888888888888888888888888888888888888888888888888888"
+#define SENS_CHUNKS    4
+#define SENS_TOKENS    32
+#define SENS_PARAMS    8192 /* bpw = bytes / 1024 */
+
+/* A config of the fit store: its bytes, its own share of the KLD per token, whether its
+ * KLD alternates around that share chunk by chunk, and the solver's prediction. */
+typedef struct {
+    const char *canon;
+    double bytes, kld_own;
+    bool alternate;
+    double predicted, calib; /* the solver's prediction, the KLD on the calibration text */
+} fit_config;
+
+/* A config's mean KLD per token in chunk i is its own share plus one all configs share,
+ * so that fitted - other is the same in every chunk and its bootstrap interval one
+ * point; Q4_K_M's alternates by ±1/512 around the kld fit's (a difference of 0 whose
+ * interval spans zero). Every number is dyadic: the figures below are exact. */
+static const fit_config fit_configs[] = {
+    {"weight_type=Q4_0 imatrix=calib:calib-a", 4608, 1.0 / 32, false, (double)NAN, (double)NAN},
+    {"weight_type=Q4_K_M imatrix=calib:calib-a", 5120, 1.0 / 256, true, (double)NAN, (double)NAN},
+    {"weight_type=Q8_0 imatrix=calib:calib-a", 8704, 1.0 / 1024, false, (double)NAN, (double)NAN},
+    {"weight_type=Q8_0 imatrix=calib:calib-a budget=Q4_K_M objective=kld", 5120, 1.0 / 256, false,
+     1.0 / 64, 1.0 / 40},
+    {"weight_type=Q8_0 imatrix=calib:calib-a budget=bpw:4.75", 4864, 1.0 / 64, false, (double)NAN,
+     (double)NAN},
+};
+static const double chunk_share[SENS_CHUNKS] = {1.0 / 64, 1.0 / 32, 3.0 / 128, 5.0 / 128};
+
+static void add_fit_run(ql_store *s, int64_t model, int64_t text, const fit_config *fc)
+{
+    ql_error err;
+    ql_config c;
+    int64_t cid, run;
+    CHECK_OK(ql_config_from_string(fc->canon, &c, &err), &err);
+    CHECK_OK(ql_store_upsert_config(s, &c, &cid, &err), &err);
+    ql_store_run_key key = {cid, model, text, 64, SENS_CHUNKS};
+    ql_store_run_info info = {"fit", 1, 2, NULL, NULL, 0, 0};
+    CHECK_OK(ql_store_begin_run(s, &key, &info, &run, &err), &err);
+    ql_chunk_record ck[SENS_CHUNKS];
+    double kld = 0.0;
+    for (int i = 0; i < SENS_CHUNKS; i++) {
+        double wiggle = fc->alternate ? (i % 2 ? 1.0 : -1.0) / 512 : 0.0;
+        double mean = fc->kld_own + chunk_share[i] + wiggle;
+        ck[i] = (ql_chunk_record){i,
+                                  SENS_TOKENS,
+                                  mean * SENS_TOKENS,
+                                  2.5 * SENS_TOKENS + 0.5 * mean * SENS_TOKENS,
+                                  2.5 * SENS_TOKENS,
+                                  SENS_TOKENS - 2};
+        kld += ck[i].kld_sum;
+    }
+    ql_run_metrics m;
+    ql_run_metrics_init(&m);
+    m.n_tokens = SENS_TOKENS * SENS_CHUNKS;
+    m.kld_mean = kld / m.n_tokens;
+    m.kld_mean_err = 1.0 / 1024;
+    m.params = SENS_PARAMS;
+    m.bytes = fc->bytes;
+    m.bpw = 8.0 * fc->bytes / SENS_PARAMS;
+    m.predicted_kld = fc->predicted;
+    m.calib_kld = fc->calib;
+    ql_run_result res = {.metrics = &m, .chunks = ck, .n_chunks = SENS_CHUNKS};
+    CHECK_OK(ql_store_finish_run_result(s, run, &res, &err), &err);
+}
+
+/* The mean KLD of the largest set at Q4_0: (kind + 1 + 8 layer) / 1024 in the blocks,
+ * the embedding least and the head most sensitive; Q8_0 a 64th of it. */
+static double sens_kld(int layer, int kind, int32_t type)
+{
+    double q4 = layer < 0 ? 0.5 / 1024 : kind < 0 ? 20.0 / 1024 : (kind + 1 + 8.0 * layer) / 1024;
+    return type == QL_TYPE_Q4_0 ? q4 : q4 / 64;
+}
+
+static void add_sensitivities(ql_store *s)
+{
+    static const char *const kinds[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                        "ffn_gate", "ffn_up", "ffn_down"};
+    static const int32_t types[] = {QL_TYPE_Q4_0, QL_TYPE_Q8_0};
+    ql_error err;
+    ql_store_sens_key a = {SENS_MODEL_SHA, SENS_CALIB_A, "calib-a", 64, SENS_CHUNKS, "none", 2};
+    for (int l = -1; l <= 2; l++)
+        for (int k = 0; k < (l < 0 || l == 2 ? 1 : 7); k++)
+            for (int t = 0; t < 2; t++) {
+                char name[64];
+                const char *kind = l < 0 ? "token_embd" : l == 2 ? "output" : kinds[k];
+                if (l < 0 || l == 2)
+                    snprintf(name, sizeof name, "%s.weight", kind);
+                else
+                    snprintf(name, sizeof name, "blk.%d.%s.weight", l, kind);
+                double kld = sens_kld(l, l == 2 ? -1 : k, types[t]);
+                ql_store_sens_row r = {name, l,          kind,    types[t],   512 * (t + 1),
+                                       kld,  1.0 / 4096, kld / 2, 1.0 / 8192, 0.25};
+                CHECK_OK(ql_store_sensitivity_put(s, &a, &r, &err), &err);
+            }
+    /* A smaller set on another text: left out, however large its figures. */
+    ql_store_sens_key b = {SENS_MODEL_SHA, SENS_CALIB_B, "calib-b", 32, 2, SENS_CALIB_A, 2};
+    for (int k = 0; k < 3; k++) {
+        static const char *const names[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight",
+                                            "blk.0.attn_v.weight"};
+        ql_store_sens_row r = {names[k], 0,     kinds[k], QL_TYPE_Q4_0, 512,
+                               1.0,      0.125, 0.5,      0.125,        100.0};
+        CHECK_OK(ql_store_sensitivity_put(s, &b, &r, &err), &err);
+    }
+}
+
+static ql_store *open_fit_store(const char *path)
+{
+    ql_error err;
+    ql_store *s = NULL;
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    if (!s)
+        exit(1);
+    ql_store_model m;
+    ql_store_model_init(&m);
+    m.sha256 = SENS_MODEL_SHA;
+    m.path = "models/sens.gguf";
+    m.name = "sens-model";
+    m.n_layer = 2;
+    ql_store_dataset d;
+    ql_store_dataset_init(&d);
+    d.sha256 = SENS_TEXT_SHA;
+    d.name = "sens-text";
+    int64_t mid, tid;
+    CHECK_OK(ql_store_upsert_model(s, &m, &mid, &err), &err);
+    CHECK_OK(ql_store_upsert_dataset(s, &d, &tid, &err), &err);
+    for (size_t k = 0; k < sizeof fit_configs / sizeof fit_configs[0]; k++)
+        add_fit_run(s, mid, tid, &fit_configs[k]);
+    add_sensitivities(s);
+    return s;
+}
+
+/* The line of a file that holds needle, as a heap string (NULL when none). */
+static char *line_with(const char *text, const char *needle)
+{
+    const char *p = text ? strstr(text, needle) : NULL;
+    if (!p)
+        return NULL;
+    while (p > text && p[-1] != '\n')
+        p--;
+    size_t n = strcspn(p, "\n");
+    char *line = malloc(n + 1);
+    memcpy(line, p, n);
+    line[n] = '\0';
+    return line;
+}
+
+/* The heatmap of the largest sensitivity set, its CSV and report.md's section, and the
+ * fit table: the fitted configs against the smaller ones with exact differences. */
+static void test_report_sensitivity_and_fits(void)
+{
+    ql_store *s = open_fit_store(qlt_tmp("fit.db"));
+    ql_report_summary sum;
+    ql_error err;
+    CHECK_OK(report(s, qlt_tmp("fit-out"), "fit", NULL, false, &sum, &err), &err);
+    char *files = list_dir(qlt_tmp("fit-out/fit"));
+    CHECK_MSG(strstr(files, "sensitivity.csv\nsensitivity.dat\nsensitivity.gp\n") != NULL, "%s",
+              files);
+    free(files);
+
+    /* The data: a block per type by bits, a line per tensor in its column and layer. */
+    char *dat = slurp(qlt_tmp("fit-out/fit/sensitivity.dat"));
+    CHECK_MSG(dat &&
+                  strstr(dat, "# measured on calib-a, ctx 64, 4 chunks, imatrix none (the "
+                              "largest of 2 sets), metrics version 2\n") &&
+                  strstr(dat, "# index 0: Q4_0\n") && strstr(dat, "\n\n\n# index 1: Q8_0\n") &&
+                  !strstr(dat, "calib-b") && !strstr(dat, "index 2"),
+              "%s", dat ? dat : "(none)");
+    static const struct {
+        int col, layer, kind;
+        int32_t type;
+        const char *tensor;
+    } cells[] = {
+        {6, 1, 6, QL_TYPE_Q4_0, "blk.1.ffn_down.weight"},
+        {0, 0, 0, QL_TYPE_Q8_0, "blk.0.attn_q.weight"},
+        {7, 2, -1, QL_TYPE_Q4_0, "output.weight"},
+        {8, -1, 0, QL_TYPE_Q8_0, "token_embd.weight"},
+    };
+    for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
+        double kld = sens_kld(cells[i].layer, cells[i].kind, cells[i].type);
+        char want[256];
+        snprintf(want, sizeof want, "\n%d %d %.17g %.17g \"%s\"\n", cells[i].col, cells[i].layer,
+                 log10(kld), kld, cells[i].tensor);
+        const char *at = dat ? strstr(dat, want) : NULL;
+        const char *q8 = dat ? strstr(dat, "# index 1: Q8_0") : NULL;
+        CHECK_MSG(at && (cells[i].type == QL_TYPE_Q4_0) == (at < q8), "no '%s' in its block",
+                  want + 1);
+    }
+    free(dat);
+
+    /* The script: a panel per type on a shared scale, the set named in the title. */
+    char *gp = slurp(qlt_tmp("fit-out/fit/sensitivity.gp"));
+    CHECK_MSG(gp &&
+                  strstr(gp, "set multiplot layout 1,2 title 'fit: sens-model — sensitivity on "
+                             "calib-a, ctx 64, 4 chunks, imatrix none (the largest of 2 sets)'") &&
+                  strstr(gp, "set cbrange [-6:-1]\n") &&
+                  strstr(gp, "set ytics ('embd' -1, '0' 0, '1' 1, 'head' 2)\n") &&
+                  strstr(gp, "'ffn_down' 6, 'output' 7, 'token_embd' 8)\n") &&
+                  strstr(gp, "set title 'Q4_0 (4.50 bpw)'\nplot 'sensitivity.dat' index 0 using "
+                             "1:2:(0.5):(0.5):3 with boxxyerror") &&
+                  strstr(gp, "set title 'Q8_0 (8.50 bpw)'\nplot 'sensitivity.dat' index 1 ") &&
+                  strstr(gp, "set output 'sensitivity.svg'"),
+              "%s", gp ? gp : "(none)");
+    free(gp);
+
+    /* The CSV: the 32 rows of the set used, with every figure exact. */
+    char *csv = slurp(qlt_tmp("fit-out/fit/sensitivity.csv"));
+    size_t lines = 0;
+    for (const char *q = csv; q && *q; q++)
+        lines += *q == '\n';
+    CHECK_EQ_INT(lines, 33);
+    static const char csv_head[] =
+        "model,text,text_sha256,ctx,chunks,imatrix_sha256,metrics_version,tensor,layer,kind,type,"
+        "bytes,kld_mean,kld_mean_err,ln_ppl_ratio,ln_ppl_ratio_err,seconds\n";
+    CHECK_MSG(csv && strncmp(csv, csv_head, strlen(csv_head)) == 0 &&
+                  strstr(csv, "\nsens-model,calib-a," SENS_CALIB_A ",64,4,none,2,"
+                              "blk.1.ffn_down.weight,1,ffn_down,Q4_0,512,0.0146484375,"
+                              "0.000244140625,0.00732421875,0.0001220703125,0.25\n") &&
+                  !strstr(csv, "calib-b"),
+              "%s", csv ? csv : "(none)");
+    free(csv);
+
+    char *md = slurp(qlt_tmp("fit-out/fit/report.md"));
+    CHECK_MSG(md && strstr(md, "\n- measured on calib-a, ctx 64, 4 chunks, imatrix none, metrics "
+                               "version 2 (the largest of the 2 sets stored for this model)\n"
+                               "- 32 (tensor, type) pairs: 16 tensors, 2 types (Q4_0, Q8_0); "
+                               "8.00 s of measuring\n\nMost sensitive at Q4_0, the lowest-bit "
+                               "type measured:\n\n"),
+              "%s", md ? md : "(none)");
+    /* The ten most sensitive at Q4_0, the head first, the eleventh left out. */
+    char *first = line_with(md, " 1 | output.weight ");
+    CHECK_MSG(first && strstr(first, "1.953e-02 ± 2.441e-04") &&
+                  strstr(first, "+9.7656e-03 ± 1.2207e-04"),
+              "%s", first ? first : "(no head row)");
+    free(first);
+    char *tenth = line_with(md, " 10 | blk.0.ffn_up.weight ");
+    CHECK_MSG(tenth && strstr(tenth, "5.859e-03 ± 2.441e-04"), "%s",
+              tenth ? tenth : "(no 10th row)");
+    free(tenth);
+    CHECK(md && !strstr(md, "blk.0.ffn_gate.weight"));
+
+    /* The fit table: by bpw, each fitted config against the smaller ones, closest first;
+     * the kld fit's KLD is twice its prediction and 1.25 times its calibration KLD; a constant difference has an interval
+     * of one point, which excludes zero, Q4_K_M's alternating one does not. */
+    const char *want_fits[] = {
+        "| Q8_0   | bpw:4.75 | imatrix   | 4.750 | 4.75 KiB | 4.297e-02 ± 9.766e-04 |            "
+        " — |                    — |                 — |                — | Q4_0    |   4.500 | 5"
+        ".859e-02 ± 9.766e-04 | -1.56e-02 [-1.56e-02, -1.56e-02] * |",
+        "| Q8_0   | Q4_K_M   | kld       | 5.000 | 5.00 KiB | 3.125e-02 ± 9.766e-04 |     1.562e-"
+        "02 |                2.000 |         2.500e-02 |            1.250 | Q4_K_M  |   5.000 | 3"
+        ".125e-02 ± 9.766e-04 |   +0.00e+00 [-1.95e-03, +1.95e-03] |",
+        "|        |          |           |       |          |                       |            "
+        "   |                      |                   |                  | Q4_0    |   4.500 | 5"
+        ".859e-02 ± 9.766e-04 | -2.73e-02 [-2.73e-02, -2.73e-02] * |",
+    };
+    const char *prev = md;
+    for (size_t i = 0; i < sizeof want_fits / sizeof want_fits[0]; i++) {
+        const char *at = prev ? strstr(prev, want_fits[i]) : NULL;
+        CHECK_MSG(at != NULL, "no fit row %zu in order:\n%s\n--- report.md ---\n%s", i,
+                  want_fits[i], md ? md : "");
+        prev = at;
+    }
+    char *alt = line_with(md, "| 3.125e-02 ± 9.766e-04 |     1.562e-02 |                2.000 |         2.500e-02 |");
+    CHECK_MSG(alt && strstr(alt, " +0.00e+00 [") && !strstr(alt, "] *"), "%s",
+              alt ? alt : "(none)");
+    free(alt);
+    /* Q8_0 is larger than both fits. */
+    char *q8 = line_with(md, "| Q8_0    |   8.500 |");
+    CHECK_MSG(q8 == NULL, "%s", q8);
+    free(q8);
+    CHECK(md && strstr(md, "[sensitivity heatmap](sensitivity.svg)"));
+    free(md);
+
+    /* A store failure at any call while the sensitivities are read or the fits compared:
+     * an error, and nothing written. */
+    const char *dir = qlt_tmp("fit-faults");
+    bool done = false;
+    int failures = 0;
+    for (int n = 1; n < 500 && !done; n++) {
+        ql_report_options opt = {.sweep = "fit", .out_dir = dir, .resamples = 100};
+        ql_store_inject_fault(s, n);
+        ql_status st = ql_report_write(s, &opt, &sum, &err);
+        ql_store_inject_fault(s, 0);
+        done = st == QL_OK;
+        if (done)
+            break;
+        failures++;
+        CHECK_MSG(st == QL_EDB && strstr(err.msg, "injected fault"), "fault %d: %s", n, err.msg);
+        CHECK_MSG(!ql_file_exists(dir), "fault %d (%s): files written", n, err.msg);
+    }
+    CHECK(done && failures > 10);
+
+    /* Drawn by the real gnuplot when there is one. */
+    if (ql_gnuplot_find(NULL, 0)) {
+        CHECK_OK(report(s, qlt_tmp("fit-plots"), "fit", NULL, true, &sum, &err), &err);
+        CHECK_MSG(!sum.plots_skipped, "%s", sum.why);
+        size_t len = 0;
+        unsigned char *png = qlt_read_file(qlt_tmp("fit-plots/fit/sensitivity.png"), &len);
+        CHECK(png && len >= QL_PLOT_PNG_MIN_BYTES && memcmp(png, "\x89PNG\r\n\x1a\n", 8) == 0);
+        free(png);
+    }
+    ql_store_close(s);
+}
+
 int main(void)
 {
     gsl_set_error_handler_off();
@@ -866,6 +1178,7 @@ int main(void)
     test_report_faults();
     test_report_edge_cases();
     test_report_tensor_types();
+    test_report_sensitivity_and_fits();
     test_png_check();
     test_plots_without_gnuplot();
     test_plots_real_gnuplot();
