@@ -263,8 +263,13 @@ ql_status ql_report_load_fits(ctx *c, group *g, ql_error *err)
         /* Rows come by bpw, so from the end: the closest in size first. */
         for (size_t j = g->nrows; j-- > 0 && !rc;) {
             const row *o = &g->rows[j];
-            if (ql_report_row_compared(o) && !row_fitted(o) &&
-                o->v[QL_METRIC_bytes] <= f->v[QL_METRIC_bytes])
+            /* The quantization a budget is named by is its equal-size reference, even
+             * when the fit came out a few bytes under it, and even when its own type
+             * applied nowhere (it is still what that name gives this model). */
+            const bool named = !row_fitted(o) &&
+                               strcmp(o->axis[QL_AXIS_WEIGHT_TYPE], f->axis[QL_AXIS_BUDGET]) == 0;
+            if (named || (ql_report_row_compared(o) && !row_fitted(o) &&
+                          o->v[QL_METRIC_bytes] <= f->v[QL_METRIC_bytes]))
                 rc = add_fit_pair(c, g, &cap, i, j, &no_chunks, err);
         }
     }
