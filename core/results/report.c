@@ -989,15 +989,16 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
             fprintf(d.f, "No finished configs.\n");
         md_not_applicable(g, d.f);
         md_failures(g, d.f);
-        /* What follows the table is marked, so that a copy of the table can leave it
-         * out (scripts/readme-tables.sh). */
+        /* The fits against what they compete with belong to the table's result. */
+        if (!rc)
+            rc = ql_report_md_fits(g, d.f, err);
+        /* What follows is marked, so that a copy of the tables can leave it out
+         * (scripts/readme-tables.sh). */
         fputs("\n" DETAILS_BEGIN "\n", d.f);
         if (!rc)
             rc = ql_types_table_write_md(g->types, d.f, NULL_TEXT, err);
         if (!rc)
             rc = ql_report_md_pairs(g, d.f, err);
-        if (!rc)
-            rc = ql_report_md_fits(g, d.f, err);
         if (!rc)
             rc = md_sensitivity(g, d.f, err);
         md_plots(c, g, d.f);
