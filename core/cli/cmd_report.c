@@ -16,8 +16,10 @@ static void help(const ql_opt_parser *p)
            "Writes, for every sweep in the results database (or the one named), the\n"
            "format-comparison table and plots to DIR/<sweep>/:\n"
            "  report.md          summary and table (Markdown), the configs whose types did\n"
-           "                     not apply, failed configs, one-axis comparisons with\n"
-           "                     paired-bootstrap intervals, links to the plots\n"
+           "                     not apply, failed configs, fitted configs against the\n"
+           "                     configs no larger, one-axis comparisons with\n"
+           "                     paired-bootstrap intervals, the most sensitive tensors,\n"
+           "                     links to the plots\n"
            "  report.html        all of it in one self-contained page: sortable tables,\n"
            "                     more columns, the plots inline\n"
            "  formats.csv        the rows, full precision, every axis and metric\n"
@@ -28,6 +30,10 @@ static void help(const ql_opt_parser *p)
            "  kld_cdf.png/.svg   the KLD distribution of every config (log x)\n"
            "  tensors-<hash>.png/.svg  per-tensor error by layer for one config, fallbacks\n"
            "                     marked\n"
+           "  divergence.png/.svg  per-layer divergence (sweeps with layer_metrics = yes)\n"
+           "  sensitivity.png/.svg  the measured sensitivities of the model (objective kld):\n"
+           "                     log10 KLD by layer and tensor kind, a panel per type;\n"
+           "                     sensitivity.csv the rows\n"
            "  *.dat, *.gp        the plot data and gnuplot scripts (rerun: gnuplot X.gp)\n"
            "\n");
     ql_opt_print_options(stdout, p);
