@@ -256,6 +256,10 @@ ql_status ql_sens_measure(const ql_sens_job *job, ql_sens_item *items, int64_t n
                                       s.n_tok, 0, 0, NULL, err);
             ql_weights_unbind_layer(m->weights, at);
         }
+        /* A signal stops between candidates: those done are already handed over. */
+        if (!st && ql_interrupted())
+            st = ql_error_set(err, QL_EINTERRUPTED, "sensitivity: interrupted by signal %d",
+                              ql_interrupted());
         if (!st)
             st = measure_one(&s, cs[i].site, cs[i].block, cs[i].it, err);
         if (!st && job->done)
