@@ -532,8 +532,9 @@ static int cmp_choice(const void *pa, const void *pb)
 void ql_fit_table_sort_choices(ql_fit_table *t)
 {
     for (int i = 0; i < t->n_tensors; i++)
-        qsort(t->tensors[i].choices, (size_t)t->tensors[i].n_choices,
-              sizeof *t->tensors[i].choices, cmp_choice);
+        if (t->tensors[i].n_choices > 0) /* a fixed tensor has none (and no array) */
+            qsort(t->tensors[i].choices, (size_t)t->tensors[i].n_choices,
+                  sizeof *t->tensors[i].choices, cmp_choice);
 }
 
 /* ---------------------------------------------------------------------------
