@@ -202,6 +202,15 @@ int ql_data_candidates(const ql_data_entry *e, char out[QL_DATA_MAX_CANDIDATES][
     return candidates(e, out);
 }
 
+ql_status ql_data_sha256(const ql_data_entry *entry, const char *path, char sha[65],
+                         ql_error *err)
+{
+    if (!entry)
+        return ql_sha256_file(path, sha, err);
+    ql_strlcpy(sha, entry->sha256, 65);
+    return QL_OK;
+}
+
 bool ql_data_locate(const ql_data_entry *e, char *path_out, size_t size)
 {
     char c[QL_DATA_MAX_CANDIDATES][QL_PATH_MAX];

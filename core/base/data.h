@@ -55,6 +55,11 @@ const ql_data_entry *ql_data_find(const char *name, ql_error *err);
 ql_status ql_data_resolve(const char *name_or_path, char *path_out, size_t size,
                           const ql_data_entry **entry_out, ql_error *err);
 
+/* The SHA-256 (hex) of a file ql_data_resolve gave: the manifest entry's (the file was
+ * verified against it), or, for a plain path (entry NULL), the file's own. */
+ql_status ql_data_sha256(const ql_data_entry *entry, const char *path, char sha[65],
+                         ql_error *err);
+
 /* Where a manifest entry is, without verifying; false when nowhere. Used by
  * `qlab data list`. */
 bool ql_data_locate(const ql_data_entry *e, char *path_out, size_t size);

@@ -245,36 +245,35 @@ static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_ta
 
 /* --objective kld: the table's errors become the measured sensitivities on --calib
  * (from the store when they are there). */
-static ql_status kld_errors(const args *a, const char *path, const char *model_sha,
-                            const char *cache_dir, ql_fit_table *t, ql_error *err)
+static ql_status kld_errors(const args *a, const char *path, const ql_data_entry *entry,
+                            const char *cache_dir, const ql_fit_importance *imp, ql_fit_table *t,
+                            ql_error *err)
 {
+    /* The calibration reference is cached where the error table is (NULL: the default
+     * directory; "": nowhere). */
+    char dir[QL_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/results/cache", ql_data_root());
+    const char *ref_dir = !cache_dir ? dir : *cache_dir ? cache_dir : NULL;
     ql_model *m = NULL;
     ql_tokenizer *tok = NULL;
     ql_imatrix *im = NULL;
     ql_store *store = NULL;
     ql_ppl_data d;
     memset(&d, 0, sizeof d);
-    char text_path[QL_PATH_MAX], text_sha[65], msha[65], im_sha[65] = "none";
+    char text_path[QL_PATH_MAX], text_sha[65], msha[65];
     const ql_data_entry *te = NULL;
     ql_status st = ql_model_load(&m, path, err);
     if (!st)
         st = ql_tokenizer_from_gguf(&tok, m->gguf, err);
-    if (!st && !(st = ql_data_resolve(a->calib, text_path, sizeof text_path, &te, err))) {
-        if (te)
-            ql_strlcpy(text_sha, te->sha256, sizeof text_sha);
-        else
-            st = ql_sha256_file(text_path, text_sha, err);
-    }
+    if (!st && !(st = ql_data_resolve(a->calib, text_path, sizeof text_path, &te, err)))
+        st = ql_data_sha256(te, text_path, text_sha, err);
     if (!st && (st = ql_ppl_data_from_file(&d, tok, text_path, a->calib_ctx, a->calib_chunks, err)))
         ql_error_prefix(err, "--calib %s: ", a->calib);
-    if (!st && model_sha)
-        ql_strlcpy(msha, model_sha, sizeof msha);
-    else if (!st)
-        st = ql_sha256_file(path, msha, err);
+    if (!st)
+        st = ql_data_sha256(entry, path, msha, err);
     if (!st && a->imatrix) {
         char ipath[QL_PATH_MAX];
-        if (!(st = ql_data_resolve(a->imatrix, ipath, sizeof ipath, NULL, err)) &&
-            !(st = ql_sha256_file(ipath, im_sha, err)))
+        if (!(st = ql_data_resolve(a->imatrix, ipath, sizeof ipath, NULL, err)))
             st = ql_imatrix_read(ipath, &im, err);
     }
     if (!st)
@@ -286,12 +285,14 @@ static ql_status kld_errors(const args *a, const char *path, const char *model_s
         const ql_sens_source src = {m,
                                     msha,
                                     "",
-                                    cache_dir && cache_dir[0] ? cache_dir : "results/cache",
+                                    ref_dir,
                                     NULL,
                                     store,
                                     ql_mem_total() / 2,
                                     a->quiet};
         const ql_sens_text text = {&d, text_sha, a->calib};
+        /* The imatrix's identity as the error table has it: its file's SHA-256. */
+        const char *im_sha = imp && imp->sha256 && *imp->sha256 ? imp->sha256 : "none";
         if (!(st = ql_sens_fill(&src, &text, im, im_sha, t, err)))
             ql_fit_table_sort_choices(t);
     }
@@ -401,7 +402,7 @@ int ql_cmd_fit(int argc, char **argv)
         printf("note        %s\n", t->notes[i]);
 
     const bool kld = a.objective && strcmp(a.objective, "kld") == 0;
-    if (kld && (st = kld_errors(&a, path, entry ? entry->sha256 : NULL, o.cache_dir, t, &err)))
+    if (kld && (st = kld_errors(&a, path, entry, o.cache_dir, imp, t, &err)))
         goto out;
     uint64_t budget;
     if ((st = resolve_budget(&a, g, t, &budget, &err)) != QL_OK)

@@ -143,9 +143,7 @@ static ql_status calib_files_of(const ql_calib *cal, const ql_config *c, calib_f
     ql_status st = ql_data_resolve(c->imatrix, f->text_path, sizeof f->text_path, &te, err);
     if (st)
         return ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
-    if (te)
-        ql_strlcpy(f->text_sha, te->sha256, sizeof f->text_sha);
-    else if ((st = ql_sha256_file(f->text_path, f->text_sha, err)))
+    if ((st = ql_data_sha256(te, f->text_path, f->text_sha, err)))
         return st;
     char *paths[2] = {f->imatrix, f->maxima};
     const char *exts[2] = {"gguf", "amax"};

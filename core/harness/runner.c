@@ -319,9 +319,7 @@ static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
         st = ql_data_resolve(sw->model, s->model_path, sizeof s->model_path, &me, err);
     if (st)
         return ql_error_prefix(err, "%s: model: ", sw->path);
-    if (me)
-        ql_strlcpy(s->model_sha, me->sha256, sizeof s->model_sha);
-    else if ((st = ql_sha256_file(s->model_path, s->model_sha, err)))
+    if ((st = ql_data_sha256(me, s->model_path, s->model_sha, err)))
         return st;
     if ((st = ql_data_resolve(sw->text, s->text_path, sizeof s->text_path, &te, err)))
         return ql_error_prefix(err, "%s: text: ", sw->path);
