@@ -49,6 +49,31 @@ static const char *baseline(const group *g, int a)
     return first;
 }
 
+/* The paired comparison of rows x - y into *cmp; *compared = false (and *no_chunks set)
+ * when the runs were stored without per-chunk sums: nothing to resample. */
+static ql_status compare_rows(ctx *c, const group *g, size_t x, size_t y, ql_comparison *cmp,
+                              bool *compared, bool *no_chunks, ql_error *err)
+{
+    *compared = false;
+    ql_bootstrap_opts o;
+    ql_bootstrap_opts_init(&o);
+    if (c->opt->resamples)
+        o.resamples = c->opt->resamples;
+    ql_error e;
+    ql_error_clear(&e);
+    ql_status rc = ql_compare_runs(c->store, g->rows[x].run_id, g->rows[y].run_id, &o, cmp, &e);
+    if (rc == QL_ENOTFOUND) {
+        *no_chunks = true;
+        return QL_OK;
+    }
+    if (rc) {
+        *err = e;
+        return ql_error_prefix(err, "report: ");
+    }
+    *compared = true;
+    return QL_OK;
+}
+
 static ql_status add_pair(ctx *c, group *g, size_t *cap, int axis, size_t a, size_t b,
                           bool *no_chunks, ql_error *err)
 {
@@ -58,25 +83,12 @@ static ql_status add_pair(ctx *c, group *g, size_t *cap, int axis, size_t a, siz
     p->axis = axis;
     p->a = a;
     p->b = b;
-    ql_bootstrap_opts o;
-    ql_bootstrap_opts_init(&o);
-    if (c->opt->resamples)
-        o.resamples = c->opt->resamples;
-    ql_error e;
-    ql_error_clear(&e);
-    /* B - A. */
-    ql_status rc = ql_compare_runs(c->store, g->rows[b].run_id, g->rows[a].run_id, &o, &p->cmp, &e);
-    if (rc == QL_ENOTFOUND) {
-        /* Runs stored without per-chunk sums: nothing to resample. */
-        *no_chunks = true;
-        return QL_OK;
-    }
-    if (rc) {
-        *err = e;
-        return ql_error_prefix(err, "report: ");
-    }
-    g->npairs++;
-    return QL_OK;
+    bool compared;
+    /* B - A; a pair without intervals is not listed. */
+    ql_status rc = compare_rows(c, g, b, a, &p->cmp, &compared, no_chunks, err);
+    if (!rc && compared)
+        g->npairs++;
+    return rc;
 }
 
 ql_status ql_report_load_pairs(ctx *c, group *g, ql_error *err)
@@ -230,25 +242,8 @@ static ql_status add_fit_pair(ctx *c, group *g, size_t *cap, size_t f, size_t o,
     ql_report_fit_pair *p = &g->fits[g->nfits++];
     p->fit = f;
     p->other = o;
-    p->compared = false;
-    ql_bootstrap_opts opts;
-    ql_bootstrap_opts_init(&opts);
-    if (c->opt->resamples)
-        opts.resamples = c->opt->resamples;
-    ql_error e;
-    ql_error_clear(&e);
-    ql_status rc =
-        ql_compare_runs(c->store, g->rows[f].run_id, g->rows[o].run_id, &opts, &p->cmp, &e);
-    if (rc == QL_ENOTFOUND) {
-        *no_chunks = true;
-        return QL_OK;
-    }
-    if (rc) {
-        *err = e;
-        return ql_error_prefix(err, "report: ");
-    }
-    p->compared = true;
-    return QL_OK;
+    /* Kept without intervals when there is nothing to resample. */
+    return compare_rows(c, g, f, o, &p->cmp, &p->compared, no_chunks, err);
 }
 
 ql_status ql_report_load_fits(ctx *c, group *g, ql_error *err)
