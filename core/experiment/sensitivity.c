@@ -11,9 +11,6 @@
 #include "experiment/qweights.h"
 #include "formats/types.h"
 
-static const char *const site_kind[QL_SITES_PER_LAYER] = {
-    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
-
 /* Where a tensor acts: its product site (-1 for the token embedding), or -2 when the
  * model has no such product. */
 static int site_of(const ql_model *m, const char *tensor)
@@ -40,7 +37,7 @@ const char *ql_sens_kind_name(const ql_model *m, const char *tensor, int *layer)
         return "output";
     }
     *layer = site / QL_SITES_PER_LAYER;
-    return site_kind[site % QL_SITES_PER_LAYER];
+    return ql_site_kind_name((ql_site_kind)(site % QL_SITES_PER_LAYER));
 }
 
 /* The block a candidate's pass starts at: 0 for the embedding, n_layer for the head. */

@@ -300,6 +300,14 @@ static void unbind_linear(ql_linear *lin)
     }
 }
 
+const char *ql_site_kind_name(ql_site_kind kind)
+{
+    static const char *const names[QL_SITES_PER_LAYER] = {
+        "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+    QL_ASSERT(kind >= 0 && kind < QL_SITES_PER_LAYER);
+    return names[kind];
+}
+
 ql_status ql_weights_bind_layer(ql_weights *w, int layer, float *buf, size_t buf_floats,
                                 ql_error *err)
 {
@@ -502,20 +510,16 @@ static ql_status load_weights(const ql_gguf *g, const ql_hparams *hp, ql_weights
         ql_layer_norms *nm = &w->norms[l];
         struct {
             ql_site_kind kind;
-            const char *suffix;
             int64_t n_in, n_out;
             bool bias;
         } sites[] = {
-            {QL_SITE_Q, "attn_q", E, QD, hp->has_qkv_bias},
-            {QL_SITE_K, "attn_k", E, KD, hp->has_qkv_bias},
-            {QL_SITE_V, "attn_v", E, KD, hp->has_qkv_bias},
-            {QL_SITE_O, "attn_output", QD, E, false},
-            {QL_SITE_GATE, "ffn_gate", E, F, false},
-            {QL_SITE_UP, "ffn_up", E, F, false},
-            {QL_SITE_DOWN, "ffn_down", F, E, false},
+            {QL_SITE_Q, E, QD, hp->has_qkv_bias}, {QL_SITE_K, E, KD, hp->has_qkv_bias},
+            {QL_SITE_V, E, KD, hp->has_qkv_bias}, {QL_SITE_O, QD, E, false},
+            {QL_SITE_GATE, E, F, false},          {QL_SITE_UP, E, F, false},
+            {QL_SITE_DOWN, F, E, false},
         };
         for (size_t s = 0; s < sizeof sites / sizeof sites[0]; s++) {
-            snprintf(n, sizeof n, "blk.%d.%s", l, sites[s].suffix);
+            snprintf(n, sizeof n, "blk.%d.%s", l, ql_site_kind_name(sites[s].kind));
             if ((st = load_linear(g, &w->lin[ql_site(l, sites[s].kind)], n, sites[s].n_in,
                                   sites[s].n_out, sites[s].bias, err)))
                 return st;
@@ -661,8 +665,7 @@ const ql_linear *ql_model_first_quantized(const ql_model *m)
     const ql_weights *w = m->weights;
     for (int i = -1; i < w->n_lin; i++) {
         const ql_linear *l = i < 0 ? &w->tok_embd : &w->lin[i];
-        if (l->src_type != QL_TYPE_F32 && l->src_type != QL_TYPE_F16 &&
-            l->src_type != QL_TYPE_BF16)
+        if (l->src_type != QL_TYPE_F32 && l->src_type != QL_TYPE_F16 && l->src_type != QL_TYPE_BF16)
             return l;
     }
     return NULL;

@@ -119,6 +119,9 @@ typedef struct {
     int cap_owned;
 } ql_weights;
 
+/* A product site's tensor kind as GGUF names its weight ("attn_q" for blk.N.attn_q). */
+const char *ql_site_kind_name(ql_site_kind kind);
+
 /* Site index helpers. */
 static inline int ql_site(int layer, ql_site_kind kind)
 {
