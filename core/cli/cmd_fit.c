@@ -21,7 +21,7 @@ static void help(const ql_opt_parser *p)
     printf(
         "usage: qlab fit MODEL.gguf [--imatrix FILE]\n"
         "                (--budget B | --envelope SIZE [--ctx N] [--reserve SIZE])\n"
-        "                [--objective imatrix | --objective kld --calib TEXT [--calib-ctx N]\n"
+        "                [--objective imatrix | --objective kld[:G] --calib TEXT [--calib-ctx N]\n"
         "                 [--calib-chunks N] [--db PATH]]\n"
         "                [-o OUT.gguf | --dry-run] [--types LIST] [--exact-errors]\n"
         "                [--sample-rows N] [--cache-dir DIR | --no-cache] [--threads N] [--quiet]\n"
@@ -33,6 +33,9 @@ static void help(const ql_opt_parser *p)
         "chosen (tensor, type) pairs' measured sensitivities, each the mean KLD of the model\n"
         "with only that tensor quantized, on the calibration text TEXT (never the text you\n"
         "evaluate on); they are kept in the results store (--db) and measured only once.\n"
+        "--objective kld:module, kld:layer or kld:kind measures and assigns groups instead:\n"
+        "a block's attention or feed-forward, a whole block, or one kind in every block,\n"
+        "each quantized to one type (the head and the embedding stay units of their own).\n"
         "\n");
     ql_opt_print_options(stdout, p);
 }
@@ -41,6 +44,7 @@ typedef struct {
     const char *args[1]; /* MODEL */
     const char *imatrix, *out, *types, *cache_dir;
     const char *objective, *calib, *db; /* --objective kld: its calibration text, store */
+    ql_config objective_of;             /* --objective parsed as the sweep axis */
     int calib_ctx, calib_chunks;
     ql_fit_budget budget;
     bool budget_as;      /* --budget names a quantization: its bytes on this model */
@@ -118,9 +122,10 @@ static int parse_args(int argc, char **argv, args *a)
                     "compute reserve (default: an estimate of llama.cpp's compute buffer\n"
                     "for 512-token batches, 4*512*(n_vocab + 4 n_embd + 3 n_ff + n_head ctx))"),
         ql_opt_section("objective:"),
-        ql_opt_str("objective", 0, &a->objective, "imatrix|kld",
+        ql_opt_str("objective", 0, &a->objective, "imatrix|kld[:G]",
                    "what the solver minimises (default imatrix): the summed imatrix-\n"
-                   "weighted error, or the summed measured sensitivities (KLD)"),
+                   "weighted error, or the summed measured sensitivities (KLD) of units\n"
+                   "G = tensor (default), module, layer or kind"),
         ql_opt_str("calib", 0, &a->calib, "TEXT",
                    "--objective kld: the calibration text (a path or dataset name)"),
         ql_opt_int("calib-ctx", 0, &a->calib_ctx, 8, 1 << 20, "N",
@@ -168,9 +173,12 @@ static int parse_args(int argc, char **argv, args *a)
         return ql_opt_usage(&p, "give exactly one of -o OUT.gguf and --dry-run");
     if (a->no_cache && a->cache_dir)
         return ql_opt_usage(&p, "--no-cache and --cache-dir exclude each other");
-    const bool kld = a->objective && strcmp(a->objective, "kld") == 0;
-    if (a->objective && !kld && strcmp(a->objective, "imatrix") != 0)
-        return ql_opt_usage(&p, "--objective is imatrix or kld");
+    ql_config_init(&a->objective_of);
+    ql_error e;
+    if (a->objective &&
+        ql_config_set(&a->objective_of, QL_AXIS_OBJECTIVE, a->objective, &e) != QL_OK)
+        return ql_opt_usage(&p, "--%s", e.msg);
+    const bool kld = a->objective_of.objective == QL_OBJECTIVE_KLD;
     if (kld && !a->calib)
         return ql_opt_usage(&p, "--objective kld measures sensitivities on --calib TEXT");
     if (!kld &&
@@ -279,21 +287,16 @@ static ql_status kld_errors(const args *a, const char *path, const ql_data_entry
     if (!st)
         st = ql_store_open(a->db ? a->db : QL_STORE_DEFAULT_PATH, NULL, &store, err);
     if (!st) {
-        printf("objective   kld: sensitivities on %s, %lld chunks of %d, kept in %s\n", a->calib,
-               (long long)d.n_chunks, d.ctx, a->db ? a->db : QL_STORE_DEFAULT_PATH);
+        printf("objective   kld: sensitivities of every %s on %s, %lld chunks of %d, kept in %s\n",
+               ql_grouping_name(a->objective_of.grouping), a->calib, (long long)d.n_chunks, d.ctx,
+               a->db ? a->db : QL_STORE_DEFAULT_PATH);
         fflush(stdout);
-        const ql_sens_source src = {m,
-                                    msha,
-                                    "",
-                                    ref_dir,
-                                    NULL,
-                                    store,
-                                    ql_mem_total() / 2,
+        const ql_sens_source src = {m,       msha, "", ref_dir, NULL, store, ql_mem_total() / 2,
                                     a->quiet};
         const ql_sens_text text = {&d, text_sha, a->calib};
         /* The imatrix's identity as the error table has it: its file's SHA-256. */
         const char *im_sha = imp && imp->sha256 && *imp->sha256 ? imp->sha256 : "none";
-        if (!(st = ql_sens_fill(&src, &text, im, im_sha, t, err)))
+        if (!(st = ql_sens_fill(&src, &text, im, im_sha, a->objective_of.grouping, t, err)))
             ql_fit_table_sort_choices(t);
     }
     ql_store_close(store);
@@ -401,7 +404,7 @@ int ql_cmd_fit(int argc, char **argv)
     for (int i = 0; i < t->n_notes; i++)
         printf("note        %s\n", t->notes[i]);
 
-    const bool kld = a.objective && strcmp(a.objective, "kld") == 0;
+    const bool kld = a.objective_of.objective == QL_OBJECTIVE_KLD;
     if (kld && (st = kld_errors(&a, path, entry, o.cache_dir, imp, t, &err)))
         goto out;
     uint64_t budget;
@@ -412,9 +415,9 @@ int ql_cmd_fit(int argc, char **argv)
     printf("\n");
     ql_fit_plan_print(stdout, p, t);
     if (kld)
-        printf("predicted   KLD %.4e: the sum of the chosen tensors' sensitivities on %s (each "
+        printf("predicted   KLD %.4e: the sum of the chosen %ss' sensitivities on %s (each "
                "alone; interactions add to it)\n",
-               p->err, a.calib);
+               p->err, ql_grouping_name(a.objective_of.grouping), a.calib);
     fflush(stdout);
     if (a.out) {
         if ((st = ql_fit_write(g, p, imp, a.out, a.quiet, &err)) != QL_OK)

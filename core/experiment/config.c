@@ -64,6 +64,7 @@ static const ql_capability capabilities[] = {
     {QL_AXIS_TENSOR_TYPES, "<rules>", true},
     {QL_AXIS_OBJECTIVE, "imatrix", true},
     {QL_AXIS_OBJECTIVE, "kld", true},
+    {QL_AXIS_OBJECTIVE, "kld:<grouping>", true},
 };
 
 size_t ql_config_capabilities(const ql_capability **out)
@@ -661,25 +662,61 @@ static const char *class_budget(const ql_config *c)
                                                : "bpw:<x>";
 }
 
+static const char *const grouping_names[QL_GROUPING_COUNT] = {"tensor", "module", "layer", "kind"};
+
+const char *ql_grouping_name(ql_grouping g)
+{
+    QL_ASSERT(g >= 0 && g < QL_GROUPING_COUNT);
+    return grouping_names[g];
+}
+
+bool ql_grouping_parse(const char *s, ql_grouping *out)
+{
+    for (int g = 0; g < QL_GROUPING_COUNT; g++)
+        if (strcasecmp(s, grouping_names[g]) == 0) {
+            *out = (ql_grouping)g;
+            return true;
+        }
+    return false;
+}
+
+/* objective: imatrix, or kld[:GROUPING] (kld alone, canonical, is kld:tensor). */
 static ql_status parse_objective(ql_config *c, const char *v, ql_error *err)
 {
-    if (strcasecmp(v, "imatrix") == 0)
+    c->grouping = QL_GROUPING_TENSOR;
+    if (strcasecmp(v, "imatrix") == 0) {
         c->objective = QL_OBJECTIVE_IMATRIX;
-    else if (strcasecmp(v, "kld") == 0)
+        return QL_OK;
+    }
+    if (strncasecmp(v, "kld", 3) == 0 && (v[3] == '\0' || v[3] == ':')) {
         c->objective = QL_OBJECTIVE_KLD;
-    else
-        return ql_error_set(err, QL_EFORMAT, "objective: unknown objective '%s' (imatrix, kld)", v);
-    return QL_OK;
+        if (v[3] == ':' && !ql_grouping_parse(v + 4, &c->grouping))
+            return ql_error_set(err, QL_EFORMAT,
+                                "objective: unknown grouping '%s' in '%s' (tensor, module, layer, "
+                                "kind)",
+                                v + 4, v);
+        return QL_OK;
+    }
+    return ql_error_set(err, QL_EFORMAT,
+                        "objective: unknown objective '%s' (imatrix, kld, kld:module, kld:layer, "
+                        "kld:kind)",
+                        v);
 }
 
 static int print_objective(const ql_config *c, char *buf, size_t size)
 {
-    return snprintf(buf, size, "%s", c->objective == QL_OBJECTIVE_KLD ? "kld" : "imatrix");
+    if (c->objective == QL_OBJECTIVE_IMATRIX)
+        return snprintf(buf, size, "imatrix");
+    if (c->grouping == QL_GROUPING_TENSOR)
+        return snprintf(buf, size, "kld");
+    return snprintf(buf, size, "kld:%s", ql_grouping_name(c->grouping));
 }
 
 static const char *class_objective(const ql_config *c)
 {
-    return c->objective == QL_OBJECTIVE_KLD ? "kld" : "imatrix";
+    return c->objective == QL_OBJECTIVE_IMATRIX ? "imatrix"
+           : c->grouping == QL_GROUPING_TENSOR  ? "kld"
+                                                : "kld:<grouping>";
 }
 
 static double column_budget_bytes(const ql_config *c)

@@ -92,11 +92,11 @@
       "recipe",   NULL,                                                                            \
       QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT | QL_AXIS_OMIT_DEFAULT,                        \
       "'none' or REGEX=TYPE rules separated by ';' (first match wins)")                       \
-    X(OBJECTIVE,     objective,     objective,     objective,      "imatrix", TEXT, 8,             \
+    X(OBJECTIVE,     objective,     objective,     grouping,       "imatrix", TEXT, 8,             \
       "objective", NULL,                                                                           \
       QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT | QL_AXIS_OMIT_DEFAULT,                        \
       "what a budget's solver minimises: 'imatrix' (weighted weight error) or 'kld' (measured "    \
-      "sensitivities)")
+      "sensitivities; 'kld:module', 'kld:layer', 'kld:kind': of groups that take one type)")
 // clang-format on
 
 /* Flags of an axis. */
@@ -156,6 +156,25 @@ typedef enum { QL_BUDGET_NONE, QL_BUDGET_BYTES, QL_BUDGET_BPW, QL_BUDGET_LIKE } 
  * config's calib: imatrix. */
 typedef enum { QL_OBJECTIVE_IMATRIX, QL_OBJECTIVE_KLD } ql_objective;
 
+/* The units the kld objective measures and the solver gives one type each
+ * (`objective = kld:<grouping>`; the head and the token embedding are units of their
+ * own in every grouping):
+ *   TENSOR  each product weight (the default, `kld`): the finest a GGUF type applies to
+ *   MODULE  a block's attention (q, k, v, output) or its feed-forward (gate, up, down)
+ *   LAYER   every product of a block
+ *   KIND    one kind of product in every block (all ffn_down, ...) */
+typedef enum {
+    QL_GROUPING_TENSOR,
+    QL_GROUPING_MODULE,
+    QL_GROUPING_LAYER,
+    QL_GROUPING_KIND,
+    QL_GROUPING_COUNT
+} ql_grouping;
+
+/* "tensor", "module", "layer", "kind"; parsing is case-insensitive. */
+const char *ql_grouping_name(ql_grouping g);
+bool ql_grouping_parse(const char *s, ql_grouping *out);
+
 /* head_type / embd_type value meaning "the same as weight_type". */
 #define QL_TYPE_SAME QL_TYPE_INVALID
 
@@ -197,6 +216,7 @@ typedef struct {
     double budget_bpw;    /* BPW */
     char budget_like[32]; /* LIKE: the weight type or mix, canonical (Q4_K_M, mix:Q6_K) */
     ql_objective objective;
+    ql_grouping grouping; /* KLD: its units */
     /* --tensor-type rules in canonical form (REGEX=TYPE;...; patterns lowercased as
      * the policy matches them, types as GGUF spells them); "" = none. */
     char tensor_types[QL_CONFIG_RECIPE_MAX];

@@ -194,6 +194,10 @@ typedef struct {
     int64_t rows_measured; /* rows quantized to measure the errors */
     int n_choices;
     ql_fit_choice *choices; /* sorted by bytes, then error */
+    /* 0: the solver chooses its type alone; k > 0: one type for every assigned tensor of
+     * group k, among the types all of them take, their bytes and errors summed (set by
+     * an objective that measures groups; neither computed nor cached with the table). */
+    int group;
 } ql_fit_tensor;
 
 typedef struct {
@@ -262,7 +266,15 @@ void ql_fit_table_sort_choices(ql_fit_table *t);
 ql_status ql_fit_table_save(const ql_fit_table *t, const char *path, ql_error *err);
 ql_status ql_fit_table_load(const char *path, ql_fit_table **out, ql_error *err);
 
-/* Smallest and largest useful model size (all cheapest / all most accurate). */
+/* The first tensor of tensors[i]'s group (i itself when it has none). */
+int ql_fit_group_lead(const ql_fit_table *t, int i);
+
+/* Whether every assigned tensor of tensors[i]'s group has a choice of type, and then
+ * their bytes and errors summed. */
+bool ql_fit_group_choice(const ql_fit_table *t, int i, int32_t type, uint64_t *bytes, double *err);
+
+/* Smallest and largest useful model size (all cheapest / all most accurate; a group's
+ * tensors in one type). */
 uint64_t ql_fit_table_min_bytes(const ql_fit_table *t);
 uint64_t ql_fit_table_max_bytes(const ql_fit_table *t);
 

@@ -535,14 +535,15 @@ out:
 /* ---------------------------------------------------------------------------
  * Plans */
 
-/* The knapsack of a table: one item per assigned tensor, its choices' bytes and
- * errors copied. */
+/* The knapsack of a table: one item per ungrouped assigned tensor and per group (the
+ * types all its tensors take, their bytes and errors summed). */
 typedef struct {
     int n;
     ql_fit_item *items;
     uint64_t **bytes;
     double **errs;
-    int *item_of; /* by tensor: its item */
+    int32_t **types; /* by item: each choice's type */
+    int *item_of;    /* by tensor: its item */
 } table_items;
 
 static void items_free(table_items *ti)
@@ -550,10 +551,12 @@ static void items_free(table_items *ti)
     for (int i = 0; i < ti->n; i++) {
         free(ti->bytes ? ti->bytes[i] : NULL);
         free(ti->errs ? ti->errs[i] : NULL);
+        free(ti->types ? ti->types[i] : NULL);
     }
     free(ti->items);
     free(ti->bytes);
     free(ti->errs);
+    free(ti->types);
     free(ti->item_of);
 }
 
@@ -566,25 +569,36 @@ static ql_status items_alloc(table_items *ti, const ql_fit_table *t, ql_error *e
     ti->items = calloc((size_t)n + 1, sizeof *ti->items);
     ti->bytes = calloc((size_t)n + 1, sizeof *ti->bytes);
     ti->errs = calloc((size_t)n + 1, sizeof *ti->errs);
+    ti->types = calloc((size_t)n + 1, sizeof *ti->types);
     ti->item_of = calloc((size_t)t->n_tensors + 1, sizeof *ti->item_of);
-    if (!ti->items || !ti->bytes || !ti->errs || !ti->item_of)
+    if (!ti->items || !ti->bytes || !ti->errs || !ti->types || !ti->item_of)
         return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
     for (int i = 0; i < t->n_tensors; i++) {
         const ql_fit_tensor *ft = &t->tensors[i];
         if (!ft->assigned)
             continue;
+        const int lead = ql_fit_group_lead(t, i);
+        if (lead != i) {
+            ti->item_of[i] = ti->item_of[lead];
+            continue;
+        }
         if (ft->n_choices <= 0)
             return ql_error_set(err, QL_EINVAL, "fit: tensor '%s' has no candidate type", ft->name);
         const int k = ti->n++;
         ti->bytes[k] = malloc(sizeof(uint64_t) * (size_t)ft->n_choices);
         ti->errs[k] = malloc(sizeof(double) * (size_t)ft->n_choices);
-        if (!ti->bytes[k] || !ti->errs[k])
+        ti->types[k] = malloc(sizeof(int32_t) * (size_t)ft->n_choices);
+        if (!ti->bytes[k] || !ti->errs[k] || !ti->types[k])
             return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
-        for (int c = 0; c < ft->n_choices; c++) {
-            ti->bytes[k][c] = ft->choices[c].bytes;
-            ti->errs[k][c] = ft->choices[c].err;
-        }
-        ti->items[k] = (ql_fit_item){ft->n_choices, ti->bytes[k], ti->errs[k]};
+        int m = 0;
+        for (int c = 0; c < ft->n_choices; c++)
+            if (ql_fit_group_choice(t, i, ft->choices[c].type, &ti->bytes[k][m], &ti->errs[k][m]))
+                ti->types[k][m++] = ft->choices[c].type;
+        if (m == 0)
+            return ql_error_set(err, QL_EINVAL,
+                                "fit: the group of tensor '%s' has no type all its tensors take",
+                                ft->name);
+        ti->items[k] = (ql_fit_item){m, ti->bytes[k], ti->errs[k]};
         ti->item_of[i] = k;
     }
     return QL_OK;
@@ -604,7 +618,11 @@ static void fill_plan(ql_fit_plan *p, const ql_fit_table *t, const table_items *
         a->n_params = ft->n_params;
         all_params += ft->n_params;
         if (ft->assigned) {
-            const ql_fit_choice *c = &ft->choices[choice[ti->item_of[i]]];
+            const int k = ti->item_of[i];
+            const int32_t type = ti->types[k][choice[k]];
+            const ql_fit_choice *c = ft->choices;
+            while (c->type != type) /* the item's types are every member's */
+                c++;
             a->type = c->type;
             a->bytes = c->bytes;
             a->err = c->err;
@@ -647,7 +665,8 @@ ql_status ql_fit_solve(const ql_fit_table *t, uint64_t budget, const ql_fit_solv
         ql_fit_format_size(budget, have, sizeof have);
         rc = ql_error_set(err, QL_EINVAL,
                           "budget %s is below the smallest feasible size %s (every weight "
-                          "tensor at its cheapest candidate type, fixed tensors included)",
+                          "tensor at its cheapest candidate type, a group's tensors in one "
+                          "type, fixed tensors included)",
                           have, need);
         goto out;
     }

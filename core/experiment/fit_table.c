@@ -134,38 +134,83 @@ ql_status ql_fit_table_add_note(ql_fit_table *t, ql_error *err, const char *fmt,
     return QL_OK;
 }
 
-uint64_t ql_fit_table_min_bytes(const ql_fit_table *t)
+int ql_fit_group_lead(const ql_fit_table *t, int i)
+{
+    const int g = t->tensors[i].group;
+    if (g == 0)
+        return i;
+    for (int j = 0; j < i; j++)
+        if (t->tensors[j].assigned && t->tensors[j].group == g)
+            return j;
+    return i;
+}
+
+/* tensor's choice of type, or NULL. */
+static const ql_fit_choice *choice_of(const ql_fit_tensor *ft, int32_t type)
+{
+    for (int c = 0; c < ft->n_choices; c++)
+        if (ft->choices[c].type == type)
+            return &ft->choices[c];
+    return NULL;
+}
+
+bool ql_fit_group_choice(const ql_fit_table *t, int i, int32_t type, uint64_t *bytes, double *err)
+{
+    *bytes = 0;
+    *err = 0;
+    const int g = t->tensors[i].group;
+    for (int j = g ? 0 : i; j < (g ? t->n_tensors : i + 1); j++) {
+        const ql_fit_tensor *ft = &t->tensors[j];
+        if (!ft->assigned || ft->group != g)
+            continue;
+        const ql_fit_choice *c = choice_of(ft, type);
+        if (!c)
+            return false;
+        *bytes += c->bytes;
+        *err += c->err;
+    }
+    return true;
+}
+
+/* The bytes of the smallest (least: false) or most accurate (true) choice of every
+ * solver item: an ungrouped tensor or a group. */
+static uint64_t items_bytes(const ql_fit_table *t, bool most_accurate)
 {
     uint64_t b = t->fixed_bytes;
     for (int i = 0; i < t->n_tensors; i++) {
         const ql_fit_tensor *ft = &t->tensors[i];
-        if (!ft->assigned || ft->n_choices == 0)
+        if (!ft->assigned || ft->n_choices == 0 || ql_fit_group_lead(t, i) != i)
             continue;
-        uint64_t m = ft->choices[0].bytes;
-        for (int c = 1; c < ft->n_choices; c++)
-            if (ft->choices[c].bytes < m)
-                m = ft->choices[c].bytes;
-        b += m;
+        bool any = false;
+        uint64_t best_bytes = 0;
+        double best_err = 0;
+        for (int c = 0; c < ft->n_choices; c++) {
+            uint64_t bytes;
+            double e;
+            if (!ql_fit_group_choice(t, i, ft->choices[c].type, &bytes, &e))
+                continue;
+            const bool better = most_accurate
+                                    ? e < best_err || (e == best_err && bytes < best_bytes)
+                                    : bytes < best_bytes;
+            if (!any || better) {
+                best_bytes = bytes;
+                best_err = e;
+                any = true;
+            }
+        }
+        b += best_bytes;
     }
     return b;
 }
 
+uint64_t ql_fit_table_min_bytes(const ql_fit_table *t)
+{
+    return items_bytes(t, false);
+}
+
 uint64_t ql_fit_table_max_bytes(const ql_fit_table *t)
 {
-    uint64_t b = t->fixed_bytes;
-    for (int i = 0; i < t->n_tensors; i++) {
-        const ql_fit_tensor *ft = &t->tensors[i];
-        if (!ft->assigned || ft->n_choices == 0)
-            continue;
-        int best = 0; /* least error, then fewest bytes */
-        for (int c = 1; c < ft->n_choices; c++)
-            if (ft->choices[c].err < ft->choices[best].err ||
-                (ft->choices[c].err == ft->choices[best].err &&
-                 ft->choices[c].bytes < ft->choices[best].bytes))
-                best = c;
-        b += ft->choices[best].bytes;
-    }
-    return b;
+    return items_bytes(t, true);
 }
 
 uint64_t ql_fit_budget_resolve(const ql_fit_budget *b, const ql_fit_table *t)

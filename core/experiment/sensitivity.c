@@ -2,6 +2,7 @@
 #include "experiment/sensitivity.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,33 @@ const char *ql_sens_kind_name(const ql_model *m, const char *tensor, int *layer)
     }
     *layer = site / QL_SITES_PER_LAYER;
     return ql_site_kind_name((ql_site_kind)(site % QL_SITES_PER_LAYER));
+}
+
+const char *ql_sens_unit(const ql_model *m, const char *tensor, ql_grouping g, char *name,
+                         size_t size, int *layer)
+{
+    const char *kind = ql_sens_kind_name(m, tensor, layer);
+    if (!kind)
+        return NULL;
+    const int site = site_of(m, tensor);
+    if (g == QL_GROUPING_TENSOR || site == -1 || site == ql_site_output(m->weights)) {
+        snprintf(name, size, "%s", tensor);
+        return kind;
+    }
+    const ql_site_kind k = (ql_site_kind)(site % QL_SITES_PER_LAYER);
+    switch (g) {
+    case QL_GROUPING_MODULE: {
+        const char *module = k <= QL_SITE_O ? "attn" : "ffn";
+        snprintf(name, size, "blk.%d.%s", *layer, module);
+        return module;
+    }
+    case QL_GROUPING_LAYER:
+        snprintf(name, size, "blk.%d", *layer);
+        return "block";
+    default:
+        snprintf(name, size, "%s", kind);
+        return kind;
+    }
 }
 
 /* The block a candidate's pass starts at: 0 for the embedding, n_layer for the head. */
@@ -150,27 +178,44 @@ static ql_status score(sens_state *s, ql_weights *w, const float *x, ql_sens_ite
     return ql_dist_metrics_check_finite(&m, err);
 }
 
-/* One candidate: the tensor quantized in a copy of the reference set, the blocks from
- * its own on, the head, the score. x_ref holds the reference stream at block l0. */
-static ql_status measure_one(sens_state *s, int site, int l0, ql_sens_item *it, ql_error *err)
+/* A candidate: its item, its tensors' sites and the block its pass starts at (the
+ * earliest of theirs). */
+typedef struct {
+    ql_sens_item *it;
+    int *sites;
+    int block;
+} cand;
+
+/* One candidate: its tensors quantized in a copy of the reference set, the blocks from
+ * its first on, the head, the score. x_ref holds the reference stream at block l0. */
+static ql_status measure_one(sens_state *s, const cand *cd, ql_error *err)
 {
     const ql_sens_job *job = s->job;
     const ql_model *m = job->model;
+    ql_sens_item *it = cd->it;
+    const int l0 = cd->block;
     double t0 = ql_now();
     ql_weights *w = NULL;
-    void *bytes = NULL;
-    ql_weight_src src;
+    void **bytes = calloc((size_t)it->n_tensors, sizeof *bytes);
+    if (!bytes)
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
     ql_status st = ql_weights_copy(&w, m->weights, err);
-    if (st)
-        return st;
-    ql_linear *lin = site == -1 ? &w->tok_embd : &w->lin[site];
-    if ((st = ql_qweights_quantize_linear(lin, it->type, job->im, &src, &bytes, err)))
-        goto out;
-    ql_linear_set_src(lin, &src);
-    if (site == -1 && m->hp.tied_output)
-        ql_linear_set_src(&w->lin[ql_site_output(w)], &src);
+    bool embd = false, head_only = !m->hp.tied_output;
+    for (int k = 0; k < it->n_tensors && !st; k++) {
+        const int site = cd->sites[k];
+        ql_linear *lin = site == -1 ? &w->tok_embd : &w->lin[site];
+        ql_weight_src src;
+        if ((st = ql_qweights_quantize_linear(lin, it->type, job->im, &src, &bytes[k], err)))
+            break;
+        ql_linear_set_src(lin, &src);
+        if (site == -1 && m->hp.tied_output)
+            ql_linear_set_src(&w->lin[ql_site_output(w)], &src);
+        embd |= site == -1;
+        head_only &= site == ql_site_output(w);
+    }
     const ql_ppl_data *d = job->d;
-    if (site == -1) {
+    if (st) {
+    } else if (embd) {
         for (int64_t c = 0; c < d->n_chunks && !st; c++) {
             ql_ppl_chunk_input(d, c, s->tokens);
             st = ql_forward_embed(job->fw, w, s->tokens, s->n_tok, 0, s->x + (size_t)c * s->stride,
@@ -179,25 +224,18 @@ static ql_status measure_one(sens_state *s, int site, int l0, ql_sens_item *it, 
     } else if (l0 < m->hp.n_layer) {
         memcpy(s->x, s->x_ref, s->stride * (size_t)d->n_chunks * sizeof *s->x);
     }
-    const bool head_only = l0 == m->hp.n_layer && site != -1 && !m->hp.tied_output;
     if (!st && !head_only)
         st = run_blocks(s, w, s->x, l0, err);
     if (!st)
         st = score(s, w, head_only ? NULL : s->x, it, err);
     it->seconds = ql_now() - t0;
-out:
     ql_weights_free(w);
+    for (int k = 0; k < it->n_tensors; k++)
+        free(bytes[k]);
     free(bytes);
-    return st ? ql_error_prefix(err, "sensitivity of %s to %s: ", it->tensor,
-                                ql_type_name(it->type))
+    return st ? ql_error_prefix(err, "sensitivity of %s to %s: ", it->name, ql_type_name(it->type))
               : QL_OK;
 }
-
-typedef struct {
-    ql_sens_item *it;
-    int site;
-    int block;
-} cand;
 
 static int cmp_cand(const void *a, const void *b)
 {
@@ -207,27 +245,47 @@ static int cmp_cand(const void *a, const void *b)
     return x->it < y->it ? -1 : x->it > y->it;
 }
 
+static void cands_free(cand *cs, int64_t n)
+{
+    for (int64_t i = 0; cs && i < n; i++)
+        free(cs[i].sites);
+    free(cs);
+}
+
 ql_status ql_sens_measure(const ql_sens_job *job, ql_sens_item *items, int64_t n, ql_error *err)
 {
     if (n == 0)
         return QL_OK;
     const ql_model *m = job->model;
-    cand *cs = malloc((size_t)n * sizeof *cs);
+    cand *cs = calloc((size_t)n, sizeof *cs);
     if (!cs)
         return ql_error_set(err, QL_ENOMEM, "out of memory");
     ql_status st = QL_OK;
     for (int64_t i = 0; i < n && !st; i++) {
-        const int site = site_of(m, items[i].tensor);
-        if (site < -1)
-            st = ql_error_set(err, QL_EINVAL, "sensitivity: the model has no product '%s'",
-                              items[i].tensor);
-        cs[i] = (cand){&items[i], site, site < -1 ? 0 : start_block(m, site)};
+        ql_sens_item *it = &items[i];
+        cs[i] = (cand){it, calloc((size_t)it->n_tensors + 1, sizeof *cs[i].sites), INT32_MAX};
+        if (!cs[i].sites)
+            st = ql_error_set(err, QL_ENOMEM, "out of memory");
+        if (!st && it->n_tensors <= 0)
+            st = ql_error_set(err, QL_EINVAL, "sensitivity: %s has no tensor", it->name);
+        for (int k = 0; k < it->n_tensors && !st; k++) {
+            const int site = site_of(m, it->tensors[k]);
+            if (site < -1) {
+                st = ql_error_set(err, QL_EINVAL, "sensitivity: the model has no product '%s'",
+                                  it->tensors[k]);
+                break;
+            }
+            cs[i].sites[k] = site;
+            const int block = start_block(m, site);
+            if (block < cs[i].block)
+                cs[i].block = block;
+        }
     }
     sens_state s;
     if (st || (st = state_alloc(&s, job, err))) {
         if (!st)
             state_free(&s);
-        free(cs);
+        cands_free(cs, n);
         return st;
     }
     /* Block order: the reference stream is advanced once through the model. */
@@ -239,7 +297,7 @@ ql_status ql_sens_measure(const ql_sens_job *job, ql_sens_item *items, int64_t n
                               s.x_ref + (size_t)c * s.stride, err);
     }
     ql_progress pr;
-    ql_progress_begin(&pr, "sensitivity", "tensor", n, job->quiet);
+    ql_progress_begin(&pr, "sensitivity", "candidate", n, job->quiet);
     int at = 0; /* the block x_ref is at the input of */
     for (int64_t i = 0; i < n && !st; i++) {
         const int target = cs[i].block < m->hp.n_layer ? cs[i].block : m->hp.n_layer;
@@ -258,13 +316,13 @@ ql_status ql_sens_measure(const ql_sens_job *job, ql_sens_item *items, int64_t n
             st = ql_error_set(err, QL_EINTERRUPTED, "sensitivity: interrupted by signal %d",
                               ql_interrupted());
         if (!st)
-            st = measure_one(&s, cs[i].site, cs[i].block, cs[i].it, err);
+            st = measure_one(&s, &cs[i], err);
         if (!st && job->done)
             st = job->done(job->done_ctx, cs[i].it, err);
-        ql_progress_update(&pr, i + 1, cs[i].it->tensor);
+        ql_progress_update(&pr, i + 1, cs[i].it->name);
     }
     ql_progress_end(&pr, n, st ? "failed" : NULL);
     state_free(&s);
-    free(cs);
+    cands_free(cs, n);
     return st;
 }

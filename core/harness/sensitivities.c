@@ -17,29 +17,62 @@
 typedef struct {
     const ql_sens_source *src;
     const ql_store_sens_key *key;
-    const ql_model *model;
+    ql_grouping grouping;
 } store_ctx;
+
+/* The grouping a unit's row is stored under: a unit of one tensor named as the tensor
+ * (the head and the embedding in every grouping) is that tensor's row, the same
+ * measurement whichever grouping asks for it. */
+static const char *row_grouping(const char *name, const char *const *tensors, int n, ql_grouping g)
+{
+    return n == 1 && strcmp(name, tensors[0]) == 0 ? ql_grouping_name(QL_GROUPING_TENSOR)
+                                                   : ql_grouping_name(g);
+}
+
+/* Where a unit acts: its kind (as ql_sens_unit names it) and the first block of its
+ * tensors. */
+static const char *unit_place(const ql_model *m, const ql_sens_item *it, ql_grouping g, int *layer)
+{
+    const char *kind = NULL;
+    char name[256];
+    *layer = INT32_MAX;
+    for (int k = 0; k < it->n_tensors; k++) {
+        int l;
+        kind = ql_sens_unit(m, it->tensors[k], g, name, sizeof name, &l);
+        if (l < *layer)
+            *layer = l;
+    }
+    return kind;
+}
 
 /* Stores a measured item at once (experiment/sensitivity.h's done hook). */
 static ql_status store_item(void *ctx, const ql_sens_item *it, ql_error *err)
 {
     const store_ctx *sc = ctx;
+    const ql_model *m = sc->src->model;
     int layer;
-    const char *kind = ql_sens_kind_name(sc->model, it->tensor, &layer);
-    const ql_linear *lin = ql_weights_find(sc->model->weights, it->tensor);
+    const char *kind = unit_place(m, it, sc->grouping, &layer);
+    int64_t bytes = 0;
+    for (int k = 0; k < it->n_tensors; k++) {
+        const ql_linear *lin = ql_weights_find(m->weights, it->tensors[k]);
+        bytes += (int64_t)(ql_row_size(it->type, lin->n_in) * (size_t)lin->n_out);
+    }
     ql_store_sens_row row = {
-        .tensor = it->tensor,
+        .tensor = it->name,
+        .n_tensors = it->n_tensors,
         .layer = layer,
         .kind = kind,
         .type = it->type,
-        .bytes = (int64_t)(ql_row_size(it->type, lin->n_in) * (size_t)lin->n_out),
+        .bytes = bytes,
         .kld_mean = it->kld_mean,
         .kld_mean_err = it->kld_mean_err,
         .ln_ppl_ratio = it->ln_ppl_ratio,
         .ln_ppl_ratio_err = it->ln_ppl_ratio_err,
         .seconds = it->seconds,
     };
-    return ql_store_sensitivity_put(sc->src->store, sc->key, &row, err);
+    ql_store_sens_key key = *sc->key;
+    key.grouping = row_grouping(it->name, it->tensors, it->n_tensors, sc->grouping);
+    return ql_store_sensitivity_put(sc->src->store, &key, &row, err);
 }
 
 /* The calibration text's pass: a forward pass of its ctx, a scheduler and its
@@ -79,7 +112,7 @@ static ql_status calib_pass_open(const ql_sens_source *src, const char *text_sha
 }
 
 /* Measures items on the calibration text d, each stored as it is done. */
-static ql_status measure(const ql_sens_source *src, const ql_store_sens_key *key,
+static ql_status measure(const ql_sens_source *src, const ql_store_sens_key *key, ql_grouping g,
                          const ql_ppl_data *d, const ql_imatrix *im, ql_sens_item *items, int64_t n,
                          ql_error *err)
 {
@@ -88,19 +121,20 @@ static ql_status measure(const ql_sens_source *src, const ql_store_sens_key *key
     ql_status st = calib_pass_open(src, key->text_sha256, d, &p, err);
     if (st)
         return st;
-    /* Blocks recomputed, in reference passes: a candidate in block l runs L - l of L. */
+    /* Blocks recomputed, in reference passes: a candidate from block l runs L - l of L. */
     double passes = 0;
     for (int64_t i = 0; i < n; i++) {
         int layer;
-        ql_sens_kind_name(src->model, items[i].tensor, &layer);
+        unit_place(src->model, &items[i], g, &layer);
         passes += (double)(hp->n_layer - (layer < 0 ? 0 : layer)) / (double)hp->n_layer;
     }
     if (!src->quiet)
         fprintf(stderr,
-                "sensitivity: %lld (tensor, type) pairs on %s (%lld chunks of %d): %.1f "
+                "sensitivity: %lld (%s, type) pairs on %s (%lld chunks of %d): %.1f "
                 "reference passes of blocks, one head each\n",
-                (long long)n, key->text_name, (long long)d->n_chunks, d->ctx, passes);
-    store_ctx sc = {src, key, src->model};
+                (long long)n, ql_grouping_name(g), key->text_name, (long long)d->n_chunks, d->ctx,
+                passes);
+    store_ctx sc = {src, key, g};
     ql_sens_job job = {.model = src->model,
                        .ref = p.ref,
                        .fw = p.fw,
@@ -159,43 +193,132 @@ ql_status ql_sens_calib_kld(const ql_sens_source *src, const ql_config *c, ql_we
               : QL_OK;
 }
 
-ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text, const ql_imatrix *im,
-                       const char *im_sha, ql_fit_table *t, ql_error *err)
+/* The units of a fit table's assigned tensors in one grouping. */
+typedef struct {
+    char name[256];
+    int lead; /* its first tensor in the table */
+    int n;    /* its tensors */
+    const char **tensors;
+} unit;
+
+static void units_free(unit *u, int n)
 {
-    const ql_ppl_data *d = text->d;
-    ql_store_sens_key key = {src->model_sha, text->sha256, text->name,        d->ctx,
-                             d->n_chunks,    im_sha,       QL_METRICS_VERSION};
-    /* What the store has; the rest is measured. */
-    int64_t n_all = 0;
-    for (int i = 0; i < t->n_tensors; i++)
-        if (t->tensors[i].assigned)
-            n_all += t->tensors[i].n_choices;
-    ql_sens_item *items = calloc((size_t)(n_all ? n_all : 1), sizeof *items);
-    ql_fit_choice **where = calloc((size_t)(n_all ? n_all : 1), sizeof *where);
-    int64_t n_missing = 0;
-    ql_status st = items && where ? QL_OK : ql_error_set(err, QL_ENOMEM, "out of memory");
+    for (int i = 0; u && i < n; i++)
+        free(u[i].tensors);
+    free(u);
+}
+
+/* The units of t's assigned tensors; in a grouping of several tensors per unit, each
+ * tensor's fit group set to its unit (1 + its index). */
+static ql_status units_of(const ql_model *m, ql_grouping g, ql_fit_table *t, unit **out, int *n_out,
+                          ql_error *err)
+{
+    unit *u = calloc((size_t)t->n_tensors + 1, sizeof *u);
+    int n = 0;
+    ql_status st = u ? QL_OK : ql_error_set(err, QL_ENOMEM, "out of memory");
     for (int i = 0; i < t->n_tensors && !st; i++) {
         ql_fit_tensor *ft = &t->tensors[i];
-        for (int j = 0; ft->assigned && j < ft->n_choices && !st; j++) {
-            ql_fit_choice *ch = &ft->choices[j];
+        if (!ft->assigned)
+            continue;
+        char name[256];
+        int layer;
+        if (!ql_sens_unit(m, ft->name, g, name, sizeof name, &layer)) {
+            st = ql_error_set(err, QL_EINVAL,
+                              "objective kld: the solver assigns '%s', which is no product of "
+                              "the model",
+                              ft->name);
+            break;
+        }
+        int k = 0;
+        while (k < n && strcmp(u[k].name, name) != 0)
+            k++;
+        if (k == n) {
+            snprintf(u[n].name, sizeof u[n].name, "%s", name);
+            u[n].lead = i;
+            if (!(u[n++].tensors = calloc((size_t)t->n_tensors + 1, sizeof *u[k].tensors))) {
+                st = ql_error_set(err, QL_ENOMEM, "out of memory");
+                break;
+            }
+        }
+        u[k].tensors[u[k].n++] = ft->name;
+        if (g != QL_GROUPING_TENSOR)
+            ft->group = k + 1;
+    }
+    if (st) {
+        units_free(u, n);
+        return st;
+    }
+    *out = u;
+    *n_out = n;
+    return QL_OK;
+}
+
+/* The error of unit u's tensors in type: its sensitivity on the first tensor, 0 on the
+ * others (the solver sums a group's). */
+static void set_unit_error(ql_fit_table *t, const unit *u, int32_t type, double kld)
+{
+    const int g = t->tensors[u->lead].group;
+    for (int i = u->lead; i < (g ? t->n_tensors : u->lead + 1); i++) {
+        ql_fit_tensor *ft = &t->tensors[i];
+        if (!ft->assigned || ft->group != g)
+            continue;
+        for (int j = 0; j < ft->n_choices; j++)
+            if (ft->choices[j].type == type)
+                ft->choices[j].err = i == u->lead ? kld : 0;
+    }
+}
+
+ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text, const ql_imatrix *im,
+                       const char *im_sha, ql_grouping g, ql_fit_table *t, ql_error *err)
+{
+    const ql_ppl_data *d = text->d;
+    ql_store_sens_key key = {src->model_sha, text->sha256, text->name,         d->ctx,
+                             d->n_chunks,    im_sha,       QL_METRICS_VERSION, NULL};
+    unit *units;
+    int n_units;
+    ql_status st = units_of(src->model, g, t, &units, &n_units, err);
+    if (st)
+        return st;
+    /* What the store has; the rest is measured. A unit's types are those all its
+     * tensors take. */
+    int64_t n_all = 0;
+    for (int k = 0; k < n_units; k++)
+        n_all += t->tensors[units[k].lead].n_choices;
+    ql_sens_item *items = calloc((size_t)(n_all ? n_all : 1), sizeof *items);
+    const unit **where = calloc((size_t)(n_all ? n_all : 1), sizeof *where);
+    int64_t n_missing = 0;
+    st = items && where ? QL_OK : ql_error_set(err, QL_ENOMEM, "out of memory");
+    for (int k = 0; k < n_units && !st; k++) {
+        const ql_fit_tensor *lead = &t->tensors[units[k].lead];
+        for (int j = 0; j < lead->n_choices && !st; j++) {
+            const int32_t type = lead->choices[j].type;
+            uint64_t bytes;
+            double e;
+            if (!ql_fit_group_choice(t, units[k].lead, type, &bytes, &e))
+                continue;
             ql_store_sens_row row;
             bool found;
-            if ((st = ql_store_sensitivity_get(src->store, &key, ft->name, ch->type, &row, &found,
+            key.grouping = row_grouping(units[k].name, units[k].tensors, units[k].n, g);
+            if ((st = ql_store_sensitivity_get(src->store, &key, units[k].name, type, &row, &found,
                                                err)))
                 break;
             if (found) {
-                ch->err = row.kld_mean;
+                set_unit_error(t, &units[k], type, row.kld_mean);
                 continue;
             }
-            items[n_missing] = (ql_sens_item){.tensor = ft->name, .type = ch->type};
-            where[n_missing++] = ch;
+            items[n_missing] = (ql_sens_item){.name = units[k].name,
+                                              .tensors = units[k].tensors,
+                                              .n_tensors = units[k].n,
+                                              .type = type};
+            where[n_missing++] = &units[k];
         }
     }
-    if (!st && n_missing > 0 && !(st = measure(src, &key, d, im, items, n_missing, err)))
+    if (!st && n_missing > 0 && !(st = measure(src, &key, g, d, im, items, n_missing, err)))
         for (int64_t i = 0; i < n_missing; i++)
-            where[i]->err = items[i].kld_mean;
+            set_unit_error(t, where[i], items[i].type, items[i].kld_mean);
     free(items);
     free(where);
+    units_free(units, n_units);
     return st;
 }
 
@@ -210,7 +333,7 @@ ql_status ql_sens_fill_table(void *ctx, const ql_config *c, const ql_calib_slot 
         return st;
     const ql_sens_text text = {&d, text_sha, c->imatrix};
     st = ql_sens_fill(src, &text, ql_calib_slot_imatrix(slot),
-                      slot ? ql_calib_slot_sha256(slot) : "none", t, err);
+                      slot ? ql_calib_slot_sha256(slot) : "none", c->grouping, t, err);
     ql_ppl_data_deinit(&d);
     return st;
 }

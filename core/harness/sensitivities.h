@@ -40,14 +40,17 @@ typedef struct {
     const char *name; /* as the user gave it */
 } ql_sens_text;
 
-/* Replaces the error of every assigned tensor's choices in t by its mean KLD on text, the
- * tensor quantized with the importance of im (im_sha: its file's SHA-256, or "none"):
- * read from the store, or measured and stored. */
+/* Replaces the errors of t's assigned tensors by the mean KLDs on text of their units in
+ * grouping g (experiment/sensitivity.h), each unit quantized with the importance of im
+ * (im_sha: its file's SHA-256, or "none"): read from the store, or measured and stored.
+ * In a grouping of several tensors per unit, the tensors of a unit become one fit group
+ * (fit.h) that takes the types all of them take, its sensitivity the error of its first
+ * tensor (0 the others'). */
 ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text, const ql_imatrix *im,
-                       const char *im_sha, ql_fit_table *t, ql_error *err);
+                       const char *im_sha, ql_grouping g, ql_fit_table *t, ql_error *err);
 
-/* The hook of qweights.h (ql_qweights_opts.sensitivities) with ctx = src: replaces the
- * error of every assigned tensor's choices in t by its measured mean KLD. */
+/* The hook of qweights.h (ql_qweights_opts.sensitivities) with ctx = src: ql_sens_fill
+ * on c's calibration text in c's grouping. */
 ql_status ql_sens_fill_table(void *src, const ql_config *c, const ql_calib_slot *slot,
                              ql_fit_table *t, ql_error *err);
 

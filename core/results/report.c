@@ -358,13 +358,16 @@ static void find_varying(group *g)
 
 /* Picks the sensitivity set of the group's model with the most rows and counts the
  * sets. Ties go to the newest metrics version, then by text name, text, ctx, chunks and
- * importance matrix, so the same store always shows the same set. */
+ * importance matrix, so the same store always shows the same set. The report shows
+ * tensors' rows (layer x kind); the rows of groups of tensors (objective kld:<grouping>)
+ * are the store's. */
 static ql_status pick_sens_set(ctx *c, group *g, ql_error *err)
 {
     static const char sql[] =
         "SELECT text_sha256, coalesce(min(text), ''), ctx, chunks, imatrix_sha256,"
         " metrics_version, count(*), sum(seconds) FROM sensitivity WHERE model_sha256 = ?1"
-        " GROUP BY text_sha256, ctx, chunks, imatrix_sha256, metrics_version"
+        " AND grouping = 'tensor' GROUP BY text_sha256, ctx, chunks, imatrix_sha256, "
+        "metrics_version"
         " ORDER BY count(*) DESC, metrics_version DESC, 2, text_sha256, ctx, chunks,"
         " imatrix_sha256";
     ql_report_sens_set *ss = &g->sens;
@@ -450,7 +453,7 @@ static ql_status load_sensitivity(ctx *c, group *g, ql_error *err)
         "SELECT tensor, layer, kind, type, bytes, kld_mean, kld_mean_err, ln_ppl_ratio,"
         " ln_ppl_ratio_err, seconds FROM sensitivity WHERE model_sha256 = ?1 AND"
         " text_sha256 = ?2 AND ctx = ?3 AND chunks = ?4 AND imatrix_sha256 = ?5 AND"
-        " metrics_version = ?6 ORDER BY layer, tensor, type";
+        " metrics_version = ?6 AND grouping = 'tensor' ORDER BY layer, tensor, type";
     ql_report_sens_set *ss = &g->sens;
     ql_status rc = pick_sens_set(c, g, err);
     if (rc || !ss->nsets)

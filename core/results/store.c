@@ -488,8 +488,9 @@ static const col_def layer_metrics_cols[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* Per (tensor, type): quantizing it alone, measured on a calibration text
- * (experiment/sensitivity.h); the objective of budgets with objective = kld. */
+/* Per (unit, type): quantizing a tensor or a group of tensors alone, measured on a
+ * calibration text (experiment/sensitivity.h); the objective of budgets with objective =
+ * kld[:grouping]. */
 static const col_def sensitivity_cols[] = {
     {"id", "INTEGER PRIMARY KEY", 8, NULL},
     {"model_sha256", "TEXT NOT NULL", 8, "the model (models.sha256)"},
@@ -499,17 +500,23 @@ static const col_def sensitivity_cols[] = {
     {"chunks", "INTEGER NOT NULL", 8, NULL},
     {"imatrix_sha256", "TEXT NOT NULL", 8, "the quantizer's importance matrix, or 'none'"},
     {"metrics_version", "INTEGER NOT NULL", 8, NULL},
-    {"tensor", "TEXT NOT NULL", 8, NULL},
-    {"layer", "INTEGER NOT NULL", 8, "block; -1 the token embedding; n_layer the head"},
-    {"kind", "TEXT NOT NULL", 8, "attn_q ... ffn_down, output, token_embd"},
+    {"tensor", "TEXT NOT NULL", 8, "the tensor, or the group's name (blk.3.attn, blk.3, ffn_down)"},
+    {"layer", "INTEGER NOT NULL", 8,
+     "the first block of its tensors; -1 the token embedding; n_layer the head"},
+    {"kind", "TEXT NOT NULL", 8,
+     "attn_q ... ffn_down, output, token_embd; a group's: attn, ffn, block or the kind"},
     {"type", "TEXT NOT NULL", 8, NULL},
-    {"bytes", "INTEGER NOT NULL", 8, "the tensor in that type"},
-    {"kld_mean", "REAL", 8, "mean KLD of the model with only this tensor quantized"},
+    {"bytes", "INTEGER NOT NULL", 8, "its tensors in that type"},
+    {"kld_mean", "REAL", 8, "mean KLD of the model with only this tensor (group) quantized"},
     {"kld_mean_err", "REAL", 8, NULL},
     {"ln_ppl_ratio", "REAL", 8, "ln(PPL / PPL of the reference)"},
     {"ln_ppl_ratio_err", "REAL", 8, NULL},
     {"seconds", "REAL", 8, "quantizing and scoring it"},
     {"qlab_version", "TEXT NOT NULL", 8, NULL},
+    {"grouping", "TEXT NOT NULL DEFAULT 'tensor'", 9,
+     "the unit's: tensor (one tensor, whichever grouping measured it), or module, layer, kind (a "
+     "group of tensors: objective kld:<grouping>)"},
+    {"n_tensors", "INTEGER NOT NULL DEFAULT 1", 9, "the tensors quantized together"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1751,7 +1758,7 @@ out:
 
 #define SENS_KEY_WHERE                                                                             \
     "model_sha256 = ?1 AND text_sha256 = ?2 AND ctx = ?3 AND chunks = ?4 AND imatrix_sha256 = ?5"  \
-    " AND metrics_version = ?6 AND tensor = ?7 AND type = ?8"
+    " AND metrics_version = ?6 AND tensor = ?7 AND type = ?8 AND grouping = ?9"
 
 static ql_status bind_sens_key(ql_store *s, sqlite3_stmt *st, const ql_store_sens_key *k,
                                const char *tensor, int32_t type, ql_error *err)
@@ -1762,9 +1769,10 @@ static ql_status bind_sens_key(ql_store *s, sqlite3_stmt *st, const ql_store_sen
         (rc = bind_count(s, st, 3, k->ctx, err)) || (rc = bind_count(s, st, 4, k->chunks, err)) ||
         (rc = bind_text(s, st, 5, k->imatrix_sha256, err)) ||
         (rc = bind_count(s, st, 6, k->metrics_version, err)) ||
-        (rc = bind_text(s, st, 7, tensor, err)))
+        (rc = bind_text(s, st, 7, tensor, err)) ||
+        (rc = bind_text(s, st, 8, ql_type_name(type), err)))
         return rc;
-    return bind_text(s, st, 8, ql_type_name(type), err);
+    return bind_text(s, st, 9, k->grouping, err);
 }
 
 ql_status ql_store_sensitivity_get(ql_store *s, const ql_store_sens_key *key, const char *tensor,
@@ -1800,26 +1808,28 @@ ql_status ql_store_sensitivity_put(ql_store *s, const ql_store_sens_key *key,
                                    const ql_store_sens_row *row, ql_error *err)
 {
     sqlite3_stmt *st;
-    ql_status rc = prep(s,
-                        "INSERT OR IGNORE INTO sensitivity (model_sha256, text_sha256, ctx, chunks,"
-                        " imatrix_sha256, metrics_version, tensor, type, text, layer, kind, bytes,"
-                        " kld_mean, kld_mean_err, ln_ppl_ratio, ln_ppl_ratio_err, seconds,"
-                        " qlab_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
-                        " ?13, ?14, ?15, ?16, ?17, ?18)",
-                        &st, err);
+    ql_status rc =
+        prep(s,
+             "INSERT OR IGNORE INTO sensitivity (model_sha256, text_sha256, ctx, chunks,"
+             " imatrix_sha256, metrics_version, tensor, type, grouping, text, layer, kind,"
+             " bytes, kld_mean, kld_mean_err, ln_ppl_ratio, ln_ppl_ratio_err, seconds,"
+             " qlab_version, n_tensors) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
+             " ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+             &st, err);
     if (rc)
         return rc;
     if (!(rc = bind_sens_key(s, st, key, row->tensor, row->type, err)) &&
-        !(rc = bind_text(s, st, 9, key->text_name, err)) &&
-        !(rc = ql_store_bind_int64(s, st, 10, row->layer, "binding the layer", err)) &&
-        !(rc = bind_text(s, st, 11, row->kind, err)) &&
-        !(rc = bind_count(s, st, 12, row->bytes, err)) &&
-        !(rc = bind_real(s, st, 13, row->kld_mean, err)) &&
-        !(rc = bind_real(s, st, 14, row->kld_mean_err, err)) &&
-        !(rc = bind_real(s, st, 15, row->ln_ppl_ratio, err)) &&
-        !(rc = bind_real(s, st, 16, row->ln_ppl_ratio_err, err)) &&
-        !(rc = bind_real(s, st, 17, row->seconds, err)) &&
-        !(rc = bind_text(s, st, 18, QL_VERSION, err)))
+        !(rc = bind_text(s, st, 10, key->text_name, err)) &&
+        !(rc = ql_store_bind_int64(s, st, 11, row->layer, "binding the layer", err)) &&
+        !(rc = bind_text(s, st, 12, row->kind, err)) &&
+        !(rc = bind_count(s, st, 13, row->bytes, err)) &&
+        !(rc = bind_real(s, st, 14, row->kld_mean, err)) &&
+        !(rc = bind_real(s, st, 15, row->kld_mean_err, err)) &&
+        !(rc = bind_real(s, st, 16, row->ln_ppl_ratio, err)) &&
+        !(rc = bind_real(s, st, 17, row->ln_ppl_ratio_err, err)) &&
+        !(rc = bind_real(s, st, 18, row->seconds, err)) &&
+        !(rc = bind_text(s, st, 19, QL_VERSION, err)) &&
+        !(rc = bind_count(s, st, 20, row->n_tensors, err)))
         rc = step_done(s, st, "storing a sensitivity", err);
     sqlite3_finalize(st);
     return rc;

@@ -59,8 +59,10 @@
  *      retried like a failed one): older databases' CHECK constraints are rewritten
  *   7  layer_metrics (per-layer divergence of a run) and the layer_results view
  *   8  configs.objective (what a budget's solver minimises), metrics.predicted_kld and
- *      the sensitivity table (per tensor and type, measured on a calibration text) */
-#define QL_STORE_SCHEMA_VERSION  8
+ *      the sensitivity table (per tensor and type, measured on a calibration text)
+ *   9  sensitivity.grouping and n_tensors (rows of groups of tensors: objective
+ *      kld:module, kld:layer, kld:kind) */
+#define QL_STORE_SCHEMA_VERSION  9
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 /* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a
@@ -209,9 +211,10 @@ ql_status ql_store_upsert_dataset(ql_store *s, const ql_store_dataset *d, int64_
                                   ql_error *err);
 /* Insert-or-find by content hash; a stored config whose canonical text differs
  * from c's (a hash collision or a changed canonical form) is an error. */
-/* The sensitivity table (experiment/sensitivity.h): what one (tensor, type) does to the
+/* The sensitivity table (experiment/sensitivity.h): what one (unit, type) does to the
  * output when quantized alone, measured on a calibration text. A row is identified by
- * the key below, the tensor and the type, and never changes once stored. */
+ * the key below, the unit and the type, and never changes once stored (the names of
+ * groups and of tensors never meet, so the unit names the grouping too). */
 typedef struct {
     const char *model_sha256;
     const char *text_sha256; /* the calibration text */
@@ -220,12 +223,14 @@ typedef struct {
     int64_t chunks;
     const char *imatrix_sha256; /* the quantizer's importance matrix; "none" */
     int metrics_version;        /* experiment/metrics.h's QL_METRICS_VERSION */
+    const char *grouping;       /* the units' (config.h's ql_grouping_name) */
 } ql_store_sens_key;
 
 typedef struct {
-    const char *tensor;
-    int layer;        /* block; -1 token embedding; n_layer the head */
-    const char *kind; /* attn_q ... ffn_down, output, token_embd */
+    const char *tensor; /* the unit: a tensor's name, or a group's (ql_sens_unit) */
+    int n_tensors;      /* the tensors it quantizes */
+    int layer;          /* its first block; -1 token embedding; n_layer the head */
+    const char *kind;   /* attn_q ... ffn_down, output, token_embd; a group's: attn, ffn, block */
     int32_t type;
     int64_t bytes; /* the tensor in that type */
     double kld_mean, kld_mean_err, ln_ppl_ratio, ln_ppl_ratio_err, seconds;

@@ -9,6 +9,10 @@
 #   block's product, the head and the token embedding;
 # - a second budget reads them from the store (no measurement), and so does qlab fit
 #   --objective kld with the same importance matrix;
+# - groups of tensors (objective kld:module, kld:kind, kld:layer): a group's stored
+#   sensitivity is, bit for bit, the KLD of a config that quantizes the group's tensors
+#   alone; the fit gives every tensor of a group one type; the head's and embedding's
+#   rows are the tensors' rows (not measured again for another grouping);
 # - objective kld without a calib: imatrix or on the evaluation text is refused.
 set -u
 qlab="$1"
@@ -80,6 +84,64 @@ expect 0 "merge again" "$qlab" merge "$tmp/m.db" "$tmp/q.db"
 q="SELECT tensor, type, printf('%.17g', kld_mean) FROM sensitivity ORDER BY tensor, type"
 [ "$(rows "$tmp/m.db" "$q")" = "$(rows "$tmp/q.db" "$q")" ] && ok "merged sensitivities, once" ||
     bad "merged sensitivities differ: $(rows "$tmp/m.db" "SELECT count(*) FROM sensitivity")"
+
+# Groups of tensors. stories260K's ffn_down rows (172 wide) take F16 alone, so a module
+# or a layer holding one takes F16 too: their budgets are bytes above that.
+write_sweep "$tmp/groups.sweep" groups ts-eval "$calib" "weight_type = F32" \
+    "budget = 600000" "objective = kld:module kld:layer" "" "[grid]" "weight_type = F32" \
+    "budget = Q4_0" "objective = kld:kind"
+expect 0 "kld fits of modules, layers and kinds" "$qlab" sweep "$tmp/groups.sweep" \
+    --db "$tmp/q.db" --cache-dir "$tmp/c"
+has "$tmp/err" "(module, type) pairs" "the modules are measured"
+got=$(rows "$tmp/q.db" "SELECT grouping, min(n_tensors), max(n_tensors), count(DISTINCT tensor)
+    FROM sensitivity WHERE grouping <> 'tensor' GROUP BY grouping ORDER BY grouping")
+want=$(printf 'kind,5,5,7\nlayer,7,7,5\nmodule,3,4,10')
+[ "$got" = "$want" ] && ok "group rows: 7 kinds of 5, 5 layers of 7, 10 modules of 3 or 4" ||
+    bad "group rows: $(echo "$got" | tr '\n' ' ')"
+[ "$(rows "$tmp/q.db" "SELECT count(*) FROM sensitivity WHERE tensor LIKE '%.weight'
+    AND tensor NOT LIKE 'blk.%' AND grouping <> 'tensor'")" = 0 ] &&
+    ok "the head's and embedding's rows are tensor rows in every grouping" ||
+    bad "head or embedding rows stored under a grouping"
+# One type per group in every fitted run: per module, layer or kind (of blk.N.KIND.weight).
+block="substr(tensor, 1, instr(substr(tensor, 5), '.') + 3)"
+kind="substr(tensor, instr(substr(tensor, 5), '.') + 5)"
+one_type() { # OBJECTIVE UNIT-SQL
+    got=$(rows "$tmp/q.db" "SELECT count(*) FROM (SELECT $2 AS unit FROM tensor_results
+        WHERE sweep = 'groups' AND objective = '$1' AND tensor LIKE 'blk.%'
+        GROUP BY unit HAVING count(DISTINCT used_type) > 1)")
+    n=$(rows "$tmp/q.db" "SELECT count(*) FROM tensor_results WHERE sweep = 'groups'
+        AND objective = '$1' AND choice LIKE '%on measured KLD%'")
+    [ "$got" = 0 ] && [ "$n" -gt 30 ] && ok "$1: one type per group ($n tensors)" ||
+        bad "$1: $got groups of several types, $n tensors fitted"
+}
+one_type kld:module "$block || substr($kind, 1, 4)"
+one_type kld:layer "$block"
+one_type kld:kind "$kind"
+# A group alone, as a sweep config on the calibration text: the same bits.
+write_sweep "$tmp/galone.sweep" galone ts-calib "$calib" "weight_type = F32" \
+    'tensor_types = blk\.1\.attn_(q|k|v|output)\.weight=Q4_0 ffn_up=Q5_0'
+expect 0 "group configs on the calibration text" "$qlab" sweep "$tmp/galone.sweep" \
+    --db "$tmp/q.db" --cache-dir "$tmp/c"
+for pair in blk.1.attn:Q4_0 ffn_up:Q5_0; do
+    unit=${pair%:*} type=${pair#*:}
+    s=$(rows "$tmp/q.db" "SELECT printf('%.17g %.17g', kld_mean, ln_ppl_ratio) FROM sensitivity
+        WHERE tensor = '$unit' AND type = '$type'")
+    r=$(rows "$tmp/q.db" "SELECT printf('%.17g %.17g', kld_mean, ln_ppl_ratio) FROM results
+        WHERE sweep = 'galone' AND tensor_types LIKE '%=$type'")
+    [ -n "$s" ] && [ "$s" = "$r" ] && ok "$unit $type: sensitivity = the config's KLD ($s)" ||
+        bad "$unit $type: sensitivity '$s', config '$r'"
+done
+expect 0 "qlab fit --objective kld:kind" "$qlab" fit stories260K --imatrix "$im" --budget Q4_0 \
+    --objective kld:kind --calib ts-calib --calib-ctx 64 --calib-chunks 4 --db "$tmp/q.db" \
+    --cache-dir "$tmp/c" --dry-run
+if grep -q "^sensitivity: " "$tmp/err"; then bad "qlab fit measured the kinds again"; else
+    ok "qlab fit reads the sweep's kind sensitivities"; fi
+want=$(rows "$tmp/q.db" "SELECT printf('%.4e', predicted_kld) FROM results WHERE sweep = 'groups'
+    AND objective = 'kld:kind'")
+has "$tmp/out" "KLD $want" "qlab fit predicts what the sweep's kind fit predicted ($want)"
+expect 2 "an unknown grouping" "$qlab" fit stories260K --budget Q4_0 --objective kld:blocks \
+    --calib ts-calib --dry-run
+has "$tmp/err" "unknown grouping 'blocks'" "the refusal names the grouping"
 
 # Refusals.
 write_sweep "$tmp/bad1.sweep" bad1 ts-eval none "weight_type = F32" "budget = Q4_0" \

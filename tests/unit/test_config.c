@@ -298,6 +298,10 @@ static void test_errors(void)
     check_bad("weight_type=same", "weight_type: 'same' is only valid for head_type and embd_type");
     check_bad("act_mode=q8_o", "act_mode: unknown mode 'q8_o'; did you mean 'q8_0'?");
     check_bad("kv_type=bf16", "kv_type: unknown type 'bf16'; did you mean 'f16'?");
+    check_bad("objective=kld:block",
+              "objective: unknown grouping 'block' in 'kld:block' (tensor, module, layer, kind)");
+    check_bad("objective=kldlayer", "objective: unknown objective 'kldlayer' (imatrix, kld, "
+                                    "kld:module, kld:layer, kld:kind)");
     check_bad("outlier_ratio=0.5",
               "outlier_ratio: 0.5 must be 0 (off) or greater than 1 (a channel is an outlier "
               "above ratio x the median channel)");

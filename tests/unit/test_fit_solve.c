@@ -291,6 +291,61 @@ static void test_plan(void)
     ql_fit_table_free(t);
 }
 
+/* A group (the kld objective's units of several tensors): one type for all its
+ * tensors, among those all of them take, bytes and errors summed. */
+static void test_plan_groups(void)
+{
+    ql_fit_table *t = toy_table();
+    t->tensors[1].group = t->tensors[2].group = 1;
+    ql_error err;
+    ql_fit_plan *p = NULL;
+    CHECK_EQ_INT(ql_fit_group_lead(t, 2), 1);
+    CHECK_EQ_INT(ql_fit_group_lead(t, 1), 1);
+    uint64_t bytes;
+    double e;
+    CHECK(ql_fit_group_choice(t, 2, QL_TYPE_Q6_K, &bytes, &e));
+    CHECK_EQ_INT(bytes, 2 * 53760);
+    CHECK_NEAR(e, 11.0, 1e-12);
+    /* Room for one Q6_K upgrade, which the group cannot split: both stay Q4_K. */
+    CHECK_OK(ql_fit_solve(t, 1024 + 36864 + 53760 + 100, NULL, &p, &err), &err);
+    if (p) {
+        CHECK_EQ_INT(ql_fit_plan_type(p, "output.weight"), QL_TYPE_Q4_K);
+        CHECK_EQ_INT(ql_fit_plan_type(p, "blk.0.attn_q.weight"), QL_TYPE_Q4_K);
+        CHECK_NEAR(p->err, 50.0, 1e-12);
+    }
+    ql_fit_plan_free(p);
+    CHECK_OK(ql_fit_solve(t, 1024 + 2 * 53760, NULL, &p, &err), &err);
+    if (p) {
+        CHECK_EQ_INT(ql_fit_plan_type(p, "output.weight"), QL_TYPE_Q6_K);
+        CHECK_EQ_INT(ql_fit_plan_type(p, "blk.0.attn_q.weight"), QL_TYPE_Q6_K);
+        CHECK_NEAR(p->err, 11.0, 1e-12);
+        CHECK_EQ_INT(p->bytes, 1024 + 2 * 53760);
+    }
+    ql_fit_plan_free(p);
+    /* A type one tensor of the group lacks is no choice of the group; the smallest and
+     * largest sizes are the group's. */
+    ql_fit_tensor *out = &t->tensors[2];
+    out->choices[0] = out->choices[1]; /* output.weight: Q6_K and F16 only */
+    out->choices[1] = out->choices[2];
+    out->n_choices = 2;
+    CHECK(!ql_fit_group_choice(t, 1, QL_TYPE_Q4_K, &bytes, &e));
+    CHECK_EQ_INT(ql_fit_table_min_bytes(t), 1024 + 2 * 53760);
+    CHECK_EQ_INT(ql_fit_table_max_bytes(t), 1024 + 2 * 131072);
+    CHECK_OK(ql_fit_solve(t, 1024 + 2 * 53760 + 1000, NULL, &p, &err), &err);
+    if (p)
+        CHECK_EQ_INT(ql_fit_plan_type(p, "blk.0.attn_q.weight"), QL_TYPE_Q6_K);
+    ql_fit_plan_free(p);
+    CHECK(ql_fit_solve(t, 1024 + 36864 + 53760, NULL, &p, &err) == QL_EINVAL);
+    CHECK_MSG(strstr(err.msg, "smallest feasible size"), "%s", err.msg);
+    /* No type in common: named. */
+    out->choices[0] = out->choices[1]; /* F16 */
+    out->n_choices = 1;
+    t->tensors[1].n_choices = 2; /* Q4_K, Q6_K */
+    CHECK(ql_fit_solve(t, 1 << 30, NULL, &p, &err) == QL_EINVAL);
+    CHECK_MSG(strstr(err.msg, "no type all its tensors take"), "%s", err.msg);
+    ql_fit_table_free(t);
+}
+
 /* ---------------------------------------------------------------------------
  * Budgets and the envelope */
 
@@ -429,6 +484,7 @@ int main(void)
     test_envelope();
     test_edge_cases();
     test_plan();
+    test_plan_groups();
     test_against_exhaustive();
     return qlt_done();
 }

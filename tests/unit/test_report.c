@@ -359,10 +359,13 @@ static void test_report_text(void)
     /* The files of a sweep: tables, plot data and scripts, no images. */
     snprintf(got, sizeof got, "%s/fixture-formats", dir);
     char *files = list_dir(got);
-    CHECK_MSG(strcmp(files, "formats.csv\nformats.dat\nkld_bpw.gp\nkld_cdf.dat\nkld_cdf.gp\n"
-                            "pareto_kld.dat\npareto_ppl.dat\nppl_bpw.gp\nreport.html\nreport.md\ntensor-types.csv\n"
-                            "tensors-c90fa930648f.dat\ntensors-c90fa930648f.gp\n") == 0,
-              "%s", files);
+    CHECK_MSG(
+        strcmp(
+            files,
+            "formats.csv\nformats.dat\nkld_bpw.gp\nkld_cdf.dat\nkld_cdf.gp\n"
+            "pareto_kld.dat\npareto_ppl.dat\nppl_bpw.gp\nreport.html\nreport.md\ntensor-types.csv\n"
+            "tensors-c90fa930648f.dat\ntensors-c90fa930648f.gp\n") == 0,
+        "%s", files);
     free(files);
     /* Two groups in one sweep: per-group plot files. */
     snprintf(got, sizeof got, "%s/fixture-mixed/kld_bpw-fixture-b-fixture-text-ctx64-c8.gp", dir);
@@ -940,7 +943,8 @@ static void add_sensitivities(ql_store *s)
                                         "ffn_gate", "ffn_up", "ffn_down"};
     static const int32_t types[] = {QL_TYPE_Q4_0, QL_TYPE_Q8_0};
     ql_error err;
-    ql_store_sens_key a = {SENS_MODEL_SHA, SENS_CALIB_A, "calib-a", 64, SENS_CHUNKS, "none", 2};
+    ql_store_sens_key a = {SENS_MODEL_SHA, SENS_CALIB_A, "calib-a", 64,
+                           SENS_CHUNKS,    "none",       2,         "tensor"};
     for (int l = -1; l <= 2; l++)
         for (int k = 0; k < (l < 0 || l == 2 ? 1 : 7); k++)
             for (int t = 0; t < 2; t++) {
@@ -951,19 +955,34 @@ static void add_sensitivities(ql_store *s)
                 else
                     snprintf(name, sizeof name, "blk.%d.%s.weight", l, kind);
                 double kld = sens_kld(l, l == 2 ? -1 : k, types[t]);
-                ql_store_sens_row r = {name, l,          kind,    types[t],   512 * (t + 1),
-                                       kld,  1.0 / 4096, kld / 2, 1.0 / 8192, 0.25};
+                ql_store_sens_row r = {name,          1,   l,          kind,    types[t],
+                                       512 * (t + 1), kld, 1.0 / 4096, kld / 2, 1.0 / 8192,
+                                       0.25};
                 CHECK_OK(ql_store_sensitivity_put(s, &a, &r, &err), &err);
             }
     /* A smaller set on another text: left out, however large its figures. */
-    ql_store_sens_key b = {SENS_MODEL_SHA, SENS_CALIB_B, "calib-b", 32, 2, SENS_CALIB_A, 2};
+    ql_store_sens_key b = {SENS_MODEL_SHA, SENS_CALIB_B, "calib-b", 32, 2, SENS_CALIB_A, 2,
+                           "tensor"};
     for (int k = 0; k < 3; k++) {
         static const char *const names[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight",
                                             "blk.0.attn_v.weight"};
-        ql_store_sens_row r = {names[k], 0,     kinds[k], QL_TYPE_Q4_0, 512,
-                               1.0,      0.125, 0.5,      0.125,        100.0};
+        ql_store_sens_row r = {names[k], 1,     0,   kinds[k], QL_TYPE_Q4_0, 512,
+                               1.0,      0.125, 0.5, 0.125,    100.0};
         CHECK_OK(ql_store_sensitivity_put(s, &b, &r, &err), &err);
     }
+    /* Groups of tensors (kld:module) on another text, more rows than any tensor set: not
+     * what the report draws, however many and however large. */
+    ql_store_sens_key gk = {SENS_MODEL_SHA, SENS_CALIB_B, "calib-b", 64,
+                            SENS_CHUNKS,    "none",       2,         "module"};
+    for (int l = 0; l < 40; l++)
+        for (int k = 0; k < 2; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s", l, k ? "ffn" : "attn");
+            ql_store_sens_row r = {name,         k ? 3 : 4, l,   k ? "ffn" : "attn",
+                                   QL_TYPE_Q4_0, 4096,      2.0, 0.125,
+                                   1.0,          0.125,     50.0};
+            CHECK_OK(ql_store_sensitivity_put(s, &gk, &r, &err), &err);
+        }
 }
 
 static ql_store *open_fit_store(const char *path)
@@ -1102,8 +1121,9 @@ static void test_report_sensitivity_and_fits(void)
     CHECK(md && !strstr(md, "blk.0.ffn_gate.weight"));
 
     /* The fit table: by bpw, each fitted config against the smaller ones, closest first;
-     * the kld fit's KLD is twice its prediction and 1.25 times its calibration KLD; a constant difference has an interval
-     * of one point, which excludes zero, Q4_K_M's alternating one does not. */
+     * the kld fit's KLD is twice its prediction and 1.25 times its calibration KLD; a constant
+     * difference has an interval of one point, which excludes zero, Q4_K_M's alternating one does
+     * not. */
     const char *want_fits[] = {
         "| Q8_0   | bpw:4.75 | imatrix   | 4.750 | 4.75 KiB | 4.297e-02 ± 9.766e-04 |            "
         " — |                    — |                 — |                — | Q4_0    |   4.500 | 5"
@@ -1122,7 +1142,8 @@ static void test_report_sensitivity_and_fits(void)
                   want_fits[i], md ? md : "");
         prev = at;
     }
-    char *alt = line_with(md, "| 3.125e-02 ± 9.766e-04 |     1.562e-02 |                2.000 |         2.500e-02 |");
+    char *alt = line_with(
+        md, "| 3.125e-02 ± 9.766e-04 |     1.562e-02 |                2.000 |         2.500e-02 |");
     CHECK_MSG(alt && strstr(alt, " +0.00e+00 [") && !strstr(alt, "] *"), "%s",
               alt ? alt : "(none)");
     free(alt);

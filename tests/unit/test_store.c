@@ -268,9 +268,7 @@ static void test_v3_database(void)
     CHECK(ql_store_open(path, &ro, &s, &err) == QL_EDB);
     char older[64];
     snprintf(older, sizeof older, "schema version 3 is older than %d", QL_STORE_SCHEMA_VERSION);
-    CHECK_MSG(strstr(err.msg, older) &&
-                  strstr(err.msg, "open it once read-write"),
-              "%s", err.msg);
+    CHECK_MSG(strstr(err.msg, older) && strstr(err.msg, "open it once read-write"), "%s", err.msg);
 
     CHECK_OK(ql_store_open(fresh, NULL, &f, &err), &err);
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
@@ -298,10 +296,11 @@ static void test_v3_database(void)
      * can be interrupted (with its reason, never without). */
     static const char runs_sql[] = "SELECT sql FROM sqlite_master WHERE name = 'runs'";
     char *ra = rows_text(old, runs_sql, NULL);
-    CHECK_MSG(strstr(ra, "'failed', 'interrupted'))") &&
-                  strstr(ra, "CHECK ((status IN ('failed', 'interrupted')) = (error IS NOT NULL))") &&
-                  !strstr(ra, "CHECK ((status = 'failed')"),
-              "runs:\n%s", ra);
+    CHECK_MSG(
+        strstr(ra, "'failed', 'interrupted'))") &&
+            strstr(ra, "CHECK ((status IN ('failed', 'interrupted')) = (error IS NOT NULL))") &&
+            !strstr(ra, "CHECK ((status = 'failed')"),
+        "runs:\n%s", ra);
     free(ra);
     CHECK(sqlite3_exec(old, "UPDATE runs SET status = 'interrupted' WHERE status = 'done'", NULL,
                        NULL, NULL) != SQLITE_OK);
@@ -309,7 +308,7 @@ static void test_v3_database(void)
                        "SAVEPOINT x; UPDATE runs SET status = 'interrupted', error = 'SIGINT'"
                        " WHERE status = 'done'; ROLLBACK TO x; RELEASE x",
                        NULL, NULL, NULL) == SQLITE_OK);
-    CHECK_EQ_INT(qlt_sql_int(old, "PRAGMA integrity_check = 1") , 0);
+    CHECK_EQ_INT(qlt_sql_int(old, "PRAGMA integrity_check = 1"), 0);
     static const char objects[] =
         "SELECT type, name, tbl_name, type = 'view' AND sql IS NOT NULL FROM sqlite_master"
         " WHERE type IN ('index', 'view') ORDER BY name";
@@ -703,6 +702,42 @@ static void test_open_faults(void)
     printf("open: %d injected faults, each recovered by the next open\n", failures);
 }
 
+/* A schema 8 database's sensitivities (before groups of tensors) become tensor rows of
+ * one tensor each, found by the tensor grouping's key. */
+static void test_v8_sensitivities(void)
+{
+    ql_error err;
+    ql_store *s = NULL;
+    const char *path = qlt_tmp_db("v8-sens.db");
+    ql_store_sens_key key = {"m", "t", "calib", 64, 4, "none", 2, "tensor"};
+    ql_store_sens_row row = {
+        "blk.0.attn_q.weight", 1, 0, "attn_q", QL_TYPE_Q4_0, 2304, 0.25, 0.01, 0.125, 0.01, 1.5};
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    CHECK_OK(ql_store_sensitivity_put(s, &key, &row, &err), &err);
+    ql_store_close(s);
+    sqlite3 *raw;
+    CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
+    CHECK(sqlite3_exec(raw,
+                       "ALTER TABLE sensitivity DROP COLUMN grouping;"
+                       " ALTER TABLE sensitivity DROP COLUMN n_tensors; PRAGMA user_version = 8",
+                       NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(raw);
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    if (!s)
+        return;
+    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM sensitivity WHERE"
+                                                 " grouping = 'tensor' AND n_tensors = 1"),
+                 1);
+    ql_store_sens_row got;
+    bool found;
+    CHECK_OK(ql_store_sensitivity_get(s, &key, row.tensor, row.type, &got, &found, &err), &err);
+    CHECK(found && got.kld_mean == 0.25);
+    key.grouping = "layer";
+    CHECK_OK(ql_store_sensitivity_get(s, &key, row.tensor, row.type, &got, &found, &err), &err);
+    CHECK(!found);
+    ql_store_close(s);
+}
+
 static void test_refusals(void)
 {
     ql_error err;
@@ -811,8 +846,9 @@ static void test_provenance(void)
     CHECK_OK(ql_store_fail_run(e.s, run, "boom", 1.0, &err), &err);
     ql_store_run_info unknown = {"prov", 0, 1, NULL, NULL, 0, 0};
     CHECK_OK(ql_store_begin_run(e.s, &key, &unknown, &run, &err), &err);
-    CHECK_EQ_INT(qlt_sql_int(db, "SELECT count(*) FROM runs WHERE blas_kernel IS NULL AND"
-                                 " mem_budget IS NULL AND group_chunks IS NULL AND threads IS NULL"),
+    CHECK_EQ_INT(qlt_sql_int(db,
+                             "SELECT count(*) FROM runs WHERE blas_kernel IS NULL AND"
+                             " mem_budget IS NULL AND group_chunks IS NULL AND threads IS NULL"),
                  1);
     CHECK(strcmp(qtext(db, "SELECT group_concat(name) FROM pragma_table_info('results')"
                            " WHERE name IN ('blas_kernel', 'mem_budget', 'group_chunks')"),
@@ -832,6 +868,7 @@ int main(void)
     test_finish_faults();
     test_open_faults();
     test_refusals();
+    test_v8_sensitivities();
     test_fixture();
     return qlt_done();
 }
