@@ -214,14 +214,13 @@ static ql_status measure_one(sens_state *s, const cand *cd, ql_error *err)
         head_only &= site == ql_site_output(w);
     }
     const ql_ppl_data *d = job->d;
-    if (st) {
-    } else if (embd) {
+    if (!st && embd) {
         for (int64_t c = 0; c < d->n_chunks && !st; c++) {
             ql_ppl_chunk_input(d, c, s->tokens);
             st = ql_forward_embed(job->fw, w, s->tokens, s->n_tok, 0, s->x + (size_t)c * s->stride,
                                   err);
         }
-    } else if (l0 < m->hp.n_layer) {
+    } else if (!st && l0 < m->hp.n_layer) {
         memcpy(s->x, s->x_ref, s->stride * (size_t)d->n_chunks * sizeof *s->x);
     }
     if (!st && !head_only)
