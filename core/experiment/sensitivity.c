@@ -113,6 +113,22 @@ static ql_status state_alloc(sens_state *s, const ql_sens_job *job, ql_error *er
     s->stride = (size_t)s->n_tok * (size_t)hp->n_embd;
     const size_t all = s->stride * (size_t)d->n_chunks;
     s->layer_floats = ql_weights_layer_floats(job->model->weights);
+    /* The scores: 7 doubles and 4 bytes a token (metrics.h's accumulator). */
+    const double need = (double)(2 * all + (size_t)s->n_tok * (size_t)hp->n_vocab +
+                                 (size_t)s->n_tok * (size_t)hp->n_embd) *
+                            sizeof(float) +
+                        (double)(d->n_chunks * d->n_scored) * (7 * sizeof(double) + 4);
+    if (job->mem_bytes && need > (double)job->mem_bytes) {
+        char needs[32], has[32];
+        ql_format_bytes(need, needs, sizeof needs);
+        ql_format_bytes((double)job->mem_bytes, has, sizeof has);
+        return ql_error_set(err, QL_ENOMEM,
+                            "the calibration text's residual streams (2 x %lld chunks x %d tokens "
+                            "x %lld floats) and scores take %s, above the %s the measurement may "
+                            "use; measure on fewer calibration chunks (calib:TEXT,chunks=N) or "
+                            "give more memory (--mem)",
+                            (long long)d->n_chunks, s->n_tok, (long long)hp->n_embd, needs, has);
+    }
     s->x_ref = malloc(all * sizeof *s->x_ref);
     s->x = malloc(all * sizeof *s->x);
     s->layer = malloc((s->layer_floats ? s->layer_floats : 1) * sizeof *s->layer);
@@ -281,9 +297,11 @@ ql_status ql_sens_measure(const ql_sens_job *job, ql_sens_item *items, int64_t n
         }
     }
     sens_state s;
+    memset(&s, 0, sizeof s);
     if (st || (st = state_alloc(&s, job, err))) {
-        if (!st)
-            state_free(&s);
+        if (st != QL_EINVAL)
+            ql_error_prefix(err, "sensitivity: ");
+        state_free(&s); /* what a failed allocation got */
         cands_free(cs, n);
         return st;
     }

@@ -21,6 +21,10 @@
  * config that quantizes that unit alone (tensor_types) on the same text: the same bits
  * (tested).
  *
+ * Memory: the two streams (2 x chunks x (ctx - 1) x n_embd floats: the calibration
+ * text's tokens, not the model's size, set it), one chunk's logits and the scores of
+ * every scored token, checked against the job's budget.
+ *
  * Threading: the products use every core (gemm.h); candidates run one after another. */
 #ifndef QL_SENSITIVITY_H
 #define QL_SENSITIVITY_H
@@ -70,6 +74,9 @@ typedef struct {
     const ql_imatrix *im;  /* the quantizer's importance (NULL: none) */
     ql_sens_done_fn done;  /* may be NULL */
     void *done_ctx;
+    /* What the held streams, one chunk's logits and the scores may take (0: no limit):
+     * a measurement above it is refused, naming what it needs, before it allocates. */
+    size_t mem_bytes;
     bool quiet; /* no progress line */
 } ql_sens_job;
 

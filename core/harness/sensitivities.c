@@ -142,6 +142,7 @@ static ql_status measure(const ql_sens_source *src, const ql_store_sens_key *key
                        .im = im,
                        .done = store_item,
                        .done_ctx = &sc,
+                       .mem_bytes = src->mem_bytes / 2, /* the rest: blocks, the reference */
                        .quiet = src->quiet};
     st = ql_sens_measure(&job, items, n, err);
     calib_pass_close(&p);

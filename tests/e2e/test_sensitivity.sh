@@ -150,6 +150,12 @@ expect 1 "objective kld without a calibration text" "$qlab" sweep "$tmp/bad1.swe
     --db "$tmp/bad.db" --cache-dir "$tmp/c"
 has "$tmp/err" "objective kld measures each tensor's sensitivity on the calibration text" \
     "the refusal says why"
+expect 1 "a measurement above the memory budget" "$qlab" sweep "$tmp/fit.sweep" \
+    --db "$tmp/bad.db" --cache-dir "$tmp/c" --mem 400KiB --strict
+has "$tmp/err" "residual streams (2 x 4 chunks x 63 tokens x 64 floats) and scores take" \
+    "the refusal says what the measurement needs"
+[ "$(rows "$tmp/bad.db" "SELECT count(*) FROM sensitivity")" = 0 ] && ok "nothing measured" ||
+    bad "measured above the budget"
 write_sweep "$tmp/bad2.sweep" bad2 ts-calib "$calib" "weight_type = F32" "budget = Q4_0" "objective = kld"
 "$qlab" sweep "$tmp/bad2.sweep" --db "$tmp/bad.db" --cache-dir "$tmp/c" >"$tmp/out" 2>"$tmp/err"
 has "$tmp/err" "is the sweep's evaluation text" "calibration on the evaluation text is refused"
