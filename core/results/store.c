@@ -188,6 +188,33 @@ static ql_status pragma_int(ql_store *s, const char *sql, int64_t *out, ql_error
     return rc;
 }
 
+/* The schema version, application id and number of schema objects, read in one
+ * statement so they come from one snapshot: read one by one, a store another process
+ * creates in between would look like tables without a qlab schema version. */
+static ql_status read_identity(ql_store *s, int64_t *version, int64_t *app_id, int64_t *n_objects,
+                               ql_error *err)
+{
+    static const char sql[] = "SELECT (SELECT user_version FROM pragma_user_version), "
+                              "(SELECT application_id FROM pragma_application_id), "
+                              "(SELECT count(*) FROM sqlite_master)";
+    sqlite3_stmt *st;
+    ql_status rc = prep(s, sql, &st, err);
+    if (rc)
+        return rc;
+    int r = step(s, st);
+    if (r == SQLITE_ROW) {
+        *version = sqlite3_column_int64(st, 0);
+        *app_id = sqlite3_column_int64(st, 1);
+        *n_objects = sqlite3_column_int64(st, 2);
+    } else if (r == SQLITE_DONE) {
+        rc = ql_error_set(err, QL_EDB, "%s: the schema identity query returned nothing", s->path);
+    } else {
+        rc = db_fail(s, r, "reading the schema identity", err);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- for the results layer */
 
 ql_status ql_store_prepare(ql_store *s, const char *sql, sqlite3_stmt **st, const char **tail,
@@ -1174,9 +1201,7 @@ static ql_status migrate(ql_store *s, ql_error *err)
 {
     int64_t version, app_id, n_objects;
     ql_status st;
-    if ((st = pragma_int(s, "PRAGMA user_version", &version, err)) ||
-        (st = pragma_int(s, "PRAGMA application_id", &app_id, err)) ||
-        (st = pragma_int(s, "SELECT count(*) FROM sqlite_master", &n_objects, err)) ||
+    if ((st = read_identity(s, &version, &app_id, &n_objects, err)) ||
         (st = check_identity(s, version, app_id, n_objects, err)))
         return st;
     if (s->readonly) {
@@ -1264,7 +1289,13 @@ static ql_status configure(ql_store *s, ql_error *err)
     sqlite3_stmt *q;
     if ((st = prep(s, "PRAGMA journal_mode = WAL", &q, err)))
         return st;
-    rc = step(s, q);
+    /* Switching a new database to WAL needs it to itself: when another process is
+     * creating the same store, SQLite can say busy without calling the busy handler
+     * (it would deadlock waiting), so the switch is retried with the handler's waits. */
+    for (int tries = 0;
+         (rc = step(s, q)) != SQLITE_ROW && (rc & 0xff) == SQLITE_BUSY && busy_wait(s, tries);
+         tries++)
+        sqlite3_reset(q);
     if (rc != SQLITE_ROW)
         st = db_fail(s, rc, "switching to WAL", err);
     else if (strcmp((const char *)sqlite3_column_text(q, 0), "wal") != 0)
@@ -1347,9 +1378,7 @@ static ql_status check_foreign(const char *path, ql_error *err)
     } else {
         sqlite3_busy_handler(probe.db, busy_wait, &probe);
         int64_t version, app_id, n_objects;
-        if (!(st = pragma_int(&probe, "PRAGMA user_version", &version, err)) &&
-            !(st = pragma_int(&probe, "PRAGMA application_id", &app_id, err)) &&
-            !(st = pragma_int(&probe, "SELECT count(*) FROM sqlite_master", &n_objects, err)))
+        if (!(st = read_identity(&probe, &version, &app_id, &n_objects, err)))
             st = check_identity(&probe, version, app_id, n_objects, err);
     }
     sqlite3_close_v2(probe.db);
