@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/gemm.h"
 #include "base/util.h"
 #include "experiment/metrics.h"
 #include "experiment/reference.h"
@@ -69,6 +70,7 @@ static ql_status store_item(void *ctx, const ql_sens_item *it, ql_error *err)
         .ln_ppl_ratio = it->ln_ppl_ratio,
         .ln_ppl_ratio_err = it->ln_ppl_ratio_err,
         .seconds = it->seconds,
+        .blas_kernel = ql_gemm_kernel(),
     };
     ql_store_sens_key key = *sc->key;
     key.grouping = row_grouping(it->name, it->tensors, it->n_tensors, sc->grouping);

@@ -544,6 +544,8 @@ static const col_def sensitivity_cols[] = {
      "the unit's: tensor (one tensor, whichever grouping measured it), or module, layer, kind (a "
      "group of tensors: objective kld:<grouping>)"},
     {"n_tensors", "INTEGER NOT NULL DEFAULT 1", 9, "the tensors quantized together"},
+    {"blas_kernel", "TEXT", 9,
+     "what the products ran on (as runs.blas_kernel; not part of the key: NULL before schema 9)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1842,8 +1844,8 @@ ql_status ql_store_sensitivity_put(ql_store *s, const ql_store_sens_key *key,
              "INSERT OR IGNORE INTO sensitivity (model_sha256, text_sha256, ctx, chunks,"
              " imatrix_sha256, metrics_version, tensor, type, grouping, text, layer, kind,"
              " bytes, kld_mean, kld_mean_err, ln_ppl_ratio, ln_ppl_ratio_err, seconds,"
-             " qlab_version, n_tensors) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
-             " ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+             " qlab_version, n_tensors, blas_kernel) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
+             " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
              &st, err);
     if (rc)
         return rc;
@@ -1858,7 +1860,8 @@ ql_status ql_store_sensitivity_put(ql_store *s, const ql_store_sens_key *key,
         !(rc = bind_real(s, st, 17, row->ln_ppl_ratio_err, err)) &&
         !(rc = bind_real(s, st, 18, row->seconds, err)) &&
         !(rc = bind_text(s, st, 19, QL_VERSION, err)) &&
-        !(rc = bind_count(s, st, 20, row->n_tensors, err)))
+        !(rc = bind_count(s, st, 20, row->n_tensors, err)) &&
+        !(rc = bind_text(s, st, 21, row->blas_kernel, err)))
         rc = step_done(s, st, "storing a sensitivity", err);
     sqlite3_finalize(st);
     return rc;

@@ -61,7 +61,7 @@
  *   8  configs.objective (what a budget's solver minimises), metrics.predicted_kld and
  *      the sensitivity table (per tensor and type, measured on a calibration text)
  *   9  sensitivity.grouping and n_tensors (rows of groups of tensors: objective
- *      kld:module, kld:layer, kld:kind) */
+ *      kld:module, kld:layer, kld:kind) and blas_kernel */
 #define QL_STORE_SCHEMA_VERSION  9
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
@@ -234,6 +234,7 @@ typedef struct {
     int32_t type;
     int64_t bytes; /* the tensor in that type */
     double kld_mean, kld_mean_err, ln_ppl_ratio, ln_ppl_ratio_err, seconds;
+    const char *blas_kernel; /* what the products ran on (ql_gemm_kernel), or NULL */
 } ql_store_sens_row;
 
 /* The stored row of (key, tensor, type) into out's numbers; *found = false when none. */

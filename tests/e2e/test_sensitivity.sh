@@ -39,6 +39,9 @@ n=$(rows "$tmp/q.db" "SELECT count(*) FROM sensitivity")
 got=$(rows "$tmp/q.db" "SELECT count(*) FROM sensitivity WHERE kld_mean IS NULL OR kld_mean < 0
     OR text <> 'ts-calib' OR ctx <> 64 OR chunks <> 4")
 [ "$got" = 0 ] && ok "every sensitivity a KLD on ts-calib, 4 chunks of 64" || bad "bad rows: $got"
+kernel=$(rows "$tmp/q.db" "SELECT DISTINCT coalesce(blas_kernel, 'NULL') FROM sensitivity")
+case "$kernel" in OpenBLAS*) ok "sensitivities record the BLAS kernel ($kernel)" ;;
+*) bad "sensitivity blas_kernel: '$kernel'" ;; esac
 got=$(rows "$tmp/q.db" "SELECT predicted_kld > 0 AND calib_kld > 0 AND kld_mean > 0 AS ok FROM results WHERE objective = 'kld'")
 [ "$got" = 1 ] && ok "predicted and calibration KLD stored" ||
     { bad "predicted KLD: $got"; rows "$tmp/q.db" "SELECT * FROM metrics"; }

@@ -957,7 +957,7 @@ static void add_sensitivities(ql_store *s)
                 double kld = sens_kld(l, l == 2 ? -1 : k, types[t]);
                 ql_store_sens_row r = {name,          1,   l,          kind,    types[t],
                                        512 * (t + 1), kld, 1.0 / 4096, kld / 2, 1.0 / 8192,
-                                       0.25};
+                                       0.25,          NULL};
                 CHECK_OK(ql_store_sensitivity_put(s, &a, &r, &err), &err);
             }
     /* A smaller set on another text: left out, however large its figures. */
@@ -967,7 +967,7 @@ static void add_sensitivities(ql_store *s)
         static const char *const names[] = {"blk.0.attn_q.weight", "blk.0.attn_k.weight",
                                             "blk.0.attn_v.weight"};
         ql_store_sens_row r = {names[k], 1,     0,   kinds[k], QL_TYPE_Q4_0, 512,
-                               1.0,      0.125, 0.5, 0.125,    100.0};
+                               1.0,      0.125, 0.5, 0.125,    100.0,        NULL};
         CHECK_OK(ql_store_sensitivity_put(s, &b, &r, &err), &err);
     }
     /* Groups of tensors (kld:module) on another text, more rows than any tensor set: not
@@ -978,9 +978,9 @@ static void add_sensitivities(ql_store *s)
         for (int k = 0; k < 2; k++) {
             char name[64];
             snprintf(name, sizeof name, "blk.%d.%s", l, k ? "ffn" : "attn");
-            ql_store_sens_row r = {name,         k ? 3 : 4, l,   k ? "ffn" : "attn",
-                                   QL_TYPE_Q4_0, 4096,      2.0, 0.125,
-                                   1.0,          0.125,     50.0};
+            ql_store_sens_row r = {name,         k ? 3 : 4, l,    k ? "ffn" : "attn",
+                                   QL_TYPE_Q4_0, 4096,      2.0,  0.125,
+                                   1.0,          0.125,     50.0, NULL};
             CHECK_OK(ql_store_sensitivity_put(s, &gk, &r, &err), &err);
         }
 }

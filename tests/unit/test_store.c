@@ -712,15 +712,20 @@ static void test_v8_sensitivities(void)
     const char *path = qlt_tmp_db("v8-sens.db");
     ql_store_sens_key key = {"m", "t", "calib", 64, 4, "none", 2, "tensor"};
     ql_store_sens_row row = {
-        "blk.0.attn_q.weight", 1, 0, "attn_q", QL_TYPE_Q4_0, 2304, 0.25, 0.01, 0.125, 0.01, 1.5};
+        "blk.0.attn_q.weight", 1, 0, "attn_q", QL_TYPE_Q4_0, 2304, 0.25, 0.01, 0.125, 0.01, 1.5,
+        "test-kernel"};
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
     CHECK_OK(ql_store_sensitivity_put(s, &key, &row, &err), &err);
+    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM sensitivity WHERE"
+                                                 " blas_kernel = 'test-kernel'"),
+                 1);
     ql_store_close(s);
     sqlite3 *raw;
     CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
     CHECK(sqlite3_exec(raw,
                        "ALTER TABLE sensitivity DROP COLUMN grouping;"
-                       " ALTER TABLE sensitivity DROP COLUMN n_tensors; PRAGMA user_version = 8",
+                       " ALTER TABLE sensitivity DROP COLUMN n_tensors;"
+                       " ALTER TABLE sensitivity DROP COLUMN blas_kernel; PRAGMA user_version = 8",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(raw);
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
