@@ -190,10 +190,11 @@ static bool entry_dropped(const ql_imatrix *im, const char *name)
 
 /* The input as `qlab eval` reads it, model and tokenizer: a file qlab's own loader
  * refuses (a header that disagrees with the tensors, impossible hyper-parameters, a
- * broken vocabulary) is refused before anything is written, with the loader's message. */
+ * broken vocabulary) is refused before anything is written, with the loader's message.
+ * Tensors the forward pass does not read are copied, as llama-quantize copies them. */
 static ql_status load_checked(const char *path, ql_model **out, ql_error *err)
 {
-    ql_status st = ql_model_load(out, path, err);
+    ql_status st = ql_model_load_for_rewrite(out, path, NULL, err);
     if (st)
         return st;
     ql_tokenizer *tok = NULL;

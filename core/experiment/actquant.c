@@ -140,8 +140,11 @@ void ql_act_apply(void *ctx, const ql_linear *lin, const float *x, float *xq, in
 void ql_act_post(void *ctx, const ql_linear *lin, const float *x, float *y, int64_t n_tok)
 {
     const ql_act_ctx *c = ctx;
-    QL_ASSERT(c->mins && c->q == QL_ACTQ_Q8_1 && lin->n_in == c->n_in && lin->n_out == c->n_out);
+    /* lin may be a view of one expert: its rows row0 .. of the site's mins */
+    QL_ASSERT(c->mins && c->q == QL_ACTQ_Q8_1 && lin->n_in == c->n_in &&
+              lin->row0 + lin->n_out <= c->n_out);
     const int64_t n = c->n_in, nb = n / QL_QK8_1;
+    const float *mins = c->mins + lin->row0 * nb;
     /* delta (n_tok, nb): s_b - D_b sum_j q_j per block of the rounded input, as ggml's
      * Q4_1/Q5_1 dot products see it (kept channels zeroed, as for the rounding) */
     float *delta = malloc((size_t)(n_tok * nb) * sizeof *delta);
@@ -166,8 +169,8 @@ void ql_act_post(void *ctx, const ql_linear *lin, const float *x, float *y, int6
         }
     }
     /* y (n_tok, n_out) += delta (n_tok, nb) mins^T (nb, n_out) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)c->n_out, (int)nb, 1.0f,
-                delta, (int)nb, c->mins, (int)nb, 1.0f, y, (int)c->n_out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)lin->n_out, (int)nb, 1.0f,
+                delta, (int)nb, mins, (int)nb, 1.0f, y, (int)lin->n_out);
     free(delta);
     free(row);
 }
@@ -175,14 +178,16 @@ void ql_act_post(void *ctx, const ql_linear *lin, const float *x, float *y, int6
 void ql_act_product(void *ctx, const ql_linear *lin, const float *x, float *y, int64_t n_tok)
 {
     const ql_act_ctx *c = ctx;
+    /* lin may be a view of one expert: its rows row0 .. of the site's bytes */
     QL_ASSERT(c->q6_K && c->q == QL_ACTQ_Q8_K && c->n_keep == 0 && lin->n_in == c->n_in &&
-              lin->n_out == c->n_out);
+              lin->row0 + lin->n_out <= c->n_out);
     /* xq (n_tok, n_in/256): the q8_K blocks llama.cpp quantizes the input into */
     const int64_t nb = c->n_in / QL_QK_K;
     ql_block_q8_K *xq = malloc((size_t)(n_tok * nb) * sizeof *xq);
     QL_ASSERT(xq);
     ql_quantize_row_q8_K_ref(x, xq, n_tok * c->n_in);
-    ql_gemm_q6_K(c->q6_K, xq, y, n_tok, c->n_out, c->n_in);
+    ql_gemm_q6_K((const ql_block_q6_K *)c->q6_K + lin->row0 * nb, xq, y, n_tok, lin->n_out,
+                 c->n_in);
     free(xq);
 }
 

@@ -37,8 +37,8 @@ const char *ql_sens_kind_name(const ql_model *m, const char *tensor, int *layer)
         *layer = m->hp.n_layer;
         return "output";
     }
-    *layer = site / QL_SITES_PER_LAYER;
-    return ql_site_kind_name((ql_site_kind)(site % QL_SITES_PER_LAYER));
+    *layer = m->weights->lin[site].layer;
+    return ql_site_kind_name(m->weights->lin[site].kind);
 }
 
 const char *ql_sens_unit(const ql_model *m, const char *tensor, ql_grouping g, char *name,
@@ -52,10 +52,10 @@ const char *ql_sens_unit(const ql_model *m, const char *tensor, ql_grouping g, c
         snprintf(name, size, "%s", tensor);
         return kind;
     }
-    const ql_site_kind k = (ql_site_kind)(site % QL_SITES_PER_LAYER);
+    const ql_site_kind k = m->weights->lin[site].kind;
     switch (g) {
     case QL_GROUPING_MODULE: {
-        const char *module = k <= QL_SITE_O ? "attn" : "ffn";
+        const char *module = ql_site_kind_attention(k) ? "attn" : "ffn";
         snprintf(name, size, "blk.%d.%s", *layer, module);
         return module;
     }
@@ -75,7 +75,7 @@ static int start_block(const ql_model *m, int site)
         return 0;
     if (site == ql_site_output(m->weights))
         return m->hp.n_layer;
-    return site / QL_SITES_PER_LAYER;
+    return m->weights->lin[site].layer;
 }
 
 typedef struct {

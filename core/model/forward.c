@@ -33,8 +33,8 @@ struct ql_forward {
     float *v;                /* (n, n_head_kv * head_dim) values of the chunk */
     float *att;              /* (n, n_head * head_dim) attention output, heads concatenated */
     float *proj;             /* (n, n_embd) output of attn_output / ffn_down */
-    float *hg;               /* (n, n_ff) gate, then silu(gate) * up */
-    float *hu;               /* (n, n_ff) up */
+    float *hg;               /* (n, ff_max) gate, then silu(gate) * up */
+    float *hu;               /* (n, ff_max) up */
     float *xq;               /* (n, max_in) transformed product input */
     float *rope;             /* (n, n_rot) cos, sin pairs per position */
     int rope_pos0, rope_n;   /* positions the table holds (rope_n = 0: none) */
@@ -50,12 +50,26 @@ struct ql_forward {
     int tile_slots;
     float *xrun; /* (n, n_embd) residual stream of ql_forward_run */
 
+    /* mixture of experts (allocated when the model has experts) */
+    float *probs;      /* (n, n_expert) router logits, then their softmax */
+    int32_t *sel;      /* (n, k) chosen experts per token, most probable first */
+    float *sel_w;      /* (n, k) their weights */
+    int32_t *ex_start; /* (n_expert + 1,) expert e's routed (token, slot)s start here */
+    int32_t *ex_next;  /* (n_expert,) the counting sort's cursors */
+    int32_t *ex_pairs; /* (n * k,) token * k + slot, by expert, tokens ascending */
+    float *ex_in;      /* (n, n_embd) the inputs routed to one expert, gathered */
+    float *ex_out;     /* (n, n_embd) that expert's outputs */
+    float *slot_out;   /* (n, k, n_embd) weighted output of each token's j-th expert */
+    float *gate_sh;    /* (n,) the shared expert's gate */
+
     /* K/V cache per layer: (n_layer, max_ctx, n_head_kv * head_dim) */
     float *k_cache;
     float *v_cache;
 
     ql_matmul_observer observer;
     void *observer_ctx;
+    ql_route_observer route_observer;
+    void *route_ctx;
     ql_attn_rounding rounding;
 };
 
@@ -77,7 +91,7 @@ ql_status ql_forward_alloc(ql_forward **out, const ql_hparams *hp, int max_ctx, 
         return ql_error_set(err, QL_ENOMEM, "out of memory");
     fw->hp = *hp;
     fw->max_ctx = max_ctx;
-    const int64_t n = max_ctx, E = hp->n_embd, F = hp->n_ff;
+    const int64_t n = max_ctx, E = hp->n_embd, F = ql_hparams_ff_max(hp);
     const int64_t QD = (int64_t)hp->n_head * hp->head_dim;
     const int64_t KD = (int64_t)hp->n_head_kv * hp->head_dim;
     fw->max_in = E > F ? E : F;
@@ -99,8 +113,24 @@ ql_status ql_forward_alloc(ql_forward **out, const ql_hparams *hp, int max_ctx, 
     fw->xrun = alloc_floats(n * E, sizeof(float));
     fw->k_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
     fw->v_cache = alloc_floats((int64_t)hp->n_layer * n * KD, sizeof(float));
-    if (!fw->x || !fw->xb || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj || !fw->hg ||
-        !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->k_cache || !fw->v_cache ||
+    bool moe_ok = true;
+    if (hp->n_expert > 0) {
+        const int64_t X = hp->n_expert, k = hp->n_expert_used;
+        fw->probs = alloc_floats(n * X, sizeof(float));
+        fw->sel = alloc_floats(n * k, sizeof(int32_t));
+        fw->sel_w = alloc_floats(n * k, sizeof(float));
+        fw->ex_start = alloc_floats(X + 1, sizeof(int32_t));
+        fw->ex_next = alloc_floats(X, sizeof(int32_t));
+        fw->ex_pairs = alloc_floats(n * k, sizeof(int32_t));
+        fw->ex_in = alloc_floats(n * E, sizeof(float));
+        fw->ex_out = alloc_floats(n * E, sizeof(float));
+        fw->slot_out = alloc_floats(n * k * E, sizeof(float));
+        fw->gate_sh = alloc_floats(n, sizeof(float));
+        moe_ok = fw->probs && fw->sel && fw->sel_w && fw->ex_start && fw->ex_next && fw->ex_pairs &&
+                 fw->ex_in && fw->ex_out && fw->slot_out && fw->gate_sh;
+    }
+    if (!moe_ok || !fw->x || !fw->xb || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj ||
+        !fw->hg || !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->k_cache || !fw->v_cache ||
         !fw->xrun) {
         ql_forward_free(fw);
         return ql_error_set(err, QL_ENOMEM, "forward: out of memory for a context of %d tokens",
@@ -132,6 +162,16 @@ void ql_forward_free(ql_forward *fw)
     free(fw->layer_buf);
     free(fw->tiles);
     free(fw->xrun);
+    free(fw->probs);
+    free(fw->sel);
+    free(fw->sel_w);
+    free(fw->ex_start);
+    free(fw->ex_next);
+    free(fw->ex_pairs);
+    free(fw->ex_in);
+    free(fw->ex_out);
+    free(fw->slot_out);
+    free(fw->gate_sh);
     free(fw);
 }
 
@@ -143,6 +183,18 @@ const ql_hparams *ql_forward_hparams(const ql_forward *fw)
 int ql_forward_max_ctx(const ql_forward *fw)
 {
     return fw->max_ctx;
+}
+
+void ql_forward_set_route_observer(ql_forward *fw, ql_route_observer fn, void *ctx)
+{
+    fw->route_observer = fn;
+    fw->route_ctx = fn ? ctx : NULL;
+}
+
+void ql_forward_get_route_observer(const ql_forward *fw, ql_route_observer *fn, void **ctx)
+{
+    *fn = fw->route_observer;
+    *ctx = fw->route_ctx;
 }
 
 void ql_forward_set_observer(ql_forward *fw, ql_matmul_observer fn, void *ctx)
@@ -352,7 +404,9 @@ static ql_status thread_slots(ql_forward *fw, ql_error *err)
         fw->score_slots = want;
     }
     if (fw->tile_slots < want) {
-        const int64_t rows = fw->hp.n_vocab > fw->hp.n_ff ? fw->hp.n_vocab : fw->hp.n_ff;
+        int64_t rows = fw->hp.n_vocab > fw->max_in ? fw->hp.n_vocab : fw->max_in;
+        if (fw->hp.n_expert > rows)
+            rows = fw->hp.n_expert;
         const size_t per = ql_gemm_scratch_floats(rows, fw->max_in);
         float *t = realloc(fw->tiles, per * (size_t)want * sizeof *t);
         if (!t)
@@ -439,30 +493,187 @@ static void add_inplace(float *x, const float *y, int64_t n)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Feed-forward blocks                                                        */
+
+/* proj (n, n_embd) = Wdown (silu(Wgate m) * (Wup m)), m = xb (n, n_embd): the dense
+ * feed-forward of block l (biases, where the file has them, added by the products). */
+static void dense_ffn(ql_forward *fw, const ql_weights *w, int l, int64_t n)
+{
+    const int sg = ql_weights_site(w, l, QL_SITE_GATE), su = ql_weights_site(w, l, QL_SITE_UP);
+    const int sd = ql_weights_site(w, l, QL_SITE_DOWN);
+    ql_forward_matmul(fw, sg, &w->lin[sg], fw->xb, fw->hg, n);
+    ql_forward_matmul(fw, su, &w->lin[su], fw->xb, fw->hu, n);
+    swiglu(fw->hg, fw->hu, n * w->lin[sg].n_out);
+    ql_forward_matmul(fw, sd, &w->lin[sd], fw->hg, fw->proj, n);
+}
+
+/* Routing of n tokens from the router's logits in fw->probs (n, n_expert): per token
+ * p = softmax(logits) (max subtracted, sum in double, as ggml), the k experts of
+ * largest p in decreasing order (the lower index first on a tie), their p as weights,
+ * divided by their sum (in double, as ggml's sum_rows) where the architecture
+ * renormalises. */
+static void route(ql_forward *fw, int64_t n)
+{
+    const ql_hparams *hp = &fw->hp;
+    const int X = hp->n_expert, k = hp->n_expert_used;
+#pragma omp parallel for schedule(static) if (n * X >= SERIAL_VALUES)
+    for (int64_t t = 0; t < n; t++) {
+        float *p = fw->probs + t * X;
+        float max = -INFINITY;
+        for (int e = 0; e < X; e++)
+            if (p[e] > max)
+                max = p[e];
+        double sum = 0.0;
+        for (int e = 0; e < X; e++) {
+            p[e] = expf(p[e] - max);
+            sum += (double)p[e];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int e = 0; e < X; e++)
+            p[e] *= inv;
+        int32_t *sel = fw->sel + t * k;
+        float *sw = fw->sel_w + t * k;
+        /* top k by insertion: k is small (2 .. 8 in released models) */
+        int n_sel = 0;
+        for (int e = 0; e < X; e++) {
+            int j = n_sel < k ? n_sel++ : k;
+            if (j == k && !(p[e] > p[sel[k - 1]]))
+                continue;
+            if (j == k)
+                j = k - 1;
+            while (j > 0 && p[e] > p[sel[j - 1]]) {
+                sel[j] = sel[j - 1];
+                j--;
+            }
+            sel[j] = e;
+        }
+        double wsum = 0.0;
+        for (int j = 0; j < k; j++) {
+            sw[j] = p[sel[j]];
+            wsum += (double)sw[j];
+        }
+        if (hp->expert_weights_norm)
+            for (int j = 0; j < k; j++)
+                sw[j] = sw[j] / (float)wsum;
+    }
+}
+
+/* Groups the (token, slot) pairs by expert, tokens ascending within an expert (a
+ * counting sort): ex_pairs[ex_start[e] .. ex_start[e + 1]) are expert e's. */
+static void group_by_expert(ql_forward *fw, int64_t n)
+{
+    const int X = fw->hp.n_expert, k = fw->hp.n_expert_used;
+    int32_t *start = fw->ex_start, *next = fw->ex_next;
+    memset(start, 0, (size_t)(X + 1) * sizeof *start);
+    for (int64_t i = 0; i < n * k; i++)
+        start[fw->sel[i] + 1]++;
+    for (int e = 0; e < X; e++)
+        start[e + 1] += start[e];
+    memcpy(next, start, (size_t)X * sizeof *next);
+    for (int64_t i = 0; i < n * k; i++)
+        fw->ex_pairs[next[fw->sel[i]]++] = (int32_t)i;
+}
+
+/* proj (n, n_embd) = the mixture of experts of block l on xb (n, n_embd):
+ *   Σ_j w_tj · down_e(silu(gate_e m_t) * (up_e m_t)),  e = sel_tj, summed over j in
+ *   order of decreasing probability (llama.cpp adds the k expert outputs in that order),
+ * plus, with a shared expert, sigmoid(gate_inp_shexp m_t) · down_sh(silu(gate_sh m_t) *
+ * (up_sh m_t)). Each expert multiplies only the tokens routed to it: their inputs are
+ * gathered, one product per expert and kind, the outputs scattered back by slot. */
+static void moe_ffn(ql_forward *fw, const ql_weights *w, int l, int64_t n)
+{
+    const ql_hparams *hp = &fw->hp;
+    const int64_t E = hp->n_embd;
+    const int X = hp->n_expert, k = hp->n_expert_used;
+    const int sr = ql_weights_site(w, l, QL_SITE_GATE_INP);
+    ql_forward_matmul(fw, sr, &w->lin[sr], fw->xb, fw->probs, n);
+    route(fw, n);
+    if (fw->route_observer)
+        fw->route_observer(fw->route_ctx, l, fw->sel, fw->sel_w, n, k);
+    group_by_expert(fw, n);
+
+    const int sg = ql_weights_site(w, l, QL_SITE_GATE_EXPS);
+    const int su = ql_weights_site(w, l, QL_SITE_UP_EXPS);
+    const int sd = ql_weights_site(w, l, QL_SITE_DOWN_EXPS);
+    for (int e = 0; e < X; e++) {
+        const int32_t *pairs = fw->ex_pairs + fw->ex_start[e];
+        const int64_t c = fw->ex_start[e + 1] - fw->ex_start[e];
+        if (c == 0)
+            continue;
+        /* ex_in (c, E) = the routed tokens' inputs */
+        for (int64_t i = 0; i < c; i++)
+            memcpy(fw->ex_in + i * E, fw->xb + (int64_t)(pairs[i] / k) * E,
+                   (size_t)E * sizeof(float));
+        ql_linear gate, up, down;
+        ql_linear_expert(&w->lin[sg], e, &gate);
+        ql_linear_expert(&w->lin[su], e, &up);
+        ql_linear_expert(&w->lin[sd], e, &down);
+        ql_forward_matmul(fw, sg, &gate, fw->ex_in, fw->hg, c);
+        ql_forward_matmul(fw, su, &up, fw->ex_in, fw->hu, c);
+        swiglu(fw->hg, fw->hu, c * gate.n_out);
+        ql_forward_matmul(fw, sd, &down, fw->hg, fw->ex_out, c);
+        /* slot_out[t, j] = w_tj * out (ggml multiplies the expert outputs by their weights) */
+        for (int64_t i = 0; i < c; i++) {
+            const float wt = fw->sel_w[pairs[i]];
+            const float *o = fw->ex_out + i * E;
+            float *dst = fw->slot_out + (int64_t)pairs[i] * E;
+            for (int64_t d = 0; d < E; d++)
+                dst[d] = o[d] * wt;
+        }
+    }
+    /* proj[t] = slot 0 + slot 1 + ... in slot order */
+#pragma omp parallel for schedule(static) if (n * k * E >= SERIAL_VALUES)
+    for (int64_t t = 0; t < n; t++) {
+        float *dst = fw->proj + t * E;
+        const float *src = fw->slot_out + t * k * E;
+        memcpy(dst, src, (size_t)E * sizeof(float));
+        for (int j = 1; j < k; j++)
+            for (int64_t d = 0; d < E; d++)
+                dst[d] += src[j * E + d];
+    }
+    if (hp->n_ff_shexp == 0)
+        return;
+    const int sgi = ql_weights_site(w, l, QL_SITE_GATE_INP_SHEXP);
+    const int shg = ql_weights_site(w, l, QL_SITE_GATE_SHEXP);
+    const int shu = ql_weights_site(w, l, QL_SITE_UP_SHEXP);
+    const int shd = ql_weights_site(w, l, QL_SITE_DOWN_SHEXP);
+    ql_forward_matmul(fw, sgi, &w->lin[sgi], fw->xb, fw->gate_sh, n);
+    ql_forward_matmul(fw, shg, &w->lin[shg], fw->xb, fw->hg, n);
+    ql_forward_matmul(fw, shu, &w->lin[shu], fw->xb, fw->hu, n);
+    swiglu(fw->hg, fw->hu, n * w->lin[shg].n_out);
+    ql_forward_matmul(fw, shd, &w->lin[shd], fw->hg, fw->ex_out, n);
+    /* proj[t] += sigmoid(g_t) * shared[t] */
+#pragma omp parallel for schedule(static) if (n * E >= SERIAL_VALUES)
+    for (int64_t t = 0; t < n; t++) {
+        const float g = 1.0f / (1.0f + expf(-fw->gate_sh[t]));
+        const float *o = fw->ex_out + t * E;
+        float *dst = fw->proj + t * E;
+        for (int64_t d = 0; d < E; d++)
+            dst[d] += o[d] * g;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* The pass                                                                   */
 
 ql_status ql_forward_check_weights(const ql_forward *fw, const ql_weights *w, ql_error *err)
 {
     const ql_hparams *hp = &fw->hp;
-    if (w->n_layer != hp->n_layer || w->n_lin != hp->n_layer * QL_SITES_PER_LAYER + 1 ||
-        w->tok_embd.n_in != hp->n_embd || w->tok_embd.n_out != hp->n_vocab)
+    if (w->n_layer != hp->n_layer || w->tok_embd.n_in != hp->n_embd ||
+        w->tok_embd.n_out != hp->n_vocab)
         return ql_error_set(err, QL_EINVAL,
                             "forward: weight set (%d layers, embedding %lldx%lld) does not "
                             "match the model (%d layers, %dx%d)",
                             w->n_layer, (long long)w->tok_embd.n_out, (long long)w->tok_embd.n_in,
                             hp->n_layer, hp->n_vocab, hp->n_embd);
-    const int64_t E = hp->n_embd, F = hp->n_ff, QD = (int64_t)hp->n_head * hp->head_dim,
-                  KD = (int64_t)hp->n_head_kv * hp->head_dim;
-    /* (n_in, n_out) per site kind, in ql_site_kind order */
-    const int64_t dims[QL_SITES_PER_LAYER][2] = {{E, QD}, {E, KD}, {E, KD}, {QD, E},
-                                                 {E, F},  {E, F},  {F, E}};
     for (int i = 0; i < w->n_lin; i++) {
         const ql_linear *l = &w->lin[i];
-        const bool head = i == w->n_lin - 1;
-        const int64_t in = head ? E : dims[i % QL_SITES_PER_LAYER][0];
-        const int64_t out = head ? hp->n_vocab : dims[i % QL_SITES_PER_LAYER][1];
+        int64_t in, rows;
+        int n_expert;
+        ql_site_dims(hp, l->kind, &in, &rows, &n_expert);
+        const int64_t out = rows * n_expert;
         const bool has_values = l->w || l->src.data;
-        if (!has_values || l->n_in != in || l->n_out != out)
+        if (!has_values || l->n_in != in || l->n_out != out || l->n_expert != n_expert)
             return ql_error_set(err, QL_EINVAL,
                                 "forward: weight set site %d '%s' is %lldx%lld%s, the model "
                                 "needs %lldx%lld",
@@ -512,7 +723,8 @@ ql_status ql_forward_block(ql_forward *fw, const ql_weights *w, int l, float *x,
     const int64_t QD = (int64_t)hp->n_head * hd, KD = (int64_t)hp->n_head_kv * hd;
     const ql_attn_rounding *r = &fw->rounding;
     const ql_layer_norms *nm = &w->norms[l];
-    const ql_linear *lin = &w->lin[ql_site(l, 0)];
+    const int sq = ql_weights_site(w, l, QL_SITE_Q), sk = ql_weights_site(w, l, QL_SITE_K);
+    const int sv = ql_weights_site(w, l, QL_SITE_V), so = ql_weights_site(w, l, QL_SITE_O);
     float *kc = fw->k_cache + (int64_t)l * fw->max_ctx * KD;
     float *vc = fw->v_cache + (int64_t)l * fw->max_ctx * KD;
     int64_t n = n_tok;
@@ -520,9 +732,9 @@ ql_status ql_forward_block(ql_forward *fw, const ql_weights *w, int l, float *x,
 
     /* attention block */
     rmsnorm(fw->xb, x, nm->attn_norm, n, E, hp->norm_eps);
-    ql_forward_matmul(fw, ql_site(l, QL_SITE_Q), &lin[QL_SITE_Q], fw->xb, fw->q, n);
-    ql_forward_matmul(fw, ql_site(l, QL_SITE_K), &lin[QL_SITE_K], fw->xb, fw->k, n);
-    ql_forward_matmul(fw, ql_site(l, QL_SITE_V), &lin[QL_SITE_V], fw->xb, fw->v, n);
+    ql_forward_matmul(fw, sq, &w->lin[sq], fw->xb, fw->q, n);
+    ql_forward_matmul(fw, sk, &w->lin[sk], fw->xb, fw->k, n);
+    ql_forward_matmul(fw, sv, &w->lin[sv], fw->xb, fw->v, n);
     if (nm->q_norm) {
         head_norm(fw->q, nm->q_norm, hp, n, hp->n_head);
         head_norm(fw->k, nm->k_norm, hp, n, hp->n_head_kv);
@@ -547,15 +759,15 @@ ql_status ql_forward_block(ql_forward *fw, const ql_weights *w, int l, float *x,
         memmove(x, x + (int64_t)out_first * E, (size_t)(n * E) * sizeof(float));
         memmove(fw->att, fw->att + (int64_t)out_first * QD, (size_t)(n * QD) * sizeof(float));
     }
-    ql_forward_matmul(fw, ql_site(l, QL_SITE_O), &lin[QL_SITE_O], fw->att, fw->proj, n);
+    ql_forward_matmul(fw, so, &w->lin[so], fw->att, fw->proj, n);
     add_inplace(x, fw->proj, n * E);
 
     /* feed-forward block */
     rmsnorm(fw->xb, x, nm->ffn_norm, n, E, hp->norm_eps);
-    ql_forward_matmul(fw, ql_site(l, QL_SITE_GATE), &lin[QL_SITE_GATE], fw->xb, fw->hg, n);
-    ql_forward_matmul(fw, ql_site(l, QL_SITE_UP), &lin[QL_SITE_UP], fw->xb, fw->hu, n);
-    swiglu(fw->hg, fw->hu, n * hp->n_ff);
-    ql_forward_matmul(fw, ql_site(l, QL_SITE_DOWN), &lin[QL_SITE_DOWN], fw->hg, fw->proj, n);
+    if (ql_hparams_moe_layer(hp, l))
+        moe_ffn(fw, w, l, n);
+    else
+        dense_ffn(fw, w, l, n);
     add_inplace(x, fw->proj, n * E);
     if (n_out)
         *n_out = (int)n;

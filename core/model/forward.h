@@ -3,7 +3,11 @@
  *
  * Per layer:  x += Wo · attention(RoPE(Wq · n), RoPE(Wk · n), Wv · n),  n = RMSNorm(x) * attn_norm
  *             x += Wdown · (silu(Wgate · m) * (Wup · m)),                 m = RMSNorm(x) * ffn_norm
- * then logits = Whead · (RMSNorm(x) * output_norm).
+ * then logits = Whead · (RMSNorm(x) * output_norm). In a mixture-of-experts block the
+ * feed-forward is Σ_j w_j · FFN_{e_j}(m) over the experts the router chose for the token
+ * (hparams.h: routing), plus a gated shared expert in qwen2moe; each expert multiplies
+ * only the rows routed to it (gathered, one product per expert), so a pass costs what
+ * its active parameters cost.
  *
  * The arithmetic follows ggml's CPU backend where it matters for agreement with
  * llama.cpp: RMSNorm sums squares in double and scales by 1/sqrtf(mean + eps);
@@ -65,6 +69,14 @@ typedef struct ql_forward ql_forward;
 typedef void (*ql_matmul_observer)(void *ctx, int site, const ql_linear *lin, const float *x,
                                    int64_t n_tok);
 
+/* Sees the routing of each mixture-of-experts block: for the n_tok rows the block's
+ * feed-forward runs on (all the chunk's rows, or from out_first on in the last block
+ * of a pass with outputs), sel (n_tok, k) the chosen experts of each row in decreasing
+ * probability and weights (n_tok, k) their weights. Called from the caller's thread
+ * after the router's product, before the experts'. */
+typedef void (*ql_route_observer)(void *ctx, int layer, const int32_t *sel, const float *weights,
+                                  int64_t n_tok, int k);
+
 /* Rounds n_rows rows of row_len values in place. */
 typedef void (*ql_round_fn)(void *ctx, float *x, int64_t n_rows, int64_t row_len);
 
@@ -91,6 +103,10 @@ int ql_forward_max_ctx(const ql_forward *fw);
 
 /* Installs (or with fn = NULL removes) the product observer. */
 void ql_forward_set_observer(ql_forward *fw, ql_matmul_observer fn, void *ctx);
+
+/* Installs (or with fn = NULL removes) the routing observer, and reads it back. */
+void ql_forward_set_route_observer(ql_forward *fw, ql_route_observer fn, void *ctx);
+void ql_forward_get_route_observer(const ql_forward *fw, ql_route_observer *fn, void **ctx);
 
 /* The observer installed now (NULL fn when none). */
 void ql_forward_get_observer(const ql_forward *fw, ql_matmul_observer *fn, void **ctx);

@@ -74,7 +74,87 @@ static ql_status get_float(const ql_gguf *g, const char *arch, const char *suffi
     return QL_OK;
 }
 
-static ql_status read_keys(const ql_gguf *g, ql_hparams *hp, ql_error *err)
+/* What each architecture's graph does, as llama.cpp (b4747; qwen3 and qwen3moe as
+ * later llama.cpp and Hugging Face define them) builds it. */
+typedef struct {
+    const char *name;
+    ql_arch arch;
+    ql_rope_type rope;
+    bool qkv_bias;        /* q/k/v biases required */
+    bool qk_norm;         /* per-head RMSNorm of Q and K */
+    bool moe;             /* expert_count required (llama: optional) */
+    bool weights_norm;    /* routing weights renormalised over the chosen experts */
+    bool output_required; /* no tied head */
+} arch_traits;
+
+static const arch_traits archs[] = {
+    {"llama", QL_ARCH_LLAMA, QL_ROPE_NORM, false, false, false, true, false},
+    {"qwen2", QL_ARCH_QWEN2, QL_ROPE_NEOX, true, false, false, false, false},
+    {"qwen2moe", QL_ARCH_QWEN2MOE, QL_ROPE_NEOX, true, false, true, false, true},
+    {"qwen3", QL_ARCH_QWEN3, QL_ROPE_NEOX, false, true, false, false, false},
+    {"qwen3moe", QL_ARCH_QWEN3MOE, QL_ROPE_NEOX, false, true, true, true, false},
+};
+
+/* {arch}.<suffix> as a count >= 0 (absent: 0). */
+static ql_status get_count(const ql_gguf *g, const char *arch, const char *suffix, int *out,
+                           ql_error *err)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    ql_error e;
+    ql_error_clear(&e);
+    *out = 0;
+    if (!ql_gguf_get_i64(g, key, &v, &e))
+        return e.status ? ql_error_set(err, e.status, "%s", e.msg) : QL_OK;
+    if (v < 0 || v > QL_HPARAMS_MAX_EXPERTS)
+        return ql_error_set(err, QL_EFORMAT, "%s: key '%s' = %lld is out of range (0..%d)", g->path,
+                            key, (long long)v, QL_HPARAMS_MAX_EXPERTS);
+    *out = (int)v;
+    return QL_OK;
+}
+
+/* The expert keys: counts and widths as llama.cpp's loader reads them (llama: the
+ * experts are feed_forward_length wide; qwen2moe and qwen3moe: expert_feed_forward_length,
+ * else n_ff / expert_used_count, and the shared expert expert_shared_feed_forward_length,
+ * else n_ff). llama.cpp's graphs for these architectures read neither
+ * expert_gating_func, expert_weights_norm nor expert_weights_scale: neither does qlab. */
+static ql_status read_experts(const ql_gguf *g, const arch_traits *at, ql_hparams *hp,
+                              ql_error *err)
+{
+    const char *arch = at->name;
+    ql_status st;
+    if ((st = get_count(g, arch, "expert_count", &hp->n_expert, err)) ||
+        (st = get_count(g, arch, "expert_used_count", &hp->n_expert_used, err)))
+        return st;
+    if (hp->n_expert == 0) {
+        if (at->moe)
+            return ql_error_set(err, QL_EFORMAT, "%s: required key '%s.expert_count' is missing",
+                                g->path, arch);
+        hp->n_expert_used = 0;
+        return QL_OK;
+    }
+    if (hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: key '%s.expert_used_count' = %d, expected 1 .. expert_count (%d)",
+                            g->path, arch, hp->n_expert_used, hp->n_expert);
+    hp->expert_weights_norm = at->weights_norm;
+    if (at->arch == QL_ARCH_LLAMA) {
+        hp->n_ff_exp = hp->n_ff;
+        return QL_OK;
+    }
+    if ((st = get_int(g, arch, "expert_feed_forward_length", false,
+                      hp->n_ff / hp->n_expert_used > 0 ? hp->n_ff / hp->n_expert_used : 1,
+                      &hp->n_ff_exp, err)))
+        return st;
+    if (at->arch == QL_ARCH_QWEN2MOE && (st = get_int(g, arch, "expert_shared_feed_forward_length",
+                                                      false, hp->n_ff, &hp->n_ff_shexp, err)))
+        return st;
+    return QL_OK;
+}
+
+static ql_status read_keys(const ql_gguf *g, ql_hparams *hp, const arch_traits **traits,
+                           ql_error *err)
 {
     memset(hp, 0, sizeof *hp);
     ql_error e;
@@ -85,17 +165,17 @@ static ql_status read_keys(const ql_gguf *g, ql_hparams *hp, ql_error *err)
             return ql_error_set(err, e.status, "%s", e.msg);
         return ql_error_set(err, QL_EFORMAT, "%s: key 'general.architecture' is missing", g->path);
     }
-    if (strcmp(arch, "llama") == 0)
-        hp->arch = QL_ARCH_LLAMA;
-    else if (strcmp(arch, "qwen2") == 0)
-        hp->arch = QL_ARCH_QWEN2;
-    else if (strcmp(arch, "qwen3") == 0)
-        hp->arch = QL_ARCH_QWEN3;
-    else
+    const arch_traits *at = NULL;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (strcmp(arch, archs[i].name) == 0)
+            at = &archs[i];
+    if (!at)
         return ql_error_set(err, QL_EUNSUPPORTED,
                             "%s: architecture '%s' is not supported (qlab reads llama, qwen2, "
-                            "qwen3)",
+                            "qwen2moe, qwen3, qwen3moe)",
                             g->path, arch);
+    *traits = at;
+    hp->arch = at->arch;
     ql_strlcpy(hp->arch_name, arch, sizeof hp->arch_name);
 
     ql_status st;
@@ -171,10 +251,10 @@ static ql_status read_keys(const ql_gguf *g, ql_hparams *hp, ql_error *err)
     }
     /* As llama.cpp decides (llama_model_rope_type): llama rotates adjacent pairs, the
      * Qwen family rotates halves. */
-    hp->rope_type = hp->arch == QL_ARCH_LLAMA ? QL_ROPE_NORM : QL_ROPE_NEOX;
-    hp->has_qkv_bias = hp->arch == QL_ARCH_QWEN2;
-    hp->has_qk_norm = hp->arch == QL_ARCH_QWEN3;
-    return QL_OK;
+    hp->rope_type = at->rope;
+    hp->has_qkv_bias = at->qkv_bias;
+    hp->has_qk_norm = at->qk_norm;
+    return read_experts(g, at, hp, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -251,7 +331,8 @@ static ql_status check_blocks(const ql_gguf *g, const ql_hparams *hp, ql_error *
 
 ql_status ql_hparams_read(const ql_gguf *g, ql_hparams *hp, ql_error *err)
 {
-    ql_status st = read_keys(g, hp, err);
+    const arch_traits *at = NULL;
+    ql_status st = read_keys(g, hp, &at, err);
     if (st || (st = check_blocks(g, hp, err)))
         return st;
     const ql_gguf_tensor *emb = ql_gguf_find_tensor(g, "token_embd.weight");
@@ -273,5 +354,32 @@ ql_status ql_hparams_read(const ql_gguf *g, ql_hparams *hp, ql_error *err)
                             "'token_embd.weight' has %d rows (one per token)",
                             g->path, (unsigned long long)toks->value.v.arr.n, hp->n_vocab);
     hp->tied_output = ql_gguf_find_tensor(g, "output.weight") == NULL;
+    if (hp->tied_output && at->output_required)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: tensor 'output.weight' is missing (%s has no tied head)", g->path,
+                            hp->arch_name);
     return QL_OK;
+}
+
+int ql_hparams_ff_max(const ql_hparams *hp)
+{
+    int m = hp->n_expert > 0 ? 0 : hp->n_ff;
+    if (hp->n_ff_exp > m)
+        m = hp->n_ff_exp;
+    if (hp->n_ff_shexp > m)
+        m = hp->n_ff_shexp;
+    return m;
+}
+
+int64_t ql_hparams_layer_weights(const ql_hparams *hp)
+{
+    const int64_t E = hp->n_embd, QD = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t KD = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t attn = E * QD + 2 * E * KD + QD * E;
+    if (hp->n_expert == 0)
+        return attn + 3 * E * hp->n_ff;
+    int64_t ffn = (int64_t)hp->n_expert * (3 * E * hp->n_ff_exp + E);
+    if (hp->n_ff_shexp > 0)
+        ffn += 3 * E * hp->n_ff_shexp + E;
+    return attn + ffn;
 }

@@ -1,5 +1,6 @@
-/* Model loading: every tensor turned into f32 and checked against the
- * hyper-parameters (hparams.h); weight sets and their ownership. */
+/* Model loading: every tensor found, checked against the hyper-parameters (hparams.h)
+ * and kept in the file's memory map (norms and biases in f32); weight sets, their
+ * ownership, and the binding of a block's products to f32. */
 #include "model/model.h"
 
 #include <math.h>
@@ -30,19 +31,78 @@ static ql_status own(ql_weights *w, void *p, ql_error *err)
     return QL_OK;
 }
 
-static ql_status weights_alloc(ql_weights **out, int n_layer, ql_error *err)
+/* The sites of block l in ql_site_kind order: the attention's four, then the dense
+ * feed-forward's three or the router, the routed experts and the shared expert. */
+static int layer_kinds(const ql_hparams *hp, int l, ql_site_kind kinds[QL_SITE_KINDS])
+{
+    int n = 0;
+    for (int k = QL_SITE_Q; k <= QL_SITE_O; k++)
+        kinds[n++] = (ql_site_kind)k;
+    if (!ql_hparams_moe_layer(hp, l)) {
+        kinds[n++] = QL_SITE_GATE;
+        kinds[n++] = QL_SITE_UP;
+        kinds[n++] = QL_SITE_DOWN;
+        return n;
+    }
+    for (int k = QL_SITE_GATE_INP; k <= QL_SITE_DOWN_EXPS; k++)
+        kinds[n++] = (ql_site_kind)k;
+    if (hp->n_ff_shexp > 0)
+        for (int k = QL_SITE_GATE_INP_SHEXP; k <= QL_SITE_DOWN_SHEXP; k++)
+            kinds[n++] = (ql_site_kind)k;
+    return n;
+}
+
+/* An empty weight set with room for every site of a model of hp's shape: the site
+ * tables filled, each linear's layer and kind set. */
+static ql_status weights_alloc(ql_weights **out, const ql_hparams *hp, ql_error *err)
 {
     ql_weights *w = calloc(1, sizeof *w);
     if (!w)
         return ql_error_set(err, QL_ENOMEM, "out of memory");
+    const int n_layer = hp->n_layer;
     w->n_layer = n_layer;
-    w->n_lin = n_layer * QL_SITES_PER_LAYER + 1;
-    w->lin = calloc((size_t)w->n_lin, sizeof *w->lin);
+    w->layer_site0 = calloc((size_t)n_layer + 1, sizeof *w->layer_site0);
+    w->kind_site = malloc(((size_t)n_layer * QL_SITE_KINDS + 1) * sizeof *w->kind_site);
     w->norms = calloc((size_t)(n_layer > 0 ? n_layer : 1), sizeof *w->norms);
-    if (!w->lin || !w->norms) {
+    if (!w->layer_site0 || !w->kind_site || !w->norms) {
         ql_weights_free(w);
         return ql_error_set(err, QL_ENOMEM, "out of memory");
     }
+    ql_site_kind kinds[QL_SITE_KINDS];
+    int n = 0;
+    for (int l = 0; l < n_layer; l++) {
+        w->layer_site0[l] = n;
+        n += layer_kinds(hp, l, kinds);
+    }
+    w->layer_site0[n_layer] = n;
+    w->n_lin = n + 1;
+    w->lin = calloc((size_t)w->n_lin, sizeof *w->lin);
+    if (!w->lin) {
+        ql_weights_free(w);
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < (size_t)n_layer * QL_SITE_KINDS; i++)
+        w->kind_site[i] = -1;
+    for (int l = 0; l < n_layer; l++) {
+        const int nk = layer_kinds(hp, l, kinds);
+        for (int i = 0; i < nk; i++) {
+            const int s = w->layer_site0[l] + i;
+            w->kind_site[l * QL_SITE_KINDS + kinds[i]] = s;
+            w->lin[s].layer = l;
+            w->lin[s].kind = kinds[i];
+        }
+    }
+    for (int s = 0; s < w->n_lin; s++) {
+        w->lin[s].n_expert = 1;
+        w->lin[s].expert = -1;
+    }
+    ql_linear *head = &w->lin[w->n_lin - 1];
+    head->layer = -1;
+    head->kind = QL_SITE_HEAD;
+    w->tok_embd.layer = -1;
+    w->tok_embd.kind = QL_SITE_HEAD;
+    w->tok_embd.n_expert = 1;
+    w->tok_embd.expert = -1;
     *out = w;
     return QL_OK;
 }
@@ -66,10 +126,22 @@ static void linear_borrow(ql_linear *dst, const ql_linear *src)
 ql_status ql_weights_copy(ql_weights **out, const ql_weights *src, ql_error *err)
 {
     *out = NULL;
-    ql_weights *w;
-    ql_status st = weights_alloc(&w, src->n_layer, err);
-    if (st)
-        return st;
+    ql_weights *w = calloc(1, sizeof *w);
+    if (!w)
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    const size_t n_layer = (size_t)src->n_layer;
+    w->n_layer = src->n_layer;
+    w->n_lin = src->n_lin;
+    w->lin = calloc((size_t)src->n_lin, sizeof *w->lin);
+    w->norms = calloc(n_layer > 0 ? n_layer : 1, sizeof *w->norms);
+    w->layer_site0 = malloc((n_layer + 1) * sizeof *w->layer_site0);
+    w->kind_site = malloc((n_layer * QL_SITE_KINDS + 1) * sizeof *w->kind_site);
+    if (!w->lin || !w->norms || !w->layer_site0 || !w->kind_site) {
+        ql_weights_free(w);
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    }
+    memcpy(w->layer_site0, src->layer_site0, (n_layer + 1) * sizeof *w->layer_site0);
+    memcpy(w->kind_site, src->kind_site, n_layer * QL_SITE_KINDS * sizeof *w->kind_site);
     for (int i = 0; i < src->n_lin; i++)
         linear_borrow(&w->lin[i], &src->lin[i]);
     linear_borrow(&w->tok_embd, &src->tok_embd);
@@ -101,6 +173,8 @@ void ql_weights_free(ql_weights *w)
     free(w->owned);
     free(w->lin);
     free(w->norms);
+    free(w->layer_site0);
+    free(w->kind_site);
     free(w);
 }
 
@@ -184,11 +258,9 @@ static void decode_halves(int32_t type, const uint8_t *src, float *out, int64_t 
     }
 }
 
-ql_status ql_linear_prepare(const ql_linear *lin, ql_error *err)
+/* Whether one source can be decoded at this row length. */
+static ql_status prepare_src(const ql_linear *lin, const ql_weight_src *s, ql_error *err)
 {
-    if (lin->w)
-        return QL_OK;
-    const ql_weight_src *s = &lin->src;
     if (!s->data || !decodable(s->type, lin->n_in))
         return ql_error_set(err, QL_EUNSUPPORTED,
                             "tensor '%s' (%lldx%lld): qlab cannot decode type %s", lin->name,
@@ -199,14 +271,22 @@ ql_status ql_linear_prepare(const ql_linear *lin, ql_error *err)
     return QL_OK;
 }
 
-void ql_linear_decode_prepared(const ql_linear *lin, int64_t row0, int64_t n_rows, float *out)
+ql_status ql_linear_prepare(const ql_linear *lin, ql_error *err)
 {
-    const ql_weight_src *s = &lin->src;
-    const int64_t n_in = lin->n_in;
-    if (lin->w) { /* bound or in place: the values are there */
-        memcpy(out, lin->w + row0 * n_in, (size_t)(n_rows * n_in) * sizeof *out);
-        return;
-    }
+    if (lin->w)
+        return QL_OK;
+    ql_status st = prepare_src(lin, &lin->src, err);
+    for (int e = 0; !st && lin->expert_src && e < lin->n_expert; e++)
+        if (lin->expert_src[e].data)
+            st = prepare_src(lin, &lin->expert_src[e], err);
+    return st;
+}
+
+/* Rows row0 .. row0 + n_rows - 1 of one source (a whole matrix's or stacked one's rows
+ * numbered from its first), exact columns written back. */
+static void decode_src(const ql_weight_src *s, int64_t n_in, int64_t row0, int64_t n_rows,
+                       float *out)
+{
     const size_t row_bytes = ql_row_size(s->type, n_in);
     const uint8_t *src = (const uint8_t *)s->data + (size_t)row0 * row_bytes;
     if (s->type == QL_TYPE_F16 || s->type == QL_TYPE_BF16)
@@ -218,6 +298,68 @@ void ql_linear_decode_prepared(const ql_linear *lin, int64_t row0, int64_t n_row
     for (int64_t i = 0; i < n_rows; i++)
         for (int64_t j = 0; j < s->n_exact; j++)
             out[i * n_in + s->exact_cols[j]] = s->exact_vals[(row0 + i) * s->n_exact + j];
+}
+
+/* Expert e's own source, rows numbered from the expert's first. */
+static bool expert_own_src(const ql_linear *lin, int e, ql_weight_src *out)
+{
+    if (!lin->expert_src || !lin->expert_src[e].data)
+        return false;
+    *out = lin->expert_src[e];
+    return true;
+}
+
+void ql_linear_decode_prepared(const ql_linear *lin, int64_t row0, int64_t n_rows, float *out)
+{
+    const int64_t n_in = lin->n_in;
+    if (lin->w) { /* bound or in place: the values are there */
+        memcpy(out, lin->w + row0 * n_in, (size_t)(n_rows * n_in) * sizeof *out);
+        return;
+    }
+    if (!lin->expert_src) {
+        decode_src(&lin->src, n_in, row0, n_rows, out);
+        return;
+    }
+    /* Experts with sources of their own: piece by piece, each from its source. */
+    const int64_t rows = ql_linear_matrix_rows(lin);
+    for (int64_t r = row0; r < row0 + n_rows;) {
+        const int e = (int)(r / rows);
+        const int64_t end =
+            (int64_t)(e + 1) * rows < row0 + n_rows ? (int64_t)(e + 1) * rows : row0 + n_rows;
+        ql_weight_src own_src;
+        if (expert_own_src(lin, e, &own_src))
+            decode_src(&own_src, n_in, r - (int64_t)e * rows, end - r, out + (r - row0) * n_in);
+        else
+            decode_src(&lin->src, n_in, r, end - r, out + (r - row0) * n_in);
+        r = end;
+    }
+}
+
+void ql_linear_expert(const ql_linear *lin, int e, ql_linear *view)
+{
+    QL_ASSERT(e >= 0 && e < lin->n_expert);
+    const int64_t rows = ql_linear_matrix_rows(lin);
+    *view = *lin;
+    view->n_out = rows;
+    view->n_expert = 1;
+    view->expert = e;
+    view->row0 = (int64_t)e * rows;
+    view->expert_src = NULL;
+    view->w_owned = NULL;
+    view->b_owned = NULL;
+    view->bound = false;
+    if (lin->w)
+        view->w = lin->w + view->row0 * lin->n_in;
+    if (lin->b)
+        view->b = lin->b + view->row0;
+    if (!expert_own_src(lin, e, &view->src)) {
+        view->src.data = lin->src.data
+                             ? (const uint8_t *)lin->src.data +
+                                   (size_t)view->row0 * ql_row_size(lin->src.type, lin->n_in)
+                             : NULL;
+        if (lin->src.n_exact > 0)
+            view->src.exact_vals = lin->src.exact_vals + view->row0 * lin->src.n_exact;
+    }
 }
 
 ql_status ql_linear_decode_rows(const ql_linear *lin, int64_t row0, int64_t n_rows, float *out,
@@ -242,12 +384,15 @@ ql_status ql_linear_decode_rows(const ql_linear *lin, int64_t row0, int64_t n_ro
 
 size_t ql_weights_layer_floats(const ql_weights *w)
 {
-    size_t n = 0;
-    for (int k = 0; k < QL_SITES_PER_LAYER && w->n_layer > 0; k++) {
-        const ql_linear *l = &w->lin[k];
-        n += (size_t)(l->n_in * l->n_out);
+    size_t most = 0;
+    for (int l = 0; l < w->n_layer; l++) {
+        size_t n = 0;
+        for (int s = w->layer_site0[l]; s < w->layer_site0[l + 1]; s++)
+            n += (size_t)(w->lin[s].n_in * w->lin[s].n_out);
+        if (n > most)
+            most = n;
     }
-    return n;
+    return most;
 }
 
 /* The first value of w (n_out, n_in) that is not finite, as an error. */
@@ -302,9 +447,12 @@ static void unbind_linear(ql_linear *lin)
 
 const char *ql_site_kind_name(ql_site_kind kind)
 {
-    static const char *const names[QL_SITES_PER_LAYER] = {
-        "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
-    QL_ASSERT(kind >= 0 && kind < QL_SITES_PER_LAYER);
+    static const char *const names[QL_SITE_KINDS + 1] = {
+        "attn_q",         "attn_k",       "attn_v",         "attn_output",
+        "ffn_gate",       "ffn_up",       "ffn_down",       "ffn_gate_inp",
+        "ffn_gate_exps",  "ffn_up_exps",  "ffn_down_exps",  "ffn_gate_inp_shexp",
+        "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp", "output"};
+    QL_ASSERT(kind >= 0 && kind <= QL_SITE_KINDS);
     return names[kind];
 }
 
@@ -313,9 +461,8 @@ ql_status ql_weights_bind_layer(ql_weights *w, int layer, float *buf, size_t buf
 {
     QL_ASSERT(layer >= 0 && layer < w->n_layer);
     size_t used = 0;
-    for (int k = 0; k < QL_SITES_PER_LAYER; k++) {
-        ql_status st =
-            bind_linear(&w->lin[ql_site(layer, (ql_site_kind)k)], buf, buf_floats, &used, err);
+    for (int s = w->layer_site0[layer]; s < w->layer_site0[layer + 1]; s++) {
+        ql_status st = bind_linear(&w->lin[s], buf, buf_floats, &used, err);
         if (st) {
             ql_weights_unbind_layer(w, layer);
             return st;
@@ -326,14 +473,14 @@ ql_status ql_weights_bind_layer(ql_weights *w, int layer, float *buf, size_t buf
 
 void ql_weights_unbind_layer(ql_weights *w, int layer)
 {
-    for (int k = 0; k < QL_SITES_PER_LAYER; k++)
-        unbind_linear(&w->lin[ql_site(layer, (ql_site_kind)k)]);
+    for (int s = w->layer_site0[layer]; s < w->layer_site0[layer + 1]; s++)
+        unbind_linear(&w->lin[s]);
 }
 
 bool ql_weights_layer_bound(const ql_weights *w, int layer)
 {
-    for (int k = 0; k < QL_SITES_PER_LAYER; k++)
-        if (!w->lin[ql_site(layer, (ql_site_kind)k)].w)
+    for (int s = w->layer_site0[layer]; s < w->layer_site0[layer + 1]; s++)
+        if (!w->lin[s].w)
             return false;
     return true;
 }
@@ -377,13 +524,29 @@ int64_t ql_weights_n_params(const ql_weights *w, const ql_hparams *hp)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Tensors to f32                                                             */
+/* Tensors from the file                                                      */
 
-/* Finds a tensor and checks its shape is {ne0} (ne1 == 0) or {ne0, ne1}; *out = NULL
- * when it is missing and not required. */
-static ql_status find_tensor(const ql_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+/* A load in progress: the file, and which of its tensors the model has taken (a
+ * tensor left over is an error: the forward pass would ignore it). */
+typedef struct {
+    const ql_gguf *g;
+    bool *used; /* (g->n_tensors,) */
+} loader;
+
+static void shape_text(const ql_gguf_tensor *t, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%lld", (long long)t->ne[0]);
+    for (uint32_t d = 1; d < t->n_dims && n > 0 && (size_t)n < size; d++)
+        n += snprintf(buf + n, size - (size_t)n, "x%lld", (long long)t->ne[d]);
+}
+
+/* Finds a tensor and checks its shape is ne[0..n_dims) (missing trailing dimensions of
+ * the file's count as 1, as llama.cpp compares them); *out = NULL when it is missing and
+ * not required. */
+static ql_status find_tensor(loader *ld, const char *name, int n_dims, const int64_t *ne,
                              bool required, const ql_gguf_tensor **out, ql_error *err)
 {
+    const ql_gguf *g = ld->g;
     *out = NULL;
     const ql_gguf_tensor *t = ql_gguf_find_tensor(g, name);
     if (!t) {
@@ -391,50 +554,46 @@ static ql_status find_tensor(const ql_gguf *g, const char *name, int64_t ne0, in
             return QL_OK;
         return ql_error_set(err, QL_EFORMAT, "%s: tensor '%s' is missing", g->path, name);
     }
-    uint32_t want_dims = ne1 > 0 ? 2 : 1;
-    bool ok = t->n_dims == want_dims && t->ne[0] == ne0 && (ne1 == 0 || t->ne[1] == ne1);
-    if (!ok) {
-        char got[96];
-        if (t->n_dims == 1)
-            snprintf(got, sizeof got, "%lld", (long long)t->ne[0]);
-        else if (t->n_dims == 2)
-            snprintf(got, sizeof got, "%lldx%lld", (long long)t->ne[0], (long long)t->ne[1]);
-        else
-            snprintf(got, sizeof got, "%lldx%lldx%lldx%lld", (long long)t->ne[0],
-                     (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
-        if (ne1 > 0)
-            return ql_error_set(err, QL_EFORMAT,
-                                "%s: tensor '%s' has shape %s, expected %lldx%lld (ggml ne)",
-                                g->path, name, got, (long long)ne0, (long long)ne1);
-        return ql_error_set(err, QL_EFORMAT, "%s: tensor '%s' has shape %s, expected %lld", g->path,
-                            name, got, (long long)ne0);
+    bool ok = true;
+    for (int d = 0; d < QL_GGUF_MAX_DIMS; d++) {
+        const int64_t want = d < n_dims ? ne[d] : 1;
+        const int64_t got = d < (int)t->n_dims ? t->ne[d] : 1;
+        ok = ok && want == got;
     }
+    if (!ok) {
+        char got[96], want[96];
+        shape_text(t, got, sizeof got);
+        int n = snprintf(want, sizeof want, "%lld", (long long)ne[0]);
+        for (int d = 1; d < n_dims && n > 0 && (size_t)n < sizeof want; d++)
+            n += snprintf(want + n, sizeof want - (size_t)n, "x%lld", (long long)ne[d]);
+        return ql_error_set(err, QL_EFORMAT, "%s: tensor '%s' has shape %s, expected %s%s", g->path,
+                            name, got, want, n_dims > 1 ? " (ggml ne)" : "");
+    }
+    ld->used[t - g->tensors] = true;
     *out = t;
     return QL_OK;
 }
 
-/* A 1-D or 2-D tensor as f32: borrowed from the map for F32, else converted into a heap
- * array (*owned). */
-static ql_status tensor_f32(const ql_gguf *g, const char *name, int64_t ne0, int64_t ne1,
-                            bool required, const float **data, float **owned, int32_t *type,
-                            ql_error *err)
+/* A 1-D tensor as f32: borrowed from the map for F32, else converted into a heap array
+ * (*owned). */
+static ql_status tensor_f32(loader *ld, const char *name, int64_t n, bool required,
+                            const float **data, float **owned, ql_error *err)
 {
+    const ql_gguf *g = ld->g;
     *data = NULL;
     *owned = NULL;
     const ql_gguf_tensor *t;
-    ql_status fst = find_tensor(g, name, ne0, ne1, required, &t, err);
+    ql_status fst = find_tensor(ld, name, 1, &n, required, &t, err);
     if (fst || !t)
         return fst;
-    *type = t->type;
-    int64_t rows = ne1 > 0 ? ne1 : 1;
-    int64_t n = ne0 * rows;
     if (t->type == QL_TYPE_F32) {
         *data = t->data;
         return QL_OK;
     }
     const ql_type_traits *tr = ql_type_get(t->type);
     bool direct = t->type == QL_TYPE_F16 || t->type == QL_TYPE_BF16;
-    if (!t->data || !tr || (!direct && !tr->dequantize))
+    if (!t->data || !tr || (!direct && !tr->dequantize) ||
+        (!direct && ql_row_size(t->type, n) == 0))
         return ql_error_set(err, QL_EUNSUPPORTED,
                             "%s: tensor '%s' has type %s which qlab cannot read yet", g->path, name,
                             ql_type_name(t->type));
@@ -450,23 +609,31 @@ static ql_status tensor_f32(const ql_gguf *g, const char *name, int64_t ne0, int
             free(f);
             return ql_error_prefix(err, "%s: tensor '%s': ", g->path, name);
         }
-        tr->dequantize(t->data, f, rows, ne0);
+        tr->dequantize(t->data, f, 1, n);
     }
     *data = f;
     *owned = f;
     return QL_OK;
 }
 
-/* A 2-D product weight (and optional bias) into a linear: the weight stays in the map
- * as its source; the bias is turned into f32. */
-static ql_status load_linear(const ql_gguf *g, ql_linear *lin, const char *name, int64_t n_in,
-                             int64_t n_out, bool bias, ql_error *err)
+/* Whether a product's bias is required, optional (llama.cpp loads it when the file has
+ * it: llama's q/k/v/o and feed-forward products) or not read at all. */
+typedef enum { BIAS_NONE, BIAS_OPTIONAL, BIAS_REQUIRED } bias_rule;
+
+/* A product weight (and its bias) into a linear: the weight stays in the map as its
+ * source; the bias is turned into f32. n_expert > 1: a 3-D tensor {n_in, rows,
+ * n_expert}, its experts stacked in the rows. */
+static ql_status load_linear(loader *ld, ql_linear *lin, const char *name, int64_t n_in,
+                             int64_t rows, int n_expert, bias_rule bias, ql_error *err)
 {
+    const ql_gguf *g = ld->g;
     snprintf(lin->name, sizeof lin->name, "%s.weight", name);
     lin->n_in = n_in;
-    lin->n_out = n_out;
+    lin->n_out = rows * n_expert;
+    lin->n_expert = n_expert;
+    const int64_t ne[3] = {n_in, rows, n_expert};
     const ql_gguf_tensor *t;
-    ql_status st = find_tensor(g, lin->name, n_in, n_out, true, &t, err);
+    ql_status st = find_tensor(ld, lin->name, n_expert > 1 ? 3 : 2, ne, true, &t, err);
     if (st)
         return st;
     if (!t->data || !decodable(t->type, n_in))
@@ -476,66 +643,142 @@ static ql_status load_linear(const ql_gguf *g, ql_linear *lin, const char *name,
     const ql_weight_src src = {t->type, t->data, 0, NULL, NULL};
     ql_linear_set_src(lin, &src);
     lin->src_type = t->type;
-    if (!bias)
+    if (bias == BIAS_NONE)
         return QL_OK;
     char bname[112];
-    int32_t btype;
     snprintf(bname, sizeof bname, "%s.bias", name);
-    return tensor_f32(g, bname, n_out, 0, true, &lin->b, &lin->b_owned, &btype, err);
+    return tensor_f32(ld, bname, lin->n_out, bias == BIAS_REQUIRED, &lin->b, &lin->b_owned, err);
 }
 
 /* A 1-D tensor owned by the weight set. */
-static ql_status load_vector(const ql_gguf *g, ql_weights *w, const char *name, int64_t n,
-                             bool required, const float **out, ql_error *err)
+static ql_status load_vector(loader *ld, ql_weights *w, const char *name, int64_t n, bool required,
+                             const float **out, ql_error *err)
 {
     float *owned;
-    int32_t type;
-    ql_status st = tensor_f32(g, name, n, 0, required, out, &owned, &type, err);
+    ql_status st = tensor_f32(ld, name, n, required, out, &owned, err);
     if (st == QL_OK && owned)
         st = own(w, owned, err);
     return st;
 }
 
-static ql_status load_weights(const ql_gguf *g, const ql_hparams *hp, ql_weights *w, ql_error *err)
+/* Shape (n_in, rows per matrix, matrices) and bias rule of a site kind. */
+typedef struct {
+    int64_t n_in, rows;
+    int n_expert;
+    bias_rule bias;
+} site_shape;
+
+static site_shape shape_of(const ql_hparams *hp, ql_site_kind kind)
 {
-    const int64_t E = hp->n_embd, F = hp->n_ff, D = hp->head_dim;
+    site_shape sh;
+    ql_site_dims(hp, kind, &sh.n_in, &sh.rows, &sh.n_expert);
+    const bias_rule llama = hp->arch == QL_ARCH_LLAMA ? BIAS_OPTIONAL : BIAS_NONE;
+    switch (kind) {
+    case QL_SITE_Q:
+    case QL_SITE_K:
+    case QL_SITE_V:
+        sh.bias = hp->has_qkv_bias ? BIAS_REQUIRED : llama;
+        break;
+    case QL_SITE_O:
+    case QL_SITE_GATE:
+    case QL_SITE_UP:
+    case QL_SITE_DOWN:
+        sh.bias = llama;
+        break;
+    default:
+        sh.bias = BIAS_NONE;
+    }
+    return sh;
+}
+
+void ql_site_dims(const ql_hparams *hp, ql_site_kind kind, int64_t *n_in, int64_t *rows,
+                  int *n_expert)
+{
+    const int64_t E = hp->n_embd, D = hp->head_dim;
     const int64_t QD = (int64_t)hp->n_head * D, KD = (int64_t)hp->n_head_kv * D;
+    int64_t in = E, out = E;
+    int ne = 1;
+    switch (kind) {
+    case QL_SITE_Q:
+        out = QD;
+        break;
+    case QL_SITE_K:
+    case QL_SITE_V:
+        out = KD;
+        break;
+    case QL_SITE_O:
+        in = QD;
+        break;
+    case QL_SITE_GATE:
+    case QL_SITE_UP:
+        out = hp->n_ff;
+        break;
+    case QL_SITE_DOWN:
+        in = hp->n_ff;
+        break;
+    case QL_SITE_GATE_INP:
+        out = hp->n_expert;
+        break;
+    case QL_SITE_GATE_EXPS:
+    case QL_SITE_UP_EXPS:
+        out = hp->n_ff_exp;
+        ne = hp->n_expert;
+        break;
+    case QL_SITE_DOWN_EXPS:
+        in = hp->n_ff_exp;
+        ne = hp->n_expert;
+        break;
+    case QL_SITE_GATE_INP_SHEXP:
+        out = 1;
+        break;
+    case QL_SITE_GATE_SHEXP:
+    case QL_SITE_UP_SHEXP:
+        out = hp->n_ff_shexp;
+        break;
+    case QL_SITE_DOWN_SHEXP:
+        in = hp->n_ff_shexp;
+        break;
+    case QL_SITE_HEAD:
+        out = hp->n_vocab;
+        break;
+    default:
+        QL_ASSERT(!"not a site kind");
+    }
+    *n_in = in;
+    *rows = out;
+    *n_expert = ne;
+}
+
+static ql_status load_weights(loader *ld, const ql_hparams *hp, ql_weights *w, ql_error *err)
+{
+    const int64_t E = hp->n_embd, D = hp->head_dim;
     ql_status st;
-    if ((st = load_linear(g, &w->tok_embd, "token_embd", E, hp->n_vocab, false, err)) ||
-        (st = load_vector(g, w, "output_norm.weight", E, true, &w->output_norm, err)) ||
-        (st = load_vector(g, w, "rope_freqs.weight", hp->n_rot / 2, false, &w->rope_freqs, err)))
+    if ((st = load_linear(ld, &w->tok_embd, "token_embd", E, hp->n_vocab, 1, BIAS_NONE, err)) ||
+        (st = load_vector(ld, w, "output_norm.weight", E, true, &w->output_norm, err)) ||
+        (st = load_vector(ld, w, "rope_freqs.weight", hp->n_rot / 2, false, &w->rope_freqs, err)))
         return st;
     for (int l = 0; l < hp->n_layer; l++) {
         char n[64];
-        ql_layer_norms *nm = &w->norms[l];
-        struct {
-            ql_site_kind kind;
-            int64_t n_in, n_out;
-            bool bias;
-        } sites[] = {
-            {QL_SITE_Q, E, QD, hp->has_qkv_bias}, {QL_SITE_K, E, KD, hp->has_qkv_bias},
-            {QL_SITE_V, E, KD, hp->has_qkv_bias}, {QL_SITE_O, QD, E, false},
-            {QL_SITE_GATE, E, F, false},          {QL_SITE_UP, E, F, false},
-            {QL_SITE_DOWN, F, E, false},
-        };
-        for (size_t s = 0; s < sizeof sites / sizeof sites[0]; s++) {
-            snprintf(n, sizeof n, "blk.%d.%s", l, ql_site_kind_name(sites[s].kind));
-            if ((st = load_linear(g, &w->lin[ql_site(l, sites[s].kind)], n, sites[s].n_in,
-                                  sites[s].n_out, sites[s].bias, err)))
+        for (int s = w->layer_site0[l]; s < w->layer_site0[l + 1]; s++) {
+            ql_linear *lin = &w->lin[s];
+            const site_shape sh = shape_of(hp, lin->kind);
+            snprintf(n, sizeof n, "blk.%d.%s", l, ql_site_kind_name(lin->kind));
+            if ((st = load_linear(ld, lin, n, sh.n_in, sh.rows, sh.n_expert, sh.bias, err)))
                 return st;
         }
+        ql_layer_norms *nm = &w->norms[l];
         snprintf(n, sizeof n, "blk.%d.attn_norm.weight", l);
-        if ((st = load_vector(g, w, n, E, true, &nm->attn_norm, err)))
+        if ((st = load_vector(ld, w, n, E, true, &nm->attn_norm, err)))
             return st;
         snprintf(n, sizeof n, "blk.%d.ffn_norm.weight", l);
-        if ((st = load_vector(g, w, n, E, true, &nm->ffn_norm, err)))
+        if ((st = load_vector(ld, w, n, E, true, &nm->ffn_norm, err)))
             return st;
         if (hp->has_qk_norm) {
             snprintf(n, sizeof n, "blk.%d.attn_q_norm.weight", l);
-            if ((st = load_vector(g, w, n, D, true, &nm->q_norm, err)))
+            if ((st = load_vector(ld, w, n, D, true, &nm->q_norm, err)))
                 return st;
             snprintf(n, sizeof n, "blk.%d.attn_k_norm.weight", l);
-            if ((st = load_vector(g, w, n, D, true, &nm->k_norm, err)))
+            if ((st = load_vector(ld, w, n, D, true, &nm->k_norm, err)))
                 return st;
         }
     }
@@ -546,10 +789,41 @@ static ql_status load_weights(const ql_gguf *g, const ql_hparams *hp, ql_weights
         linear_borrow(head, &w->tok_embd);
         return QL_OK;
     }
-    return load_linear(g, head, "output", E, hp->n_vocab, false, err);
+    if ((st = load_linear(ld, head, "output", E, hp->n_vocab, 1, BIAS_NONE, err)))
+        return st;
+    head->layer = -1;
+    head->kind = QL_SITE_HEAD;
+    return QL_OK;
 }
 
-ql_status ql_model_from_gguf(ql_model **out, ql_gguf *g, ql_error *err)
+/* Every tensor of the file must have been taken: one the forward pass does not read
+ * would be ignored without a word (llama.cpp refuses such a file too: "wrong number of
+ * tensors"). With unused, the first such tensor's name is given instead. */
+static ql_status check_all_used(const loader *ld, const ql_hparams *hp, const char **unused,
+                                ql_error *err)
+{
+    const ql_gguf *g = ld->g;
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        if (ld->used[i])
+            continue;
+        if (unused) {
+            if (!*unused)
+                *unused = g->tensors[i].name;
+            continue;
+        }
+        const ql_gguf_tensor *t = &g->tensors[i];
+        char shape[96];
+        shape_text(t, shape, sizeof shape);
+        return ql_error_set(err, QL_EUNSUPPORTED,
+                            "%s: tensor '%s' (%s, %s) is not part of a %s model as qlab "
+                            "computes it: evaluating the model without it would give figures "
+                            "for another model",
+                            g->path, t->name, shape, ql_type_name(t->type), hp->arch_name);
+    }
+    return QL_OK;
+}
+
+static ql_status model_from_gguf(ql_model **out, ql_gguf *g, const char **unused, ql_error *err)
 {
     *out = NULL;
     ql_model *m = calloc(1, sizeof *m);
@@ -566,15 +840,29 @@ ql_status ql_model_from_gguf(ql_model **out, ql_gguf *g, ql_error *err)
     }
     if ((st = ql_hparams_read(g, &m->hp, err)))
         goto fail;
-    if ((st = weights_alloc(&m->weights, m->hp.n_layer, err)) ||
-        (st = load_weights(g, &m->hp, m->weights, err)))
+    loader ld = {g, calloc((size_t)g->n_tensors + 1, sizeof(bool))};
+    if (!ld.used) {
+        st = ql_error_set(err, QL_ENOMEM, "out of memory");
         goto fail;
+    }
+    if ((st = weights_alloc(&m->weights, &m->hp, err)) ||
+        (st = load_weights(&ld, &m->hp, m->weights, err)) ||
+        (st = check_all_used(&ld, &m->hp, unused, err))) {
+        free(ld.used);
+        goto fail;
+    }
+    free(ld.used);
     m->n_params = ql_weights_n_params(m->weights, &m->hp);
     *out = m;
     return QL_OK;
 fail:
     ql_model_free(m);
     return st;
+}
+
+ql_status ql_model_from_gguf(ql_model **out, ql_gguf *g, ql_error *err)
+{
+    return model_from_gguf(out, g, NULL, err);
 }
 
 ql_status ql_model_load(ql_model **out, const char *path, ql_error *err)
@@ -584,7 +872,22 @@ ql_status ql_model_load(ql_model **out, const char *path, ql_error *err)
     ql_status st = ql_gguf_open(&g, path, err);
     if (st)
         return st;
-    return ql_model_from_gguf(out, g, err);
+    return model_from_gguf(out, g, NULL, err);
+}
+
+ql_status ql_model_load_for_rewrite(ql_model **out, const char *path, const char **unused,
+                                    ql_error *err)
+{
+    *out = NULL;
+    const char *first = NULL;
+    ql_gguf *g;
+    ql_status st = ql_gguf_open(&g, path, err);
+    if (st)
+        return st;
+    st = model_from_gguf(out, g, &first, err);
+    if (unused)
+        *unused = st ? NULL : first;
+    return st;
 }
 
 void ql_model_free(ql_model *m)
@@ -599,13 +902,6 @@ void ql_model_free(ql_model *m)
 
 /* ------------------------------------------------------------------------ */
 /* Another file of the same model                                             */
-
-static void shape_text(const ql_gguf_tensor *t, char *buf, size_t size)
-{
-    int n = snprintf(buf, size, "%lld", (long long)t->ne[0]);
-    for (uint32_t d = 1; d < t->n_dims && n > 0 && (size_t)n < size; d++)
-        n += snprintf(buf + n, size - (size_t)n, "x%lld", (long long)t->ne[d]);
-}
 
 static bool same_shape(const ql_gguf_tensor *a, const ql_gguf_tensor *b)
 {
@@ -633,7 +929,11 @@ ql_status ql_model_check_same_shape(const ql_model *ref, const ql_model *other, 
                 {"attention.head_count_kv", a->n_head_kv, b->n_head_kv},
                 {"attention.key_length", a->head_dim, b->head_dim},
                 {"rope.dimension_count", a->n_rot, b->n_rot},
-                {"vocabulary size", a->n_vocab, b->n_vocab}};
+                {"vocabulary size", a->n_vocab, b->n_vocab},
+                {"expert_count", a->n_expert, b->n_expert},
+                {"expert_used_count", a->n_expert_used, b->n_expert_used},
+                {"expert width", a->n_ff_exp, b->n_ff_exp},
+                {"shared expert width", a->n_ff_shexp, b->n_ff_shexp}};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         if (dims[i].x != dims[i].y)
             return ql_error_set(err, QL_EINVAL, "%s: %s %d, the reference %s has %d", other->path,

@@ -61,17 +61,56 @@ typedef struct {
     const float *exact_vals;   /* (n_out, n_exact) row-major */
 } ql_weight_src;
 
-/* A 2-D weight used as a product y = W x (+ b). */
+/* The product sites of one block, in the order the forward pass runs them: the
+ * attention's four, then either the dense feed-forward's three or a mixture of experts'
+ * router, routed experts and (qwen2moe) shared expert. Names as GGUF spells them
+ * (ql_site_kind_name). */
+typedef enum {
+    QL_SITE_Q = 0,
+    QL_SITE_K,
+    QL_SITE_V,
+    QL_SITE_O,
+    QL_SITE_GATE,
+    QL_SITE_UP,
+    QL_SITE_DOWN,
+    QL_SITE_GATE_INP,  /* the router: (n_embd) -> (n_expert) logits */
+    QL_SITE_GATE_EXPS, /* routed experts, stacked (ql_linear.n_expert) */
+    QL_SITE_UP_EXPS,
+    QL_SITE_DOWN_EXPS,
+    QL_SITE_GATE_INP_SHEXP, /* the shared expert's gate: (n_embd) -> 1 */
+    QL_SITE_GATE_SHEXP,
+    QL_SITE_UP_SHEXP,
+    QL_SITE_DOWN_SHEXP,
+    QL_SITE_KINDS,
+    QL_SITE_HEAD = QL_SITE_KINDS, /* kind of the LM head (and of token_embd) */
+} ql_site_kind;
+
+/* A 2-D weight used as a product y = W x (+ b), or the experts of a 3-D weight stacked
+ * in its rows: a tensor of ggml ne {n_in, rows, n_expert} is a linear of n_expert * rows
+ * rows, expert e's matrix rows [e * rows, (e + 1) * rows) (the file's own layout), so
+ * that every size computed as n_in * n_out holds. The forward pass multiplies by one
+ * expert through a view (ql_linear_expert): a linear of that expert's rows only. */
 struct ql_linear {
     char name[96];     /* GGUF tensor name, e.g. "blk.3.attn_q.weight" */
     int64_t n_in;      /* row length (ggml ne[0]) */
-    int64_t n_out;     /* number of rows (ggml ne[1]) */
+    int64_t n_out;     /* number of rows (ggml ne[1], times ne[2] for stacked experts) */
     ql_weight_src src; /* where the values come from */
     const float *w;    /* (n_out, n_in) row-major f32 when bound (see ql_weights_bind_layer),
                           else NULL; an F32 source without exact columns is bound in place */
     const float *b;    /* (n_out,) bias or NULL */
     int32_t src_type;  /* ggml type the tensor has in the model file */
-    ql_act_fn act;     /* NULL: the input is used as is (f32), at no cost */
+    int layer;         /* block index; -1 for the head and token_embd */
+    ql_site_kind kind;
+    int n_expert; /* matrices stacked in the rows: 1 (a 2-D weight) or the experts */
+    /* Sources of single experts replacing src's rows (a measurement that quantizes one
+     * expert alone), (n_expert,) with a NULL data for the experts that keep src's, or
+     * NULL for none. Borrowed. */
+    const ql_weight_src *expert_src;
+    /* In a view of one expert (ql_linear_expert): the expert and its first row in the
+     * stacked linear; expert = -1 otherwise. */
+    int expert;
+    int64_t row0;
+    ql_act_fn act; /* NULL: the input is used as is (f32), at no cost */
     void *act_ctx;
     ql_act_post_fn act_post; /* NULL: nothing added after the product */
     ql_product_fn product;   /* NULL: act, then the f32 product of the bound values */
@@ -82,17 +121,16 @@ struct ql_linear {
     float *b_owned;
 };
 
-/* The product sites of one layer, in the order the forward pass runs them. */
-typedef enum {
-    QL_SITE_Q = 0,
-    QL_SITE_K,
-    QL_SITE_V,
-    QL_SITE_O,
-    QL_SITE_GATE,
-    QL_SITE_UP,
-    QL_SITE_DOWN,
-    QL_SITES_PER_LAYER,
-} ql_site_kind;
+/* Rows of one matrix of a linear (of one expert of a stacked one). */
+static inline int64_t ql_linear_matrix_rows(const ql_linear *lin)
+{
+    return lin->n_expert > 1 ? lin->n_out / lin->n_expert : lin->n_out;
+}
+
+/* view = expert e of a stacked linear: its rows, its source (expert_src[e] when set,
+ * else the rows of src), its bound values and exact columns, the stacked linear's
+ * hooks (which see view->row0 and view->expert). Borrows everything from lin. */
+void ql_linear_expert(const ql_linear *lin, int e, ql_linear *view);
 
 typedef struct {
     const float *attn_norm; /* (n_embd,) */
@@ -102,17 +140,23 @@ typedef struct {
 } ql_layer_norms;
 
 /* A weight set: every tensor the forward pass reads; 1-D tensors in f32.
- * Sites: lin[l * QL_SITES_PER_LAYER + kind] for layer l, then lin[n_lin - 1] is the
- * LM head (output.weight, or a copy of the token_embd linear when tied). The site
- * index is what observers receive. */
+ * Sites: the products of block 0 in ql_site_kind order (the kinds the block has),
+ * then block 1's, ..., then lin[n_lin - 1], the LM head (output.weight, or a copy of
+ * the token_embd linear when tied). ql_weights_site finds a block's site of a kind;
+ * lin->layer and lin->kind say what a site is. The site index is what observers
+ * receive. */
 typedef struct {
     int n_layer;
-    int n_lin;                /* n_layer * QL_SITES_PER_LAYER + 1 */
+    int n_lin;                /* every block's sites + 1 */
     ql_linear *lin;           /* (n_lin,) product sites */
     ql_linear tok_embd;       /* (n_vocab, n_embd) lookup table, not a product site */
     ql_layer_norms *norms;    /* (n_layer,) */
     const float *output_norm; /* (n_embd,) */
     const float *rope_freqs;  /* (n_rot / 2,) per-pair frequency divisors (Llama 3), or NULL */
+    /* (n_layer + 1,) block l's sites are layer_site0[l] .. layer_site0[l + 1] - 1 */
+    int *layer_site0;
+    /* (n_layer * QL_SITE_KINDS,) the site of each kind per block, -1 where absent */
+    int *kind_site;
     /* private: heap arrays owned by the set besides the linears' own (1-D tensors) */
     void **owned;
     int n_owned;
@@ -122,11 +166,31 @@ typedef struct {
 /* A product site's tensor kind as GGUF names its weight ("attn_q" for blk.N.attn_q). */
 const char *ql_site_kind_name(ql_site_kind kind);
 
-/* Site index helpers. */
-static inline int ql_site(int layer, ql_site_kind kind)
+/* The shape a model of hp's hyper-parameters gives a site of this kind: rows of n_in
+ * values, *rows per matrix, *n_expert matrices (1 unless stacked experts). */
+void ql_site_dims(const ql_hparams *hp, ql_site_kind kind, int64_t *n_in, int64_t *rows,
+                  int *n_expert);
+
+/* Whether a kind is one of the stacked routed-expert products. */
+static inline bool ql_site_kind_experts(ql_site_kind kind)
 {
-    return layer * QL_SITES_PER_LAYER + (int)kind;
+    return kind == QL_SITE_GATE_EXPS || kind == QL_SITE_UP_EXPS || kind == QL_SITE_DOWN_EXPS;
 }
+
+/* Whether a kind belongs to the attention (q, k, v, output) rather than the
+ * feed-forward (dense, router, experts, shared expert). */
+static inline bool ql_site_kind_attention(ql_site_kind kind)
+{
+    return kind <= QL_SITE_O;
+}
+
+/* The site of block `layer`'s product of this kind, or -1 when the block has none. */
+static inline int ql_weights_site(const ql_weights *w, int layer, ql_site_kind kind)
+{
+    return w->kind_site[layer * QL_SITE_KINDS + (int)kind];
+}
+
+/* The LM head's site. */
 static inline int ql_site_output(const ql_weights *w)
 {
     return w->n_lin - 1;
@@ -166,7 +230,8 @@ ql_status ql_linear_prepare(const ql_linear *lin, ql_error *err);
  * products). */
 void ql_linear_decode_prepared(const ql_linear *lin, int64_t row0, int64_t n_rows, float *out);
 
-/* Floats a buffer needs to bind any layer of w (the sum of its sites' n_in * n_out). */
+/* Floats a buffer needs to bind any layer of w (the largest sum of a block's sites'
+ * n_in * n_out). */
 size_t ql_weights_layer_floats(const ql_weights *w);
 
 /* Binds the products of layer l: a linear already bound (or owning its values, or an
@@ -203,11 +268,19 @@ typedef struct {
 /* Loads a GGUF model. 2-D weights stay in the memory map in their file type (decoded by
  * the type traits, formats/types.h, when bound); norms and biases are turned into f32.
  * Shapes and types are checked against the hyper-parameters and against what qlab can
- * decode; errors name the file and tensor with expected vs actual. */
+ * decode; errors name the file and tensor with expected vs actual. A tensor the forward
+ * pass does not read is an error naming it (evaluating without it would measure another
+ * model; llama.cpp refuses such files too). */
 ql_status ql_model_load(ql_model **out, const char *path, ql_error *err);
 
 /* Same from an already opened GGUF (the model takes ownership of g, also on error). */
 ql_status ql_model_from_gguf(ql_model **out, ql_gguf *g, ql_error *err);
+
+/* ql_model_load for a file that is only rewritten, not evaluated (qlab quantize, as
+ * llama-quantize copies tensors it has no rule for): tensors the forward pass does
+ * not read are allowed; *unused (may be NULL) receives the first one's name, or NULL. */
+ql_status ql_model_load_for_rewrite(ql_model **out, const char *path, const char **unused,
+                                    ql_error *err);
 
 void ql_model_free(ql_model *m);
 

@@ -33,7 +33,8 @@ expect 1 "eval of an unknown architecture" "$qlab" eval "$tmp/arch.gguf" --text 
 has "$tmp/err" "architecture 'x\\x1b]0;t\\x07' is not supported" "the error escapes the name"
 no_raw "error message" "$tmp/err"
 
-# A tensor name with an escape sequence (an extra vector the loader ignores):
+# A tensor name with an escape sequence (an extra vector the forward pass does not read,
+# which quantize copies):
 # quantize's report shows it escaped.
 "$edit" "$model" "$tmp/tname.gguf" "add:$(printf 'extra\033[2Jname')=4" || bad "edit_gguf (add)"
 expect 0 "quantize of a model with a control character in a tensor name" \

@@ -214,10 +214,10 @@ static void test_seam(const ql_model *m)
         CHECK_EQ_INT(log.calls[s], 1);
         CHECK(log.sumsq[s] > 0);
     }
-    CHECK_EQ_INT(log.ntok[ql_site(0, QL_SITE_Q)], N);
+    CHECK_EQ_INT(log.ntok[ql_weights_site(m->weights, 0, QL_SITE_Q)], N);
     CHECK_EQ_INT(log.ntok[ql_site_output(m->weights)], N / 2);
-    CHECK_EQ_INT(log.ntok[ql_site(m->hp.n_layer - 1, QL_SITE_DOWN)], N / 2);
-    CHECK_EQ_INT(log.ntok[ql_site(m->hp.n_layer - 1, QL_SITE_V)], N);
+    CHECK_EQ_INT(log.ntok[ql_weights_site(m->weights, m->hp.n_layer - 1, QL_SITE_DOWN)], N / 2);
+    CHECK_EQ_INT(log.ntok[ql_weights_site(m->weights, m->hp.n_layer - 1, QL_SITE_V)], N);
 
     /* weight set copy: identical output */
     ql_weights *ws;
@@ -409,8 +409,8 @@ static void test_errors(const ql_model *m)
     /* a weight set missing data, and one that does not fit the hyper-parameters */
     ql_weights *ws;
     CHECK_OK(ql_weights_copy(&ws, m->weights, &err), &err);
-    ws->lin[ql_site(1, QL_SITE_O)].w = NULL;
-    ws->lin[ql_site(1, QL_SITE_O)].src.data = NULL;
+    ws->lin[ql_weights_site(m->weights, 1, QL_SITE_O)].w = NULL;
+    ws->lin[ql_weights_site(m->weights, 1, QL_SITE_O)].src.data = NULL;
     CHECK(ql_forward_run(fw, ws, t, 4, 0, 0, logits, &err) == QL_EINVAL);
     CHECK(strstr(err.msg, "'blk.1.attn_output.weight'") != NULL);
     ql_weights_free(ws);

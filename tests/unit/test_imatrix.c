@@ -223,11 +223,11 @@ static void test_collector_edges(const ql_model *m)
     float x[2 * 172];
     for (int j = 0; j < 2 * 172; j++)
         x[j] = 0.5f;
-    const ql_linear *q = &m->weights->lin[ql_site(2, QL_SITE_Q)];
-    const ql_linear *down = &m->weights->lin[ql_site(2, QL_SITE_DOWN)];
-    ql_imatrix_collector_observe(c, ql_site(2, QL_SITE_Q), q, x, 2);
-    ql_imatrix_collector_observe(c, ql_site(2, QL_SITE_DOWN), down, x, 2);
-    ql_imatrix_collector_observe(c, ql_site(2, QL_SITE_DOWN), down, x, 1);
+    const ql_linear *q = &m->weights->lin[ql_weights_site(m->weights, 2, QL_SITE_Q)];
+    const ql_linear *down = &m->weights->lin[ql_weights_site(m->weights, 2, QL_SITE_DOWN)];
+    ql_imatrix_collector_observe(c, ql_weights_site(m->weights, 2, QL_SITE_Q), q, x, 2);
+    ql_imatrix_collector_observe(c, ql_weights_site(m->weights, 2, QL_SITE_DOWN), down, x, 2);
+    ql_imatrix_collector_observe(c, ql_weights_site(m->weights, 2, QL_SITE_DOWN), down, x, 1);
     CHECK_OK(ql_imatrix_collector_status(c, &err), &err);
     CHECK_OK(ql_imatrix_collector_finish(c, 2, 1, "x", &im, &err), &err);
     if (im) {
@@ -241,7 +241,7 @@ static void test_collector_edges(const ql_model *m)
 
     /* The collector is reusable after finish; an infinite input stops it. */
     x[3] = INFINITY;
-    ql_imatrix_collector_observe(c, ql_site(2, QL_SITE_Q), q, x, 1);
+    ql_imatrix_collector_observe(c, ql_weights_site(m->weights, 2, QL_SITE_Q), q, x, 1);
     CHECK_EQ_INT(ql_imatrix_collector_status(c, &err), QL_EFORMAT);
     CHECK(strstr(err.msg, "blk.2.attn_q.weight") && strstr(err.msg, "column 3") &&
           strstr(err.msg, "infinite"));

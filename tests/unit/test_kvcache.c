@@ -190,7 +190,7 @@ static void plan_in_forward(const ql_model *m)
     /* the residual stream's massive channels show in the Q input */
     ql_outlier_set *os;
     CHECK_OK(ql_outlier_set_build(st, 3.0, &os, &err), &err);
-    const ql_outlier_cols *oq = &os->site[ql_site(0, QL_SITE_Q)];
+    const ql_outlier_cols *oq = &os->site[ql_weights_site(m->weights, 0, QL_SITE_Q)];
     printf("layer 0 Q input: median %.3g, %lld channels above 3x, %lld kept\n", oq->median,
            (long long)oq->n_above, (long long)oq->n);
     CHECK(oq->n >= 2 && oq->n <= m->hp.n_embd / 16);
@@ -200,11 +200,12 @@ static void plan_in_forward(const ql_model *m)
     CHECK_OK(ql_weights_copy(&ws, m->weights, &err), &err);
     int32_t *types = malloc((size_t)ws->n_lin * sizeof *types);
     for (int s = 0; s < ws->n_lin; s++)
-        types[s] = s < QL_SITES_PER_LAYER ? QL_TYPE_Q4_K : QL_TYPE_F16;
+        types[s] = ws->lin[s].layer == 0 ? QL_TYPE_Q4_K : QL_TYPE_F16;
     ql_act_plan *ap;
     CHECK_OK(ql_act_plan_build(&ap, ws, QL_ACT_NATIVE, types, NULL, os, &err), &err);
-    CHECK(ql_act_plan_choice(ap, ql_site(0, QL_SITE_Q))->used == QL_ACTQ_Q8_K);
-    CHECK(ql_act_plan_choice(ap, ql_site(1, QL_SITE_DOWN))->used == QL_ACTQ_F16);
+    CHECK(ql_act_plan_choice(ap, ql_weights_site(m->weights, 0, QL_SITE_Q))->used == QL_ACTQ_Q8_K);
+    CHECK(ql_act_plan_choice(ap, ql_weights_site(m->weights, 1, QL_SITE_DOWN))->used ==
+          QL_ACTQ_F16);
     CHECK_EQ_INT(ql_act_plan_n_fallback(ap), 0);
     ql_act_plan_install(ap, ws);
     CHECK(ws->lin[0].act == ql_act_apply && ws->lin[0].act_ctx != NULL);

@@ -179,8 +179,9 @@ int main(void)
     CHECK_NEAR(m->hp.rope_freq_base, 10000.0, 0.0); /* absent key: llama.cpp's default */
     CHECK_NEAR(m->hp.norm_eps, 1e-5, 1e-10);
     CHECK(!m->hp.tied_output && !m->hp.has_qkv_bias && !m->hp.has_qk_norm);
-    CHECK(m->weights->lin[ql_site(2, QL_SITE_DOWN)].n_in == 172);
-    CHECK(strcmp(m->weights->lin[ql_site(2, QL_SITE_DOWN)].name, "blk.2.ffn_down.weight") == 0);
+    CHECK(m->weights->lin[ql_weights_site(m->weights, 2, QL_SITE_DOWN)].n_in == 172);
+    CHECK(strcmp(m->weights->lin[ql_weights_site(m->weights, 2, QL_SITE_DOWN)].name,
+                 "blk.2.ffn_down.weight") == 0);
     CHECK(strcmp(m->weights->lin[ql_site_output(m->weights)].name, "output.weight") == 0);
     const float ref_logit = run_some(m);
 
@@ -214,12 +215,12 @@ int main(void)
     ql_model *mb = expect_load(variant(src, &e8, "bf16"), QL_OK, NULL, NULL);
     /* Loading leaves them in the map; bound, they are decoded. */
     if (mf && mb) {
-        CHECK(mf->weights->lin[ql_site(3, QL_SITE_UP)].w == NULL);
+        CHECK(mf->weights->lin[ql_weights_site(mf->weights, 3, QL_SITE_UP)].w == NULL);
         CHECK_OK(ql_weights_bind_all(mf->weights, &err), &err);
         CHECK_OK(ql_weights_bind_all(mb->weights, &err), &err);
-        const ql_linear *a = &m->weights->lin[ql_site(3, QL_SITE_UP)];
-        const ql_linear *h = &mf->weights->lin[ql_site(3, QL_SITE_UP)];
-        const ql_linear *b = &mb->weights->lin[ql_site(3, QL_SITE_UP)];
+        const ql_linear *a = &m->weights->lin[ql_weights_site(m->weights, 3, QL_SITE_UP)];
+        const ql_linear *h = &mf->weights->lin[ql_weights_site(mf->weights, 3, QL_SITE_UP)];
+        const ql_linear *b = &mb->weights->lin[ql_weights_site(mb->weights, 3, QL_SITE_UP)];
         int bad = 0;
         for (int64_t i = 0; i < a->n_in * a->n_out; i++) {
             bad += h->w[i] != ql_fp16_to_fp32(ql_fp32_to_fp16(a->w[i]));
@@ -266,7 +267,7 @@ int main(void)
     if (mq) {
         CHECK(mq->hp.arch == QL_ARCH_QWEN2 && mq->hp.has_qkv_bias);
         CHECK(mq->hp.rope_type == QL_ROPE_NEOX);
-        CHECK(mq->weights->lin[ql_site(0, QL_SITE_V)].b != NULL);
+        CHECK(mq->weights->lin[ql_weights_site(mq->weights, 0, QL_SITE_V)].b != NULL);
         float neox = run_some(mq);
         CHECK(neox != ref_logit); /* rotating halves instead of pairs changes the result */
     }
@@ -306,8 +307,8 @@ int main(void)
         CHECK(ql && ql->src_type == QL_TYPE_Q4_0);
         CHECK_OK(ql_weights_bind_all(mq4->weights, &err), &err);
         const ql_weights *a = m->weights, *b = mq4->weights;
-        CHECK_EQ_INT(b->lin[ql_site(0, QL_SITE_Q)].src_type, QL_TYPE_Q4_0);
-        CHECK_EQ_INT(b->lin[ql_site(0, QL_SITE_DOWN)].src_type, QL_TYPE_F16);
+        CHECK_EQ_INT(b->lin[ql_weights_site(b, 0, QL_SITE_Q)].src_type, QL_TYPE_Q4_0);
+        CHECK_EQ_INT(b->lin[ql_weights_site(b, 0, QL_SITE_DOWN)].src_type, QL_TYPE_F16);
         CHECK_EQ_INT(b->lin[ql_site_output(b)].src_type, QL_TYPE_Q8_0);
         for (int s = 0; s < b->n_lin; s++) {
             const ql_linear *x = &a->lin[s], *y = &b->lin[s];

@@ -414,7 +414,8 @@ int main(void)
     CHECK_OK(ql_forward_alloc(&fw, &m->hp, N_TOK, &err), &err);
     /* inputs of a 256-wide (blk.0.attn_q), a 768-wide (blk.1.ffn_down) and the head's
      * product over a chunk of pseudo-random tokens */
-    capture cap = {.sites = {ql_site(0, QL_SITE_Q), ql_site(m->hp.n_layer - 1, QL_SITE_DOWN),
+    capture cap = {.sites = {ql_weights_site(m->weights, 0, QL_SITE_Q),
+                             ql_weights_site(m->weights, m->hp.n_layer - 1, QL_SITE_DOWN),
                              ql_site_output(m->weights)}};
     int32_t tok[N_TOK];
     uint32_t s = 99;

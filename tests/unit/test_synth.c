@@ -45,7 +45,7 @@ typedef struct {
 static void observe(void *ctx, int site, const ql_linear *lin, const float *x, int64_t n_tok)
 {
     chan_stats *c = ctx;
-    if (site != ql_site(0, QL_SITE_Q))
+    if (lin->layer != 0 || lin->kind != QL_SITE_Q)
         return;
     c->n_in = lin->n_in;
     c->n_tok = n_tok;
@@ -107,7 +107,7 @@ static void test_small(void)
         CHECK_MSG(ql_gguf_find_kv(m->gguf, keys[i]) != NULL, "key %s missing", keys[i]);
 
     /* heavy tails */
-    const ql_linear *wq = &m->weights->lin[ql_site(1, QL_SITE_GATE)];
+    const ql_linear *wq = &m->weights->lin[ql_weights_site(m->weights, 1, QL_SITE_GATE)];
     double ek = excess_kurtosis(wq->w, wq->n_in * wq->n_out);
     CHECK_MSG(ek > MIN_EXCESS_KURTOSIS, "excess kurtosis %g", ek);
     /* hot input columns: the largest column norm is several times the median */
@@ -342,8 +342,8 @@ static void test_presets(void)
     CHECK(m->hp.arch == QL_ARCH_QWEN2 && m->hp.has_qkv_bias && m->hp.tied_output);
     CHECK(m->hp.n_head == 14 && m->hp.n_head_kv == 2 && m->hp.head_dim == 64);
     CHECK(m->hp.rope_freq_base == 1000000.0f && m->hp.n_vocab == 1024);
-    CHECK_EQ_INT(m->weights->lin[ql_site(0, QL_SITE_Q)].src_type, QL_TYPE_BF16);
-    CHECK(m->weights->lin[ql_site(0, QL_SITE_K)].b != NULL);
+    CHECK_EQ_INT(m->weights->lin[ql_weights_site(m->weights, 0, QL_SITE_Q)].src_type, QL_TYPE_BF16);
+    CHECK(m->weights->lin[ql_weights_site(m->weights, 0, QL_SITE_K)].b != NULL);
     CHECK_EQ_INT(m->n_params, ql_synth_n_params(&o, 1024));
     ql_model_free(m);
 }
