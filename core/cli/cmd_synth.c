@@ -13,18 +13,23 @@ static void help(const ql_opt_parser *p)
     printf("usage: qlab synth -o OUT.gguf [--dim D] [--ff F] [--layers L] [--heads H]\n"
            "                  [--kv-heads K] [--vocab V] [--seed S] [--type F32|F16]\n"
            "                  [--ctx N] [--tokenizer MODEL] [--preset NAME] [--arch A] [--tied]\n"
-           "                  [--rope-base B]\n\n"
+           "                  [--rope-base B] [--head-dim N] [--experts N --experts-used K\n"
+           "                  [--expert-ff F] [--shared-ff F]]\n\n"
            "Writes a deterministic synthetic llama-architecture model whose weights have the\n"
            "statistics that make quantization hard: Student-t entries, a few input columns\n"
            "with much larger norms, and norm weights that create a handful of massive\n"
            "activation channels. The tokenizer is copied from MODEL (default stories260K,\n"
            "512 tokens); a larger --vocab pads it with unused tokens. Row lengths that are\n"
-           "multiples of 256 let every K-quant apply.\n\n");
+           "multiples of 256 let every K-quant apply. With --experts, every block's\n"
+           "feed-forward is a mixture of experts (llama as Mixtral, qwen2moe with its shared\n"
+           "expert, qwen3moe as Qwen3-30B-A3B) whose router makes decisive choices.\n\n");
     ql_opt_print_options(stdout, p);
     printf("\n"
            "Defaults: about 2M parameters. A 30M model:\n"
            "  qlab synth -o synth-30M.gguf --dim 512 --ff 1536 --layers 10 --heads 8 --kv-heads "
-           "4\n");
+           "4\n"
+           "Six blocks of Qwen3-30B-A3B's real shapes, in BF16:\n"
+           "  qlab synth -o a3b-6.gguf --preset qwen3-30b-a3b --layers 6 --type BF16\n");
 }
 
 int ql_cmd_synth(int argc, char **argv)
@@ -61,8 +66,17 @@ int ql_cmd_synth(int argc, char **argv)
         ql_opt_i64("seed", 's', &seed, 0, INT64_MAX, "S", h[6]),
         ql_opt_type("type", 0, &o.type, types, QL_OPT_COUNT(types), "F32|F16|BF16",
                     "type of the weight matrices (default F32)"),
-        ql_opt_str("arch", 0, &arch, "llama|qwen2",
-                   "architecture (default llama; qwen2 adds Q, K and V biases)"),
+        ql_opt_str("arch", 0, &arch, "A",
+                   "llama (default), qwen2 (Q, K and V biases), qwen3 (Q and K norms), "
+                   "qwen2moe or qwen3moe (experts)"),
+        ql_opt_int("head-dim", 0, &o.head_dim, 0, 1 << 12, "N",
+                   "head size (default dim / heads; qwen3 uses 128 with more heads)"),
+        ql_opt_int("experts", 0, &o.experts, 0, 1024, "N", "experts per block (default 0: dense)"),
+        ql_opt_int("experts-used", 0, &o.experts_used, 0, 1024, "K", "experts per token"),
+        ql_opt_int("expert-ff", 0, &o.expert_ff, 0, 1 << 20, "F",
+                   "one expert's width (qwen2moe, qwen3moe; llama's experts are --ff wide)"),
+        ql_opt_int("shared-ff", 0, &o.shared_ff, 0, 1 << 20, "F",
+                   "qwen2moe: the shared expert's width (default --ff)"),
         ql_opt_flag("tied", 0, &tied, "no output.weight: the head reads token_embd.weight"),
         ql_opt_double("rope-base", 0, &rope_base, 1e-3, 1e12, "B",
                       "rope.freq_base (default 10000)"),
@@ -82,10 +96,15 @@ int ql_cmd_synth(int argc, char **argv)
         if (!ql_synth_preset(preset, &o))
             return ql_opt_usage(&p, "--preset: unknown '%s' (presets: %s)", preset,
                                 ql_synth_presets());
-        static const char *const dims[] = {"dim", "ff", "layers", "heads", "kv-heads", "vocab"};
-        int *const to[] = {&o.dim, &o.ff, &o.layers, &o.heads, &o.kv_heads, &o.vocab};
-        const int from[] = {given.dim,   given.ff,       given.layers,
-                            given.heads, given.kv_heads, given.vocab};
+        static const char *const dims[] = {"dim",          "ff",        "layers",   "heads",
+                                           "kv-heads",     "vocab",     "head-dim", "experts",
+                                           "experts-used", "expert-ff", "shared-ff"};
+        int *const to[] = {&o.dim,          &o.ff,        &o.layers,   &o.heads,
+                           &o.kv_heads,     &o.vocab,     &o.head_dim, &o.experts,
+                           &o.experts_used, &o.expert_ff, &o.shared_ff};
+        const int from[] = {given.dim,          given.ff,        given.layers,   given.heads,
+                            given.kv_heads,     given.vocab,     given.head_dim, given.experts,
+                            given.experts_used, given.expert_ff, given.shared_ff};
         for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
             if (ql_opt_given(&p, dims[i]))
                 *to[i] = from[i];
@@ -105,9 +124,12 @@ int ql_cmd_synth(int argc, char **argv)
     double t0 = ql_now();
     if (ql_synth_write(&o, out, &err))
         return ql_cli_fail(&err);
-    printf("wrote %s: %s, dim %d, ff %d, %d layers, %d heads (%d kv)%s, seed %" PRIu64
+    char experts[96] = "";
+    if (o.experts > 0)
+        snprintf(experts, sizeof experts, ", %d experts (%d used)", o.experts, o.experts_used);
+    printf("wrote %s: %s, dim %d, ff %d, %d layers, %d heads (%d kv)%s%s, seed %" PRIu64
            ", %s, %.1fs\n",
-           out, o.arch, o.dim, o.ff, o.layers, o.heads, o.kv_heads, o.tied ? ", tied" : "", o.seed,
-           ql_type_name(o.type), ql_now() - t0);
+           out, o.arch, o.dim, o.ff, o.layers, o.heads, o.kv_heads, experts, o.tied ? ", tied" : "",
+           o.seed, ql_type_name(o.type), ql_now() - t0);
     return QL_EXIT_OK;
 }

@@ -26,6 +26,7 @@ struct ql_imatrix_collector {
     int n_sites;
     int64_t *entry; /* (n_sites,) entry index of each site, -1 when not collected */
     int64_t *n_in;  /* (n_sites,) input width, 0 for sites that are not collected */
+    int *n_mat;     /* (n_sites,) matrices of the weight: its experts, 1 for a 2-D one */
     char (*names)[sizeof(((ql_linear *)0)->name)]; /* (n_sites,) weight of each site */
     ql_status status;                              /* sticky: first non-finite sum */
     char msg[256];
@@ -45,7 +46,10 @@ static ql_status build_entries(ql_imatrix_collector *c, ql_error *err)
                 c->entry[s] = e;
         if (c->entry[s] >= 0)
             continue;
-        st = ql_imatrix_add_entry(c->im, c->names[s], c->n_in[s], 1, false, NULL, err);
+        /* Stacked experts: one entry of n_in values per expert, as llama-imatrix lays
+         * out MUL_MAT_ID weights (expert e's columns at [e * n_in, (e + 1) * n_in)). */
+        st = ql_imatrix_add_entry(c->im, c->names[s], c->n_in[s] * c->n_mat[s], c->n_mat[s], false,
+                                  NULL, err);
         c->entry[s] = c->im->n_entries - 1;
     }
     if (st) {
@@ -67,8 +71,9 @@ ql_status ql_imatrix_collector_alloc(ql_imatrix_collector **out, const ql_weight
     c->n_sites = w->n_lin;
     c->entry = malloc((size_t)w->n_lin * sizeof *c->entry);
     c->n_in = calloc((size_t)w->n_lin, sizeof *c->n_in);
+    c->n_mat = calloc((size_t)w->n_lin, sizeof *c->n_mat);
     c->names = calloc((size_t)w->n_lin, sizeof *c->names);
-    if (!c->entry || !c->n_in || !c->names) {
+    if (!c->entry || !c->n_in || !c->n_mat || !c->names) {
         ql_imatrix_collector_free(c);
         return ql_error_set(err, QL_ENOMEM, "out of memory for an imatrix collector");
     }
@@ -78,6 +83,7 @@ ql_status ql_imatrix_collector_alloc(ql_imatrix_collector **out, const ql_weight
         /* A tied head reads token_embd.weight: filtered out like in llama-imatrix. */
         if (ql_imatrix_collects(lin->name, process_output))
             c->n_in[s] = lin->n_in;
+        c->n_mat[s] = lin->n_expert > 1 ? lin->n_expert : 1;
     }
     ql_status st = build_entries(c, err);
     if (st) {
@@ -95,6 +101,7 @@ void ql_imatrix_collector_free(ql_imatrix_collector *c)
     ql_imatrix_free(c->im);
     free(c->entry);
     free(c->n_in);
+    free(c->n_mat);
     free(c->names);
     free(c);
 }
@@ -121,15 +128,19 @@ void ql_imatrix_collector_observe(void *collector, int site, const ql_linear *li
     /* The site index belongs to the weight set the collector was made for. */
     QL_ASSERT(strcmp(c->names[site], lin->name) == 0);
     ql_imatrix_entry *e = &c->im->entries[c->entry[site]];
-    QL_ASSERT(e->n_values == lin->n_in);
+    /* An expert's product is observed through its view: its own slice and count (the
+     * tokens routed to it). */
+    const int64_t mat = c->n_mat[site] > 1 ? lin->expert : 0;
+    QL_ASSERT(mat >= 0 && mat < e->n_mat && e->n_values == lin->n_in * e->n_mat);
     /* One thread: the additions vectorize over columns and cost a few percent of the
      * product they observe, while an OpenMP team here would spin between products and
      * take CPU from OpenBLAS's threads (measured: twice the CPU time of the pass). */
     const int64_t n_in = lin->n_in;
-    add_squares(e->sums, x, n_tok, n_in);
-    e->counts[0] += n_tok;
+    float *sums = e->sums + mat * n_in;
+    add_squares(sums, x, n_tok, n_in);
+    e->counts[mat] += n_tok;
     for (int64_t j = 0; j < n_in; j++)
-        if (!isfinite(e->sums[j])) {
+        if (!isfinite(sums[j])) {
             c->status = QL_EFORMAT;
             snprintf(c->msg, sizeof c->msg,
                      "imatrix: tensor '%s': the sum of x^2 of column %lld became %s after %lld "
@@ -161,7 +172,8 @@ ql_status ql_imatrix_collector_finish(ql_imatrix_collector *c, int64_t chunk_siz
     ql_imatrix *im = c->im;
     int64_t seen = 0;
     for (int64_t i = 0; i < im->n_entries; i++)
-        seen += im->entries[i].counts[0] > 0;
+        for (int64_t m = 0; m < im->entries[i].n_mat; m++)
+            seen += im->entries[i].counts[m] > 0;
     if (seen == 0)
         return ql_error_set(err, QL_EINVAL,
                             "imatrix: no product was observed (nothing was run, or the model has "

@@ -31,7 +31,9 @@ typedef struct {
     size_t q_bytes;
     float *exact; /* (nrows, oc->n) the outlier columns' exact values, or NULL */
     int64_t nrows, n_per_row;
-    ql_weight_error werr; /* against the reference weights, weighted by the metric imatrix */
+    ql_weight_error werr;      /* against the reference weights, weighted by the metric imatrix */
+    int n_mat;                 /* matrices of the tensor (its experts), 1 for a 2-D one */
+    ql_weight_error *werr_mat; /* (n_mat,) each expert's error when n_mat > 1, else NULL */
     uint64_t last_use;
 } qtensor;
 
@@ -52,16 +54,65 @@ struct ql_qweights {
     const ql_imatrix *metric_imatrix;
     bool quiet;
     qcache cache;
-    float *imat_buf;   /* (max_row,) per-column importance of the tensor being quantized */
-    float *metric_buf; /* (max_row,) the same from the metric imatrix */
+    /* (max_cols,) per-column importance of the tensor being quantized: n_in values per
+     * matrix, expert after expert for a stacked tensor */
+    float *imat_buf;
+    float *metric_buf; /* (max_cols,) the same from the metric imatrix */
 };
 
 static void qtensor_release(qtensor *t)
 {
     free(t->q);
     free(t->exact);
+    free(t->werr_mat);
     t->q = NULL;
     t->exact = NULL;
+    t->werr_mat = NULL;
+}
+
+/* Matrices of a linear: its experts, 1 for a 2-D weight. */
+static int n_mat_of(const ql_linear *lin)
+{
+    return lin->n_expert > 1 ? lin->n_expert : 1;
+}
+
+/* Importance values a tensor takes: one per input column of each of its matrices. */
+static int64_t importance_cols(const ql_linear *lin)
+{
+    return lin->n_in * n_mat_of(lin);
+}
+
+/* Adds the error of w_hat against w, rows r0 .. r0 + nr - 1 of lin's rows, to per_mat[m]
+ * of the matrix m each row belongs to, weighted by that matrix's columns of col_weight
+ * (NULL, or n_mat vectors of n_in values; the experts of a stacked tensor are each
+ * weighted by their own importance). */
+static ql_status add_error_rows(const ql_linear *lin, const float *w, const float *w_hat,
+                                int64_t r0, int64_t nr, const float *col_weight,
+                                ql_weight_error *per_mat, ql_error *err)
+{
+    const int64_t n_in = lin->n_in, rows = ql_linear_matrix_rows(lin);
+    ql_status st = QL_OK;
+    for (int64_t r = r0; r < r0 + nr && !st;) {
+        const int64_t m = n_mat_of(lin) > 1 ? r / rows : 0;
+        const int64_t end =
+            n_mat_of(lin) > 1 && (m + 1) * rows < r0 + nr ? (m + 1) * rows : r0 + nr;
+        st = ql_weight_error_add(&per_mat[m], w + (r - r0) * n_in, w_hat + (r - r0) * n_in, end - r,
+                                 n_in, col_weight ? col_weight + m * n_in : NULL, err);
+        r = end;
+    }
+    return st;
+}
+
+/* The tensor's error: its matrices' merged (one matrix: that one). */
+static void merge_mats(const ql_weight_error *per_mat, int n_mat, ql_weight_error *out)
+{
+    if (n_mat == 1) {
+        *out = per_mat[0];
+        return;
+    }
+    memset(out, 0, sizeof *out);
+    for (int m = 0; m < n_mat; m++)
+        ql_weight_error_merge(out, &per_mat[m]);
 }
 
 static size_t qtensor_mem(const qtensor *t)
@@ -92,11 +143,12 @@ static int64_t error_piece_rows(int64_t n_per_row)
     return (k > 1 ? k : 1) * chunk;
 }
 
-/* Error of the quantized bytes q (type) against src, decoded piece by piece. */
-static ql_status measure_error(int32_t type, const void *q, const float *src, int64_t nrows,
-                               int64_t n_per_row, const float *col_weight, ql_weight_error *werr,
-                               ql_error *err)
+/* Error of the quantized bytes q (type) of lin's rows against src (all its rows in f32),
+ * decoded piece by piece, into per_mat (n_mat of lin, zeroed by the caller). */
+static ql_status measure_error(const ql_linear *lin, int32_t type, const void *q, const float *src,
+                               const float *col_weight, ql_weight_error *per_mat, ql_error *err)
 {
+    const int64_t nrows = lin->n_out, n_per_row = lin->n_in;
     const int32_t storage = ql_type_get(type)->storage;
     const size_t row_bytes = ql_row_size(storage, n_per_row);
     const int64_t piece = error_piece_rows(n_per_row);
@@ -110,8 +162,7 @@ static ql_status measure_error(int32_t type, const void *q, const float *src, in
         st = ql_dequant_tensor(storage, (const uint8_t *)q + (size_t)r * row_bytes,
                                (size_t)nr * row_bytes, nr, n_per_row, deq, err);
         if (!st)
-            st =
-                ql_weight_error_add(werr, src + r * n_per_row, deq, nr, n_per_row, col_weight, err);
+            st = add_error_rows(lin, src + r * n_per_row, deq, r, nr, col_weight, per_mat, err);
     }
     free(deq);
     return st;
@@ -123,7 +174,7 @@ static ql_status measure_error(int32_t type, const void *q, const float *src, in
  * embedding table is 545 MB in f32). The bytes are those of the whole tensor at once:
  * ql_quant_tensor_rows quantizes each chunk from its first row. */
 static ql_status quantize_pieces(const ql_linear *src_lin, int32_t type, const float *qw,
-                                 const float *mw, void *q, size_t q_bytes, ql_weight_error *werr,
+                                 const float *mw, void *q, size_t q_bytes, ql_weight_error *per_mat,
                                  ql_error *err)
 {
     const int64_t nrows = src_lin->n_out, n_per_row = src_lin->n_in;
@@ -136,7 +187,9 @@ static ql_status quantize_pieces(const ql_linear *src_lin, int32_t type, const f
     ql_status st =
         src && deq ? QL_OK
                    : ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", src_lin->name);
-    const int64_t ne[QL_GGUF_MAX_DIMS] = {n_per_row, nrows, 1, 1};
+    /* A stacked tensor is n_mat matrices, each quantized with its own importance. */
+    const int64_t n_mat = n_mat_of(src_lin);
+    const int64_t ne[QL_GGUF_MAX_DIMS] = {n_per_row, nrows / n_mat, n_mat, 1};
     for (int64_t r = 0; r < nrows && !st; r += piece) {
         const int64_t nr = nrows - r < piece ? nrows - r : piece;
         uint8_t *dst = (uint8_t *)q + (size_t)r * row_bytes;
@@ -145,12 +198,13 @@ static ql_status quantize_pieces(const ql_linear *src_lin, int32_t type, const f
         qs.rows_first = r;
         qs.rows_n = nr;
         qs.imatrix = qw;
+        qs.imatrix_per_mat = n_mat > 1;
         if (!(st = ql_linear_decode_rows(src_lin, r, nr, src, err)) &&
             !(st = ql_quant_tensor_rows(&qs, type, r, nr, dst, q_bytes - (size_t)r * row_bytes,
                                         err)) &&
             !(st =
                   ql_dequant_tensor(storage, dst, (size_t)nr * row_bytes, nr, n_per_row, deq, err)))
-            st = ql_weight_error_add(werr, src, deq, nr, n_per_row, mw, err);
+            st = add_error_rows(src_lin, src, deq, r, nr, mw, per_mat, err);
     }
     free(src);
     free(deq);
@@ -162,18 +216,19 @@ ql_status ql_qweights_quantize_linear(const ql_linear *lin, int32_t type, const 
 {
     *bytes = NULL;
     const size_t q_bytes = ql_row_size(ql_type_get(type)->storage, lin->n_in) * (size_t)lin->n_out;
-    float *buf = malloc((size_t)lin->n_in * sizeof *buf);
+    float *buf = malloc((size_t)importance_cols(lin) * sizeof *buf);
     void *q = malloc(q_bytes ? q_bytes : 1);
+    ql_weight_error *werr = calloc((size_t)n_mat_of(lin), sizeof *werr);
     const float *qw = NULL;
-    ql_weight_error werr;
-    memset(&werr, 0, sizeof werr);
-    ql_status st =
-        buf && q ? QL_OK : ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", lin->name);
+    ql_status st = buf && q && werr
+                       ? QL_OK
+                       : ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", lin->name);
     if (!st)
-        st = ql_calib_column_weights(im, lin->name, lin->n_in, buf, &qw, err);
+        st = ql_calib_column_weights(im, lin->name, importance_cols(lin), buf, &qw, err);
     if (!st)
-        st = quantize_pieces(lin, type, qw, NULL, q, q_bytes, &werr, err);
+        st = quantize_pieces(lin, type, qw, NULL, q, q_bytes, werr, err);
     free(buf);
+    free(werr);
     if (st) {
         free(q);
         return ql_error_prefix(err, "tensor '%s' (%s): ", lin->name, ql_type_name(type));
@@ -248,13 +303,14 @@ ql_status ql_qweights_alloc(ql_qweights **out, const ql_qweights_opts *o, ql_err
     q->sensitivities = o->sensitivities;
     q->sens_ctx = o->sens_ctx;
     q->cache.max_bytes = o->cache_bytes ? o->cache_bytes : QL_QWEIGHTS_CACHE_BYTES;
-    /* The longest row any tensor has: a hidden, feed-forward or vocabulary row. */
-    const ql_hparams *hp = &o->model->hp;
-    int64_t max_row = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
-    if (hp->n_vocab > max_row)
-        max_row = hp->n_vocab;
-    q->imat_buf = malloc((size_t)max_row * sizeof(float));
-    q->metric_buf = malloc((size_t)max_row * sizeof(float));
+    /* The most importance values any tensor takes (all experts of a stacked one). */
+    const ql_weights *mw = o->model->weights;
+    int64_t max_cols = importance_cols(&mw->tok_embd);
+    for (int i = 0; i < mw->n_lin; i++)
+        if (importance_cols(&mw->lin[i]) > max_cols)
+            max_cols = importance_cols(&mw->lin[i]);
+    q->imat_buf = malloc((size_t)max_cols * sizeof(float));
+    q->metric_buf = malloc((size_t)max_cols * sizeof(float));
     if (!q->imat_buf || !q->metric_buf) {
         ql_qweights_free(q);
         return ql_error_set(err, QL_ENOMEM, "out of memory for the sweep buffers");
@@ -297,7 +353,9 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
     nt.nrows = e->nrows;
     nt.n_per_row = e->n_per_row;
     nt.q_bytes = (size_t)e->bytes;
+    nt.n_mat = n_mat_of(src_lin);
     const size_t n = (size_t)(e->nrows * e->n_per_row);
+    ql_weight_error *per_mat = calloc((size_t)nt.n_mat, sizeof *per_mat);
     const bool split = oc || e->used == QL_TYPE_Q8_0_XC;
     const bool keep_cols = oc && oc->n > 0 && e->used != QL_TYPE_Q8_0_XC;
     /* The outlier split needs the whole tensor in f32; a plain quantization goes piece
@@ -307,32 +365,45 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
     nt.q = malloc(nt.q_bytes ? nt.q_bytes : 1);
     nt.exact = keep_cols ? malloc((size_t)(e->nrows * oc->n) * sizeof *nt.exact) : NULL;
     ql_status st = QL_OK;
-    if (!nt.q || (split && (!src || !w_eff)) || (keep_cols && !nt.exact)) {
+    if (!nt.q || !per_mat || (split && (!src || !w_eff)) || (keep_cols && !nt.exact)) {
         st = ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", e->name);
         goto out;
     }
     const float *qw, *mw;
+    const int64_t cols = importance_cols(src_lin);
     if ((split && (st = ql_linear_decode_rows(src_lin, 0, e->nrows, src, err))) ||
-        (st = ql_calib_column_weights(im, e->name, e->n_per_row, q->imat_buf, &qw, err)) ||
-        (st = ql_calib_column_weights(q->metric_imatrix, e->name, e->n_per_row, q->metric_buf, &mw,
-                                      err)))
+        (st = ql_calib_column_weights(im, e->name, cols, q->imat_buf, &qw, err)) ||
+        (st = ql_calib_column_weights(q->metric_imatrix, e->name, cols, q->metric_buf, &mw, err)))
         goto out;
     if (split) {
         /* The outlier split (outliers.h): the columns stay exact, the rest is quantized
          * without them; Q8_0_XC keeps them exact inside Q8_0 blocks. Its error is that of
-         * the effective weight (decoded, exact columns written back). */
-        uint64_t qb = 0;
-        if ((st = ql_outliers_quant_weight(e->used, src, e->nrows, e->n_per_row, qw, oc, w_eff,
-                                           nt.q, nt.q_bytes, &qb, &nt.outlier_bytes, err)) ||
-            (st = ql_weight_error_add(&nt.werr, src, w_eff, e->nrows, e->n_per_row, mw, err)))
+         * the effective weight (decoded, exact columns written back). Each expert of a
+         * stacked tensor on its own, with its importance, as every quantization. */
+        const int64_t rows = ql_linear_matrix_rows(src_lin), n_in = e->n_per_row;
+        const size_t mat_bytes = (size_t)rows * ql_row_size(ql_type_get(e->used)->storage, n_in);
+        for (int m = 0; m < nt.n_mat && !st; m++) {
+            uint64_t qb = 0, ob = 0;
+            const size_t at = (size_t)(m * rows * n_in);
+            st = ql_outliers_quant_weight(e->used, src + at, rows, n_in, qw ? qw + m * n_in : NULL,
+                                          oc, w_eff + at, (uint8_t *)nt.q + (size_t)m * mat_bytes,
+                                          nt.q_bytes - (size_t)m * mat_bytes, &qb, &ob, err);
+            nt.outlier_bytes += ob;
+        }
+        if (st || (st = add_error_rows(src_lin, src, w_eff, 0, e->nrows, mw, per_mat, err)))
             goto out;
         for (int64_t r = 0; keep_cols && r < e->nrows; r++)
             for (int64_t j = 0; j < oc->n; j++)
                 nt.exact[r * oc->n + j] = src[r * e->n_per_row + oc->cols[j]];
-    } else if ((st = quantize_pieces(src_lin, e->used, qw, mw, nt.q, nt.q_bytes, &nt.werr, err))) {
+    } else if ((st = quantize_pieces(src_lin, e->used, qw, mw, nt.q, nt.q_bytes, per_mat, err))) {
         /* The quantization every command shares (quant_model.h): the same bytes as
          * qlab quantize writes for this tensor. */
         goto out;
+    }
+    merge_mats(per_mat, nt.n_mat, &nt.werr);
+    if (nt.n_mat > 1) {
+        nt.werr_mat = per_mat;
+        per_mat = NULL;
     }
     qcache *c = &q->cache;
     if (c->n == c->cap && !ql_grow((void **)&c->items, &c->cap, c->n + 1, sizeof *c->items)) {
@@ -347,6 +418,7 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
     memset(&nt, 0, sizeof nt); /* the cache owns it now */
 out:
     qtensor_release(&nt);
+    free(per_mat);
     free(src);
     free(w_eff);
     return st;
@@ -571,17 +643,22 @@ static ql_status kept_exact_error(ql_qweights *q, const ql_quant_plan_entry *e,
                                   const ql_linear *lin, ql_weight_error *zero, ql_error *err)
 {
     const float *mw = NULL;
-    ql_status st =
-        ql_calib_column_weights(q->metric_imatrix, e->name, e->n_per_row, q->metric_buf, &mw, err);
+    ql_status st = ql_calib_column_weights(q->metric_imatrix, e->name, importance_cols(lin),
+                                           q->metric_buf, &mw, err);
     if (st)
         return st;
     float *f = malloc((size_t)(e->nrows * e->n_per_row) * sizeof *f);
-    if (!f)
+    ql_weight_error *per_mat = calloc((size_t)n_mat_of(lin), sizeof *per_mat);
+    if (!f || !per_mat) {
+        free(f);
+        free(per_mat);
         return ql_error_set(err, QL_ENOMEM, "out of memory for tensor '%s'", e->name);
-    memset(zero, 0, sizeof *zero);
+    }
     if (!(st = ql_linear_decode_rows(lin, 0, e->nrows, f, err)))
-        st = ql_weight_error_add(zero, f, f, e->nrows, e->n_per_row, mw, err);
+        st = add_error_rows(lin, f, f, 0, e->nrows, mw, per_mat, err);
+    merge_mats(per_mat, n_mat_of(lin), zero);
     free(f);
+    free(per_mat);
     return st;
 }
 
@@ -831,18 +908,21 @@ static ql_status file_weights(ql_qweights *q, const ql_model *fm, const ql_quant
         const float *mw = NULL;
         const size_t n = (size_t)(e->nrows * e->n_per_row);
         float *src = malloc(n * sizeof *src);
-        ql_weight_error werr;
+        ql_weight_error werr, *per_mat = calloc((size_t)n_mat_of(ref), sizeof *per_mat);
         memset(&werr, 0, sizeof werr);
-        if (!src)
+        if (!src || !per_mat)
             st = ql_error_set(err, QL_ENOMEM, "out of memory for tensor '%s'", e->name);
         if (!st)
             st = ql_linear_decode_rows(ref, 0, e->nrows, src, err);
         if (!st)
-            st = ql_calib_column_weights(q->metric_imatrix, e->name, e->n_per_row, q->metric_buf,
-                                         &mw, err);
+            st = ql_calib_column_weights(q->metric_imatrix, e->name, importance_cols(ref),
+                                         q->metric_buf, &mw, err);
         if (!st)
-            st = measure_error(gt->type, gt->data, src, e->nrows, e->n_per_row, mw, &werr, err);
+            st = measure_error(ref, gt->type, gt->data, src, mw, per_mat, err);
+        if (!st)
+            merge_mats(per_mat, n_mat_of(ref), &werr);
         free(src);
+        free(per_mat);
         if (st) {
             ql_error_prefix(err, "%s: tensor '%s' (%s): ", fm->path, e->name,
                             ql_type_name(gt->type));

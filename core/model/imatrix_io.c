@@ -823,9 +823,13 @@ static ql_status write_dat(const ql_imatrix *im, const char *path, ql_error *err
                 max_count = e->counts[m];
         if (max_count == 0)
             continue;
-        /* ncall: chunks behind the entry, rounded up so a partial chunk is not a zero. */
+        /* ncall: chunks behind the entry, rounded up so a partial chunk is not a zero.
+         * For experts, llama-imatrix counts one call per chunk for every expert, however
+         * few of the chunk's tokens were routed to it: the chunk count. */
         int64_t ncall =
             im->chunk_size > 0 ? (max_count + im->chunk_size - 1) / im->chunk_size : max_count;
+        if (e->n_mat > 1 && im->chunk_size > 0 && im->chunk_count >= ncall)
+            ncall = im->chunk_count;
         if (ncall > INT32_MAX) {
             st = ql_error_set(err, QL_EINVAL, "%s: entry '%s': %lld calls overflow .dat's int32",
                               path, e->name, (long long)ncall);

@@ -40,6 +40,12 @@
 #define SYNTH_ROPE_BASE 10000.0f
 /* Std of the Q, K and V biases of qwen2 models. */
 #define QWEN_BIAS_STD 0.2
+/* Router logits of a standard deviation of about 3 (their input, the normed residual
+ * stream, has an RMS of about 1): the top expert's probability is well above the
+ * others' for most tokens, as in trained routers, not a near tie. */
+#define ROUTER_GAIN 3.0
+/* qwen3's per-head Q and K norm weights: 1 + QK_NORM_JITTER * N(0, 1). */
+#define QK_NORM_JITTER 0.3
 /* llama.cpp's token type for a reserved, never-produced token. */
 #define TOKEN_TYPE_UNUSED 5
 /* GGUF general.file_type values (llama_ftype). */
@@ -63,6 +69,11 @@ void ql_synth_defaults(ql_synth_opts *o)
     o->arch = "llama";
     o->tied = false;
     o->rope_base = SYNTH_ROPE_BASE;
+    o->head_dim = 0;
+    o->experts = 0;
+    o->experts_used = 0;
+    o->expert_ff = 0;
+    o->shared_ff = 0;
 }
 
 typedef struct {
@@ -71,18 +82,112 @@ typedef struct {
     const char *arch;
     bool tied;
     float rope_base;
+    int head_dim, experts, experts_used, expert_ff;
 } preset;
 
 /* Shapes from the models' config.json files (hidden_size, intermediate_size,
  * num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size,
  * tie_word_embeddings, rope_theta). */
 static const preset presets[] = {
-    {"2M", 256, 768, 2, 4, 2, 0, "llama", false, SYNTH_ROPE_BASE},
-    {"30M", 512, 1536, 10, 8, 4, 0, "llama", false, SYNTH_ROPE_BASE},
-    {"llama3.2-1b", 2048, 8192, 16, 32, 8, 128256, "llama", true, 500000.0f},
-    {"llama3.1-8b", 4096, 14336, 32, 32, 8, 128256, "llama", false, 500000.0f},
-    {"qwen2.5-0.5b", 896, 4864, 24, 14, 2, 151936, "qwen2", true, 1000000.0f},
-    {"qwen2.5-7b", 3584, 18944, 28, 28, 4, 152064, "qwen2", false, 1000000.0f},
+    {.name = "2M",
+     .dim = 256,
+     .ff = 768,
+     .layers = 2,
+     .heads = 4,
+     .kv_heads = 2,
+     .arch = "llama",
+     .rope_base = SYNTH_ROPE_BASE},
+    {.name = "30M",
+     .dim = 512,
+     .ff = 1536,
+     .layers = 10,
+     .heads = 8,
+     .kv_heads = 4,
+     .arch = "llama",
+     .rope_base = SYNTH_ROPE_BASE},
+    {.name = "llama3.2-1b",
+     .dim = 2048,
+     .ff = 8192,
+     .layers = 16,
+     .heads = 32,
+     .kv_heads = 8,
+     .vocab = 128256,
+     .arch = "llama",
+     .tied = true,
+     .rope_base = 500000.0f},
+    {.name = "llama3.1-8b",
+     .dim = 4096,
+     .ff = 14336,
+     .layers = 32,
+     .heads = 32,
+     .kv_heads = 8,
+     .vocab = 128256,
+     .arch = "llama",
+     .rope_base = 500000.0f},
+    {.name = "qwen2.5-0.5b",
+     .dim = 896,
+     .ff = 4864,
+     .layers = 24,
+     .heads = 14,
+     .kv_heads = 2,
+     .vocab = 151936,
+     .arch = "qwen2",
+     .tied = true,
+     .rope_base = 1000000.0f},
+    {.name = "qwen2.5-7b",
+     .dim = 3584,
+     .ff = 18944,
+     .layers = 28,
+     .heads = 28,
+     .kv_heads = 4,
+     .vocab = 152064,
+     .arch = "qwen2",
+     .rope_base = 1000000.0f},
+    {.name = "qwen3-0.6b",
+     .dim = 1024,
+     .ff = 3072,
+     .layers = 28,
+     .heads = 16,
+     .kv_heads = 8,
+     .vocab = 151936,
+     .arch = "qwen3",
+     .tied = true,
+     .rope_base = 1000000.0f,
+     .head_dim = 128},
+    {.name = "qwen3-8b",
+     .dim = 4096,
+     .ff = 12288,
+     .layers = 36,
+     .heads = 32,
+     .kv_heads = 8,
+     .vocab = 151936,
+     .arch = "qwen3",
+     .rope_base = 1000000.0f,
+     .head_dim = 128},
+    {.name = "qwen3-30b-a3b",
+     .dim = 2048,
+     .ff = 6144,
+     .layers = 48,
+     .heads = 32,
+     .kv_heads = 4,
+     .vocab = 151936,
+     .arch = "qwen3moe",
+     .rope_base = 1000000.0f,
+     .head_dim = 128,
+     .experts = 128,
+     .experts_used = 8,
+     .expert_ff = 768},
+    {.name = "mixtral-8x7b",
+     .dim = 4096,
+     .ff = 14336,
+     .layers = 32,
+     .heads = 32,
+     .kv_heads = 8,
+     .vocab = 32000,
+     .arch = "llama",
+     .rope_base = 1000000.0f,
+     .experts = 8,
+     .experts_used = 2},
 };
 
 bool ql_synth_preset(const char *name, ql_synth_opts *o)
@@ -100,6 +205,11 @@ bool ql_synth_preset(const char *name, ql_synth_opts *o)
         o->arch = p->arch;
         o->tied = p->tied;
         o->rope_base = p->rope_base;
+        o->head_dim = p->head_dim;
+        o->experts = p->experts;
+        o->experts_used = p->experts_used;
+        o->expert_ff = p->expert_ff;
+        o->shared_ff = 0;
         return true;
     }
     return false;
@@ -107,20 +217,58 @@ bool ql_synth_preset(const char *name, ql_synth_opts *o)
 
 const char *ql_synth_presets(void)
 {
-    return "2M, 30M, llama3.2-1b, llama3.1-8b, qwen2.5-0.5b, qwen2.5-7b";
+    return "2M, 30M, llama3.2-1b, llama3.1-8b, qwen2.5-0.5b, qwen2.5-7b, qwen3-0.6b, qwen3-8b, "
+           "qwen3-30b-a3b, mixtral-8x7b";
 }
 
-static bool is_qwen2(const ql_synth_opts *o)
+/* Q, K and V biases: qwen2, qwen2moe. */
+static bool has_qkv_bias(const ql_synth_opts *o)
 {
-    return strcmp(o->arch, "qwen2") == 0;
+    return strcmp(o->arch, "qwen2") == 0 || strcmp(o->arch, "qwen2moe") == 0;
+}
+
+/* Per-head Q and K norms: qwen3, qwen3moe. */
+static bool has_qk_norm(const ql_synth_opts *o)
+{
+    return strcmp(o->arch, "qwen3") == 0 || strcmp(o->arch, "qwen3moe") == 0;
+}
+
+static bool has_shared_expert(const ql_synth_opts *o)
+{
+    return o->experts > 0 && strcmp(o->arch, "qwen2moe") == 0;
+}
+
+static int head_dim(const ql_synth_opts *o)
+{
+    return o->head_dim > 0 ? o->head_dim : o->dim / o->heads;
+}
+
+/* The width of one routed expert and of the shared one. */
+static int expert_width(const ql_synth_opts *o)
+{
+    return strcmp(o->arch, "llama") == 0 || o->expert_ff == 0 ? o->ff : o->expert_ff;
+}
+
+static int shared_width(const ql_synth_opts *o)
+{
+    return o->shared_ff > 0 ? o->shared_ff : o->ff;
 }
 
 int64_t ql_synth_n_params(const ql_synth_opts *o, int vocab)
 {
-    const int64_t E = o->dim, F = o->ff, hd = o->dim / o->heads, KD = o->kv_heads * hd;
-    int64_t per_layer = E * E * 2 + 2 * E * KD + 3 * E * F + 2 * E;
-    if (is_qwen2(o))
-        per_layer += E + 2 * KD;
+    const int64_t E = o->dim, hd = head_dim(o), QD = o->heads * hd, KD = o->kv_heads * hd;
+    int64_t per_layer = 2 * E * QD + 2 * E * KD + 2 * E;
+    if (o->experts > 0) {
+        per_layer += (int64_t)o->experts * (3 * E * expert_width(o) + E);
+        if (has_shared_expert(o))
+            per_layer += 3 * E * shared_width(o) + E;
+    } else {
+        per_layer += 3 * E * o->ff;
+    }
+    if (has_qkv_bias(o))
+        per_layer += QD + 2 * KD;
+    if (has_qk_norm(o))
+        per_layer += 2 * hd;
     return (o->tied ? 1 : 2) * (int64_t)vocab * E + E + (int64_t)o->layers * per_layer;
 }
 
@@ -177,65 +325,100 @@ static void gen_norm(synth_state *s, float *w, int64_t n, bool massive)
 /* ------------------------------------------------------------------------ */
 /* Tensor list                                                                */
 
-typedef enum { T_EMBD, T_HEAD, T_NORM, T_NORM_MASSIVE, T_IN, T_OUT, T_BIAS } tensor_kind;
+typedef enum {
+    T_EMBD,
+    T_HEAD,
+    T_NORM,
+    T_NORM_MASSIVE,
+    T_QK_NORM,
+    T_IN,
+    T_OUT,
+    T_BIAS,
+    T_ROUTER,
+} tensor_kind;
 
 typedef struct {
     char name[64];
-    int64_t ne0, ne1; /* ne1 = 0 for 1-D */
+    int64_t ne0, ne1, ne2; /* ne1 = 0 for 1-D; ne2 = matrices (experts), 1 for 2-D */
     tensor_kind kind;
     int norm_ref; /* index of the norm whose output this product reads, or -1 */
 } tensor_spec;
 
+/* Whether a tensor is written in the model's type (the weight matrices) rather than
+ * F32 (vectors, and the routers, which converters keep in F32). */
+static bool in_model_type(const tensor_spec *t)
+{
+    return t->ne1 > 0 && t->kind != T_ROUTER;
+}
+
 static int build_specs(const ql_synth_opts *o, int vocab, tensor_spec *sp)
 {
-    const int64_t E = o->dim, F = o->ff, KD = (int64_t)o->kv_heads * (o->dim / o->heads);
+    const int64_t E = o->dim, F = o->ff, hd = head_dim(o);
+    const int64_t QD = (int64_t)o->heads * hd, KD = (int64_t)o->kv_heads * hd;
+    const int64_t FE = expert_width(o), FS = shared_width(o), X = o->experts;
     int n = 0;
-#define ADD(nm, a, b, k, ref)                                                                      \
+#define ADD3(a, b, c, k, ref, ...)                                                                 \
     do {                                                                                           \
-        snprintf(sp[n].name, sizeof sp[n].name, "%s", nm);                                         \
+        snprintf(sp[n].name, sizeof sp[n].name, __VA_ARGS__);                                      \
         sp[n].ne0 = a;                                                                             \
         sp[n].ne1 = b;                                                                             \
+        sp[n].ne2 = c;                                                                             \
         sp[n].kind = k;                                                                            \
         sp[n].norm_ref = ref;                                                                      \
         n++;                                                                                       \
     } while (0)
-    ADD("token_embd.weight", E, vocab, T_EMBD, -1);
-    ADD("output_norm.weight", E, 0, T_NORM, -1);
+#define ADD(a, b, k, ref, ...) ADD3(a, b, 1, k, ref, __VA_ARGS__)
+    ADD(E, vocab, T_EMBD, -1, "token_embd.weight");
+    ADD(E, 0, T_NORM, -1, "output_norm.weight");
     if (!o->tied)
-        ADD("output.weight", E, vocab, T_HEAD, -1);
+        ADD(E, vocab, T_HEAD, -1, "output.weight");
     for (int l = 0; l < o->layers; l++) {
-        char nm[64];
-        int attn_norm = n;
-        snprintf(nm, sizeof nm, "blk.%d.attn_norm.weight", l);
-        ADD(nm, E, 0, T_NORM_MASSIVE, -1);
-        snprintf(nm, sizeof nm, "blk.%d.attn_q.weight", l);
-        ADD(nm, E, E, T_IN, attn_norm);
-        snprintf(nm, sizeof nm, "blk.%d.attn_k.weight", l);
-        ADD(nm, E, KD, T_IN, attn_norm);
-        snprintf(nm, sizeof nm, "blk.%d.attn_v.weight", l);
-        ADD(nm, E, KD, T_IN, attn_norm);
-        if (is_qwen2(o)) {
-            snprintf(nm, sizeof nm, "blk.%d.attn_q.bias", l);
-            ADD(nm, E, 0, T_BIAS, -1);
-            snprintf(nm, sizeof nm, "blk.%d.attn_k.bias", l);
-            ADD(nm, KD, 0, T_BIAS, -1);
-            snprintf(nm, sizeof nm, "blk.%d.attn_v.bias", l);
-            ADD(nm, KD, 0, T_BIAS, -1);
+        const int attn_norm = n;
+        ADD(E, 0, T_NORM_MASSIVE, -1, "blk.%d.attn_norm.weight", l);
+        ADD(E, QD, T_IN, attn_norm, "blk.%d.attn_q.weight", l);
+        ADD(E, KD, T_IN, attn_norm, "blk.%d.attn_k.weight", l);
+        ADD(E, KD, T_IN, attn_norm, "blk.%d.attn_v.weight", l);
+        if (has_qkv_bias(o)) {
+            ADD(QD, 0, T_BIAS, -1, "blk.%d.attn_q.bias", l);
+            ADD(KD, 0, T_BIAS, -1, "blk.%d.attn_k.bias", l);
+            ADD(KD, 0, T_BIAS, -1, "blk.%d.attn_v.bias", l);
         }
-        snprintf(nm, sizeof nm, "blk.%d.attn_output.weight", l);
-        ADD(nm, E, E, T_OUT, -1);
-        int ffn_norm = n;
-        snprintf(nm, sizeof nm, "blk.%d.ffn_norm.weight", l);
-        ADD(nm, E, 0, T_NORM_MASSIVE, -1);
-        snprintf(nm, sizeof nm, "blk.%d.ffn_gate.weight", l);
-        ADD(nm, E, F, T_IN, ffn_norm);
-        snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", l);
-        ADD(nm, E, F, T_IN, ffn_norm);
-        snprintf(nm, sizeof nm, "blk.%d.ffn_down.weight", l);
-        ADD(nm, F, E, T_OUT, -1);
+        if (has_qk_norm(o)) {
+            ADD(hd, 0, T_QK_NORM, -1, "blk.%d.attn_q_norm.weight", l);
+            ADD(hd, 0, T_QK_NORM, -1, "blk.%d.attn_k_norm.weight", l);
+        }
+        ADD(QD, E, T_OUT, -1, "blk.%d.attn_output.weight", l);
+        const int ffn_norm = n;
+        ADD(E, 0, T_NORM_MASSIVE, -1, "blk.%d.ffn_norm.weight", l);
+        if (X == 0) {
+            ADD(E, F, T_IN, ffn_norm, "blk.%d.ffn_gate.weight", l);
+            ADD(E, F, T_IN, ffn_norm, "blk.%d.ffn_up.weight", l);
+            ADD(F, E, T_OUT, -1, "blk.%d.ffn_down.weight", l);
+            continue;
+        }
+        ADD(E, X, T_ROUTER, ffn_norm, "blk.%d.ffn_gate_inp.weight", l);
+        ADD3(E, FE, X, T_IN, ffn_norm, "blk.%d.ffn_gate_exps.weight", l);
+        ADD3(E, FE, X, T_IN, ffn_norm, "blk.%d.ffn_up_exps.weight", l);
+        ADD3(FE, E, X, T_OUT, -1, "blk.%d.ffn_down_exps.weight", l);
+        if (has_shared_expert(o)) {
+            ADD(E, 1, T_ROUTER, ffn_norm, "blk.%d.ffn_gate_inp_shexp.weight", l);
+            ADD(E, FS, T_IN, ffn_norm, "blk.%d.ffn_gate_shexp.weight", l);
+            ADD(E, FS, T_IN, ffn_norm, "blk.%d.ffn_up_shexp.weight", l);
+            ADD(FS, E, T_OUT, -1, "blk.%d.ffn_down_shexp.weight", l);
+        }
     }
 #undef ADD
+#undef ADD3
     return n;
+}
+
+/* Tensors build_specs lists. */
+static int n_specs_of(const ql_synth_opts *o)
+{
+    int per_layer = 9 + (has_qkv_bias(o) ? 3 : 0) + (has_qk_norm(o) ? 2 : 0);
+    if (o->experts > 0)
+        per_layer += 1 + (has_shared_expert(o) ? 4 : 0);
+    return (o->tied ? 2 : 3) + per_layer * o->layers;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -322,10 +505,10 @@ static ql_status check_opts(const ql_synth_opts *o, ql_error *err)
     if (o->dim <= 0 || o->ff <= 0 || o->layers <= 0 || o->heads <= 0 || o->kv_heads <= 0 ||
         o->ctx_train <= 0)
         return ql_error_set(err, QL_EINVAL, "synth: dimensions must be positive");
-    if (o->dim % o->heads != 0 || (o->dim / o->heads) % 2 != 0)
+    if (o->head_dim < 0 || (o->head_dim == 0 && o->dim % o->heads != 0) || head_dim(o) % 2 != 0)
         return ql_error_set(err, QL_EINVAL,
                             "synth: --dim %d must be a multiple of --heads %d with an even head "
-                            "size",
+                            "size, or --head-dim an even size",
                             o->dim, o->heads);
     if (o->heads % o->kv_heads != 0)
         return ql_error_set(err, QL_EINVAL, "synth: --heads %d is not a multiple of --kv-heads %d",
@@ -333,13 +516,66 @@ static ql_status check_opts(const ql_synth_opts *o, ql_error *err)
     if (o->type != QL_TYPE_F32 && o->type != QL_TYPE_F16 && o->type != QL_TYPE_BF16)
         return ql_error_set(err, QL_EINVAL, "synth: --type must be F32, F16 or BF16, not %s",
                             ql_type_name(o->type));
-    if (strcmp(o->arch, "llama") != 0 && !is_qwen2(o))
-        return ql_error_set(err, QL_EINVAL, "synth: --arch must be llama or qwen2, not '%s'",
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        known |= strcmp(o->arch, archs[i]) == 0;
+    if (!known)
+        return ql_error_set(err, QL_EINVAL,
+                            "synth: --arch must be llama, qwen2, qwen3, qwen2moe or qwen3moe, not "
+                            "'%s'",
                             o->arch);
+    const bool moe_arch = strstr(o->arch, "moe") != NULL;
+    if (moe_arch && o->experts == 0)
+        return ql_error_set(err, QL_EINVAL, "synth: --arch %s needs --experts", o->arch);
+    if (o->experts > 0 && strcmp(o->arch, "llama") != 0 && !moe_arch)
+        return ql_error_set(err, QL_EINVAL,
+                            "synth: --experts: %s has no experts (llama, qwen2moe and qwen3moe do)",
+                            o->arch);
+    if (o->experts < 0 || o->experts > 1024 ||
+        (o->experts > 0 && (o->experts_used < 1 || o->experts_used > o->experts)))
+        return ql_error_set(err, QL_EINVAL,
+                            "synth: --experts %d with --experts-used %d: expected 1 <= used <= "
+                            "experts <= 1024",
+                            o->experts, o->experts_used);
     if (!(o->rope_base > 0.0f) || o->rope_base > 1e12f)
         return ql_error_set(err, QL_EINVAL, "synth: --rope-base %g must be in (0, 1e12]",
                             (double)o->rope_base);
     return QL_OK;
+}
+
+/* The keys beyond the dense llama ones: the head size when it is not dim / heads,
+ * the experts' counts and widths. */
+static ql_status write_shape_keys(ql_gguf_writer *w, const ql_synth_opts *o, ql_error *err)
+{
+    char key[96];
+    ql_status st = QL_OK;
+    if (o->head_dim > 0 && o->head_dim * o->heads != o->dim) {
+        snprintf(key, sizeof key, "%s.attention.key_length", o->arch);
+        if ((st = ql_gguf_writer_set_u32(w, key, (uint32_t)o->head_dim, err)))
+            return st;
+        snprintf(key, sizeof key, "%s.attention.value_length", o->arch);
+        if ((st = ql_gguf_writer_set_u32(w, key, (uint32_t)o->head_dim, err)))
+            return st;
+    }
+    if (o->experts == 0)
+        return QL_OK;
+    snprintf(key, sizeof key, "%s.expert_count", o->arch);
+    if ((st = ql_gguf_writer_set_u32(w, key, (uint32_t)o->experts, err)))
+        return st;
+    snprintf(key, sizeof key, "%s.expert_used_count", o->arch);
+    if ((st = ql_gguf_writer_set_u32(w, key, (uint32_t)o->experts_used, err)))
+        return st;
+    if (strcmp(o->arch, "llama") == 0)
+        return QL_OK; /* llama's experts are feed_forward_length wide */
+    snprintf(key, sizeof key, "%s.expert_feed_forward_length", o->arch);
+    if ((st = ql_gguf_writer_set_u32(w, key, (uint32_t)expert_width(o), err)))
+        return st;
+    if (has_shared_expert(o)) {
+        snprintf(key, sizeof key, "%s.expert_shared_feed_forward_length", o->arch);
+        st = ql_gguf_writer_set_u32(w, key, (uint32_t)shared_width(o), err);
+    }
+    return st;
 }
 
 ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err)
@@ -347,7 +583,7 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
     ql_status st = check_opts(o, err);
     if (st)
         return st;
-    const int n_specs = (o->tied ? 2 : 3) + (is_qwen2(o) ? 12 : 9) * o->layers;
+    const int n_specs = n_specs_of(o);
     synth_state s;
     memset(&s, 0, sizeof s);
     char tok_path[QL_PATH_MAX];
@@ -364,7 +600,7 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
     if ((st = copy_tokenizer(w, src, &vocab, err)))
         goto out;
 
-    const int hd = o->dim / o->heads;
+    const int hd = head_dim(o);
     ql_gguf_value seed_value = {.type = QL_GGUF_UINT64, .v.u64 = o->seed};
     char name[128];
     snprintf(name, sizeof name, "qlab-synth-d%d-f%d-l%d-s%llu", o->dim, o->ff, o->layers,
@@ -401,6 +637,8 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
         (st = ql_gguf_writer_set_kv(w, "qlab.synth.seed", &seed_value, err)) ||
         (st = ql_gguf_writer_set_str(w, "qlab.synth.source_tokenizer", o->tokenizer_src, err)))
         goto out;
+    if ((st = write_shape_keys(w, o, err)))
+        goto out;
 
     sp = calloc((size_t)n_specs, sizeof *sp);
     norms = calloc((size_t)n_specs, sizeof *norms);
@@ -411,14 +649,14 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
     QL_ASSERT(build_specs(o, vocab, sp) == n_specs);
     int64_t max_elems = 0;
     for (int i = 0; i < n_specs; i++) {
-        const bool is2d = sp[i].ne1 > 0;
-        const int64_t ne[2] = {sp[i].ne0, sp[i].ne1};
-        const int32_t type = is2d ? o->type : QL_TYPE_F32;
-        const int64_t elems = sp[i].ne0 * (is2d ? sp[i].ne1 : 1);
+        const int n_dims = sp[i].ne1 == 0 ? 1 : sp[i].ne2 > 1 ? 3 : 2;
+        const int64_t ne[3] = {sp[i].ne0, sp[i].ne1, sp[i].ne2};
+        const int32_t type = in_model_type(&sp[i]) ? o->type : QL_TYPE_F32;
+        const int64_t elems = sp[i].ne0 * (sp[i].ne1 > 0 ? sp[i].ne1 * sp[i].ne2 : 1);
         if (elems > max_elems)
             max_elems = elems;
         if ((st = ql_gguf_writer_add_tensor(
-                 w, sp[i].name, is2d ? 2 : 1, ne, type,
+                 w, sp[i].name, (uint32_t)n_dims, ne, type,
                  ql_row_size(type, sp[i].ne0) * (uint64_t)(elems / sp[i].ne0), err)))
             goto out;
     }
@@ -451,7 +689,8 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
         goto out;
     for (int i = 0; i < n_specs; i++) {
         const tensor_spec *t = &sp[i];
-        const int64_t elems = t->ne0 * (t->ne1 > 0 ? t->ne1 : 1);
+        const int64_t elems = t->ne0 * (t->ne1 > 0 ? t->ne1 * t->ne2 : 1);
+        const int64_t mat = t->ne0 * t->ne1; /* one expert's matrix */
         switch (t->kind) {
         case T_EMBD:
             /* Unit entries make a residual stream of unit RMS; a tied table is also the
@@ -462,10 +701,19 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
             gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_HEAD, NULL);
             break;
         case T_IN:
-            gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_IN, norms[t->norm_ref]);
+            for (int64_t e = 0; e < t->ne2; e++)
+                gen_matrix(&s, buf + e * mat, t->ne0, t->ne1, GAIN_IN, norms[t->norm_ref]);
             break;
         case T_OUT:
-            gen_matrix(&s, buf, t->ne0, t->ne1, GAIN_OUT, NULL);
+            for (int64_t e = 0; e < t->ne2; e++)
+                gen_matrix(&s, buf + e * mat, t->ne0, t->ne1, GAIN_OUT, NULL);
+            break;
+        case T_ROUTER:
+            gen_matrix(&s, buf, t->ne0, t->ne1, ROUTER_GAIN, norms[t->norm_ref]);
+            break;
+        case T_QK_NORM:
+            for (int64_t b = 0; b < elems; b++)
+                buf[b] = (float)fabs(1.0 + QK_NORM_JITTER * gsl_ran_gaussian(s.rng, 1.0));
             break;
         case T_BIAS:
             for (int64_t b = 0; b < elems; b++)
@@ -482,7 +730,7 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
             memcpy(norms[i], buf, (size_t)elems * sizeof(float));
             break;
         }
-        if (t->ne1 > 0 && o->type != QL_TYPE_F32) {
+        if (in_model_type(t) && o->type != QL_TYPE_F32) {
             for (int64_t e = 0; e < elems; e++)
                 half[e] =
                     o->type == QL_TYPE_F16 ? ql_fp32_to_fp16(buf[e]) : ql_fp32_to_bf16(buf[e]);
@@ -571,9 +819,23 @@ ql_status ql_synth_parse_spec(const char *spec, ql_synth_opts *o, ql_error *err)
             if (ok)
                 o->type = t->type;
         } else if (strcmp(k, "arch") == 0) {
-            ok = strcmp(v, "llama") == 0 || strcmp(v, "qwen2") == 0;
-            if (ok)
-                o->arch = strcmp(v, "llama") == 0 ? "llama" : "qwen2";
+            ok = false;
+            static const char *const archs[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe"};
+            for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+                if (strcmp(v, archs[i]) == 0) {
+                    o->arch = archs[i];
+                    ok = true;
+                }
+        } else if (strcmp(k, "head-dim") == 0) {
+            ok = spec_int(v, 0, 1 << 12, &o->head_dim);
+        } else if (strcmp(k, "experts") == 0) {
+            ok = spec_int(v, 0, 1024, &o->experts);
+        } else if (strcmp(k, "experts-used") == 0) {
+            ok = spec_int(v, 0, 1024, &o->experts_used);
+        } else if (strcmp(k, "expert-ff") == 0) {
+            ok = spec_int(v, 0, 1 << 18, &o->expert_ff);
+        } else if (strcmp(k, "shared-ff") == 0) {
+            ok = spec_int(v, 0, 1 << 18, &o->shared_ff);
         } else if (strcmp(k, "tied") == 0) {
             ok = strcmp(v, "0") == 0 || strcmp(v, "1") == 0;
             if (ok)
@@ -586,7 +848,8 @@ ql_status ql_synth_parse_spec(const char *spec, ql_synth_opts *o, ql_error *err)
         } else
             return ql_error_set(err, QL_EINVAL,
                                 "model '%s': unknown key '%s' (keys: dim, ff, layers, heads, "
-                                "kv-heads, vocab, seed, type, arch, tied, rope-base)",
+                                "kv-heads, vocab, seed, type, arch, tied, rope-base, head-dim, "
+                                "experts, experts-used, expert-ff, shared-ff)",
                                 spec, k);
         if (!ok)
             return ql_error_set(err, QL_EINVAL, "model '%s': bad value '%s' for %s", spec, v, k);
@@ -610,8 +873,11 @@ ql_status ql_synth_materialize(const char *spec, const char *dir, char *path, si
                      (unsigned long long)o.seed, (int)o.type, o.ctx_train, o.tokenizer_src);
     /* Named only when not the defaults, so the files of earlier specs keep their names. */
     if (strcmp(o.arch, "llama") != 0 || o.tied || o.rope_base != SYNTH_ROPE_BASE)
-        snprintf(id + n, sizeof id - (size_t)n, " arch=%s tied=%d rope=%.9g", o.arch, (int)o.tied,
-                 (double)o.rope_base);
+        n += snprintf(id + n, sizeof id - (size_t)n, " arch=%s tied=%d rope=%.9g", o.arch,
+                      (int)o.tied, (double)o.rope_base);
+    if (o.head_dim > 0 || o.experts > 0)
+        snprintf(id + n, sizeof id - (size_t)n, " hd=%d x=%d xu=%d xff=%d sff=%d", o.head_dim,
+                 o.experts, o.experts_used, o.expert_ff, o.shared_ff);
     ql_sha256_hex(id, strlen(id), hash);
     if ((st = ql_make_dirs(dir, err)))
         return st;

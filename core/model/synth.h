@@ -18,8 +18,13 @@
  * tokenizer's pads the vocabulary with "<unused_N>" tokens of type UNUSED (5) that
  * the tokenizer never emits (their embedding rows exist and the head scores them, as
  * for the reserved tokens of real vocabularies); a smaller --vocab is an error.
- * The file carries every key llama.cpp needs to load a llama or qwen2 model; qwen2
- * models get Q, K and V biases (Gaussian, std QWEN_BIAS_STD). */
+ * The file carries every key llama.cpp needs to load the model; qwen2 and qwen2moe
+ * models get Q, K and V biases (Gaussian, std QWEN_BIAS_STD), qwen3 and qwen3moe the
+ * per-head Q and K norms. With experts (llama, qwen2moe, qwen3moe), every block's
+ * feed-forward is a mixture: a router ffn_gate_inp (F32, as converters write it) whose
+ * logits have a standard deviation of about ROUTER_GAIN, so that routing is decisive
+ * as in trained models, and the experts stacked in ffn_{gate,up,down}_exps (each its
+ * own matrix); qwen2moe adds the shared expert and its sigmoid gate. */
 #ifndef QL_SYNTH_H
 #define QL_SYNTH_H
 
@@ -40,9 +45,14 @@ typedef struct {
     int32_t type;              /* QL_TYPE_F32, F16 or BF16 for the 2-D weights */
     int ctx_train;             /* {arch}.context_length written to the file */
     const char *tokenizer_src; /* model name or path to copy tokenizer.ggml.* from */
-    const char *arch;          /* "llama" or "qwen2" (biases on Q, K and V) */
+    const char *arch;          /* llama, qwen2, qwen3, qwen2moe or qwen3moe */
     bool tied;                 /* no output.weight: the head reads token_embd.weight */
     float rope_base;           /* {arch}.rope.freq_base */
+    int head_dim;              /* 0: dim / heads; else attention.key_length */
+    int experts;               /* 0: dense; else expert_count (llama, qwen2moe, qwen3moe) */
+    int experts_used;          /* expert_used_count */
+    int expert_ff;             /* one expert's width (llama: ff itself) */
+    int shared_ff;             /* qwen2moe: the shared expert's width (0: ff) */
 } ql_synth_opts;
 
 /* Defaults: a 2M-parameter model (dim 256, ff 768, 2 layers, 4 heads, 2 kv heads),
@@ -55,7 +65,13 @@ void ql_synth_defaults(ql_synth_opts *o);
  *   llama3.2-1b      2048 / 8192, 16 layers, 32 heads (8 kv), vocab 128256, tied
  *   llama3.1-8b      4096 / 14336, 32 layers, 32 heads (8 kv), vocab 128256
  *   qwen2.5-0.5b     896 / 4864, 24 layers, 14 heads (2 kv), vocab 151936, tied, qwen2
- *   qwen2.5-7b       3584 / 18944, 28 layers, 28 heads (4 kv), vocab 152064, qwen2 */
+ *   qwen2.5-7b       3584 / 18944, 28 layers, 28 heads (4 kv), vocab 152064, qwen2
+ *   qwen3-0.6b       1024 / 3072, 28 layers, 16 heads (8 kv) x 128, vocab 151936, tied
+ *   qwen3-8b         4096 / 12288, 36 layers, 32 heads (8 kv) x 128, vocab 151936
+ *   qwen3-30b-a3b    2048, 48 layers, 32 heads (4 kv) x 128, 128 experts of 768, 8 used,
+ *                    vocab 151936, qwen3moe
+ *   mixtral-8x7b     4096 / 14336, 32 layers, 32 heads (8 kv), 8 experts, 2 used, vocab
+ *                    32000, llama with experts */
 bool ql_synth_preset(const char *name, ql_synth_opts *o);
 /* "2M, 30M, llama3.2-1b, ..." for messages and --help. */
 const char *ql_synth_presets(void);
@@ -67,8 +83,9 @@ ql_status ql_synth_write(const ql_synth_opts *o, const char *path, ql_error *err
 /* A synthetic model named in a sweep file: "synth:" followed by a preset ("2M",
  * "30M", "qwen2.5-0.5b", see ql_synth_preset) and/or comma-separated key=value pairs
  * with the option names of `qlab synth` (dim, ff, layers, heads, kv-heads, vocab, seed,
- * type, arch, tied, rope-base), e.g. "synth:30M", "synth:qwen2.5-0.5b,type=F16",
- * "synth:dim=512,ff=1536,layers=4,seed=7". Errors name the spec and the bad item. */
+ * type, arch, tied, rope-base, head-dim, experts, experts-used, expert-ff, shared-ff), e.g.
+ * "synth:30M", "synth:qwen2.5-0.5b,type=F16", "synth:dim=512,ff=1536,layers=4,seed=7". Errors name
+ * the spec and the bad item. */
 bool ql_synth_is_spec(const char *s);
 ql_status ql_synth_parse_spec(const char *spec, ql_synth_opts *o, ql_error *err);
 
