@@ -103,6 +103,30 @@ static ql_status add_error_rows(const ql_linear *lin, const float *w, const floa
     return st;
 }
 
+/* Appends the records of a stacked tensor's experts (their errors in per_mat) to r; the
+ * records point at the tensor record's name. */
+static ql_status add_expert_records(ql_qweights_result *r, const char *tensor,
+                                    const ql_weight_error *per_mat, int n_mat, size_t *cap,
+                                    ql_error *err)
+{
+    if (n_mat <= 1)
+        return QL_OK;
+    if (!ql_grow((void **)&r->experts, cap, r->n_experts + (size_t)n_mat, sizeof *r->experts))
+        return ql_error_set(err, QL_ENOMEM, "out of memory for the expert records");
+    for (int m = 0; m < n_mat; m++) {
+        const ql_weight_error *e = &per_mat[m];
+        r->experts[r->n_experts++] = (ql_expert_record){
+            .tensor = tensor,
+            .expert = m,
+            .rmse = ql_weight_error_rmse(e),
+            .max_err = e->max_abs,
+            .imatrix_err = e->weighted ? e->w_sse : (double)NAN,
+            .imatrix_err_rel = ql_weight_error_rel(e),
+        };
+    }
+    return QL_OK;
+}
+
 /* The tensor's error: its matrices' merged (one matrix: that one). */
 static void merge_mats(const ql_weight_error *per_mat, int n_mat, ql_weight_error *out)
 {
@@ -687,6 +711,7 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
     total.weighted = true;
     bool any_weighted = false;
     double quant_seconds = 0;
+    size_t experts_cap = 0;
     /* A progress line (MB of f32 weights) when there is much to quantize: minutes for a
      * K-quant of a billion parameters. */
     int64_t mb_total = 0, mb_done = 0;
@@ -754,6 +779,9 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
         te->imatrix_err_rel = ql_weight_error_rel(&qt->werr);
         any_weighted |= qt->werr.weighted;
         ql_weight_error_merge(&total, &qt->werr);
+        if (qt->werr_mat &&
+            (st = add_expert_records(r, te->tensor, qt->werr_mat, qt->n_mat, &experts_cap, err)))
+            break;
         ql_linear *dst = ql_weights_find(w, e->name);
         const ql_weight_src src = qtensor_src(qt);
         ql_linear_set_src(dst, &src);
@@ -885,6 +913,7 @@ static ql_status file_weights(ql_qweights *q, const ql_model *fm, const ql_quant
     memset(&total, 0, sizeof total);
     total.weighted = true;
     bool any_weighted = false;
+    size_t experts_cap = 0;
     for (int64_t i = 0; i < plan->n && !st; i++) {
         const ql_quant_plan_entry *e = &plan->entries[i];
         ql_linear *ref = ql_weights_find(model->weights, e->name);
@@ -921,6 +950,8 @@ static ql_status file_weights(ql_qweights *q, const ql_model *fm, const ql_quant
             st = measure_error(ref, gt->type, gt->data, src, mw, per_mat, err);
         if (!st)
             merge_mats(per_mat, n_mat_of(ref), &werr);
+        if (!st)
+            st = add_expert_records(r, te->tensor, per_mat, n_mat_of(ref), &experts_cap, err);
         free(src);
         free(per_mat);
         if (st) {
@@ -1032,5 +1063,6 @@ void ql_qweights_result_deinit(ql_qweights_result *r)
     free(r->acts);
     free(r->act_names);
     free(r->act_notes);
+    free(r->experts);
     memset(r, 0, sizeof *r);
 }

@@ -81,6 +81,8 @@ typedef struct {
     size_t n_tensors;
     ql_act_record *acts; /* (n_acts,) products whose input is rounded or split */
     size_t n_acts;
+    ql_expert_record *experts; /* (n_experts,) each expert of every stacked expert tensor */
+    size_t n_experts;
     /* Weight side over every quantized tensor, as ql_run_metrics defines them. */
     double rmse, max_err, imatrix_err, imatrix_err_rel;
     /* A budget with objective kld: the summed sensitivities of the solver's choices

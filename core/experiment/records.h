@@ -27,7 +27,8 @@
  *            one becomes ALTER TABLE ... ADD COLUMN for older databases)
  *   source   which record of a run computes it, under the same field name: DIST
  *            (ql_dist_metrics, experiment/metrics.h), WEIGHTS (ql_qweights_result,
- *            experiment/qweights.h) or TENSORS (ql_tensor_shares below, from the run's
+ *            experiment/qweights.h), ROUTING (ql_routing_metrics below, computed by
+ *            experiment/routing.h) or TENSORS (ql_tensor_shares below, from the run's
  *            tensor records: the store fills these when it stores the run); the SQL of
  *            a DERIVED metric
  *   pos      place in the report's outputs (report.md table, formats.csv, legend, the
@@ -147,7 +148,13 @@
      * without head and embeddings, the head, the embeddings; from the tensor records */       \
     X(applied_body,     REAL,    4, TENSORS, 60, NULL,     PCT, "%.1f", -1, QL_METRIC_CSV, NULL)   \
     X(applied_head,     REAL,    4, TENSORS, 61, NULL,     PCT, "%.1f", -1, QL_METRIC_CSV, NULL)   \
-    X(applied_embd,     REAL,    4, TENSORS, 62, NULL,     PCT, "%.1f", -1, QL_METRIC_CSV, NULL)
+    X(applied_embd,     REAL,    4, TENSORS, 62, NULL,     PCT, "%.1f", -1, QL_METRIC_CSV, NULL)   \
+    /* a mixture of experts' routing against the reference's, means over its MoE blocks  \
+     * (schema 10; experiment/routing.h defines them; NULL for dense models) */            \
+    X(route_agree,      REAL,   10, ROUTING, 65, "route %", PCT, "%.2f", 4, QL_METRIC_CSV,         \
+      "route: scored tokens whose experts are the reference's (per MoE block, then the mean).") \
+    X(route_overlap,    REAL,   10, ROUTING, 66, NULL,     PCT, "%.2f", 4, QL_METRIC_CSV, NULL)   \
+    X(load_shift,       REAL,   10, ROUTING, 67, NULL,     NUM, "%.4f", 4, QL_METRIC_CSV, NULL)
 // clang-format on
 
 /* Flags of a metric. */
@@ -180,8 +187,13 @@ typedef struct {
 #undef QL_METRIC_FIELD
 } ql_run_metrics;
 
+/* The routing figures of a run (experiment/routing.h), NAN for a dense model. */
+typedef struct {
+    double route_agree, route_overlap, load_shift;
+} ql_routing_metrics;
+
 /* For code that fills ql_run_metrics from the records that compute the figures:
- * with QL_METRIC_FROM_<source>(name) defined for every source (DIST, WEIGHTS),
+ * with QL_METRIC_FROM_<source>(name) defined for every source (DIST, WEIGHTS, ROUTING),
  * QL_RUN_METRICS(QL_METRIC_BY_SOURCE) expands it for every stored metric. A source
  * left undefined does not compile. TENSORS metrics are the store's to fill (from the
  * tensor records a run gives, ql_store_finish_run_result), so they expand to nothing
@@ -305,18 +317,44 @@ typedef struct {
     /* Activation roundings of the products whose input is rounded (may be none). */
     const ql_act_record *acts;
     size_t n_acts;
-    /* Per-layer divergence (sweep key layer_metrics): none, or one record per block. */
+    /* Per-layer figures (the divergence with sweep key layer_metrics, the routing of a
+     * mixture of experts): none, or one record per block. */
     const struct ql_layer_record *layers;
     size_t n_layers;
+    /* A mixture of experts: each expert's share of the routed slots per block. */
+    const struct ql_expert_load_record *loads;
+    size_t n_loads;
+    /* ... and each expert's weight errors, per stacked expert tensor. */
+    const struct ql_expert_record *experts;
+    size_t n_experts;
 } ql_run_result;
 
-/* The divergence of a config's residual stream from the reference's after one block
- * (experiment/divergence.h); NAN = not measured. */
+/* One block of a config against the reference; NAN = not measured. The divergence of
+ * its residual stream (experiment/divergence.h) and the routing of a mixture-of-experts
+ * block (experiment/routing.h). */
 typedef struct ql_layer_record {
     int32_t layer;
-    double rel_err_mean; /* mean over scored tokens of ||h - r|| / ||r|| */
-    double rel_err_p99;  /* its 99th percentile */
-    double cos_mean;     /* mean cosine similarity of h and r */
+    double rel_err_mean;  /* mean over scored tokens of ||h - r|| / ||r|| */
+    double rel_err_p99;   /* its 99th percentile */
+    double cos_mean;      /* mean cosine similarity of h and r */
+    double route_agree;   /* share of scored tokens routed to the reference's experts */
+    double route_overlap; /* mean share of a token's experts that are the reference's */
+    double load_shift;    /* total variation distance of the experts' loads */
 } ql_layer_record;
+
+/* One expert's share of a block's routed slots, the reference's and the config's. */
+typedef struct ql_expert_load_record {
+    int32_t layer, expert;
+    double ref_share, share;
+} ql_expert_load_record;
+
+/* One expert's matrix of a stacked expert tensor, quantized: its errors against the
+ * reference's values (as ql_tensor_record's, over that expert's rows, weighted by its
+ * own importance). */
+typedef struct ql_expert_record {
+    const char *tensor; /* the 3-D tensor's GGUF name */
+    int32_t expert;
+    double rmse, max_err, imatrix_err, imatrix_err_rel;
+} ql_expert_record;
 
 #endif

@@ -12,6 +12,7 @@
 #include "base/progress.h"
 #include "base/util.h"
 #include "experiment/metrics.h"
+#include "experiment/routing.h"
 
 #define REF_MAGIC        "QLREF\0\0\2"
 #define REF_VERSION      2
@@ -24,9 +25,10 @@ struct ql_reference {
     int64_t n_chunks;
     int n_scored;
     int64_t n_embd, n_vocab;
-    float *hidden;   /* (n_chunks * n_scored, n_embd) */
-    float *logp;     /* held: (n_chunks * n_scored, n_vocab); else one chunk's */
-    bool holds_logp; /* logp has every chunk */
+    float *hidden;     /* (n_chunks * n_scored, n_embd) */
+    float *logp;       /* held: (n_chunks * n_scored, n_vocab); else one chunk's */
+    bool holds_logp;   /* logp has every chunk */
+    ql_routes *routes; /* a mixture of experts: the experts of every scored token, else NULL */
     double seconds;
     bool from_cache;
     char path[QL_PATH_MAX];
@@ -41,7 +43,8 @@ typedef struct {
     int64_t n_vocab;
     char key[64];
     char payload_sha256[64];
-    char pad[REF_HEADER_BYTES - 8 - 4 - 4 - 8 - 8 - 8 - 64 - 64];
+    uint64_t route_bytes; /* the routes after the targets (0: a dense model) */
+    char pad[REF_HEADER_BYTES - 8 - 4 - 4 - 8 - 8 - 8 - 64 - 64 - 8];
 } ref_header;
 
 _Static_assert(sizeof(ref_header) == REF_HEADER_BYTES, "reference cache header is 256 bytes");
@@ -52,7 +55,13 @@ void ql_reference_free(ql_reference *r)
         return;
     free(r->hidden);
     free(r->logp);
+    ql_routes_free(r->routes);
     free(r);
+}
+
+const ql_routes *ql_reference_routes(const ql_reference *r)
+{
+    return r->routes;
 }
 
 static size_t rows_of(const ql_ppl_data *d)
@@ -138,8 +147,7 @@ static ql_status compute_logp(ql_reference *r, int64_t c, float *out, ql_error *
     if (st)
         return st;
     log_softmax_rows(out, r->n_scored, r->n_vocab);
-    return check_finite(out, (size_t)r->n_scored * (size_t)r->n_vocab, c, "log-probabilities",
-                        err);
+    return check_finite(out, (size_t)r->n_scored * (size_t)r->n_vocab, c, "log-probabilities", err);
 }
 
 ql_status ql_reference_logp(ql_reference *r, int64_t chunk, const float **out, ql_error *err)
@@ -170,11 +178,17 @@ static void identity_key(const ql_reference_opts *o, const ql_ppl_data *d, int64
     ql_sha256_hex(id, strlen(id), key);
 }
 
-/* The payload's checksum: the hidden states, then the targets. */
+static size_t route_bytes(const ql_reference *r)
+{
+    return r->routes ? ql_routes_bytes(r->routes) : 0;
+}
+
+/* The payload's checksum: the hidden states, the targets, then the routes. */
 static void payload_sha(const ql_reference *r, const int32_t *targets, char out[65])
 {
     const size_t hb = hidden_bytes(r->d, r->n_embd), tb = targets_bytes(r->d);
-    unsigned char *buf = malloc(hb + tb);
+    const size_t rb = route_bytes(r);
+    unsigned char *buf = malloc(hb + tb + rb);
     if (!buf) {
         memset(out, '0', 64);
         out[64] = '\0';
@@ -182,7 +196,9 @@ static void payload_sha(const ql_reference *r, const int32_t *targets, char out[
     }
     memcpy(buf, r->hidden, hb);
     memcpy(buf + hb, targets, tb);
-    ql_sha256_hex(buf, hb + tb, out);
+    if (rb)
+        memcpy(buf + hb + tb, ql_routes_cdata(r->routes), rb);
+    ql_sha256_hex(buf, hb + tb + rb, out);
     free(buf);
 }
 
@@ -203,22 +219,30 @@ static bool try_load(ql_reference *r, const char *key)
     FILE *f = fopen(r->path, "rb");
     if (!f)
         return false;
-    const size_t want = ql_reference_file_bytes(r->d, r->n_embd);
+    const size_t want = ql_reference_file_bytes(r->d, r->n_embd) + route_bytes(r);
     ref_header h;
     int32_t *targets = malloc(targets_bytes(r->d) ? targets_bytes(r->d) : 1);
     int32_t *expect = all_targets(r->d);
     bool ok = targets && expect && fread(&h, sizeof h, 1, f) == 1 &&
               memcmp(h.magic, REF_MAGIC, 8) == 0 && h.version == REF_VERSION &&
               h.n_scored == (uint32_t)r->n_scored && h.n_chunks == r->n_chunks &&
-              h.n_embd == r->n_embd && h.n_vocab == r->n_vocab && memcmp(h.key, key, 64) == 0;
+              h.n_embd == r->n_embd && h.n_vocab == r->n_vocab && memcmp(h.key, key, 64) == 0 &&
+              h.route_bytes == route_bytes(r);
     const char *why = NULL;
     if (ok) {
         /* From here on the file claims to be this reference: a mismatch is damage. */
         ok = fread(r->hidden, 1, hidden_bytes(r->d, r->n_embd), f) ==
                  hidden_bytes(r->d, r->n_embd) &&
-             fread(targets, 1, targets_bytes(r->d), f) == targets_bytes(r->d) && fgetc(f) == EOF;
+             fread(targets, 1, targets_bytes(r->d), f) == targets_bytes(r->d) &&
+             (!r->routes ||
+              fread(ql_routes_data(r->routes), 1, route_bytes(r), f) == route_bytes(r)) &&
+             fgetc(f) == EOF;
         if (!ok)
             why = "its size is not the header's";
+        if (ok && r->routes && !ql_routes_valid(r->routes)) {
+            ok = false;
+            why = "an expert index is out of range";
+        }
         if (ok && memcmp(targets, expect, targets_bytes(r->d)) != 0) {
             ok = false;
             why = "its target tokens are not the text's";
@@ -265,13 +289,15 @@ static void save(const ql_reference *r, const char *key)
     h.n_embd = r->n_embd;
     h.n_vocab = r->n_vocab;
     memcpy(h.key, key, 64);
+    h.route_bytes = route_bytes(r);
     char sha[65];
     payload_sha(r, targets, sha);
     memcpy(h.payload_sha256, sha, 64);
     bool ok =
         fwrite(&h, sizeof h, 1, f) == 1 &&
         fwrite(r->hidden, 1, hidden_bytes(r->d, r->n_embd), f) == hidden_bytes(r->d, r->n_embd) &&
-        fwrite(targets, 1, targets_bytes(r->d), f) == targets_bytes(r->d);
+        fwrite(targets, 1, targets_bytes(r->d), f) == targets_bytes(r->d) &&
+        (!r->routes || fwrite(ql_routes_cdata(r->routes), 1, route_bytes(r), f) == route_bytes(r));
     ok = (fclose(f) == 0) && ok;
     free(targets);
     if (!ok || rename(tmp, r->path) != 0) {
@@ -294,8 +320,8 @@ static ql_status keep_output(void *ctx, int set, int64_t chunk, const float *hid
     (void)set;
     ql_reference *r = ((pass_ctx *)ctx)->r;
     QL_ASSERT(n_rows == r->n_scored);
-    ql_status st = check_finite(hidden, (size_t)n_rows * (size_t)r->n_embd, chunk,
-                                "hidden states", err);
+    ql_status st =
+        check_finite(hidden, (size_t)n_rows * (size_t)r->n_embd, chunk, "hidden states", err);
     if (st)
         return st;
     memcpy(r->hidden + (size_t)chunk * (size_t)n_rows * (size_t)r->n_embd, hidden,
@@ -304,8 +330,8 @@ static ql_status keep_output(void *ctx, int set, int64_t chunk, const float *hid
         float *out = r->logp + (size_t)chunk * (size_t)n_rows * (size_t)r->n_vocab;
         memcpy(out, logits, (size_t)n_rows * (size_t)r->n_vocab * sizeof(float));
         log_softmax_rows(out, n_rows, r->n_vocab);
-        return check_finite(out, (size_t)n_rows * (size_t)r->n_vocab, chunk,
-                            "log-probabilities", err);
+        return check_finite(out, (size_t)n_rows * (size_t)r->n_vocab, chunk, "log-probabilities",
+                            err);
     }
     return QL_OK;
 }
@@ -330,8 +356,12 @@ static ql_status reference_pass(ql_reference *r, ql_sched *sched, const ql_refer
                         .on_output = keep_output,
                         .progress = pass_progress,
                         .ctx = &p};
-    /* Logits are needed only to hold the log-probs; the hidden states are always kept. */
-    job.sets[0] = (ql_sched_set){.w = r->w, .head = r->holds_logp};
+    /* Logits are needed only to hold the log-probs; the hidden states are always kept,
+     * and a mixture of experts' routes. */
+    job.sets[0] = (ql_sched_set){.w = r->w,
+                                 .head = r->holds_logp,
+                                 .route = r->routes ? ql_routes_record : NULL,
+                                 .route_ctx = r->routes};
     double t0 = ql_now();
     ql_status st = ql_sched_run(sched, r->fw, &job, err);
     if (st)
@@ -362,6 +392,13 @@ ql_status ql_reference_get(ql_reference **out, ql_forward *fw, ql_sched *sched, 
         r->holds_logp ? logp_all : (size_t)d->n_scored * (size_t)hp->n_vocab * sizeof(float);
     r->hidden = malloc(hidden_bytes(d, hp->n_embd) ? hidden_bytes(d, hp->n_embd) : 1);
     r->logp = malloc(logp_bytes ? logp_bytes : 1);
+    ql_status rst = hp->n_expert > 0
+                        ? ql_routes_alloc(&r->routes, hp, d->n_chunks, d->n_scored, d->first, err)
+                        : QL_OK;
+    if (rst) {
+        ql_reference_free(r);
+        return rst;
+    }
     if (!r->hidden || !r->logp) {
         ql_reference_free(r);
         return ql_error_set(err, QL_ENOMEM,

@@ -20,10 +20,13 @@
  * Cache file (little endian): a 256-byte header
  *   magic "QLREF\0\0\2" | u32 version | u32 n_scored | i64 n_chunks | i64 n_embd |
  *   i64 n_vocab | char key[64] (hex SHA-256 of the identity) |
- *   char payload_sha256[64] (hex SHA-256 of everything after the header) | zero padding
- * then float hidden states (n_chunks * n_scored, n_embd) and int32 targets
- * (n_chunks * n_scored). A file whose header, size, targets or checksum do not match
- * is not used (a damaged one with a warning) and is written again. */
+ *   char payload_sha256[64] (hex SHA-256 of everything after the header) |
+ *   u64 route_bytes | zero padding
+ * then float hidden states (n_chunks * n_scored, n_embd), int32 targets
+ * (n_chunks * n_scored) and, for a mixture of experts, the int16 experts of every scored
+ * token in every MoE block (experiment/routing.h; route_bytes of them, 0 for a dense
+ * model). A file whose header, size, targets, routes or checksum do not match is not
+ * used (a damaged one with a warning) and is written again. */
 #ifndef QL_REFERENCE_H
 #define QL_REFERENCE_H
 
@@ -68,6 +71,11 @@ ql_status ql_reference_logp(ql_reference *r, int64_t chunk, const float **out, q
 ql_status ql_reference_score(ql_reference *r, ql_sched *sched, ql_weights *w,
                              const ql_attn_rounding *kv, int group, ql_dist_acc *acc,
                              ql_sched_progress_fn progress, void *progress_ctx, ql_error *err);
+
+/* A mixture of experts: the experts the reference chose for every scored token and MoE
+ * block (the comparison of a config's, experiment/routing.h); NULL for a dense model. */
+struct ql_routes;
+const struct ql_routes *ql_reference_routes(const ql_reference *r);
 
 /* The head input of chunk i's scored tokens (n_scored, n_embd). */
 const float *ql_reference_hidden(const ql_reference *r, int64_t chunk);

@@ -19,6 +19,7 @@
 #include "experiment/metrics.h"
 #include "experiment/qweights.h"
 #include "experiment/reference.h"
+#include "experiment/routing.h"
 #include "formats/types.h"
 #include "model/forward.h"
 #include "model/gguf.h"
@@ -74,15 +75,16 @@ struct ql_sweep_run {
     mem_plan mem;
     ql_reference *ref;
 
-    ql_calib *calib; /* the importance matrices and outlier sets the configs name */
-    ql_qweights *qw; /* the configs' quantized weights and the tensor cache they share */
+    ql_calib *calib;     /* the importance matrices and outlier sets the configs name */
+    ql_qweights *qw;     /* the configs' quantized weights and the tensor cache they share */
     ql_sens_source sens; /* what the kld objective's measurements need */
     const ql_imatrix *metric_imatrix;
 
     ql_store *store;
     int64_t model_id, dataset_id;
     ql_dist_acc *acc;
-    ql_divergence *div; /* per-layer divergence, when the sweep asks for it */
+    ql_divergence *div;      /* per-layer divergence, when the sweep asks for it */
+    ql_routing_acc *routing; /* a mixture of experts: its routing against the reference's */
 
     bool *todo; /* (sw->n_points,) */
     size_t n_todo;
@@ -117,8 +119,7 @@ static void plan_memory(ql_sweep_run *s)
     m->keep_logp = logp <= left / 2 ? logp : 0;
     left -= m->keep_logp;
     m->group = 1;
-    while (m->group < d->n_chunks &&
-           ql_sched_bytes(hp, d->ctx, m->group + 1, n_sets) - one <= left)
+    while (m->group < d->n_chunks && ql_sched_bytes(hp, d->ctx, m->group + 1, n_sets) - one <= left)
         m->group++;
     size_t cache = weights / 2;
     if (cache > QL_QWEIGHTS_CACHE_BYTES)
@@ -151,15 +152,18 @@ typedef struct {
     ql_run_metrics m;
     ql_chunk_record *chunks;
     ql_run_timing timing;
-    ql_qweights_result q; /* the weight set, its tensor and activation records */
-    ql_layer_record *layers; /* (n_layer,) with layer_metrics, else NULL */
+    ql_qweights_result q;    /* the weight set, its tensor and activation records */
+    ql_layer_record *layers; /* (n_layer,) with layer_metrics or experts, else NULL */
     size_t n_layers;
+    ql_expert_load_record *loads; /* a mixture of experts: (n_layer * n_expert,) */
+    size_t n_loads;
 } config_result;
 
 static void config_result_deinit(config_result *r)
 {
     free(r->chunks);
     free(r->layers);
+    free(r->loads);
     ql_qweights_result_deinit(&r->q);
     memset(r, 0, sizeof *r);
 }
@@ -188,8 +192,8 @@ static ql_status score_chunk(void *ctx, int set, int64_t chunk, const float *hid
 
 /* After each block in lock-step: the config's residual stream (set 1) against the
  * reference's (set 0) at the scored positions. */
-static ql_status block_divergence(void *ctx, int layer, int64_t chunk, int64_t row0,
-                                  int64_t n_rows, const float *const *x, ql_error *err)
+static ql_status block_divergence(void *ctx, int layer, int64_t chunk, int64_t row0, int64_t n_rows,
+                                  const float *const *x, ql_error *err)
 {
     (void)chunk;
     ql_sweep_run *s = ((pass_ctx *)ctx)->s;
@@ -233,7 +237,13 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
         job.on_block = block_divergence;
         job.sets[0] = (ql_sched_set){.w = s->model->weights, .head = false};
     }
-    job.sets[job.n_sets - 1] = (ql_sched_set){.w = w, .rounding = kv, .head = true};
+    job.sets[job.n_sets - 1] = (ql_sched_set){.w = w,
+                                              .rounding = kv,
+                                              .head = true,
+                                              .route = s->routing ? ql_routing_acc_observe : NULL,
+                                              .route_ctx = s->routing};
+    if (s->routing)
+        ql_routing_acc_reset(s->routing);
     double t0 = ql_now();
     ql_status st = ql_sched_run(s->sched, s->fw, &job, err);
     if (st)
@@ -245,21 +255,42 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
     ql_dist_acc_finish(s->acc, &dm);
     if ((st = ql_dist_metrics_check_finite(&dm, err)))
         return st;
-    /* The metrics records.h says come from the distribution, field by field. */
+        /* The metrics records.h says come from the distribution, field by field. */
 #define QL_METRIC_FROM_DIST(name) r->m.name = (double)dm.name;
 #define QL_METRIC_FROM_WEIGHTS(name)
+#define QL_METRIC_FROM_ROUTING(name)
     QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
 #undef QL_METRIC_FROM_DIST
 #undef QL_METRIC_FROM_WEIGHTS
+#undef QL_METRIC_FROM_ROUTING
 
     r->chunks = calloc((size_t)d->n_chunks, sizeof *r->chunks);
     if (!r->chunks)
         return ql_error_set(err, QL_ENOMEM, "out of memory for per-chunk metrics");
-    if (lockstep) {
-        r->n_layers = (size_t)s->model->hp.n_layer;
+    if (lockstep || s->routing) {
+        const ql_hparams *hp = &s->model->hp;
+        r->n_layers = (size_t)hp->n_layer;
         if (!(r->layers = calloc(r->n_layers, sizeof *r->layers)))
             return ql_error_set(err, QL_ENOMEM, "out of memory for the layer metrics");
-        ql_divergence_finish(s->div, r->layers);
+        for (size_t l = 0; l < r->n_layers; l++)
+            r->layers[l] = (ql_layer_record){(int32_t)l, NAN, NAN, NAN, NAN, NAN, NAN};
+        if (lockstep)
+            ql_divergence_finish(s->div, r->layers);
+        ql_routing_metrics rm = {NAN, NAN, NAN};
+        if (s->routing) {
+            r->loads = calloc((size_t)hp->n_layer * (size_t)hp->n_expert, sizeof *r->loads);
+            if (!r->loads)
+                return ql_error_set(err, QL_ENOMEM, "out of memory for the expert loads");
+            ql_routing_acc_finish(s->routing, &rm, r->layers, r->loads, &r->n_loads);
+        }
+        /* The metrics records.h says come from the routing, field by field. */
+#define QL_METRIC_FROM_DIST(name)
+#define QL_METRIC_FROM_WEIGHTS(name)
+#define QL_METRIC_FROM_ROUTING(name) r->m.name = rm.name;
+        QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
+#undef QL_METRIC_FROM_DIST
+#undef QL_METRIC_FROM_WEIGHTS
+#undef QL_METRIC_FROM_ROUTING
     }
     for (int64_t c = 0; c < d->n_chunks; c++) {
         ql_chunk_record *cm = &r->chunks[c];
@@ -295,9 +326,11 @@ static ql_status evaluate_config(ql_sweep_run *s, const ql_config *c, ql_calib_s
         /* The metrics records.h says come from the weights, field by field. */
 #define QL_METRIC_FROM_DIST(name)
 #define QL_METRIC_FROM_WEIGHTS(name) r->m.name = q->name;
+#define QL_METRIC_FROM_ROUTING(name)
     QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
 #undef QL_METRIC_FROM_DIST
 #undef QL_METRIC_FROM_WEIGHTS
+#undef QL_METRIC_FROM_ROUTING
     r->timing.quantize_seconds = q->quantize_seconds;
     r->timing.ref_seconds = ql_reference_seconds(s->ref);
     r->timing.seconds = ql_now() - t0;
@@ -609,18 +642,17 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
     if (!st)
         st = ql_sched_alloc(&s->sched, err);
     if (!st) {
-        s->sens = (ql_sens_source){s->model,     s->model_sha, s->text_sha,     s->cache_dir,
-                                   s->calib,     s->store,     s->mem.budget / 2, opts->quiet};
-        ql_qweights_opts qo = {s->model,          s->model_sha, s->cache_dir,
-                               s->metric_imatrix, s->mem.cache, opts->quiet,
-                               ql_sens_fill_table, &s->sens};
+        s->sens = (ql_sens_source){s->model, s->model_sha, s->text_sha,       s->cache_dir,
+                                   s->calib, s->store,     s->mem.budget / 2, opts->quiet};
+        ql_qweights_opts qo = {s->model,     s->model_sha, s->cache_dir,       s->metric_imatrix,
+                               s->mem.cache, opts->quiet,  ql_sens_fill_table, &s->sens};
         st = ql_qweights_alloc(&s->qw, &qo, err);
     }
     if (!st)
         st = ql_dist_acc_alloc(&s->acc, ql_ppl_n_scored_total(&s->data), s->model->hp.n_vocab, err);
     if (!st && sw->layer_metrics)
-        st = ql_divergence_alloc(&s->div, (int)s->model->hp.n_layer, ql_ppl_n_scored_total(&s->data),
-                                 err);
+        st = ql_divergence_alloc(&s->div, (int)s->model->hp.n_layer,
+                                 ql_ppl_n_scored_total(&s->data), err);
     /* Which configs still need work: decided before the reference is computed, so a
      * finished sweep costs nothing. */
     if (!st)
@@ -642,6 +674,7 @@ void ql_sweep_run_close(ql_sweep_run *s)
     ql_qweights_free(s->qw);
     ql_dist_acc_free(s->acc);
     ql_divergence_free(s->div);
+    ql_routing_acc_free(s->routing);
     ql_reference_free(s->ref);
     ql_sched_free(s->sched);
     ql_forward_free(s->fw);
@@ -686,6 +719,9 @@ ql_status ql_sweep_run_prepare(ql_sweep_run *s, ql_error *err)
     if (st)
         return st;
     s->sum.ref_seconds = ql_reference_seconds(s->ref);
+    const ql_routes *routes = ql_reference_routes(s->ref);
+    if (routes && (st = ql_routing_acc_alloc(&s->routing, routes, err)))
+        return st;
     /* The calibration matrices, made once and cached for the configs (and for other
      * processes); a failure here is the config's, reported when it runs. */
     for (size_t i = 0; i < s->sw->n_points; i++) {
@@ -755,10 +791,9 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
     ql_status cst = ql_calib_config_imatrix(s->calib, &pt->config, &slot, &cerr);
     ql_store_run_key key = {config_id, s->model_id, s->dataset_id, s->sw->ctx,
                             (int)s->data.n_chunks};
-    ql_store_run_info info = {s->sw->name,         ql_threads_get(),
-                              QL_METRICS_VERSION,  ql_calib_slot_sha256(slot),
-                              ql_gemm_kernel(),    (int64_t)s->mem.budget,
-                              s->mem.group};
+    ql_store_run_info info = {
+        s->sw->name,      ql_threads_get(),       QL_METRICS_VERSION, ql_calib_slot_sha256(slot),
+        ql_gemm_kernel(), (int64_t)s->mem.budget, s->mem.group};
     ql_store_claim claim;
     do
         st = ql_store_claim_run(s->store, &key, &info, &run_id, &claim, err);
@@ -812,9 +847,20 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
             st = ql_store_fail_run(s->store, run_id, cerr.msg, ql_now() - t0, err);
         while (st && still_locked(s, i, row, "failure", err));
     } else {
-        ql_run_result res = {
-            &r.m,      r.q.tensors, r.q.n_tensors, r.chunks, (size_t)s->data.n_chunks,
-            &r.timing, r.q.acts,    r.q.n_acts,  r.layers, r.n_layers};
+        ql_run_result res = {.metrics = &r.m,
+                             .tensors = r.q.tensors,
+                             .n_tensors = r.q.n_tensors,
+                             .chunks = r.chunks,
+                             .n_chunks = (size_t)s->data.n_chunks,
+                             .timing = &r.timing,
+                             .acts = r.q.acts,
+                             .n_acts = r.q.n_acts,
+                             .layers = r.layers,
+                             .n_layers = r.n_layers,
+                             .loads = r.loads,
+                             .n_loads = r.n_loads,
+                             .experts = r.q.experts,
+                             .n_experts = r.q.n_experts};
         do
             st = ql_store_finish_run_result(s->store, run_id, &res, err);
         while (st && still_locked(s, i, row, "result", err));
@@ -823,8 +869,7 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
              * reason, not left running. */
             ql_error ferr;
             if (ql_store_fail_run(s->store, run_id, err->msg, ql_now() - t0, &ferr) == QL_OK)
-                ql_error_prefix(err, "config %zu (%s): its run is marked failed: ", i,
-                                row->label);
+                ql_error_prefix(err, "config %zu (%s): its run is marked failed: ", i, row->label);
         } else if (st) {
             ql_error_prefix(err,
                             "config %zu (%s) is computed but could not be stored (its run stays "
@@ -922,8 +967,8 @@ ql_status ql_sweep_run_collect(ql_sweep_run *s, const ql_sweep_snapshot *before,
         ql_store_run_brief b;
         ql_error serr;
         const ql_store_run_state *now_run = find_state(now, n_now, s->sw->points[row->index].hash);
-        const ql_store_run_state *was = find_state(before->states, before->n,
-                                                   s->sw->points[row->index].hash);
+        const ql_store_run_state *was =
+            find_state(before->states, before->n, s->sw->points[row->index].hash);
         if (!run && now_run && strcmp(now_run->status, "interrupted") == 0 &&
             (!was || now_run->attempts > was->attempts)) {
             row->status = "interrupted";

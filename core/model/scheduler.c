@@ -40,10 +40,8 @@ void ql_sched_free(ql_sched *s)
 
 size_t ql_sched_bytes(const ql_hparams *hp, int ctx, int group, int n_sets)
 {
-    const size_t E = (size_t)hp->n_embd, F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
-    const size_t QD = (size_t)hp->n_head * (size_t)hp->head_dim;
-    const size_t KD = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    const size_t layer = E * QD + 2 * E * KD + QD * E + 3 * E * F;
+    const size_t E = (size_t)hp->n_embd, V = (size_t)hp->n_vocab;
+    const size_t layer = (size_t)ql_hparams_layer_weights(hp);
     const size_t per_set = layer + (size_t)group * (size_t)ctx * E;
     return sizeof(float) * ((size_t)n_sets * per_set + (size_t)ctx * (E + V));
 }
@@ -102,11 +100,27 @@ static ql_status prepare(ql_sched *s, const ql_sched_job *job, const ql_hparams 
     return QL_OK;
 }
 
-/* Makes set i the one the pass computes with: its observer and K/V rounding. */
-static void use_set(ql_forward *fw, const ql_sched_set *set)
+/* Where the forward pass's routing observer is: the set, chunk and first position of
+ * the block being computed. */
+typedef struct {
+    const ql_sched_set *set;
+    int64_t chunk, row0;
+} route_at;
+
+static void route_trampoline(void *ctx, int layer, const int32_t *sel, const float *weights,
+                             int64_t n_tok, int k)
+{
+    const route_at *r = ctx;
+    r->set->route(r->set->route_ctx, layer, r->chunk, r->row0, sel, weights, n_tok, k);
+}
+
+/* Makes set i the one the pass computes with: its observers and K/V rounding. */
+static void use_set(ql_forward *fw, const ql_sched_set *set, route_at *at)
 {
     ql_forward_set_observer(fw, set->observer, set->observer_ctx);
     ql_forward_set_attn_rounding(fw, set->rounding);
+    at->set = set;
+    ql_forward_set_route_observer(fw, set->route ? route_trampoline : NULL, at);
 }
 
 /* One group: chunks c0 .. c0 + n - 1 through every block, then the heads. */
@@ -140,7 +154,8 @@ static ql_status run_group(ql_sched *s, ql_forward *fw, const ql_sched_job *job,
             const float *xs[QL_SCHED_MAX_SETS];
             for (int i = 0; i < job->n_sets && !st; i++) {
                 float *x = s->x[i] + (size_t)c * stride;
-                use_set(fw, &job->sets[i]);
+                route_at at = {.chunk = c0 + c, .row0 = first};
+                use_set(fw, &job->sets[i], &at);
                 st = ql_forward_block(fw, job->sets[i].w, l, x, n_tok, 0, first, &n_rows, err);
                 xs[i] = x;
             }
@@ -160,7 +175,8 @@ static ql_status run_group(ql_sched *s, ql_forward *fw, const ql_sched_job *job,
     /* The heads: per set and chunk, the final norm, the logits, the consumer. */
     for (int i = 0; i < job->n_sets && !st; i++) {
         const ql_sched_set *set = &job->sets[i];
-        use_set(fw, set);
+        route_at at = {0};
+        use_set(fw, set, &at);
         for (int64_t c = 0; c < n && !st; c++) {
             const float *x = s->x[i] + (size_t)c * stride;
             ql_forward_output_norm(fw, set->w, x, s->hidden, n_rows);
@@ -200,9 +216,11 @@ ql_status ql_sched_run(ql_sched *s, ql_forward *fw, const ql_sched_job *job, ql_
     if (st)
         return st;
     ql_matmul_observer obs;
-    void *obs_ctx;
+    void *obs_ctx, *route_ctx;
+    ql_route_observer route;
     ql_attn_rounding rounding;
     ql_forward_get_observer(fw, &obs, &obs_ctx);
+    ql_forward_get_route_observer(fw, &route, &route_ctx);
     ql_forward_get_attn_rounding(fw, &rounding);
     double done = 0;
     for (int64_t c0 = job->chunk0; c0 < job->chunk0 + job->n_chunks && !st; c0 += job->group) {
@@ -211,6 +229,7 @@ ql_status ql_sched_run(ql_sched *s, ql_forward *fw, const ql_sched_job *job, ql_
                        &done, err);
     }
     ql_forward_set_observer(fw, obs, obs_ctx);
+    ql_forward_set_route_observer(fw, route, route_ctx);
     ql_forward_set_attn_rounding(fw, &rounding);
     return st;
 }

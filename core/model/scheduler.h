@@ -32,12 +32,20 @@
 
 #define QL_SCHED_MAX_SETS 2
 
+/* Sees the routing of a set's mixture-of-experts block `layer` on `chunk`: n_rows rows
+ * that are the chunk's positions row0.., sel (n_rows, k) the experts each chose (most
+ * probable first) and weights (n_rows, k) their weights. */
+typedef void (*ql_sched_route_fn)(void *ctx, int layer, int64_t chunk, int64_t row0,
+                                  const int32_t *sel, const float *weights, int64_t n_rows, int k);
+
 /* One weight set of a pass and how it runs. */
 typedef struct {
     ql_weights *w;                    /* layers are bound and unbound during the pass */
     const ql_attn_rounding *rounding; /* K/V cache rounding; NULL = f32 */
     ql_matmul_observer observer;      /* sees this set's products; NULL = none */
     void *observer_ctx;
+    ql_sched_route_fn route; /* sees this set's routing; NULL = none */
+    void *route_ctx;
     bool head; /* compute this set's logits (else on_output gets NULL logits) */
 } ql_sched_set;
 

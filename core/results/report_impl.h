@@ -127,11 +127,14 @@ typedef struct {
     size_t nlayers;
 } ql_report_group;
 
-/* One block's divergence of the run of row `row` (layer_metrics). */
+/* One block's figures of the run of row `row` (layer_metrics): its divergence (NAN
+ * unless the sweep had layer_metrics) and a mixture of experts' routing (NAN for a
+ * dense block). */
 typedef struct ql_report_layer {
     size_t row;
     int64_t layer;
     double rel_err_mean, rel_err_p99, cos_mean;
+    double route_agree, route_overlap, load_shift;
 } ql_report_layer;
 
 typedef struct {

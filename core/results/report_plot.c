@@ -1220,7 +1220,8 @@ out:
 
 ql_status ql_report_load_layers(ctx *c, group *g, ql_error *err)
 {
-    static const char sql[] = "SELECT layer, rel_err_mean, rel_err_p99, cos_mean"
+    static const char sql[] = "SELECT layer, rel_err_mean, rel_err_p99, cos_mean, route_agree,"
+                              " route_overlap, load_shift"
                               " FROM layer_metrics WHERE run_id = ?1 ORDER BY layer";
     sqlite3_stmt *st;
     ql_status rc = ql_report_prepare(c, sql, &st, err);
@@ -1239,9 +1240,16 @@ ql_status ql_report_load_layers(ctx *c, group *g, ql_error *err)
                 rc = ql_report_oom(err);
                 break;
             }
-            g->layers[g->nlayers++] =
-                (ql_report_layer){i, sqlite3_column_int64(st, 0), ql_report_col_double(st, 1),
-                                  ql_report_col_double(st, 2), ql_report_col_double(st, 3)};
+            g->layers[g->nlayers++] = (ql_report_layer){
+                .row = i,
+                .layer = sqlite3_column_int64(st, 0),
+                .rel_err_mean = ql_report_col_double(st, 1),
+                .rel_err_p99 = ql_report_col_double(st, 2),
+                .cos_mean = ql_report_col_double(st, 3),
+                .route_agree = ql_report_col_double(st, 4),
+                .route_overlap = ql_report_col_double(st, 5),
+                .load_shift = ql_report_col_double(st, 6),
+            };
         }
     }
     sqlite3_finalize(st);
@@ -1254,8 +1262,11 @@ ql_status ql_report_load_layers(ctx *c, group *g, ql_error *err)
 static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
-    if (!g->nlayers)
-        return QL_OK;
+    size_t measured = 0;
+    for (size_t k = 0; k < g->nlayers; k++)
+        measured += !isnan(g->layers[k].rel_err_mean);
+    if (!measured)
+        return QL_OK; /* layer rows of a mixture of experts' routing only */
     ql_doc d;
     ql_status rc = ql_doc_open(&d, err);
     if (rc)
@@ -1271,7 +1282,9 @@ static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *er
     char label[512];
     for (size_t k = 0; k < g->nlayers; k++) {
         const ql_report_layer *ly = &g->layers[k];
-        if (k == 0 || ly->row != g->layers[k - 1].row) {
+        if (isnan(ly->rel_err_mean))
+            continue;
+        if (!blocks || ly->row != shown[blocks - 1]) {
             ql_report_config_label(g, g->rows[ly->row].axis, -1, label, sizeof label);
             fprintf(d.f, "%s# index %zu: %s %s\n", blocks ? "\n\n" : "", blocks, label,
                     g->rows[ly->row].hash);
@@ -1320,6 +1333,94 @@ static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *er
              "%s.gp\nset encoding utf8\n",
              base, base);
     return write_plot_script(c, g, &b, base, 560, header, "divergence by layer", err);
+}
+
+/* ================================================================ routing plot */
+
+/* routing: a mixture of experts' routing agreement with the reference after each block,
+ * one line per config (the share of scored tokens routed to the reference's experts,
+ * and dashed, the mean share of a token's experts kept), beside the divergence plot.
+ * Nothing is written when no run of the group has routing figures (a dense model). */
+static ql_status plot_routing(ctx *c, group *g, const layout *l, ql_error *err)
+{
+    (void)l;
+    size_t measured = 0;
+    for (size_t k = 0; k < g->nlayers; k++)
+        measured += !isnan(g->layers[k].route_agree);
+    if (!measured)
+        return QL_OK;
+    ql_doc d;
+    ql_status rc = ql_doc_open(&d, err);
+    if (rc)
+        return rc;
+    dat_header(c, g, d.f, "per-block routing of the experts against the reference's");
+    fputs("# one block per config; columns: layer route_agree route_overlap load_shift "
+          "(shares in %, load_shift 0..1)\n",
+          d.f);
+    size_t blocks = 0, *shown = calloc(g->nrows ? g->nrows : 1, sizeof *shown);
+    if (!shown) {
+        ql_doc_discard(&d);
+        return ql_report_oom(err);
+    }
+    double lowest = 100.0;
+    char label[512];
+    for (size_t k = 0; k < g->nlayers; k++) {
+        const ql_report_layer *ly = &g->layers[k];
+        if (isnan(ly->route_agree))
+            continue;
+        if (!blocks || ly->row != shown[blocks - 1]) {
+            ql_report_config_label(g, g->rows[ly->row].axis, -1, label, sizeof label);
+            fprintf(d.f, "%s# index %zu: %s %s\n", blocks ? "\n\n" : "", blocks, label,
+                    g->rows[ly->row].hash);
+            shown[blocks++] = ly->row;
+        }
+        lowest = fmin(lowest, 100.0 * ly->route_agree);
+        fprintf(d.f, "%lld", (long long)ly->layer);
+        dat_num(d.f, 100.0 * ly->route_agree);
+        dat_num(d.f, 100.0 * ly->route_overlap);
+        dat_num(d.f, ly->load_shift);
+        fputc('\n', d.f);
+    }
+    char name[1200], base[1100], title[1024];
+    snprintf(base, sizeof base, "routing%s", g->suffix);
+    snprintf(name, sizeof name, "%s.dat", base);
+    if ((rc = ql_report_doc_save(c, &d, name, err))) {
+        free(shown);
+        return rc;
+    }
+    body b = {0};
+    plot_title(c, g, title, sizeof title);
+    body_add(&b, "set title ");
+    body_quote(&b, title);
+    /* The y range from the lowest agreement down to a round 5 %, up to 100 %. */
+    const double bottom = fmax(0.0, 5.0 * floor((lowest - 1.0) / 5.0));
+    body_add(&b,
+             "\nset grid\nset xlabel 'block'\n"
+             "set ylabel 'tokens routed to the reference''s experts (%%)'\n"
+             "set yrange [%g:100.5]\n"
+             "set key outside right top font ',10'\nset xtics 1\nplot",
+             bottom);
+    for (size_t k = 0; k < blocks; k++) {
+        const row *r = &g->rows[shown[k]];
+        ql_report_config_label(g, r->axis, -1, label, sizeof label);
+        body_add(&b,
+                 "%s\\\n  '%s.dat' index %zu using 1:2 with linespoints pt %d ps 0.7 lw 1.6 "
+                 "lc rgb '%s' title ",
+                 k ? "," : "", base, k, markers[k % N_MARKERS], colours[k % N_COLOURS]);
+        body_quote(&b, label);
+        body_add(&b, ",\\\n  '%s.dat' index %zu using 1:3 with lines dt 2 lw 1 lc rgb '%s' notitle",
+                 base, k, colours[k % N_COLOURS]);
+    }
+    body_add(&b, "\n");
+    free(shown);
+    char header[2600];
+    snprintf(header, sizeof header,
+             "# qlab report: the routing of each config's experts against the reference's\n"
+             "# after every block (solid: the share of scored tokens routed to the same experts;\n"
+             "# dashed: the mean share of a token's experts kept). Data: %s.dat. Redraw: gnuplot "
+             "%s.gp\nset encoding utf8\n",
+             base, base);
+    return write_plot_script(c, g, &b, base, 560, header, "routing by block", err);
 }
 
 /* ================================================================ sensitivity heatmap */
@@ -1527,7 +1628,8 @@ static ql_status plot_sensitivity(ctx *c, group *g, const layout *l, ql_error *e
 }
 
 static ql_status (*const plot_writers[])(ctx *, group *, const layout *, ql_error *) = {
-    plot_kld_bpw, plot_ppl_bpw, plot_kld_cdf, plot_tensors, plot_divergence, plot_sensitivity,
+    plot_kld_bpw,    plot_ppl_bpw, plot_kld_cdf,     plot_tensors,
+    plot_divergence, plot_routing, plot_sensitivity,
 };
 
 ql_status ql_report_write_plots(ctx *c, group *g, ql_error *err)

@@ -512,6 +512,36 @@ static const col_def layer_metrics_cols[] = {
     {"rel_err_mean", "REAL", 7, "mean over scored tokens of ||h - r|| / ||r||"},
     {"rel_err_p99", "REAL", 7, "its 99th percentile"},
     {"cos_mean", "REAL", 7, "mean cosine similarity of h and r"},
+    {"route_agree", "REAL", 10,
+     "a mixture-of-experts block: share of scored tokens routed to the reference's experts"},
+    {"route_overlap", "REAL", 10, "mean share of a token's experts that are the reference's"},
+    {"load_shift", "REAL", 10,
+     "total variation distance of the experts' loads from the reference's (0 .. 1)"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* A mixture of experts: each expert's share of a block's routed slots (experiment/routing.h),
+ * the reference's and the run's. */
+static const col_def expert_load_cols[] = {
+    {"run_id", "INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE", 10, NULL},
+    {"layer", "INTEGER NOT NULL CHECK (layer >= 0)", 10, "block index"},
+    {"expert", "INTEGER NOT NULL CHECK (expert >= 0)", 10, NULL},
+    {"ref_share", "REAL", 10, "the reference's share of the block's (token, expert) slots"},
+    {"share", "REAL", 10, "the run's"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* Each expert of a stacked expert tensor (ffn_*_exps), quantized: its errors as
+ * tensor_errors has them for whole tensors, weighted by that expert's importance. */
+static const col_def expert_errors_cols[] = {
+    {"run_id", "INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE", 10, NULL},
+    {"tensor", "TEXT NOT NULL", 10, "the 3-D tensor, e.g. blk.0.ffn_down_exps.weight"},
+    {"layer", "INTEGER", 10, "N of blk.N.*"},
+    {"expert", "INTEGER NOT NULL CHECK (expert >= 0)", 10, NULL},
+    {"rmse", "REAL", 10, NULL},
+    {"max_err", "REAL", 10, NULL},
+    {"imatrix_err", "REAL", 10, NULL},
+    {"imatrix_err_rel", "REAL", 10, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -626,6 +656,20 @@ static const table_def tables[] = {
      layer_metrics_cols,
      DERIVED_NONE,
      "PRIMARY KEY (run_id, layer)",
+     " WITHOUT ROWID",
+     no_extra},
+    {{"expert_load", 10, QL_TABLE_RUN_DATA, "expert", "the load of expert"},
+     NULL,
+     expert_load_cols,
+     DERIVED_NONE,
+     "PRIMARY KEY (run_id, layer, expert)",
+     " WITHOUT ROWID",
+     no_extra},
+    {{"expert_errors", 10, QL_TABLE_RUN_DATA, "expert", "the errors of expert"},
+     NULL,
+     expert_errors_cols,
+     DERIVED_NONE,
+     "PRIMARY KEY (run_id, tensor, expert)",
      " WITHOUT ROWID",
      no_extra},
     {{"sensitivity", 8, QL_TABLE_MEASURED, NULL, NULL},
@@ -2289,7 +2333,8 @@ static ql_status insert_layer_metrics(ql_store *s, int64_t run_id, const ql_laye
     sqlite3_stmt *st;
     ql_status rc = prep(s,
                         "INSERT INTO layer_metrics (run_id, layer, rel_err_mean, rel_err_p99,"
-                        " cos_mean) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        " cos_mean, route_agree, route_overlap, load_shift)"
+                        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                         &st, err);
     if (rc)
         return rc;
@@ -2299,8 +2344,64 @@ static ql_status insert_layer_metrics(ql_store *s, int64_t run_id, const ql_laye
             !(rc = bind_count(s, st, 2, l[i].layer, err)) &&
             !(rc = bind_real(s, st, 3, l[i].rel_err_mean, err)) &&
             !(rc = bind_real(s, st, 4, l[i].rel_err_p99, err)) &&
-            !(rc = bind_real(s, st, 5, l[i].cos_mean, err)))
+            !(rc = bind_real(s, st, 5, l[i].cos_mean, err)) &&
+            !(rc = bind_real(s, st, 6, l[i].route_agree, err)) &&
+            !(rc = bind_real(s, st, 7, l[i].route_overlap, err)) &&
+            !(rc = bind_real(s, st, 8, l[i].load_shift, err)))
             rc = step_done(s, st, "storing the layer metrics", err);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static ql_status insert_expert_loads(ql_store *s, int64_t run_id, const ql_expert_load_record *l,
+                                     size_t n, ql_error *err)
+{
+    if (n == 0)
+        return QL_OK;
+    sqlite3_stmt *st;
+    ql_status rc = prep(s,
+                        "INSERT INTO expert_load (run_id, layer, expert, ref_share, share)"
+                        " VALUES (?1, ?2, ?3, ?4, ?5)",
+                        &st, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n && !rc; i++) {
+        sqlite3_reset(st);
+        if (!(rc = bind_count(s, st, 1, run_id, err)) &&
+            !(rc = bind_count(s, st, 2, l[i].layer, err)) &&
+            !(rc = bind_count(s, st, 3, l[i].expert, err)) &&
+            !(rc = bind_real(s, st, 4, l[i].ref_share, err)) &&
+            !(rc = bind_real(s, st, 5, l[i].share, err)))
+            rc = step_done(s, st, "storing the expert loads", err);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static ql_status insert_expert_errors(ql_store *s, int64_t run_id, const ql_expert_record *x,
+                                      size_t n, ql_error *err)
+{
+    if (n == 0)
+        return QL_OK;
+    sqlite3_stmt *st;
+    ql_status rc = prep(s,
+                        "INSERT INTO expert_errors (run_id, tensor, layer, expert, rmse, max_err,"
+                        " imatrix_err, imatrix_err_rel) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                        &st, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n && !rc; i++) {
+        sqlite3_reset(st);
+        if (!(rc = bind_count(s, st, 1, run_id, err)) &&
+            !(rc = bind_text(s, st, 2, x[i].tensor, err)) &&
+            !(rc = bind_count(s, st, 3, tensor_layer(x[i].tensor), err)) &&
+            !(rc = bind_count(s, st, 4, x[i].expert, err)) &&
+            !(rc = bind_real(s, st, 5, x[i].rmse, err)) &&
+            !(rc = bind_real(s, st, 6, x[i].max_err, err)) &&
+            !(rc = bind_real(s, st, 7, x[i].imatrix_err, err)) &&
+            !(rc = bind_real(s, st, 8, x[i].imatrix_err_rel, err)))
+            rc = step_done(s, st, "storing the expert errors", err);
     }
     sqlite3_finalize(st);
     return rc;
@@ -2350,7 +2451,9 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_r
         (rc = insert_tensor_errors(s, run_id, res->tensors, res->n_tensors, err)) ||
         (rc = insert_chunk_metrics(s, run_id, res->chunks, res->n_chunks, err)) ||
         (rc = insert_act_roundings(s, run_id, res->acts, res->n_acts, err)) ||
-        (rc = insert_layer_metrics(s, run_id, res->layers, res->n_layers, err)))
+        (rc = insert_layer_metrics(s, run_id, res->layers, res->n_layers, err)) ||
+        (rc = insert_expert_loads(s, run_id, res->loads, res->n_loads, err)) ||
+        (rc = insert_expert_errors(s, run_id, res->experts, res->n_experts, err)))
         goto out;
     ql_utc_timestamp(now);
     if ((rc = prep(s,

@@ -61,8 +61,11 @@
  *   8  configs.objective (what a budget's solver minimises), metrics.predicted_kld and
  *      the sensitivity table (per tensor and type, measured on a calibration text)
  *   9  sensitivity.grouping and n_tensors (rows of groups of tensors: objective
- *      kld:module, kld:layer, kld:kind) and blas_kernel */
-#define QL_STORE_SCHEMA_VERSION  9
+ *      kld:module, kld:layer, kld:kind) and blas_kernel
+ *  10  mixtures of experts: metrics.route_agree, route_overlap, load_shift; their
+ *      per-block values in layer_metrics; expert_load (each expert's share of a block's
+ *      routed slots) and expert_errors (each expert's weight errors) */
+#define QL_STORE_SCHEMA_VERSION  10
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 /* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a

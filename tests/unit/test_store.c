@@ -703,6 +703,25 @@ static void test_open_faults(void)
     printf("open: %d injected faults, each recovered by the next open\n", failures);
 }
 
+/* Drops every view of a raw database (the store makes them again on open), so that
+ * columns they read can be dropped to imitate an older schema. */
+static void drop_views(sqlite3 *raw)
+{
+    char names[32][128];
+    int n = 0;
+    sqlite3_stmt *st;
+    CHECK(sqlite3_prepare_v2(raw, "SELECT name FROM sqlite_master WHERE type = 'view'", -1, &st,
+                             NULL) == SQLITE_OK);
+    while (n < 32 && sqlite3_step(st) == SQLITE_ROW)
+        snprintf(names[n++], sizeof names[0], "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    for (int i = 0; i < n; i++) {
+        char sql[160];
+        snprintf(sql, sizeof sql, "DROP VIEW \"%.128s\"", names[i]);
+        CHECK(sqlite3_exec(raw, sql, NULL, NULL, NULL) == SQLITE_OK);
+    }
+}
+
 /* A schema 8 database's sensitivities (before groups of tensors) become tensor rows of
  * one tensor each, found by the tensor grouping's key. */
 static void test_v8_sensitivities(void)
@@ -722,10 +741,19 @@ static void test_v8_sensitivities(void)
     ql_store_close(s);
     sqlite3 *raw;
     CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
+    drop_views(raw);
     CHECK(sqlite3_exec(raw,
                        "ALTER TABLE sensitivity DROP COLUMN grouping;"
                        " ALTER TABLE sensitivity DROP COLUMN n_tensors;"
-                       " ALTER TABLE sensitivity DROP COLUMN blas_kernel; PRAGMA user_version = 8",
+                       " ALTER TABLE sensitivity DROP COLUMN blas_kernel;"
+                       " DROP TABLE expert_load; DROP TABLE expert_errors;"
+                       " ALTER TABLE metrics DROP COLUMN route_agree;"
+                       " ALTER TABLE metrics DROP COLUMN route_overlap;"
+                       " ALTER TABLE metrics DROP COLUMN load_shift;"
+                       " ALTER TABLE layer_metrics DROP COLUMN route_agree;"
+                       " ALTER TABLE layer_metrics DROP COLUMN route_overlap;"
+                       " ALTER TABLE layer_metrics DROP COLUMN load_shift;"
+                       " PRAGMA user_version = 8",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(raw);
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
