@@ -662,7 +662,8 @@ static const char *class_budget(const ql_config *c)
                                                : "bpw:<x>";
 }
 
-static const char *const grouping_names[QL_GROUPING_COUNT] = {"tensor", "module", "layer", "kind"};
+static const char *const grouping_names[QL_GROUPING_COUNT] = {"tensor", "module", "layer", "kind",
+                                                              "expert"};
 
 const char *ql_grouping_name(ql_grouping g)
 {
@@ -693,13 +694,13 @@ static ql_status parse_objective(ql_config *c, const char *v, ql_error *err)
         if (v[3] == ':' && !ql_grouping_parse(v + 4, &c->grouping))
             return ql_error_set(err, QL_EFORMAT,
                                 "objective: unknown grouping '%s' in '%s' (tensor, module, layer, "
-                                "kind)",
+                                "kind, expert)",
                                 v + 4, v);
         return QL_OK;
     }
     return ql_error_set(err, QL_EFORMAT,
                         "objective: unknown objective '%s' (imatrix, kld, kld:module, kld:layer, "
-                        "kld:kind)",
+                        "kld:kind, kld:expert)",
                         v);
 }
 

@@ -162,16 +162,22 @@ typedef enum { QL_OBJECTIVE_IMATRIX, QL_OBJECTIVE_KLD } ql_objective;
  *   TENSOR  each product weight (the default, `kld`): the finest a GGUF type applies to
  *   MODULE  a block's attention (q, k, v, output) or its feed-forward (gate, up, down)
  *   LAYER   every product of a block
- *   KIND    one kind of product in every block (all ffn_down, ...) */
+ *   KIND    one kind of product in every block (all ffn_down, ...)
+ *   EXPERT  a mixture of experts: each expert's three matrices in a block measured on
+ *           their own (the other experts at reference precision); the fit's unit is the
+ *           block's three expert tensors (a GGUF tensor holds every expert in one type),
+ *           whose sensitivity to a type is the sum of its experts'. Other products are
+ *           units of their own, as in TENSOR. */
 typedef enum {
     QL_GROUPING_TENSOR,
     QL_GROUPING_MODULE,
     QL_GROUPING_LAYER,
     QL_GROUPING_KIND,
+    QL_GROUPING_EXPERT,
     QL_GROUPING_COUNT
 } ql_grouping;
 
-/* "tensor", "module", "layer", "kind"; parsing is case-insensitive. */
+/* "tensor", "module", "layer", "kind", "expert"; parsing is case-insensitive. */
 const char *ql_grouping_name(ql_grouping g);
 bool ql_grouping_parse(const char *s, ql_grouping *out);
 

@@ -235,12 +235,15 @@ static ql_status quantize_pieces(const ql_linear *src_lin, int32_t type, const f
     return st;
 }
 
-ql_status ql_qweights_quantize_linear(const ql_linear *lin, int32_t type, const ql_imatrix *im,
-                                      ql_weight_src *src, void **bytes, ql_error *err)
+/* Quantizes lin (a whole tensor, or a view of one expert: then row0 picks that expert's
+ * importance out of the tensor's entry) to type. */
+static ql_status quantize_alone(const ql_linear *lin, const ql_linear *tensor, int32_t type,
+                                const ql_imatrix *im, ql_weight_src *src, void **bytes,
+                                ql_error *err)
 {
     *bytes = NULL;
     const size_t q_bytes = ql_row_size(ql_type_get(type)->storage, lin->n_in) * (size_t)lin->n_out;
-    float *buf = malloc((size_t)importance_cols(lin) * sizeof *buf);
+    float *buf = malloc((size_t)importance_cols(tensor) * sizeof *buf);
     void *q = malloc(q_bytes ? q_bytes : 1);
     ql_weight_error *werr = calloc((size_t)n_mat_of(lin), sizeof *werr);
     const float *qw = NULL;
@@ -248,7 +251,9 @@ ql_status ql_qweights_quantize_linear(const ql_linear *lin, int32_t type, const 
                        ? QL_OK
                        : ql_error_set(err, QL_ENOMEM, "out of memory quantizing '%s'", lin->name);
     if (!st)
-        st = ql_calib_column_weights(im, lin->name, importance_cols(lin), buf, &qw, err);
+        st = ql_calib_column_weights(im, tensor->name, importance_cols(tensor), buf, &qw, err);
+    if (!st && qw && lin != tensor)
+        qw += (lin->row0 / ql_linear_matrix_rows(tensor)) * lin->n_in;
     if (!st)
         st = quantize_pieces(lin, type, qw, NULL, q, q_bytes, werr, err);
     free(buf);
@@ -260,6 +265,21 @@ ql_status ql_qweights_quantize_linear(const ql_linear *lin, int32_t type, const 
     *src = (ql_weight_src){ql_type_get(type)->storage, q, 0, NULL, NULL};
     *bytes = q;
     return QL_OK;
+}
+
+ql_status ql_qweights_quantize_linear(const ql_linear *lin, int32_t type, const ql_imatrix *im,
+                                      ql_weight_src *src, void **bytes, ql_error *err)
+{
+    return quantize_alone(lin, lin, type, im, src, bytes, err);
+}
+
+ql_status ql_qweights_quantize_expert(const ql_linear *lin, int e, int32_t type,
+                                      const ql_imatrix *im, ql_weight_src *src, void **bytes,
+                                      ql_error *err)
+{
+    ql_linear view;
+    ql_linear_expert(lin, e, &view);
+    return quantize_alone(&view, lin, type, im, src, bytes, err);
 }
 
 static void qcache_deinit(qcache *c)

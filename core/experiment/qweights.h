@@ -69,6 +69,13 @@ void ql_qweights_free(ql_qweights *q); /* NULL is fine */
 ql_status ql_qweights_quantize_linear(const ql_linear *lin, int32_t type, const ql_imatrix *im,
                                       ql_weight_src *src, void **bytes, ql_error *err);
 
+/* The same for expert e of a stacked expert tensor alone: its matrix quantized as a config
+ * quantizes it (the same bytes as that expert's rows of the whole tensor's, with its own
+ * importance); *src is that expert's source (rows numbered from its first). */
+ql_status ql_qweights_quantize_expert(const ql_linear *lin, int e, int32_t type,
+                                      const ql_imatrix *im, ql_weight_src *src, void **bytes,
+                                      ql_error *err);
+
 /* What ql_qweights_build makes for one config. The records point into storage the
  * result owns; everything lives until ql_qweights_result_deinit, which must come
  * before the next ql_qweights_build (the weight set borrows from the cache). */

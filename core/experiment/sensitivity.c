@@ -53,6 +53,14 @@ const char *ql_sens_unit(const ql_model *m, const char *tensor, ql_grouping g, c
         return kind;
     }
     const ql_site_kind k = m->weights->lin[site].kind;
+    if (g == QL_GROUPING_EXPERT) {
+        if (!ql_site_kind_experts(k)) {
+            snprintf(name, size, "%s", tensor);
+            return kind;
+        }
+        snprintf(name, size, "blk.%d.ffn_exps", *layer);
+        return "experts";
+    }
     switch (g) {
     case QL_GROUPING_MODULE: {
         const char *module = ql_site_kind_attention(k) ? "attn" : "ffn";
@@ -66,6 +74,11 @@ const char *ql_sens_unit(const ql_model *m, const char *tensor, ql_grouping g, c
         snprintf(name, size, "%s", kind);
         return kind;
     }
+}
+
+void ql_sens_expert_name(int layer, int expert, char *name, size_t size)
+{
+    snprintf(name, size, "blk.%d.exp.%d", layer, expert);
 }
 
 /* The block a candidate's pass starts at: 0 for the embedding, n_layer for the head. */
@@ -213,21 +226,42 @@ static ql_status measure_one(sens_state *s, const cand *cd, ql_error *err)
     double t0 = ql_now();
     ql_weights *w = NULL;
     void **bytes = calloc((size_t)it->n_tensors, sizeof *bytes);
-    if (!bytes)
+    ql_weight_src **experts = calloc((size_t)it->n_tensors, sizeof *experts);
+    if (!bytes || !experts) {
+        free(bytes);
+        free(experts);
         return ql_error_set(err, QL_ENOMEM, "out of memory");
+    }
     ql_status st = ql_weights_copy(&w, m->weights, err);
     bool embd = false, head_only = !m->hp.tied_output;
     for (int k = 0; k < it->n_tensors && !st; k++) {
         const int site = cd->sites[k];
         ql_linear *lin = site == -1 ? &w->tok_embd : &w->lin[site];
         ql_weight_src src;
+        embd |= site == -1;
+        head_only &= site == ql_site_output(w);
+        if (it->one_expert) {
+            /* That expert's matrix quantized, the others the reference's. */
+            if (site < 0 || lin->n_expert <= it->expert) {
+                st = ql_error_set(err, QL_EINVAL, "'%s' has no expert %d", lin->name, it->expert);
+                break;
+            }
+            if (!(experts[k] = calloc((size_t)lin->n_expert, sizeof *experts[k]))) {
+                st = ql_error_set(err, QL_ENOMEM, "out of memory");
+                break;
+            }
+            if ((st = ql_qweights_quantize_expert(lin, it->expert, it->type, job->im, &src,
+                                                  &bytes[k], err)))
+                break;
+            experts[k][it->expert] = src;
+            ql_linear_set_expert_srcs(lin, experts[k]);
+            continue;
+        }
         if ((st = ql_qweights_quantize_linear(lin, it->type, job->im, &src, &bytes[k], err)))
             break;
         ql_linear_set_src(lin, &src);
         if (site == -1 && m->hp.tied_output)
             ql_linear_set_src(&w->lin[ql_site_output(w)], &src);
-        embd |= site == -1;
-        head_only &= site == ql_site_output(w);
     }
     const ql_ppl_data *d = job->d;
     if (!st && embd) {
@@ -245,9 +279,12 @@ static ql_status measure_one(sens_state *s, const cand *cd, ql_error *err)
         st = score(s, w, head_only ? NULL : s->x, it, err);
     it->seconds = ql_now() - t0;
     ql_weights_free(w);
-    for (int k = 0; k < it->n_tensors; k++)
+    for (int k = 0; k < it->n_tensors; k++) {
         free(bytes[k]);
+        free(experts[k]);
+    }
     free(bytes);
+    free(experts);
     return st ? ql_error_prefix(err, "sensitivity of %s to %s: ", it->name, ql_type_name(it->type))
               : QL_OK;
 }

@@ -43,9 +43,10 @@
 const char *ql_sens_kind_name(const ql_model *m, const char *tensor, int *layer);
 
 /* The unit tensor belongs to in grouping g: its name into name ("blk.3.attn" for a
- * module, "blk.3" for a layer, the kind's name "ffn_down" for a kind; the tensor's own
- * name in the tensor grouping and for the head and the embedding) and its kind ("attn"
- * or "ffn", "block", the kind; in the tensor grouping the tensor's kind); *layer: the
+ * module, "blk.3" for a layer, the kind's name "ffn_down" for a kind, "blk.3.ffn_exps"
+ * for a block's expert tensors in the expert grouping; the tensor's own name in the
+ * tensor grouping and for the head and the embedding) and its kind ("attn" or "ffn",
+ * "block", the kind, "experts"; in the tensor grouping the tensor's kind); *layer: the
  * tensor's own block as ql_sens_kind_name gives it. NULL when tensor is no product. */
 const char *ql_sens_unit(const ql_model *m, const char *tensor, ql_grouping g, char *name,
                          size_t size, int *layer);
@@ -56,6 +57,11 @@ typedef struct {
     const char *const *tensors; /* its tensors: product weights, output.weight, token_embd.weight */
     int n_tensors;
     int32_t type;
+    /* One expert of stacked expert tensors (the expert grouping's measurement): only
+     * expert `expert` of each of the tensors is quantized, the others keep the
+     * reference's values. */
+    bool one_expert;
+    int expert;
     /* out */
     double kld_mean, kld_mean_err;
     double ln_ppl_ratio, ln_ppl_ratio_err;
@@ -79,6 +85,9 @@ typedef struct {
     size_t mem_bytes;
     bool quiet; /* no progress line */
 } ql_sens_job;
+
+/* The name of one expert's row in the expert grouping: "blk.3.exp.17". */
+void ql_sens_expert_name(int layer, int expert, char *name, size_t size);
 
 /* Measures items[0 .. n) in the order of their first blocks. Errors: a tensor the model
  * has no product for, a type a tensor's rows do not take, the quantizer's and the pass's

@@ -52,11 +52,14 @@ static ql_status store_item(void *ctx, const ql_sens_item *it, ql_error *err)
     const store_ctx *sc = ctx;
     const ql_model *m = sc->src->model;
     int layer;
-    const char *kind = unit_place(m, it, sc->grouping, &layer);
+    const char *kind = it->one_expert ? "expert" : unit_place(m, it, sc->grouping, &layer);
+    if (it->one_expert)
+        unit_place(m, it, sc->grouping, &layer);
     int64_t bytes = 0;
     for (int k = 0; k < it->n_tensors; k++) {
         const ql_linear *lin = ql_weights_find(m->weights, it->tensors[k]);
-        bytes += (int64_t)(ql_row_size(it->type, lin->n_in) * (size_t)lin->n_out);
+        const int64_t rows = it->one_expert ? ql_linear_matrix_rows(lin) : lin->n_out;
+        bytes += (int64_t)(ql_row_size(it->type, lin->n_in) * (size_t)rows);
     }
     ql_store_sens_row row = {
         .tensor = it->name,
@@ -73,7 +76,9 @@ static ql_status store_item(void *ctx, const ql_sens_item *it, ql_error *err)
         .blas_kernel = ql_gemm_kernel(),
     };
     ql_store_sens_key key = *sc->key;
-    key.grouping = row_grouping(it->name, it->tensors, it->n_tensors, sc->grouping);
+    key.grouping = it->one_expert
+                       ? ql_grouping_name(sc->grouping)
+                       : row_grouping(it->name, it->tensors, it->n_tensors, sc->grouping);
     return ql_store_sensitivity_put(sc->src->store, &key, &row, err);
 }
 
@@ -271,6 +276,24 @@ static void set_unit_error(ql_fit_table *t, const unit *u, int32_t type, double 
     }
 }
 
+/* A (unit, type) of the fit table and what its error adds up to: its own row, or in the
+ * expert grouping the rows of its block's experts (the sum of theirs). */
+typedef struct {
+    const unit *u;
+    int32_t type;
+    double kld; /* the sum so far */
+} unit_type;
+
+/* Whether unit u is a block's expert tensors in grouping g, and how many experts it has
+ * (its first tensor's). */
+static int unit_experts(const ql_model *m, ql_grouping g, const unit *u)
+{
+    if (g != QL_GROUPING_EXPERT || u->n == 0)
+        return 0;
+    const ql_linear *lin = ql_weights_find(m->weights, u->tensors[0]);
+    return lin && ql_site_kind_experts(lin->kind) ? lin->n_expert : 0;
+}
+
 ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text, const ql_imatrix *im,
                        const char *im_sha, ql_grouping g, ql_fit_table *t, ql_error *err)
 {
@@ -283,44 +306,70 @@ ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text, cons
     if (st)
         return st;
     /* What the store has; the rest is measured. A unit's types are those all its
-     * tensors take. */
-    int64_t n_all = 0;
-    for (int k = 0; k < n_units; k++)
-        n_all += t->tensors[units[k].lead].n_choices;
-    ql_sens_item *items = calloc((size_t)(n_all ? n_all : 1), sizeof *items);
-    const unit **where = calloc((size_t)(n_all ? n_all : 1), sizeof *where);
-    int64_t n_missing = 0;
-    st = items && where ? QL_OK : ql_error_set(err, QL_ENOMEM, "out of memory");
+     * tensors take; an expert unit's rows are one per expert. */
+    int64_t n_all = 0, n_rows = 0;
+    for (int k = 0; k < n_units; k++) {
+        const int64_t types = t->tensors[units[k].lead].n_choices;
+        const int x = unit_experts(src->model, g, &units[k]);
+        n_all += types;
+        n_rows += types * (x > 0 ? x : 1);
+    }
+    unit_type *uts = calloc((size_t)(n_all ? n_all : 1), sizeof *uts);
+    ql_sens_item *items = calloc((size_t)(n_rows ? n_rows : 1), sizeof *items);
+    int64_t *item_ut = calloc((size_t)(n_rows ? n_rows : 1), sizeof *item_ut);
+    char(*names)[64] = calloc((size_t)(n_rows ? n_rows : 1), sizeof *names);
+    int64_t n_ut = 0, n_missing = 0;
+    st = uts && items && item_ut && names ? QL_OK : ql_error_set(err, QL_ENOMEM, "out of memory");
     for (int k = 0; k < n_units && !st; k++) {
         const ql_fit_tensor *lead = &t->tensors[units[k].lead];
+        const int n_exp = unit_experts(src->model, g, &units[k]);
+        int layer = 0;
+        if (n_exp > 0)
+            ql_sens_kind_name(src->model, units[k].tensors[0], &layer);
         for (int j = 0; j < lead->n_choices && !st; j++) {
             const int32_t type = lead->choices[j].type;
             uint64_t bytes;
             double e;
             if (!ql_fit_group_choice(t, units[k].lead, type, &bytes, &e))
                 continue;
-            ql_store_sens_row row;
-            bool found;
-            key.grouping = row_grouping(units[k].name, units[k].tensors, units[k].n, g);
-            if ((st = ql_store_sensitivity_get(src->store, &key, units[k].name, type, &row, &found,
-                                               err)))
-                break;
-            if (found) {
-                set_unit_error(t, &units[k], type, row.kld_mean);
-                continue;
+            uts[n_ut] = (unit_type){&units[k], type, 0};
+            for (int x = 0; x < (n_exp > 0 ? n_exp : 1) && !st; x++) {
+                const char *name = units[k].name;
+                if (n_exp > 0) {
+                    ql_sens_expert_name(layer, x, names[n_missing], sizeof names[n_missing]);
+                    name = names[n_missing];
+                }
+                ql_store_sens_row row;
+                bool found;
+                key.grouping = n_exp > 0 ? ql_grouping_name(g)
+                                         : row_grouping(name, units[k].tensors, units[k].n, g);
+                if ((st =
+                         ql_store_sensitivity_get(src->store, &key, name, type, &row, &found, err)))
+                    break;
+                if (found) {
+                    uts[n_ut].kld += row.kld_mean;
+                    continue;
+                }
+                items[n_missing] = (ql_sens_item){.name = name,
+                                                  .tensors = units[k].tensors,
+                                                  .n_tensors = units[k].n,
+                                                  .type = type,
+                                                  .one_expert = n_exp > 0,
+                                                  .expert = x};
+                item_ut[n_missing++] = n_ut;
             }
-            items[n_missing] = (ql_sens_item){.name = units[k].name,
-                                              .tensors = units[k].tensors,
-                                              .n_tensors = units[k].n,
-                                              .type = type};
-            where[n_missing++] = &units[k];
+            n_ut++;
         }
     }
     if (!st && n_missing > 0 && !(st = measure(src, &key, g, d, im, items, n_missing, err)))
         for (int64_t i = 0; i < n_missing; i++)
-            set_unit_error(t, where[i], items[i].type, items[i].kld_mean);
+            uts[item_ut[i]].kld += items[i].kld_mean;
+    for (int64_t i = 0; !st && i < n_ut; i++)
+        set_unit_error(t, uts[i].u, uts[i].type, uts[i].kld);
+    free(uts);
     free(items);
-    free(where);
+    free(item_ut);
+    free(names);
     units_free(units, n_units);
     return st;
 }

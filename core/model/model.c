@@ -201,7 +201,17 @@ void ql_linear_set_src(ql_linear *lin, const ql_weight_src *src)
     lin->bound = false;
     lin->finite = false;
     lin->src = *src;
+    lin->expert_src = NULL;
     lin->w = src_in_place(src) ? src->data : NULL;
+}
+
+void ql_linear_set_expert_srcs(ql_linear *lin, const ql_weight_src *srcs)
+{
+    const ql_weight_src src = lin->src;
+    ql_linear_set_src(lin, &src);
+    lin->expert_src = srcs;
+    if (srcs)
+        lin->w = NULL; /* decoded expert by expert from now on */
 }
 
 void ql_linear_set_weights(ql_linear *lin, float *data, bool take_ownership)

@@ -212,6 +212,11 @@ ql_linear *ql_weights_find(ql_weights *w, const char *name);
  * replaced again or the set is freed; otherwise data is borrowed and must outlive it. */
 void ql_linear_set_weights(ql_linear *lin, float *data, bool take_ownership);
 
+/* Makes a stacked linear read the experts that srcs (n_expert sources, borrowed; a
+ * NULL data keeps that expert's rows of the current source) gives from their own
+ * sources; unbinds it (its f32 values, if any, no longer hold). NULL: none again. */
+void ql_linear_set_expert_srcs(ql_linear *lin, const ql_weight_src *srcs);
+
 /* Makes a linear read src (borrowed) instead of its current source; unbinds it. */
 void ql_linear_set_src(ql_linear *lin, const ql_weight_src *src);
 

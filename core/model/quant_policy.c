@@ -307,11 +307,27 @@ static ql_status set_shape(ql_quant_plan_entry *out, const char *name, uint32_t 
     return QL_OK;
 }
 
+/* A mixture of experts' router (or shared-expert gate): llama-quantize keeps it in its
+ * float type, qlab quantizes it when a --tensor-type rule (tensor_types) names it. */
+static bool is_router(const char *name)
+{
+    return strstr(name, "ffn_gate_inp") != NULL;
+}
+
 /* The role of a tensor; KEEP and VECTOR tensors get their type here. */
-static void set_role(ql_quant_plan_entry *e, const ql_quant_config *cfg, int32_t src_type)
+static ql_status set_role(ql_quant_plan_entry *e, const ql_quant_config *cfg, int32_t src_type,
+                          ql_error *err)
 {
     const bool is_head = strcmp(e->name, HEAD_NAME) == 0;
-    if (e->n_dims == 1) {
+    int rule = -1;
+    if (e->n_dims > 1 && is_router(e->name)) {
+        ql_status st = ql_quant_overrides_match(cfg->overrides, e->name, &rule, err);
+        if (st)
+            return st;
+    }
+    if (rule >= 0) {
+        e->role = QL_ROLE_WEIGHT; /* a router a rule names: its type is the rule's */
+    } else if (e->n_dims == 1) {
         e->role = QL_ROLE_VECTOR;
         e->requested = QL_TYPE_F32;
         snprintf(e->choice, sizeof e->choice, "1-D tensor: F32");
@@ -328,6 +344,7 @@ static void set_role(ql_quant_plan_entry *e, const ql_quant_config *cfg, int32_t
     } else {
         e->role = QL_ROLE_WEIGHT;
     }
+    return QL_OK;
 }
 
 /* Whether the role's type is decided by the config (not kept or 1-D). */
@@ -882,7 +899,8 @@ ql_status ql_quant_plan_tensor(const ql_quant_config *cfg, const char *name, uin
                             "tensor '%s': the rules of %s need the whole model (use "
                             "ql_quant_plan_make)",
                             name, cfg->mix->name);
-    set_role(out, cfg, src_type);
+    if ((st = set_role(out, cfg, src_type, err)))
+        return st;
     return plan_entry(out, cfg, model_has_output, NULL, NULL, err);
 }
 
@@ -898,10 +916,17 @@ static ql_status read_mix_model(const ql_quant_model_desc *m, const ql_quant_con
     mm->has_output = has_output;
     const char *arch = m->arch ? m->arch : "";
     const bool llama = strcmp(arch, "llama") == 0, qwen2 = strcmp(arch, "qwen2") == 0;
-    if (!llama && !qwen2 && strcmp(arch, "qwen3") != 0)
+    /* b4747's rules name no architecture of these but falcon's and a few others': the
+     * Qwen family and qwen3moe (after b4747) take the generic ones. */
+    static const char *const known[] = {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe"};
+    bool ok = false;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        ok |= strcmp(arch, known[i]) == 0;
+    if (!ok)
         return ql_error_set(err, QL_EUNSUPPORTED,
                             "%s: architecture '%s': qlab has llama-quantize's %s rules for "
-                            "llama, qwen2 and qwen3 models (--pure quantizes any)",
+                            "llama, qwen2, qwen2moe, qwen3 and qwen3moe models (--pure quantizes "
+                            "any)",
                             m->path ? m->path : "model", arch, mix);
     if (m->n_layer <= 0 || m->n_head <= 0 || m->n_head_kv < 0 || m->n_expert < 0)
         return ql_error_set(err, QL_EINVAL,
@@ -972,7 +997,8 @@ ql_status ql_quant_plan_make(const ql_quant_model_desc *m, const ql_quant_config
         const ql_quant_tensor_desc *t = &m->tensors[i];
         if ((st = set_shape(&p->entries[i], t->name, t->n_dims, t->ne, err)))
             goto out_tensor;
-        set_role(&p->entries[i], cfg, t->type);
+        if ((st = set_role(&p->entries[i], cfg, t->type, err)))
+            goto out_tensor;
         order[i] = (ordered){t, i, name_layer(t->name)};
     }
     p->n = m->n_tensors;
@@ -983,9 +1009,10 @@ ql_status ql_quant_plan_make(const ql_quant_model_desc *m, const ql_quant_config
         ql_quant_plan_entry *e = &p->entries[order[k].index];
         if ((st = plan_entry(e, cfg, has_output, rules_apply(cfg) ? &mm : NULL, &pos, err)))
             goto out_tensor;
-        if (!is_assigned(e))
+        if (!is_assigned(e) || is_router(e->name))
             continue;
-        /* As llama_tensor_get_type counts them (its branches, in their order). */
+        /* As llama_tensor_get_type counts them (its branches, in their order); a router
+         * never reaches it. */
         const char *n = e->name;
         const bool head = e->role == QL_ROLE_HEAD || e->role == QL_ROLE_EMBD;
         if (!head && has(n, "attn_v.weight"))
