@@ -299,9 +299,10 @@ static void test_errors(void)
     check_bad("act_mode=q8_o", "act_mode: unknown mode 'q8_o'; did you mean 'q8_0'?");
     check_bad("kv_type=bf16", "kv_type: unknown type 'bf16'; did you mean 'f16'?");
     check_bad("objective=kld:block",
-              "objective: unknown grouping 'block' in 'kld:block' (tensor, module, layer, kind)");
+              "objective: unknown grouping 'block' in 'kld:block' (tensor, module, layer, kind, "
+              "expert)");
     check_bad("objective=kldlayer", "objective: unknown objective 'kldlayer' (imatrix, kld, "
-                                    "kld:module, kld:layer, kld:kind)");
+                                    "kld:module, kld:layer, kld:kind, kld:expert)");
     check_bad("outlier_ratio=0.5",
               "outlier_ratio: 0.5 must be 0 (off) or greater than 1 (a channel is an outlier "
               "above ratio x the median channel)");
