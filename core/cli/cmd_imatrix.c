@@ -52,14 +52,14 @@ int ql_cmd_imatrix(int argc, char **argv)
     static const int32_t kv_types[] = {QL_TYPE_F32, QL_TYPE_F16};
     const ql_opt opts[] = {
         ql_cli_model_opt(&args[0]),
-        ql_opt_required(ql_opt_str("text", 'f', &text_arg, "FILE|NAME",
+        ql_opt_required(ql_opt_alias(ql_opt_str("text", 'f', &text_arg, "FILE|NAME",
                                    "calibration text: a path or a name from "
-                                   "datasets/manifest.tsv")),
-        ql_opt_required(ql_opt_str("output", 'o', &out_arg, "OUT",
+                                   "datasets/manifest.tsv"), "file")),
+        ql_opt_required(ql_opt_alias(ql_opt_str("output", 'o', &out_arg, "OUT",
                                    "the imatrix file; GGUF unless --format dat or OUT ends in "
-                                   ".dat")),
-        ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N",
-                   "tokens per chunk (default " STR(DEFAULT_CTX) ")"),
+                                   ".dat"), "output-file")),
+        ql_opt_alias(ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N",
+                   "tokens per chunk (default " STR(DEFAULT_CTX) ")"), "ctx-size"),
         ql_opt_int("chunks", 0, &chunks, 1, 1 << 30, "K",
                    "use at most K chunks (default: every whole chunk)"),
         ql_opt_flag("process-output", 0, &process_output,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/suggest.h"
 #include "base/util.h"
 #include "cli.h"
 #include "commands.h"
@@ -401,8 +402,17 @@ static int parse_args(int argc, char **argv, args *a, ql_quant_model_opts *opts,
         if (!pos[2])
             return ql_opt_usage(&p, "expects a TYPE after OUT.gguf (or --type T)");
         a->file_type = pos[2];
-        if (!(cfg->mix = ql_quant_mix_by_name(a->file_type)))
-            return ql_opt_usage(&p, "unknown file type '%s' (see --help)", a->file_type);
+        if (!(cfg->mix = ql_quant_mix_by_name(a->file_type))) {
+            const ql_quant_mix *mixes[64];
+            const char *mix_names[64];
+            const int n_mix = ql_quant_mix_list(mixes, 64);
+            for (int i = 0; i < n_mix; i++)
+                mix_names[i] = mixes[i]->name;
+            char hint[64];
+            return ql_opt_usage(&p, "unknown file type '%s'%s (see --help)", a->file_type,
+                                ql_did_you_mean(hint, sizeof hint, a->file_type, mix_names,
+                                                (size_t)n_mix, NULL));
+        }
         cfg->pure = a->pure;
         if (pos[3]) {
             ql_error e;

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/suggest.h"
 #include "cli.h"
 #include "commands.h"
 
@@ -81,5 +82,11 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (strcmp(args[0], commands[i].name) == 0)
             return commands[i].run(argc - p.next, argv + p.next);
-    return ql_opt_usage(&p, "unknown command '%s'", args[0]);
+    const char *cmd_names[N_COMMANDS + 1];
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        cmd_names[i] = commands[i].name;
+    cmd_names[N_COMMANDS] = "help";
+    char hint[64];
+    return ql_opt_usage(&p, "unknown command '%s'%s", args[0],
+                        ql_did_you_mean(hint, sizeof hint, args[0], cmd_names, N_COMMANDS + 1, NULL));
 }

@@ -335,6 +335,9 @@ static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
                             sw->path, s->model_path, q->name, ql_type_name(q->src_type));
     if ((st = ql_tokenizer_from_gguf(&s->tok, s->model->gguf, err)))
         return st;
+    char ctx_warning[256];
+    if (ql_ppl_ctx_beyond_training(&s->model->hp, sw->ctx, ctx_warning, sizeof ctx_warning))
+        fprintf(stderr, "qlab: warning: %s: %s: %s\n", sw->path, s->model_path, ctx_warning);
     char *text;
     size_t len;
     if ((st = ql_file_read_all(s->text_path, &text, &len, err)))
