@@ -27,9 +27,10 @@
 
 static void help(const ql_opt_parser *p)
 {
-    printf("usage: qlab eval MODEL --text FILE|NAME [--base REF [--json]] [--ctx N] [--chunks K]\n"
-           "                 [--threads N] [--kv-type f32|f16|q8_0|q4_0] [--act-mode MODE]\n"
-           "                 [--quiet]\n\n"
+    printf("usage: qlab eval MODEL --text FILE|NAME [--ctx N] [--chunks K] [--threads N]\n"
+           "                 [--kv-type f32|f16|q8_0|q4_0] [--act-mode MODE] [--mem SIZE]\n"
+           "                 [--quiet]\n"
+           "       qlab eval MODEL --base REF [--kl-divergence] [--json] --text FILE|NAME ...\n\n"
            "Perplexity with llama-perplexity's protocol: the whole text is tokenized (BOS\n"
            "first when the vocabulary adds it) and cut into chunks of N tokens (default\n"
            "512); each chunk starts with BOS and positions N/2 .. N-2 are scored, each\n"
