@@ -278,7 +278,8 @@ static ql_status kld_errors(const args *a, const char *path, const ql_data_entry
     if (!st && (st = ql_ppl_data_from_file(&d, tok, text_path, a->calib_ctx, a->calib_chunks, err)))
         ql_error_prefix(err, "--calib %s: ", a->calib);
     if (!st)
-        st = ql_data_sha256(entry, path, msha, err);
+        st = m->gguf->n_files > 1 ? ql_gguf_sha256(m->gguf, msha, err) /* every file */
+                                  : ql_data_sha256(entry, path, msha, err);
     if (!st && a->imatrix) {
         char ipath[QL_PATH_MAX];
         if (!(st = ql_data_resolve(a->imatrix, ipath, sizeof ipath, NULL, err)))
