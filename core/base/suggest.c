@@ -51,6 +51,16 @@ static bool starts(const char *s, const char *prefix)
     return true;
 }
 
+/* Whether word's letters appear in name in order (the typist left some out: Q4_KM in
+ * Q4_K_M). */
+static bool subsequence(const char *word, const char *name)
+{
+    for (; *word && *name; name++)
+        if (fold(*word) == fold(*name))
+            word++;
+    return *word == '\0';
+}
+
 const char *ql_closest_name(const char *word, const char *const *candidates, size_t n)
 {
     const size_t len = strlen(word);
@@ -60,7 +70,10 @@ const char *ql_closest_name(const char *word, const char *const *candidates, siz
         if (!candidates[i])
             continue;
         const size_t d = edit_distance(word, candidates[i]);
-        if (d < best_d) {
+        /* At the same distance a name the word is a shortening of wins: a left-out
+         * letter is the likelier typo (Q4_KM is Q4_K_M rather than Q4_K). */
+        if (d < best_d || (d == best_d && best && !subsequence(word, best) &&
+                           subsequence(word, candidates[i]))) {
             best_d = d;
             best = candidates[i];
         }

@@ -26,6 +26,10 @@ int main(void)
     expect("IQ4XS", types, N(types), "IQ4_XS");
     expect("Q8", types, N(types), "Q8_0"); /* starts Q8_0 and Q8_0_XC: the shorter */
     expect("Q4_KM", mixes, N(mixes), "Q4_K_M");
+    /* The same distance to a type and a file type: the one the word shortens. */
+    const char *const both[] = {"Q4_K", "Q4_0", "Q4_K_S", "Q4_K_M"};
+    expect("Q4_KM", both, N(both), "Q4_K_M");
+    expect("Q4_KX", both, N(both), "Q4_K"); /* no shortening: the first closest */
     expect("imatrx", opts, N(opts), "imatrix");
     expect("ctx_size", opts, N(opts), "ctx-size");
     expect("kl-divergance-bas", opts, N(opts), "kl-divergence-base");
