@@ -272,6 +272,8 @@ static ql_status kld_errors(const args *a, const char *path, const ql_data_entry
     const ql_data_entry *te = NULL;
     ql_status st = ql_model_load(&m, path, err);
     if (!st)
+        ql_cli_warn_ctx(m, path, a->calib_ctx);
+    if (!st)
         st = ql_tokenizer_from_gguf(&tok, m->gguf, err);
     if (!st && !(st = ql_data_resolve(a->calib, text_path, sizeof text_path, &te, err)))
         st = ql_data_sha256(te, text_path, text_sha, err);
