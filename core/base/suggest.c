@@ -72,8 +72,8 @@ const char *ql_closest_name(const char *word, const char *const *candidates, siz
         const size_t d = edit_distance(word, candidates[i]);
         /* At the same distance a name the word is a shortening of wins: a left-out
          * letter is the likelier typo (Q4_KM is Q4_K_M rather than Q4_K). */
-        if (d < best_d || (d == best_d && best && !subsequence(word, best) &&
-                           subsequence(word, candidates[i]))) {
+        if (d < best_d ||
+            (d == best_d && best && !subsequence(word, best) && subsequence(word, candidates[i]))) {
             best_d = d;
             best = candidates[i];
         }
@@ -92,8 +92,8 @@ const char *ql_closest_name(const char *word, const char *const *candidates, siz
     return best;
 }
 
-const char *ql_did_you_mean(char *buf, size_t size, const char *word,
-                            const char *const *candidates, size_t n, const char *prefix)
+const char *ql_did_you_mean(char *buf, size_t size, const char *word, const char *const *candidates,
+                            size_t n, const char *prefix)
 {
     const char *near = ql_closest_name(word, candidates, n);
     if (size == 0)

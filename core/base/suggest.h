@@ -18,7 +18,7 @@ const char *ql_closest_name(const char *word, const char *const *candidates, siz
 
 /* Writes "; did you mean 'PREFIX<candidate>'?" into buf (or "" when there is no
  * close candidate) and returns buf. prefix may be NULL ("--" for options). */
-const char *ql_did_you_mean(char *buf, size_t size, const char *word,
-                            const char *const *candidates, size_t n, const char *prefix);
+const char *ql_did_you_mean(char *buf, size_t size, const char *word, const char *const *candidates,
+                            size_t n, const char *prefix);
 
 #endif

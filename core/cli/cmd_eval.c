@@ -77,10 +77,10 @@ static ql_status parse_act_mode(void *ctx, const char *val, ql_error *err)
 typedef struct {
     ql_progress progress; /* in tokens */
     bool quiet;
-    bool live;            /* the [i] list as the chunks finish */
-    char *list;           /* the [i] list so far (when not live) */
+    bool live;  /* the [i] list as the chunks finish */
+    char *list; /* the [i] list so far (when not live) */
     size_t list_len, list_cap;
-    double ppl;           /* the running PPL after the last finished chunk */
+    double ppl; /* the running PPL after the last finished chunk */
     int64_t chunks_done;
 } chunk_printer;
 
@@ -392,14 +392,18 @@ int ql_cmd_eval(int argc, char **argv)
     static const int32_t kv_types[] = {QL_TYPE_F32, QL_TYPE_F16, QL_TYPE_Q8_0, QL_TYPE_Q4_0};
     const ql_opt opts[] = {
         ql_cli_model_opt(&args[0]),
-        ql_opt_required(ql_opt_alias(ql_opt_str("text", 'f', &text_arg, "FILE|NAME", "the text to score"), "file")),
+        ql_opt_required(ql_opt_alias(
+            ql_opt_str("text", 'f', &text_arg, "FILE|NAME", "the text to score"), "file")),
         ql_opt_alias(ql_opt_str("base", 0, &base_arg, "REF",
-                   "measure MODEL against REF's exact reference (KLD, Δp, ...)"), "kl-divergence-base"),
+                                "measure MODEL against REF's exact reference (KLD, Δp, ...)"),
+                     "kl-divergence-base"),
         ql_opt_flag("kl-divergence", 0, &kld_flag,
                     "llama-perplexity's flag for the statistics --base prints\n"
                     "(needs --base)"),
         ql_opt_flag("json", 0, &json, "with --base: the figures as one JSON object"),
-        ql_opt_alias(ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N", "tokens per chunk (default 512)"), "ctx-size"),
+        ql_opt_alias(
+            ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N", "tokens per chunk (default 512)"),
+            "ctx-size"),
         ql_opt_int("chunks", 0, &chunks, 1, 1 << 30, "K", "at most K chunks (default: all)"),
         ql_opt_threads(&threads, QL_OPT_THREADS_HELP),
         ql_opt_type("kv-type", 0, &kv_type, kv_types, QL_OPT_COUNT(kv_types), "T",

@@ -117,7 +117,8 @@ static int parse_args(int argc, char **argv, args *a)
                     "memory available in all: budget = SIZE - KV cache - reserve, where\n"
                     "KV cache = n_layer * ctx * n_kv_heads * head_dim * 2 (K, V) * 2 (f16)"),
         ql_opt_alias(ql_opt_int("ctx", 'c', &a->ctx, 1, 1 << 24, "N",
-                   "context for the KV cache (default: the model's context_length)"), "ctx-size"),
+                                "context for the KV cache (default: the model's context_length)"),
+                     "ctx-size"),
         ql_opt_size("reserve", 0, &a->reserve, "SIZE",
                     "compute reserve (default: an estimate of llama.cpp's compute buffer\n"
                     "for 512-token batches, 4*512*(n_vocab + 4 n_embd + 3 n_ff + n_head ctx))"),
@@ -135,8 +136,10 @@ static int parse_args(int argc, char **argv, args *a)
         ql_opt_str("db", 0, &a->db, "PATH",
                    "results store the sensitivities are kept in (default results/qlab.db)"),
         ql_opt_section("output:"),
-        ql_opt_alias(ql_opt_str("output", 'o', &a->out, "OUT.gguf",
-                   "write the fitted model (then read it back and check every tensor)"), "output-file"),
+        ql_opt_alias(
+            ql_opt_str("output", 'o', &a->out, "OUT.gguf",
+                       "write the fitted model (then read it back and check every tensor)"),
+            "output-file"),
         ql_opt_flag("dry-run", 0, &a->dry_run, "print the allocation only"),
         ql_opt_section("error table:"),
         ql_opt_str("types", 0, &a->types, "LIST", types_help),

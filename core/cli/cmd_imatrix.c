@@ -90,8 +90,8 @@ static ql_status combine_files(const in_files *f, ql_imatrix **out, ql_error *er
 }
 
 /* qlab imatrix --in-file A --in-file B ... -o OUT: the combination alone. */
-static int combine_only(const in_files *f, const char *out_arg, ql_imatrix_format format,
-                        int ctx, bool ctx_given)
+static int combine_only(const in_files *f, const char *out_arg, ql_imatrix_format format, int ctx,
+                        bool ctx_given)
 {
     ql_error err;
     ql_error_clear(&err);
@@ -142,11 +142,14 @@ int ql_cmd_imatrix(int argc, char **argv)
                                 "calibration text: a path or a name from "
                                 "datasets/manifest.tsv"),
                      "file"),
-        ql_opt_required(ql_opt_alias(ql_opt_str("output", 'o', &out_arg, "OUT",
-                                   "the imatrix file; GGUF unless --format dat or OUT ends in "
-                                   ".dat"), "output-file")),
+        ql_opt_required(
+            ql_opt_alias(ql_opt_str("output", 'o', &out_arg, "OUT",
+                                    "the imatrix file; GGUF unless --format dat or OUT ends in "
+                                    ".dat"),
+                         "output-file")),
         ql_opt_alias(ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N",
-                   "tokens per chunk (default " STR(DEFAULT_CTX) ")"), "ctx-size"),
+                                "tokens per chunk (default " STR(DEFAULT_CTX) ")"),
+                     "ctx-size"),
         ql_opt_int("chunks", 0, &chunks, 1, 1 << 30, "K",
                    "use at most K chunks (default: every whole chunk)"),
         ql_opt_flag("process-output", 0, &process_output,
@@ -233,7 +236,8 @@ int ql_cmd_imatrix(int argc, char **argv)
         if (mst)
             goto fail;
         ql_imatrix_merge_finish(im);
-        if (format == QL_IMATRIX_GGUF && im->chunk_size == 0 && ql_imatrix_set_chunk_size(im, ctx, &err))
+        if (format == QL_IMATRIX_GGUF && im->chunk_size == 0 &&
+            ql_imatrix_set_chunk_size(im, ctx, &err))
             goto fail;
     }
     if (ql_imatrix_write(im, out_arg, format, &err))

@@ -512,8 +512,8 @@ int ql_cmd_inspect(int argc, char **argv)
                (int)g->n_files);
         for (int k = 0; k < g->n_files; k++) {
             const ql_gguf *f = ql_gguf_file(g, k);
-            printf("    file %d: %s: %lld tensors, %llu bytes, data offset %llu\n", k + 1,
-                   f->path, (long long)f->n_tensors, (unsigned long long)f->file_size,
+            printf("    file %d: %s: %lld tensors, %llu bytes, data offset %llu\n", k + 1, f->path,
+                   (long long)f->n_tensors, (unsigned long long)f->file_size,
                    (unsigned long long)f->data_offset);
         }
     }

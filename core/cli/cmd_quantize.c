@@ -353,13 +353,12 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
             const char *skipped = ql_imatrix_table_skipped(imat->table);
             n_without++;
             printf("%s%s: quantized without", sep,
-                   !weights_chosen(a, e->name)
-                       ? (a->n_include ? "not chosen by --include-weights"
-                                       : "left out by --exclude-weights")
+                   !weights_chosen(a, e->name) ? (a->n_include ? "not chosen by --include-weights"
+                                                               : "left out by --exclude-weights")
                    : skipped && strcmp(skipped, e->name) == 0 ? "imatrix entry of another length"
-                   : entry_dropped(imat->im, e->name)       ? "imatrix entry without usable "
-                                                              "importance (all zero or denormal)"
-                                                            : "no imatrix entry");
+                   : entry_dropped(imat->im, e->name)         ? "imatrix entry without usable "
+                                                                "importance (all zero or denormal)"
+                                                              : "no imatrix entry");
         }
         printf("\n");
     }
@@ -527,9 +526,9 @@ static int parse_args(int argc, char **argv, args *a, ql_quant_model_opts *opts,
             for (int i = 0; i < n_mix; i++)
                 mix_names[i] = mixes[i]->name;
             char hint[64];
-            return ql_opt_usage(&p, "unknown file type '%s'%s (see --help)", a->file_type,
-                                ql_did_you_mean(hint, sizeof hint, a->file_type, mix_names,
-                                                (size_t)n_mix, NULL));
+            return ql_opt_usage(
+                &p, "unknown file type '%s'%s (see --help)", a->file_type,
+                ql_did_you_mean(hint, sizeof hint, a->file_type, mix_names, (size_t)n_mix, NULL));
         }
         cfg->pure = a->pure;
         if (pos[3]) {
@@ -551,8 +550,9 @@ static int parse_args(int argc, char **argv, args *a, ql_quant_model_opts *opts,
         return ql_opt_usage(&p, "--include-weights and --exclude-weights exclude each other "
                                 "(as in llama-quantize)");
     if ((a->n_include || a->n_exclude) && !imat->path)
-        return ql_opt_usage(&p, "--%s-weights chooses the tensors --imatrix applies to: give "
-                                "--imatrix",
+        return ql_opt_usage(&p,
+                            "--%s-weights chooses the tensors --imatrix applies to: give "
+                            "--imatrix",
                             a->n_include ? "include" : "exclude");
     opts->kv_overrides = a->overrides;
     opts->n_kv_overrides = a->n_overrides;
@@ -648,8 +648,9 @@ int ql_cmd_quantize(int argc, char **argv)
     if (opts.allow_requantize)
         warn_requantize(model, paths[0]);
     if (opts.keep_split && model->n_files == 1)
-        fprintf(stderr, "qlab: note: %s is one file, not a split set: --keep-split writes %s as "
-                        "one file\n",
+        fprintf(stderr,
+                "qlab: note: %s is one file, not a split set: --keep-split writes %s as "
+                "one file\n",
                 paths[0], paths[1]);
     if (ql_quant_model(paths[0], paths[1], &opts, &r, &err)) {
         rc = ql_cli_fail(&err);

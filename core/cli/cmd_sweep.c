@@ -157,8 +157,8 @@ int ql_cmd_sweep(int argc, char **argv)
                    "keep configs i with i mod N == K (0 <= K < N); 'auto' takes K and N\n"
                    "from SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT"),
         ql_opt_hidden(ql_opt_int("job-of", 0, &parent, 1, 1 << 30, "PID",
-                   "(set by --jobs) this process is a job of sweep process PID and\n"
-                   "ends when that process ends")),
+                                 "(set by --jobs) this process is a job of sweep process PID and\n"
+                                 "ends when that process ends")),
     };
     static const char *const names[] = {"the sweep FILE"};
     ql_opt_parser p = {.prog = "qlab sweep",

@@ -91,6 +91,7 @@ int main(int argc, char **argv)
         cmd_names[i] = commands[i].name;
     cmd_names[N_COMMANDS] = "help";
     char hint[64];
-    return ql_opt_usage(&p, "unknown command '%s'%s", args[0],
-                        ql_did_you_mean(hint, sizeof hint, args[0], cmd_names, N_COMMANDS + 1, NULL));
+    return ql_opt_usage(
+        &p, "unknown command '%s'%s", args[0],
+        ql_did_you_mean(hint, sizeof hint, args[0], cmd_names, N_COMMANDS + 1, NULL));
 }

@@ -344,8 +344,8 @@ static void check_table(const ql_opt_parser *p)
 typedef struct {
     const char *word;
     size_t len;
-    ptrdiff_t exact;      /* option index, -1 */
-    size_t n_prefix;      /* distinct options the word abbreviates */
+    ptrdiff_t exact; /* option index, -1 */
+    size_t n_prefix; /* distinct options the word abbreviates */
     size_t prefix[QL_OPT_MAX];
     const char *exact_name; /* the name as matched (for messages) */
     const char *prefix_name[QL_OPT_MAX];

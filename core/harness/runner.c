@@ -326,8 +326,7 @@ static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
     if ((st = ql_model_load(&s->model, s->model_path, err)))
         return st;
     /* A split set is the model: every file of it is in its identity. */
-    if (s->model->gguf->n_files > 1 &&
-        (st = ql_gguf_sha256(s->model->gguf, s->model_sha, err)))
+    if (s->model->gguf->n_files > 1 && (st = ql_gguf_sha256(s->model->gguf, s->model_sha, err)))
         return st;
     /* A sweep measures quantizations against the unquantized model: a quantized file as
      * the reference would be quantized again and reported as "unquantized". */

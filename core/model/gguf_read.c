@@ -848,16 +848,15 @@ static ql_status open_part(ql_gguf **out, const char *first, const char *prefix,
     if (!has_no || !has_count)
         return ql_error_set(err, QL_EFORMAT,
                             "%s: no key '%s', expected %s = %d and %s = %d (split file %d of %s)",
-                            path, has_no ? QL_GGUF_SPLIT_COUNT : QL_GGUF_SPLIT_NO,
-                            QL_GGUF_SPLIT_NO, k, QL_GGUF_SPLIT_COUNT, n, k + 1, first);
+                            path, has_no ? QL_GGUF_SPLIT_COUNT : QL_GGUF_SPLIT_NO, QL_GGUF_SPLIT_NO,
+                            k, QL_GGUF_SPLIT_COUNT, n, k + 1, first);
     if (no != k)
         return ql_error_set(err, QL_EFORMAT,
                             "%s: %s is %lld, expected %d (its name makes it file %d of %d)", path,
                             QL_GGUF_SPLIT_NO, (long long)no, k, k + 1, n);
     if (count != n)
-        return ql_error_set(err, QL_EFORMAT,
-                            "%s: %s is %lld, expected %d as in the first file %s", path,
-                            QL_GGUF_SPLIT_COUNT, (long long)count, n, first);
+        return ql_error_set(err, QL_EFORMAT, "%s: %s is %lld, expected %d as in the first file %s",
+                            path, QL_GGUF_SPLIT_COUNT, (long long)count, n, first);
     return QL_OK;
 }
 
@@ -898,9 +897,9 @@ static ql_status open_set(ql_gguf **out, ql_gguf *g0, int64_t n, ql_error *err)
     if ((st = split_key(g0, QL_GGUF_SPLIT_TENSORS_COUNT, &has_count, &want, err)))
         goto fail;
     if (has_count && want != total) {
-        st = ql_error_set(err, QL_EFORMAT,
-                          "%s: %s is %lld, but the %d files hold %lld tensors", g0->path,
-                          QL_GGUF_SPLIT_TENSORS_COUNT, (long long)want, (int)n, (long long)total);
+        st = ql_error_set(err, QL_EFORMAT, "%s: %s is %lld, but the %d files hold %lld tensors",
+                          g0->path, QL_GGUF_SPLIT_TENSORS_COUNT, (long long)want, (int)n,
+                          (long long)total);
         goto fail;
     }
     if (!(g->tensors = calloc((size_t)(total ? total : 1), sizeof *g->tensors))) {
@@ -958,8 +957,8 @@ ql_status ql_gguf_open(ql_gguf **out, const char *path, ql_error *err)
         goto fail;
     if (!has_count || count == 1) {
         if (has_no && no != 0) {
-            st = ql_error_set(err, QL_EFORMAT, "%s: %s is %lld in a file of a set of 1",
-                              path, QL_GGUF_SPLIT_NO, (long long)no);
+            st = ql_error_set(err, QL_EFORMAT, "%s: %s is %lld in a file of a set of 1", path,
+                              QL_GGUF_SPLIT_NO, (long long)no);
             goto fail;
         }
         return QL_OK;
@@ -975,10 +974,9 @@ ql_status ql_gguf_open(ql_gguf **out, const char *path, ql_error *err)
         int k, n;
         if (ql_gguf_split_prefix(path, prefix, sizeof prefix, &k, &n) &&
             ql_gguf_split_path(first, sizeof first, prefix, 0, (int)count))
-            st = ql_error_set(err, QL_EINVAL,
-                              "%s: split file %lld of %lld (%s = %lld): give the first file, %s",
-                              path, (long long)no + 1, (long long)count, QL_GGUF_SPLIT_NO,
-                              (long long)no, first);
+            st = ql_error_set(
+                err, QL_EINVAL, "%s: split file %lld of %lld (%s = %lld): give the first file, %s",
+                path, (long long)no + 1, (long long)count, QL_GGUF_SPLIT_NO, (long long)no, first);
         else
             st = ql_error_set(err, QL_EINVAL,
                               "%s: split file %lld of %lld (%s = %lld): give the set's first file",

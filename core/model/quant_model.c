@@ -228,8 +228,7 @@ static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p, const ql_quant_m
                                     "%s: tensor '%s' is %s: requantizing from type %s is "
                                     "disabled, as in llama-quantize (--allow-requantize "
                                     "quantizes it again from its dequantized values)",
-                                    g->path, t->name, ql_type_name(t->type),
-                                    ql_type_name(t->type));
+                                    g->path, t->name, ql_type_name(t->type), ql_type_name(t->type));
             if (!src || !src->dequantize || !t->data)
                 return ql_error_set(err, QL_EUNSUPPORTED,
                                     "%s: tensor '%s': qlab cannot read its type %s", g->path,
@@ -498,12 +497,11 @@ ql_status ql_quant_kv_override_parse(const char *text, ql_quant_kv_override *out
 
 /* The split keys of file k of n (n > 1), as llama-quantize --keep-split and gguf-split
  * write them into every file: u16, u16, i32. */
-static ql_status write_split_keys(ql_gguf_writer *w, int k, int n, int64_t n_tensors,
-                                  ql_error *err)
+static ql_status write_split_keys(ql_gguf_writer *w, int k, int n, int64_t n_tensors, ql_error *err)
 {
     if (n_tensors > INT32_MAX)
-        return ql_error_set(err, QL_EINVAL, "%lld tensors: beyond %s's i32",
-                            (long long)n_tensors, QL_GGUF_SPLIT_TENSORS_COUNT);
+        return ql_error_set(err, QL_EINVAL, "%lld tensors: beyond %s's i32", (long long)n_tensors,
+                            QL_GGUF_SPLIT_TENSORS_COUNT);
     ql_gguf_value v = {.type = QL_GGUF_UINT16};
     ql_status st;
     v.v.u16 = (uint16_t)k;
@@ -589,9 +587,8 @@ static ql_status write_tensors(ql_gguf_writer **w, int n_out, const ql_gguf *g,
 }
 
 /* The writers of the n output files, begun. */
-static ql_status open_outputs(ql_gguf_writer **w, int n, const ql_gguf *g,
-                              const ql_quant_plan *p, uint32_t ftype,
-                              const ql_quant_model_opts *opts, const char *out_path,
+static ql_status open_outputs(ql_gguf_writer **w, int n, const ql_gguf *g, const ql_quant_plan *p,
+                              uint32_t ftype, const ql_quant_model_opts *opts, const char *out_path,
                               ql_error *err)
 {
     for (int k = 0; k < n; k++) {

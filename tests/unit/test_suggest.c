@@ -15,8 +15,8 @@ static const char *const opts[] = {"imatrix", "kl-divergence-base", "ctx-size", 
 static void expect(const char *word, const char *const *cands, size_t n, const char *want)
 {
     const char *got = ql_closest_name(word, cands, n);
-    CHECK_MSG(want ? got && strcmp(got, want) == 0 : got == NULL, "'%s': got %s, expected %s",
-              word, got ? got : "NULL", want ? want : "NULL");
+    CHECK_MSG(want ? got && strcmp(got, want) == 0 : got == NULL, "'%s': got %s, expected %s", word,
+              got ? got : "NULL", want ? want : "NULL");
 }
 
 int main(void)
