@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/suggest.h"
 #include "base/util.h"
 #include "ql_config.h"
 
@@ -428,20 +429,25 @@ ql_status ql_data_resolve(const char *name_or_path, char *path_out, size_t size,
             return ql_file_refuse_special(name_or_path, "file", err);
         const ql_data_entry *es;
         int n;
-        char names[1024] = "";
+        char names[1024] = "", hint[QL_PATH_MAX + 32] = "";
         size_t o = 0;
         if (ql_data_manifest(&es, &n, &merr) == QL_OK) {
+            const char *cands[256];
+            size_t nc = 0;
             for (int i = 0; i < n && o < sizeof names; i++) {
                 if (strcmp(es[i].kind, "table") == 0)
                     continue;
                 o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? ", " : "",
                                       es[i].name);
+                if (nc < sizeof cands / sizeof cands[0])
+                    cands[nc++] = es[i].name;
             }
+            ql_did_you_mean(hint, sizeof hint, name_or_path, cands, nc, NULL);
         }
         return ql_error_set(err, QL_ENOTFOUND,
-                            "'%s' is neither an existing file nor a dataset name (known names: "
+                            "'%s' is neither an existing file nor a dataset name%s (known names: "
                             "%s)",
-                            name_or_path, names[0] ? names : merr.msg);
+                            name_or_path, hint, names[0] ? names : merr.msg);
     }
     ql_status st = ql_data_verify(e, false, path_out, size, err);
     if (st == QL_OK && entry_out)

@@ -48,6 +48,16 @@ ql_status ql_cli_best_time(ql_cli_bench_run run, const void *ctx, double min_sec
     return QL_OK;
 }
 
+void ql_cli_warn_ctx(const ql_model *m, const char *path, int ctx)
+{
+    char msg[256];
+    if (ql_ppl_ctx_beyond_training(&m->hp, ctx, msg, sizeof msg)) {
+        fputs("qlab: warning: ", stderr);
+        ql_fwrite_terminal(stderr, path, strlen(path));
+        fprintf(stderr, ": %s\n", msg);
+    }
+}
+
 ql_status ql_cli_text_run_init(ql_cli_text_run *r, const char *model_arg, const char *text_arg,
                                int ctx, int64_t max_chunks, int32_t kv_type, ql_error *err)
 {
@@ -56,8 +66,10 @@ ql_status ql_cli_text_run_init(ql_cli_text_run *r, const char *model_arg, const 
     if ((st = ql_data_resolve(model_arg, r->model_path, sizeof r->model_path, NULL, err)) ||
         (st = ql_data_resolve(text_arg, r->text_path, sizeof r->text_path, NULL, err)) ||
         (st = ql_model_load(&r->model, r->model_path, err)) ||
-        (st = ql_tokenizer_from_gguf(&r->tok, r->model->gguf, err)) ||
-        (st = ql_ppl_data_from_file(&r->data, r->tok, r->text_path, ctx, max_chunks, err)) ||
+        (st = ql_tokenizer_from_gguf(&r->tok, r->model->gguf, err)))
+        return st;
+    ql_cli_warn_ctx(r->model, r->model_path, ctx);
+    if ((st = ql_ppl_data_from_file(&r->data, r->tok, r->text_path, ctx, max_chunks, err)) ||
         (st = ql_forward_alloc(&r->fw, &r->model->hp, ctx, err)))
         return st;
     return ql_forward_set_kv_type(r->fw, kv_type, err);

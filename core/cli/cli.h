@@ -51,6 +51,10 @@ typedef struct {
     ql_forward *fw;
 } ql_cli_text_run;
 
+/* Warns on stderr when ctx is beyond m's training context (ql_ppl_ctx_beyond_training);
+ * ql_cli_text_run_init does it for its model. */
+void ql_cli_warn_ctx(const ql_model *m, const char *path, int ctx);
+
 /* Fills r in that order; on failure r holds what was loaded (free it with
  * ql_cli_text_run_deinit) and err names the file. max_chunks <= 0 means all. */
 ql_status ql_cli_text_run_init(ql_cli_text_run *r, const char *model_arg, const char *text_arg,

@@ -80,7 +80,9 @@ int ql_bench_forward(int argc, char **argv)
     int ctx = 256, threads = 0, chunks = 4;
     const ql_opt opts[] = {
         ql_cli_model_opt(&args[0]),
-        ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N", "tokens per chunk (default 256)"),
+        ql_opt_alias(
+            ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N", "tokens per chunk (default 256)"),
+            "ctx-size"),
         ql_opt_int("chunks", 0, &chunks, 1, 1 << 20, "K", "timed chunks (default 4)"),
         ql_opt_threads(&threads, QL_OPT_THREADS_HELP),
     };

@@ -16,7 +16,8 @@ enum { OUT_TEXT, OUT_CSV, OUT_JSON };
 
 static void help(const ql_opt_parser *p)
 {
-    printf("usage: qlab compare [--db PATH] [--sweep NAME] [--csv | --json] A B\n"
+    printf("usage: qlab compare [--db PATH] [--sweep NAME] [--resamples N] [--seed S]\n"
+           "                    [--level L] [--csv | --json] A B\n"
            "\n"
            "Compares config A with config B on the tokens both were evaluated on (same model,\n"
            "text, ctx and chunks): the differences A - B of mean KLD, ln PPL and top-1\n"

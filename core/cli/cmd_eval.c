@@ -27,16 +27,19 @@
 
 static void help(const ql_opt_parser *p)
 {
-    printf("usage: qlab eval MODEL --text FILE|NAME [--base REF [--json]] [--ctx N] [--chunks K]\n"
-           "                 [--threads N] [--kv-type f32|f16|q8_0|q4_0] [--act-mode MODE]\n"
-           "                 [--quiet]\n\n"
+    printf("usage: qlab eval MODEL --text FILE|NAME [--ctx N] [--chunks K] [--threads N]\n"
+           "                 [--kv-type f32|f16|q8_0|q4_0] [--act-mode MODE] [--mem SIZE]\n"
+           "                 [--quiet]\n"
+           "       qlab eval MODEL --base REF [--kl-divergence] [--json] --text FILE|NAME ...\n\n"
            "Perplexity with llama-perplexity's protocol: the whole text is tokenized (BOS\n"
            "first when the vocabulary adds it) and cut into chunks of N tokens (default\n"
            "512); each chunk starts with BOS and positions N/2 .. N-2 are scored, each\n"
            "predicting the next token. K limits the number of chunks (default: all).\n"
-           "Prints the running PPL per chunk (a progress line on a terminal, plain lines\n"
-           "otherwise) and the final 'PPL = x ± y', y being PPL times the standard error\n"
-           "of the mean negative log-likelihood, as llama-perplexity prints it.\n\n"
+           "Prints a progress line with rate and ETA on stderr (redrawn on a terminal, a\n"
+           "plain line every few seconds otherwise), the running PPL after each chunk on\n"
+           "stdout as llama-perplexity does ('[1]x,[2]y,...') and the final\n"
+           "'PPL = x ± y', y being PPL times the standard error of the mean negative\n"
+           "log-likelihood. A context beyond the model's training context is warned about.\n\n"
            "With --base REF, MODEL is a quantization of REF (by llama-quantize, qlab or any\n"
            "tool: the same architecture and tensors, types may differ) and is measured\n"
            "against REF's exact reference: REF's pass with f32 activations and f32 K/V,\n"
@@ -44,7 +47,9 @@ static void help(const ql_opt_parser *p)
            "codes). Prints llama-perplexity --kl-divergence's statistics block (PPL of\n"
            "both, their ratio, KLD and Δp percentiles, RMS Δp, same top p, each mean with\n"
            "its ±); --json prints the same figures as one JSON object instead\n"
-           "(probabilities as fractions, not percent).\n\n"
+           "(probabilities as fractions, not percent). llama-perplexity's spelling,\n"
+           "--kl-divergence-base REF --kl-divergence, means the same, REF being the base\n"
+           "model itself (qlab needs no file of its logits).\n\n"
            "--kv-type rounds K and V (and the query and attention probabilities, as ggml's\n"
            "CPU matmul does) to f16 like llama.cpp's default K/V cache, or to q8_0/q4_0 as\n"
            "llama.cpp does with -ctk/-ctv and flash attention; the default f32 is the exact\n"
@@ -63,32 +68,61 @@ static ql_status parse_act_mode(void *ctx, const char *val, ql_error *err)
     return ql_config_set(ctx, QL_AXIS_ACT_MODE, val, err);
 }
 
+/* What a plain eval prints as it goes: a progress line (tokens, rate, ETA) on stderr,
+ * redrawn on a terminal, a plain line every few seconds otherwise; and the running
+ * PPL after each chunk on stdout as llama-perplexity prints it, "[1]x,[2]y,...".
+ * When stdout and stderr are the same terminal the redrawn line would cut into that
+ * list, so it is printed whole at the end instead (the progress line shows the last
+ * chunk's figure meanwhile). */
 typedef struct {
-    ql_progress progress; /* in tokens, on a terminal */
-    int64_t n_chunks;
-    bool tty;
+    ql_progress progress; /* in tokens */
     bool quiet;
+    bool live;  /* the [i] list as the chunks finish */
+    char *list; /* the [i] list so far (when not live) */
+    size_t list_len, list_cap;
     double ppl; /* the running PPL after the last finished chunk */
+    int64_t chunks_done;
 } chunk_printer;
 
 static void on_progress(void *ctx, double tokens_done)
 {
     chunk_printer *p = ctx;
     char note[64] = "";
-    if (p->ppl > 0)
-        snprintf(note, sizeof note, "PPL %.4f", p->ppl);
-    if (p->tty && !p->quiet)
-        ql_progress_update(&p->progress, (int64_t)tokens_done, note[0] ? note : NULL);
+    if (p->chunks_done > 0)
+        snprintf(note, sizeof note, "[%lld]%.4f", (long long)p->chunks_done, p->ppl);
+    ql_progress_update(&p->progress, (int64_t)tokens_done, note[0] ? note : NULL);
 }
 
 static void on_chunk(void *ctx, int64_t chunk, const float *logits, const int32_t *targets,
                      int n_scored, const ql_nll_acc *running)
 {
     chunk_printer *p = ctx;
+    (void)logits;
+    (void)targets;
+    (void)n_scored;
     p->ppl = ql_nll_acc_ppl(running);
-    if (!p->quiet && !p->tty)
-        fprintf(stderr, "chunk %lld/%lld: PPL %.6f\n", (long long)chunk + 1, (long long)p->n_chunks,
-                ql_nll_acc_ppl(running));
+    p->chunks_done = chunk + 1;
+    if (p->quiet)
+        return;
+    char item[48];
+    const int n = snprintf(item, sizeof item, "[%lld]%.4f,", (long long)chunk + 1, p->ppl);
+    if (p->live) {
+        fputs(item, stdout);
+        fflush(stdout);
+    } else if (ql_grow((void **)&p->list, &p->list_cap, p->list_len + (size_t)n + 1, 1)) {
+        memcpy(p->list + p->list_len, item, (size_t)n + 1);
+        p->list_len += (size_t)n;
+    }
+}
+
+/* Ends the [i] list with its newline. */
+static void chunk_list_end(chunk_printer *p)
+{
+    if (p->quiet || p->chunks_done == 0)
+        return;
+    if (!p->live && p->list)
+        fputs(p->list, stdout);
+    fputc('\n', stdout);
 }
 
 /* The weight set a pass over m runs: m's own, with the activation transforms of mode
@@ -250,6 +284,15 @@ static int eval_base(const base_opts *o)
     int rc = QL_EXIT_RUNTIME;
     ql_status st = ql_cli_text_run_init(&r, o->base_arg, o->text_arg, o->ctx, o->chunks,
                                         QL_TYPE_F32, &err);
+    if (st && r.model_path[0] && !r.model && strstr(err.msg, "bad magic")) {
+        /* llama-perplexity's --kl-divergence-base names a file of the base's logits. */
+        char msg[QL_ERROR_MSG_MAX];
+        ql_strlcpy(msg, err.msg, sizeof msg);
+        ql_error_set(&err, st,
+                     "%s (--base, --kl-divergence-base: the unquantized model's GGUF itself, "
+                     "not llama-perplexity's file of its logits)",
+                     msg);
+    }
     if (!st)
         st = ql_data_resolve(o->model_arg, model_path, sizeof model_path, NULL, &err);
     if (!st)
@@ -345,15 +388,22 @@ int ql_cmd_eval(int argc, char **argv)
     int32_t kv_type = QL_TYPE_F32;
     ql_config act_cfg; /* only its act_mode axis is used */
     ql_config_init(&act_cfg);
-    bool quiet = false, json = false;
+    bool quiet = false, json = false, kld_flag = false;
     static const int32_t kv_types[] = {QL_TYPE_F32, QL_TYPE_F16, QL_TYPE_Q8_0, QL_TYPE_Q4_0};
     const ql_opt opts[] = {
         ql_cli_model_opt(&args[0]),
-        ql_opt_required(ql_opt_str("text", 'f', &text_arg, "FILE|NAME", "the text to score")),
-        ql_opt_str("base", 0, &base_arg, "REF",
-                   "measure MODEL against REF's exact reference (KLD, Δp, ...)"),
+        ql_opt_required(ql_opt_alias(
+            ql_opt_str("text", 'f', &text_arg, "FILE|NAME", "the text to score"), "file")),
+        ql_opt_alias(ql_opt_str("base", 0, &base_arg, "REF",
+                                "measure MODEL against REF's exact reference (KLD, Δp, ...)"),
+                     "kl-divergence-base"),
+        ql_opt_flag("kl-divergence", 0, &kld_flag,
+                    "llama-perplexity's flag for the statistics --base prints\n"
+                    "(needs --base)"),
         ql_opt_flag("json", 0, &json, "with --base: the figures as one JSON object"),
-        ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N", "tokens per chunk (default 512)"),
+        ql_opt_alias(
+            ql_opt_int("ctx", 'c', &ctx, 4, 1 << 20, "N", "tokens per chunk (default 512)"),
+            "ctx-size"),
         ql_opt_int("chunks", 0, &chunks, 1, 1 << 30, "K", "at most K chunks (default: all)"),
         ql_opt_threads(&threads, QL_OPT_THREADS_HELP),
         ql_opt_type("kv-type", 0, &kv_type, kv_types, QL_OPT_COUNT(kv_types), "T",
@@ -379,6 +429,9 @@ int ql_cmd_eval(int argc, char **argv)
         return prc;
     if (json && !base_arg)
         return ql_opt_usage(&p, "--json needs --base (plain eval prints one PPL line)");
+    if (kld_flag && !base_arg)
+        return ql_opt_usage(&p, "--kl-divergence needs --base REF (or --kl-divergence-base REF): "
+                                "the unquantized model to measure against");
     const char *model_arg = args[0];
     ql_threads_set(threads);
     const size_t budget = mem ? (size_t)mem : (size_t)((double)ql_mem_total() * 0.7);
@@ -408,17 +461,22 @@ int ql_cmd_eval(int argc, char **argv)
             (long long)d->n_tokens, (long long)d->n_chunks, ctx, d->n_scored,
             ql_forward_attn_rounding_name(r.fw), ql_act_mode_name(act_cfg.act_mode),
             ql_threads_get());
-    chunk_printer pr = {.n_chunks = d->n_chunks, .tty = isatty(STDERR_FILENO) == 1, .quiet = quiet};
+    chunk_printer pr = {.quiet = quiet,
+                        .live = !(isatty(STDOUT_FILENO) == 1 && isatty(STDERR_FILENO) == 1)};
     const int64_t tokens = d->n_chunks * (int64_t)(ctx - 1);
-    ql_progress_begin(&pr.progress, "eval", "tok", tokens, quiet || !pr.tty);
+    ql_progress_begin(&pr.progress, "eval", "tok", tokens, quiet);
     const int group = ql_sched_group_for(&m->hp, ctx, 1, d->n_chunks, budget / 2);
     ql_nll_acc acc;
     double t0 = ql_now();
-    if (ql_sched_perplexity(r.fw, ws, d, group, on_chunk, on_progress, &pr, &acc, &err))
-        goto fail;
+    const ql_status pst =
+        ql_sched_perplexity(r.fw, ws, d, group, on_chunk, on_progress, &pr, &acc, &err);
     const double secs = ql_now() - t0;
-    if (pr.tty && !quiet)
+    if (!pst)
         ql_progress_end(&pr.progress, tokens, NULL);
+    chunk_list_end(&pr);
+    free(pr.list);
+    if (pst)
+        goto fail;
     fprintf(stderr, "%lld scored tokens, %.1fs, %.0f tok/s\n", (long long)acc.n, secs,
             (double)(d->n_chunks * (ctx - 1)) / secs);
     if (!isfinite(ql_nll_acc_ppl(&acc))) {

@@ -116,8 +116,9 @@ static int parse_args(int argc, char **argv, args *a)
         ql_opt_size("envelope", 0, &a->envelope, "SIZE",
                     "memory available in all: budget = SIZE - KV cache - reserve, where\n"
                     "KV cache = n_layer * ctx * n_kv_heads * head_dim * 2 (K, V) * 2 (f16)"),
-        ql_opt_int("ctx", 'c', &a->ctx, 1, 1 << 24, "N",
-                   "context for the KV cache (default: the model's context_length)"),
+        ql_opt_alias(ql_opt_int("ctx", 'c', &a->ctx, 1, 1 << 24, "N",
+                                "context for the KV cache (default: the model's context_length)"),
+                     "ctx-size"),
         ql_opt_size("reserve", 0, &a->reserve, "SIZE",
                     "compute reserve (default: an estimate of llama.cpp's compute buffer\n"
                     "for 512-token batches, 4*512*(n_vocab + 4 n_embd + 3 n_ff + n_head ctx))"),
@@ -135,8 +136,10 @@ static int parse_args(int argc, char **argv, args *a)
         ql_opt_str("db", 0, &a->db, "PATH",
                    "results store the sensitivities are kept in (default results/qlab.db)"),
         ql_opt_section("output:"),
-        ql_opt_str("output", 'o', &a->out, "OUT.gguf",
-                   "write the fitted model (then read it back and check every tensor)"),
+        ql_opt_alias(
+            ql_opt_str("output", 'o', &a->out, "OUT.gguf",
+                       "write the fitted model (then read it back and check every tensor)"),
+            "output-file"),
         ql_opt_flag("dry-run", 0, &a->dry_run, "print the allocation only"),
         ql_opt_section("error table:"),
         ql_opt_str("types", 0, &a->types, "LIST", types_help),
@@ -272,13 +275,16 @@ static ql_status kld_errors(const args *a, const char *path, const ql_data_entry
     const ql_data_entry *te = NULL;
     ql_status st = ql_model_load(&m, path, err);
     if (!st)
+        ql_cli_warn_ctx(m, path, a->calib_ctx);
+    if (!st)
         st = ql_tokenizer_from_gguf(&tok, m->gguf, err);
     if (!st && !(st = ql_data_resolve(a->calib, text_path, sizeof text_path, &te, err)))
         st = ql_data_sha256(te, text_path, text_sha, err);
     if (!st && (st = ql_ppl_data_from_file(&d, tok, text_path, a->calib_ctx, a->calib_chunks, err)))
         ql_error_prefix(err, "--calib %s: ", a->calib);
     if (!st)
-        st = ql_data_sha256(entry, path, msha, err);
+        st = m->gguf->n_files > 1 ? ql_gguf_sha256(m->gguf, msha, err) /* every file */
+                                  : ql_data_sha256(entry, path, msha, err);
     if (!st && a->imatrix) {
         char ipath[QL_PATH_MAX];
         if (!(st = ql_data_resolve(a->imatrix, ipath, sizeof ipath, NULL, err)))

@@ -51,7 +51,9 @@ int ql_cmd_generate(int argc, char **argv)
     const ql_opt opts[] = {
         ql_cli_model_opt(&args[0]),
         ql_opt_text("prompt", 'p', &prompt, "TEXT", "the prompt (default: none, BOS alone)"),
-        ql_opt_int("predict", 'n', &n_gen, 0, 1 << 20, "N", "tokens to generate (default 64)"),
+        ql_opt_alias(
+            ql_opt_int("predict", 'n', &n_gen, 0, 1 << 20, "N", "tokens to generate (default 64)"),
+            "n-predict"),
         ql_opt_threads(&threads, QL_OPT_THREADS_HELP),
         ql_opt_flag("ids", 0, &ids, "print token ids instead of text"),
     };

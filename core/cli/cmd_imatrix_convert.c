@@ -41,7 +41,9 @@ int ql_cmd_imatrix_convert(int argc, char **argv)
              "the .dat was made with, e.g. 128)",
              DEFAULT_DAT_CHUNK_SIZE);
     const ql_opt opts[] = {
-        ql_opt_str("output", 'o', &args[1], "OUT", "the output file, instead of the OUT argument"),
+        ql_opt_alias(ql_opt_str("output", 'o', &args[1], "OUT",
+                                "the output file, instead of the OUT argument"),
+                     "output-file"),
         ql_opt_func("format", 0, ql_cli_parse_imatrix_format, &format, "F",
                     "dat (legacy binary) or gguf (GGUF imatrix: <name>.in_sum2,\n"
                     "<name>.counts, imatrix.* keys)"),

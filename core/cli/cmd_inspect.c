@@ -27,7 +27,8 @@ static void help(const ql_opt_parser *p)
            "tensor with its ggml dimensions (ne[0], the row length, first), type, element\n"
            "count, bytes and offset (relative to the data section), then the totals and a\n"
            "check that header + tensor data + alignment padding add up to the file size.\n"
-           "Tensor types qlab does not know are shown as \"type id N\".\n"
+           "Tensor types qlab does not know are shown as \"type id N\". The first file of\n"
+           "a split set (NAME-00001-of-0000N.gguf) shows the whole set, each file checked.\n"
            "\n");
     ql_opt_print_options(stdout, p);
     printf("\n"
@@ -230,7 +231,9 @@ static void format_dims(char *buf, size_t size, const ql_gguf_tensor *t)
         o += (size_t)snprintf(buf + o, size - o, "%s%lld", d ? " x " : "", (long long)t->ne[d]);
 }
 
-/* Prints the totals and the byte accounting of the data section. */
+static void check_layout(FILE *out, const ql_gguf *g, const char *label);
+
+/* Prints the totals and the byte accounting of the data section (of each file). */
 static void print_totals(FILE *out, const ql_gguf *g)
 {
     int64_t params = 0, n_unknown = 0;
@@ -276,9 +279,30 @@ static void print_totals(FILE *out, const ql_gguf *g)
                 ql_gguf_type_known(type_ids[0]) ? ql_type_name(type_ids[0])
                                                 : "of one unknown type");
     fputc('\n', out);
+    if (g->n_files == 1) {
+        check_layout(out, g, "check");
+        return;
+    }
+    for (int k = 0; k < g->n_files; k++) {
+        char label[64];
+        snprintf(label, sizeof label, "check, file %d of %d", k + 1, (int)g->n_files);
+        check_layout(out, ql_gguf_file(g, k), label);
+    }
+}
 
+/* The byte accounting of one file's data section, on a line that starts with label. */
+static void check_layout(FILE *out, const ql_gguf *g, const char *label)
+{
+    int64_t n_unknown = 0;
+    uint64_t bytes = 0;
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        if (ql_gguf_type_known(g->tensors[i].type))
+            bytes += g->tensors[i].nbytes;
+        else
+            n_unknown++;
+    }
     if (n_unknown) {
-        fprintf(out, "check: skipped: %lld tensors have a type of unknown size\n",
+        fprintf(out, "%s: skipped: %lld tensors have a type of unknown size\n", label,
                 (long long)n_unknown);
         return;
     }
@@ -286,7 +310,7 @@ static void print_totals(FILE *out, const ql_gguf *g)
      * than the alignment), and the file must end at the last tensor, possibly padded. */
     uint64_t *order = malloc((size_t)(g->n_tensors ? g->n_tensors : 1) * 2 * sizeof *order);
     if (!order) {
-        fprintf(out, "check: skipped: out of memory\n");
+        fprintf(out, "%s: skipped: out of memory\n", label);
         return;
     }
     for (int64_t i = 0; i < g->n_tensors; i++) {
@@ -312,12 +336,12 @@ static void print_totals(FILE *out, const ql_gguf *g)
         unexplained += tail;
     if (g->n_tensors == 0 && g->data_offset > g->file_size) {
         /* No tensors: a writer may stop right after the tensor table, unpadded. */
-        fprintf(out, "check: header %llu bytes, no tensor data, file %llu bytes: OK\n",
+        fprintf(out, "%s: header %llu bytes, no tensor data, file %llu bytes: OK\n", label,
                 (unsigned long long)g->file_size, (unsigned long long)g->file_size);
         return;
     }
     uint64_t sum = g->data_offset + bytes + padding;
-    fprintf(out, "check: header %llu + tensor data %llu + alignment padding %llu = %llu",
+    fprintf(out, "%s: header %llu + tensor data %llu + alignment padding %llu = %llu", label,
             (unsigned long long)g->data_offset, (unsigned long long)bytes,
             (unsigned long long)padding, (unsigned long long)sum);
     if (unexplained == 0 && sum == g->file_size)
@@ -361,8 +385,12 @@ static void print_tensors(printer *p, const ql_gguf *g)
         if ((int)strlen(dims) > wdims)
             wdims = (int)strlen(dims);
     }
-    fprintf(out, "\ntensors (%lld; offsets relative to the data offset %llu):\n",
-            (long long)g->n_tensors, (unsigned long long)g->data_offset);
+    if (g->n_files > 1)
+        fprintf(out, "\ntensors (%lld; offsets relative to the data offset of their file):\n",
+                (long long)g->n_tensors);
+    else
+        fprintf(out, "\ntensors (%lld; offsets relative to the data offset %llu):\n",
+                (long long)g->n_tensors, (unsigned long long)g->data_offset);
     fprintf(out, "  %5s  %-*s  %-8s  %-*s  %12s  %12s  %12s\n", "#", wname, "name", "type", wdims,
             "ne (ggml order)", "elements", "bytes", "offset");
     for (int64_t i = 0; i < g->n_tensors; i++) {
@@ -380,8 +408,11 @@ static void print_tensors(printer *p, const ql_gguf *g)
         }
         fprintf(out, "  %5lld  ", (long long)i);
         print_name(p, t->name, wname);
-        fprintf(out, "  %-8s  %-*s  %12lld  %12s  %12llu\n", type, wdims, dims,
+        fprintf(out, "  %-8s  %-*s  %12lld  %12s  %12llu", type, wdims, dims,
                 (long long)ql_gguf_tensor_nelements(t), nbytes, (unsigned long long)t->offset);
+        if (g->n_files > 1)
+            fprintf(out, "  file %d", (int)t->file + 1);
+        fputc('\n', out);
     }
 }
 
@@ -475,6 +506,17 @@ int ql_cmd_inspect(int argc, char **argv)
     printf("  alignment    %llu%s\n", (unsigned long long)g->alignment,
            has_align ? " (general.alignment)" : " (default; no general.alignment key)");
     printf("  data offset  %llu\n", (unsigned long long)g->data_offset);
+    if (g->n_files > 1) {
+        printf("  split set    %d files (split.count), read as one model; the keys are the "
+               "first file's\n",
+               (int)g->n_files);
+        for (int k = 0; k < g->n_files; k++) {
+            const ql_gguf *f = ql_gguf_file(g, k);
+            printf("    file %d: %s: %lld tensors, %llu bytes, data offset %llu\n", k + 1, f->path,
+                   (long long)f->n_tensors, (unsigned long long)f->file_size,
+                   (unsigned long long)f->data_offset);
+        }
+    }
     print_keys(&p, g);
     print_tensors(&p, g);
     print_totals(stdout, g);

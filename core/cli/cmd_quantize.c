@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/suggest.h"
 #include "base/util.h"
 #include "cli.h"
 #include "commands.h"
@@ -207,9 +208,101 @@ static ql_status load_checked(const char *path, ql_model **out, ql_error *err)
     return QL_OK;
 }
 
+/* The command line: options, then IN OUT and TYPE [nthreads] or --type. */
+typedef struct {
+    const char *paths[2];
+    const char *file_type; /* the positional TYPE, NULL with --type */
+    const char **rules;    /* --tensor-type, argc entries */
+    int n_rules;
+    bool have_type; /* --type */
+    bool pure;
+    /* llama-quantize's --override-kv (parsed), --include-weights, --exclude-weights:
+     * argc entries each. */
+    ql_quant_kv_override *overrides;
+    int n_overrides;
+    const char **include, **exclude;
+    int n_include, n_exclude;
+} args;
+
+/* --override-kv KEY=TYPE:VALUE, repeatable. */
+static ql_status add_override(void *ctx, const char *val, ql_error *err)
+{
+    args *a = ctx;
+    ql_status st = ql_quant_kv_override_parse(val, &a->overrides[a->n_overrides], err);
+    if (!st)
+        a->n_overrides++;
+    return st;
+}
+
+static ql_status add_include(void *ctx, const char *val, ql_error *err)
+{
+    args *a = ctx;
+    (void)err;
+    a->include[a->n_include++] = val;
+    return QL_OK;
+}
+
+static ql_status add_exclude(void *ctx, const char *val, ql_error *err)
+{
+    args *a = ctx;
+    (void)err;
+    a->exclude[a->n_exclude++] = val;
+    return QL_OK;
+}
+
+/* ------------------------------------------------------------------------- */
+/* --include-weights / --exclude-weights: which tensors the imatrix applies to */
+
+/* llama-quantize's rule (prepare_imatrix): an entry whose name contains an excluded
+ * string is dropped, then, when strings are included, only entries whose name
+ * contains one of them are kept. */
+static bool weights_chosen(const args *a, const char *name)
+{
+    for (int i = 0; i < a->n_exclude; i++)
+        if (strstr(name, a->exclude[i]))
+            return false;
+    for (int i = 0; i < a->n_include; i++)
+        if (strstr(name, a->include[i]))
+            return true;
+    return a->n_include == 0;
+}
+
+typedef struct {
+    const args *a;
+    ql_imatrix_table *table;
+} weights_filter;
+
+static const float *filtered_lookup(void *ctx, const char *tensor, int64_t n_per_row,
+                                    int64_t n_mats)
+{
+    const weights_filter *f = ctx;
+    if (!weights_chosen(f->a, tensor))
+        return NULL;
+    return ql_imatrix_table_lookup(f->table, tensor, n_per_row, n_mats);
+}
+
+/* llama-quantize's warning for --allow-requantize, with what it applies to here. */
+static void warn_requantize(const ql_gguf *model, const char *path)
+{
+    int64_t n = 0;
+    int32_t first = QL_TYPE_INVALID;
+    for (int64_t i = 0; i < model->n_tensors; i++)
+        if (!ql_quant_is_float_type(model->tensors[i].type)) {
+            if (!n++)
+                first = model->tensors[i].type;
+        }
+    if (n == 0)
+        return;
+    fprintf(stderr,
+            "qlab: warning: --allow-requantize: %lld tensors of %s are already quantized (%s "
+            "first): those that change type are quantized again from their dequantized values, "
+            "which can severely reduce quality compared to quantizing from 16 or 32 bit\n",
+            (long long)n, path, ql_type_name(first));
+}
+
 static void print_report(const ql_quant_model_report *r, const char *out_path, bool stats,
                          const ql_gguf *model, const imatrix_arg *imat,
-                         const imatrix_arg *stats_imat)
+                         const imatrix_arg *stats_imat, const args *a)
 {
     const ql_quant_plan *p = r->plan;
     size_t w = 24;
@@ -261,10 +354,12 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
             const char *skipped = ql_imatrix_table_skipped(imat->table);
             n_without++;
             printf("%s%s: quantized without", sep,
-                   skipped && strcmp(skipped, e->name) == 0 ? "imatrix entry of another length"
-                   : entry_dropped(imat->im, e->name)       ? "imatrix entry without usable "
-                                                              "importance (all zero or denormal)"
-                                                            : "no imatrix entry");
+                   !weights_chosen(a, e->name) ? (a->n_include ? "not chosen by --include-weights"
+                                                               : "left out by --exclude-weights")
+                   : skipped && strcmp(skipped, e->name) == 0 ? "imatrix entry of another length"
+                   : entry_dropped(imat->im, e->name)         ? "imatrix entry without usable "
+                                                                "importance (all zero or denormal)"
+                                                              : "no imatrix entry");
         }
         printf("\n");
     }
@@ -306,19 +401,25 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
                    r->total.w_sse, ql_weight_error_rel(&r->total), (long long)r->total.w_n,
                    (long long)r->total.n, stats_imat->im ? stats_imat->path : imat->path);
     }
-    printf("wrote %s: %llu bytes, general.file_type %u, %.2f s\n", out_path,
-           (unsigned long long)r->file_size, r->file_type, r->seconds);
+    if (r->n_requantized)
+        printf("requantized: %lld tensors quantized again from their dequantized values\n",
+               (long long)r->n_requantized);
+    for (int k = 0; k < r->n_files && r->n_files > 1; k++) {
+        char path[QL_PATH_MAX];
+        if (ql_quant_out_path(out_path, k, r->n_files, path, sizeof path))
+            printf("split file %d of %d: %s\n", k + 1, (int)r->n_files, path);
+    }
+    if (r->n_files > 1) {
+        char first[QL_PATH_MAX];
+        if (!ql_quant_out_path(out_path, 0, r->n_files, first, sizeof first))
+            first[0] = '\0';
+        printf("wrote %s (and %d more files): %llu bytes, general.file_type %u, %.2f s\n", first,
+               (int)r->n_files - 1, (unsigned long long)r->file_size, r->file_type, r->seconds);
+    } else {
+        printf("wrote %s: %llu bytes, general.file_type %u, %.2f s\n", out_path,
+               (unsigned long long)r->file_size, r->file_type, r->seconds);
+    }
 }
-
-/* The command line: options, then IN OUT and TYPE [nthreads] or --type. */
-typedef struct {
-    const char *paths[2];
-    const char *file_type; /* the positional TYPE, NULL with --type */
-    const char **rules;    /* --tensor-type, argc entries */
-    int n_rules;
-    bool have_type; /* --type */
-    bool pure;
-} args;
 
 /* --tensor-type REGEX=T, repeatable: the rules in the order given. */
 static ql_status add_rule(void *ctx, const char *val, ql_error *err)
@@ -360,6 +461,23 @@ static int parse_args(int argc, char **argv, args *a, ql_quant_model_opts *opts,
                     "tensors whose name matches REGEX (lowercased, anywhere in the\n"
                     "name) get T; repeatable, the first matching rule wins; it wins\n"
                     "over TYPE's rules and --type, not over the two type options above"),
+        ql_opt_flag("allow-requantize", 0, &opts->allow_requantize,
+                    "quantize tensors that are already quantized again, from their\n"
+                    "dequantized values (can severely reduce quality compared to\n"
+                    "quantizing from 16 or 32 bit)"),
+        ql_opt_func("override-kv", 0, add_override, a, "KEY=TYPE:VALUE",
+                    "set a metadata key in the output; TYPE int, float, bool or str\n"
+                    "(llama.cpp's syntax: e.g. general.name=str:tiny); repeatable"),
+        ql_opt_func("include-weights", 0, add_include, a, "NAME",
+                    "use the imatrix only for tensors whose name contains NAME;\n"
+                    "repeatable"),
+        ql_opt_func("exclude-weights", 0, add_exclude, a, "NAME",
+                    "do not use the imatrix for tensors whose name contains NAME;\n"
+                    "repeatable (not with --include-weights)"),
+        ql_opt_flag("keep-split", 0, &opts->keep_split,
+                    "a split input (IN-00001-of-0000N.gguf) gives a split output of as\n"
+                    "many files, OUT-0000k-of-0000N.gguf, each with its input file's\n"
+                    "tensors; without it one file"),
         ql_opt_section("qlab's pure form and other options:"),
         ql_opt_func("type", 0, parse_type, &weight, "T", types),
         ql_opt_func("head-type", 0, parse_type, &head, "T",
@@ -402,8 +520,17 @@ static int parse_args(int argc, char **argv, args *a, ql_quant_model_opts *opts,
         if (!pos[2])
             return ql_opt_usage(&p, "expects a TYPE after OUT.gguf (or --type T)");
         a->file_type = pos[2];
-        if (!(cfg->mix = ql_quant_mix_by_name(a->file_type)))
-            return ql_opt_usage(&p, "unknown file type '%s' (see --help)", a->file_type);
+        if (!(cfg->mix = ql_quant_mix_by_name(a->file_type))) {
+            const ql_quant_mix *mixes[64];
+            const char *mix_names[64];
+            const int n_mix = ql_quant_mix_list(mixes, 64);
+            for (int i = 0; i < n_mix; i++)
+                mix_names[i] = mixes[i]->name;
+            char hint[64];
+            return ql_opt_usage(
+                &p, "unknown file type '%s'%s (see --help)", a->file_type,
+                ql_did_you_mean(hint, sizeof hint, a->file_type, mix_names, (size_t)n_mix, NULL));
+        }
         cfg->pure = a->pure;
         if (pos[3]) {
             ql_error e;
@@ -420,6 +547,16 @@ static int parse_args(int argc, char **argv, args *a, ql_quant_model_opts *opts,
     }
     if (stats_imat->path && !opts->stats)
         return ql_opt_usage(&p, "--stats-imatrix weighs --stats; add --stats");
+    if (a->n_include && a->n_exclude)
+        return ql_opt_usage(&p, "--include-weights and --exclude-weights exclude each other "
+                                "(as in llama-quantize)");
+    if ((a->n_include || a->n_exclude) && !imat->path)
+        return ql_opt_usage(&p,
+                            "--%s-weights chooses the tensors --imatrix applies to: give "
+                            "--imatrix",
+                            a->n_include ? "include" : "exclude");
+    opts->kv_overrides = a->overrides;
+    opts->n_kv_overrides = a->n_overrides;
     ql_threads_set(threads);
     return -1;
 }
@@ -430,14 +567,24 @@ int ql_cmd_quantize(int argc, char **argv)
                                         .head_type = QL_TYPE_INVALID,
                                         .embd_type = QL_TYPE_INVALID}};
     imatrix_arg imat = {NULL, NULL, NULL}, stats_imat = {NULL, NULL, NULL};
-    args a = {.rules = calloc((size_t)argc + 1, sizeof(const char *))};
-    if (!a.rules) {
+    args a = {.rules = calloc((size_t)argc + 1, sizeof(const char *)),
+              .overrides = calloc((size_t)argc + 1, sizeof(ql_quant_kv_override)),
+              .include = calloc((size_t)argc + 1, sizeof(const char *)),
+              .exclude = calloc((size_t)argc + 1, sizeof(const char *))};
+    if (!a.rules || !a.overrides || !a.include || !a.exclude) {
+        free(a.rules);
+        free(a.overrides);
+        free(a.include);
+        free(a.exclude);
         fprintf(stderr, "qlab: error: out of memory\n");
         return QL_EXIT_RUNTIME;
     }
     int rc = parse_args(argc, argv, &a, &opts, &imat, &stats_imat);
     if (rc >= 0) {
         free(a.rules);
+        free(a.overrides);
+        free(a.include);
+        free(a.exclude);
         return rc;
     }
     rc = QL_EXIT_OK;
@@ -477,12 +624,21 @@ int ql_cmd_quantize(int argc, char **argv)
                 "qlab: warning: no entry of %s names a tensor of %s: nothing is quantized with "
                 "importance weights\n",
                 imat.path, paths[0]);
+    weights_filter filter = {&a, imat.table};
     if (imat.im) {
         opts.imatrix = ql_imatrix_table_lookup;
         opts.imatrix_ctx = imat.table;
+        meta.n_entries = imat.im->n_entries;
+        if (a.n_include || a.n_exclude) {
+            opts.imatrix = filtered_lookup;
+            opts.imatrix_ctx = &filter;
+            /* llama-quantize records the entries left after the filter. */
+            meta.n_entries = 0;
+            for (int64_t i = 0; i < imat.im->n_entries; i++)
+                meta.n_entries += weights_chosen(&a, imat.im->entries[i].name);
+        }
         meta.file = imat.path;
         meta.dataset = imat.im->n_datasets > 0 ? imat.im->datasets[imat.im->n_datasets - 1] : NULL;
-        meta.n_entries = imat.im->n_entries;
         meta.n_chunks = imat.im->chunk_count;
         opts.imatrix_meta = &meta;
     }
@@ -490,15 +646,25 @@ int ql_cmd_quantize(int argc, char **argv)
         opts.stats_imatrix = ql_imatrix_table_lookup;
         opts.stats_imatrix_ctx = stats_imat.table;
     }
+    if (opts.allow_requantize)
+        warn_requantize(model, paths[0]);
+    if (opts.keep_split && model->n_files == 1)
+        fprintf(stderr,
+                "qlab: note: %s is one file, not a split set: --keep-split writes %s as "
+                "one file\n",
+                paths[0], paths[1]);
     if (ql_quant_model(paths[0], paths[1], &opts, &r, &err)) {
         rc = ql_cli_fail(&err);
         goto out;
     }
-    print_report(r, paths[1], opts.stats, model, &imat, &stats_imat);
+    print_report(r, paths[1], opts.stats, model, &imat, &stats_imat, &a);
 out:
     ql_quant_model_report_free(r);
     ql_quant_overrides_free(overrides);
     free(a.rules);
+    free(a.overrides);
+    free(a.include);
+    free(a.exclude);
     imatrix_arg_free(&imat);
     imatrix_arg_free(&stats_imat);
     ql_model_free(loaded);

@@ -11,7 +11,7 @@
 static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab report [--db PATH] [--sweep NAME] [-o DIR] [--tensors HASH-PREFIX]\n"
-           "                   [--no-plots]\n"
+           "                   [--resamples N] [--no-plots]\n"
            "\n"
            "Writes, for every sweep in the results database (or the one named), the\n"
            "format-comparison table and plots to DIR/<sweep>/:\n"

@@ -15,8 +15,9 @@
 
 static void help(const ql_opt_parser *p)
 {
-    printf("usage: qlab sweep FILE [--db PATH] [--threads N] [--jobs N] [--shard K/N|auto]\n"
-           "                 [--cache-dir DIR] [--quiet] [--strict] [--no-summary] [--list]\n"
+    printf("usage: qlab sweep FILE [--db PATH] [--threads N] [--jobs N] [--mem SIZE]\n"
+           "                 [--shard K/N|auto] [--cache-dir DIR] [--quiet] [--strict]\n"
+           "                 [--no-summary] [--list]\n"
            "\n"
            "Reads a sweep file (experiments/*.sweep), checks it and expands its [grid] into\n"
            "configs (every error names the file and line), then evaluates every config that\n"
@@ -32,16 +33,34 @@ static void help(const ql_opt_parser *p)
     size_t n = ql_config_capabilities(&caps);
     for (int a = 0; a < QL_AXIS_COUNT; a++) {
         printf("  %-14s", ql_axis_name((ql_axis)a));
+        if (a == QL_AXIS_KV_TYPE)
+            printf(" auto"); /* the default, not a rounding of its own */
         for (size_t i = 0; i < n; i++)
             if (caps[i].axis == (ql_axis)a)
                 printf(" %s%s", caps[i].value, caps[i].implemented ? "" : "(later)");
+        if (a == QL_AXIS_WEIGHT_TYPE || a == QL_AXIS_BUDGET)
+            printf(" <file type> mix:<file type>");
+        if (a == QL_AXIS_TENSOR_TYPES)
+            printf(" <recipe file>");
         printf("\n");
     }
-    printf("kv_type auto (the default) is f16 for act_mode native, else f32.\n"
+    printf("<type>: a GGUF weight type (F32 F16 BF16 Q8_0 Q4_0 ... IQ1_M TQ1_0 TQ2_0) or\n"
+           "INT8_ROW, Q8_0_XC. <file type>: a llama-quantize file type (Q4_K_M, Q3_K_S,\n"
+           "IQ3_M, ...) with its per-tensor rules; mix:<name> names the file type where a\n"
+           "type has the same name (mix:Q6_K). file:<path>: an existing GGUF of the model,\n"
+           "evaluated as it is.\n"
+           "kv_type auto (the default) is f16 for act_mode native, else f32.\n"
            "imatrix calib:NAME[,ctx=N][,chunks=K] computes the importance matrix as\n"
            "'qlab imatrix' does over the text NAME (ctx default: the sweep's, chunks default:\n"
            "all), once per sweep, cached in the cache directory. Every run's imatrix_err is\n"
-           "weighed by the first imatrix the sweep names, with or without it quantizing.\n");
+           "weighed by the first imatrix the sweep names, with or without it quantizing.\n"
+           "\n"
+           "The file: [sweep] takes name, model, text, ctx, chunks, threads and\n"
+           "layer_metrics (yes: per-block divergence of every config), and any axis as the\n"
+           "default of every config; each [grid] section lists values per axis (their\n"
+           "product is its configs; several grids add up). exclude = axis=value ... drops\n"
+           "the configs that match every term, only = axis=value ... keeps the ones that\n"
+           "match (in [grid] for that grid, in [sweep] for all; repeatable).\n");
 }
 
 /* SIGINT, SIGTERM: only a flag; the runner stops between blocks and configs. */
@@ -137,9 +156,9 @@ int ql_cmd_sweep(int argc, char **argv)
         ql_opt_str("shard", 0, &shard_spec, "K/N",
                    "keep configs i with i mod N == K (0 <= K < N); 'auto' takes K and N\n"
                    "from SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT"),
-        ql_opt_int("job-of", 0, &parent, 1, 1 << 30, "PID",
-                   "(set by --jobs) this process is a job of sweep process PID and\n"
-                   "ends when that process ends"),
+        ql_opt_hidden(ql_opt_int("job-of", 0, &parent, 1, 1 << 30, "PID",
+                                 "(set by --jobs) this process is a job of sweep process PID and\n"
+                                 "ends when that process ends")),
     };
     static const char *const names[] = {"the sweep FILE"};
     ql_opt_parser p = {.prog = "qlab sweep",

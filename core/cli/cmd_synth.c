@@ -55,7 +55,8 @@ int ql_cmd_synth(int argc, char **argv)
     snprintf(preset_help, sizeof preset_help,
              "a real model's shapes (%s); later options override them", ql_synth_presets());
     const ql_opt opts[] = {
-        ql_opt_required(ql_opt_str("output", 'o', &out, "OUT.gguf", "the model file to write")),
+        ql_opt_required(ql_opt_alias(
+            ql_opt_str("output", 'o', &out, "OUT.gguf", "the model file to write"), "output-file")),
         ql_opt_str("preset", 0, &preset, "NAME", preset_help),
         ql_opt_int("dim", 0, &o.dim, 1, 1 << 20, "D", h[0]),
         ql_opt_int("ff", 0, &o.ff, 1, 1 << 20, "F", h[1]),

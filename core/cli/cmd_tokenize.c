@@ -69,8 +69,9 @@ int ql_cmd_tokenize(int argc, char **argv)
     bool ids_only = false, no_bos = false, stats = false;
     const ql_opt opts[] = {
         ql_cli_model_opt(&args[0]),
-        ql_opt_text("text", 'p', &text, "STRING",
-                    "the text to tokenize (as llama-tokenize's -p, --prompt)"),
+        ql_opt_alias(ql_opt_text("text", 'p', &text, "STRING",
+                                 "the text to tokenize (as llama-tokenize's -p, --prompt)"),
+                     "prompt"),
         ql_opt_str("file", 'f', &file, "PATH",
                    "a file to tokenize (a path or a text name, e.g. tinystories-valid)"),
         ql_opt_flag("ids", 0, &ids_only,

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/suggest.h"
 #include "cli.h"
 #include "commands.h"
 
@@ -38,12 +39,16 @@ static void help(const ql_opt_parser *p)
     printf("\n");
     ql_opt_print_options(stdout, p);
     printf("\n"
-           "Run 'qlab <command> --help' for the options of a command. Every command takes\n"
-           "--name=value and --name value alike, short aliases as llama.cpp spells them\n"
-           "(-m model, -f text file, -c context, -t threads, -o output), options before or\n"
-           "after its arguments, and '--' to end the options. A long name may be shortened\n"
-           "to any unique prefix (--thr 2). --threads, where a command has it, defaults to\n"
-           "OMP_NUM_THREADS (its first number), else all cores.\n"
+           "Run 'qlab <command> --help' for the options of a command (or man qlab-<command>).\n"
+           "Every command takes --name=value and --name value alike, short aliases as\n"
+           "llama.cpp spells them (-m model, -f text file, -c context, -t threads, -o\n"
+           "output) and llama.cpp's long names where the meaning is the same (--ctx-size,\n"
+           "--file, --output-file, --n-predict, --kl-divergence-base, ...), options before\n"
+           "or after its arguments, and '--' to end the options. A long name may be\n"
+           "shortened to any unique prefix (--thr 2); a mistyped one gets a suggestion.\n"
+           "--threads, where a command has it, defaults to OMP_NUM_THREADS (its first\n"
+           "number), else all cores. A model may be a split set: give its first file,\n"
+           "NAME-00001-of-0000N.gguf.\n"
            "Exit codes: 0 success, 1 runtime error, 2 usage error.\n");
 }
 
@@ -81,5 +86,12 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (strcmp(args[0], commands[i].name) == 0)
             return commands[i].run(argc - p.next, argv + p.next);
-    return ql_opt_usage(&p, "unknown command '%s'", args[0]);
+    const char *cmd_names[N_COMMANDS + 1];
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        cmd_names[i] = commands[i].name;
+    cmd_names[N_COMMANDS] = "help";
+    char hint[64];
+    return ql_opt_usage(
+        &p, "unknown command '%s'%s", args[0],
+        ql_did_you_mean(hint, sizeof hint, args[0], cmd_names, N_COMMANDS + 1, NULL));
 }

@@ -1,15 +1,14 @@
 #include "opt.h"
 
-#include <getopt.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/suggest.h"
 #include "base/util.h"
 #include "experiment/fit.h"
 #include "formats/types.h"
 
-/* getopt_long's code of an option without a short alias: past every character. */
-#define LONG_CODE_BASE 256
 /* Widest "  -k, --name ARG" column before the help moves to the next line. */
 #define HELP_COLUMN_MAX 26
 
@@ -105,6 +104,18 @@ ql_opt ql_opt_required(ql_opt o)
     return o;
 }
 
+ql_opt ql_opt_alias(ql_opt o, const char *aliases)
+{
+    o.aliases = aliases;
+    return o;
+}
+
+ql_opt ql_opt_hidden(ql_opt o)
+{
+    o.hidden = true;
+    return o;
+}
+
 ql_opt ql_opt_threads(int *dest, const char *help)
 {
     ql_opt o = ql_opt_int("threads", 't', dest, 1, QL_OPT_THREADS_MAX, "N", help);
@@ -152,8 +163,19 @@ ql_status ql_opt_parse_type(const char *s, const int32_t *allowed, size_t n, int
         *out = t->type;
         return QL_OK;
     }
-    if (n == 0)
-        return ql_error_set(err, QL_EINVAL, "unknown type '%s'", s);
+    if (n == 0) {
+        const ql_type_traits *all[QL_TYPE_ID_LIMIT];
+        const char *names[QL_TYPE_ID_LIMIT];
+        const int nt = ql_type_list(all, QL_TYPE_ID_LIMIT);
+        size_t nn = 0;
+        /* The weight formats are what a mistyped name means (Q8 is Q8_0, not I8). */
+        for (int i = 0; i < nt; i++)
+            if (ql_type_is_weight(all[i]))
+                names[nn++] = all[i]->name;
+        char hint[64];
+        return ql_error_set(err, QL_EINVAL, "unknown type '%s'%s", s,
+                            ql_did_you_mean(hint, sizeof hint, s, names, nn, NULL));
+    }
     char list[256] = "";
     size_t len = 0;
     for (size_t i = 0; i < n && len < sizeof list; i++)
@@ -162,7 +184,14 @@ ql_status ql_opt_parse_type(const char *s, const int32_t *allowed, size_t n, int
                                 : i + 1 == n ? " or "
                                              : ", ",
                                 ql_type_name(allowed[i]));
-    return ql_error_set(err, QL_EINVAL, "expected %s, got '%s'", list, s);
+    const char *names[64];
+    size_t nn = 0;
+    for (size_t i = 0; i < n && nn < 64; i++)
+        names[nn++] = ql_type_name(allowed[i]);
+    char hint[64] = "";
+    if (!t) /* a known type that is not allowed gets the list alone */
+        ql_did_you_mean(hint, sizeof hint, s, names, nn, NULL);
+    return ql_error_set(err, QL_EINVAL, "expected %s, got '%s'%s", list, s, hint);
 }
 
 /* Stores val into o's variable; err says what is wrong with it. */
@@ -242,19 +271,6 @@ static bool takes_value(const ql_opt *o)
     return o->kind != QL_OPT_FLAG && o->kind != QL_OPT_SET;
 }
 
-static int code_of(const ql_opt_parser *p, size_t i)
-{
-    return p->opts[i].key ? p->opts[i].key : LONG_CODE_BASE + (int)i;
-}
-
-static ptrdiff_t index_of_code(const ql_opt_parser *p, int code)
-{
-    for (size_t i = 0; i < p->n_opts; i++)
-        if (p->opts[i].kind != QL_OPT_SECTION && code_of(p, i) == code)
-            return (ptrdiff_t)i;
-    return -1;
-}
-
 /* The positional slot an option fills (-m for MODEL), or -1. */
 static ptrdiff_t slot_of(const ql_opt_parser *p, const ql_opt *o)
 {
@@ -269,65 +285,147 @@ static const char *arg_name(const ql_opt_parser *p, size_t k)
     return p->arg_names && p->arg_names[k] ? p->arg_names[k] : "an argument";
 }
 
-/* The option as the user spelled it: "--name" or "-k". */
-static void spelling(const ql_opt *o, bool is_long, char *buf, size_t size)
+/* Calls fn(ctx, i, name, len) for every long name of option i: its name, then its
+ * aliases; stops when fn returns true and returns that. */
+typedef bool (*name_fn)(void *ctx, size_t i, const char *name, size_t len);
+
+static bool each_name(const ql_opt *o, size_t i, name_fn fn, void *ctx)
 {
-    if (is_long || !o->key)
-        snprintf(buf, size, "--%s", o->name);
-    else
-        snprintf(buf, size, "-%c", o->key);
+    if (fn(ctx, i, o->name, strlen(o->name)))
+        return true;
+    for (const char *a = o->aliases; a && *a;) {
+        a += strspn(a, " ");
+        const size_t len = strcspn(a, " ");
+        if (len && fn(ctx, i, a, len))
+            return true;
+        a += len;
+    }
+    return false;
 }
 
-/* Builds getopt_long's tables; a name or key given twice (or taking -h) aborts. */
-static void build_tables(const ql_opt_parser *p, struct option *longs, char *shorts)
+/* A broken table aborts: a name or key twice, -h or --help taken, a bad key. */
+typedef struct {
+    const char *name[QL_OPT_MAX * 4];
+    size_t len[QL_OPT_MAX * 4];
+    size_t n;
+} name_list;
+
+static bool add_name(void *ctx, size_t i, const char *name, size_t len)
 {
-    size_t nl = 0, ns = 0;
-    shorts[ns++] = p->stop_at_arg ? '+' : '-'; /* '-': positional arguments in order, as code 1 */
-    shorts[ns++] = ':';                        /* a missing value is ':', not '?' */
-    shorts[ns++] = 'h';
+    name_list *l = ctx;
+    (void)i;
+    QL_ASSERT(len > 0 && strcspn(name, "=") >= len && l->n < QL_OPT_MAX * 4);
+    QL_ASSERT(!(len == 4 && memcmp(name, "help", 4) == 0));
+    for (size_t k = 0; k < l->n; k++)
+        QL_ASSERT(!(l->len[k] == len && memcmp(l->name[k], name, len) == 0));
+    l->name[l->n] = name;
+    l->len[l->n++] = len;
+    return false;
+}
+
+static void check_table(const ql_opt_parser *p)
+{
+    name_list names;
+    names.n = 0;
     for (size_t i = 0; i < p->n_opts; i++) {
         const ql_opt *o = &p->opts[i];
         if (o->kind == QL_OPT_SECTION)
             continue;
-        QL_ASSERT(o->name && strcmp(o->name, "help") != 0 && o->key != 'h');
+        QL_ASSERT(o->name && o->key != 'h');
         QL_ASSERT(o->key == 0 || (o->key > ' ' && o->key < 127 && o->key != ':' && o->key != '-'));
+        each_name(o, i, add_name, &names);
         for (size_t j = 0; j < i; j++)
-            QL_ASSERT(p->opts[j].kind == QL_OPT_SECTION ||
-                      (strcmp(p->opts[j].name, o->name) != 0 &&
-                       (o->key == 0 || p->opts[j].key != o->key)));
-        const int has_arg = takes_value(o) ? required_argument : no_argument;
-        longs[nl++] = (struct option){o->name, has_arg, NULL, code_of(p, i)};
-        if (o->key) {
-            shorts[ns++] = (char)o->key;
-            if (has_arg == required_argument)
-                shorts[ns++] = ':';
-        }
+            QL_ASSERT(p->opts[j].kind == QL_OPT_SECTION || o->key == 0 || p->opts[j].key != o->key);
     }
-    longs[nl++] = (struct option){"help", no_argument, NULL, 'h'};
-    longs[nl] = (struct option){NULL, 0, NULL, 0};
-    shorts[ns] = '\0';
 }
 
-/* "option '--s' is ambiguous: --sweep, --shard" or "unknown option '--x'" for the
- * long option getopt_long did not take (element: "--name" or "--name=value"). */
-static int bad_long_option(const ql_opt_parser *p, const char *element)
+/* What a long option's name (len bytes of word) matches: the option whose name or
+ * alias it is, else the options it abbreviates (hidden ones never). */
+typedef struct {
+    const char *word;
+    size_t len;
+    ptrdiff_t exact; /* option index, -1 */
+    size_t n_prefix; /* distinct options the word abbreviates */
+    size_t prefix[QL_OPT_MAX];
+    const char *exact_name; /* the name as matched (for messages) */
+    const char *prefix_name[QL_OPT_MAX];
+    size_t prefix_len[QL_OPT_MAX];
+    bool hidden;
+} match;
+
+static bool match_name(void *ctx, size_t i, const char *name, size_t len)
 {
-    const char *name = element + 2;
-    const size_t len = strcspn(name, "=");
-    char matches[512] = "";
-    size_t n = 0, used = 0;
-    for (size_t i = 0; i <= p->n_opts; i++) {
-        const char *cand = i < p->n_opts ? p->opts[i].name : "help";
-        if ((i < p->n_opts && p->opts[i].kind == QL_OPT_SECTION) || strncmp(cand, name, len) != 0)
-            continue;
-        if (used < sizeof matches)
-            used += (size_t)snprintf(matches + used, sizeof matches - used, "%s--%s", n ? ", " : "",
-                                     cand);
-        n++;
+    match *m = ctx;
+    if (len == m->len && memcmp(name, m->word, len) == 0) {
+        m->exact = (ptrdiff_t)i;
+        m->exact_name = name;
+        return true;
     }
-    if (n > 1)
-        return ql_opt_usage(p, "option '--%.*s' is ambiguous (%s)", (int)len, name, matches);
-    return ql_opt_usage(p, "unknown option '--%.*s'", (int)len, name);
+    if (m->hidden || len < m->len || memcmp(name, m->word, m->len) != 0)
+        return false;
+    for (size_t k = 0; k < m->n_prefix; k++)
+        if (m->prefix[k] == i)
+            return false; /* another name of the same option */
+    m->prefix_name[m->n_prefix] = name;
+    m->prefix_len[m->n_prefix] = len;
+    m->prefix[m->n_prefix++] = i;
+    return false;
+}
+
+/* Every listed long name, for "did you mean" (NULL-padded; the caller frees). */
+static const char **listed_names(const ql_opt_parser *p, size_t *n, char ***owned)
+{
+    size_t cap = 1, k = 0;
+    for (size_t i = 0; i < p->n_opts; i++)
+        cap += 1 + (p->opts[i].aliases ? strlen(p->opts[i].aliases) : 0);
+    const char **names = calloc(cap, sizeof *names);
+    char **copies = calloc(cap, sizeof *copies);
+    if (!names || !copies) {
+        free(names);
+        free(copies);
+        *n = 0;
+        *owned = NULL;
+        return NULL;
+    }
+    size_t nc = 0;
+    for (size_t i = 0; i < p->n_opts; i++) {
+        const ql_opt *o = &p->opts[i];
+        if (o->kind == QL_OPT_SECTION || o->hidden)
+            continue;
+        names[k++] = o->name;
+        for (const char *a = o->aliases; a && *a;) {
+            a += strspn(a, " ");
+            const size_t len = strcspn(a, " ");
+            if (len && (copies[nc] = malloc(len + 1))) {
+                memcpy(copies[nc], a, len);
+                copies[nc][len] = '\0';
+                names[k++] = copies[nc++];
+            }
+            a += len;
+        }
+    }
+    names[k++] = "help";
+    *n = k;
+    *owned = copies;
+    return names;
+}
+
+/* "unknown option '--x'; did you mean '--y'?" */
+static int unknown_long(const ql_opt_parser *p, const char *name, size_t len)
+{
+    char word[128];
+    snprintf(word, sizeof word, "%.*s", (int)(len < sizeof word ? len : sizeof word - 1), name);
+    size_t n;
+    char **owned;
+    const char **names = listed_names(p, &n, &owned);
+    char hint[160] = "";
+    if (names)
+        ql_did_you_mean(hint, sizeof hint, word, names, n, "--");
+    for (size_t i = 0; owned && owned[i]; i++)
+        free(owned[i]);
+    free(owned);
+    free(names);
+    return ql_opt_usage(p, "unknown option '--%s'%s", word, hint);
 }
 
 /* A positional argument: the next slot, unless an option filled it already. */
@@ -344,12 +442,10 @@ static int positional(ql_opt_parser *p, size_t *count, const char *val)
     return QL_OPT_GO_ON;
 }
 
-/* Option i with its value (NULL for a flag) as spelled. */
-static int apply(ql_opt_parser *p, size_t i, bool is_long, const char *val)
+/* Option i with its value (NULL for a flag); name is how messages spell it. */
+static int apply(ql_opt_parser *p, size_t i, const char *name, const char *val)
 {
     const ql_opt *o = &p->opts[i];
-    char name[80];
-    spelling(o, is_long, name, sizeof name);
     p->given[i] = true;
     if (o->kind == QL_OPT_FLAG) {
         *(bool *)o->dest = true;
@@ -398,12 +494,112 @@ static int apply_env(ql_opt_parser *p, size_t i)
     return QL_OPT_GO_ON;
 }
 
+/* Help was asked for: print it, exit code 0. */
+static int show_help(const ql_opt_parser *p)
+{
+    if (p->help)
+        p->help(p);
+    return 0;
+}
+
+/* One "--name[=value]" element at argv[*a]; takes the next element as its value when
+ * the option needs one and "=" gave none. */
+static int long_option(ql_opt_parser *p, int argc, char **argv, int *a)
+{
+    const char *elem = argv[*a], *word = elem + 2;
+    const size_t len = strcspn(word, "=");
+    const char *val = word[len] == '=' ? word + len + 1 : NULL;
+    match m = {.word = word, .len = len, .exact = -1};
+    for (size_t i = 0; i < p->n_opts && m.exact < 0; i++) {
+        const ql_opt *o = &p->opts[i];
+        if (o->kind == QL_OPT_SECTION)
+            continue;
+        m.hidden = o->hidden;
+        each_name(o, i, match_name, &m);
+    }
+    const bool is_help = len > 0 && len <= 4 && memcmp("help", word, len) == 0;
+    if (m.exact < 0 && is_help && (len == 4 || m.n_prefix == 0)) {
+        if (val)
+            return ql_opt_usage(p, "--help takes no value (got '%s')", elem);
+        return show_help(p);
+    }
+    size_t i;
+    char name[128];
+    if (m.exact >= 0) {
+        i = (size_t)m.exact;
+        snprintf(name, sizeof name, "--%.*s", (int)len, word);
+    } else if (m.n_prefix == 1 && !is_help) {
+        i = m.prefix[0];
+        snprintf(name, sizeof name, "--%.*s", (int)m.prefix_len[0], m.prefix_name[0]);
+    } else if (m.n_prefix == 0) {
+        return unknown_long(p, word, len);
+    } else {
+        char list[512] = "";
+        size_t used = 0;
+        for (size_t k = 0; k < m.n_prefix && used < sizeof list; k++)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s--%s", k ? ", " : "",
+                                     p->opts[m.prefix[k]].name);
+        if (is_help && used < sizeof list)
+            snprintf(list + used, sizeof list - used, ", --help");
+        return ql_opt_usage(p, "option '--%.*s' is ambiguous (%s)", (int)len, word, list);
+    }
+    const ql_opt *o = &p->opts[i];
+    if (!takes_value(o)) {
+        if (val)
+            return ql_opt_usage(p, "%s takes no value (got '%s')", name, elem);
+        return apply(p, i, name, NULL);
+    }
+    if (!val) {
+        if (*a + 1 >= argc)
+            return ql_opt_usage(p, "%s needs a value (%s)", name, o->arg);
+        val = argv[++*a];
+    }
+    return apply(p, i, name, val);
+}
+
+static ptrdiff_t index_of_key(const ql_opt_parser *p, int key)
+{
+    for (size_t i = 0; i < p->n_opts; i++)
+        if (p->opts[i].kind != QL_OPT_SECTION && p->opts[i].key == key)
+            return (ptrdiff_t)i;
+    return -1;
+}
+
+/* One "-abc" element: flags clustered, the last (or any) letter that takes a value
+ * takes the rest of the element, or the next one. */
+static int short_options(ql_opt_parser *p, int argc, char **argv, int *a)
+{
+    const char *elem = argv[*a];
+    for (const char *c = elem + 1; *c; c++) {
+        if (*c == 'h')
+            return show_help(p);
+        const ptrdiff_t i = index_of_key(p, (unsigned char)*c);
+        if (i < 0)
+            return ql_opt_usage(p, "unknown option '-%c'", *c);
+        const ql_opt *o = &p->opts[i];
+        char name[8];
+        snprintf(name, sizeof name, "-%c", *c);
+        int rc;
+        if (!takes_value(o)) {
+            if ((rc = apply(p, (size_t)i, name, NULL)) != QL_OPT_GO_ON)
+                return rc;
+            continue;
+        }
+        const char *val = c + 1;
+        if (!*val) {
+            if (*a + 1 >= argc)
+                return ql_opt_usage(p, "%s needs a value (%s)", name, o->arg);
+            val = argv[++*a];
+        }
+        return apply(p, (size_t)i, name, val);
+    }
+    return QL_OPT_GO_ON;
+}
+
 int ql_opt_parse(ql_opt_parser *p, int argc, char **argv)
 {
     QL_ASSERT(p->prog && p->n_opts <= QL_OPT_MAX && p->n_required <= p->max_args);
-    struct option longs[QL_OPT_MAX + 2];
-    char shorts[4 + 2 * QL_OPT_MAX];
-    build_tables(p, longs, shorts);
+    check_table(p);
     memset(p->given, 0, sizeof p->given);
     for (size_t k = 0; k < p->max_args; k++)
         p->args[k] = NULL;
@@ -412,55 +608,25 @@ int ql_opt_parse(ql_opt_parser *p, int argc, char **argv)
 
     size_t count = 0; /* positional arguments so far */
     int rc = QL_OPT_GO_ON;
-    optind = 0; /* glibc: start afresh (a second parse in one process) */
-    opterr = 0;
-    for (;;) {
-        int li = -1;
-        const int c = getopt_long(argc, argv, shorts, longs, &li);
-        if (c == -1)
-            break;
-        if (c == 1) {
-            rc = positional(p, &count, optarg);
-        } else if (c == 'h') {
-            if (p->help)
-                p->help(p);
-            return 0;
-        } else if (c == ':' || c == '?') {
-            /* getopt has stepped past the element in question. */
-            const char *element = argv[optind - 1];
-            const bool is_long = strncmp(element, "--", 2) == 0;
-            const ptrdiff_t i = optopt ? index_of_code(p, optopt) : -1;
-            char name[80];
-            if (i >= 0)
-                spelling(&p->opts[i], is_long, name, sizeof name);
-            else
-                snprintf(name, sizeof name, optopt == 'h' ? "--help" : "-%c", optopt);
-            if (c == ':') {
-                QL_ASSERT(i >= 0); /* only an option of the table takes a value */
-                return ql_opt_usage(p, "%s needs a value (%s)", name, p->opts[i].arg);
-            }
-            if (i >= 0 || optopt == 'h')
-                return ql_opt_usage(p, "%s takes no value (got '%s')", name, element);
-            if (optopt == 0 && is_long)
-                return bad_long_option(p, element);
-            return ql_opt_usage(p, "unknown option '-%c'", optopt);
-        } else {
-            const ptrdiff_t i = index_of_code(p, c);
-            QL_ASSERT(i >= 0);
-            rc = apply(p, (size_t)i, li >= 0, optarg);
+    bool options_end = false;
+    for (int a = 1; a < argc && rc == QL_OPT_GO_ON; a++) {
+        const char *w = argv[a];
+        if (!options_end && strcmp(w, "--") == 0) {
+            options_end = true;
+            continue;
         }
-        if (rc != QL_OPT_GO_ON)
-            return rc;
+        if (options_end || w[0] != '-' || w[1] == '\0') {
+            rc = positional(p, &count, w);
+            if (p->stop_at_arg) {
+                p->next = a; /* the dispatcher hands argv + next to the subcommand */
+                break;
+            }
+            continue;
+        }
+        rc = w[1] == '-' ? long_option(p, argc, argv, &a) : short_options(p, argc, argv, &a);
     }
-    if (p->stop_at_arg) {
-        p->next = optind;
-        if (optind < argc && (rc = positional(p, &count, argv[optind])) != QL_OPT_GO_ON)
-            return rc;
-    } else {
-        for (int a = optind; a < argc; a++) /* after "--" */
-            if ((rc = positional(p, &count, argv[a])) != QL_OPT_GO_ON)
-                return rc;
-    }
+    if (rc != QL_OPT_GO_ON)
+        return rc;
     for (size_t i = 0; i < p->n_opts; i++)
         if (p->opts[i].env && !p->given[i] && (rc = apply_env(p, i)) != QL_OPT_GO_ON)
             return rc;
@@ -495,17 +661,8 @@ static int left_column(const char *name, int key, const char *arg, char *buf, si
     return snprintf(buf, size, "  %s--%s%s%s", k, name, arg ? " " : "", arg ? arg : "");
 }
 
-static void print_one(FILE *out, const char *left, int column, const char *help)
+static void print_lines(FILE *out, int column, const char *help)
 {
-    const int n = fprintf(out, "%s", left);
-    if (!help || !*help) {
-        fputc('\n', out);
-        return;
-    }
-    if (n + 2 > column)
-        fprintf(out, "\n%*s", column, "");
-    else
-        fprintf(out, "%*s", column - n, "");
     for (const char *s = help;;) {
         const size_t len = strcspn(s, "\n");
         fprintf(out, "%.*s\n", (int)len, s);
@@ -516,13 +673,43 @@ static void print_one(FILE *out, const char *left, int column, const char *help)
     }
 }
 
+/* The option's line(s); its aliases as one more help line. */
+static void print_one(FILE *out, const char *left, int column, const char *help,
+                      const char *aliases)
+{
+    const int n = fprintf(out, "%s", left);
+    if ((!help || !*help) && !aliases) {
+        fputc('\n', out);
+        return;
+    }
+    if (n + 2 > column)
+        fprintf(out, "\n%*s", column, "");
+    else
+        fprintf(out, "%*s", column - n, "");
+    if (help && *help)
+        print_lines(out, column, help);
+    if (!aliases)
+        return;
+    if (help && *help)
+        fprintf(out, "%*s", column, "");
+    fputs("(also", out);
+    for (const char *a = aliases; *a;) {
+        a += strspn(a, " ");
+        const size_t len = strcspn(a, " ");
+        if (len)
+            fprintf(out, " --%.*s", (int)len, a);
+        a += len;
+    }
+    fputs(")\n", out);
+}
+
 void ql_opt_print_options(FILE *out, const ql_opt_parser *p)
 {
     char left[160];
     int column = (int)strlen("  -h, --help") + 2;
     for (size_t i = 0; i < p->n_opts; i++) {
         const ql_opt *o = &p->opts[i];
-        if (o->kind == QL_OPT_SECTION)
+        if (o->kind == QL_OPT_SECTION || o->hidden)
             continue;
         const int n = left_column(o->name, o->key, o->arg, left, sizeof left) + 2;
         if (n <= HELP_COLUMN_MAX && n > column)
@@ -532,13 +719,15 @@ void ql_opt_print_options(FILE *out, const ql_opt_parser *p)
         fprintf(out, "options:\n");
     for (size_t i = 0; i < p->n_opts; i++) {
         const ql_opt *o = &p->opts[i];
+        if (o->hidden)
+            continue;
         if (o->kind == QL_OPT_SECTION) {
             fprintf(out, "%s%s\n", i ? "\n" : "", o->name);
             continue;
         }
         left_column(o->name, o->key, o->arg, left, sizeof left);
-        print_one(out, left, column, o->help);
+        print_one(out, left, column, o->help, o->aliases);
     }
     left_column("help", 'h', NULL, left, sizeof left);
-    print_one(out, left, column, "print this help and exit");
+    print_one(out, left, column, "print this help and exit", NULL);
 }

@@ -1,5 +1,6 @@
 /* The command-line options of every qlab subcommand and notebook program: one
- * parser (glibc's getopt_long) over a table of typed options.
+ * parser over a table of typed options (getopt_long's conventions; its own code, so
+ * that it knows aliases, internal options and suggestions).
  *
  * What every program gets from it:
  * - "--name=value" and "--name value"; short aliases "-t 4" and "-t4", flags
@@ -7,11 +8,18 @@
  * - options before, between or after the positional arguments, which keep their
  *   order; "--" ends the options (what follows is positional even if it starts
  *   with '-');
- * - long names abbreviated to any unique prefix ("--thr 2"), as getopt_long does;
+ * - long names abbreviated to any unique prefix ("--thr 2"), as getopt_long does (an
+ *   exact name wins over longer ones);
+ * - other long names of an option (llama.cpp's: --ctx-size for --ctx), which are
+ *   names like the first one, exact or abbreviated;
+ * - internal options (a parent process's word to its children): not listed in
+ *   --help, taken only when spelled in full, so "--job 2" never runs into
+ *   "--job-of";
  * - "-h" and "--help", which print the program's help on stdout;
  * - one error style: "PROG: error: WHAT" and "Try 'PROG --help'." on stderr and
  *   exit code 2, for an unknown or ambiguous option, a missing or malformed value,
- *   a value given to a flag, a missing or surplus positional argument.
+ *   a value given to a flag, a missing or surplus positional argument. An unknown
+ *   long option gets base/suggest.h's "did you mean" among the listed names.
  *
  * Values are checked as they are parsed (integers and numbers against a range,
  * sizes with units, type names), so a program starts from valid values only. A
@@ -59,6 +67,8 @@ typedef ql_status (*ql_opt_fn)(void *ctx, const char *val, ql_error *err);
 /* One option. Build it with the constructors below rather than by hand. */
 typedef struct {
     const char *name; /* long name without "--" (QL_OPT_SECTION: the heading) */
+    /* Other long names, space-separated ("ctx-size", "output output-file"), or NULL. */
+    const char *aliases;
     int key;          /* short alias, a letter or digit; 0 when none */
     ql_opt_kind kind;
     void *dest;           /* what the value is stored in, typed by kind */
@@ -72,6 +82,7 @@ typedef struct {
     const char *arg;  /* the value's name in --help and messages ("N", "PATH") */
     const char *help; /* one line per '\n' in the listing */
     bool required;    /* leaving it out is a usage error */
+    bool hidden;      /* internal: not in --help, no abbreviation */
 } ql_opt;
 
 ql_opt ql_opt_flag(const char *name, int key, bool *dest, const char *help);
@@ -93,6 +104,11 @@ ql_opt ql_opt_func(const char *name, int key, ql_opt_fn fn, void *ctx, const cha
 ql_opt ql_opt_section(const char *heading);
 /* The same option, which must be given. */
 ql_opt ql_opt_required(ql_opt o);
+/* The same option, also called by the space-separated names of aliases (llama.cpp's
+ * spellings); --help lists them after the option's help. */
+ql_opt ql_opt_alias(ql_opt o, const char *aliases);
+/* The same option, internal: left out of --help and taken only when spelled in full. */
+ql_opt ql_opt_hidden(ql_opt o);
 
 /* -t, --threads N (1..QL_OPT_THREADS_MAX), defaulting to OMP_NUM_THREADS: when the
  * option is not given and OMP_NUM_THREADS is set (not empty), its first number
@@ -145,7 +161,8 @@ int ql_opt_usage(const ql_opt_parser *p, const char *fmt, ...)
 /* The same for a program that has no parser at hand (a dispatcher). */
 int ql_opt_usage_prog(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Prints the options as "  -t, --threads N   help", sections as headings, and -h. */
+/* Prints the options as "  -t, --threads N   help", sections as headings, and -h;
+ * an option's aliases as a last help line "(also --ctx-size)"; hidden options not. */
 void ql_opt_print_options(FILE *out, const ql_opt_parser *p);
 
 /* The value checks the parser uses, for values that come some other way (a

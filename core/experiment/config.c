@@ -75,53 +75,6 @@ size_t ql_config_capabilities(const ql_capability **out)
 
 /* ---------------------------------------------------------------- helpers */
 
-static size_t edit_distance(const char *a, const char *b)
-{
-    /* Levenshtein distance, case-insensitive, one row of the DP table. */
-    enum { MAXLEN = 64 };
-    size_t la = strlen(a), lb = strlen(b);
-    if (la >= MAXLEN || lb >= MAXLEN)
-        return (size_t)-1;
-    size_t row[MAXLEN + 1];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t cost =
-                tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
-            size_t best = diag + cost;
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
-const char *ql_closest_name(const char *word, const char *const *candidates, size_t n)
-{
-    const char *best = NULL;
-    size_t best_d = (size_t)-1;
-    for (size_t i = 0; i < n; i++) {
-        size_t d = edit_distance(word, candidates[i]);
-        if (d < best_d) {
-            best_d = d;
-            best = candidates[i];
-        }
-    }
-    /* Two edits catch the usual typos (Q4_O, q4k, IQ4XS) without suggesting
-     * unrelated names for short words. */
-    if (best && best_d <= 2 && best_d < strlen(word))
-        return best;
-    return NULL;
-}
-
 bool ql_config_is_weight_type(const ql_type_traits *t, const char **why)
 {
     if (why)

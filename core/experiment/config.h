@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "base/suggest.h" /* ql_closest_name, which the parsers here use */
 #include "formats/types.h"
 #include "model/quant_policy.h"
 
@@ -356,9 +357,5 @@ ql_quant_config ql_config_quant_request(const ql_config *c, const ql_quant_overr
  * types (I8..I64), F64 and the activation-only formats Q8_1 and Q8_K are not;
  * *why (may be NULL) says why. */
 bool ql_config_is_weight_type(const ql_type_traits *t, const char **why);
-
-/* The candidate closest to word by edit distance (case-insensitive), or NULL when
- * none is close enough to be a likely typo. */
-const char *ql_closest_name(const char *word, const char *const *candidates, size_t n);
 
 #endif

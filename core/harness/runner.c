@@ -358,6 +358,9 @@ static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
         return ql_error_prefix(err, "%s: text: ", sw->path);
     if ((st = ql_model_load(&s->model, s->model_path, err)))
         return st;
+    /* A split set is the model: every file of it is in its identity. */
+    if (s->model->gguf->n_files > 1 && (st = ql_gguf_sha256(s->model->gguf, s->model_sha, err)))
+        return st;
     /* A sweep measures quantizations against the unquantized model: a quantized file as
      * the reference would be quantized again and reported as "unquantized". */
     const ql_linear *q = ql_model_first_quantized(s->model);
@@ -368,6 +371,9 @@ static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
                             sw->path, s->model_path, q->name, ql_type_name(q->src_type));
     if ((st = ql_tokenizer_from_gguf(&s->tok, s->model->gguf, err)))
         return st;
+    char ctx_warning[256];
+    if (ql_ppl_ctx_beyond_training(&s->model->hp, sw->ctx, ctx_warning, sizeof ctx_warning))
+        fprintf(stderr, "qlab: warning: %s: %s: %s\n", sw->path, s->model_path, ctx_warning);
     char *text;
     size_t len;
     if ((st = ql_file_read_all(s->text_path, &text, &len, err)))

@@ -21,7 +21,17 @@
  * arrays); tensor data is not copied: ql_gguf_tensor.data points into the mapping
  * and stays valid until ql_gguf_close(). Tensors of a type qlab does not know keep
  * their shape and offset, with nbytes 0 and data NULL. Reader and writer keep no
- * global state: different objects may be used from different threads. */
+ * global state: different objects may be used from different threads.
+ *
+ * Split sets. A model published as NAME-00001-of-0000N.gguf ... NAME-0000N-of-0000N.gguf
+ * (gguf-split, llama-quantize --keep-split) opens as one model from its first file:
+ * ql_gguf_open sees split.count > 1 in it and reads the other files by name, each
+ * validated on its own, checked as llama.cpp's loader checks them (the first file is
+ * split.no 0 and names the set, every file is present and says split.no k and the
+ * same split.count, no tensor name twice, as many tensors as split.tensors.count).
+ * The set's object has the first file's keys, version, alignment and data offset,
+ * every file's tensors in file order (each with the index of its file), and
+ * file_size the bytes of all files; parts[] holds each file read alone. */
 #ifndef QL_GGUF_H
 #define QL_GGUF_H
 
@@ -102,26 +112,55 @@ typedef struct {
     uint64_t nbytes;              /* 0 when the type is unknown (size not computable) */
     const void *data;             /* into the mapping; NULL when the type is unknown */
     uint64_t info_offset;         /* byte offset of the tensor-info record in the file */
+    int32_t file;                 /* which file of a split set holds it (0: the first) */
 } ql_gguf_tensor;
 
-typedef struct {
+typedef struct ql_gguf ql_gguf;
+
+struct ql_gguf {
     char *path;
     uint32_t version;
-    uint64_t file_size;
+    uint64_t file_size; /* a split set: the bytes of all its files */
     uint64_t alignment;
     uint64_t data_offset; /* start of the tensor data section */
     int64_t n_kv;
     ql_gguf_kv *kv;
     int64_t n_tensors;
     ql_gguf_tensor *tensors;
+    int32_t n_files; /* 1, or the files of a split set */
+    ql_gguf **parts; /* a split set: its files, each read alone, in order; else NULL */
     /* private */
     void *map;
     size_t map_size;
     bool owns_map;
-} ql_gguf;
+};
 
-/* Opens and validates a GGUF file. On error *out is NULL and err names the file,
- * the byte offset, the key or tensor, and expected vs actual. */
+/* The keys gguf-split writes into every file of a set (u16, u16, i32). */
+#define QL_GGUF_SPLIT_NO            "split.no"
+#define QL_GGUF_SPLIT_COUNT         "split.count"
+#define QL_GGUF_SPLIT_TENSORS_COUNT "split.tensors.count"
+/* Longest suffix of a split file's name: "-00001-of-00004.gguf" (5 digits each). */
+#define QL_GGUF_SPLIT_SUFFIX_MAX 32
+
+/* Path of file k (0-based) of n of a split set named prefix, as llama.cpp names them:
+ * "<prefix>-%05d-of-%05d.gguf" with k + 1 and n. Returns false when it does not fit. */
+bool ql_gguf_split_path(char *out, size_t size, const char *prefix, int k, int n);
+
+/* The prefix of a split file's path (path without "-0000k-of-0000n.gguf") when its
+ * name ends so; *k (0-based) and *n receive the numbers. Returns false otherwise. */
+bool ql_gguf_split_prefix(const char *path, char *prefix, size_t size, int *k, int *n);
+
+/* The model's identity: the SHA-256 of its file, or for a split set the SHA-256 of
+ * its files' SHA-256s (64 hex digits each, in order, one line each), so that any
+ * file of the set changing changes it. */
+ql_status ql_gguf_sha256(const ql_gguf *g, char out[65], ql_error *err);
+
+/* File k of g: g itself when it is one file, else g->parts[k]. */
+const ql_gguf *ql_gguf_file(const ql_gguf *g, int k);
+
+/* Opens and validates a GGUF file, or the split set whose first file path is. On
+ * error *out is NULL and err names the file, the byte offset, the key or tensor, and
+ * expected vs actual. */
 ql_status ql_gguf_open(ql_gguf **out, const char *path, ql_error *err);
 
 /* Same over a caller-owned buffer (fuzzing, tests); name is used in messages.
@@ -203,7 +242,8 @@ ql_status ql_gguf_writer_set_arr(ql_gguf_writer *w, const char *key, ql_gguf_vty
                                  const void *data, uint64_t n, ql_error *err);
 ql_status ql_gguf_writer_set_str_arr(ql_gguf_writer *w, const char *key, const char *const *strs,
                                      uint64_t n, ql_error *err);
-/* Copies every key of a reader (except general.alignment). */
+/* Copies every key of a reader except general.alignment and the split keys (a writer
+ * writes one file; a split set's writer sets them itself). */
 ql_status ql_gguf_writer_copy_kvs(ql_gguf_writer *w, const ql_gguf *src, ql_error *err);
 bool ql_gguf_writer_remove_kv(ql_gguf_writer *w, const char *key);
 

@@ -359,6 +359,16 @@ void ql_gguf_close(ql_gguf *g)
 {
     if (!g)
         return;
+    if (g->parts) {
+        /* A split set borrows its keys and tensor names from its files. */
+        for (int32_t k = 0; k < g->n_files; k++)
+            ql_gguf_close(g->parts[k]);
+        free(g->parts);
+        free(g->tensors);
+        free(g->path);
+        free(g);
+        return;
+    }
     for (int64_t i = 0; i < g->n_kv; i++) {
         free(g->kv[i].key);
         ql_gguf_value_deinit(&g->kv[i].value);
@@ -516,6 +526,7 @@ static ql_status parse_tensor_info(cursor *c, ql_gguf_tensor *t, uint64_t i, uin
 {
     ql_status st;
     t->info_offset = c->off;
+    t->file = 0;
     snprintf(c->ctx, sizeof c->ctx, "tensor info %llu", (unsigned long long)i);
     ql_gguf_str name;
     if ((st = read_string(c, &name, "tensor name")))
@@ -697,6 +708,7 @@ static ql_status parse(ql_gguf *g, ql_error *err)
 
 static ql_status open_common(ql_gguf *g, ql_gguf **out, ql_error *err)
 {
+    g->n_files = 1;
     ql_status st = parse(g, err);
     if (st) {
         ql_gguf_close(g);
@@ -707,7 +719,8 @@ static ql_status open_common(ql_gguf *g, ql_gguf **out, ql_error *err)
     return QL_OK;
 }
 
-ql_status ql_gguf_open(ql_gguf **out, const char *path, ql_error *err)
+/* One file alone: what every file of a split set is read as. */
+static ql_status open_file(ql_gguf **out, const char *path, ql_error *err)
 {
     *out = NULL;
     ql_file_map fm;
@@ -725,6 +738,258 @@ ql_status ql_gguf_open(ql_gguf **out, const char *path, ql_error *err)
     g->map_size = fm.size;
     g->owns_map = true;
     return open_common(g, out, err);
+}
+
+/* ========================================================================= */
+/* Split sets                                                                 */
+
+bool ql_gguf_split_path(char *out, size_t size, const char *prefix, int k, int n)
+{
+    const int len = snprintf(out, size, "%s-%05d-of-%05d.gguf", prefix, k + 1, n);
+    return len > 0 && (size_t)len < size;
+}
+
+bool ql_gguf_split_prefix(const char *path, char *prefix, size_t size, int *k, int *n)
+{
+    /* "-DDDDD-of-DDDDD.gguf": llama.cpp's %05d, which grows past 99999. */
+    const size_t len = strlen(path);
+    static const char ext[] = ".gguf";
+    if (len < sizeof ext || strcmp(path + len - (sizeof ext - 1), ext) != 0)
+        return false;
+    size_t end = len - (sizeof ext - 1), i = end;
+    while (i > 0 && path[i - 1] >= '0' && path[i - 1] <= '9')
+        i--;
+    const size_t n_at = i;
+    if (end - n_at < 5 || i < 4 || memcmp(path + i - 4, "-of-", 4) != 0)
+        return false;
+    i -= 4;
+    const size_t k_end = i;
+    while (i > 0 && path[i - 1] >= '0' && path[i - 1] <= '9')
+        i--;
+    if (k_end - i < 5 || i < 1 || path[i - 1] != '-' || end - n_at > 9 || k_end - i > 9)
+        return false;
+    int kk = 0, nn = 0;
+    for (size_t j = i; j < k_end; j++)
+        kk = kk * 10 + (path[j] - '0');
+    for (size_t j = n_at; j < end; j++)
+        nn = nn * 10 + (path[j] - '0');
+    if (kk < 1 || nn < 1 || kk > nn || i - 1 >= size)
+        return false;
+    memcpy(prefix, path, i - 1);
+    prefix[i - 1] = '\0';
+    *k = kk - 1;
+    *n = nn;
+    return true;
+}
+
+ql_status ql_gguf_sha256(const ql_gguf *g, char out[65], ql_error *err)
+{
+    if (g->n_files == 1)
+        return ql_sha256_file(g->path, out, err);
+    char *lines = malloc((size_t)g->n_files * 65);
+    if (!lines)
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory", g->path);
+    ql_status st = QL_OK;
+    for (int32_t k = 0; k < g->n_files && !st; k++) {
+        st = ql_sha256_file(g->parts[k]->path, lines + (size_t)k * 65, err);
+        lines[(size_t)k * 65 + 64] = '\n';
+    }
+    if (!st)
+        ql_sha256_hex(lines, (size_t)g->n_files * 65, out);
+    free(lines);
+    return st;
+}
+
+const ql_gguf *ql_gguf_file(const ql_gguf *g, int k)
+{
+    QL_ASSERT(k >= 0 && k < g->n_files);
+    return g->parts ? g->parts[k] : g;
+}
+
+/* A split key as an integer: absent (false), or present and an integer (true); other
+ * types are an error, as llama.cpp's loader refuses them. */
+static ql_status split_key(const ql_gguf *g, const char *key, bool *present, int64_t *v,
+                           ql_error *err)
+{
+    const ql_gguf_kv *kv = ql_gguf_find_kv(g, key);
+    *present = kv != NULL;
+    if (!kv)
+        return QL_OK;
+    ql_error kerr;
+    ql_error_clear(&kerr);
+    if (!ql_gguf_get_i64(g, key, v, &kerr))
+        return ql_error_set(err, QL_EFORMAT, "%s: offset %llu: key '%s': %s", g->path,
+                            (unsigned long long)kv->offset, key,
+                            kerr.msg[0] ? kerr.msg : "not an integer");
+    return QL_OK;
+}
+
+/* File k of the set named prefix, checked against the first file's split keys. */
+static ql_status open_part(ql_gguf **out, const char *first, const char *prefix, int k, int n,
+                           ql_error *err)
+{
+    char path[4096];
+    if (!ql_gguf_split_path(path, sizeof path, prefix, k, n))
+        return ql_error_set(err, QL_EINVAL, "%s: the path of split file %d of %d is too long",
+                            first, k + 1, n);
+    if (!ql_file_exists(path))
+        return ql_error_set(err, QL_ENOTFOUND,
+                            "%s: split file %d of %d is missing: no %s (the set %s-000NN-of-%05d"
+                            ".gguf has %d files, split.count)",
+                            first, k + 1, n, path, prefix, n, n);
+    ql_status st = open_file(out, path, err);
+    if (st)
+        return ql_error_prefix(err, "split file %d of %d of %s: ", k + 1, n, first);
+    bool has_no, has_count;
+    int64_t no = -1, count = -1;
+    if ((st = split_key(*out, QL_GGUF_SPLIT_NO, &has_no, &no, err)) ||
+        (st = split_key(*out, QL_GGUF_SPLIT_COUNT, &has_count, &count, err)))
+        return st;
+    if (!has_no || !has_count)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: no key '%s', expected %s = %d and %s = %d (split file %d of %s)",
+                            path, has_no ? QL_GGUF_SPLIT_COUNT : QL_GGUF_SPLIT_NO, QL_GGUF_SPLIT_NO,
+                            k, QL_GGUF_SPLIT_COUNT, n, k + 1, first);
+    if (no != k)
+        return ql_error_set(err, QL_EFORMAT,
+                            "%s: %s is %lld, expected %d (its name makes it file %d of %d)", path,
+                            QL_GGUF_SPLIT_NO, (long long)no, k, k + 1, n);
+    if (count != n)
+        return ql_error_set(err, QL_EFORMAT, "%s: %s is %lld, expected %d as in the first file %s",
+                            path, QL_GGUF_SPLIT_COUNT, (long long)count, n, first);
+    return QL_OK;
+}
+
+/* The set whose first file is g0 (split.count = n): every file, then one table. */
+static ql_status open_set(ql_gguf **out, ql_gguf *g0, int64_t n, ql_error *err)
+{
+    ql_status st;
+    char prefix[4096];
+    int k0 = 0, n0 = 0;
+    if (!ql_gguf_split_prefix(g0->path, prefix, sizeof prefix, &k0, &n0) || k0 != 0 || n0 != n) {
+        st = ql_error_set(err, QL_EINVAL,
+                          "%s: the first file of a split set of %lld files (split.count), but its "
+                          "name does not end in -00001-of-%05lld.gguf, so the other files cannot "
+                          "be found (rename the files as gguf-split names them)",
+                          g0->path, (long long)n, (long long)n);
+        ql_gguf_close(g0);
+        return st;
+    }
+    ql_gguf *g = calloc(1, sizeof *g);
+    ql_gguf **parts = calloc((size_t)n, sizeof *parts);
+    if (!g || !parts || !(g->path = ql_strdup(g0->path))) {
+        free(g);
+        free(parts);
+        ql_gguf_close(g0);
+        return ql_error_set(err, QL_ENOMEM, "%s: out of memory for a split set", g0->path);
+    }
+    g->parts = parts;
+    g->n_files = (int32_t)n;
+    parts[0] = g0;
+    for (int32_t k = 1; k < g->n_files; k++)
+        if ((st = open_part(&parts[k], g0->path, prefix, k, (int)n, err)))
+            goto fail;
+    int64_t total = 0;
+    for (int32_t k = 0; k < g->n_files; k++)
+        total += parts[k]->n_tensors;
+    bool has_count;
+    int64_t want = -1;
+    if ((st = split_key(g0, QL_GGUF_SPLIT_TENSORS_COUNT, &has_count, &want, err)))
+        goto fail;
+    if (has_count && want != total) {
+        st = ql_error_set(err, QL_EFORMAT, "%s: %s is %lld, but the %d files hold %lld tensors",
+                          g0->path, QL_GGUF_SPLIT_TENSORS_COUNT, (long long)want, (int)n,
+                          (long long)total);
+        goto fail;
+    }
+    if (!(g->tensors = calloc((size_t)(total ? total : 1), sizeof *g->tensors))) {
+        st = ql_error_set(err, QL_ENOMEM, "%s: out of memory for %lld tensors", g0->path,
+                          (long long)total);
+        goto fail;
+    }
+    for (int32_t k = 0; k < g->n_files; k++)
+        for (int64_t i = 0; i < parts[k]->n_tensors; i++) {
+            g->tensors[g->n_tensors] = parts[k]->tensors[i];
+            g->tensors[g->n_tensors++].file = k;
+        }
+    /* A name in two files: llama.cpp refuses the model ("tensor '...' is duplicated"). */
+    named *pairs = malloc((size_t)(total ? total : 1) * sizeof *pairs);
+    if (!pairs) {
+        st = ql_error_set(err, QL_ENOMEM, "%s: out of memory", g0->path);
+        goto fail;
+    }
+    for (int64_t i = 0; i < total; i++)
+        pairs[i] = (named){g->tensors[i].name, i};
+    int64_t first, dup;
+    find_duplicate(pairs, total, &first, &dup);
+    free(pairs);
+    if (dup >= 0) {
+        const ql_gguf_tensor *a = &g->tensors[first], *b = &g->tensors[dup];
+        st = ql_error_set(err, QL_EFORMAT,
+                          "%s: tensor '%s' is in split file %d and again in split file %d",
+                          g0->path, b->name, (int)a->file + 1, (int)b->file + 1);
+        goto fail;
+    }
+    g->version = g0->version;
+    g->alignment = g0->alignment;
+    g->data_offset = g0->data_offset;
+    g->n_kv = g0->n_kv;
+    g->kv = g0->kv;
+    for (int32_t k = 0; k < g->n_files; k++)
+        g->file_size += parts[k]->file_size;
+    *out = g;
+    return QL_OK;
+fail:
+    ql_gguf_close(g);
+    return st;
+}
+
+ql_status ql_gguf_open(ql_gguf **out, const char *path, ql_error *err)
+{
+    ql_status st = open_file(out, path, err);
+    if (st)
+        return st;
+    ql_gguf *g0 = *out;
+    bool has_count, has_no;
+    int64_t count = 1, no = 0;
+    if ((st = split_key(g0, QL_GGUF_SPLIT_COUNT, &has_count, &count, err)) ||
+        (st = split_key(g0, QL_GGUF_SPLIT_NO, &has_no, &no, err)))
+        goto fail;
+    if (!has_count || count == 1) {
+        if (has_no && no != 0) {
+            st = ql_error_set(err, QL_EFORMAT, "%s: %s is %lld in a file of a set of 1", path,
+                              QL_GGUF_SPLIT_NO, (long long)no);
+            goto fail;
+        }
+        return QL_OK;
+    }
+    if (count < 1 || count > UINT16_MAX) {
+        st = ql_error_set(err, QL_EFORMAT, "%s: %s is %lld, expected 1..%d", path,
+                          QL_GGUF_SPLIT_COUNT, (long long)count, UINT16_MAX);
+        goto fail;
+    }
+    if (no != 0) {
+        /* llama.cpp: "model must be loaded with the first split". */
+        char prefix[4096], first[4096 + QL_GGUF_SPLIT_SUFFIX_MAX];
+        int k, n;
+        if (ql_gguf_split_prefix(path, prefix, sizeof prefix, &k, &n) &&
+            ql_gguf_split_path(first, sizeof first, prefix, 0, (int)count))
+            st = ql_error_set(
+                err, QL_EINVAL, "%s: split file %lld of %lld (%s = %lld): give the first file, %s",
+                path, (long long)no + 1, (long long)count, QL_GGUF_SPLIT_NO, (long long)no, first);
+        else
+            st = ql_error_set(err, QL_EINVAL,
+                              "%s: split file %lld of %lld (%s = %lld): give the set's first file",
+                              path, (long long)no + 1, (long long)count, QL_GGUF_SPLIT_NO,
+                              (long long)no);
+        goto fail;
+    }
+    *out = NULL;
+    return open_set(out, g0, count, err);
+fail:
+    ql_gguf_close(g0);
+    *out = NULL;
+    return st;
 }
 
 ql_status ql_gguf_open_buffer(ql_gguf **out, const void *buf, size_t size, const char *name,

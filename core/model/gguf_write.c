@@ -197,6 +197,11 @@ ql_status ql_gguf_writer_set_str_arr(ql_gguf_writer *w, const char *key, const c
 ql_status ql_gguf_writer_copy_kvs(ql_gguf_writer *w, const ql_gguf *src, ql_error *err)
 {
     for (int64_t i = 0; i < src->n_kv; i++) {
+        /* A copy of a split set's first file is one file, not a set. */
+        const char *k = src->kv[i].key;
+        if (strcmp(k, QL_GGUF_SPLIT_NO) == 0 || strcmp(k, QL_GGUF_SPLIT_COUNT) == 0 ||
+            strcmp(k, QL_GGUF_SPLIT_TENSORS_COUNT) == 0)
+            continue;
         ql_status st = ql_gguf_writer_set_kv(w, src->kv[i].key, &src->kv[i].value, err);
         if (st)
             return st;

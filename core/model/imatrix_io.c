@@ -194,6 +194,98 @@ ql_status ql_imatrix_set_chunk_size(ql_imatrix *im, int64_t chunk_size, ql_error
     return QL_OK;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Combining files (llama-imatrix --in-file ...)                              */
+
+static const char *source_name(const ql_imatrix *im)
+{
+    return im->path ? im->path : "imatrix";
+}
+
+static bool has_dataset(const ql_imatrix *im, const char *name)
+{
+    for (int64_t i = 0; i < im->n_datasets; i++)
+        if (strcmp(im->datasets[i], name) == 0)
+            return true;
+    return false;
+}
+
+ql_status ql_imatrix_merge(ql_imatrix *acc, ql_imatrix *in, ql_error *err)
+{
+    ql_status st;
+    /* One unit for the counts: tokens when either side knows its chunk size. */
+    if (acc->chunk_size != in->chunk_size) {
+        if (acc->chunk_size > 0 && in->chunk_size > 0)
+            return ql_error_set(err, QL_EINVAL,
+                                "%s has chunks of %lld tokens, %s of %lld: counts of different "
+                                "chunk sizes do not add up",
+                                source_name(acc), (long long)acc->chunk_size, source_name(in),
+                                (long long)in->chunk_size);
+        if (acc->chunk_size == 0 && acc->n_entries > 0 &&
+            (st = ql_imatrix_set_chunk_size(acc, in->chunk_size, err)))
+            return st;
+        if (in->chunk_size == 0 && (st = ql_imatrix_set_chunk_size(in, acc->chunk_size, err)))
+            return st;
+        acc->chunk_size = in->chunk_size > acc->chunk_size ? in->chunk_size : acc->chunk_size;
+    }
+    /* Every entry checked before any is added: a refused merge leaves acc as it was. */
+    for (int64_t i = 0; i < in->n_entries; i++) {
+        const ql_imatrix_entry *e = &in->entries[i];
+        const ql_imatrix_entry *a = ql_imatrix_find(acc, e->name);
+        if (a && (a->n_values != e->n_values || a->n_mat != e->n_mat))
+            return ql_error_set(err, QL_EINVAL,
+                                "entry '%s': %lld values in %lld matrices in %s, %lld in %lld in "
+                                "%s: not the same weight",
+                                e->name, (long long)a->n_values, (long long)a->n_mat,
+                                source_name(acc), (long long)e->n_values, (long long)e->n_mat,
+                                source_name(in));
+        for (int64_t m = 0; a && m < e->n_mat; m++)
+            if (a->counts[m] > MAX_COUNT - e->counts[m])
+                return ql_error_set(err, QL_EINVAL, "entry '%s': the summed counts overflow",
+                                    e->name);
+    }
+    for (int64_t i = 0; i < in->n_entries; i++) {
+        const ql_imatrix_entry *e = &in->entries[i];
+        ql_imatrix_entry *a = (ql_imatrix_entry *)ql_imatrix_find(acc, e->name);
+        if (!a) {
+            if ((st = ql_imatrix_add_entry(acc, e->name, e->n_values, e->n_mat, e->in_sum != NULL,
+                                           &a, err)))
+                return st;
+        } else if (a->in_sum && !e->in_sum) {
+            /* Sums of x from one side only would be half a statistic. */
+            free(a->in_sum);
+            a->in_sum = NULL;
+        }
+        for (int64_t j = 0; j < e->n_values; j++)
+            a->sums[j] += e->sums[j];
+        for (int64_t j = 0; a->in_sum && j < e->n_values; j++)
+            a->in_sum[j] += e->in_sum[j];
+        for (int64_t m = 0; m < e->n_mat; m++)
+            a->counts[m] += e->counts[m];
+    }
+    acc->chunk_count += in->chunk_count;
+    for (int64_t i = 0; i < in->n_datasets; i++)
+        if (!has_dataset(acc, in->datasets[i]) &&
+            (st = ql_imatrix_add_dataset(acc, in->datasets[i], err)))
+            return st;
+    return QL_OK;
+}
+
+void ql_imatrix_merge_finish(ql_imatrix *im)
+{
+    if (im->chunk_size != 0)
+        return;
+    for (int64_t i = 0; i < im->n_entries; i++) {
+        ql_imatrix_entry *e = &im->entries[i];
+        const int64_t per = e->n_values / e->n_mat;
+        for (int64_t j = 0; j < e->n_values; j++) {
+            const float c = (float)e->counts[j / per];
+            if (c > 0)
+                e->sums[j] = e->sums[j] / c * c;
+        }
+    }
+}
+
 /* ========================================================================= */
 /* Importance weights                                                         */
 

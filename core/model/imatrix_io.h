@@ -122,6 +122,24 @@ void ql_imatrix_sort(ql_imatrix *im);
  * with another chunk size; a no-op when it is the same. */
 ql_status ql_imatrix_set_chunk_size(ql_imatrix *im, int64_t chunk_size, ql_error *err);
 
+/* Adds the statistics of in to acc, as llama-imatrix --in-file A --in-file B combines
+ * files (IMatrixCollector::load_imatrix, b4747): per entry the sums of x^2 (and of x
+ * when both have them) are added in single precision and the counts added, so the
+ * importance sums / count is the counts-weighted mean of the inputs'; an entry of one
+ * input only is taken as it is; chunk counts add up and dataset names are kept once
+ * each. Counts in chunks (a .dat, chunk_size 0) are converted to tokens when the
+ * other side knows its chunk size (ql_imatrix_set_chunk_size, on in or acc).
+ * QL_EINVAL, naming both files, for an entry whose length or matrix count differs or
+ * two different chunk sizes. in may be converted; acc keeps its entry order, with
+ * in's new entries after. */
+ql_status ql_imatrix_merge(ql_imatrix *acc, ql_imatrix *in, ql_error *err);
+
+/* What llama-imatrix's save does to a combination in chunk units (a .dat's): every
+ * stored value becomes (sum / count) * count in single precision, the form its
+ * save_imatrix writes, so that a combination of .dat files is byte for byte
+ * llama-imatrix's. A no-op for token counts. */
+void ql_imatrix_merge_finish(ql_imatrix *im);
+
 /* ---- files ---- */
 
 /* Reads either format; GGUF is recognised by its magic, anything else is parsed

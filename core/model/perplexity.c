@@ -2,6 +2,7 @@
 #include "model/perplexity.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,20 @@ ql_status ql_ppl_data_from_text(ql_ppl_data *d, const ql_tokenizer *tok, const c
                                  err);
     free(ids);
     return st;
+}
+
+bool ql_ppl_ctx_beyond_training(const ql_hparams *hp, int ctx, char *msg, size_t size)
+{
+    if (hp->n_ctx_train <= 0 || ctx <= hp->n_ctx_train)
+        return false;
+    /* Positions past the trained context are extrapolation (RoPE beyond its range):
+     * the figures describe a model outside its domain, and the pass costs
+     * O(ctx^2) attention for it. */
+    snprintf(msg, size,
+             "the model was trained on only %d context tokens (%d specified): positions past "
+             "%d are outside its training, as llama-perplexity warns",
+             hp->n_ctx_train, ctx, hp->n_ctx_train);
+    return true;
 }
 
 ql_status ql_ppl_data_from_file(ql_ppl_data *d, const ql_tokenizer *tok, const char *path, int ctx,

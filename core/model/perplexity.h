@@ -39,6 +39,12 @@ typedef struct {
 ql_status ql_ppl_data_from_text(ql_ppl_data *d, const ql_tokenizer *tok, const char *text,
                                 size_t len, int ctx, int64_t max_chunks, ql_error *err);
 
+/* Whether a pass of ctx tokens goes beyond the context the model was trained on
+ * (hp->n_ctx_train, when the file gives one): then msg gets llama-perplexity's
+ * warning ("the model was trained on only N context tokens (M specified)"), which
+ * every command that starts a pass over a text prints before it. */
+bool ql_ppl_ctx_beyond_training(const ql_hparams *hp, int ctx, char *msg, size_t size);
+
 /* Same from the text file at path; a tokenizing or chunking error is prefixed with
  * "<path>: " (read errors name the file already). */
 ql_status ql_ppl_data_from_file(ql_ppl_data *d, const ql_tokenizer *tok, const char *path, int ctx,

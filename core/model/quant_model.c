@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/data.h"
 #include "base/progress.h"
 #include "base/util.h"
 #include "formats/types.h"
@@ -202,8 +203,9 @@ static bool has_importance(const void *ctx, int64_t i, const ql_quant_plan_entry
 
 /* Validates every tensor of the plan against its source before anything is written. */
 static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p, const ql_quant_model_opts *opts,
-                            ql_error *err)
+                            int64_t *requantized, ql_error *err)
 {
+    int64_t n_requantized = 0;
     /* A tensor without importance weights that its type needs: in a pure plan with
      * an imatrix that has no entry for it (token_embd) it takes the type
      * llama-quantize's very-low-bit mixes give such tensors; a mix refuses it, as
@@ -219,11 +221,23 @@ static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p, const ql_quant_m
         const ql_quant_plan_entry *e = &p->entries[i];
         if (t->type == e->used)
             continue;
-        if (!ql_quant_is_float_type(t->type))
-            return ql_error_set(err, QL_EUNSUPPORTED,
-                                "%s: tensor '%s' is %s; qlab quantizes from F32, F16 or BF16 "
-                                "tensors only",
-                                g->path, t->name, ql_type_name(t->type));
+        if (!ql_quant_is_float_type(t->type)) {
+            const ql_type_traits *src = ql_type_get(t->type);
+            if (!opts->allow_requantize)
+                return ql_error_set(err, QL_EUNSUPPORTED,
+                                    "%s: tensor '%s' is %s: requantizing from type %s is "
+                                    "disabled, as in llama-quantize (--allow-requantize "
+                                    "quantizes it again from its dequantized values)",
+                                    g->path, t->name, ql_type_name(t->type), ql_type_name(t->type));
+            if (!src || !src->dequantize || !t->data)
+                return ql_error_set(err, QL_EUNSUPPORTED,
+                                    "%s: tensor '%s': qlab cannot read its type %s", g->path,
+                                    t->name, ql_type_name(t->type));
+            ql_status st = ql_type_prepare(t->type, err);
+            if (st)
+                return ql_error_prefix(err, "%s: tensor '%s': ", g->path, t->name);
+            n_requantized++;
+        }
         const ql_type_traits *tr = ql_type_get(e->used);
         if (!tr->quantize)
             return ql_error_set(err, QL_EUNSUPPORTED,
@@ -238,6 +252,7 @@ static ql_status check_plan(const ql_gguf *g, ql_quant_plan *p, const ql_quant_m
         if (st)
             return ql_error_prefix(err, "%s: tensor '%s': ", g->path, t->name);
     }
+    *requantized = n_requantized;
     return QL_OK;
 }
 
@@ -397,32 +412,147 @@ static ql_status alloc_work(work_buffers *b, ql_quant_model_report *r, bool stat
     return QL_OK;
 }
 
-/* The output file up to its tensor data: the model's keys, the quantization
- * version, the file type, the imatrix keys and every tensor's info. */
+/* ---------------------------------------------------------------------------
+ * Output: one file, or a split set like the input's (--keep-split) */
+
+bool ql_quant_out_path(const char *out, int k, int n, char *buf, size_t size)
+{
+    if (n == 1) {
+        const size_t len = strlen(out);
+        if (len >= size)
+            return false;
+        memcpy(buf, out, len + 1);
+        return true;
+    }
+    char prefix[QL_PATH_MAX];
+    int k0, n0;
+    if (!ql_gguf_split_prefix(out, prefix, sizeof prefix, &k0, &n0)) {
+        const size_t len = strlen(out);
+        if (len >= sizeof prefix)
+            return false;
+        memcpy(prefix, out, len + 1);
+        if (len > 5 && strcmp(prefix + len - 5, ".gguf") == 0)
+            prefix[len - 5] = '\0';
+    }
+    return ql_gguf_split_path(buf, size, prefix, k, n);
+}
+
+ql_status ql_quant_kv_override_parse(const char *text, ql_quant_kv_override *out, ql_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *eq = strchr(text, '=');
+    if (!eq || eq == text || (size_t)(eq - text) >= QL_QUANT_KV_KEY_MAX)
+        return ql_error_set(err, QL_EINVAL,
+                            "malformed KV override '%s': expected KEY=TYPE:VALUE with a key of "
+                            "1..%d bytes (TYPE int, float, bool or str)",
+                            text, QL_QUANT_KV_KEY_MAX - 1);
+    memcpy(out->key, text, (size_t)(eq - text));
+    out->key[eq - text] = '\0';
+    const char *v = eq + 1;
+    ql_gguf_value *val = &out->value;
+    if (strncmp(v, "int:", 4) == 0) {
+        int64_t i;
+        if (!ql_parse_i64(v + 4, &i) || i < INT32_MIN || i > INT32_MAX)
+            return ql_error_set(err, QL_EINVAL,
+                                "KV override '%s': expected an integer in %d..%d after int:, "
+                                "got '%s'",
+                                text, INT32_MIN, INT32_MAX, v + 4);
+        val->type = QL_GGUF_INT32;
+        val->v.i32 = (int32_t)i;
+    } else if (strncmp(v, "float:", 6) == 0) {
+        double d;
+        if (!ql_parse_double(v + 6, &d) || !isfinite((float)d))
+            return ql_error_set(err, QL_EINVAL,
+                                "KV override '%s': expected a finite number after float:, got "
+                                "'%s'",
+                                text, v + 6);
+        val->type = QL_GGUF_FLOAT32;
+        val->v.f32 = (float)d;
+    } else if (strncmp(v, "bool:", 5) == 0) {
+        val->type = QL_GGUF_BOOL;
+        if (strcmp(v + 5, "true") == 0)
+            val->v.b = true;
+        else if (strcmp(v + 5, "false") == 0)
+            val->v.b = false;
+        else
+            return ql_error_set(err, QL_EINVAL,
+                                "KV override '%s': expected true or false after bool:, got '%s'",
+                                text, v + 5);
+    } else if (strncmp(v, "str:", 4) == 0) {
+        if (strlen(v + 4) > 127)
+            return ql_error_set(err, QL_EINVAL,
+                                "KV override '%s': the value has %zu bytes, at most 127 allowed",
+                                text, strlen(v + 4));
+        val->type = QL_GGUF_STRING;
+        val->v.str.ptr = (char *)(uintptr_t)(v + 4);
+        val->v.str.len = strlen(v + 4);
+    } else {
+        return ql_error_set(err, QL_EINVAL,
+                            "KV override '%s': unknown type '%.*s', expected int:, float:, bool: "
+                            "or str:",
+                            text, (int)strcspn(v, ":"), v);
+    }
+    return QL_OK;
+}
+
+/* The split keys of file k of n (n > 1), as llama-quantize --keep-split and gguf-split
+ * write them into every file: u16, u16, i32. */
+static ql_status write_split_keys(ql_gguf_writer *w, int k, int n, int64_t n_tensors, ql_error *err)
+{
+    if (n_tensors > INT32_MAX)
+        return ql_error_set(err, QL_EINVAL, "%lld tensors: beyond %s's i32", (long long)n_tensors,
+                            QL_GGUF_SPLIT_TENSORS_COUNT);
+    ql_gguf_value v = {.type = QL_GGUF_UINT16};
+    ql_status st;
+    v.v.u16 = (uint16_t)k;
+    if ((st = ql_gguf_writer_set_kv(w, QL_GGUF_SPLIT_NO, &v, err)))
+        return st;
+    v.v.u16 = (uint16_t)n;
+    if ((st = ql_gguf_writer_set_kv(w, QL_GGUF_SPLIT_COUNT, &v, err)))
+        return st;
+    return ql_gguf_writer_set_i32(w, QL_GGUF_SPLIT_TENSORS_COUNT, (int32_t)n_tensors, err);
+}
+
+/* Output file k of n up to its tensor data: in the first, the model's keys, the
+ * quantization version, the file type, the imatrix keys and the overrides; the split
+ * keys when there are several files; the infos of the tensors it holds. */
 static ql_status begin_output(ql_gguf_writer *w, const ql_gguf *g, const ql_quant_plan *p,
-                              uint32_t ftype, const ql_quant_model_opts *opts, const char *out_path,
-                              ql_error *err)
+                              uint32_t ftype, const ql_quant_model_opts *opts, int k, int n,
+                              const char *path, ql_error *err)
 {
     ql_status st;
-    if ((st = ql_gguf_writer_set_alignment(w, g->alignment, err)) ||
-        (st = ql_gguf_writer_copy_kvs(w, g, err)) ||
-        (st =
-             ql_gguf_writer_set_u32(w, "general.quantization_version", QL_GGML_QNT_VERSION, err)) ||
-        (st = ql_gguf_writer_set_u32(w, "general.file_type", ftype, err)) ||
-        (st = ql_quant_write_imatrix_keys(w, opts->imatrix_meta, err)))
+    if ((st = ql_gguf_writer_set_alignment(w, ql_gguf_file(g, n > 1 ? k : 0)->alignment, err)))
+        return st;
+    if (k == 0) {
+        if ((st = ql_gguf_writer_copy_kvs(w, g, err)) ||
+            (st = ql_gguf_writer_set_u32(w, "general.quantization_version", QL_GGML_QNT_VERSION,
+                                         err)) ||
+            (st = ql_gguf_writer_set_u32(w, "general.file_type", ftype, err)) ||
+            (st = ql_quant_write_imatrix_keys(w, opts->imatrix_meta, err)))
+            return st;
+        for (int i = 0; i < opts->n_kv_overrides; i++)
+            if ((st = ql_gguf_writer_set_kv(w, opts->kv_overrides[i].key,
+                                            &opts->kv_overrides[i].value, err)))
+                return ql_error_prefix(err, "--override-kv %s: ", opts->kv_overrides[i].key);
+    }
+    if (n > 1 && (st = write_split_keys(w, k, n, p->n, err)))
         return st;
     for (int64_t i = 0; i < p->n; i++) {
         const ql_quant_plan_entry *e = &p->entries[i];
+        if (n > 1 && g->tensors[i].file != k)
+            continue;
         if ((st = ql_gguf_writer_add_tensor(w, e->name, e->n_dims, e->ne, e->used, e->bytes, err)))
             return st;
     }
-    return ql_gguf_writer_begin(w, out_path, err);
+    return ql_gguf_writer_begin(w, path, err);
 }
 
-/* Every tensor in file order, quantized (or copied when it keeps its type), with
- * its error statistics and their model totals when asked for. */
-static ql_status write_tensors(ql_gguf_writer *w, const ql_gguf *g, ql_quant_model_report *r,
-                               const ql_quant_model_opts *opts, work_buffers *b, ql_error *err)
+/* Every tensor in file order, quantized (or copied when it keeps its type) into the
+ * writer of its file, with its error statistics and their model totals when asked
+ * for. */
+static ql_status write_tensors(ql_gguf_writer **w, int n_out, const ql_gguf *g,
+                               ql_quant_model_report *r, const ql_quant_model_opts *opts,
+                               work_buffers *b, ql_error *err)
 {
     ql_progress prog;
     ql_progress_begin(&prog, "quantize", "tensor", r->plan->n, opts->quiet);
@@ -443,7 +573,7 @@ static ql_status write_tensors(ql_gguf_writer *w, const ql_gguf *g, ql_quant_mod
         if (st)
             return ql_error_prefix(err, "%s: tensor '%s' (%s): ", g->path, e->name,
                                    ql_type_name(e->used));
-        if ((st = ql_gguf_writer_write_tensor(w, bytes, e->bytes, err)))
+        if ((st = ql_gguf_writer_write_tensor(w[n_out > 1 ? t->file : 0], bytes, e->bytes, err)))
             return st;
         if (te) {
             ql_weight_error_merge(&r->total, te);
@@ -453,6 +583,24 @@ static ql_status write_tensors(ql_gguf_writer *w, const ql_gguf *g, ql_quant_mod
         ql_progress_update(&prog, i + 1, e->name);
     }
     ql_progress_end(&prog, r->plan->n, NULL);
+    return QL_OK;
+}
+
+/* The writers of the n output files, begun. */
+static ql_status open_outputs(ql_gguf_writer **w, int n, const ql_gguf *g, const ql_quant_plan *p,
+                              uint32_t ftype, const ql_quant_model_opts *opts, const char *out_path,
+                              ql_error *err)
+{
+    for (int k = 0; k < n; k++) {
+        char path[QL_PATH_MAX];
+        ql_status st;
+        if (!ql_quant_out_path(out_path, k, n, path, sizeof path))
+            return ql_error_set(err, QL_EINVAL, "%s: the path of output file %d is too long",
+                                out_path, k + 1);
+        if ((st = ql_gguf_writer_alloc(&w[k], err)) ||
+            (st = begin_output(w[k], g, p, ftype, opts, k, n, path, err)))
+            return st;
+    }
     return QL_OK;
 }
 
@@ -469,25 +617,39 @@ ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_qua
         return st;
     const double t0 = ql_now();
     ql_gguf *g = NULL;
-    ql_gguf_writer *w = NULL;
+    ql_gguf_writer **w = NULL;
+    int n_out = 1;
     work_buffers b = {0};
     ql_quant_model_report *r = calloc(1, sizeof *r);
     if (!r)
         return ql_error_set(err, QL_ENOMEM, "out of memory for a quantization report");
     r->file_type = ftype;
-    if ((st = ql_gguf_open(&g, in_path, err)) ||
-        (st = ql_quant_plan_build(g, &cfg, &r->plan, err)) ||
-        (st = check_plan(g, r->plan, opts, err)) || (st = alloc_work(&b, r, opts->stats, err)) ||
-        (st = ql_gguf_writer_alloc(&w, err)) ||
-        (st = begin_output(w, g, r->plan, ftype, opts, out_path, err)) ||
-        (st = write_tensors(w, g, r, opts, &b, err)) || (st = ql_gguf_writer_finish(w, err)))
+    if ((st = ql_gguf_open(&g, in_path, err)))
         goto out;
-    r->file_size = ql_gguf_writer_file_size(w);
+    n_out = opts->keep_split ? g->n_files : 1;
+    if (!(w = calloc((size_t)n_out, sizeof *w))) {
+        st = ql_error_set(err, QL_ENOMEM, "out of memory for %d writers", n_out);
+        goto out;
+    }
+    if ((st = ql_quant_plan_build(g, &cfg, &r->plan, err)) ||
+        (st = check_plan(g, r->plan, opts, &r->n_requantized, err)) ||
+        (st = alloc_work(&b, r, opts->stats, err)) ||
+        (st = open_outputs(w, n_out, g, r->plan, ftype, opts, out_path, err)) ||
+        (st = write_tensors(w, n_out, g, r, opts, &b, err)))
+        goto out;
+    for (int k = 0; k < n_out; k++) {
+        if ((st = ql_gguf_writer_finish(w[k], err)))
+            goto out;
+        r->file_size += ql_gguf_writer_file_size(w[k]);
+    }
+    r->n_files = n_out;
     r->seconds = ql_now() - t0;
     *report = r;
     r = NULL;
 out:
-    ql_gguf_writer_free(w);
+    for (int k = 0; w && k < n_out; k++)
+        ql_gguf_writer_free(w[k]);
+    free(w);
     free(b.f32);
     free(b.deq);
     free(b.q);

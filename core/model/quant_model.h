@@ -95,6 +95,19 @@ typedef struct {
 ql_status ql_quant_write_imatrix_keys(ql_gguf_writer *w, const ql_quant_imatrix_meta *m,
                                       ql_error *err);
 
+/* One --override-kv KEY=TYPE:VALUE (llama.cpp's syntax): int (written as i32),
+ * float (f32), bool (true/false) or str (at most 127 bytes). */
+#define QL_QUANT_KV_KEY_MAX 128
+typedef struct {
+    char key[QL_QUANT_KV_KEY_MAX];
+    ql_gguf_value value; /* a str value points into the parsed text */
+} ql_quant_kv_override;
+
+/* Parses text as llama.cpp's string_parse_kv_override does, but strictly: an int
+ * must be an integer in the i32 range, a float a finite number, a key 1..127 bytes.
+ * Errors quote the text and say what was expected. */
+ql_status ql_quant_kv_override_parse(const char *text, ql_quant_kv_override *out, ql_error *err);
+
 typedef struct {
     ql_quant_config cfg;
     ql_imatrix_lookup_fn imatrix; /* NULL: no importance weights (ggml's reference path) */
@@ -106,7 +119,23 @@ typedef struct {
     ql_imatrix_lookup_fn stats_imatrix;
     void *stats_imatrix_ctx;
     const ql_quant_imatrix_meta *imatrix_meta; /* NULL: no quantize.imatrix.* keys */
+    /* llama-quantize --allow-requantize: a quantized source tensor is quantized again
+     * from its dequantized values (else such a source is refused, as llama-quantize
+     * refuses it). */
+    bool allow_requantize;
+    /* llama-quantize --override-kv: written after every other key (so they win). */
+    const ql_quant_kv_override *kv_overrides;
+    int n_kv_overrides;
+    /* llama-quantize --keep-split: a split input is written as a split set of as many
+     * files, each with the tensors of its input file (ql_quant_out_path names them);
+     * else one file. */
+    bool keep_split;
 } ql_quant_model_opts;
+
+/* Path of output file k of n for the OUT a user gave: OUT itself when n is 1; else
+ * the split set's name NAME-0000k-of-0000n.gguf, NAME being OUT without ".gguf" (or
+ * without its own -00001-of-0000N.gguf). Returns false when it does not fit. */
+bool ql_quant_out_path(const char *out, int k, int n, char *buf, size_t size);
 
 typedef struct {
     ql_quant_plan *plan;     /* one entry per tensor, file order */
@@ -115,7 +144,9 @@ typedef struct {
     ql_weight_error body;    /* all but the head and the embeddings (when opts.stats) */
     bool *has_imatrix;       /* per tensor: importance weights were used to quantize it */
     uint32_t file_type;      /* general.file_type written */
-    uint64_t file_size;      /* bytes of the written file */
+    uint64_t file_size;      /* bytes of the written file (all files of a split set) */
+    int32_t n_files;         /* files written: 1, or a split set's count (keep_split) */
+    int64_t n_requantized;   /* quantized source tensors quantized again */
     double seconds;
 } ql_quant_model_report;
 
@@ -129,8 +160,9 @@ bool ql_quant_llama_ftype(int32_t type, uint32_t *ftype);
  * types, Q8_1 and Q8_K not weight types). */
 ql_status ql_quant_model_check_type(int32_t type, const char *what, ql_error *err);
 
-/* Quantizes in_path into out_path. Errors name the file and tensor. INT8_ROW and
- * Q8_0_XC are refused (they are not GGUF types). On success *report (free with
+/* Quantizes in_path (a file or a split set's first file) into out_path. Errors
+ * name the file and tensor. INT8_ROW and Q8_0_XC are refused (they are not GGUF
+ * types); so is a quantized source tensor without allow_requantize. On success *report (free with
  * ql_quant_model_report_free) describes what was written. */
 ql_status ql_quant_model(const char *in_path, const char *out_path, const ql_quant_model_opts *opts,
                          ql_quant_model_report **report, ql_error *err);

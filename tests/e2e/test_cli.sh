@@ -164,12 +164,28 @@ expect 0 "--threads wins over OMP_NUM_THREADS" env OMP_NUM_THREADS=lots \
 need_file "$QLAB_SHARED/models/stories260K.gguf"
 
 # eval: short aliases, --opt=value, an abbreviation, options before MODEL.
-"$qlab" eval $m --text ts-eval --ctx 64 --chunks 2 --threads 1 >"$tmp/eval.long" 2>/dev/null ||
+"$qlab" eval $m --text ts-eval --ctx 64 --chunks 2 --threads 1 --quiet >"$tmp/eval.long" 2>/dev/null ||
     bad "eval, long spelling"
 expect 0 "eval: -f -c -t, --chunks=2, options first" "$qlab" eval -f ts-eval -c64 --chunks=2 -t 1 -q $m
 same "eval: the same PPL" "$tmp/eval.long" "$tmp/out"
 expect 0 "eval: -m, abbreviations --te= --ch" "$qlab" eval --te=ts-eval --ch 2 -c 64 -m $m -q
 same "eval: the same PPL with -m" "$tmp/eval.long" "$tmp/out"
+# llama.cpp's long names (common/arg.cpp, llama-perplexity) for the same options.
+expect 0 "eval: --file --ctx-size --threads --model" "$qlab" eval --file ts-eval --ctx-size 64 --chunks 2 --threads 1 -q --model $m
+same "eval: the same PPL with llama.cpp's names" "$tmp/eval.long" "$tmp/out"
+usage_error "eval: did you mean" "qlab eval" "unknown option '--chunsk'; did you mean '--chunks'?" "$qlab" eval $m -f ts-eval --chunsk 2
+usage_error "eval: did you mean an alias" "qlab eval" "unknown option '--ctx_size'; did you mean '--ctx-size'?" "$qlab" eval $m -f ts-eval --ctx_size 2
+usage_error "quantize: did you mean" "qlab quantize" "unknown option '--imatrx'; did you mean '--imatrix'?" "$qlab" quantize a b Q4_0 --imatrx x
+usage_error "quantize: file type" "qlab quantize" "unknown file type 'Q4_KM'; did you mean 'Q4_K_M'?" "$qlab" quantize a b Q4_KM
+usage_error "quantize: head type" "qlab quantize" "--head-type: unknown type 'Q8'; did you mean 'Q8_0'?" "$qlab" quantize a b --type Q4_0 --head-type Q8
+usage_error "unknown command: did you mean" "qlab" "unknown command 'swep'; did you mean 'sweep'?" "$qlab" swep x
+# An internal option is not listed and takes no prefix: --job is --jobs.
+"$qlab" sweep --help >"$tmp/h"
+grep -q "job-of" "$tmp/h" && bad "sweep --help lists the internal --job-of" || ok "sweep --help hides --job-of"
+usage_error "sweep: --job is --jobs" "qlab sweep" "-j" "$qlab" sweep x.sweep --job 0
+has "$tmp/err" "--jobs: expected an integer in 1..256, got '0'" "--job 2 is not ambiguous"
+expect 1 "eval: a named model, did you mean" "$qlab" eval storie260K -f ts-eval
+has "$tmp/err" "did you mean 'stories260K'?" "a dataset name gets a suggestion"
 # OMP_NUM_THREADS (its first number) when --threads is not given.
 expect 0 "eval: OMP_NUM_THREADS=7" env OMP_NUM_THREADS=7 "$qlab" eval $m -f ts-eval -c 64 --chunks 1 -q
 has "$tmp/err" "; 7 threads" "eval runs OMP_NUM_THREADS threads"

@@ -451,7 +451,8 @@ static void test_mixes(void)
     /* A number alone is not a type name (llama-quantize's TYPE takes it only via mix:). */
     check_bad("weight_type=15", "weight_type: unknown type '15' (valid: the GGUF weight types F32 "
                                 "F16 BF16 Q8_0 Q4_0 ... IQ1_M, INT8_ROW, Q8_0_XC)");
-    check_bad("weight_type=Q4_KM", "weight_type: unknown type 'Q4_KM'; did you mean 'Q4_K'?");
+    /* Q4_KM is as near Q4_K as Q4_K_M; it shortens the file type, the likelier meaning. */
+    check_bad("weight_type=Q4_KM", "weight_type: unknown type 'Q4_KM'; did you mean 'Q4_K_M'?");
     check_bad("weight_type=Q3_K_LL", "weight_type: unknown type 'Q3_K_LL'; did you mean 'Q3_K_L'?");
     check_bad("weight_type=mix:Q4_K_MM",
               "weight_type: unknown llama-quantize file type 'Q4_K_MM'; did you mean 'Q4_K_M'?");

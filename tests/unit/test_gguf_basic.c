@@ -6,8 +6,32 @@
 #include "model/gguf.h"
 #include "qltest.h"
 
+/* The names of a split set's files, as llama.cpp's llama_split_path and
+ * llama_split_prefix make and read them. */
+static void split_names(void)
+{
+    char buf[64], prefix[64];
+    int k = -1, n = -1;
+    CHECK(ql_gguf_split_path(buf, sizeof buf, "m/q", 1, 4) &&
+          strcmp(buf, "m/q-00002-of-00004.gguf") == 0);
+    CHECK(!ql_gguf_split_path(buf, 16, "m/q", 1, 4)); /* does not fit */
+    CHECK(ql_gguf_split_prefix("m/q-00002-of-00004.gguf", prefix, sizeof prefix, &k, &n) &&
+          strcmp(prefix, "m/q") == 0 && k == 1 && n == 4);
+    CHECK(ql_gguf_split_prefix("a-b-00001-of-00001.gguf", prefix, sizeof prefix, &k, &n) &&
+          strcmp(prefix, "a-b") == 0 && k == 0 && n == 1);
+    CHECK(ql_gguf_split_prefix("x-123456-of-123456.gguf", prefix, sizeof prefix, &k, &n) &&
+          k == 123455 && n == 123456); /* %05d grows */
+    CHECK(!ql_gguf_split_prefix("x-0001-of-00004.gguf", prefix, sizeof prefix, &k, &n));
+    CHECK(!ql_gguf_split_prefix("x-00005-of-00004.gguf", prefix, sizeof prefix, &k, &n));
+    CHECK(!ql_gguf_split_prefix("x-00000-of-00004.gguf", prefix, sizeof prefix, &k, &n));
+    CHECK(!ql_gguf_split_prefix("x-00001-of-00004.bin", prefix, sizeof prefix, &k, &n));
+    CHECK(!ql_gguf_split_prefix("00001-of-00004.gguf", prefix, sizeof prefix, &k, &n));
+    CHECK(!ql_gguf_split_prefix("model.gguf", prefix, sizeof prefix, &k, &n));
+}
+
 int main(void)
 {
+    split_names();
     const char *path = qlt_shared("models/stories260K.gguf");
     ql_error err;
     ql_gguf *g = NULL;

@@ -11,7 +11,7 @@
 typedef struct {
     const char *args[2]; /* MODEL [OUT] */
     const char *text, *prompt;
-    int ctx, threads, fmt;
+    int ctx, threads, fmt, jobs, job_of;
     int64_t seed;
     double ratio;
     uint64_t mem;
@@ -67,7 +67,8 @@ static run parse_words(const char *const *words, bool stop_at_arg)
         ql_opt_required(ql_opt_str("text", 'f', &r.v.text, "FILE", "the text")),
         ql_opt_text("prompt", 'p', &r.v.prompt, "TEXT", "a prompt, empty allowed"),
         ql_opt_section("numbers:"),
-        ql_opt_int("ctx", 'c', &r.v.ctx, 4, 1 << 20, "N", "context\nsecond help line"),
+        ql_opt_alias(ql_opt_int("ctx", 'c', &r.v.ctx, 4, 1 << 20, "N", "context\nsecond help line"),
+                     "ctx-size context-length"),
         ql_opt_threads(&r.v.threads, QL_OPT_THREADS_HELP),
         ql_opt_i64("seed", 's', &r.v.seed, 0, INT64_MAX, "S", "seed"),
         ql_opt_double("ratio", 0, &r.v.ratio, 0, 10, "R", "a ratio"),
@@ -78,6 +79,9 @@ static run parse_words(const char *const *words, bool stop_at_arg)
         ql_opt_flag("stats", 0, &r.v.stats, "statistics"),
         ql_opt_flag("stats-more", 0, &r.v.stats_more, "more statistics"),
         ql_opt_set("csv", 0, &r.v.fmt, 2, "CSV"),
+        ql_opt_int("jobs", 'j', &r.v.jobs, 1, 8, "N", "jobs"),
+        ql_opt_hidden(ql_opt_int("job-of", 0, &r.v.job_of, 1, 8, "K", "internal")),
+        ql_opt_alias(ql_opt_str("output", 'o', &r.v.args[1], "OUT", NULL), "output-file"),
     };
     static const char *const names[] = {"MODEL", "OUT"};
     static ql_opt table[QL_OPT_MAX];
@@ -130,8 +134,13 @@ static void values(void)
     CHECK(strcmp(err.msg, "expected a number in 0..3, got '4'") == 0);
     int32_t t;
     CHECK(ql_opt_parse_type("q4_k", NULL, 0, &t, &err) == QL_OK && t == QL_TYPE_Q4_K);
-    CHECK(ql_opt_parse_type("Q9_9", NULL, 0, &t, &err) == QL_EINVAL);
-    CHECK(strcmp(err.msg, "unknown type 'Q9_9'") == 0);
+    CHECK(ql_opt_parse_type("WXYZ", NULL, 0, &t, &err) == QL_EINVAL);
+    CHECK_MSG(strcmp(err.msg, "unknown type 'WXYZ'") == 0, "%s", err.msg);
+    CHECK(ql_opt_parse_type("Q4_O", NULL, 0, &t, &err) == QL_EINVAL);
+    CHECK_MSG(strcmp(err.msg, "unknown type 'Q4_O'; did you mean 'Q4_0'?") == 0, "%s", err.msg);
+    CHECK(ql_opt_parse_type("F1G", kv_types, 2, &t, &err) == QL_EINVAL);
+    CHECK_MSG(strcmp(err.msg, "expected F32 or F16, got 'F1G'; did you mean 'F16'?") == 0, "%s",
+              err.msg);
     CHECK(ql_opt_parse_type("f16", kv_types, 2, &t, &err) == QL_OK && t == QL_TYPE_F16);
     CHECK(ql_opt_parse_type("Q8_0", kv_types, 2, &t, &err) == QL_EINVAL);
     CHECK_MSG(strcmp(err.msg, "expected F32 or F16, got 'Q8_0'") == 0, "%s", err.msg);
@@ -255,6 +264,46 @@ static void errors(void)
     CHECK(r.rc == 0 && help_calls == 3);
 }
 
+/* llama.cpp's other names of an option, internal options, "did you mean". */
+static void names(void)
+{
+    /* An alias is a name like the first: exact, abbreviated, with = or a value after. */
+    run r = PARSE("M", "-f", "T", "--ctx-size", "64");
+    CHECK_MSG(r.rc == QL_OPT_GO_ON && r.v.ctx == 64 && ql_opt_given(&r.p, "ctx"), "%s", r.err);
+    r = PARSE("M", "-f", "T", "--context-length=32");
+    CHECK_MSG(r.rc == QL_OPT_GO_ON && r.v.ctx == 32, "%s", r.err);
+    r = PARSE("M", "-f", "T", "--ctx-s", "16");
+    CHECK_MSG(r.rc == QL_OPT_GO_ON && r.v.ctx == 16, "%s", r.err);
+    /* Messages spell the option as given. */
+    r = PARSE("M", "-f", "T", "--ctx-size", "2");
+    expect_usage(&r, "--ctx-size: expected an integer in 4..1048576, got '2'");
+    /* Abbreviating both names of one option is not ambiguous; two options are. */
+    r = PARSE("M", "-f", "T", "--ctx", "8");
+    CHECK_MSG(r.rc == QL_OPT_GO_ON && r.v.ctx == 8, "%s", r.err);
+    r = PARSE("M", "-f", "T", "--c", "8");
+    expect_usage(&r, "option '--c' is ambiguous (--ctx, --csv)");
+    r = PARSE("M", "-f", "T", "--output-file", "O");
+    CHECK_MSG(r.rc == QL_OPT_GO_ON && strcmp(r.v.args[1], "O") == 0, "%s", r.err);
+
+    /* An internal option takes no abbreviation, and none of a public one is its. */
+    r = PARSE("M", "-f", "T", "--job", "2");
+    CHECK_MSG(r.rc == QL_OPT_GO_ON && r.v.jobs == 2 && r.v.job_of == 0, "%s", r.err);
+    r = PARSE("M", "-f", "T", "--job-of", "3");
+    CHECK_MSG(r.rc == QL_OPT_GO_ON && r.v.job_of == 3 && r.v.jobs == 0, "%s", r.err);
+    r = PARSE("M", "-f", "T", "--job-o", "3");
+    expect_usage(&r, "unknown option '--job-o'; did you mean '--jobs'?");
+
+    /* Did you mean: among the listed names (aliases too, internal ones never). */
+    r = PARSE("M", "-f", "T", "--qiuet");
+    expect_usage(&r, "unknown option '--qiuet'; did you mean '--quiet'?");
+    r = PARSE("M", "-f", "T", "--ctx_size=8");
+    expect_usage(&r, "unknown option '--ctx_size'; did you mean '--ctx-size'?");
+    r = PARSE("M", "-f", "T", "--threds", "2");
+    expect_usage(&r, "unknown option '--threds'; did you mean '--threads'?");
+    r = PARSE("M", "-f", "T", "--zzzzzz");
+    expect_usage(&r, "unknown option '--zzzzzz'");
+}
+
 static void threads_env(void)
 {
     /* Precedence: --threads, then OMP_NUM_THREADS (its first level), else 0 (all cores). */
@@ -301,6 +350,12 @@ static void listing(void)
     CHECK_MSG(strstr(buf, "      --ratio R      a ratio\n"), "%s", buf);
     CHECK_MSG(strstr(buf, "  -t, --threads N    threads (default: $OMP_NUM_THREADS"), "%s", buf);
     CHECK_MSG(strstr(buf, "  -h, --help         print this help and exit\n"), "%s", buf);
+    /* Aliases close the option's help; internal options are not listed. */
+    CHECK_MSG(strstr(buf, "                     second help line\n"
+                          "                     (also --ctx-size --context-length)\n"),
+              "%s", buf);
+    CHECK_MSG(strstr(buf, "  -o, --output OUT   (also --output-file)\n"), "%s", buf);
+    CHECK_MSG(!strstr(buf, "job-of"), "%s", buf);
 }
 
 int main(void)
@@ -309,6 +364,7 @@ int main(void)
     spellings();
     positionals();
     errors();
+    names();
     threads_env();
     listing();
     return qlt_done();
