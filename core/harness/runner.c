@@ -4,6 +4,7 @@
 
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -445,13 +446,39 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
     char ref[32], cfg[32];
     ql_format_duration(sum->ref_seconds, ref, sizeof ref);
     ql_format_duration(sum->configs_seconds, cfg, sizeof cfg);
-    char elsewhere[64] = "";
+    /* What this sweep left undone: configs still to do that no process finished (an
+     * interrupt, a job that died), the interrupted ones among them. */
+    size_t not_run = 0, interrupted = 0;
+    for (size_t i = 0; i < n; i++) {
+        const bool stopped = strcmp(rows[i].status, "interrupted") == 0;
+        interrupted += stopped;
+        not_run += stopped || strcmp(rows[i].status, "not run") == 0;
+    }
+    char elsewhere[64] = "", left[64] = "";
     if (sum->n_elsewhere)
         snprintf(elsewhere, sizeof elsewhere, ", %zu left to another process", sum->n_elsewhere);
-    printf("\nsweep %s: %zu config%s (%zu run, %zu already done, %zu failed%s), %lld scored "
+    if (not_run)
+        snprintf(left, sizeof left, ", %zu not run", not_run);
+    printf("\nsweep %s: %zu config%s (%zu run, %zu already done, %zu failed%s%s), %lld scored "
            "tokens per pass\n",
            s->sw->name, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
-           sum->n_failed, elsewhere, (long long)sum->scored_tokens);
+           sum->n_failed, elsewhere, left, (long long)sum->scored_tokens);
+    if (not_run) {
+        const int sig = ql_interrupted();
+        char why[96] = "stopped";
+        if (sig)
+            snprintf(why, sizeof why, "interrupted (%s)",
+                     sig == SIGINT    ? "SIGINT"
+                     : sig == SIGTERM ? "SIGTERM"
+                                      : "a signal");
+        char marked[96] = "";
+        if (interrupted)
+            snprintf(marked, sizeof marked,
+                     " (%zu of them stopped in progress, marked interrupted)", interrupted);
+        printf("%s: %zu config%s stored by this sweep, %zu not run%s; the same command resumes\n",
+               why, sum->n_run + sum->n_failed, sum->n_run + sum->n_failed == 1 ? "" : "s", not_run,
+               marked);
+    }
     double per_pass = sum->n_run ? sum->forward_seconds / (double)sum->n_run : (double)NAN;
     if (s->ref && !ql_reference_from_cache(s->ref) && !sum->n_run)
         printf("timing: reference pass %s; no config ran\n", ref);
@@ -463,8 +490,11 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
     else if (sum->n_run)
         printf("timing: reference %s; %zu quantized passes %s (forward %.1f s each)\n",
                s->ref ? "loaded from cache" : "not needed", sum->n_run, cfg, per_pass);
-    else
+    else if (s->n_todo == 0)
         printf("timing: nothing to run (every config was done before)\n");
+    else /* configs to do, none of them run here: failed, stopped, or another's */
+        printf("timing: reference %s; no config ran to the end\n",
+               s->ref ? "loaded from cache" : "not computed");
     printf("results: %s\n", s->db_path);
 }
 
