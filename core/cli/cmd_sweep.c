@@ -41,7 +41,10 @@ static void help(const ql_opt_parser *p)
            "imatrix calib:NAME[,ctx=N][,chunks=K] computes the importance matrix as\n"
            "'qlab imatrix' does over the text NAME (ctx default: the sweep's, chunks default:\n"
            "all), once per sweep, cached in the cache directory. Every run's imatrix_err is\n"
-           "weighed by the first imatrix the sweep names, with or without it quantizing.\n");
+           "weighed by the first imatrix the sweep names, with or without it quantizing.\n"
+           "Every path a sweep file names (model, text, an imatrix file or calib: text,\n"
+           "file: configs, tensor_types recipes) is relative to the sweep file's directory,\n"
+           "wherever qlab runs from; a name from datasets/manifest.tsv is found by name.\n");
 }
 
 /* SIGINT, SIGTERM: only a flag; the runner stops between blocks and configs. */
@@ -204,6 +207,11 @@ int ql_cmd_sweep(int argc, char **argv)
         return sum.n_failed && strict ? QL_EXIT_RUNTIME : QL_EXIT_OK;
     }
 
+    /* The list is of configs that can run: the files they read are there. */
+    if (ql_sweep_check_inputs(&sw, &err) != QL_OK) {
+        ql_sweep_deinit(&sw);
+        return ql_cli_fail(&err);
+    }
     size_t kept = 0;
     for (size_t i = 0; i < sw.n_points; i++)
         kept += ql_shard_keeps(&shard, i);

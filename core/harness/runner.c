@@ -312,18 +312,22 @@ static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
     const ql_data_entry *me = NULL, *te = NULL;
-    ql_status st;
-    if (ql_synth_is_spec(sw->model))
-        st =
-            ql_synth_materialize(sw->model, s->cache_dir, s->model_path, sizeof s->model_path, err);
-    else
-        st = ql_data_resolve(sw->model, s->model_path, sizeof s->model_path, &me, err);
+    /* Every file the sweep names is there (its line and the path looked at when not),
+     * before a synthetic model is made or a file hashed. */
+    ql_status st = ql_sweep_check_inputs(sw, err);
     if (st)
+        return st;
+    if (ql_synth_is_spec(sw->model) &&
+        (st = ql_synth_materialize(sw->model, s->cache_dir, s->model_path, sizeof s->model_path,
+                                   err)))
         return ql_error_prefix(err, "%s: model: ", sw->path);
+    if (!ql_synth_is_spec(sw->model) &&
+        (st = ql_sweep_resolve(sw, QL_SWEEP_MODEL, s->model_path, sizeof s->model_path, &me, err)))
+        return st;
     if ((st = ql_data_sha256(me, s->model_path, s->model_sha, err)))
         return st;
-    if ((st = ql_data_resolve(sw->text, s->text_path, sizeof s->text_path, &te, err)))
-        return ql_error_prefix(err, "%s: text: ", sw->path);
+    if ((st = ql_sweep_resolve(sw, QL_SWEEP_TEXT, s->text_path, sizeof s->text_path, &te, err)))
+        return st;
     if ((st = ql_model_load(&s->model, s->model_path, err)))
         return st;
     /* A sweep measures quantizations against the unquantized model: a quantized file as
@@ -627,8 +631,8 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
         st = ql_sweep_check_files(sw, s->model, err);
     if (!st) {
         plan_memory(s);
-        ql_calib_source cs = {s->model, s->tok,      s->model_sha,     s->cache_dir,
-                              sw->ctx,  opts->quiet, s->mem.budget / 2};
+        ql_calib_source cs = {s->model, s->tok,      s->model_sha,      s->cache_dir,
+                              sw->ctx,  opts->quiet, s->mem.budget / 2, sw->dir};
         st = ql_calib_alloc(&s->calib, &cs, err);
     }
     /* The imatrix that weighs every run's imatrix_err columns (calib.h). */
