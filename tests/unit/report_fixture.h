@@ -29,4 +29,13 @@
  * have no per-chunk sums (as in a database of a runner that does not record them). */
 ql_status qlt_report_fixture(const char *path, bool chunks, ql_error *err);
 
+/* A crowded store at path (which must not exist), model fixture-tiny256 on fixture-text:
+ *   crowd-a: 15 weight types from Q2_K to Q8_0 x imatrix none/calib x head same/Q8_0,
+ *     60 configs, many within 0.2 bpw of each other (the plots' crowded case);
+ *   crowd-b: Q4_0, Q4_K_M without and with an imatrix, and file configs: one file
+ *     with f32 and q8_0 activations, another, and two of the same name in other
+ *     directories.
+ * Every run has per-chunk sums and per-tensor errors. */
+ql_status qlt_report_fixture_crowded(const char *path, ql_error *err);
+
 #endif
