@@ -411,46 +411,107 @@ ql_status ql_data_verify(const ql_data_entry *e, bool force, char *path_out, siz
     return QL_OK;
 }
 
-ql_status ql_data_resolve(const char *name_or_path, char *path_out, size_t size,
-                          const ql_data_entry **entry_out, ql_error *err)
+bool ql_data_join(const char *base_dir, const char *path, char *out, size_t size)
+{
+    int n = base_dir && *base_dir && path[0] != '/'
+                ? snprintf(out, size, "%s%s%s", base_dir,
+                           base_dir[strlen(base_dir) - 1] == '/' ? "" : "/", path)
+                : snprintf(out, size, "%s", path);
+    return n >= 0 && (size_t)n < size;
+}
+
+/* "stories260K, tiny256": the manifest's names of a kind (NULL: models and texts), within
+ * size; "" when the manifest cannot be read (msg then says why). hint: "; did you mean
+ * 'x'?" for the name closest to `name`, or "". */
+static void known_names(const char *kind, const char *name, char *names, size_t size, char *hint,
+                        size_t hint_size, ql_error *merr)
+{
+    const ql_data_entry *es;
+    int n;
+    size_t o = 0;
+    names[0] = '\0';
+    hint[0] = '\0';
+    if (ql_data_manifest(&es, &n, merr) != QL_OK)
+        return;
+    const char *cands[256];
+    size_t nc = 0;
+    for (int i = 0; i < n && o < size; i++) {
+        if (kind ? strcmp(es[i].kind, kind) != 0 : strcmp(es[i].kind, "table") == 0)
+            continue;
+        o += (size_t)snprintf(names + o, size - o, "%s%s", o ? ", " : "", es[i].name);
+        if (nc < sizeof cands / sizeof cands[0])
+            cands[nc++] = es[i].name;
+    }
+    ql_did_you_mean(hint, hint_size, name, cands, nc, NULL);
+}
+
+/* ql_data_resolve_in and ql_data_find_in: a named file verified or only found. */
+static ql_status resolve(const char *base_dir, const char *kind, const char *name_or_path,
+                         bool verify, char *path_out, size_t size, const ql_data_entry **entry_out,
+                         ql_error *err)
 {
     if (entry_out)
         *entry_out = NULL;
     ql_error merr;
     ql_error_clear(&merr);
-    const ql_data_entry *e = ql_data_find(name_or_path, &merr);
-    if (!e) {
-        if (is_file(name_or_path)) {
-            ql_strlcpy(path_out, name_or_path, size);
-            return QL_OK;
-        }
-        /* A FIFO or device is not a file to read: say so rather than "not found". */
-        if (ql_file_exists(name_or_path))
-            return ql_file_refuse_special(name_or_path, "file", err);
-        const ql_data_entry *es;
-        int n;
-        char names[1024] = "", hint[QL_PATH_MAX + 32] = "";
-        size_t o = 0;
-        if (ql_data_manifest(&es, &n, &merr) == QL_OK) {
-            const char *cands[256];
-            size_t nc = 0;
-            for (int i = 0; i < n && o < sizeof names; i++) {
-                if (strcmp(es[i].kind, "table") == 0)
-                    continue;
-                o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? ", " : "",
-                                      es[i].name);
-                if (nc < sizeof cands / sizeof cands[0])
-                    cands[nc++] = es[i].name;
-            }
-            ql_did_you_mean(hint, sizeof hint, name_or_path, cands, nc, NULL);
-        }
-        return ql_error_set(err, QL_ENOTFOUND,
-                            "'%s' is neither an existing file nor a dataset name%s (known names: "
-                            "%s)",
-                            name_or_path, hint, names[0] ? names : merr.msg);
+    const bool path_only = kind && strcmp(kind, "file") == 0;
+    const ql_data_entry *e = path_only ? NULL : ql_data_find(name_or_path, &merr);
+    if (e && kind && strcmp(e->kind, kind) != 0)
+        return ql_error_set(err, QL_EINVAL, "'%s' is a %s of the data manifest, not a %s",
+                            name_or_path, e->kind, kind);
+    if (e) {
+        /* Not found, ql_data_verify says where it looked and how to get the file. */
+        ql_status st = !verify && ql_data_locate(e, path_out, size)
+                           ? QL_OK
+                           : ql_data_verify(e, false, path_out, size, err);
+        if (st == QL_OK && entry_out)
+            *entry_out = e;
+        return st;
     }
-    ql_status st = ql_data_verify(e, false, path_out, size, err);
-    if (st == QL_OK && entry_out)
-        *entry_out = e;
-    return st;
+    char path[QL_PATH_MAX];
+    if (!ql_data_join(base_dir, name_or_path, path, sizeof path))
+        return ql_error_set(err, QL_EINVAL, "'%.64s...': the path is too long", name_or_path);
+    if (is_file(path)) {
+        if (!take(path_out, size, path))
+            return ql_error_set(err, QL_EINVAL, "%.64s...: the path is too long", path);
+        return QL_OK;
+    }
+    /* A FIFO or device is not a file to read: say so rather than "not found". */
+    if (ql_file_exists(path))
+        return ql_file_refuse_special(path, "file", err);
+    /* The path looked at, when it is not the value itself (a sweep file's directory). */
+    char looked[QL_PATH_MAX + 32] = "";
+    if (strcmp(path, name_or_path) != 0)
+        snprintf(looked, sizeof looked, " %s", path);
+    if (path_only)
+        return ql_error_set(err, QL_ENOTFOUND, "'%s': no such file%s", name_or_path, looked);
+    char names[1024], hint[QL_PATH_MAX + 32];
+    known_names(kind, name_or_path, names, sizeof names, hint, sizeof hint, &merr);
+    if (kind)
+        return ql_error_set(err, QL_ENOTFOUND,
+                            "'%s' is neither an existing file%s nor a %s name%s (%s names: %s)",
+                            name_or_path, looked, kind, hint, kind, names[0] ? names : merr.msg);
+    return ql_error_set(err, QL_ENOTFOUND,
+                        "'%s' is neither an existing file%s nor a dataset name%s (known names: "
+                        "%s)",
+                        name_or_path, looked, hint, names[0] ? names : merr.msg);
+}
+
+ql_status ql_data_resolve_in(const char *base_dir, const char *kind, const char *name_or_path,
+                             char *path_out, size_t size, const ql_data_entry **entry_out,
+                             ql_error *err)
+{
+    return resolve(base_dir, kind, name_or_path, true, path_out, size, entry_out, err);
+}
+
+ql_status ql_data_find_in(const char *base_dir, const char *kind, const char *name_or_path,
+                          char *path_out, size_t size, ql_error *err)
+{
+    return resolve(base_dir, kind, name_or_path, false, path_out, size, NULL, err);
+}
+
+ql_status ql_data_resolve(const char *name_or_path, char *path_out, size_t size,
+                          const ql_data_entry **entry_out, ql_error *err)
+{
+    return ql_data_resolve_in(NULL, NULL, name_or_path, path_out, size, entry_out, err);
 }

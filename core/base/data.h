@@ -55,6 +55,25 @@ const ql_data_entry *ql_data_find(const char *name, ql_error *err);
 ql_status ql_data_resolve(const char *name_or_path, char *path_out, size_t size,
                           const ql_data_entry **entry_out, ql_error *err);
 
+/* ql_data_resolve with one path rule for a file that names its inputs (a sweep file):
+ * a manifest name resolves by name (of `kind`, "model" or "text", when kind is not NULL:
+ * a name of another kind is an error that says so; kind "file": no names, a path only);
+ * anything else is a path, relative to base_dir when it is relative (base_dir NULL or "":
+ * the current directory). An error shows the path looked at and the manifest's names
+ * of the kind. */
+ql_status ql_data_resolve_in(const char *base_dir, const char *kind, const char *name_or_path,
+                             char *path_out, size_t size, const ql_data_entry **entry_out,
+                             ql_error *err);
+
+/* ql_data_resolve_in without verifying a named file's sha256: where it is, or the error
+ * that it is nowhere (a check before any work, `qlab sweep --list`). */
+ql_status ql_data_find_in(const char *base_dir, const char *kind, const char *name_or_path,
+                          char *path_out, size_t size, ql_error *err);
+
+/* path relative to base_dir into out ("" or NULL base_dir, or an absolute path: path
+ * itself); false when it does not fit. */
+bool ql_data_join(const char *base_dir, const char *path, char *out, size_t size);
+
 /* The SHA-256 (hex) of a file ql_data_resolve gave: the manifest entry's (the file was
  * verified against it), or, for a plain path (entry NULL), the file's own. */
 ql_status ql_data_sha256(const ql_data_entry *entry, const char *path, char sha[65],

@@ -81,20 +81,44 @@ int ql_cmd_report(int argc, char **argv)
     ql_report_summary sum;
     ql_status st = ql_report_write(s, &opt, &sum, &err);
     ql_store_close(s);
-    if (st != QL_OK)
+    if (st != QL_OK && !sum.sweeps_failed) {
+        ql_report_summary_deinit(&sum);
         return ql_cli_fail(&err);
+    }
     printf("report: %d sweep%s, %d files under %s/", sum.sweeps, sum.sweeps == 1 ? "" : "s",
            sum.files, opt.out_dir);
     if (!opt.plots)
         printf(" (plots not asked for)\n");
     else
         printf(", %d plot%s\n", sum.plots, sum.plots == 1 ? "" : "s");
-    if (sum.plots_skipped)
+    /* What was not written, sweep by sweep: each plot gnuplot failed on with its
+     * message and script, each sweep whose files could not be written. */
+    size_t failed_plots = 0;
+    for (size_t i = 0; i < sum.n_problems; i++) {
+        const ql_report_problem *pr = &sum.problems[i];
+        if (pr->what[0]) {
+            failed_plots++;
+            fprintf(stderr, "qlab report: sweep %s: plot %s not drawn: %s\n", pr->sweep, pr->what,
+                    pr->why);
+        } else {
+            fprintf(stderr, "qlab report: sweep %s: not written: %s\n", pr->sweep, pr->why);
+        }
+    }
+    if (failed_plots)
+        fprintf(stderr,
+                "qlab report: %zu plot%s not drawn; every other file and plot was written, "
+                "and report.md and report.html link the script of each plot not drawn (run it "
+                "by hand in its directory: gnuplot NAME.gp)\n",
+                failed_plots, failed_plots == 1 ? "" : "s");
+    else if (sum.plots_skipped)
         fprintf(stderr,
                 "qlab report: plots skipped: %s\n"
                 "qlab report: tables, plot data (*.dat) and gnuplot scripts (*.gp) were "
                 "written; rerun once gnuplot works, or run the scripts by hand\n",
                 sum.why);
+    ql_report_summary_deinit(&sum);
+    if (st != QL_OK)
+        return ql_cli_fail(&err);
     if (fflush(stdout) != 0) {
         ql_error_set(&err, QL_EIO, "writing to standard output failed");
         return ql_cli_fail(&err);

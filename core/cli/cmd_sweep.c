@@ -60,7 +60,11 @@ static void help(const ql_opt_parser *p)
            "default of every config; each [grid] section lists values per axis (their\n"
            "product is its configs; several grids add up). exclude = axis=value ... drops\n"
            "the configs that match every term, only = axis=value ... keeps the ones that\n"
-           "match (in [grid] for that grid, in [sweep] for all; repeatable).\n");
+           "match (in [grid] for that grid, in [sweep] for all; repeatable).\n"
+           "\n"
+           "Every path a sweep file names (model, text, an imatrix file or calib: text,\n"
+           "file: configs, tensor_types recipes) is relative to the sweep file's directory,\n"
+           "wherever qlab runs from; a name from datasets/manifest.tsv is found by name.\n");
 }
 
 /* SIGINT, SIGTERM: only a flag; the runner stops between blocks and configs. */
@@ -223,6 +227,11 @@ int ql_cmd_sweep(int argc, char **argv)
         return sum.n_failed && strict ? QL_EXIT_RUNTIME : QL_EXIT_OK;
     }
 
+    /* The list is of configs that can run: the files they read are there. */
+    if (ql_sweep_check_inputs(&sw, &err) != QL_OK) {
+        ql_sweep_deinit(&sw);
+        return ql_cli_fail(&err);
+    }
     size_t kept = 0;
     for (size_t i = 0; i < sw.n_points; i++)
         kept += ql_shard_keeps(&shard, i);

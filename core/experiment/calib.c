@@ -36,6 +36,7 @@ struct ql_calib {
     const ql_tokenizer *tok;
     char model_sha[65];
     char cache_dir[QL_PATH_MAX];
+    char base_dir[QL_PATH_MAX];
     int ctx;
     bool quiet;
     size_t mem_bytes;
@@ -55,6 +56,7 @@ ql_status ql_calib_alloc(ql_calib **out, const ql_calib_source *src, ql_error *e
     cal->mem_bytes = src->mem_bytes;
     ql_strlcpy(cal->model_sha, src->model_sha, sizeof cal->model_sha);
     ql_strlcpy(cal->cache_dir, src->cache_dir, sizeof cal->cache_dir);
+    ql_strlcpy(cal->base_dir, src->base_dir ? src->base_dir : "", sizeof cal->base_dir);
     cal->ctx = src->ctx;
     cal->quiet = src->quiet;
     *out = cal;
@@ -96,10 +98,12 @@ const char *ql_calib_slot_sha256(const ql_calib_slot *slot)
 /* ------------------------------------------------------------------------- */
 /* Importance matrices                                                        */
 
-static ql_status load_imatrix_file(const char *path, ql_calib_slot *slot, ql_error *err)
+static ql_status load_imatrix_file(const ql_calib *cal, const char *path, ql_calib_slot *slot,
+                                   ql_error *err)
 {
     char resolved[QL_PATH_MAX];
-    ql_status st = ql_data_resolve(path, resolved, sizeof resolved, NULL, err);
+    ql_status st =
+        ql_data_resolve_in(cal->base_dir, "file", path, resolved, sizeof resolved, NULL, err);
     if (st)
         return ql_error_prefix(err, "imatrix: ");
     if ((st = ql_sha256_file(resolved, slot->sha256, err)))
@@ -140,7 +144,8 @@ static ql_status calib_files_of(const ql_calib *cal, const ql_config *c, calib_f
     f->ctx = c->imatrix_ctx > 0 ? c->imatrix_ctx : cal->ctx;
     f->chunks = c->imatrix_chunks;
     const ql_data_entry *te = NULL;
-    ql_status st = ql_data_resolve(c->imatrix, f->text_path, sizeof f->text_path, &te, err);
+    ql_status st = ql_data_resolve_in(cal->base_dir, "text", c->imatrix, f->text_path,
+                                      sizeof f->text_path, &te, err);
     if (st)
         return ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
     if ((st = ql_data_sha256(te, f->text_path, f->text_sha, err)))
@@ -363,8 +368,9 @@ ql_status ql_calib_config_imatrix(ql_calib *cal, const ql_config *c, ql_calib_sl
     if (!slot)
         return ql_error_set(err, QL_ENOMEM, "out of memory for an imatrix");
     ql_strlcpy(slot->key, key, sizeof slot->key);
-    ql_status st = c->imatrix_kind == QL_IMATRIX_CALIB ? calib_imatrix(cal, c, slot, err)
-                                                       : load_imatrix_file(c->imatrix, slot, err);
+    ql_status st = c->imatrix_kind == QL_IMATRIX_CALIB
+                       ? calib_imatrix(cal, c, slot, err)
+                       : load_imatrix_file(cal, c->imatrix, slot, err);
     if (st) {
         slot_free(slot);
         return st;

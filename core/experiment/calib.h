@@ -47,6 +47,10 @@ typedef struct {
     int ctx;                 /* chunk length of a calib: text that names none (the sweep's) */
     bool quiet;              /* no progress lines */
     size_t mem_bytes;        /* memory a calibration pass may take for its chunk groups */
+    /* Where an imatrix file's or a calib: text's relative path is relative to: the sweep
+     * file's directory (sweep.h); NULL or "" = the current directory. A manifest name is
+     * found by name. */
+    const char *base_dir;
 } ql_calib_source;
 
 /* An empty set of resources; the strings of src are copied. */

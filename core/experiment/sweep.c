@@ -29,6 +29,7 @@
 
 #include "base/util.h"
 #include "model/quant_policy.h"
+#include "model/synth.h"
 
 /* ---------------------------------------------------------------- keys */
 
@@ -242,6 +243,7 @@ static ql_status set_scalar(parser *p, int line, sweep_key key, const char *v)
         if (strlen(v) >= QL_PATH_MAX)
             return fail(p, line, QL_EFORMAT, "%s '%.64s...' is too long", key_names[key], v);
         ql_strlcpy(dst, v, QL_PATH_MAX);
+        *(key == KEY_MODEL ? &sw->model_line : &sw->text_line) = line;
         return QL_OK;
     }
     case KEY_CTX:
@@ -292,24 +294,18 @@ static ql_status read_recipe(parser *p, int line, const char *what, const char *
     /* A relative path is relative to the sweep file's directory (recipes live beside
      * the sweeps that use them, wherever qlab runs from). */
     char path[QL_PATH_MAX];
-    const char *slash = strrchr(p->path, '/');
-    if (file[0] != '/' && slash)
-        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - p->path), p->path, file);
-    else
-        ql_strlcpy(path, file, sizeof path);
+    if (!ql_sweep_path(p->sw, file, path, sizeof path))
+        return fail(p, line, QL_EFORMAT, "%stensor_types: recipe '%.64s...': the path is too long",
+                    what, file);
     char *text;
     size_t len;
     ql_error ferr;
     ql_error_clear(&ferr);
-    if (ql_file_read_all(path, &text, &len, &ferr) != QL_OK) {
-        size_t n = strlen(path);
-        const char *why =
-            strncmp(ferr.msg, path, n) == 0 && ferr.msg[n] == ':' ? ferr.msg + n + 2 : ferr.msg;
+    if (ql_file_read_all(path, &text, &len, &ferr) != QL_OK)
         return fail(p, line, QL_EFORMAT,
                     "%stensor_types: '%s' is neither REGEX=TYPE rules nor a readable recipe file "
                     "(%s)",
-                    what, file, why);
-    }
+                    what, file, ferr.msg);
     ql_status st = QL_OK;
     size_t used = 0;
     int rline = 0;
@@ -381,14 +377,9 @@ static ql_status weight_file(parser *p, int line, const char *what, ql_config *c
         return fail(p, line, QL_EFORMAT,
                     "%sweight_type: file:%s: give the path alone; qlab hashes the file itself",
                     what, c->weight_file);
-    const char *slash = strrchr(p->path, '/');
-    if (c->weight_file[0] != '/' && slash) {
-        const int n = snprintf(c->weight_file_open, sizeof c->weight_file_open, "%.*s/%s",
-                               (int)(slash - p->path), p->path, c->weight_file);
-        if (n < 0 || (size_t)n >= sizeof c->weight_file_open)
-            return fail(p, line, QL_EFORMAT, "%sweight_type: file:%s: the path is too long",
-                        what, c->weight_file);
-    }
+    if (!ql_sweep_path(p->sw, c->weight_file, c->weight_file_open, sizeof c->weight_file_open))
+        return fail(p, line, QL_EFORMAT, "%sweight_type: file:%s: the path is too long", what,
+                    c->weight_file);
     ql_error ferr;
     ql_error_clear(&ferr);
     if (ql_sha256_file(c->weight_file_open, c->weight_file_sha, &ferr) != QL_OK) {
@@ -974,6 +965,11 @@ ql_status ql_sweep_parse(const char *path, const char *text, unsigned flags, ql_
 {
     memset(sw, 0, sizeof *sw);
     ql_strlcpy(sw->path, path, sizeof sw->path);
+    /* "a/b.sweep" -> "a", "/b.sweep" -> "/", "b.sweep" -> "" (the current directory). */
+    const char *slash = strrchr(sw->path, '/');
+    if (slash)
+        snprintf(sw->dir, sizeof sw->dir, "%.*s", slash == sw->path ? 1 : (int)(slash - sw->path),
+                 sw->path);
     sw->ctx = QL_SWEEP_DEFAULT_CTX;
     default_name(sw, path);
 
@@ -1031,7 +1027,7 @@ void ql_sweep_deinit(ql_sweep *sw)
     sw->n_points = 0;
 }
 
-/* ---------------------------------------------------------------- the model */
+/* ---------------------------------------------------------------- the inputs and the model */
 
 /* "file:line: " of an axis of a point (the sweep file alone for a default). */
 static void point_at(const ql_sweep *sw, const ql_sweep_point *pt, ql_axis a, char *buf,
@@ -1049,6 +1045,55 @@ static bool axis_is(const ql_config *c, ql_axis a, const char *value)
     char v[QL_CONFIG_VALUE_MAX];
     ql_config_axis_string(c, a, v, sizeof v);
     return strcmp(v, value) == 0;
+}
+
+bool ql_sweep_path(const ql_sweep *sw, const char *path, char *out, size_t size)
+{
+    return ql_data_join(sw->dir, path, out, size);
+}
+
+ql_status ql_sweep_resolve(const ql_sweep *sw, ql_sweep_input which, char *path, size_t size,
+                           const ql_data_entry **entry, ql_error *err)
+{
+    const bool model = which == QL_SWEEP_MODEL;
+    ql_status st = ql_data_resolve_in(sw->dir, model ? "model" : "text",
+                                      model ? sw->model : sw->text, path, size, entry, err);
+    if (st)
+        ql_error_prefix(err, "%s:%d: %s: ", sw->path, model ? sw->model_line : sw->text_line,
+                        model ? "model" : "text");
+    return st;
+}
+
+ql_status ql_sweep_check_inputs(const ql_sweep *sw, ql_error *err)
+{
+    char path[QL_PATH_MAX];
+    ql_status st = QL_OK;
+    if (!ql_synth_is_spec(sw->model) &&
+        (st = ql_data_find_in(sw->dir, "model", sw->model, path, sizeof path, err)))
+        return ql_error_prefix(err, "%s:%d: model: ", sw->path, sw->model_line);
+    if ((st = ql_data_find_in(sw->dir, "text", sw->text, path, sizeof path, err)))
+        return ql_error_prefix(err, "%s:%d: text: ", sw->path, sw->text_line);
+    /* Each importance matrix once: a file, or the text of a calib: one. */
+    for (size_t i = 0; i < sw->n_points && !st; i++) {
+        const ql_config *c = &sw->points[i].config;
+        bool seen = c->imatrix_kind == QL_IMATRIX_NONE;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = sw->points[j].config.imatrix_kind == c->imatrix_kind &&
+                   strcmp(sw->points[j].config.imatrix, c->imatrix) == 0;
+        if (seen)
+            continue;
+        const bool calib = c->imatrix_kind == QL_IMATRIX_CALIB;
+        if ((st = ql_data_find_in(sw->dir, calib ? "text" : "file", c->imatrix, path, sizeof path,
+                                  err))) {
+            char at[QL_PATH_MAX + 32];
+            point_at(sw, &sw->points[i], QL_AXIS_IMATRIX, at, sizeof at);
+            if (calib)
+                ql_error_prefix(err, "%simatrix calib:%s: ", at, c->imatrix);
+            else
+                ql_error_prefix(err, "%simatrix: ", at);
+        }
+    }
+    return st;
 }
 
 /* One config against the model: its plan, the explicit requests that would fall

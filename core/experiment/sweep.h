@@ -21,6 +21,12 @@
  *   weight_type  = Q4_K_M Q4_K
  *   tensor_types = none attn_v=Q8_0;ffn_down=Q6_K recipes/q4k-big.txt
  *
+ * Paths. Every path a sweep file names (model, text, an imatrix file, a calib: text,
+ * a weight_type file:, a tensor_types recipe) is relative to the sweep file's directory,
+ * wherever qlab runs from; an absolute path is itself. A value that is a name of the
+ * data manifest (datasets/manifest.tsv) is that file, found by name (base/data.h). Every
+ * error about a path names the sweep file's line and the path qlab looked at.
+ *
  * Lines are `key = value...`; values are separated by whitespace (so paths with
  * spaces are not supported). A long list may go on over indented lines that are not
  * `key = ...` lines themselves (errors in them name the key's line). A model may be
@@ -50,9 +56,8 @@
  *
  * tensor_types values: `none`; rules REGEX=TYPE separated by ';' (qlab quantize
  * --tensor-type: first match wins, the pattern searched in the tensor name); or, for
- * a value without '=', a recipe file (a relative path is relative to the sweep
- * file's directory) of one REGEX=TYPE rule per line, `#` comments and blank lines
- * allowed.
+ * a value without '=', a recipe file of one REGEX=TYPE rule per line, `#` comments and
+ * blank lines allowed.
  * A config stores the rules themselves (config.h), so editing a recipe file makes
  * new configs.
  *
@@ -99,9 +104,13 @@ typedef struct {
 
 typedef struct {
     char path[QL_PATH_MAX]; /* the file as given (used in messages) */
+    /* The file's directory, as path gives it ("" when path has none: the current
+     * directory): every relative path the file names is relative to it. */
+    char dir[QL_PATH_MAX];
     char name[QL_SWEEP_NAME_MAX];
-    char model[QL_PATH_MAX];
-    char text[QL_PATH_MAX];
+    char model[QL_PATH_MAX]; /* as written: a manifest name, a path or a synth: spec */
+    char text[QL_PATH_MAX];  /* as written: a manifest name or a path */
+    int model_line, text_line;
     int ctx;
     int chunks;  /* 0 = all the text holds */
     int threads; /* 0 = all cores */
@@ -134,6 +143,22 @@ void ql_sweep_deinit(ql_sweep *sw);
  * and every tensor_types rule must match a tensor. Errors name the sweep file and
  * the line of the axis, and the tensor. */
 ql_status ql_sweep_check_model(const ql_sweep *sw, const ql_gguf *model, ql_error *err);
+
+/* The sweep's model or text, as the runner opens it: a manifest name verified (data.h),
+ * a path relative to the sweep file's directory. Errors name the sweep file's line and
+ * the path looked at. The model must not be a synth: spec (the runner makes those). */
+typedef enum { QL_SWEEP_MODEL, QL_SWEEP_TEXT } ql_sweep_input;
+ql_status ql_sweep_resolve(const ql_sweep *sw, ql_sweep_input which, char *path, size_t size,
+                           const ql_data_entry **entry, ql_error *err);
+
+/* That every file the sweep reads is there, before any work (and for `qlab sweep
+ * --list`): the model (unless synth:), the text, each imatrix file and calib: text;
+ * names are found, not verified. Errors as ql_sweep_resolve's. */
+ql_status ql_sweep_check_inputs(const ql_sweep *sw, ql_error *err);
+
+/* A path the sweep file names, relative to its directory, into out; false when it does
+ * not fit. */
+bool ql_sweep_path(const ql_sweep *sw, const char *path, char *out, size_t size);
 
 /* The configs whose weight_type is file:PATH: each file loads as a model qlab can run
  * and is a quantization of ref (ql_model_check_same_shape: the same architecture,

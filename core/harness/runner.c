@@ -4,6 +4,7 @@
 
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,18 +345,22 @@ static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
     const ql_data_entry *me = NULL, *te = NULL;
-    ql_status st;
-    if (ql_synth_is_spec(sw->model))
-        st =
-            ql_synth_materialize(sw->model, s->cache_dir, s->model_path, sizeof s->model_path, err);
-    else
-        st = ql_data_resolve(sw->model, s->model_path, sizeof s->model_path, &me, err);
+    /* Every file the sweep names is there (its line and the path looked at when not),
+     * before a synthetic model is made or a file hashed. */
+    ql_status st = ql_sweep_check_inputs(sw, err);
     if (st)
+        return st;
+    if (ql_synth_is_spec(sw->model) &&
+        (st = ql_synth_materialize(sw->model, s->cache_dir, s->model_path, sizeof s->model_path,
+                                   err)))
         return ql_error_prefix(err, "%s: model: ", sw->path);
+    if (!ql_synth_is_spec(sw->model) &&
+        (st = ql_sweep_resolve(sw, QL_SWEEP_MODEL, s->model_path, sizeof s->model_path, &me, err)))
+        return st;
     if ((st = ql_data_sha256(me, s->model_path, s->model_sha, err)))
         return st;
-    if ((st = ql_data_resolve(sw->text, s->text_path, sizeof s->text_path, &te, err)))
-        return ql_error_prefix(err, "%s: text: ", sw->path);
+    if ((st = ql_sweep_resolve(sw, QL_SWEEP_TEXT, s->text_path, sizeof s->text_path, &te, err)))
+        return st;
     if ((st = ql_model_load(&s->model, s->model_path, err)))
         return st;
     /* A split set is the model: every file of it is in its identity. */
@@ -484,13 +489,39 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
     char ref[32], cfg[32];
     ql_format_duration(sum->ref_seconds, ref, sizeof ref);
     ql_format_duration(sum->configs_seconds, cfg, sizeof cfg);
-    char elsewhere[64] = "";
+    /* What this sweep left undone: configs still to do that no process finished (an
+     * interrupt, a job that died), the interrupted ones among them. */
+    size_t not_run = 0, interrupted = 0;
+    for (size_t i = 0; i < n; i++) {
+        const bool stopped = strcmp(rows[i].status, "interrupted") == 0;
+        interrupted += stopped;
+        not_run += stopped || strcmp(rows[i].status, "not run") == 0;
+    }
+    char elsewhere[64] = "", left[64] = "";
     if (sum->n_elsewhere)
         snprintf(elsewhere, sizeof elsewhere, ", %zu left to another process", sum->n_elsewhere);
-    printf("\nsweep %s: %zu config%s (%zu run, %zu already done, %zu failed%s), %lld scored "
+    if (not_run)
+        snprintf(left, sizeof left, ", %zu not run", not_run);
+    printf("\nsweep %s: %zu config%s (%zu run, %zu already done, %zu failed%s%s), %lld scored "
            "tokens per pass\n",
            s->sw->name, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
-           sum->n_failed, elsewhere, (long long)sum->scored_tokens);
+           sum->n_failed, elsewhere, left, (long long)sum->scored_tokens);
+    if (not_run) {
+        const int sig = ql_interrupted();
+        char why[96] = "stopped";
+        if (sig)
+            snprintf(why, sizeof why, "interrupted (%s)",
+                     sig == SIGINT    ? "SIGINT"
+                     : sig == SIGTERM ? "SIGTERM"
+                                      : "a signal");
+        char marked[96] = "";
+        if (interrupted)
+            snprintf(marked, sizeof marked,
+                     " (%zu of them stopped in progress, marked interrupted)", interrupted);
+        printf("%s: %zu config%s stored by this sweep, %zu not run%s; the same command resumes\n",
+               why, sum->n_run + sum->n_failed, sum->n_run + sum->n_failed == 1 ? "" : "s", not_run,
+               marked);
+    }
     double per_pass = sum->n_run ? sum->forward_seconds / (double)sum->n_run : (double)NAN;
     if (s->ref && !ql_reference_from_cache(s->ref) && !sum->n_run)
         printf("timing: reference pass %s; no config ran\n", ref);
@@ -502,8 +533,11 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
     else if (sum->n_run)
         printf("timing: reference %s; %zu quantized passes %s (forward %.1f s each)\n",
                s->ref ? "loaded from cache" : "not needed", sum->n_run, cfg, per_pass);
-    else
+    else if (s->n_todo == 0)
         printf("timing: nothing to run (every config was done before)\n");
+    else /* configs to do, none of them run here: failed, stopped, or another's */
+        printf("timing: reference %s; no config ran to the end\n",
+               s->ref ? "loaded from cache" : "not computed");
     printf("results: %s\n", s->db_path);
 }
 
@@ -636,8 +670,8 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
         st = ql_sweep_check_files(sw, s->model, err);
     if (!st) {
         plan_memory(s);
-        ql_calib_source cs = {s->model, s->tok,      s->model_sha,     s->cache_dir,
-                              sw->ctx,  opts->quiet, s->mem.budget / 2};
+        ql_calib_source cs = {s->model, s->tok,      s->model_sha,      s->cache_dir,
+                              sw->ctx,  opts->quiet, s->mem.budget / 2, sw->dir};
         st = ql_calib_alloc(&s->calib, &cs, err);
     }
     /* The imatrix that weighs every run's imatrix_err columns (calib.h). */

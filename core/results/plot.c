@@ -54,6 +54,53 @@ static void first_lines(const char *s, char *out, size_t size, int max_lines)
     out[o] = '\0';
 }
 
+/* gnuplot's own message from its output: the last `"FILE" line N: ...` line that is
+ * not a warning (an error stops gnuplot, so it comes last), with the command it quotes
+ * above its caret line when it does; else the first lines of the output. */
+static void gnuplot_message(const char *s, char *out, size_t size)
+{
+    const char *lines[64];
+    size_t len[64], n = 0;
+    for (const char *p = s; *p && n < 64;) {
+        const char *nl = strchr(p, '\n');
+        size_t l = nl ? (size_t)(nl - p) : strlen(p);
+        lines[n] = p;
+        len[n++] = l;
+        p += l + (nl ? 1 : 0);
+    }
+    size_t k = n;
+    for (size_t i = 0; i < n; i++) {
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)len[i], lines[i]);
+        if (line[0] == '"' && strstr(line, "\" line ") && strstr(line, ": ") &&
+            !strstr(line, ": warning:"))
+            k = i;
+    }
+    if (k == n) {
+        first_lines(s, out, size, 3);
+        return;
+    }
+    /* Trimmed lines: the message, the caret line above it, the command above that. */
+    char msg[480], caret[480] = "", cmd[480] = "";
+    snprintf(msg, sizeof msg, "%.*s", (int)len[k], lines[k]);
+    if (k >= 2) {
+        const char *c = lines[k - 1];
+        size_t cl = len[k - 1];
+        while (cl && (*c == ' ' || *c == '\t'))
+            c++, cl--;
+        snprintf(caret, sizeof caret, "%.*s", (int)cl, c);
+        const char *m = lines[k - 2];
+        size_t ml = len[k - 2];
+        while (ml && (*m == ' ' || *m == '\t'))
+            m++, ml--;
+        snprintf(cmd, sizeof cmd, "%.*s", (int)ml, m);
+    }
+    if (strcmp(caret, "^") == 0 && cmd[0])
+        snprintf(out, size, "%s (at: %s)", msg, cmd);
+    else
+        snprintf(out, size, "%s", msg);
+}
+
 ql_status ql_gnuplot_run(const char *dir, const char *script, ql_error *err)
 {
     char exe[4096];
@@ -112,7 +159,7 @@ ql_status ql_gnuplot_run(const char *dir, const char *script, ql_error *err)
     if (w < 0)
         return ql_error_set(err, QL_EEXTERNAL, "gnuplot %s: waitpid: %s", script, strerror(errno));
     char lines[1024];
-    first_lines(msg, lines, sizeof lines, 3);
+    gnuplot_message(msg, lines, sizeof lines);
     if (WIFSIGNALED(status))
         return ql_error_set(err, QL_EEXTERNAL, "gnuplot %s/%s: killed by signal %d%s%s", dir,
                             script, WTERMSIG(status), *lines ? ": " : "", lines);
@@ -190,6 +237,194 @@ ql_status ql_plot_draw(const char *dir, const char *script, const char *base, FI
     if (!st && log)
         fprintf(log, "  %s/%s.png\n  %s/%s.svg\n", dir, base, dir, base);
     return st;
+}
+
+/* ---------------------------------------------------------------- label placement */
+
+/* Rings of places further out than next to the anchor, each a label height further. */
+#define LABEL_RINGS 8
+/* Pixels between a label and its anchor (and between ring steps beyond the height). */
+#define LABEL_GAP 2.0
+
+bool ql_plot_boxes_overlap(const ql_plot_box *a, const ql_plot_box *b)
+{
+    return a->x0 < b->x1 && b->x0 < a->x1 && a->y0 < b->y1 && b->y0 < a->y1;
+}
+
+/* Liang-Barsky: the segment against the box shrunk by half a pixel, so that a line
+ * that only touches an edge does not count. */
+bool ql_plot_segment_hits(double ax, double ay, double bx, double by, const ql_plot_box *b)
+{
+    const double x0 = b->x0 + 0.5, x1 = b->x1 - 0.5, y0 = b->y0 + 0.5, y1 = b->y1 - 0.5;
+    if (x0 >= x1 || y0 >= y1)
+        return false;
+    const double dx = bx - ax, dy = by - ay;
+    const double p[4] = {-dx, dx, -dy, dy}, q[4] = {ax - x0, x1 - ax, ay - y0, y1 - ay};
+    double t0 = 0.0, t1 = 1.0;
+    for (int k = 0; k < 4; k++) {
+        if (p[k] == 0.0) {
+            if (q[k] < 0.0)
+                return false;
+            continue;
+        }
+        const double r = q[k] / p[k];
+        if (p[k] < 0.0)
+            t0 = r > t0 ? r : t0;
+        else
+            t1 = r < t1 ? r : t1;
+        if (t0 > t1)
+            return false;
+    }
+    return true;
+}
+
+static double clampd(double v, double lo, double hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+void ql_plot_leader(const ql_plot_box *anchor, const ql_plot_box *label, double *ax, double *ay,
+                    double *bx, double *by)
+{
+    const double cx = 0.5 * (label->x0 + label->x1), cy = 0.5 * (label->y0 + label->y1);
+    *ax = clampd(cx, anchor->x0, anchor->x1);
+    *ay = clampd(cy, anchor->y0, anchor->y1);
+    *bx = clampd(*ax, label->x0, label->x1);
+    *by = clampd(*ay, label->y0, label->y1);
+}
+
+/* Places a box of w x h may take around anchor a: ring 0 touches it, ring r lies r
+ * steps further out. k runs over the places of a ring in order of preference: above
+ * and below (centred, then shifted half a width right and left), right, left, the
+ * four corners. false past the last place. */
+enum { PLACES_PER_RING = 10 };
+
+static bool candidate(const ql_plot_box *a, double w, double h, int ring, int k, ql_plot_box *b)
+{
+    const double g = LABEL_GAP + ring * (h + LABEL_GAP);
+    const double cx = 0.5 * (a->x0 + a->x1), cy = 0.5 * (a->y0 + a->y1);
+    const double shift = 0.5 * w + LABEL_GAP;
+    double x0, y0;
+    switch (k) {
+    case 0: /* above */
+    case 1: /* below */
+        x0 = cx - 0.5 * w;
+        y0 = k == 0 ? a->y1 + g : a->y0 - g - h;
+        break;
+    case 2: /* above, right */
+    case 3: /* below, right */
+        x0 = cx - 0.5 * w + shift;
+        y0 = k == 2 ? a->y1 + g : a->y0 - g - h;
+        break;
+    case 4: /* above, left */
+    case 5: /* below, left */
+        x0 = cx - 0.5 * w - shift;
+        y0 = k == 4 ? a->y1 + g : a->y0 - g - h;
+        break;
+    case 6: /* right */
+        x0 = a->x1 + g;
+        y0 = cy - 0.5 * h;
+        break;
+    case 7: /* left */
+        x0 = a->x0 - g - w;
+        y0 = cy - 0.5 * h;
+        break;
+    case 8: /* the corners: up right, up left */
+    case 9:
+        x0 = k == 8 ? a->x1 + g : a->x0 - g - w;
+        y0 = a->y1 + g;
+        break;
+    default:
+        return false;
+    }
+    *b = (ql_plot_box){x0, y0, x0 + w, y0 + h};
+    return true;
+}
+
+/* What is placed so far: boxes and the leader lines of the labels placed apart. */
+typedef struct {
+    ql_plot_box *boxes;
+    size_t n_boxes;
+    double (*leaders)[4];
+    size_t n_leaders;
+} placed_set;
+
+static bool fits(const ql_plot_box *area, const ql_plot_box *obstacles, size_t n_obstacles,
+                 const placed_set *ps, const ql_plot_box *b, const double *leader)
+{
+    if (b->x0 < area->x0 || b->x1 > area->x1 || b->y0 < area->y0 || b->y1 > area->y1)
+        return false;
+    for (size_t i = 0; i < n_obstacles; i++)
+        if (ql_plot_boxes_overlap(b, &obstacles[i]))
+            return false;
+    for (size_t i = 0; i < ps->n_boxes; i++)
+        if (ql_plot_boxes_overlap(b, &ps->boxes[i]) ||
+            (leader &&
+             ql_plot_segment_hits(leader[0], leader[1], leader[2], leader[3], &ps->boxes[i])))
+            return false;
+    for (size_t i = 0; i < ps->n_leaders; i++)
+        if (ql_plot_segment_hits(ps->leaders[i][0], ps->leaders[i][1], ps->leaders[i][2],
+                                 ps->leaders[i][3], b))
+            return false;
+    return true;
+}
+
+/* Tries the rings from..to of a label at width w; on success takes the place. */
+static bool try_rings(const ql_plot_box *area, const ql_plot_box *obstacles, size_t n_obstacles,
+                      placed_set *ps, const ql_label_in *in, double w, int from, int to,
+                      ql_label_out *out)
+{
+    for (int ring = from; ring <= to; ring++)
+        for (int k = 0; k < PLACES_PER_RING; k++) {
+            ql_plot_box b;
+            if (!candidate(&in->anchor, w, in->h, ring, k, &b))
+                break;
+            double line[4];
+            ql_plot_leader(&in->anchor, &b, &line[0], &line[1], &line[2], &line[3]);
+            const bool apart = ring > 0;
+            if (!fits(area, obstacles, n_obstacles, ps, &b, apart ? line : NULL))
+                continue;
+            out->box = b;
+            out->leader = apart;
+            ps->boxes[ps->n_boxes++] = b;
+            if (apart)
+                memcpy(ps->leaders[ps->n_leaders++], line, sizeof line);
+            return true;
+        }
+    return false;
+}
+
+bool ql_plot_place_labels(const ql_plot_box *area, const ql_plot_box *obstacles, size_t n_obstacles,
+                          const ql_label_in *in, size_t n, ql_label_out *out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = (ql_label_out){QL_LABEL_NONE, {0, 0, 0, 0}, false, 0};
+    placed_set ps = {malloc((n ? n : 1) * sizeof *ps.boxes), 0,
+                     malloc((n ? n : 1) * sizeof *ps.leaders), 0};
+    if (!ps.boxes || !ps.leaders) {
+        free(ps.boxes);
+        free(ps.leaders);
+        return false;
+    }
+    /* Next to its anchor for every label first; then further out; then the numbers. */
+    for (size_t i = 0; i < n; i++)
+        if (try_rings(area, obstacles, n_obstacles, &ps, &in[i], in[i].w, 0, 0, &out[i]))
+            out[i].how = QL_LABEL_TEXT;
+    for (size_t i = 0; i < n; i++)
+        if (out[i].how == QL_LABEL_NONE &&
+            try_rings(area, obstacles, n_obstacles, &ps, &in[i], in[i].w, 1, LABEL_RINGS, &out[i]))
+            out[i].how = QL_LABEL_TEXT;
+    for (size_t i = 0; i < n; i++)
+        if (out[i].how == QL_LABEL_NONE && try_rings(area, obstacles, n_obstacles, &ps, &in[i],
+                                                     in[i].num_w, 0, LABEL_RINGS, &out[i]))
+            out[i].how = QL_LABEL_NUMBER;
+    int number = 0;
+    for (size_t i = 0; i < n; i++)
+        if (out[i].how == QL_LABEL_NUMBER)
+            out[i].number = ++number;
+    free(ps.boxes);
+    free(ps.leaders);
+    return true;
 }
 
 void ql_gnuplot_quote(FILE *out, const char *s)

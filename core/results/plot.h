@@ -42,6 +42,60 @@ ql_status ql_plot_render(const char *dir, const char *script, const char *base, 
 ql_status ql_plot_draw(const char *dir, const char *script, const char *base, FILE *log,
                        ql_error *err);
 
+/* ---------------------------------------------------------------- label placement
+ *
+ * Where the labels of a plot's points go, computed before gnuplot draws them (the plot
+ * area sits at fixed screen coordinates, so a point's place on the canvas is known).
+ * Coordinates are pixels, y up. Each label names an anchor (a point, or the box of a
+ * cluster of points) and is tried, first for every label, right next to its anchor
+ * (above, below, right, left, then the corners), then further out in rings joined to
+ * the anchor by a leader line, and when its text fits nowhere, as its number (the
+ * plot's key of numbers tells what it stands for). A place is taken only when the box
+ * lies inside the area, clear of every obstacle (the points, their error bars), of
+ * every label placed before and of their leader lines, and when its own leader line
+ * crosses no label placed before. A label that fits nowhere even as a number is
+ * QL_LABEL_NONE (not drawn). The result depends on nothing but the input: the same
+ * points give the same labels, byte for byte in the scripts. */
+
+typedef struct {
+    double x0, y0, x1, y1; /* pixels, y up; x0 <= x1, y0 <= y1 */
+} ql_plot_box;
+
+typedef enum {
+    QL_LABEL_NONE,   /* no room, not even for the number */
+    QL_LABEL_TEXT,   /* the text at box */
+    QL_LABEL_NUMBER, /* its number at box */
+} ql_label_how;
+
+typedef struct {
+    ql_plot_box anchor; /* what the label names */
+    double w, h;        /* its box at its text */
+    double num_w;       /* its box's width at its number (of the same height) */
+} ql_label_in;
+
+typedef struct {
+    ql_label_how how;
+    ql_plot_box box;
+    bool leader; /* apart from the anchor: a line joins it to the anchor's box */
+    int number;  /* QL_LABEL_NUMBER: 1, 2, ... in label order; 0 otherwise */
+} ql_label_out;
+
+/* Places the n labels of `in` inside area among the obstacles (see above) into out[n].
+ * Returns false when memory for the bookkeeping ran out (out is then all NONE). */
+bool ql_plot_place_labels(const ql_plot_box *area, const ql_plot_box *obstacles, size_t n_obstacles,
+                          const ql_label_in *in, size_t n, ql_label_out *out);
+
+/* Whether two boxes overlap (touching edges do not). */
+bool ql_plot_boxes_overlap(const ql_plot_box *a, const ql_plot_box *b);
+
+/* Whether the segment (ax, ay)-(bx, by) passes through the inside of box b. */
+bool ql_plot_segment_hits(double ax, double ay, double bx, double by, const ql_plot_box *b);
+
+/* The leader line of a label placed apart: from the anchor's box to the label's box,
+ * between their nearest points (a segment of length 0 when they touch). */
+void ql_plot_leader(const ql_plot_box *anchor, const ql_plot_box *label, double *ax, double *ay,
+                    double *bx, double *by);
+
 /* Writes s as a gnuplot single-quoted string ('' escapes a quote). */
 void ql_gnuplot_quote(FILE *out, const char *s);
 

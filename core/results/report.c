@@ -60,6 +60,7 @@ static void group_free(group *g)
     free(g->sens.rows);
     ql_types_table_free(g->types);
     free(g->layers);
+    free(g->numbered);
     free(g->model_sha);
     free(g->model);
     free(g->arch);
@@ -548,11 +549,97 @@ static bool is_plain(int a, const char *v)
     return (ql_axis_get((ql_axis)a)->flags & QL_AXIS_LABEL_SKIPS_DEFAULT) && is_default(a, v);
 }
 
+/* ---------------------------------------------------------------- file configs */
+
+#define FILE_PREFIX "file:"
+
+bool ql_report_is_file(const char *value, char *sha)
+{
+    if (sha)
+        sha[0] = '\0';
+    if (strncmp(value, FILE_PREFIX, strlen(FILE_PREFIX)) != 0)
+        return false;
+    const char *at = strrchr(value, '@');
+    if (sha && at && strlen(at + 1) == 64)
+        ql_strlcpy(sha, at + 1, 65);
+    return true;
+}
+
+/* The name of a file config at a level of detail: 0 its file name, 1 its path, 2 and 3
+ * the same with the first 8 digits of its hash, 4 the whole value. */
+static void file_name_at(const char *value, int level, char *buf, size_t size)
+{
+    char sha[65];
+    ql_report_is_file(value, sha);
+    const char *path = value + strlen(FILE_PREFIX);
+    const char *at = sha[0] ? strrchr(path, '@') : NULL;
+    size_t len = at ? (size_t)(at - path) : strlen(path);
+    const char *slash = NULL;
+    for (size_t i = 0; i < len; i++)
+        if (path[i] == '/')
+            slash = path + i;
+    const char *name = level % 2 == 0 && slash ? slash + 1 : path;
+    const size_t name_len = len - (size_t)(name - path);
+    if (level >= 4)
+        snprintf(buf, size, "%s", value);
+    else if (level >= 2 && sha[0])
+        snprintf(buf, size, FILE_PREFIX "%.*s@%.8s", (int)name_len, name, sha);
+    else
+        snprintf(buf, size, FILE_PREFIX "%.*s", (int)name_len, name);
+}
+
+/* Whether another file value of the group reads as `name` at this level. */
+static bool file_name_taken(const group *g, const char *value, int level, const char *name)
+{
+    for (size_t i = 0; i < g->nrows + g->nfails; i++) {
+        const char *w = i < g->nrows ? g->rows[i].axis[QL_AXIS_WEIGHT_TYPE]
+                                     : g->fails[i - g->nrows].axis[QL_AXIS_WEIGHT_TYPE];
+        char other[QL_CONFIG_VALUE_MAX];
+        if (strcmp(w, value) == 0 || !ql_report_is_file(w, NULL))
+            continue;
+        file_name_at(w, level, other, sizeof other);
+        if (strcmp(other, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+const char *ql_report_weight_label(const group *g, const char *value, char *buf, size_t size)
+{
+    if (!ql_report_is_file(value, NULL)) {
+        snprintf(buf, size, "%s", value);
+        return buf;
+    }
+    /* The shortest name no other file of the group has. */
+    for (int level = 0; level < 4; level++) {
+        file_name_at(value, level, buf, size);
+        if (!file_name_taken(g, value, level, buf))
+            return buf;
+    }
+    file_name_at(value, 4, buf, size);
+    return buf;
+}
+
+/* How axis a of a config reads in the group's tables: the weight type by its label, the
+ * imatrix of a file config "unknown" (qlab cannot tell what the file was quantized
+ * with), any other value as the axis list shows it. */
+static const char *axis_cell(const group *g, char *const *axis, int a, char *buf, size_t size)
+{
+    if (a == QL_AXIS_WEIGHT_TYPE)
+        return ql_report_weight_label(g, axis[a], buf, size);
+    if (a == QL_AXIS_IMATRIX && ql_report_is_file(axis[QL_AXIS_WEIGHT_TYPE], NULL) &&
+        is_default(a, axis[a]))
+        return "unknown";
+    return axis_display(a, axis[a]);
+}
+
 /* "Q4_0 head=F32": the weight type and the axes that vary within the group,
  * except skip_axis and plain values (head same, outliers off, ...). */
 static void config_label(const group *g, char *const *axis, int skip_axis, char *buf, size_t size)
 {
-    size_t o = (size_t)snprintf(buf, size, "%s", axis[QL_AXIS_WEIGHT_TYPE]);
+    char wt[QL_CONFIG_VALUE_MAX];
+    size_t o = (size_t)snprintf(
+        buf, size, "%s", ql_report_weight_label(g, axis[QL_AXIS_WEIGHT_TYPE], wt, sizeof wt));
     for (int a = 1; a < QL_AXIS_COUNT && o < size; a++)
         if (g->varies[a] && a != skip_axis && !is_plain(a, axis[a]))
             o += (size_t)snprintf(buf + o, size - o, " %s=%s", ql_axis_get((ql_axis)a)->label,
@@ -568,6 +655,33 @@ static ql_status doc_save(ctx *c, ql_doc *d, const char *name, ql_error *err)
     if (!rc)
         c->sum->files++;
     return rc;
+}
+
+void ql_report_add_problem(ctx *c, const char *what, const char *script, const char *why)
+{
+    ql_report_summary *sum = c->sum;
+    if (*what) {
+        sum->plots_skipped = true;
+        if (!sum->why[0])
+            ql_strlcpy(sum->why, why, sizeof sum->why);
+    }
+    if (!ql_grow((void **)&sum->problems, &c->problems_cap, sum->n_problems + 1,
+                 sizeof *sum->problems))
+        return; /* out of memory: the count and the first reason stand */
+    ql_report_problem *p = &sum->problems[sum->n_problems++];
+    ql_strlcpy(p->sweep, c->sweep ? c->sweep : "", sizeof p->sweep);
+    ql_strlcpy(p->what, what, sizeof p->what);
+    ql_strlcpy(p->script, script, sizeof p->script);
+    ql_strlcpy(p->why, why, sizeof p->why);
+}
+
+void ql_report_summary_deinit(ql_report_summary *summary)
+{
+    if (!summary)
+        return;
+    free(summary->problems);
+    summary->problems = NULL;
+    summary->n_problems = 0;
 }
 
 /* ---------------------------------------------------------------- for the other report files */
@@ -600,6 +714,11 @@ ql_status ql_report_oom(ql_error *err)
 const char *ql_report_axis_display(int a, const char *v)
 {
     return axis_display(a, v);
+}
+
+const char *ql_report_axis_cell(const group *g, char *const *axis, int a, char *buf, size_t size)
+{
+    return axis_cell(g, axis, a, buf, size);
 }
 
 bool ql_report_is_default(int a, const char *v)
@@ -696,17 +815,20 @@ static ql_status md_table(const group *g, FILE *out, bool shown[QL_N_METRICS], q
     ql_metric_id ids[QL_N_METRICS];
     size_t nm = md_metrics(ids);
     enum { TYPES = QL_AXIS_COUNT, METRICS };
-    ql_table_column cols[METRICS + QL_N_METRICS];
+    ql_table_column cols[METRICS + QL_N_METRICS + 1];
     for (int a = 0; a < QL_AXIS_COUNT; a++)
         cols[a] = (ql_table_column){ql_axis_get((ql_axis)a)->label, NULL, false};
     cols[TYPES] = (ql_table_column){"types used", NULL, false};
     for (size_t m = 0; m < nm; m++)
         cols[METRICS + m] = (ql_table_column){ql_metric_get(ids[m])->label, NULL, true};
-    ql_table *t = ql_table_alloc(cols, METRICS + nm);
+    /* A file config's hash in a column of its own, last: it names the file's contents. */
+    const size_t FILE_SHA = METRICS + nm;
+    cols[FILE_SHA] = (ql_table_column){"file sha256", NULL, false};
+    ql_table *t = ql_table_alloc(cols, FILE_SHA + 1);
     if (!t)
         return oom(err);
     ql_status rc = QL_OK;
-    bool partial = false;
+    bool partial = false, files = false;
     for (size_t i = 0; i < g->nrows && !rc; i++) {
         const row *r = &g->rows[i];
         if (!ql_report_row_compared(r))
@@ -714,17 +836,25 @@ static ql_status md_table(const group *g, FILE *out, bool shown[QL_N_METRICS], q
         partial = partial || r->applies == QL_APPLIES_PARTIAL;
         if ((rc = ql_table_row(t, err)))
             break;
-        for (int a = 0; a < QL_AXIS_COUNT && !rc; a++)
-            rc = ql_table_put(t, axis_display(a, r->axis[a]), err);
+        for (int a = 0; a < QL_AXIS_COUNT && !rc; a++) {
+            char cell[QL_CONFIG_VALUE_MAX];
+            rc = ql_table_put(t, axis_cell(g, r->axis, a, cell, sizeof cell), err);
+        }
         if (!rc)
             rc = ql_table_put(t, *r->types_used ? r->types_used : NULL, err);
         for (size_t m = 0; m < nm && !rc; m++)
             rc = put_metric(t, r, ids[m], err);
+        char sha[65];
+        const bool file = ql_report_is_file(r->axis[QL_AXIS_WEIGHT_TYPE], sha);
+        files = files || file;
+        if (!rc)
+            rc = file && sha[0] ? ql_table_putf(t, err, "%.12s", sha) : ql_table_put(t, NULL, err);
     }
     if (!rc) {
         for (int a = 1; a < QL_AXIS_COUNT; a++)
             ql_table_hide(t, (size_t)a, !g->varies[a]);
         ql_table_hide(t, TYPES, !partial);
+        ql_table_hide(t, FILE_SHA, !files);
         /* Empty metric columns go, unless the list keeps them (bpw, size). */
         for (size_t m = 0; m < nm; m++) {
             bool empty = !(ql_metric_get(ids[m])->flags & QL_METRIC_KEEP) &&
@@ -824,12 +954,24 @@ void ql_report_md_summary(const group *g, FILE *out)
     fprintf(out, "- reference PPL (unquantized): %s\n", buf);
     /* Axes held fixed, from any config of the group. */
     char *const *any = g->nrows ? g->rows[0].axis : g->nfails ? g->fails[0].axis : NULL;
+    size_t files = 0;
+    for (size_t i = 0; i < g->nrows + g->nfails; i++)
+        files += ql_report_is_file(i < g->nrows ? g->rows[i].axis[QL_AXIS_WEIGHT_TYPE]
+                                                : g->fails[i - g->nrows].axis[QL_AXIS_WEIGHT_TYPE],
+                                   NULL);
     if (any) {
         bool first = true;
         for (int a = 0; a < QL_AXIS_COUNT; a++)
             if (!g->varies[a] && !omitted_default(a, any[a])) {
+                char cell[QL_CONFIG_VALUE_MAX];
+                const char *v = axis_cell(g, any, a, cell, sizeof cell);
+                /* A file's importance matrix is unknown to qlab; the other configs' is
+                 * the fixed value. */
+                if (a == QL_AXIS_IMATRIX && files && is_default(a, any[a]))
+                    v = files == g->nrows + g->nfails ? "unknown"
+                                                      : "none (unknown for the file configs)";
                 fprintf(out, "%s%s %s", first ? "- fixed: " : " · ", ql_axis_get((ql_axis)a)->label,
-                        axis_display(a, any[a]));
+                        v);
                 first = false;
             }
         if (!first)
@@ -958,16 +1100,60 @@ static ql_status md_sensitivity(const group *g, FILE *out, ql_error *err)
     return rc;
 }
 
-/* Links to the group's plots (drawn or not, their scripts are there) and the page. */
-static void md_plots(const ctx *c, const group *g, FILE *out)
+/* Links to the group's plots and the page: the images of the plots drawn, the
+ * gnuplot scripts of the others (plots not asked for, gnuplot missing or failing on
+ * them): only files that are there. */
+static void md_plots(const group *g, FILE *out)
 {
     if (!g->nplots)
         return;
-    fputs("\nPlots:", out);
-    for (size_t i = 0; i < g->nplots; i++)
-        fprintf(out, "%s [%s](%s.svg)", i ? " ·" : "", g->plot_titles[i], g->plots[i]);
-    (void)c;
-    fprintf(out, "; all of it in one page: [report.html](report.html).\n");
+    for (int drawn = 1; drawn >= 0; drawn--) {
+        size_t k = 0;
+        for (size_t i = 0; i < g->nplots; i++) {
+            if (g->plot_drawn[i] != (drawn != 0))
+                continue;
+            if (k++ == 0)
+                fputs(drawn ? "\nPlots:" : "\nPlots not drawn, their gnuplot scripts:", out);
+            fprintf(out, "%s [%s](%s.%s)", k > 1 ? " ·" : "", g->plot_titles[i], g->plots[i],
+                    drawn ? "svg" : "gp");
+        }
+        if (k)
+            fputs(".\n", out);
+    }
+    fprintf(out, "All of it in one page: [report.html](report.html).\n");
+}
+
+/* The key of the numbered labels of the group's plots: the points whose labels had no
+ * room, by their numbers, with the configs each stands for. */
+static ql_status md_numbered(const group *g, FILE *out, ql_error *err)
+{
+    if (!g->nnumbered)
+        return QL_OK;
+    const ql_table_column cols[] = {
+        {"plot", NULL, false},
+        {"#", NULL, true},
+        {"weights", NULL, false},
+        {"configs", NULL, false},
+    };
+    ql_table *t = ql_table_alloc(cols, sizeof cols / sizeof cols[0]);
+    if (!t)
+        return oom(err);
+    ql_status rc = QL_OK;
+    for (size_t i = 0; i < g->nnumbered && !rc; i++) {
+        const ql_report_numbered *nb = &g->numbered[i];
+        if ((rc = ql_table_row(t, err)) || (rc = ql_table_put(t, nb->plot_title, err)))
+            break;
+        rc = nb->number ? ql_table_putf(t, err, "%d", nb->number)
+                        : ql_table_put(t, "(no room)", err);
+        if (!rc && !(rc = ql_table_put(t, nb->text, err)))
+            rc = ql_table_put(t, nb->configs, err);
+    }
+    if (!rc) {
+        fprintf(out, "\nNumbered points (no room on the plot for their labels):\n\n");
+        ql_table_write_md(t, out, NULL_TEXT);
+    }
+    ql_table_free(t);
+    return rc;
 }
 
 static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
@@ -1004,7 +1190,9 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
             rc = ql_report_md_pairs(g, d.f, err);
         if (!rc)
             rc = md_sensitivity(g, d.f, err);
-        md_plots(c, g, d.f);
+        md_plots(g, d.f);
+        if (!rc)
+            rc = md_numbered(g, d.f, err);
         fputs(DETAILS_END "\n", d.f);
     }
     if (rc) {
@@ -1420,11 +1608,22 @@ ql_status ql_report_write(ql_store *s, const ql_report_options *opt, ql_report_s
                           opt->tensors, opt->sweep ? "" : "s");
     if (rc || (rc = ql_store_exec(s, "COMMIT", "report: reading", err)))
         goto out;
-    for (size_t i = 0; i < n && !rc; i++) {
+    /* Each sweep on its own: one that cannot be written is named and the next one
+     * written all the same; the first failure is the result. */
+    for (size_t i = 0; i < n; i++) {
         if (opt->sweep && strcmp(opt->sweep, sweeps[i]) != 0)
             continue;
         c.sweep = sweeps[i];
-        rc = write_sweep(&c, &data[i], err);
+        ql_error e;
+        ql_error_clear(&e);
+        if (write_sweep(&c, &data[i], &e) == QL_OK)
+            continue;
+        summary->sweeps_failed++;
+        ql_report_add_problem(&c, "", "", e.msg);
+        if (!rc) {
+            rc = e.status;
+            ql_error_set(err, e.status, "sweep %s: %s", sweeps[i], e.msg);
+        }
     }
 out:
     ql_store_rollback(s); /* a no-op unless reading failed */

@@ -65,9 +65,15 @@
  * Columns, labels, formats and the legend come from the metric and axis lists
  * (experiment/records.h, experiment/config.h).
  *
- * gnuplot is optional: without it on PATH, or when it fails, every table and
- * data file is still written and the summary says why the plots were skipped;
- * that is not an error. */
+ * gnuplot is optional: without it on PATH, or when it fails on a plot, every table,
+ * data file and other plot is still written and the summary says which plots were
+ * left out and why; that is not an error. report.md and report.html link the images
+ * of the plots drawn and the scripts of the others.
+ *
+ * Plots against bpw are laid out for crowded sweeps (report_plot.c): the legend below
+ * the panels at their full width, one label per cluster of points of a weight type,
+ * placed where it covers no point, error bar or other label (ql_plot_place_labels),
+ * else the cluster's number, listed in a key under the plot and in report.md. */
 #ifndef QL_REPORT_H
 #define QL_REPORT_H
 
@@ -90,19 +96,41 @@ typedef struct {
     FILE *log;           /* one line per file written; NULL = quiet */
 } ql_report_options;
 
+/* What the report could not write: a plot gnuplot failed on (the sweep's other files
+ * and plots are written all the same), or a whole sweep's files. */
 typedef struct {
-    int sweeps;                 /* sweeps reported */
+    char sweep[256];
+    char what[1100];            /* the plot's base name ("kld_bpw"); "" for the sweep's files */
+    char script[4096];          /* the plot's script, as a path; "" for the sweep's files */
+    char why[QL_ERROR_MSG_MAX]; /* gnuplot's own message, or the error */
+} ql_report_problem;
+
+typedef struct {
+    int sweeps;                 /* sweeps reported (every file written) */
     int files;                  /* files written (tables, data, scripts, images) */
     int plots;                  /* plots rendered (each as PNG and SVG) */
     bool plots_skipped;         /* plots were asked for but not (all) drawn */
-    char why[QL_ERROR_MSG_MAX]; /* why they were skipped */
+    char why[QL_ERROR_MSG_MAX]; /* why: gnuplot missing, or the first failure */
+    /* Each plot not drawn for a failure of its script, and each sweep not written, in
+     * the order they came (gnuplot missing is `why` alone: no plot was tried). */
+    ql_report_problem *problems;
+    size_t n_problems;
+    int sweeps_failed; /* sweeps whose files could not all be written */
 } ql_report_summary;
 
-/* Writes the report. Errors: no sweep in the store, an unknown sweep name, a
- * --tensors prefix that matches no finished config of the reported sweeps or
- * several, unwritable files, database errors. gnuplot missing or failing is
- * not an error (see summary). */
+/* Writes the report. Every sweep stands alone: a plot gnuplot fails on is left out
+ * (its script stays, report.md and report.html link the script instead of images) and
+ * named in the summary with gnuplot's message; a sweep whose files cannot be written
+ * does not stop the others. Errors: no sweep in the store, an unknown sweep name, a
+ * --tensors prefix that matches no finished config of the reported sweeps or several,
+ * database errors (nothing written); after writing the other sweeps, the first sweep
+ * that could not be written ("sweep NAME: ..."; every one is in the summary).
+ * gnuplot missing or failing is not an error. The summary is filled in every case
+ * (ql_report_summary_deinit frees it). */
 ql_status ql_report_write(ql_store *s, const ql_report_options *opt, ql_report_summary *summary,
                           ql_error *err);
+
+/* Frees the summary's problems; NULL is fine. */
+void ql_report_summary_deinit(ql_report_summary *summary);
 
 #endif

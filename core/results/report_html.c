@@ -142,6 +142,10 @@ static void table(const group *g, FILE *f)
     for (size_t i = 0; i < g->nrows; i++)
         partial = partial || g->rows[i].applies == QL_APPLIES_PARTIAL;
     fputs("<div class=\"scroll\"><table class=\"sortable\">\n<thead><tr>", f);
+    bool files = false;
+    for (size_t i = 0; i < g->nrows; i++)
+        files = files || (ql_report_row_compared(&g->rows[i]) &&
+                          ql_report_is_file(g->rows[i].axis[QL_AXIS_WEIGHT_TYPE], NULL));
     for (int a = 0; a < QL_AXIS_COUNT; a++)
         if (a == QL_AXIS_WEIGHT_TYPE || g->varies[a]) {
             fputs("<th>", f);
@@ -156,16 +160,28 @@ static void table(const group *g, FILE *f)
             esc(f, header_of(ids[m]));
             fputs("</th>", f);
         }
+    if (files)
+        fputs("<th title=\"the SHA-256 of a file config's file\">file sha256</th>", f);
     fputs("</tr></thead>\n<tbody>\n", f);
     for (size_t i = 0; i < g->nrows; i++) {
         const row *r = &g->rows[i];
         if (!ql_report_row_compared(r))
             continue;
+        char sha[65];
+        const bool file = ql_report_is_file(r->axis[QL_AXIS_WEIGHT_TYPE], sha);
         fputs("<tr>", f);
         for (int a = 0; a < QL_AXIS_COUNT; a++)
             if (a == QL_AXIS_WEIGHT_TYPE || g->varies[a]) {
-                fputs("<td>", f);
-                esc(f, ql_report_axis_display(a, r->axis[a]));
+                char cell[QL_CONFIG_VALUE_MAX];
+                /* A file by its name; the whole value (path and hash) on hover. */
+                if (a == QL_AXIS_WEIGHT_TYPE && file) {
+                    fputs("<td title=\"", f);
+                    esc(f, r->axis[a]);
+                    fputs("\">", f);
+                } else {
+                    fputs("<td>", f);
+                }
+                esc(f, ql_report_axis_cell(g, r->axis, a, cell, sizeof cell));
                 fputs("</td>", f);
             }
         if (partial) {
@@ -176,6 +192,10 @@ static void table(const group *g, FILE *f)
         for (size_t m = 0; m < nm; m++)
             if (shown[m])
                 num_cell(f, r, ids[m]);
+        if (files && file && sha[0])
+            fprintf(f, "<td title=\"%s\"><code>%.12s</code></td>", sha, sha);
+        else if (files)
+            fputs("<td>—</td>", f);
         fputs("</tr>\n", f);
     }
     fputs("</tbody></table></div>\n", f);
@@ -262,12 +282,13 @@ static void pairs(const group *g, FILE *f)
             any = true;
             char rest[512], cells[QL_CMP_STATS][96], exact[40];
             ql_report_pair_cells(g, p, rest, sizeof rest, cells);
+            char va[QL_CONFIG_VALUE_MAX], vb[QL_CONFIG_VALUE_MAX];
             fputs("<tr><td>", f);
             esc(f, *rest ? rest : "—");
             fputs("</td><td>", f);
-            esc(f, ql_report_axis_display(a, g->rows[p->a].axis[a]));
+            esc(f, ql_report_axis_cell(g, g->rows[p->a].axis, a, va, sizeof va));
             fputs("</td><td>", f);
-            esc(f, ql_report_axis_display(a, g->rows[p->b].axis[a]));
+            esc(f, ql_report_axis_cell(g, g->rows[p->b].axis, a, vb, sizeof vb));
             fputs("</td>", f);
             for (int k = 0; k < QL_CMP_STATS; k++) {
                 const ql_compare_value *v = &p->cmp.v[k];
@@ -283,7 +304,8 @@ static void pairs(const group *g, FILE *f)
     }
 }
 
-/* The group's plots as inline SVG, from the files gnuplot wrote. */
+/* The group's plots as inline SVG, from the files gnuplot wrote now; a plot not drawn
+ * says so and links its script (only files that are there). */
 static void plots(ctx *c, const group *g, FILE *f)
 {
     for (size_t i = 0; i < g->nplots; i++) {
@@ -293,24 +315,51 @@ static void plots(ctx *c, const group *g, FILE *f)
         size_t len = 0;
         ql_error e;
         const char *start = NULL;
-        if (c->opt->plots && !c->sum->plots_skipped &&
-            ql_file_read_all(path, &svg, &len, &e) == QL_OK)
+        if (g->plot_drawn[i] && ql_file_read_all(path, &svg, &len, &e) == QL_OK)
             start = strstr(svg, "<svg");
         fputs("<figure>\n", f);
         if (start)
             fputs(start, f);
         else
-            fputs("<p class=\"note\">(not drawn: plots were not asked for, or gnuplot did "
-                  "not run; qlab report said which)</p>\n",
+            fputs("<p class=\"note\">(not drawn: plots were not asked for, gnuplot is not "
+                  "installed, or it failed on this plot's script; qlab report said which)</p>\n",
                   f);
         fputs("<figcaption>", f);
         esc(f, g->plot_titles[i]);
-        fprintf(f,
-                " — <a href=\"%s.svg\">%s.svg</a>, data and script: %s.gp</figcaption>\n"
-                "</figure>\n",
-                g->plots[i], g->plots[i], g->plots[i]);
+        if (start)
+            fprintf(f, " — <a href=\"%s.svg\">%s.svg</a>, data and script: %s.gp", g->plots[i],
+                    g->plots[i], g->plots[i]);
+        else
+            fprintf(f, " — its gnuplot script: <a href=\"%s.gp\">%s.gp</a>", g->plots[i],
+                    g->plots[i]);
+        fputs("</figcaption>\n</figure>\n", f);
         free(svg);
     }
+}
+
+/* The key of the plots' numbered labels (as report.md's). */
+static void numbered(const group *g, FILE *f)
+{
+    if (!g->nnumbered)
+        return;
+    fputs("<p>Numbered points (no room on the plot for their labels):</p>\n<div "
+          "class=\"scroll\"><table>\n<thead><tr><th>plot</th><th>#</th><th>weights</th>"
+          "<th>configs</th></tr></thead>\n<tbody>\n",
+          f);
+    for (size_t i = 0; i < g->nnumbered; i++) {
+        const ql_report_numbered *nb = &g->numbered[i];
+        fputs("<tr><td>", f);
+        esc(f, nb->plot_title);
+        if (nb->number)
+            fprintf(f, "</td><td class=\"n\">%d</td><td>", nb->number);
+        else
+            fputs("</td><td>(no room)</td><td>", f);
+        esc(f, nb->text);
+        fputs("</td><td>", f);
+        esc(f, nb->configs);
+        fputs("</td></tr>\n", f);
+    }
+    fputs("</tbody></table></div>\n", f);
 }
 
 ql_status ql_report_write_html(ctx *c, group *gs, size_t ng, ql_error *err)
@@ -348,6 +397,7 @@ ql_status ql_report_write_html(ctx *c, group *gs, size_t ng, ql_error *err)
         not_applicable(g, f);
         failures(g, f);
         plots(c, g, f);
+        numbered(g, f);
         pairs(g, f);
     }
     fprintf(f, "<script>\n%s</script>\n</body>\n</html>\n", script);

@@ -88,6 +88,16 @@ typedef struct {
     ql_comparison cmp;
 } ql_report_fit_pair;
 
+/* A label of a plot against bpw with no room for its text: drawn as its number (or,
+ * with no room even for that, not drawn), listed in report.md's key of numbers. */
+typedef struct {
+    char plot[1100];      /* the plot's base name */
+    char plot_title[128]; /* as report.md's links call it */
+    int number;           /* as on the plot; 0: not drawn */
+    char text[64];        /* the label: the weight type */
+    char configs[1024];   /* the configs of its points */
+} ql_report_numbered;
+
 /* The runs of one sweep on one (model, text, ctx, chunks). */
 typedef struct {
     char *model_sha, *model, *arch, *dataset_sha, *dataset;
@@ -117,10 +127,15 @@ typedef struct {
     char fits_note[256];
     /* The sensitivities of the group's model (the heatmap, sensitivity.csv). */
     ql_report_sens_set sens;
-    /* The plots drawn for the group (base names, for report.md and report.html). */
+    /* The plots of the group (base names, for report.md and report.html), and whether
+     * each was drawn (its .png and .svg written now); a plot not drawn has its script. */
     char plots[8][1100];
     char plot_titles[8][128];
+    bool plot_drawn[8];
     size_t nplots;
+    /* The labels of its plots drawn as numbers (report.md's key). */
+    ql_report_numbered *numbered;
+    size_t nnumbered, numbered_cap;
     struct ql_types_table *types; /* which type each tensor class got, per row (types_table.h) */
     /* The layer metrics of the rows' runs, by row then layer (the divergence plot). */
     struct ql_report_layer *layers;
@@ -144,6 +159,8 @@ typedef struct {
     const char *sweep;
     char dir[4096];
     int tensors_found; /* runs matching opt->tensors, over every sweep */
+    bool no_gnuplot;   /* gnuplot is not on PATH: no plot is tried */
+    size_t problems_cap;
 } ql_report_ctx;
 
 /* ---------------------------------------------------------------- report.c */
@@ -155,12 +172,28 @@ ql_status ql_report_bind_int(ql_report_ctx *c, sqlite3_stmt *st, int idx, int64_
 double ql_report_col_double(sqlite3_stmt *st, int i);
 ql_status ql_report_oom(ql_error *err);
 
+/* How axis a of a config reads in the group's tables: the weight type by its label
+ * (ql_report_weight_label), the imatrix of a file config "unknown", any other value as
+ * ql_report_axis_display shows it; buf holds the text when it is not a constant. */
+const char *ql_report_axis_cell(const ql_report_group *g, char *const *axis, int a, char *buf,
+                                size_t size);
+
 /* How an axis value reads in a table (the default as the axis list shows it). */
 const char *ql_report_axis_display(int a, const char *v);
 /* Whether v is the axis's default value. */
 bool ql_report_is_default(int a, const char *v);
 /* Whether a label leaves the value out (head same, outliers off, budget none, ...). */
 bool ql_report_is_plain(int a, const char *v);
+/* How a weight type value reads in the group's tables, plots and labels: itself, or
+ * for an existing file (file:PATH@SHA256) file:NAME, its file name, with as much of
+ * the path, then of the hash, as tells it from the group's other files of that name.
+ * Returns buf. */
+const char *ql_report_weight_label(const ql_report_group *g, const char *value, char *buf,
+                                   size_t size);
+/* Whether a weight type value is an existing file (file:...); its SHA-256 into sha
+ * (65 bytes, "" when the value has none) when not NULL. */
+bool ql_report_is_file(const char *value, char *sha);
+
 /* "Q4_0 head=F32": the weight type and the axes that vary within the group, except
  * skip_axis and values that go without saying (head same, outliers off, ...). */
 void ql_report_config_label(const ql_report_group *g, char *const *axis, int skip_axis, char *buf,
@@ -180,6 +213,10 @@ void ql_report_metric_text(const ql_report_row *r, ql_metric_id id, char *buf, s
 
 /* Whether a row takes part in format comparisons (tables, fronts, pairs, plots). */
 bool ql_report_row_compared(const ql_report_row *r);
+
+/* Records what could not be written in the summary (what: a plot's base name, "" for
+ * the sweep's files; script: its path or ""); the first reason is the summary's why. */
+void ql_report_add_problem(ql_report_ctx *c, const char *what, const char *script, const char *why);
 
 /* Writes a document to the sweep's directory and counts it. */
 ql_status ql_report_doc_save(ql_report_ctx *c, ql_doc *d, const char *name, ql_error *err);

@@ -3,7 +3,9 @@
  * on the same tokens with paired-bootstrap intervals (compare.h).
  *
  * Which pairs: for the weight type, each type against the next larger one (by bpw)
- * with every other axis equal, the question a format table asks; for any other axis,
+ * with every other axis equal, the question a format table asks (existing files, file:,
+ * are no step of that ladder: they differ from every other config in what qlab cannot
+ * see, their mix and their importance matrix); for any other axis,
  * each value against the axis's baseline (its default value when the group has it,
  * else its first value by name) with every other axis equal: imatrix none against
  * calib for each weight type, head same against F16, act f32 against native. The
@@ -104,9 +106,14 @@ ql_status ql_report_load_pairs(ctx *c, group *g, ql_error *err)
             if (!ql_report_row_compared(&g->rows[i]))
                 continue;
             if (a == QL_AXIS_WEIGHT_TYPE) {
-                /* The next compared row in bpw order with the same other axes. */
+                /* The next compared row in bpw order with the same other axes. An
+                 * existing file is no step on the ladder of types: it differs from any
+                 * other config in what qlab cannot see (its mix, its imatrix). */
+                if (ql_report_is_file(g->rows[i].axis[a], NULL))
+                    continue;
                 for (size_t j = i + 1; j < g->nrows; j++)
-                    if (ql_report_row_compared(&g->rows[j]) && same_but(g, i, j, a)) {
+                    if (ql_report_row_compared(&g->rows[j]) &&
+                        !ql_report_is_file(g->rows[j].axis[a], NULL) && same_but(g, i, j, a)) {
                         rc = add_pair(c, g, &cap, a, i, j, &no_chunks, err);
                         break;
                     }
@@ -202,11 +209,14 @@ ql_status ql_report_md_pairs(const group *g, FILE *out, ql_error *err)
             const ql_report_pair *p = &g->pairs[i];
             if (p->axis != a)
                 continue;
-            char rest[512], cells[QL_CMP_STATS][96];
+            char rest[512], cells[QL_CMP_STATS][96], va[QL_CONFIG_VALUE_MAX],
+                vb[QL_CONFIG_VALUE_MAX];
             ql_report_pair_cells(g, p, rest, sizeof rest, cells);
             if ((rc = ql_table_row(t, err)) || (rc = ql_table_put(t, *rest ? rest : NULL, err)) ||
-                (rc = ql_table_put(t, ql_report_axis_display(a, g->rows[p->a].axis[a]), err)) ||
-                (rc = ql_table_put(t, ql_report_axis_display(a, g->rows[p->b].axis[a]), err)))
+                (rc = ql_table_put(t, ql_report_axis_cell(g, g->rows[p->a].axis, a, va, sizeof va),
+                                   err)) ||
+                (rc = ql_table_put(t, ql_report_axis_cell(g, g->rows[p->b].axis, a, vb, sizeof vb),
+                                   err)))
                 break;
             for (int k = 0; k < QL_CMP_STATS && !rc; k++)
                 rc = ql_table_put(t, *cells[k] ? cells[k] : NULL, err);
@@ -278,7 +288,9 @@ ql_status ql_report_load_fits(ctx *c, group *g, ql_error *err)
  * weight type, which caps the solver's types, and the other axes that vary. */
 static void fit_label(const group *g, char *const *axis, char *buf, size_t size)
 {
-    size_t o = (size_t)snprintf(buf, size, "%s", axis[QL_AXIS_WEIGHT_TYPE]);
+    char wt[QL_CONFIG_VALUE_MAX];
+    size_t o = (size_t)snprintf(
+        buf, size, "%s", ql_report_weight_label(g, axis[QL_AXIS_WEIGHT_TYPE], wt, sizeof wt));
     for (int a = 1; a < QL_AXIS_COUNT && o < size; a++)
         if (g->varies[a] && a != QL_AXIS_BUDGET && a != QL_AXIS_OBJECTIVE &&
             !ql_report_is_plain(a, axis[a]))

@@ -35,17 +35,6 @@ typedef ql_report_ctx ctx;
 #define PANEL_ROW_H   330 /* height added per further row of panels */
 #define MAX_PANELS    12
 #define MAX_SERIES    64
-#define MAX_LABEL_KEY 40
-/* The key of the series sits right of the panels, as wide as its longest entry
- * (font ',10': about 6.5 pixels a character, the sample and its gap 45), between
- * these screen x. */
-#define KEY_X_MIN 0.55
-#define KEY_X_MAX 0.80
-/* Label boxes in pixels: font ',8' is about 6 pixels a character and 11 high; a
- * point with its error bar cap keeps this radius free. */
-#define LABEL_CHAR_W 6.0
-#define LABEL_H      11.0
-#define POINT_R      5.0
 /* The markers of series s of S sit (s - (S-1)/2) times this share of the x range off
  * their bpw, so that configs of the same size stay visible side by side. */
 #define DODGE 0.009
@@ -61,30 +50,46 @@ static const int markers[] = {7, 5, 9, 11, 13, 15, 6, 4};
 
 /* ================================================================ shared helpers */
 
-/* Renders one plot unless plots are off or were given up; a failure of gnuplot
- * turns plotting off with the reason (not an error). */
-static void render(ctx *c, const char *script, const char *base)
+/* Renders one plot unless plots are off or gnuplot is not there; returns whether it
+ * was drawn. A plot gnuplot fails on is named in the summary with gnuplot's message
+ * and the script's path, and the next plot is tried all the same: one plot's script
+ * costs no other plot. Its old images go first, so that none outlives a failure. */
+static bool render(ctx *c, const char *script, const char *base)
 {
-    if (!c->opt->plots || c->sum->plots_skipped)
-        return;
+    if (!c->opt->plots || c->no_gnuplot)
+        return false;
+    char path[4400];
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/%s.%s", c->dir, base, k ? "svg" : "png");
+        (void)remove(path);
+    }
     ql_error perr;
     ql_error_clear(&perr);
-    if (ql_plot_draw(c->dir, script, base, c->opt->log, &perr) != QL_OK) {
+    ql_status st = ql_plot_draw(c->dir, script, base, c->opt->log, &perr);
+    if (st == QL_ENOTFOUND) {
+        c->no_gnuplot = true;
         c->sum->plots_skipped = true;
         ql_strlcpy(c->sum->why, perr.msg, sizeof c->sum->why);
-        return;
+        return false;
+    }
+    if (st != QL_OK) {
+        snprintf(path, sizeof path, "%s/%s", c->dir, script);
+        ql_report_add_problem(c, base, path, perr.msg);
+        return false;
     }
     c->sum->plots++;
     c->sum->files += 2;
+    return true;
 }
 
 /* Records a plot of the group (for report.md's links and report.html). */
-static void add_plot(group *g, const char *base, const char *title)
+static void add_plot(group *g, const char *base, const char *title, bool drawn)
 {
     if (g->nplots >= sizeof g->plots / sizeof g->plots[0])
         return;
     ql_strlcpy(g->plots[g->nplots], base, sizeof g->plots[0]);
     ql_strlcpy(g->plot_titles[g->nplots], title, sizeof g->plot_titles[0]);
+    g->plot_drawn[g->nplots] = drawn;
     g->nplots++;
 }
 
@@ -178,6 +183,16 @@ static size_t value_index(const layout *l, size_t k, const char *v)
     return 0;
 }
 
+/* An axis value as the plots tell configs apart: as the table shows it (a file
+ * config's imatrix is "unknown", so its configs are a series of their own). Never the
+ * weight type, whose label would need a buffer. */
+static const char *layout_value(const group *g, const row *r, int a)
+{
+    char unused[8];
+    QL_ASSERT(a != QL_AXIS_WEIGHT_TYPE);
+    return ql_report_axis_cell(g, r->axis, a, unused, sizeof unused);
+}
+
 static ql_status make_layout(const group *g, layout *l, ql_error *err)
 {
     memset(l, 0, sizeof *l);
@@ -197,7 +212,7 @@ static ql_status make_layout(const group *g, layout *l, ql_error *err)
         for (size_t i = 0; i < g->nrows; i++)
             if (ql_report_row_compared(&g->rows[i]))
                 ql_strset_add(l->values[k], &l->n_values[k], MAX_SERIES,
-                              g->rows[i].axis[l->axes[k]]);
+                              layout_value(g, &g->rows[i], l->axes[k]));
     /* Panels: the combinations of the third and further axes that occur. */
     for (size_t i = 0; i < g->nrows; i++) {
         const row *r = &g->rows[i];
@@ -206,15 +221,16 @@ static ql_status make_layout(const group *g, layout *l, ql_error *err)
         for (size_t k = 2; k < l->n_axes && o < sizeof title; k++)
             o += (size_t)snprintf(title + o, sizeof title - o, "%s%s=%s", k > 2 ? " " : "",
                                   ql_axis_get((ql_axis)l->axes[k])->label,
-                                  ql_report_axis_display(l->axes[k], r->axis[l->axes[k]]));
+                                  layout_value(g, r, l->axes[k]));
         size_t p = 0;
         while (p < l->n_panels && strcmp(l->panel_title[p], title) != 0)
             p++;
         if (p == l->n_panels && l->n_panels < MAX_PANELS)
             ql_strlcpy(l->panel_title[l->n_panels++], title, sizeof l->panel_title[0]);
         l->panel[i] = p < MAX_PANELS ? p : MAX_PANELS - 1;
-        l->colour[i] = l->n_axes > 0 ? value_index(l, 0, r->axis[l->axes[0]]) : 0;
-        l->marker[i] = l->n_axes > 1 ? value_index(l, 1, r->axis[l->axes[1]]) : l->colour[i];
+        l->colour[i] = l->n_axes > 0 ? value_index(l, 0, layout_value(g, r, l->axes[0])) : 0;
+        l->marker[i] =
+            l->n_axes > 1 ? value_index(l, 1, layout_value(g, r, l->axes[1])) : l->colour[i];
         /* The series: colour and marker. */
         size_t s = 0;
         while (s < l->n_series && !(l->colour[l->series_row[s]] == l->colour[i] &&
@@ -238,129 +254,16 @@ static void series_title(const group *g, const layout *l, size_t s, char *buf, s
     for (size_t k = 0; k < l->n_axes && k < 2 && o < size; k++)
         o += (size_t)snprintf(buf + o, size - o, "%s%s %s", k ? ", " : "",
                               ql_axis_get((ql_axis)l->axes[k])->label,
-                              ql_report_axis_display(l->axes[k], r->axis[l->axes[k]]));
+                              layout_value(g, r, l->axes[k]));
     if (!buf[0])
         snprintf(buf, size, "configs");
 }
 
-/* Where panel p of n sits on the canvas (screen fractions of its plot area). */
-typedef struct {
-    double x0, x1, y0, y1;
-} rect;
-
+/* The height of a canvas of small multiples (the sensitivity heatmap). */
 static int canvas_height(size_t n_panels)
 {
     size_t cols = n_panels <= 1 ? 1 : 2, rows = (n_panels + cols - 1) / cols;
     return CANVAS_H + (int)(rows > 1 ? (rows - 1) * PANEL_ROW_H : 0);
-}
-
-/* Where the key starts for entries of at most max_chars characters. */
-static double key_x(size_t max_chars)
-{
-    double x = 1.0 - (6.5 * (double)max_chars + 45.0) / CANVAS_W;
-    return x < KEY_X_MIN ? KEY_X_MIN : x > KEY_X_MAX ? KEY_X_MAX : x;
-}
-
-static rect panel_rect(size_t p, size_t n_panels, double kx)
-{
-    size_t cols = n_panels <= 1 ? 1 : 2, rows = (n_panels + cols - 1) / cols;
-    size_t col = p % cols, rw = p / cols;
-    double h = (double)canvas_height(n_panels);
-    /* Fixed pixel margins around each panel's plot area: room for tick labels, the
-     * axis labels and the panel title. */
-    const double left = 84.0, right = 14.0, bottom = 58.0, top = rows > 1 ? 44.0 : 52.0;
-    double cell_w = kx / (double)cols, cell_h = (1.0 - 30.0 / h) / (double)rows;
-    rect r;
-    r.x0 = (double)col * cell_w + left / CANVAS_W;
-    r.x1 = (double)(col + 1) * cell_w - right / CANVAS_W;
-    r.y1 = 1.0 - 30.0 / h - (double)rw * cell_h - top / h;
-    r.y0 = 1.0 - 30.0 / h - (double)(rw + 1) * cell_h + bottom / h;
-    return r;
-}
-
-/* ================================================================ label placement */
-
-typedef struct {
-    double x0, y0, x1, y1; /* pixels, y up */
-} box;
-
-static bool overlaps(const box *a, const box *b)
-{
-    return a->x0 < b->x1 && b->x0 < a->x1 && a->y0 < b->y1 && b->y0 < a->y1;
-}
-
-/* Data to pixel coordinates of a panel. */
-typedef struct {
-    rect area;
-    double xlo, xhi, ylo, yhi;
-    bool log_y;
-    int height;
-} mapping;
-
-static void to_pixels(const mapping *m, double x, double y, double *px, double *py)
-{
-    double fx = (x - m->xlo) / (m->xhi - m->xlo);
-    double fy = m->log_y ? (log(y) - log(m->ylo)) / (log(m->yhi) - log(m->ylo))
-                         : (y - m->ylo) / (m->yhi - m->ylo);
-    *px = (m->area.x0 + fx * (m->area.x1 - m->area.x0)) * CANVAS_W;
-    *py = (m->area.y0 + fy * (m->area.y1 - m->area.y0)) * m->height;
-}
-
-static void to_data(const mapping *m, double px, double py, double *x, double *y)
-{
-    double fx = (px / CANVAS_W - m->area.x0) / (m->area.x1 - m->area.x0);
-    double fy = (py / m->height - m->area.y0) / (m->area.y1 - m->area.y0);
-    *x = m->xlo + fx * (m->xhi - m->xlo);
-    *y = m->log_y ? exp(log(m->ylo) + fy * (log(m->yhi) - log(m->ylo)))
-                  : m->ylo + fy * (m->yhi - m->ylo);
-}
-
-/* The label of a point: where it goes (data coordinates) or, when no place fits,
- * its number in the key. */
-typedef struct {
-    char text[64];
-    double x, y;
-    int key; /* 0: at (x, y) as text; else the number shown at (x, y) */
-} placed_label;
-
-/* Places text next to point (px, py) at the first candidate position whose box stays
- * inside the area and clear of every box in taken (labels and points); the box is
- * then taken. false when none fits. */
-static bool place(const mapping *m, double px, double py, const char *text, box *taken,
-                  size_t *n_taken, size_t max_taken, double *x, double *y)
-{
-    double w = LABEL_CHAR_W * (double)strlen(text) + 4.0, h = LABEL_H;
-    double side = w / 2.0 + POINT_R + 3.0, up = LABEL_H / 2.0 + POINT_R + 2.0;
-    const double cand[][2] = {{0, up},
-                              {0, -up},
-                              {side, 0},
-                              {-side, 0},
-                              {0, up + LABEL_H},
-                              {0, -up - LABEL_H},
-                              {side, LABEL_H},
-                              {side, -LABEL_H},
-                              {-side, LABEL_H},
-                              {-side, -LABEL_H},
-                              {0, up + 2 * LABEL_H},
-                              {0, -up - 2 * LABEL_H}};
-    box area = {m->area.x0 * CANVAS_W, m->area.y0 * m->height, m->area.x1 * CANVAS_W,
-                m->area.y1 * m->height};
-    for (size_t k = 0; k < sizeof cand / sizeof cand[0]; k++) {
-        double cx = px + cand[k][0], cy = py + cand[k][1];
-        box b = {cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2};
-        if (b.x0 < area.x0 || b.x1 > area.x1 || b.y0 < area.y0 || b.y1 > area.y1)
-            continue;
-        bool clear = true;
-        for (size_t i = 0; i < *n_taken && clear; i++)
-            clear = !overlaps(&b, &taken[i]);
-        if (!clear)
-            continue;
-        if (*n_taken < max_taken)
-            taken[(*n_taken)++] = b;
-        to_data(m, cx, cy, x, y);
-        return true;
-    }
-    return false;
 }
 
 /* ================================================================ against bits per weight */
@@ -370,13 +273,14 @@ typedef struct {
     const char *title; /* for report.md's links */
     ql_metric_id value, error;
     bool log_y;
-    const char *ylabel;
+    const char *ylabel, *short_ylabel; /* the short one on low panels */
 } bpw_plot;
 
 static const bpw_plot bpw_plots[] = {
     {"kld_bpw", "mean KLD against bpw", QL_METRIC_kld_mean, QL_METRIC_kld_mean_err, true,
-     "mean KL divergence to the reference (nats)"},
-    {"ppl_bpw", "PPL against bpw", QL_METRIC_ppl, QL_METRIC_ppl_err, false, "perplexity"},
+     "mean KL divergence to the reference (nats)", "mean KLD (nats)"},
+    {"ppl_bpw", "PPL against bpw", QL_METRIC_ppl, QL_METRIC_ppl_err, false, "perplexity",
+     "perplexity"},
 };
 
 /* The numeric columns of formats.dat, in order; label and config hash follow. */
@@ -436,6 +340,25 @@ static ql_status write_formats_dat(ctx *c, const group *g, const layout *l, ql_e
 static bool drawable(const bpw_plot *bp, double x, double y)
 {
     return !isnan(x) && !isnan(y) && (!bp->log_y || y > 0.0);
+}
+
+/* Data to pixels of a panel (y down). */
+typedef struct {
+    double x0, x1, y0, y1; /* the plot area: left, right, top, bottom */
+    double xlo, xhi, ylo, yhi;
+    bool log_y;
+} mapping;
+
+static double map_x(const mapping *m, double x)
+{
+    return m->x0 + (x - m->xlo) / (m->xhi - m->xlo) * (m->x1 - m->x0);
+}
+
+static double map_y(const mapping *m, double y)
+{
+    const double f = m->log_y ? (log(y) - log(m->ylo)) / (log(m->yhi) - log(m->ylo))
+                              : (y - m->ylo) / (m->yhi - m->ylo);
+    return m->y1 - f * (m->y1 - m->y0);
 }
 
 /* The axis ranges: the data with its error bars, and a margin. */
@@ -547,8 +470,7 @@ static ql_status write_plot_script(ctx *c, group *g, body *b, const char *base, 
     snprintf(name, sizeof name, "%s.gp", base);
     if ((rc = ql_report_doc_save(c, &d, name, err)))
         return rc;
-    render(c, name, base);
-    add_plot(g, base, title);
+    add_plot(g, base, title, render(c, name, base));
     return QL_OK;
 }
 
@@ -590,18 +512,410 @@ static void log_ticks(body *f, double lo, double hi, const char *axis)
     }
 }
 
+/* ================================================================ layout
+ *
+ * The plots against bits per weight and the KLD distribution are laid out here, in
+ * pixels from the top left of the canvas (y down; gnuplot's screen coordinates are
+ * fractions from the bottom left): the title at the top, wrapped to the canvas's
+ * width; the panels at the full width; below them the legend, in as many columns as
+ * its longest entry leaves room for; at the bottom the key of the numbered labels.
+ * The script draws the title, the legend and the labels itself at screen coordinates
+ * (labels, and short lines for the legend's samples), not through gnuplot's title
+ * and key, so their room is known before the canvas's height is, and the panels keep
+ * the width however long the entries. */
+
+/* Text metrics in pixels (sans at the terminals' 96 dpi; measured on pngcairo and
+ * rounded up, digits and capitals being the widest). */
+#define TITLE_CHAR_W  7.8 /* font ',11' */
+#define TITLE_LINE_H  17.0
+#define LEGEND_CHAR_W 6.8 /* font ',10' */
+#define LEGEND_ROW_H  18.0
+#define LEGEND_SAMPLE 34.0 /* the sample line or marker and the gap before the text */
+#define LEGEND_GAP    18.0 /* between legend columns */
+#define NOTE_CHAR_W   6.4  /* font ',9' */
+#define NOTE_LINE_H   14.0
+#define LABEL_CHAR_W  6.6 /* font ',8' */
+#define LABEL_H       12.0
+/* A point's marker (pointsize 1.2) keeps this radius free; an error bar this half
+ * width. */
+#define POINT_R 5.0
+#define BAR_R   3.0
+/* Points of one weight type this close (pixels) share a label. */
+#define CLUSTER_PX 26.0
+/* Margins of a panel's plot area in its cell: tick labels and the axis label on the
+ * left and below, a line per row of the panel's title above. */
+#define PANEL_LEFT    84.0
+#define PANEL_RIGHT   18.0
+#define PANEL_BOTTOM  58.0
+#define PANEL_TOP     12.0
+#define PANEL_TITLE_H 16.0
+/* Cell heights: one panel, or each row of several. */
+#define CELL_H_ONE  470.0
+#define CELL_H_MANY 330.0
+/* A plot area lower than this gets the short y label. */
+#define SHORT_YLABEL_H 300.0
+#define LINE_MAX_CHARS 400
+
+/* Number of characters of UTF-8 text (continuation bytes do not count). */
+static size_t text_chars(const char *s, size_t bytes)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < bytes && s[i]; i++)
+        n += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return n;
+}
+
+/* Splits text into lines of at most max_chars characters, at spaces where it can (a
+ * longer word is cut at a character boundary); returns how many lines, at most
+ * max_lines (the last one cut with "…" when the text goes on). */
+static size_t wrap_text(const char *text, size_t max_chars, char lines[][LINE_MAX_CHARS],
+                        size_t max_lines)
+{
+    size_t n = 0;
+    if (max_chars < 8)
+        max_chars = 8;
+    const char *p = text;
+    while (*p == ' ')
+        p++;
+    while (*p && n < max_lines) {
+        /* The longest prefix of at most max_chars characters, ending at a space when
+         * the text goes on after it. */
+        size_t len = strlen(p), end = 0, chars = 0, cut = 0;
+        while (end < len && chars < max_chars) {
+            end++;
+            while (end < len && ((unsigned char)p[end] & 0xc0) == 0x80)
+                end++;
+            chars++;
+        }
+        if (end < len) {
+            for (size_t k = end; k > 0; k--)
+                if (p[k] == ' ') {
+                    cut = k;
+                    break;
+                }
+            if (cut == 0)
+                cut = end;
+        } else {
+            cut = end;
+        }
+        const bool last = n + 1 == max_lines && cut < len;
+        if (cut >= LINE_MAX_CHARS - 4)
+            cut = LINE_MAX_CHARS - 4;
+        while (cut > 0 && ((unsigned char)p[cut] & 0xc0) == 0x80)
+            cut--;
+        snprintf(lines[n], LINE_MAX_CHARS, "%.*s%s", (int)cut, p, last ? "…" : "");
+        n++;
+        p += cut;
+        while (*p == ' ')
+            p++;
+    }
+    return n;
+}
+
+/* A legend entry: a marker, a line or both, and its text. */
+typedef struct {
+    char text[256];
+    const char *colour;
+    int pt;    /* marker; 0: none */
+    int dt;    /* dash type of the line; 0: no line */
+    double lw; /* line width */
+} legend_entry;
+
+/* Where the pieces of a plot go (pixels, y down). */
+typedef struct {
+    int height; /* the canvas's */
+    char title[4][LINE_MAX_CHARS];
+    size_t n_title;
+    size_t n_panels, cols, rows;
+    double panels_top, cell_w, cell_h;
+    size_t panel_title_lines;
+    /* The legend: its entries in rows of `legend_cols`. */
+    const legend_entry *legend;
+    size_t n_legend, legend_cols, legend_rows;
+    double legend_top, legend_col_w;
+    /* The key of the numbered labels: its lines. */
+    char (*notes)[LINE_MAX_CHARS];
+    size_t n_notes;
+    double notes_top;
+} canvas;
+
+static double screen_x(double x)
+{
+    return x / CANVAS_W;
+}
+
+static double screen_y(const canvas *cv, double y)
+{
+    return 1.0 - y / cv->height;
+}
+
+/* Lays out the title, panels and legend; notes (NULL: none) follow at the bottom.
+ * panel_title_lines: lines of the longest panel title (0 without panel titles). */
+static void canvas_layout(canvas *cv, const char *title, size_t n_panels, size_t panel_title_lines,
+                          const legend_entry *legend, size_t n_legend,
+                          char (*notes)[LINE_MAX_CHARS], size_t n_notes)
+{
+    cv->n_title = wrap_text(title, (size_t)((CANVAS_W - 24.0) / TITLE_CHAR_W), cv->title, 4);
+    double y = 8.0 + TITLE_LINE_H * (double)cv->n_title + 4.0;
+    cv->n_panels = n_panels ? n_panels : 1;
+    cv->cols = cv->n_panels == 1 ? 1 : 2;
+    cv->rows = (cv->n_panels + cv->cols - 1) / cv->cols;
+    cv->cell_w = CANVAS_W / (double)cv->cols;
+    cv->cell_h = cv->n_panels == 1 ? CELL_H_ONE : CELL_H_MANY;
+    cv->panel_title_lines = panel_title_lines;
+    cv->panels_top = y;
+    y += cv->cell_h * (double)cv->rows;
+    /* The legend: columns as wide as its longest entry. */
+    size_t longest = 1;
+    for (size_t i = 0; i < n_legend; i++) {
+        size_t k = text_chars(legend[i].text, strlen(legend[i].text));
+        longest = k > longest ? k : longest;
+    }
+    cv->legend = legend;
+    cv->n_legend = n_legend;
+    cv->legend_col_w = LEGEND_SAMPLE + LEGEND_CHAR_W * (double)longest + LEGEND_GAP;
+    const double room = CANVAS_W - 2.0 * 20.0;
+    cv->legend_cols = (size_t)(room / cv->legend_col_w);
+    if (cv->legend_cols < 1)
+        cv->legend_cols = 1;
+    if (cv->legend_cols > n_legend)
+        cv->legend_cols = n_legend ? n_legend : 1;
+    cv->legend_rows = n_legend ? (n_legend + cv->legend_cols - 1) / cv->legend_cols : 0;
+    cv->legend_top = y + 2.0;
+    y += cv->legend_rows ? LEGEND_ROW_H * (double)cv->legend_rows + 6.0 : 0.0;
+    cv->notes = notes;
+    cv->n_notes = n_notes;
+    cv->notes_top = y + 2.0;
+    y += n_notes ? NOTE_LINE_H * (double)n_notes + 6.0 : 0.0;
+    cv->height = (int)ceil(y + 6.0);
+}
+
+/* The plot area of panel p (pixels, y down): left, right, top, bottom. */
+static void canvas_panel(const canvas *cv, size_t p, double *x0, double *x1, double *y0, double *y1)
+{
+    const size_t col = p % cv->cols, rw = p / cv->cols;
+    *x0 = (double)col * cv->cell_w + PANEL_LEFT;
+    *x1 = (double)(col + 1) * cv->cell_w - PANEL_RIGHT;
+    *y0 = cv->panels_top + (double)rw * cv->cell_h + PANEL_TOP +
+          PANEL_TITLE_H * (double)cv->panel_title_lines;
+    *y1 = cv->panels_top + (double)(rw + 1) * cv->cell_h - PANEL_BOTTOM;
+}
+
+/* The lines that put panel p's plot area in place. */
+static void canvas_margins(body *b, const canvas *cv, size_t p)
+{
+    double x0, x1, y0, y1;
+    canvas_panel(cv, p, &x0, &x1, &y0, &y1);
+    body_add(b,
+             "set lmargin at screen %.5f\nset rmargin at screen %.5f\n"
+             "set tmargin at screen %.5f\nset bmargin at screen %.5f\n",
+             screen_x(x0), screen_x(x1), screen_y(cv, y0), screen_y(cv, y1));
+}
+
+/* A label at pixel (x, y) in the script: text, alignment, font and colour. */
+static void canvas_label(body *b, const canvas *cv, double x, double y, const char *text,
+                         const char *align, const char *font)
+{
+    body_add(b, "set label ");
+    body_quote(b, text);
+    body_add(b, " at screen %.5f, screen %.5f %s font '%s' front\n", screen_x(x), screen_y(cv, y),
+             align, font);
+}
+
+/* The title, the legend and the notes: drawn with the first panel. */
+static void canvas_furniture(body *b, const canvas *cv)
+{
+    for (size_t i = 0; i < cv->n_title; i++)
+        canvas_label(b, cv, CANVAS_W / 2.0, 8.0 + TITLE_LINE_H * ((double)i + 0.5) + 4.0,
+                     cv->title[i], "center", ",11");
+    const double width = cv->legend_col_w * (double)cv->legend_cols - LEGEND_GAP;
+    const double left = (CANVAS_W - width) / 2.0;
+    for (size_t i = 0; i < cv->n_legend; i++) {
+        const legend_entry *e = &cv->legend[i];
+        const double x = left + cv->legend_col_w * (double)(i % cv->legend_cols);
+        const double y = cv->legend_top + LEGEND_ROW_H * ((double)(i / cv->legend_cols) + 0.5);
+        if (e->dt)
+            body_add(b,
+                     "set arrow from screen %.5f, screen %.5f to screen %.5f, screen %.5f "
+                     "nohead dt %d lw %g lc rgb '%s' front\n",
+                     screen_x(x), screen_y(cv, y), screen_x(x + LEGEND_SAMPLE - 8.0),
+                     screen_y(cv, y), e->dt, e->lw, e->colour);
+        if (e->pt)
+            body_add(b,
+                     "set label '' at screen %.5f, screen %.5f point pt %d ps 1.2 lc rgb '%s' "
+                     "front\n",
+                     screen_x(x + (LEGEND_SAMPLE - 8.0) / 2.0), screen_y(cv, y), e->pt, e->colour);
+        canvas_label(b, cv, x + LEGEND_SAMPLE, y, e->text, "left", ",10");
+    }
+    for (size_t i = 0; i < cv->n_notes; i++)
+        canvas_label(b, cv, 20.0, cv->notes_top + NOTE_LINE_H * ((double)i + 0.5), cv->notes[i],
+                     "left", ",9");
+}
+
+/* Panel p's title above its plot area, wrapped into the lines the layout has room
+ * for. */
+static void canvas_panel_title(body *b, const canvas *cv, size_t p, const char *title)
+{
+    if (!*title || !cv->panel_title_lines)
+        return;
+    double x0, x1, y0, y1;
+    canvas_panel(cv, p, &x0, &x1, &y0, &y1);
+    char lines[4][LINE_MAX_CHARS];
+    size_t n = wrap_text(title, (size_t)((x1 - x0) / LEGEND_CHAR_W), lines,
+                         cv->panel_title_lines < 4 ? cv->panel_title_lines : 4);
+    for (size_t i = 0; i < n; i++)
+        canvas_label(b, cv, (x0 + x1) / 2.0, y0 - PANEL_TITLE_H * ((double)(n - i) - 0.5) - 2.0,
+                     lines[i], "center", ",10");
+}
+
+/* Lines a panel title takes at the width of a panel of this layout. */
+static size_t panel_title_lines(const char *title, size_t n_panels)
+{
+    if (!*title)
+        return 0;
+    const double cell = CANVAS_W / (n_panels <= 1 ? 1.0 : 2.0);
+    char lines[4][LINE_MAX_CHARS];
+    return wrap_text(title, (size_t)((cell - PANEL_LEFT - PANEL_RIGHT) / LEGEND_CHAR_W), lines, 2);
+}
+
+/* The key of the numbered labels as lines that fit the canvas, an entry never split:
+ * "numbered points:  1 Q4_K_S,  2 IQ4_NL". Returns the lines used (the last one ends
+ * in "…" when the entries go on past max_lines). */
+static size_t number_notes(const char *const *texts, size_t n, char (*lines)[LINE_MAX_CHARS],
+                           size_t max_lines)
+{
+    const size_t width = (size_t)((CANVAS_W - 40.0) / NOTE_CHAR_W);
+    size_t k = 0, chars = 0;
+    if (!n || !max_lines)
+        return 0;
+    snprintf(lines[0], LINE_MAX_CHARS, "numbered points:");
+    chars = strlen(lines[0]);
+    for (size_t i = 0; i < n; i++) {
+        char entry[LINE_MAX_CHARS];
+        snprintf(entry, sizeof entry, "%zu %s", i + 1, texts[i]);
+        const size_t len = text_chars(entry, strlen(entry));
+        if (chars + 3 + len > width && chars > 0) {
+            if (k + 1 == max_lines) {
+                size_t used = strlen(lines[k]);
+                snprintf(lines[k] + used, LINE_MAX_CHARS - used, ",  …");
+                break;
+            }
+            lines[++k][0] = '\0';
+            chars = 0;
+        }
+        size_t used = strlen(lines[k]);
+        snprintf(lines[k] + used, LINE_MAX_CHARS - used, "%s%s",
+                 i || k ? (chars ? ",  " : "") : "  ", entry);
+        chars += (chars ? 3 : 0) + len;
+    }
+    return k + 1;
+}
+
+/* A title for gnuplot's own `set title` (the plots whose key gnuplot places): lines
+ * of at most TITLE_WRAP characters joined into one string expression, 'a'."\n".'b',
+ * so that a long title is not cut at the canvas's edges. */
+#define TITLE_WRAP 100
+
+static void title_expr(FILE *f, const char *title)
+{
+    char lines[4][LINE_MAX_CHARS];
+    size_t n = wrap_text(title, TITLE_WRAP, lines, 4);
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            fputs(".\"\\n\".", f);
+        ql_gnuplot_quote(f, lines[i]);
+    }
+    if (!n)
+        fputs("''", f);
+}
+
+/* title_expr into a body. */
+static void body_title(body *b, const char *title)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m) {
+        b->failed = true;
+        return;
+    }
+    title_expr(m, title);
+    fclose(m);
+    body_add(b, "%s", text);
+    free(text);
+}
+
+/* A box of pixels y down as the placement's y up (the y axis mirrored). */
+static ql_plot_box box_up(double x0, double x1, double y_top, double y_bottom)
+{
+    return (ql_plot_box){x0, -y_bottom, x1, -y_top};
+}
+
+/* Union-find over the rows: the clusters of points that share a label. */
+static size_t uf_find(size_t *parent, size_t i)
+{
+    while (parent[i] != i)
+        i = parent[i] = parent[parent[i]];
+    return i;
+}
+
+/* One label of a bpw plot: a cluster of points of one weight type in one panel. */
+typedef struct {
+    size_t panel, root; /* root: the cluster's row in the union-find */
+    char text[64];
+} bpw_label;
+
+/* The per-row state of a bpw plot's points. */
+typedef struct {
+    double px, py; /* pixels of the marker (after the series' dodge) */
+    bool shown;    /* drawable in its panel */
+} bpw_point;
+
+/* Records a numbered label for report.md's key: the configs of the cluster. */
+static ql_status note_numbered(group *g, const char *plot, const char *plot_title, int number,
+                               const char *text, size_t *parent, size_t root, const bpw_point *pts,
+                               ql_error *err)
+{
+    if (!ql_grow((void **)&g->numbered, &g->numbered_cap, g->nnumbered + 1, sizeof *g->numbered))
+        return ql_report_oom(err);
+    ql_report_numbered *nb = &g->numbered[g->nnumbered++];
+    memset(nb, 0, sizeof *nb);
+    ql_strlcpy(nb->plot, plot, sizeof nb->plot);
+    ql_strlcpy(nb->plot_title, plot_title, sizeof nb->plot_title);
+    nb->number = number;
+    ql_strlcpy(nb->text, text, sizeof nb->text);
+    size_t o = 0;
+    for (size_t i = 0; i < g->nrows && o < sizeof nb->configs; i++) {
+        if (!pts[i].shown || uf_find(parent, i) != root)
+            continue;
+        char label[512];
+        ql_report_config_label(g, g->rows[i].axis, -1, label, sizeof label);
+        o +=
+            (size_t)snprintf(nb->configs + o, sizeof nb->configs - o, "%s%s", o ? "; " : "", label);
+    }
+    return QL_OK;
+}
+
 static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plot *bp,
                                 ql_error *err)
 {
-    size_t n = g->nrows;
+    const size_t n = g->nrows;
     double *x = malloc((n ? n : 1) * sizeof *x), *y = malloc((n ? n : 1) * sizeof *y);
     bool *front = malloc((n ? n : 1) * sizeof *front);
-    box *taken = malloc((2 * n + 1) * sizeof *taken);
-    placed_label *labels = malloc((n ? n : 1) * sizeof *labels);
+    bpw_point *pts = calloc(n ? n : 1, sizeof *pts);
+    size_t *parent = malloc((n ? n : 1) * sizeof *parent);
+    bpw_label *labels = calloc(n ? n : 1, sizeof *labels);
+    ql_label_in *lin = calloc(n ? n : 1, sizeof *lin);
+    ql_label_out *lout = calloc(n ? n : 1, sizeof *lout);
+    ql_plot_box *obstacles = malloc((2 * n + 2) * sizeof *obstacles);
+    const char **key_texts = calloc(n ? n : 1, sizeof *key_texts);
+    char(*notes)[LINE_MAX_CHARS] = calloc(8, sizeof *notes);
+    legend_entry *legend = calloc(l->n_series + 2, sizeof *legend);
     body b = {0};
     ql_doc d = {0};
     ql_status rc = QL_OK;
-    if (!x || !y || !front || !taken || !labels) {
+    if (!x || !y || !front || !pts || !parent || !labels || !lin || !lout || !obstacles ||
+        !key_texts || !notes || !legend) {
         rc = ql_report_oom(err);
         goto out;
     }
@@ -612,6 +926,7 @@ static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plo
         x[i] = use ? r->v[QL_METRIC_bpw] : (double)NAN;
         y[i] = use ? r->v[bp->value] : (double)NAN;
         any = any || drawable(bp, x[i], y[i]);
+        parent[i] = i;
     }
     if (!any) {
         if (c->opt->log)
@@ -647,115 +962,163 @@ static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plo
     snprintf(base, sizeof base, "%s%s", bp->name, g->suffix);
     mapping m;
     data_ranges(g, bp, &m);
-    m.height = canvas_height(l->n_panels);
     double ref = (double)NAN;
     for (size_t i = 0; i < n && bp->value == QL_METRIC_ppl; i++)
         if (!isnan(g->rows[i].v[QL_METRIC_ppl_ref]) &&
             (isnan(ref) || g->rows[i].v[QL_METRIC_ppl_ref] < ref))
             ref = g->rows[i].v[QL_METRIC_ppl_ref];
 
+    /* The legend: a marker per series, the front's and the reference's lines. */
+    size_t n_legend = 0;
+    for (size_t s = 0; s < l->n_series; s++) {
+        legend_entry *e = &legend[n_legend++];
+        series_title(g, l, s, e->text, sizeof e->text);
+        e->colour = colours[l->colour[l->series_row[s]] % N_COLOURS];
+        e->pt = markers[l->marker[l->series_row[s]] % N_MARKERS];
+    }
+    if (front_drawable)
+        legend[n_legend++] = (legend_entry){"Pareto front", "black", 0, 2, 1.5};
+    if (!isnan(ref))
+        legend[n_legend++] = (legend_entry){"unquantized reference", "gray40", 0, 3, 1.0};
+
+    size_t ptl = 0;
+    for (size_t p = 0; p < l->n_panels; p++) {
+        size_t k = panel_title_lines(l->panel_title[p], l->n_panels);
+        ptl = k > ptl ? k : ptl;
+    }
     plot_title(c, g, title, sizeof title);
-    body_add(&b, "set multiplot title ");
-    body_quote(&b, title);
-    body_add(&b, "\nset grid\nset pointsize 1.2\nset bars small\n");
+    canvas cv;
+    canvas_layout(&cv, title, l->n_panels, ptl, legend, n_legend, NULL, 0);
+
+    /* The points in pixels, and their clusters: points of one weight type in one panel
+     * close to each other share a label. */
+    for (size_t i = 0; i < n; i++) {
+        if (!drawable(bp, x[i], y[i]))
+            continue;
+        const size_t s = l->series[i];
+        const double dodge =
+            DODGE * (m.xhi - m.xlo) * ((double)s - 0.5 * (double)(l->n_series - 1));
+        canvas_panel(&cv, l->panel[i], &m.x0, &m.x1, &m.y0, &m.y1);
+        pts[i] = (bpw_point){map_x(&m, x[i] + dodge), map_y(&m, y[i]), true};
+        for (size_t j = 0; j < i; j++)
+            if (pts[j].shown && l->panel[j] == l->panel[i] &&
+                strcmp(g->rows[j].axis[QL_AXIS_WEIGHT_TYPE],
+                       g->rows[i].axis[QL_AXIS_WEIGHT_TYPE]) == 0 &&
+                hypot(pts[j].px - pts[i].px, pts[j].py - pts[i].py) <= CLUSTER_PX)
+                parent[uf_find(parent, j)] = uf_find(parent, i);
+    }
+    /* The labels, panel by panel: each cluster's, placed among the panel's points and
+     * error bars. Numbers run on across the panels. */
+    size_t n_labels = 0;
+    int numbers = 0;
+    for (size_t p = 0; p < l->n_panels && !rc; p++) {
+        canvas_panel(&cv, p, &m.x0, &m.x1, &m.y0, &m.y1);
+        size_t n_obst = 0, first = n_labels;
+        /* The reference's line, across the panel: no label on it. */
+        if (!isnan(ref)) {
+            const double yr = map_y(&m, ref);
+            obstacles[n_obst++] = box_up(m.x0, m.x1, yr - 1.0, yr + 1.0);
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (!pts[i].shown || l->panel[i] != p)
+                continue;
+            const double px = pts[i].px, py = pts[i].py, e = g->rows[i].v[bp->error];
+            obstacles[n_obst++] = box_up(px - POINT_R, px + POINT_R, py - POINT_R, py + POINT_R);
+            if (!isnan(e) && e > 0.0) {
+                double lo = y[i] - e > 0.0 || !bp->log_y ? y[i] - e : y[i];
+                obstacles[n_obst++] =
+                    box_up(px - BAR_R, px + BAR_R, map_y(&m, y[i] + e), map_y(&m, lo));
+            }
+            const size_t root = uf_find(parent, i);
+            size_t k = first;
+            while (k < n_labels && labels[k].root != root)
+                k++;
+            if (k == n_labels) {
+                labels[k] = (bpw_label){p, root, ""};
+                ql_report_weight_label(g, g->rows[i].axis[QL_AXIS_WEIGHT_TYPE], labels[k].text,
+                                       sizeof labels[k].text);
+                const double w = LABEL_CHAR_W * (double)text_chars(labels[k].text, 64) + 4.0;
+                lin[k] =
+                    (ql_label_in){{px - POINT_R, -(py + POINT_R), px + POINT_R, -(py - POINT_R)},
+                                  w,
+                                  LABEL_H,
+                                  LABEL_CHAR_W * 2.0 + 4.0};
+                n_labels++;
+            } else { /* the cluster's box grows by the point */
+                ql_plot_box *a = &lin[k].anchor;
+                a->x0 = fmin(a->x0, px - POINT_R);
+                a->x1 = fmax(a->x1, px + POINT_R);
+                a->y0 = fmin(a->y0, -(py + POINT_R));
+                a->y1 = fmax(a->y1, -(py - POINT_R));
+            }
+        }
+        /* Inside the plot area, off its frame. */
+        const ql_plot_box area = box_up(m.x0 + 2.0, m.x1 - 2.0, m.y0 + 2.0, m.y1 - 2.0);
+        if (!ql_plot_place_labels(&area, obstacles, n_obst, lin + first, n_labels - first,
+                                  lout + first)) {
+            rc = ql_report_oom(err);
+            break;
+        }
+        /* Numbers run on across the panels; a label with no room even for its number
+         * is in report.md's key alone. */
+        for (size_t k = first; k < n_labels && !rc; k++) {
+            if (lout[k].how == QL_LABEL_TEXT)
+                continue;
+            lout[k].number = lout[k].how == QL_LABEL_NUMBER ? ++numbers : 0;
+            if (lout[k].number)
+                key_texts[numbers - 1] = labels[k].text;
+            rc = note_numbered(g, base, bp->title, lout[k].number, labels[k].text, parent,
+                               labels[k].root, pts, err);
+        }
+    }
+    if (rc)
+        goto out;
+    /* The key of the numbers at the bottom: the canvas grows by its lines. */
+    const size_t n_notes = number_notes(key_texts, (size_t)numbers, notes, 8);
+    canvas_layout(&cv, title, l->n_panels, ptl, legend, n_legend, notes, n_notes);
+
+    body_add(&b, "set multiplot\nset grid\nset pointsize 1.2\nset bars small\nunset key\n");
     /* Error bars: ± the standard error (none when it is not stored, NaN != NaN), the
      * lower end kept above zero on a log axis. */
     body_add(&b,
              "bar_hi(y, e) = e == e ? y + e : y\n"
              "bar_lo(y, e) = e != e ? y : (y - e > 0 || !%d) ? y - e : y\n",
              bp->log_y ? 1 : 0);
-    size_t longest = strlen("unquantized reference");
-    for (size_t sr = 0; sr < l->n_series; sr++) {
-        char t[256];
-        series_title(g, l, sr, t, sizeof t);
-        longest = strlen(t) > longest ? strlen(t) : longest;
-    }
-    const double kx = key_x(longest);
-    int key_no = 0;
-    char key_text[MAX_LABEL_KEY][128];
-    int n_key = 0;
     for (size_t p = 0; p < l->n_panels; p++) {
-        m.area = panel_rect(p, l->n_panels, kx);
-        body_add(&b,
-                 "set lmargin at screen %.4f\nset rmargin at screen %.4f\n"
-                 "set bmargin at screen %.4f\nset tmargin at screen %.4f\n",
-                 m.area.x0, m.area.x1, m.area.y0, m.area.y1);
+        canvas_panel(&cv, p, &m.x0, &m.x1, &m.y0, &m.y1);
+        if (p == 0)
+            canvas_furniture(&b, &cv);
+        canvas_margins(&b, &cv, p);
         body_add(&b, "set xrange [%.17g:%.17g]\nset yrange [%.17g:%.17g]\n", m.xlo, m.xhi, m.ylo,
                  m.yhi);
-        body_add(&b, "set xlabel 'bits per weight'\nset ylabel '%s'\n", bp->ylabel);
+        body_add(&b, "set xlabel 'bits per weight'\nset ylabel '%s'\n",
+                 m.y1 - m.y0 < SHORT_YLABEL_H ? bp->short_ylabel : bp->ylabel);
         body_add(&b, bp->log_y ? "set logscale y\nset format y '%%.0e'\nset ytics auto\n"
                                : "unset logscale y\nset format y '%%g'\n");
         if (bp->log_y)
             log_ticks(&b, m.ylo, m.yhi, "y");
-        if (*l->panel_title[p]) {
-            body_add(&b, "set label 1 ");
-            body_quote(&b, l->panel_title[p]);
-            body_add(&b, " at graph 0.5, graph 1.03 center font ',10'\n");
-        }
-        /* The key of the series: in the first panel only, outside on the right. */
-        if (p == 0)
-            body_add(&b,
-                     "set key at screen %.4f, screen %.4f left top Left reverse "
-                     "samplen 1.5 spacing 1.1 font ',10'\n",
-                     kx + 0.01, m.area.y1);
-        else
-            body_add(&b, "unset key\n");
-        /* Labels: a box per point of the panel first, then a label per weight type. */
-        size_t n_taken = 0, n_labels = 0;
-        for (size_t i = 0; i < n; i++)
-            if (l->panel[i] == p && drawable(bp, x[i], y[i])) {
-                double px, py;
-                to_pixels(&m, x[i], y[i], &px, &py);
-                taken[n_taken++] = (box){px - POINT_R, py - POINT_R, px + POINT_R, py + POINT_R};
-            }
-        for (size_t i = 0; i < n; i++) {
-            if (l->panel[i] != p || !drawable(bp, x[i], y[i]))
-                continue;
-            const char *text = g->rows[i].axis[QL_AXIS_WEIGHT_TYPE];
-            /* One label for a weight type's points at the same bpw and about the same
-             * height (the series differ in colour and marker already). */
-            double px, py;
-            to_pixels(&m, x[i], y[i], &px, &py);
-            bool dup = false;
-            for (size_t j = 0; j < i && !dup; j++) {
-                double qx, qy;
-                if (l->panel[j] != p || !drawable(bp, x[j], y[j]) || x[j] != x[i] ||
-                    strcmp(g->rows[j].axis[QL_AXIS_WEIGHT_TYPE], text) != 0)
-                    continue;
-                to_pixels(&m, x[j], y[j], &qx, &qy);
-                dup = fabs(qy - py) < 2.0 * LABEL_H;
-            }
-            if (dup)
-                continue;
-            placed_label *pl = &labels[n_labels++];
-            ql_strlcpy(pl->text, text, sizeof pl->text);
-            pl->key = 0;
-            if (place(&m, px, py, text, taken, &n_taken, 2 * n + 1, &pl->x, &pl->y))
-                continue;
-            /* No room: a number, and the number's text in the key. */
-            char num[16];
-            snprintf(num, sizeof num, "%d", key_no + 1);
-            if (place(&m, px, py, num, taken, &n_taken, 2 * n + 1, &pl->x, &pl->y) ||
-                (to_data(&m, px, py + POINT_R + LABEL_H / 2, &pl->x, &pl->y), true)) {
-                pl->key = ++key_no;
-                if (n_key < MAX_LABEL_KEY)
-                    snprintf(key_text[n_key++], sizeof key_text[0], "%d: %s", pl->key, text);
-            }
-        }
+        canvas_panel_title(&b, &cv, p, l->panel_title[p]);
         for (size_t k = 0; k < n_labels; k++) {
-            body_add(&b, "set label %zu ", 10 + k);
-            if (labels[k].key) {
-                body_add(&b, "'%d'", labels[k].key);
-            } else {
-                body_quote(&b, labels[k].text);
+            const ql_label_out *o = &lout[k];
+            if (labels[k].panel != p || o->how == QL_LABEL_NONE)
+                continue;
+            char num[16];
+            snprintf(num, sizeof num, "%d", o->number);
+            /* Back from the placement's mirrored y to pixels down. */
+            canvas_label(&b, &cv, 0.5 * (o->box.x0 + o->box.x1), -0.5 * (o->box.y0 + o->box.y1),
+                         o->how == QL_LABEL_TEXT ? labels[k].text : num, "center", ",8");
+            if (o->leader) {
+                double ax, ay, bx, by;
+                ql_plot_leader(&lin[k].anchor, &o->box, &ax, &ay, &bx, &by);
+                body_add(&b,
+                         "set arrow from screen %.5f, screen %.5f to screen %.5f, screen %.5f "
+                         "nohead lw 0.8 lc rgb 'gray50' back\n",
+                         screen_x(ax), screen_y(&cv, -ay), screen_x(bx), screen_y(&cv, -by));
             }
-            body_add(&b, " at %.17g, %.17g center font ',8' front\n", labels[k].x, labels[k].y);
         }
         body_add(&b, "plot");
         const char *sep = " ";
-        char stitle[256];
         for (size_t s = 0; s < l->n_series; s++) {
-            series_title(g, l, s, stitle, sizeof stitle);
             size_t ci = l->colour[l->series_row[s]] % N_COLOURS;
             size_t mi = l->marker[l->series_row[s]] % N_MARKERS;
             int yc = dat_column(bp->value), ec = dat_column(bp->error);
@@ -763,42 +1126,29 @@ static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plo
             double dodge = DODGE * (m.xhi - m.xlo) * ((double)s - 0.5 * (double)(l->n_series - 1));
             body_add(&b,
                      "%s\\\n  'formats%s.dat' index %zu using ($1 + %.17g):%d:(bar_lo($%d, $%d)):"
-                     "(bar_hi($%d, $%d)) with yerrorbars pt %d lc rgb '%s' title ",
+                     "(bar_hi($%d, $%d)) with yerrorbars pt %d lc rgb '%s' notitle",
                      sep, g->suffix, p * l->n_series + s, dodge, yc, yc, ec, yc, ec, markers[mi],
                      colours[ci]);
-            body_quote(&b, p == 0 ? stitle : "");
             sep = ", ";
         }
         if (front_drawable)
             body_add(&b,
-                     ", \\\n  '%s%s.dat' using 1:2 with lines dt 2 lw 1.5 lc rgb 'black' "
-                     "title %s",
-                     front_stem, g->suffix, p == 0 ? "'Pareto front'" : "''");
+                     ", \\\n  '%s%s.dat' using 1:2 with lines dt 2 lw 1.5 lc rgb 'black' notitle",
+                     front_stem, g->suffix);
         if (!isnan(ref))
-            body_add(&b, ", \\\n  %.17g with lines dt 3 lc rgb 'gray40' title %s", ref,
-                     p == 0 ? "'unquantized reference'" : "''");
-        body_add(&b, "\nunset label\n");
+            body_add(&b, ", \\\n  %.17g with lines dt 3 lc rgb 'gray40' notitle", ref);
+        body_add(&b, "\nunset label\nunset arrow\n");
     }
-    /* The numbered labels' key under the series key. */
-    for (int k = 0; k < n_key; k++) {
-        body_add(&b, "set label %d ", 1000 + k);
-        body_quote(&b, key_text[k]);
-        body_add(&b, " at screen %.4f, screen %.4f left font ',9'\n", kx + 0.012,
-                 0.45 - 0.028 * k * 600.0 / m.height);
-    }
-    if (n_key)
-        body_add(&b, "set origin 0,0\nset size 1,1\nunset border\nunset tics\nunset xlabel\n"
-                     "unset ylabel\nunset key\nunset grid\nset xrange [0:1]\nset yrange [0:1]\n"
-                     "plot NaN notitle\n");
     body_add(&b, "unset multiplot\n");
     char header[4096];
     snprintf(header, sizeof header,
              "# qlab report: %s against bits per weight, ± its standard error; colour and marker\n"
              "# tell apart the axes that vary besides the weight type, panels any further ones;\n"
-             "# the dashed line joins the Pareto front. Data: formats%s.dat, %s%s.dat.\n"
-             "# Redraw: gnuplot %s.gp\nset encoding utf8\n",
+             "# the dashed line joins the Pareto front; title, legend and labels at screen\n"
+             "# coordinates. Data: formats%s.dat, %s%s.dat. Redraw: gnuplot %s.gp\n"
+             "set encoding utf8\n",
              ql_metric_get(bp->value)->name, g->suffix, front_stem, g->suffix, base);
-    rc = write_plot_script(c, g, &b, base, m.height, header, bp->title, err);
+    rc = write_plot_script(c, g, &b, base, cv.height, header, bp->title, err);
     b.text = NULL;
 out:
     ql_doc_discard(&d);
@@ -806,8 +1156,15 @@ out:
     free(x);
     free(y);
     free(front);
-    free(taken);
+    free(pts);
+    free(parent);
     free(labels);
+    free(lin);
+    free(lout);
+    free(obstacles);
+    free(key_texts);
+    free(notes);
+    free(legend);
     return rc;
 }
 
@@ -852,8 +1209,7 @@ static void panel_label(const group *g, const row *r, char *buf, size_t size)
     for (int a = 1; a < QL_AXIS_COUNT && o < size; a++)
         if (g->varies[a])
             o += (size_t)snprintf(buf + o, size - o, "%s%s %s", o ? ", " : "",
-                                  ql_axis_get((ql_axis)a)->label,
-                                  ql_report_axis_display(a, r->axis[a]));
+                                  ql_axis_get((ql_axis)a)->label, layout_value(g, r, a));
 }
 
 /* Whether a config has a KLD distribution to draw: positive percentiles from 25% on
@@ -891,7 +1247,12 @@ static ql_status plot_kld_cdf(ctx *c, group *g, const layout *l, ql_error *err)
                 lo = fmin(lo, r->v[cdf_points[k].id]);
                 hi = fmax(hi, r->v[cdf_points[k].id]);
             }
-        ql_strset_add(types, &n_types, MAX_SERIES, r->axis[QL_AXIS_WEIGHT_TYPE]);
+        /* The types in the rows' order (by bpw), as the legend lists them. */
+        size_t wt = 0;
+        while (wt < n_types && strcmp(types[wt], r->axis[QL_AXIS_WEIGHT_TYPE]) != 0)
+            wt++;
+        if (wt == n_types && n_types < MAX_SERIES)
+            types[n_types++] = r->axis[QL_AXIS_WEIGHT_TYPE];
         char rest[256];
         panel_label(g, r, rest, sizeof rest);
         size_t p = 0;
@@ -937,48 +1298,61 @@ static ql_status plot_kld_cdf(ctx *c, group *g, const layout *l, ql_error *err)
     if ((rc = ql_report_doc_save(c, &d, name, err)))
         return rc;
 
-    size_t longest = 0;
-    for (size_t i = 0; i < g->nrows; i++) {
-        if (!cdf_drawable(&g->rows[i]))
+    /* The legend: a line per weight type (colour, and marker past the colours), or with
+     * one panel of every config a line per config (the other axes in its dashes). */
+    legend_entry *legend = calloc(too_many ? drawn : n_types, sizeof *legend);
+    if (!legend)
+        return ql_report_oom(err);
+    size_t n_legend = 0;
+    block = 0;
+    for (size_t i = 0; i < g->nrows && too_many; i++) {
+        const row *r = &g->rows[i];
+        if (!cdf_drawable(r))
             continue;
-        ql_report_config_label(g, g->rows[i].axis, -1, label, sizeof label);
-        size_t len = too_many ? strlen(label) : strlen(g->rows[i].axis[QL_AXIS_WEIGHT_TYPE]);
-        longest = len > longest ? len : longest;
+        size_t wt = 0;
+        while (wt < n_types && strcmp(types[wt], r->axis[QL_AXIS_WEIGHT_TYPE]) != 0)
+            wt++;
+        legend_entry *e = &legend[n_legend++];
+        ql_report_config_label(g, r->axis, -1, e->text, sizeof e->text);
+        e->colour = colours[wt % N_COLOURS];
+        e->pt = markers[(wt + wt / N_COLOURS) % N_MARKERS];
+        e->dt = (int)(1 + block++ % 5);
+        e->lw = 1.6;
     }
-    const double kx = key_x(longest);
+    for (size_t wt = 0; wt < n_types && !too_many; wt++) {
+        legend_entry *e = &legend[n_legend++];
+        ql_report_weight_label(g, types[wt], e->text, sizeof e->text);
+        e->colour = colours[wt % N_COLOURS];
+        e->pt = markers[(wt + wt / N_COLOURS) % N_MARKERS];
+        e->dt = 1;
+        e->lw = 1.6;
+    }
+    size_t ptl = 0;
+    for (size_t p = 0; p < n_panels; p++) {
+        size_t k = panel_title_lines(panels[p], n_panels);
+        ptl = k > ptl ? k : ptl;
+    }
+    plot_title(c, g, title, sizeof title);
+    canvas cv;
+    canvas_layout(&cv, title, n_panels, ptl, legend, n_legend, NULL, 0);
     /* Narrow panels: a labelled tick every few decades, in short form. */
     int decades = (int)ceil(log10(hi * 2.0) - log10(lo / 2.0));
     int step = n_panels > 1 && decades > 4 ? (decades + 3) / 4 : 1;
     body b = {0};
-    int height = canvas_height(n_panels);
-    plot_title(c, g, title, sizeof title);
-    body_add(&b, "set multiplot title ");
-    body_quote(&b, title);
     body_add(&b,
-             "\nset grid\nset logscale x\nset format x '1e%%T'\nset xtics %g\n"
-             "set xrange [%.17g:%.17g]\nset yrange [0:1.02]\n"
-             "set xlabel 'KL divergence of a token (nats, log scale)'\n"
-             "set ylabel 'share of tokens at or below'\n",
+             "set multiplot\nset grid\nunset key\nset logscale x\nset format x '1e%%T'\n"
+             "set xtics %g\nset xrange [%.17g:%.17g]\nset yrange [0:1.02]\n"
+             "set xlabel 'KL divergence of a token (nats, log scale)'\n",
              pow(10.0, step), lo / 2.0, hi * 2.0);
     for (size_t p = 0; p < n_panels; p++) {
-        rect area = panel_rect(p, n_panels, kx);
-        body_add(&b, p % 2 ? "unset ylabel\n" : "set ylabel 'share of tokens at or below'\n");
-        body_add(&b,
-                 "set lmargin at screen %.4f\nset rmargin at screen %.4f\n"
-                 "set bmargin at screen %.4f\nset tmargin at screen %.4f\n",
-                 area.x0, area.x1, area.y0, area.y1);
-        if (*panels[p]) {
-            body_add(&b, "set label 1 ");
-            body_quote(&b, panels[p]);
-            body_add(&b, " at graph 0.5, graph 1.03 center font ',10'\n");
-        }
         if (p == 0)
-            body_add(&b,
-                     "set key at screen %.4f, screen %.4f left top Left reverse samplen 2 "
-                     "font ',10'\n",
-                     kx + 0.01, area.y1);
-        else
-            body_add(&b, "unset key\n");
+            canvas_furniture(&b, &cv);
+        double x0, x1, y0, y1;
+        canvas_panel(&cv, p, &x0, &x1, &y0, &y1);
+        body_add(&b, p % 2 ? "unset ylabel\n" : "set ylabel '%s'\n",
+                 y1 - y0 < SHORT_YLABEL_H ? "share of tokens" : "share of tokens at or below");
+        canvas_margins(&b, &cv, p);
+        canvas_panel_title(&b, &cv, p, panels[p]);
         body_add(&b, "plot");
         const char *sep = " ";
         block = 0;
@@ -998,25 +1372,22 @@ static ql_status plot_kld_cdf(ctx *c, group *g, const layout *l, ql_error *err)
             size_t dash = too_many ? 1 + here % 5 : 1;
             body_add(&b,
                      "%s\\\n  '%s.dat' index %zu using 1:2 with linespoints pt %d ps 0.6 "
-                     "lw 1.6 dt %zu lc rgb '%s' title ",
-                     sep, base, here, markers[wt % N_MARKERS], dash, colours[wt % N_COLOURS]);
-            if (too_many)
-                ql_report_config_label(g, r->axis, -1, label, sizeof label);
-            else
-                ql_strlcpy(label, r->axis[QL_AXIS_WEIGHT_TYPE], sizeof label);
-            body_quote(&b, p == 0 || too_many ? label : "");
+                     "lw 1.6 dt %zu lc rgb '%s' notitle",
+                     sep, base, here, markers[(wt + wt / N_COLOURS) % N_MARKERS], dash,
+                     colours[wt % N_COLOURS]);
             sep = ", ";
         }
-        body_add(&b, "\nunset label\n");
+        body_add(&b, "\nunset label\nunset arrow\n");
     }
     body_add(&b, "unset multiplot\n");
+    free(legend);
     char header[2600];
     snprintf(header, sizeof header,
              "# qlab report: the distribution of per-token KLD of every config (its stored\n"
              "# percentiles 1%%..99.9%% and maximum), a panel per combination of the other\n"
              "# axes. Data: %s.dat. Redraw: gnuplot %s.gp\nset encoding utf8\n",
              base, base);
-    return write_plot_script(c, g, &b, base, height, header, "KLD distribution", err);
+    return write_plot_script(c, g, &b, base, cv.height, header, "KLD distribution", err);
 }
 
 /* ================================================================ per-tensor plot */
@@ -1181,7 +1552,7 @@ static ql_status plot_tensors(ctx *c, group *g, const layout *l, ql_error *err)
              metric,
              use_rel ? " (importance-weighted)" : " (no importance matrix for every tensor)");
     fputs("set encoding utf8\nset title ", f);
-    ql_gnuplot_quote(f, title);
+    title_expr(f, title);
     fprintf(f, "\nset xlabel 'layer'\nset ylabel '%s'\n",
             use_rel ? "relative imatrix-weighted error Σ I(w−ŵ)² / Σ I w²" : "RMSE of the weights");
     fputs(log_y ? "set logscale y\nset format y '%.0e'\n" : "set format y '%.2e'\n", f);
@@ -1205,8 +1576,7 @@ static ql_status plot_tensors(ctx *c, group *g, const layout *l, ql_error *err)
             QL_PLOT_SVG_TERMINAL, base);
     if ((rc = ql_report_doc_save(c, &d, fname, err)))
         goto out;
-    render(c, fname, base);
-    add_plot(g, base, "per-tensor error");
+    add_plot(g, base, "per-tensor error", render(c, fname, base));
 out:
     ql_doc_discard(&d);
     return rc;
@@ -1307,7 +1677,7 @@ static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *er
     body b = {0};
     plot_title(c, g, title, sizeof title);
     body_add(&b, "set title ");
-    body_quote(&b, title);
+    body_title(&b, title);
     /* A config that leaves every block exact (only the head quantized) is 0 throughout:
      * a log scale has no room for it, so the axis is linear then. */
     body_add(&b,
@@ -1583,7 +1953,7 @@ static ql_status plot_sensitivity(ctx *c, group *g, const layout *l, ql_error *e
     sens_set_text(ss, set, sizeof set);
     snprintf(title, sizeof title, "%s: %s — sensitivity %s", c->sweep, g->model, set);
     body_add(&b, "set multiplot layout %zu,%zu title ", nrows, ncols);
-    body_quote(&b, title);
+    body_title(&b, title);
     /* Light to dark as the KLD grows; the scale ends at whole decades. */
     body_add(&b, "\nset palette defined (0 '#fff7bc', 0.4 '#fe9929', 0.75 '#d7301f', 1 "
                  "'#67000d')\nset cblabel 'log10 mean KLD (nats)'\n");

@@ -2,7 +2,9 @@
 # qlab report from the command line on the report fixture database: the files
 # under -o, byte-identical output of two runs, real PNG/SVG plots when gnuplot
 # is installed, the no-gnuplot path (PATH without gnuplot: tables written,
-# plots skipped with the reason, exit 0), and exit codes (1 runtime, 2 usage).
+# plots skipped with the reason, exit 0), and exit codes (1 runtime, 2 usage); on the
+# crowded fixture, every plot of every sweep, and a plot whose script fails left out
+# alone, named with gnuplot's message.
 set -u
 qlab="$1"
 make_fixture_db="$2"
@@ -54,6 +56,35 @@ if command -v gnuplot >/dev/null 2>&1; then
         ok "kld_bpw.gp reruns by hand" || bad "kld_bpw.gp does not rerun"
     expect 0 "--tensors" "$qlab" report --db "$db" -o "$tmp/plots" --sweep fixture-formats --tensors 9514f3
     is_png "$tmp/plots/fixture-formats/tensors-9514f34a1aec.png" && ok "--tensors plot" || bad "--tensors plot missing"
+
+    # Crowded sweeps (issue 25): every plot of every sweep drawn.
+    "$make_fixture_db" --report-crowded "$tmp/crowded.db" || bad "make_fixture_db --report-crowded"
+    expect 0 "report of crowded sweeps" "$qlab" report --db "$tmp/crowded.db" -o "$tmp/crowd" --resamples 200
+    has "$tmp/out" "report: 4 sweeps, " "four crowded sweeps"
+    has "$tmp/out" ", 16 plots" "every plot of every crowded sweep drawn"
+    if grep -q "skipped\|not drawn" "$tmp/err"; then bad "plots left out:"; cat "$tmp/err"; else ok "no plot left out"; fi
+    # One script that fails costs its plot alone; the summary names it, its script and
+    # gnuplot's message.
+    mkdir -p "$tmp/failbin"
+    real=$(command -v gnuplot)
+    cat >"$tmp/failbin/gnuplot" <<END
+#!/bin/sh
+case "\$(pwd)" in */crowd-a) if [ "\$1" = kld_bpw.gp ]; then
+  echo '"kld_bpw.gp" line 9: y range must be greater than 0 for log scale' >&2; exit 1; fi ;; esac
+exec "$real" "\$@"
+END
+    chmod +x "$tmp/failbin/gnuplot"
+    PATH="$tmp/failbin:$PATH" expect 0 "a failing plot is not an error" "$qlab" report --db "$tmp/crowded.db" -o "$tmp/crowd" --resamples 200
+    has "$tmp/out" ", 15 plots" "the other 15 plots drawn"
+    has "$tmp/err" "qlab report: sweep crowd-a: plot kld_bpw not drawn: gnuplot $tmp/crowd/crowd-a/kld_bpw.gp: exit status 1: \"kld_bpw.gp\" line 9: y range must be greater than 0 for log scale" \
+        "the plot, its script and gnuplot's message named"
+    has "$tmp/err" "qlab report: 1 plot not drawn; every other file and plot was written" "what the rest of the report is"
+    if grep -q "rerun once gnuplot works" "$tmp/err"; then bad "a failing script blamed on gnuplot"; else ok "gnuplot not blamed"; fi
+    has "$tmp/crowd/crowd-a/report.md" "Plots not drawn, their gnuplot scripts: [mean KLD against bpw](kld_bpw.gp)." "report.md links the script"
+    [ ! -e "$tmp/crowd/crowd-a/kld_bpw.png" ] && ok "no stale image" || bad "crowd-a/kld_bpw.png left from the run before"
+    for sw in crowd-b crowd-c crowd-d; do
+        is_png "$tmp/crowd/$sw/kld_bpw.png" && ok "$sw: drawn" || bad "$sw: kld_bpw not drawn"
+    done
 else
     echo "note: gnuplot not installed; real-plot checks skipped"
 fi

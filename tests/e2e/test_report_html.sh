@@ -59,4 +59,19 @@ else
 fi
 # Keep it for a person to look at when asked.
 [ -n "${QLAB_KEEP_SCREENSHOT:-}" ] && cp "$tmp/shot.png" "$QLAB_KEEP_SCREENSHOT"
+
+# The crowded fixture (issue 25): 60 configs in one plot, file configs by name with the
+# whole value on hover; the pages load without a console message, every plot inline.
+"$make_fixture_db" --report-crowded "$tmp/crowded.db" || { bad "make_fixture_db --report-crowded"; exit 1; }
+expect 0 "report of the crowded sweeps" "$qlab" report --db "$tmp/crowded.db" -o "$tmp/c" --resamples 200
+for sw in crowd-a crowd-b; do
+    chromium_run "$tmp/$sw.dom" "file://$tmp/c/$sw/report.html" --dump-dom
+    if grep -q ':CONSOLE' "$tmp/$sw.dom.log"; then bad "$sw: console messages:"; grep ':CONSOLE' "$tmp/$sw.dom.log"; else ok "$sw: no console messages"; fi
+    [ "$(grep -c '<svg' "$tmp/$sw.dom")" -ge 4 ] && ok "$sw: the plots inline" || bad "$sw: fewer than 4 inline SVGs"
+done
+has "$tmp/crowd-b.dom" 'title="file:quants/lq-Q4_K_M-im.gguf@cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd">file:lq-Q4_K_M-im.gguf</td>' \
+    "a file config by its name, the whole value on hover"
+chromium_run "$tmp/crowd.out" "file://$tmp/c/crowd-a/report.html" --window-size=1400,2400 --screenshot="$tmp/crowd.png" --hide-scrollbars
+is_png "$tmp/crowd.png" && ok "crowded page screenshot" || bad "no screenshot of the crowded page"
+[ -n "${QLAB_KEEP_SCREENSHOT:-}" ] && cp "$tmp/crowd.png" "${QLAB_KEEP_SCREENSHOT%.png}-crowded.png"
 exit "$fail"

@@ -69,4 +69,24 @@ has "$tmp/j.err" "resume with: qlab sweep $tmp/i.sweep --db $jdb" "with the comm
 expect 0 "the --jobs sweep resumes" "$qlab" sweep "$tmp/i.sweep" --db "$jdb" --cache-dir "$tmp/cache" --jobs 2
 [ "$(rows "$jdb" "SELECT count(*) FROM runs WHERE status = 'done'")" = 4 ] && ok "every config done after the resume" \
     || bad "not every config done after the resume"
+
+# SIGTERM before any config is stored (issue 25, item 9): the summary says what the
+# interrupt left, never that every config was done before. The first run hangs in the
+# fault hook's delay (a sleep the signal ends), not by timing.
+ndb="$tmp/n.db"
+QLAB_FAULT_DELAY_MS=600000 "$qlab" sweep "$tmp/i.sweep" --db "$ndb" --cache-dir "$tmp/cache" \
+    >"$tmp/n.out" 2>"$tmp/n.err" &
+npid=$!
+wait_running "$ndb" 1 0 && ok "the sweep hangs in its first config" || bad "the sweep never began a config"
+sleep 0.3
+kill -TERM "$npid"
+wait "$npid"; code=$?
+[ "$code" = 143 ] && ok "SIGTERM: exit 143" || { bad "SIGTERM: exit $code"; cat "$tmp/n.err"; }
+has "$tmp/n.out" "sweep interrupt-test: 4 configs (0 run, 0 already done, 0 failed, 4 not run)" \
+    "the sweep line counts the configs not run"
+has "$tmp/n.out" "interrupted (SIGTERM): 0 configs stored by this sweep, 4 not run (1 of them stopped in progress, marked interrupted); the same command resumes" \
+    "the summary says what the interrupt left"
+if grep -q "done before" "$tmp/n.out"; then bad "the summary says configs were done before"; cat "$tmp/n.out"; else ok "no 'done before' for configs that did not run"; fi
+has "$tmp/n.err" "qlab: interrupted (SIGTERM): 0 configs stored, the run of config 0 (F16) marked interrupted" \
+    "stderr says the same"
 exit "$fail"

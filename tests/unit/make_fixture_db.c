@@ -2,6 +2,7 @@
  *   make_fixture_db OUT.db                     the store fixture (store_fixture.h)
  *   make_fixture_db --report OUT.db            the report fixture (report_fixture.h)
  *   make_fixture_db --report-nochunks OUT.db   the same without per-chunk sums
+ *   make_fixture_db --report-crowded OUT.db    the crowded report fixture (report_fixture.h)
  *   make_fixture_db --shard K/N [--model-b] [--text-b] [--ctx N] [--metrics-version N]
  *                   [--perturb I] [--fail I] OUT.db
  *                                              shard K/N of the merge fixture
@@ -17,7 +18,7 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: make_fixture_db [--report|--report-nochunks] OUT.db\n"
+    fprintf(stderr, "usage: make_fixture_db [--report|--report-nochunks|--report-crowded] OUT.db\n"
                     "       make_fixture_db --shard K/N [--model-b] [--text-b] [--ctx N]\n"
                     "                       [--metrics-version N] [--perturb I] [--fail I] "
                     "OUT.db\n");
@@ -75,12 +76,19 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "--shard") == 0)
         return shard_fixture(argc, argv);
+    ql_error err;
+    ql_error_clear(&err);
+    if (argc == 3 && strcmp(argv[1], "--report-crowded") == 0) {
+        if (qlt_report_fixture_crowded(argv[2], &err) != QL_OK) {
+            fprintf(stderr, "make_fixture_db: %s\n", err.msg);
+            return 1;
+        }
+        return 0;
+    }
     bool report = argc == 3 && strcmp(argv[1], "--report") == 0;
     bool nochunks = argc == 3 && strcmp(argv[1], "--report-nochunks") == 0;
     if (argc != 2 && !report && !nochunks)
         return usage();
-    ql_error err;
-    ql_error_clear(&err);
     ql_status st = report || nochunks ? qlt_report_fixture(argv[2], report, &err)
                                       : qlt_store_fixture(argv[1], &err);
     if (st != QL_OK) {

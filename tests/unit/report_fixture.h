@@ -29,4 +29,17 @@
  * have no per-chunk sums (as in a database of a runner that does not record them). */
 ql_status qlt_report_fixture(const char *path, bool chunks, ql_error *err);
 
+/* A crowded store at path (which must not exist), model fixture-tiny256 on fixture-text:
+ *   crowd-a: 15 weight types from Q2_K to Q8_0 x imatrix none/calib x head same/Q8_0,
+ *     60 configs, many within 0.2 bpw of each other (the plots' crowded case);
+ *   crowd-b: Q4_0, Q4_K_M without and with an imatrix, and file configs: one file
+ *     with f32 and q8_0 activations, another, and two of the same name in other
+ *     directories;
+ *   crowd-c: the ten types from Q3_K_M to Q5_K_M x act f32/q8_0 x KV f32/f16 x imatrix
+ *     none/calib, 80 configs in two panels;
+ *   crowd-d: 24 files of long names within a tenth of a bit and 5% of the KLD of each
+ *     other: more labels than their neighbourhood has room for (numbered).
+ * Every run has per-chunk sums and per-tensor errors. */
+ql_status qlt_report_fixture_crowded(const char *path, ql_error *err);
+
 #endif

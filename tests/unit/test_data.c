@@ -242,6 +242,46 @@ int main(void)
     CHECK(st == QL_ENOTFOUND && strstr(err.msg, "neither an existing file nor a dataset name") &&
           strstr(err.msg, "fox, ghost, badsha, badsize"));
 
+    /* ---- one path rule (a sweep file's): relative to a directory, names by kind ---- */
+    CHECK(ql_data_join("a/b", "c.txt", path, sizeof path) && strcmp(path, "a/b/c.txt") == 0);
+    CHECK(ql_data_join("a/b/", "c.txt", path, sizeof path) && strcmp(path, "a/b/c.txt") == 0);
+    CHECK(ql_data_join("/", "c.txt", path, sizeof path) && strcmp(path, "/c.txt") == 0);
+    CHECK(ql_data_join("a", "/abs/c.txt", path, sizeof path) && strcmp(path, "/abs/c.txt") == 0);
+    CHECK(ql_data_join("", "c.txt", path, sizeof path) && strcmp(path, "c.txt") == 0);
+    CHECK(ql_data_join(NULL, "c.txt", path, sizeof path) && strcmp(path, "c.txt") == 0);
+    char tiny[8];
+    CHECK(!ql_data_join("abc", "def.txt", tiny, sizeof tiny));
+    CHECK_OK(ql_data_resolve_in(base, NULL, "plain.txt", path, sizeof path, &e, &err), &err);
+    CHECK(strcmp(path, plain) == 0 && e == NULL);
+    CHECK_OK(ql_data_find_in(base, "text", "plain.txt", path, sizeof path, &err), &err);
+    CHECK(strcmp(path, plain) == 0);
+    /* A name is a name wherever the file that names it is; of the kind asked for. */
+    CHECK_OK(ql_data_resolve_in(base, "text", "fox", path, sizeof path, &e, &err), &err);
+    CHECK(e && strcmp(e->name, "fox") == 0);
+    st = ql_data_resolve_in(base, "model", "fox", path, sizeof path, &e, &err);
+    CHECK_MSG(st == QL_EINVAL && strcmp(err.msg, "'fox' is a text of the data manifest, not a "
+                                                 "model") == 0,
+              "%s", err.msg);
+    /* Not found: the path looked at, and only the names of the kind. */
+    st = ql_data_resolve_in(base, "model", "none.gguf", path, sizeof path, &e, &err);
+    snprintf(want, sizeof want,
+             "'none.gguf' is neither an existing file %s/none.gguf nor a model name (model "
+             "names: badsize)",
+             base);
+    CHECK_MSG(st == QL_ENOTFOUND && strcmp(err.msg, want) == 0, "%s", err.msg);
+    st = ql_data_find_in(base, "text", "none.txt", path, sizeof path, &err);
+    CHECK_MSG(st == QL_ENOTFOUND && strstr(err.msg, "(text names: fox, ghost, badsha)"), "%s",
+              err.msg);
+    /* A named file that is nowhere: where it was looked for, without hashing anything. */
+    st = ql_data_find_in(base, "text", "ghost", path, sizeof path, &err);
+    CHECK_MSG(st == QL_ENOTFOUND && strstr(err.msg, "text 'ghost' not found; looked in:"), "%s",
+              err.msg);
+    /* Kind "file": a path only, never a name. */
+    st = ql_data_resolve_in(base, "file", "fox", path, sizeof path, &e, &err);
+    snprintf(want, sizeof want, "'fox': no such file %s/fox", base);
+    CHECK_MSG(st == QL_ENOTFOUND && strcmp(err.msg, want) == 0, "%s", err.msg);
+    CHECK_OK(ql_data_resolve_in(base, "file", "plain.txt", path, sizeof path, &e, &err), &err);
+
     /* ---- manifest errors name the line (blank and comment lines count) ---- */
 #define Z64 "0000000000000000000000000000000000000000000000000000000000000000"
     struct {
