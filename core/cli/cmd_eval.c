@@ -17,6 +17,7 @@
 #include "experiment/config.h"
 #include "experiment/metrics.h"
 #include "experiment/reference.h"
+#include "experiment/routing.h"
 #include "formats/types.h"
 #include "model/forward.h"
 #include "model/kvcache.h"
@@ -189,7 +190,8 @@ static json_t *jnum(double v)
 }
 
 /* The figures of llama-perplexity's block, in its order, as one JSON object. */
-static ql_status print_json(const ql_dist_metrics *m, const char *model, const char *base,
+static ql_status print_json(const ql_dist_metrics *m, const ql_routing_metrics *rm,
+                            const char *model, const char *base,
                             const base_opts *o, const char *kv_name, const ql_ppl_data *d,
                             ql_error *err)
 {
@@ -237,7 +239,10 @@ static ql_status print_json(const ql_dist_metrics *m, const char *model, const c
                 {"dp_rms", m->dp_rms},
                 {"dp_rms_err", m->dp_rms_err},
                 {"same_top_p", m->top1_agree},
-                {"same_top_p_err", m->top1_agree_err}};
+                {"same_top_p_err", m->top1_agree_err},
+                {"route_agree", rm->route_agree},
+                {"route_overlap", rm->route_overlap},
+                {"load_shift", rm->load_shift}};
     json_t *doc = json_pack("{s:s, s:s, s:i, s:I, s:I, s:s, s:s}", "model", model, "base", base,
                             "ctx", o->ctx, "chunks", (json_int_t)d->n_chunks, "n_tokens",
                             (json_int_t)m->n_tokens, "kv_type", kv_name,
@@ -281,6 +286,7 @@ static int eval_base(const base_opts *o)
     ql_sched *sched = NULL;
     ql_reference *ref = NULL;
     ql_dist_acc *acc = NULL;
+    ql_routing_acc *routing = NULL;
     int rc = QL_EXIT_RUNTIME;
     ql_status st = ql_cli_text_run_init(&r, o->base_arg, o->text_arg, o->ctx, o->chunks,
                                         QL_TYPE_F32, &err);
@@ -333,11 +339,16 @@ static int eval_base(const base_opts *o)
     if ((st = ql_reference_get(&ref, r.fw, sched, bm->weights, d, &ro, &err)) ||
         (st = ql_dist_acc_alloc(&acc, ql_ppl_n_scored_total(d), bm->hp.n_vocab, &err)))
         goto fail;
+    /* A mixture of experts: its routing against the base's, too. */
+    if (ql_reference_routes(ref) &&
+        (st = ql_routing_acc_alloc(&routing, ql_reference_routes(ref), &err)))
+        goto fail;
     pass_printer pr;
     const int64_t tokens = d->n_chunks * (int64_t)(o->ctx - 1);
     ql_progress_begin(&pr.progress, "eval", "tok", tokens, o->quiet);
     const double t0 = ql_now();
-    if ((st = ql_reference_score(ref, sched, ws, &kv, group, acc, pass_progress, &pr, &err)))
+    if ((st = ql_reference_score(ref, sched, ws, &kv, group, acc, routing, pass_progress, &pr,
+                                 &err)))
         goto fail;
     const double secs = ql_now() - t0;
     ql_progress_end(&pr.progress, tokens, NULL);
@@ -350,8 +361,18 @@ static int eval_base(const base_opts *o)
         ql_error_prefix(&err, "%s: ", model_path);
         goto fail;
     }
+    ql_routing_metrics rm = {NAN, NAN, NAN};
+    if (routing) {
+        ql_layer_record *layers = calloc((size_t)bm->hp.n_layer, sizeof *layers);
+        if (!layers) {
+            st = ql_error_set(&err, QL_ENOMEM, "out of memory");
+            goto fail;
+        }
+        ql_routing_acc_finish(routing, &rm, layers, NULL, NULL);
+        free(layers);
+    }
     if (o->json) {
-        if ((st = print_json(&dm, model_path, r.model_path, o, kv.name, d, &err)))
+        if ((st = print_json(&dm, &rm, model_path, r.model_path, o, kv.name, d, &err)))
             goto fail;
     } else if (dm.n_tokens < 100) {
         /* llama-perplexity's statistics need 100 tokens: say so rather than print nothing. */
@@ -362,6 +383,13 @@ static int eval_base(const base_opts *o)
         goto fail;
     } else {
         ql_dist_metrics_print_llama(&dm, stdout);
+        if (routing)
+            printf("\n====== Routing of the experts (%d of %d per token) ======\n"
+                   "Same experts:          %6.3f %%  (mean over the MoE blocks)\n"
+                   "Experts kept:          %6.3f %%\n"
+                   "Load shift:            %8.5f   (total variation of the experts' loads)\n",
+                   bm->hp.n_expert_used, bm->hp.n_expert, 100.0 * rm.route_agree,
+                   100.0 * rm.route_overlap, rm.load_shift);
     }
     rc = QL_EXIT_OK;
     goto out;
@@ -369,6 +397,7 @@ fail:
     rc = ql_cli_fail(&err);
 out:
     ql_dist_acc_free(acc);
+    ql_routing_acc_free(routing);
     ql_reference_free(ref);
     ql_sched_free(sched);
     ql_weights_free(ws);

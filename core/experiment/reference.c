@@ -469,9 +469,12 @@ static void score_progress(void *ctx, double tokens_done)
 
 ql_status ql_reference_score(ql_reference *r, ql_sched *sched, ql_weights *w,
                              const ql_attn_rounding *kv, int group, ql_dist_acc *acc,
-                             ql_sched_progress_fn progress, void *progress_ctx, ql_error *err)
+                             ql_routing_acc *routing, ql_sched_progress_fn progress,
+                             void *progress_ctx, ql_error *err)
 {
     ql_dist_acc_reset(acc);
+    if (routing)
+        ql_routing_acc_reset(routing);
     score_ctx sc = {r, acc, progress, progress_ctx};
     ql_sched_job job = {.data = r->d,
                         .n_chunks = r->n_chunks,
@@ -480,6 +483,10 @@ ql_status ql_reference_score(ql_reference *r, ql_sched *sched, ql_weights *w,
                         .on_output = score_chunk,
                         .progress = score_progress,
                         .ctx = &sc};
-    job.sets[0] = (ql_sched_set){.w = w, .rounding = kv, .head = true};
+    job.sets[0] = (ql_sched_set){.w = w,
+                                 .rounding = kv,
+                                 .head = true,
+                                 .route = routing ? ql_routing_acc_observe : NULL,
+                                 .route_ctx = routing};
     return ql_sched_run(sched, r->fw, &job, err);
 }

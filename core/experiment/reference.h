@@ -67,10 +67,14 @@ ql_status ql_reference_logp(ql_reference *r, int64_t chunk, const float **out, q
  * and scheduler it was made with, in groups of `group` chunks, the K/V cache rounded as
  * kv says (NULL: f32), each chunk's logits added to acc (reset first) with the
  * reference's log-probabilities of the same chunk. progress (may be NULL) gets
- * progress_ctx and the tokens done. acc must hold every scored token of the text. */
+ * progress_ctx and the tokens done. acc must hold every scored token of the text.
+ * routing (NULL: none; a mixture of experts: made from ql_reference_routes) is reset and
+ * gets w's routing against the reference's. */
+struct ql_routing_acc;
 ql_status ql_reference_score(ql_reference *r, ql_sched *sched, ql_weights *w,
                              const ql_attn_rounding *kv, int group, ql_dist_acc *acc,
-                             ql_sched_progress_fn progress, void *progress_ctx, ql_error *err);
+                             struct ql_routing_acc *routing, ql_sched_progress_fn progress,
+                             void *progress_ctx, ql_error *err);
 
 /* A mixture of experts: the experts the reference chose for every scored token and MoE
  * block (the comparison of a config's, experiment/routing.h); NULL for a dense model. */

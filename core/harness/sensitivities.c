@@ -188,7 +188,7 @@ ql_status ql_sens_calib_kld(const ql_sens_source *src, const ql_config *c, ql_we
     if (!(st = calib_pass_open(src, text_sha, &d, &p, err))) {
         if (!(st = ql_dist_acc_alloc(&acc, ql_ppl_n_scored_total(&d), src->model->hp.n_vocab,
                                      err)) &&
-            !(st = ql_reference_score(p.ref, p.sched, w, kv, p.group, acc, NULL, NULL, err))) {
+            !(st = ql_reference_score(p.ref, p.sched, w, kv, p.group, acc, NULL, NULL, NULL, err))) {
             ql_dist_metrics m;
             ql_dist_acc_finish(acc, &m);
             *out = m.kld_mean;

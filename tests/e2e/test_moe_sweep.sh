@@ -104,4 +104,9 @@ n=$(rows "$db" "SELECT count(DISTINCT t.layer || t.used_type) FROM tensor_errors
     ON r.id = t.run_id JOIN configs c ON c.id = r.config_id WHERE c.objective = 'kld:expert'
     AND t.tensor LIKE '%_exps.weight'")
 [ "$n" -le 2 ] && ok "one type for each block's three expert tensors" || bad "$n (block, type) pairs of expert tensors"
+# qlab eval --base prints the routing block (the model against itself: every expert kept).
+expect 0 "eval --base of the MoE model against itself" "$qlab" eval "$moe/moe-llama-f32.gguf" \
+    --base "$moe/moe-llama-f32.gguf" --text tinystories-valid --ctx 128 --chunks 4 --quiet
+has "$tmp/out" "Same experts:          100.000 %" "eval --base: the routing block"
+has "$tmp/out" "Load shift:             0.00000" "eval --base: no load shift"
 exit "$fail"
