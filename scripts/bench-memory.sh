@@ -8,6 +8,8 @@
 #   scripts/bench-memory.sh [PRESET] [CHUNKS] [TYPE] [QLAB]
 #   scripts/bench-memory.sh qwen2.5-0.5b 4 F16
 #   scripts/bench-memory.sh llama3.1-8b 2 F16      # writes a 16 GB model first (~20 min)
+#   LAYERS=6 WEIGHTS="Q8_0 Q4_K Q4_K_M" scripts/bench-memory.sh qwen3-30b-a3b 2 BF16
+# LAYERS writes that many blocks of the preset's shape; WEIGHTS are the sweep's weight types.
 # The synthetic model is cached under results/bench/ (delete it to regenerate).
 set -eu
 cd "$(dirname "$0")/.."
@@ -15,14 +17,17 @@ preset=${1:-qwen2.5-0.5b}
 chunks=${2:-4}
 type=${3:-F16}
 qlab=${4:-build/core/qlab}
+layers=${LAYERS:-}
+weights=${WEIGHTS:-Q8_0 Q4_K}
 dir=results/bench
 mkdir -p "$dir"
-model="$dir/$preset-$type.gguf"
+model="$dir/$preset${layers:+-l$layers}-$type.gguf"
 if [ ! -f "$model" ]; then
     echo "writing $model"
-    "$qlab" synth --preset "$preset" --type "$type" -o "$model.tmp" && mv "$model.tmp" "$model"
+    "$qlab" synth --preset "$preset" ${layers:+--layers "$layers"} --type "$type" \
+        -o "$model.tmp" && mv "$model.tmp" "$model"
 fi
-run="$dir/run-$preset-$type-$chunks"
+run="$dir/run-$preset${layers:+-l$layers}-$type-$chunks"
 rm -rf "$run"
 mkdir -p "$run"
 cat >"$run/bench.sweep" <<EOF
@@ -34,7 +39,7 @@ ctx     = 512
 chunks  = $chunks
 
 [grid]
-weight_type = Q8_0 Q4_K
+weight_type = $weights
 act_mode    = f32
 EOF
 

@@ -37,14 +37,30 @@ static void fill_tokens(int32_t *t, int64_t n, int vocab)
     }
 }
 
+/* Multiply-adds of one token through a block's products: the attention's, and the dense
+ * feed-forward's or, in a mixture of experts, the router's, the k experts' it is routed
+ * to and the shared expert's (the active parameters). */
+static double token_macs(const ql_hparams *hp)
+{
+    const double E = hp->n_embd;
+    const double QD = (double)hp->n_head * hp->head_dim, KD = (double)hp->n_head_kv * hp->head_dim;
+    const double attn = E * QD + 2 * E * KD + QD * E;
+    if (hp->n_expert == 0)
+        return attn + 3 * E * hp->n_ff;
+    double ffn = E * hp->n_expert + (double)hp->n_expert_used * 3 * E * hp->n_ff_exp;
+    if (hp->n_ff_shexp > 0)
+        ffn += E + 3 * E * hp->n_ff_shexp;
+    return attn + ffn;
+}
+
 /* Multiply-adds of a perplexity pass over one chunk of ctx tokens: ctx - 1 tokens through
  * every product and through causal attention, the head on the rows from ctx / 2. */
 static double chunk_macs(const ql_hparams *hp, int ctx)
 {
-    const double E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
-    const double QD = (double)hp->n_head * hp->head_dim, KD = (double)hp->n_head_kv * hp->head_dim;
+    const double E = hp->n_embd, V = hp->n_vocab;
+    const double QD = (double)hp->n_head * hp->head_dim;
     const double n = ctx - 1, rows_out = ctx - 1 - ctx / 2;
-    const double products = E * QD + 2 * E * KD + QD * E + 3 * E * F;
+    const double products = token_macs(hp);
     /* query t sees t + 1 positions: sum over t of (t + 1) = n (n + 1) / 2, twice (QK, PV) */
     const double attention = 2.0 * QD * n * (n + 1) / 2.0;
     return hp->n_layer * (n * products + attention) + rows_out * E * V;
@@ -132,14 +148,20 @@ int ql_bench_forward(int argc, char **argv)
     if (ql_sched_perplexity(fw, m->weights, &d, chunks, NULL, NULL, NULL, &acc, &err))
         goto fail;
     const double t_run = ql_now() - t;
-    const int64_t wide = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
+    const int64_t wide =
+        ql_hparams_ff_max(&m->hp) > m->hp.n_embd ? ql_hparams_ff_max(&m->hp) : m->hp.n_embd;
     const double peak = sgemm_gflops(ctx - 1, wide, m->hp.n_embd);
     const double gflops = 2.0 * chunk_macs(&m->hp, ctx) * chunks / t_run / 1e9;
     printf("model   %s (%s, %d layers, dim %d, ff %d, vocab %d)\n", path, m->hp.arch_name,
            m->hp.n_layer, m->hp.n_embd, m->hp.n_ff, m->hp.n_vocab);
     printf("size    %.3f M params, file %.2f MB, loaded in %.2fs\n", (double)m->n_params / 1e6,
            (double)m->gguf->file_size / 1e6, t_load);
-    printf("forward ctx %d, %d threads, %d chunks: %.0f tok/s (%.1f ms per chunk), %.1f GFLOP/s; "
+    if (m->hp.n_expert > 0)
+        printf("experts %d of %d per token, %d wide; %.3f M active parameters per token in the "
+               "blocks\n",
+               m->hp.n_expert_used, m->hp.n_expert, m->hp.n_ff_exp,
+               m->hp.n_layer * token_macs(&m->hp) / 1e6);
+    printf("forward ctx %d, %d threads, %d chunks: %.1f tok/s (%.1f ms per chunk), %.1f GFLOP/s; "
            "sgemm %lldx%lldx%d: %.1f GFLOP/s (%.0f%%)\n",
            ctx, ql_threads_get(), chunks, (double)(chunks * (ctx - 1)) / t_run,
            1e3 * t_run / chunks, gflops, (long long)(ctx - 1), (long long)wide, m->hp.n_embd, peak,
