@@ -191,9 +191,8 @@ static json_t *jnum(double v)
 
 /* The figures of llama-perplexity's block, in its order, as one JSON object. */
 static ql_status print_json(const ql_dist_metrics *m, const ql_routing_metrics *rm,
-                            const char *model, const char *base,
-                            const base_opts *o, const char *kv_name, const ql_ppl_data *d,
-                            ql_error *err)
+                            const char *model, const char *base, const base_opts *o,
+                            const char *kv_name, const ql_ppl_data *d, ql_error *err)
 {
     ql_ppl_pair pp;
     ql_dist_metrics_ppl_pair(m, &pp);
@@ -243,10 +242,10 @@ static ql_status print_json(const ql_dist_metrics *m, const ql_routing_metrics *
                 {"route_agree", rm->route_agree},
                 {"route_overlap", rm->route_overlap},
                 {"load_shift", rm->load_shift}};
-    json_t *doc = json_pack("{s:s, s:s, s:i, s:I, s:I, s:s, s:s}", "model", model, "base", base,
-                            "ctx", o->ctx, "chunks", (json_int_t)d->n_chunks, "n_tokens",
-                            (json_int_t)m->n_tokens, "kv_type", kv_name,
-                            "act_mode", ql_act_mode_name(o->act_mode));
+    json_t *doc =
+        json_pack("{s:s, s:s, s:i, s:I, s:I, s:s, s:s}", "model", model, "base", base, "ctx",
+                  o->ctx, "chunks", (json_int_t)d->n_chunks, "n_tokens", (json_int_t)m->n_tokens,
+                  "kv_type", kv_name, "act_mode", ql_act_mode_name(o->act_mode));
     for (size_t i = 0; doc && i < sizeof figs / sizeof figs[0]; i++)
         if (json_object_set_new(doc, figs[i].key, jnum(figs[i].v)) != 0) {
             json_decref(doc);
@@ -288,8 +287,8 @@ static int eval_base(const base_opts *o)
     ql_dist_acc *acc = NULL;
     ql_routing_acc *routing = NULL;
     int rc = QL_EXIT_RUNTIME;
-    ql_status st = ql_cli_text_run_init(&r, o->base_arg, o->text_arg, o->ctx, o->chunks,
-                                        QL_TYPE_F32, &err);
+    ql_status st =
+        ql_cli_text_run_init(&r, o->base_arg, o->text_arg, o->ctx, o->chunks, QL_TYPE_F32, &err);
     if (st && r.model_path[0] && !r.model && strstr(err.msg, "bad magic")) {
         /* llama-perplexity's --kl-divergence-base names a file of the base's logits. */
         char msg[QL_ERROR_MSG_MAX];
@@ -322,9 +321,9 @@ static int eval_base(const base_opts *o)
                 "model %s against base %s (%s, %.3fM params); text %s: %lld tokens, %lld "
                 "chunks of %d, %d scored per chunk; model: K/V %s, activations %s; base: f32; "
                 "%d threads; reference log-probs %s\n",
-                model_path, r.model_path, bm->hp.arch_name, (double)bm->n_params / 1e6,
-                r.text_path, (long long)d->n_tokens, (long long)d->n_chunks, o->ctx, d->n_scored,
-                kv.name, ql_act_mode_name(o->act_mode), ql_threads_get(),
+                model_path, r.model_path, bm->hp.arch_name, (double)bm->n_params / 1e6, r.text_path,
+                (long long)d->n_tokens, (long long)d->n_chunks, o->ctx, d->n_scored, kv.name,
+                ql_act_mode_name(o->act_mode), ql_threads_get(),
                 keep ? "held in memory" : "regenerated per chunk from the hidden states");
         if (bq)
             fprintf(stderr,
@@ -465,8 +464,8 @@ int ql_cmd_eval(int argc, char **argv)
     ql_threads_set(threads);
     const size_t budget = mem ? (size_t)mem : (size_t)((double)ql_mem_total() * 0.7);
     if (base_arg) {
-        base_opts bo = {model_arg, base_arg, text_arg, ctx,   chunks,
-                        kv_type,   act_cfg.act_mode, budget, quiet, json};
+        base_opts bo = {model_arg, base_arg,         text_arg, ctx,   chunks,
+                        kv_type,   act_cfg.act_mode, budget,   quiet, json};
         return eval_base(&bo);
     }
 

@@ -58,6 +58,7 @@ static void group_free(group *g)
     free(g->sens.text_sha);
     free(g->sens.imatrix_sha);
     free(g->sens.rows);
+    free(g->sens.erows);
     ql_types_table_free(g->types);
     free(g->layers);
     free(g->numbered);
@@ -421,12 +422,25 @@ static int cmp_sens_types(const void *pa, const void *pb)
 
 /* The set's types by bits per weight (the heatmap's panels, the lowest-bit type of
  * report.md's list), and each row's index among them. */
+/* Each row's place among the set's types. */
+static void set_type_ix(const ql_report_sens_set *ss, ql_report_sens *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        rows[i].type_ix = -1;
+        for (size_t k = 0; k < ss->ntypes && rows[i].type_ix < 0; k++)
+            if (strcmp(rows[i].type, ss->types[k]) == 0)
+                rows[i].type_ix = (int)k;
+    }
+}
+
 static void order_sens_types(ql_report_sens_set *ss)
 {
     const char *names[QL_REPORT_SENS_TYPES];
     size_t n = 0;
     for (size_t i = 0; i < ss->nrows; i++)
         ql_strset_add(names, &n, QL_REPORT_SENS_TYPES, ss->rows[i].type);
+    for (size_t i = 0; i < ss->n_erows; i++)
+        ql_strset_add(names, &n, QL_REPORT_SENS_TYPES, ss->erows[i].type);
     sens_type by_bpw[QL_REPORT_SENS_TYPES];
     for (size_t k = 0; k < n; k++) {
         const ql_type_traits *t = ql_type_by_name(names[k]);
@@ -439,45 +453,42 @@ static void order_sens_types(ql_report_sens_set *ss)
         ss->type_bpw[k] = by_bpw[k].bpw;
     }
     ss->ntypes = n;
-    for (size_t i = 0; i < ss->nrows; i++) {
-        ss->rows[i].type_ix = -1;
-        for (size_t k = 0; k < n && ss->rows[i].type_ix < 0; k++)
-            if (strcmp(ss->rows[i].type, ss->types[k]) == 0)
-                ss->rows[i].type_ix = (int)k;
-    }
+    set_type_ix(ss, ss->rows, ss->nrows);
+    set_type_ix(ss, ss->erows, ss->n_erows);
 }
 
-/* Reads the sensitivities the report shows for the group's model (none: nrows 0). */
-static ql_status load_sensitivity(ctx *c, group *g, ql_error *err)
+/* The rows of one grouping of the group's sensitivity set ('tensor' or 'expert') into
+ * *rows. Expert rows ("blk.L.exp.E") in expert order, the number read from the name. */
+static ql_status load_sens_rows(ctx *c, group *g, const char *grouping, ql_report_sens **rows,
+                                size_t *nrows, ql_error *err)
 {
     static const char sql[] =
         "SELECT tensor, layer, kind, type, bytes, kld_mean, kld_mean_err, ln_ppl_ratio,"
         " ln_ppl_ratio_err, seconds FROM sensitivity WHERE model_sha256 = ?1 AND"
         " text_sha256 = ?2 AND ctx = ?3 AND chunks = ?4 AND imatrix_sha256 = ?5 AND"
-        " metrics_version = ?6 AND grouping = 'tensor' ORDER BY layer, tensor, type";
+        " metrics_version = ?6 AND grouping = ?7 ORDER BY layer, length(tensor), tensor, type";
     ql_report_sens_set *ss = &g->sens;
-    ql_status rc = pick_sens_set(c, g, err);
-    if (rc || !ss->nsets)
-        return rc;
     sqlite3_stmt *st;
-    if ((rc = prepare(c, sql, &st, err)))
+    ql_status rc = prepare(c, sql, &st, err);
+    if (rc)
         return rc;
     size_t cap = 0;
     if ((rc = bind_text(c, st, 1, g->model_sha, err)) ||
         (rc = bind_text(c, st, 2, ss->text_sha, err)) || (rc = bind_int(c, st, 3, ss->ctx, err)) ||
         (rc = bind_int(c, st, 4, ss->chunks, err)) ||
         (rc = bind_text(c, st, 5, ss->imatrix_sha, err)) ||
-        (rc = bind_int(c, st, 6, ss->metrics_version, err)))
+        (rc = bind_int(c, st, 6, ss->metrics_version, err)) ||
+        (rc = bind_text(c, st, 7, grouping, err)))
         goto out;
     for (;;) {
         bool more;
         if ((rc = step(c, st, &more, err)) || !more)
             break;
-        if (!ql_grow((void **)&ss->rows, &cap, ss->nrows + 1, sizeof *ss->rows)) {
+        if (!ql_grow((void **)rows, &cap, *nrows + 1, sizeof **rows)) {
             rc = oom(err);
             break;
         }
-        ql_report_sens *r = &ss->rows[ss->nrows++];
+        ql_report_sens *r = &(*rows)[(*nrows)++];
         const char *tensor = (const char *)sqlite3_column_text(st, 0);
         const char *kind = (const char *)sqlite3_column_text(st, 2);
         const char *type = (const char *)sqlite3_column_text(st, 3);
@@ -491,11 +502,24 @@ static ql_status load_sensitivity(ctx *c, group *g, ql_error *err)
         r->ln_ppl_ratio = col_double(st, 7);
         r->ln_ppl_ratio_err = col_double(st, 8);
         r->seconds = col_double(st, 9);
+        const char *dot = strrchr(r->tensor, '.');
+        r->expert = strcmp(grouping, "expert") == 0 && dot ? (int)strtol(dot + 1, NULL, 10) : -1;
     }
-    if (!rc)
-        order_sens_types(ss);
 out:
     sqlite3_finalize(st);
+    return rc;
+}
+
+/* Reads the sensitivities the report shows for the group's model (none: nrows 0). */
+static ql_status load_sensitivity(ctx *c, group *g, ql_error *err)
+{
+    ql_report_sens_set *ss = &g->sens;
+    ql_status rc = pick_sens_set(c, g, err);
+    if (rc || !ss->nsets)
+        return rc;
+    if (!(rc = load_sens_rows(c, g, "tensor", &ss->rows, &ss->nrows, err)) &&
+        !(rc = load_sens_rows(c, g, "expert", &ss->erows, &ss->n_erows, err)))
+        order_sens_types(ss);
     return rc;
 }
 

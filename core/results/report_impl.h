@@ -57,6 +57,7 @@ typedef struct {
     int64_t bytes;
     double kld_mean, kld_mean_err, ln_ppl_ratio, ln_ppl_ratio_err, seconds;
     int type_ix; /* into the set's types; -1 past QL_REPORT_SENS_TYPES */
+    int expert;  /* an expert row's expert, else -1 */
 } ql_report_sens;
 
 /* Types a sensitivity set keeps apart (panels of the heatmap, the lowest-bit one). */
@@ -73,6 +74,10 @@ typedef struct {
     size_t nsets;         /* sets stored for the model */
     ql_report_sens *rows; /* by layer, tensor, type */
     size_t nrows;
+    /* A mixture of experts' expert rows (objective kld:expert: one expert's matrices
+     * quantized alone): expert in .expert, by layer, expert, type. */
+    ql_report_sens *erows;
+    size_t n_erows;
     double seconds; /* the set's measuring time, summed */
     /* Its types by bits per weight (unknown types last, then by name). */
     char types[QL_REPORT_SENS_TYPES][32];
@@ -129,9 +134,9 @@ typedef struct {
     ql_report_sens_set sens;
     /* The plots of the group (base names, for report.md and report.html), and whether
      * each was drawn (its .png and .svg written now); a plot not drawn has its script. */
-    char plots[8][1100];
-    char plot_titles[8][128];
-    bool plot_drawn[8];
+    char plots[12][1100];
+    char plot_titles[12][128];
+    bool plot_drawn[12];
     size_t nplots;
     /* The labels of its plots drawn as numbers (report.md's key). */
     ql_report_numbered *numbered;

@@ -30,11 +30,11 @@ typedef ql_report_group group;
 typedef ql_report_ctx ctx;
 
 /* The canvas of every plot: as the terminals of plot.h, taller for small multiples. */
-#define CANVAS_W      960
-#define CANVAS_H      600
-#define PANEL_ROW_H   330 /* height added per further row of panels */
-#define MAX_PANELS    12
-#define MAX_SERIES    64
+#define CANVAS_W    960
+#define CANVAS_H    600
+#define PANEL_ROW_H 330 /* height added per further row of panels */
+#define MAX_PANELS  12
+#define MAX_SERIES  64
 /* The markers of series s of S sit (s - (S-1)/2) times this share of the x range off
  * their bpw, so that configs of the same size stay visible side by side. */
 #define DODGE 0.009
@@ -1997,9 +1997,98 @@ static ql_status plot_sensitivity(ctx *c, group *g, const layout *l, ql_error *e
                              err);
 }
 
+/* sensitivity_experts: a mixture of experts' experts measured one at a time (objective
+ * kld:expert): block x expert, a panel per type, colour log10 of the mean KLD with only that
+ * expert's three matrices quantized. Nothing is written without expert rows. */
+static ql_status plot_sensitivity_experts(ctx *c, group *g, const layout *l, ql_error *err)
+{
+    (void)l;
+    const ql_report_sens_set *ss = &g->sens;
+    if (!ss->n_erows)
+        return QL_OK;
+    const size_t panels = ss->ntypes < MAX_PANELS ? ss->ntypes : MAX_PANELS;
+    double lo = (double)INFINITY, hi = -(double)INFINITY;
+    int64_t min_layer = ss->erows[0].layer, max_layer = ss->erows[0].layer;
+    int experts = 0;
+    for (size_t i = 0; i < ss->n_erows; i++) {
+        const ql_report_sens *r = &ss->erows[i];
+        min_layer = r->layer < min_layer ? r->layer : min_layer;
+        max_layer = r->layer > max_layer ? r->layer : max_layer;
+        experts = r->expert + 1 > experts ? r->expert + 1 : experts;
+        if (r->type_ix >= 0 && (size_t)r->type_ix < panels && !isnan(sens_log(r))) {
+            lo = fmin(lo, sens_log(r));
+            hi = fmax(hi, sens_log(r));
+        }
+    }
+    char base[1100], name[1200], title[1600], set[512];
+    snprintf(base, sizeof base, "sensitivity_experts%s", g->suffix);
+    ql_doc d;
+    ql_status rc = ql_doc_open(&d, err);
+    if (rc)
+        return rc;
+    sens_set_text(ss, set, sizeof set);
+    dat_header(c, g, d.f, "per-expert sensitivity (mean KLD with only that expert quantized)");
+    fprintf(d.f, "# measured %s, metrics version %d\n", set, ss->metrics_version);
+    fputs("# one block per type; columns: expert layer log10_kld_mean kld_mean\n", d.f);
+    for (size_t p = 0; p < panels; p++) {
+        fprintf(d.f, "%s# index %zu: %s\n", p ? "\n\n" : "", p, ss->types[p]);
+        for (size_t i = 0; i < ss->n_erows; i++) {
+            const ql_report_sens *r = &ss->erows[i];
+            if (r->type_ix != (int)p)
+                continue;
+            fprintf(d.f, "%d %lld", r->expert, (long long)r->layer);
+            dat_num(d.f, sens_log(r));
+            dat_num(d.f, r->kld_mean);
+            fputc('\n', d.f);
+        }
+        fputs("NaN NaN NaN NaN\n", d.f);
+    }
+    snprintf(name, sizeof name, "%s.dat", base);
+    if ((rc = ql_report_doc_save(c, &d, name, err)))
+        return rc;
+    body b = {0};
+    const size_t ncols = panels <= 1 ? 1 : 2, nrows = (panels + ncols - 1) / ncols;
+    snprintf(title, sizeof title, "%s: %s — sensitivity of each expert %s", c->sweep, g->model,
+             set);
+    body_add(&b, "set multiplot layout %zu,%zu title ", nrows, ncols);
+    body_title(&b, title);
+    body_add(&b, "\nset palette defined (0 '#fff7bc', 0.4 '#fe9929', 0.75 '#d7301f', 1 "
+                 "'#67000d')\nset cblabel 'log10 mean KLD (nats)'\n");
+    if (hi >= lo)
+        body_add(&b, "set cbrange [%g:%g]\n", floor(lo),
+                 ceil(hi) > floor(lo) ? ceil(hi) : floor(lo) + 1.0);
+    body_add(&b,
+             "set object 1 rectangle from graph 0, graph 0 to graph 1, graph 1 behind fillcolor "
+             "rgb '#e8e8e8' fillstyle solid noborder\n"
+             "set xrange [-0.5:%g]\nset yrange [%g:%g]\nset xlabel 'expert'\n"
+             "set ylabel 'layer'\nset xtics %d\nset ytics %lld\n",
+             (double)experts - 0.5, (double)min_layer - 0.5, (double)max_layer + 0.5,
+             experts > 16 ? experts / 16 : 1,
+             max_layer - min_layer > 16 ? (long long)(max_layer - min_layer) / 16 : 1LL);
+    for (size_t p = 0; p < panels; p++) {
+        char panel[96];
+        snprintf(panel, sizeof panel, "%s", ss->types[p]);
+        body_add(&b, "set title ");
+        body_quote(&b, panel);
+        body_add(&b,
+                 "\nplot '%s.dat' index %zu using 1:2:(0.5):(0.5):3 with boxxyerror fillstyle "
+                 "solid 1.0 noborder lc palette notitle\n",
+                 base, p);
+    }
+    body_add(&b, "unset multiplot\n");
+    char header[2600];
+    snprintf(header, sizeof header,
+             "# qlab report: the mean KLD of the model with one expert's matrices of one block\n"
+             "# quantized alone, a panel per type (%zu of %zu, lowest bits first); grey: not\n"
+             "# measured. Data: %s.dat. Redraw: gnuplot %s.gp\nset encoding utf8\n",
+             panels, ss->ntypes, base, base);
+    return write_plot_script(c, g, &b, base, canvas_height(panels), header,
+                             "expert sensitivity heatmap", err);
+}
+
 static ql_status (*const plot_writers[])(ctx *, group *, const layout *, ql_error *) = {
     plot_kld_bpw,    plot_ppl_bpw, plot_kld_cdf,     plot_tensors,
-    plot_divergence, plot_routing, plot_sensitivity,
+    plot_divergence, plot_routing, plot_sensitivity, plot_sensitivity_experts,
 };
 
 ql_status ql_report_write_plots(ctx *c, group *g, ql_error *err)

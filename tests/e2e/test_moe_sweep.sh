@@ -104,6 +104,13 @@ n=$(rows "$db" "SELECT count(DISTINCT t.layer || t.used_type) FROM tensor_errors
     ON r.id = t.run_id JOIN configs c ON c.id = r.config_id WHERE c.objective = 'kld:expert'
     AND t.tensor LIKE '%_exps.weight'")
 [ "$n" -le 2 ] && ok "one type for each block's three expert tensors" || bad "$n (block, type) pairs of expert tensors"
+# The report draws the routing by block and the experts' sensitivities.
+expect 0 "report of the MoE sweeps" "$qlab" report --db "$db" -o "$tmp/report"
+is_png "$tmp/report/moe-test/routing.png" && ok "routing plot drawn" || bad "no routing.png"
+is_png "$tmp/report/moe-fit/sensitivity_experts.png" && ok "expert sensitivity heatmap drawn" \
+    || bad "no sensitivity_experts.png"
+has "$tmp/report/moe-test/report.md" "route %" "report.md has the routing column"
+
 # qlab eval --base prints the routing block (the model against itself: every expert kept).
 expect 0 "eval --base of the MoE model against itself" "$qlab" eval "$moe/moe-llama-f32.gguf" \
     --base "$moe/moe-llama-f32.gguf" --text tinystories-valid --ctx 128 --chunks 4 --quiet
