@@ -111,6 +111,15 @@ is_png "$tmp/report/moe-fit/sensitivity_experts.png" && ok "expert sensitivity h
     || bad "no sensitivity_experts.png"
 has "$tmp/report/moe-test/report.md" "route %" "report.md has the routing column"
 
+# llama-quantize's rules for 8-expert models (Mixtral), on a synthetic one: attn_k and
+# attn_v in Q8_0, attn_output in Q5_K under Q4_K_M (llama_tensor_get_type, b4747).
+expect 0 "synth 8 experts" "$qlab" synth -o "$tmp/mx8.gguf" --experts 8 --experts-used 2 \
+    --layers 2
+expect 0 "quantize Q4_K_M" "$qlab" quantize "$tmp/mx8.gguf" "$tmp/mx8q.gguf" Q4_K_M
+matches "$tmp/out" "blk.1.attn_v.weight .* Q8_0 " "8 experts: attn_v Q8_0"
+matches "$tmp/out" "blk.0.attn_k.weight .* Q8_0 " "8 experts: attn_k Q8_0"
+matches "$tmp/out" "blk.0.attn_output.weight .* Q5_K " "8 experts: attn_output Q5_K"
+
 # qlab eval --base prints the routing block (the model against itself: every expert kept).
 expect 0 "eval --base of the MoE model against itself" "$qlab" eval "$moe/moe-llama-f32.gguf" \
     --base "$moe/moe-llama-f32.gguf" --text tinystories-valid --ctx 128 --chunks 4 --quiet
