@@ -57,10 +57,14 @@ struct ql_forward {
     int32_t *ex_start; /* (n_expert + 1,) expert e's routed (token, slot)s start here */
     int32_t *ex_next;  /* (n_expert,) the counting sort's cursors */
     int32_t *ex_pairs; /* (n * k,) token * k + slot, by expert, tokens ascending */
-    float *ex_in;      /* (n, n_embd) the inputs routed to one expert, gathered */
-    float *ex_out;     /* (n, n_embd) that expert's outputs */
-    float *slot_out;   /* (n, k, n_embd) weighted output of each token's j-th expert */
-    float *gate_sh;    /* (n,) the shared expert's gate */
+    /* (ex_slots, ex_work_floats) per thread: an expert's gathered inputs (n, n_embd), gate
+     * and up (n, ff_max each), outputs (n, n_embd) and rounded inputs (n, max_in) */
+    float *ex_work;
+    size_t ex_work_floats;
+    int ex_slots;
+    float *ex_out;   /* (n, n_embd) the shared expert's outputs */
+    float *slot_out; /* (n, k, n_embd) weighted output of each token's j-th expert */
+    float *gate_sh;  /* (n,) the shared expert's gate */
 
     /* K/V cache per layer: (n_layer, max_ctx, n_head_kv * head_dim) */
     float *k_cache;
@@ -122,12 +126,11 @@ ql_status ql_forward_alloc(ql_forward **out, const ql_hparams *hp, int max_ctx, 
         fw->ex_start = alloc_floats(X + 1, sizeof(int32_t));
         fw->ex_next = alloc_floats(X, sizeof(int32_t));
         fw->ex_pairs = alloc_floats(n * k, sizeof(int32_t));
-        fw->ex_in = alloc_floats(n * E, sizeof(float));
         fw->ex_out = alloc_floats(n * E, sizeof(float));
         fw->slot_out = alloc_floats(n * k * E, sizeof(float));
         fw->gate_sh = alloc_floats(n, sizeof(float));
         moe_ok = fw->probs && fw->sel && fw->sel_w && fw->ex_start && fw->ex_next && fw->ex_pairs &&
-                 fw->ex_in && fw->ex_out && fw->slot_out && fw->gate_sh;
+                 fw->ex_out && fw->slot_out && fw->gate_sh;
     }
     if (!moe_ok || !fw->x || !fw->xb || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj ||
         !fw->hg || !fw->hu || !fw->xq || !fw->rope || !fw->scores || !fw->k_cache || !fw->v_cache ||
@@ -168,7 +171,7 @@ void ql_forward_free(ql_forward *fw)
     free(fw->ex_start);
     free(fw->ex_next);
     free(fw->ex_pairs);
-    free(fw->ex_in);
+    free(fw->ex_work);
     free(fw->ex_out);
     free(fw->slot_out);
     free(fw->gate_sh);
@@ -403,6 +406,17 @@ static ql_status thread_slots(ql_forward *fw, ql_error *err)
         fw->scores = s;
         fw->score_slots = want;
     }
+    if (fw->hp.n_expert > 0 && fw->ex_slots < want) {
+        const size_t n = (size_t)fw->max_ctx, E = (size_t)fw->hp.n_embd;
+        const size_t F = (size_t)ql_hparams_ff_max(&fw->hp);
+        fw->ex_work_floats = n * (2 * E + 2 * F + (size_t)fw->max_in);
+        float *w = realloc(fw->ex_work, fw->ex_work_floats * (size_t)want * sizeof *w);
+        if (!w)
+            return ql_error_set(err, QL_ENOMEM, "forward: out of memory for %d expert workspaces",
+                                want);
+        fw->ex_work = w;
+        fw->ex_slots = want;
+    }
     if (fw->tile_slots < want) {
         int64_t rows = fw->hp.n_vocab > fw->max_in ? fw->hp.n_vocab : fw->max_in;
         if (fw->hp.n_expert > rows)
@@ -574,12 +588,80 @@ static void group_by_expert(ql_forward *fw, int64_t n)
         fw->ex_pairs[next[fw->sel[i]]++] = (int32_t)i;
 }
 
+/* y (n_tok, n_out) = x W^T (+ hooks, bias) of one expert's view, as ql_forward_matmul
+ * computes a product but with one sgemm on the calling thread (ql_gemm_serial) and the
+ * caller's scratch for the rounded input: experts run side by side on several threads.
+ * The observer is called when installed (then on the caller's thread only). */
+static void expert_product(ql_forward *fw, int site, const ql_linear *lin, const float *x, float *y,
+                           int64_t n_tok, float *xq)
+{
+    QL_ASSERT(lin->w && "an expert's layer is bound before its block runs");
+    if (fw->observer)
+        fw->observer(fw->observer_ctx, site, lin, x, n_tok);
+    if (lin->product) {
+        lin->product(lin->act_ctx, lin, x, y, n_tok);
+    } else {
+        const float *in = x;
+        if (lin->act) {
+            lin->act(lin->act_ctx, lin, x, xq, n_tok);
+            in = xq;
+        }
+        ql_gemm_serial(true, n_tok, lin->n_out, lin->n_in, 1.0f, in, lin->n_in, lin->w, lin->n_in,
+                       y, lin->n_out);
+    }
+    if (lin->act_post)
+        lin->act_post(lin->act_ctx, lin, x, y, n_tok);
+    if (lin->b)
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t o = 0; o < lin->n_out; o++)
+                y[t * lin->n_out + o] += lin->b[o];
+}
+
+/* Expert e of block l's mixture on the tokens routed to it (fw->ex_pairs), in workspace
+ * `slot`: gathered inputs, gate and up, SwiGLU, down, and the outputs times their weights
+ * into slot_out (each (token, slot) pair its own row: threads write apart). */
+static void run_expert(ql_forward *fw, const ql_weights *w, int sg, int su, int sd, int e, int slot)
+{
+    const int64_t E = fw->hp.n_embd, n = fw->max_ctx;
+    const int k = fw->hp.n_expert_used;
+    const int32_t *pairs = fw->ex_pairs + fw->ex_start[e];
+    const int64_t c = fw->ex_start[e + 1] - fw->ex_start[e];
+    if (c == 0)
+        return;
+    const int64_t F = ql_hparams_ff_max(&fw->hp);
+    float *ex_in = fw->ex_work + (size_t)slot * fw->ex_work_floats;
+    float *hg = ex_in + n * E, *hu = hg + n * F, *out = hu + n * F, *xq = out + n * E;
+    /* ex_in (c, E) = the routed tokens' inputs */
+    for (int64_t i = 0; i < c; i++)
+        memcpy(ex_in + i * E, fw->xb + (int64_t)(pairs[i] / k) * E, (size_t)E * sizeof(float));
+    ql_linear gate, up, down;
+    ql_linear_expert(&w->lin[sg], e, &gate);
+    ql_linear_expert(&w->lin[su], e, &up);
+    ql_linear_expert(&w->lin[sd], e, &down);
+    expert_product(fw, sg, &gate, ex_in, hg, c, xq);
+    expert_product(fw, su, &up, ex_in, hu, c, xq);
+    for (int64_t i = 0; i < c * gate.n_out; i++) {
+        const float g = hg[i];
+        hg[i] = (g / (1.0f + expf(-g))) * hu[i];
+    }
+    expert_product(fw, sd, &down, hg, out, c, xq);
+    /* slot_out[t, j] = w_tj * out (ggml multiplies the expert outputs by their weights) */
+    for (int64_t i = 0; i < c; i++) {
+        const float wt = fw->sel_w[pairs[i]];
+        const float *o = out + i * E;
+        float *dst = fw->slot_out + (int64_t)pairs[i] * E;
+        for (int64_t d = 0; d < E; d++)
+            dst[d] = o[d] * wt;
+    }
+}
+
 /* proj (n, n_embd) = the mixture of experts of block l on xb (n, n_embd):
  *   Σ_j w_tj · down_e(silu(gate_e m_t) * (up_e m_t)),  e = sel_tj, summed over j in
  *   order of decreasing probability (llama.cpp adds the k expert outputs in that order),
  * plus, with a shared expert, sigmoid(gate_inp_shexp m_t) · down_sh(silu(gate_sh m_t) *
  * (up_sh m_t)). Each expert multiplies only the tokens routed to it: their inputs are
- * gathered, one product per expert and kind, the outputs scattered back by slot. */
+ * gathered, one product per expert and kind, the outputs scattered back by slot; the
+ * experts run side by side on the threads (run_expert). */
 static void moe_ffn(ql_forward *fw, const ql_weights *w, int l, int64_t n)
 {
     const ql_hparams *hp = &fw->hp;
@@ -595,33 +677,15 @@ static void moe_ffn(ql_forward *fw, const ql_weights *w, int l, int64_t n)
     const int sg = ql_weights_site(w, l, QL_SITE_GATE_EXPS);
     const int su = ql_weights_site(w, l, QL_SITE_UP_EXPS);
     const int sd = ql_weights_site(w, l, QL_SITE_DOWN_EXPS);
-    for (int e = 0; e < X; e++) {
-        const int32_t *pairs = fw->ex_pairs + fw->ex_start[e];
-        const int64_t c = fw->ex_start[e + 1] - fw->ex_start[e];
-        if (c == 0)
-            continue;
-        /* ex_in (c, E) = the routed tokens' inputs */
-        for (int64_t i = 0; i < c; i++)
-            memcpy(fw->ex_in + i * E, fw->xb + (int64_t)(pairs[i] / k) * E,
-                   (size_t)E * sizeof(float));
-        ql_linear gate, up, down;
-        ql_linear_expert(&w->lin[sg], e, &gate);
-        ql_linear_expert(&w->lin[su], e, &up);
-        ql_linear_expert(&w->lin[sd], e, &down);
-        ql_forward_matmul(fw, sg, &gate, fw->ex_in, fw->hg, c);
-        ql_forward_matmul(fw, su, &up, fw->ex_in, fw->hu, c);
-        swiglu(fw->hg, fw->hu, c * gate.n_out);
-        ql_forward_matmul(fw, sd, &down, fw->hg, fw->ex_out, c);
-        /* slot_out[t, j] = w_tj * out (ggml multiplies the expert outputs by their weights) */
-        for (int64_t i = 0; i < c; i++) {
-            const float wt = fw->sel_w[pairs[i]];
-            const float *o = fw->ex_out + i * E;
-            float *dst = fw->slot_out + (int64_t)pairs[i] * E;
-            for (int64_t d = 0; d < E; d++)
-                dst[d] = o[d] * wt;
-        }
-    }
-    /* proj[t] = slot 0 + slot 1 + ... in slot order */
+    /* Experts are independent: without an observer (which must see the products in
+     * order, on the caller's thread) they are shared out among the threads, each expert's
+     * products computed by the thread that takes it. Either way each product is one
+     * sgemm (expert_product), so the result does not depend on the threads. */
+    const bool spread = !fw->observer;
+#pragma omp parallel for schedule(dynamic, 1) if (spread)
+    for (int e = 0; e < X; e++)
+        run_expert(fw, w, sg, su, sd, e, spread ? omp_get_thread_num() : 0);
+        /* proj[t] = slot 0 + slot 1 + ... in slot order */
 #pragma omp parallel for schedule(static) if (n * k * E >= SERIAL_VALUES)
     for (int64_t t = 0; t < n; t++) {
         float *dst = fw->proj + t * E;
