@@ -16,7 +16,7 @@
 
 static void help(const ql_opt_parser *p)
 {
-    printf("usage: qlab bench forward MODEL [--ctx N] [--threads N] [--chunks K]\n\n"
+    printf("usage: qlab bench forward MODEL [--ctx N] [--threads N] [--chunks K] [--profile]\n\n"
            "Runs K chunks (default 4) of N tokens (default 256) through the reference pass\n"
            "as a sweep runs it (layer by layer over the K chunks, the perplexity protocol:\n"
            "N-1 tokens a chunk, the head on the scored half) after one untimed warm-up, and\n"
@@ -90,10 +90,42 @@ static double sgemm_gflops(int64_t m, int64_t n, int64_t k)
     return best;
 }
 
+/* The profile's phases, as shares of the timed pass. */
+static void print_profile(const ql_forward_profile *p, double total)
+{
+    double block_products = p->experts;
+    printf("profile (seconds, share of the pass):\n");
+    for (int k = 0; k < QL_SITE_KINDS; k++) {
+        if (p->products[k] <= 0)
+            continue;
+        block_products += p->products[k];
+        printf("  %-20s %8.3f  %5.1f%%\n", ql_site_kind_name((ql_site_kind)k), p->products[k],
+               100.0 * p->products[k] / total);
+    }
+    if (p->experts > 0)
+        printf("  %-20s %8.3f  %5.1f%%\n", "experts (all kinds)", p->experts,
+               100.0 * p->experts / total);
+    const double other = p->blocks - block_products - p->attention;
+    const double head = p->products[QL_SITE_HEAD];
+    const double rest = total - p->blocks - p->decode - head;
+    const struct {
+        const char *name;
+        double s;
+    } phases[] = {{"attention", p->attention},
+                  {"norms, RoPE, SwiGLU", other},
+                  {"decode to f32", p->decode},
+                  {"head (output)", head},
+                  {"scoring, embedding", rest}};
+    for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++)
+        printf("  %-20s %8.3f  %5.1f%%\n", phases[i].name, phases[i].s,
+               100.0 * phases[i].s / total);
+}
+
 int ql_bench_forward(int argc, char **argv)
 {
     const char *args[1];
     int ctx = 256, threads = 0, chunks = 4;
+    bool profile = false;
     const ql_opt opts[] = {
         ql_cli_model_opt(&args[0]),
         ql_opt_alias(
@@ -101,6 +133,9 @@ int ql_bench_forward(int argc, char **argv)
             "ctx-size"),
         ql_opt_int("chunks", 0, &chunks, 1, 1 << 20, "K", "timed chunks (default 4)"),
         ql_opt_threads(&threads, QL_OPT_THREADS_HELP),
+        ql_opt_flag("profile", 0, &profile,
+                    "print where the timed pass's time goes: products by kind, attention, the "
+                    "rest of the blocks, decoding layers to f32, the head and the scoring"),
     };
     static const char *const names[] = {"MODEL"};
     ql_opt_parser p = {.prog = "qlab bench forward",
@@ -144,10 +179,15 @@ int ql_bench_forward(int argc, char **argv)
     warm.n_chunks = 1;
     if (ql_sched_perplexity(fw, m->weights, &warm, 1, NULL, NULL, NULL, &acc, &err))
         goto fail;
+    ql_forward_profile prof;
+    memset(&prof, 0, sizeof prof);
+    if (profile)
+        ql_forward_set_profile(fw, &prof);
     const double t = ql_now();
     if (ql_sched_perplexity(fw, m->weights, &d, chunks, NULL, NULL, NULL, &acc, &err))
         goto fail;
     const double t_run = ql_now() - t;
+    ql_forward_set_profile(fw, NULL);
     const int64_t wide =
         ql_hparams_ff_max(&m->hp) > m->hp.n_embd ? ql_hparams_ff_max(&m->hp) : m->hp.n_embd;
     const double peak = sgemm_gflops(ctx - 1, wide, m->hp.n_embd);
@@ -166,6 +206,8 @@ int ql_bench_forward(int argc, char **argv)
            ctx, ql_threads_get(), chunks, (double)(chunks * (ctx - 1)) / t_run,
            1e3 * t_run / chunks, gflops, (long long)(ctx - 1), (long long)wide, m->hp.n_embd, peak,
            peak > 0 ? 100.0 * gflops / peak : 0.0);
+    if (profile)
+        print_profile(&prof, t_run);
     rc = QL_EXIT_OK;
     goto out;
 fail:

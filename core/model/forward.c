@@ -74,6 +74,7 @@ struct ql_forward {
     void *observer_ctx;
     ql_route_observer route_observer;
     void *route_ctx;
+    ql_forward_profile *profile; /* NULL: not timed */
     ql_attn_rounding rounding;
 };
 
@@ -188,6 +189,22 @@ int ql_forward_max_ctx(const ql_forward *fw)
     return fw->max_ctx;
 }
 
+void ql_forward_set_profile(ql_forward *fw, ql_forward_profile *p)
+{
+    fw->profile = p;
+}
+
+ql_forward_profile *ql_forward_get_profile(const ql_forward *fw)
+{
+    return fw->profile;
+}
+
+/* The clock when profiling, else 0 (no clock read). */
+static double prof_now(const ql_forward *fw)
+{
+    return fw->profile ? ql_now() : 0.0;
+}
+
 void ql_forward_set_route_observer(ql_forward *fw, ql_route_observer fn, void *ctx)
 {
     fw->route_observer = fn;
@@ -276,6 +293,7 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
                        int64_t n_tok)
 {
     QL_ASSERT(n_tok <= fw->max_ctx && lin->n_in <= fw->max_in);
+    const double t0 = prof_now(fw);
     if (fw->observer)
         fw->observer(fw->observer_ctx, site, lin, x, n_tok);
     const int64_t n_in = lin->n_in, n_out = lin->n_out;
@@ -308,6 +326,8 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
             for (int64_t o = 0; o < n_out; o++)
                 y[t * n_out + o] += lin->b[o];
     }
+    if (fw->profile)
+        fw->profile->products[lin->kind] += ql_now() - t0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -682,9 +702,12 @@ static void moe_ffn(ql_forward *fw, const ql_weights *w, int l, int64_t n)
      * products computed by the thread that takes it. Either way each product is one
      * sgemm (expert_product), so the result does not depend on the threads. */
     const bool spread = !fw->observer;
+    const double t0 = prof_now(fw);
 #pragma omp parallel for schedule(dynamic, 1) if (spread)
     for (int e = 0; e < X; e++)
         run_expert(fw, w, sg, su, sd, e, spread ? omp_get_thread_num() : 0);
+    if (fw->profile)
+        fw->profile->experts += ql_now() - t0;
         /* proj[t] = slot 0 + slot 1 + ... in slot order */
 #pragma omp parallel for schedule(static) if (n * k * E >= SERIAL_VALUES)
     for (int64_t t = 0; t < n; t++) {
@@ -780,6 +803,7 @@ ql_status ql_forward_block(ql_forward *fw, const ql_weights *w, int l, float *x,
         return ql_error_set(err, QL_EINVAL, "forward: first output row %d outside 0..%d", out_first,
                             n_tok - 1);
     QL_ASSERT(l >= 0 && l < hp->n_layer && ql_weights_layer_bound(w, l));
+    const double tb = prof_now(fw);
     ql_status st = thread_slots(fw, err);
     if (st)
         return st;
@@ -815,7 +839,10 @@ ql_status ql_forward_block(ql_forward *fw, const ql_weights *w, int l, float *x,
         r->round_v(r->ctx, vdst, n * hp->n_head_kv, hd);
     if (r->round_q)
         r->round_q(r->ctx, fw->q, n * hp->n_head, hd);
+    const double ta = prof_now(fw);
     attention(fw, fw->att, fw->q, kc, vc, pos0, n);
+    if (fw->profile)
+        fw->profile->attention += ql_now() - ta;
 
     if (out_first > 0) {
         /* drop rows without outputs, as llama.cpp does before the last projection */
@@ -835,6 +862,8 @@ ql_status ql_forward_block(ql_forward *fw, const ql_weights *w, int l, float *x,
     add_inplace(x, fw->proj, n * E);
     if (n_out)
         *n_out = (int)n;
+    if (fw->profile)
+        fw->profile->blocks += ql_now() - tb;
     return QL_OK;
 }
 

@@ -130,6 +130,24 @@ ql_status ql_observer_chain_add(ql_observer_chain *c, ql_matmul_observer fn, voi
 void ql_observer_chain_observe(void *chain, int site, const ql_linear *lin, const float *x,
                                int64_t n_tok);
 
+/* Where a pass's time goes, in seconds, when a profile is installed (qlab bench forward):
+ * each product kind's products (the head under QL_SITE_HEAD; a mixture's experts, which run
+ * side by side, in `experts`), attention (scores, softmax, the values; the K/V rounding),
+ * the rest of the blocks (norms, RoPE, SwiGLU, routing, residual adds) and, added by the
+ * scheduler, decoding layers to f32. Timing costs two clock reads per product. */
+typedef struct {
+    double products[QL_SITE_KINDS + 1];
+    double experts;
+    double attention;
+    double blocks; /* every block, whole (the rest is blocks minus its products and attention) */
+    double decode;
+} ql_forward_profile;
+
+/* Installs (or with NULL removes) a profile the pass adds its times to; read back with
+ * ql_forward_get_profile. */
+void ql_forward_set_profile(ql_forward *fw, ql_forward_profile *p);
+ql_forward_profile *ql_forward_get_profile(const ql_forward *fw);
+
 /* Installs a custom attention rounding (copied); NULL restores f32. */
 void ql_forward_set_attn_rounding(ql_forward *fw, const ql_attn_rounding *r);
 /* The attention rounding installed now (a copy). */

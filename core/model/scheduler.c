@@ -148,8 +148,12 @@ static ql_status run_group(ql_sched *s, ql_forward *fw, const ql_sched_job *job,
     const double per_head = group_tokens - hp->n_layer * per_block;
     for (int l = 0; l < hp->n_layer && !st; l++) {
         const int first = l == hp->n_layer - 1 ? out_first : 0;
+        ql_forward_profile *prof = ql_forward_get_profile(fw);
+        const double tb = prof ? ql_now() : 0.0;
         for (int i = 0; i < job->n_sets && !st; i++)
             st = ql_weights_bind_layer(job->sets[i].w, l, s->layer[i], s->layer_floats[i], err);
+        if (prof)
+            prof->decode += ql_now() - tb;
         for (int64_t c = 0; c < n && !st; c++) {
             const float *xs[QL_SCHED_MAX_SETS];
             for (int i = 0; i < job->n_sets && !st; i++) {

@@ -12,6 +12,20 @@ expect 0 "synth F16, padded vocab" "$qlab" synth -o "$tmp/c.gguf" --dim 256 --ff
 expect 0 "bench forward" "$qlab" bench forward "$tmp/c.gguf" --ctx 32 --chunks 2 --threads 1
 grep -q "tok/s" "$tmp/out" || { echo "FAIL: bench printed no tok/s"; fail=1; }
 grep -q "vocab 1024" "$tmp/out" || { echo "FAIL: bench does not show the padded vocabulary"; fail=1; }
+# the profile: every phase printed, shares of the pass that add up to about 100%
+expect 0 "bench forward --profile" "$qlab" bench forward "$tmp/c.gguf" --ctx 32 --chunks 2 \
+    --threads 1 --profile
+for phase in attn_q ffn_down attention "decode to f32" "head (output)"; do
+    grep -q "^  $phase " "$tmp/out" || { echo "FAIL: the profile has no '$phase'"; fail=1; }
+done
+awk '/^profile/ {p = 1; next} p {s += $NF} END {exit !(s > 90 && s < 110)}' "$tmp/out" ||
+    { echo "FAIL: the profile's shares do not add up to the pass"; cat "$tmp/out"; fail=1; }
+# a mixture of experts: its experts timed together
+expect 0 "synth MoE" "$qlab" synth -o "$tmp/m.gguf" --arch qwen3moe --experts 4 --experts-used 2 \
+    --expert-ff 256 --dim 256 --ff 256 --layers 1 --heads 4 --kv-heads 2
+expect 0 "bench forward MoE" "$qlab" bench forward "$tmp/m.gguf" --ctx 32 --chunks 2 --profile
+grep -q "^experts 2 of 4 per token" "$tmp/out" || { echo "FAIL: no experts line"; fail=1; }
+grep -q "^  experts (all kinds) " "$tmp/out" || { echo "FAIL: no experts in the profile"; fail=1; }
 expect 2 "synth without -o" "$qlab" synth --dim 256
 expect 2 "synth bad type" "$qlab" synth -o "$tmp/x.gguf" --type Q4_0
 expect 2 "synth bad number" "$qlab" synth -o "$tmp/x.gguf" --dim 12x
