@@ -27,6 +27,7 @@ struct ql_store {
     /* The lock waits (busy_wait): when to say so, when to give up. */
     int note_ms, patience_ms;
     double busy_since, busy_noted;
+    double interrupted_since; /* when the wait in progress saw the interrupt (0: not yet) */
 };
 
 /* ================================================================ SQLite calls */
@@ -1285,8 +1286,10 @@ out_rollback:
 
 /* SQLite's busy handler: another connection holds the lock this one needs. Waits with
  * a backoff (1 ms doubling to 1 s), says so on stderr once the wait passes note_ms (and
- * every note_ms after), and gives up after patience_ms or when the process is told to
- * stop (SIGINT, SIGTERM): the caller then gets SQLITE_BUSY (ql_store_busy). */
+ * every note_ms after), and gives up after patience_ms, or QL_STORE_INTERRUPT_GRACE_MS
+ * after the process is told to stop (SIGINT, SIGTERM; the wait in progress then counts
+ * from that moment): the caller then gets SQLITE_BUSY (ql_store_busy). The grace lets an
+ * interrupted run be marked so while a sibling job holds the lock to mark its own. */
 static int busy_wait(void *ctx, int count)
 {
     ql_store *s = ctx;
@@ -1294,9 +1297,15 @@ static int busy_wait(void *ctx, int count)
     if (count == 0) {
         s->busy_since = now;
         s->busy_noted = 0.0;
+        s->interrupted_since = 0.0;
     }
     const double waited_ms = (now - s->busy_since) * 1000.0;
-    if (ql_interrupted() || (s->patience_ms > 0 && waited_ms >= (double)s->patience_ms))
+    if (ql_interrupted() && s->interrupted_since == 0.0)
+        s->interrupted_since = now;
+    if (s->interrupted_since > 0.0 &&
+        (now - s->interrupted_since) * 1000.0 >= (double)QL_STORE_INTERRUPT_GRACE_MS)
+        return 0;
+    if (s->patience_ms > 0 && waited_ms >= (double)s->patience_ms)
         return 0;
     if (waited_ms >= (double)s->note_ms &&
         (s->busy_noted == 0.0 || (now - s->busy_noted) * 1000.0 >= (double)s->note_ms)) {

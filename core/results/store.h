@@ -77,6 +77,10 @@ typedef struct ql_store ql_store;
 /* How long a lock wait may last before the store gives up with SQLITE_BUSY (another
  * process holding the write lock that long is stuck, or the sweep should stop). */
 #define QL_STORE_LOCK_PATIENCE_MS (10 * 60 * 1000)
+/* How long a lock wait still lasts once the process is interrupted: long enough for the
+ * short writes of the sweep's other jobs (which mark their own runs interrupted at the
+ * same moment), short enough that a stuck lock holder does not delay the exit. */
+#define QL_STORE_INTERRUPT_GRACE_MS 5000
 
 typedef struct {
     bool readonly;   /* open with SQLITE_OPEN_READONLY; never creates or migrates. When the
@@ -86,8 +90,8 @@ typedef struct {
     /* Lock waits: a wait longer than busy_timeout_ms is said on stderr (and again every
      * busy_timeout_ms); one longer than lock_patience_ms gives up (SQLITE_BUSY,
      * ql_store_busy). 0 = QL_STORE_BUSY_TIMEOUT_MS / QL_STORE_LOCK_PATIENCE_MS; a
-     * negative patience waits without limit. A wait also gives up when the process is
-     * interrupted (ql_interrupted). */
+     * negative patience waits without limit. Once the process is interrupted
+     * (ql_interrupted) a wait gives up after QL_STORE_INTERRUPT_GRACE_MS. */
     int busy_timeout_ms, lock_patience_ms;
 } ql_store_options;
 

@@ -70,6 +70,35 @@ expect 0 "the --jobs sweep resumes" "$qlab" sweep "$tmp/i.sweep" --db "$jdb" --c
 [ "$(rows "$jdb" "SELECT count(*) FROM runs WHERE status = 'done'")" = 4 ] && ok "every config done after the resume" \
     || bad "not every config done after the resume"
 
+# The interrupted run is marked even while another process holds the store's lock at
+# that moment (as a sibling job marking its own run does): the wait for the lock goes
+# on for a grace period after the signal instead of giving up at once.
+kdb="$tmp/k.db"
+QLAB_FAULT_PAUSE_AFTER_RUNS=1 "$qlab" sweep "$tmp/i.sweep" --db "$kdb" --cache-dir "$tmp/cache" \
+    >"$tmp/k.out" 2>"$tmp/k.err" &
+k=$!
+wait_running "$kdb" 1 1 && ok "the sweep hangs in its second config" || bad "the sweep never reached its second config"
+mkfifo "$tmp/lock.fifo"
+sqlite3 "$kdb" <"$tmp/lock.fifo" >/dev/null 2>&1 &
+holder=$!
+exec 9>"$tmp/lock.fifo"
+echo "BEGIN EXCLUSIVE; INSERT INTO sweep_runs SELECT 'lock-holder', id FROM runs LIMIT 1;" >&9
+n=0 # until the lock is taken: a write with no wait fails
+while sqlite3 -cmd ".timeout 0" "$kdb" "BEGIN IMMEDIATE; ROLLBACK;" >/dev/null 2>&1 && [ $n -lt 100 ]; do
+    sleep 0.05; n=$((n + 1))
+done
+[ $n -lt 100 ] && ok "another process holds the lock" || bad "the lock was never taken"
+kill -TERM "$k"
+sleep 1
+echo "ROLLBACK;" >&9
+exec 9>&-
+wait "$holder"
+wait "$k"; code=$?
+[ "$code" = 143 ] && ok "SIGTERM under a held lock: exit 143" || { bad "SIGTERM under a held lock: exit $code"; cat "$tmp/k.err"; }
+[ "$(rows "$kdb" "SELECT sum(status = 'interrupted') || ' ' || sum(status = 'running') FROM runs")" = "1 0" ] \
+    && ok "the run is marked interrupted once the lock is free" \
+    || { bad "runs after SIGTERM under a held lock"; rows "$kdb" "SELECT canonical, status, error FROM run_log"; cat "$tmp/k.err"; }
+
 # SIGTERM before any config is stored (issue 25, item 9): the summary says what the
 # interrupt left, never that every config was done before. The first run hangs in the
 # fault hook's delay (a sleep the signal ends), not by timing.
