@@ -79,7 +79,7 @@ QLAB_FAULT_PAUSE_AFTER_RUNS=1 "$qlab" sweep "$tmp/i.sweep" --db "$kdb" --cache-d
 k=$!
 wait_running "$kdb" 1 1 && ok "the sweep hangs in its second config" || bad "the sweep never reached its second config"
 mkfifo "$tmp/lock.fifo"
-sqlite3 "$kdb" <"$tmp/lock.fifo" >/dev/null 2>&1 &
+sqlite3 -cmd ".timeout 10000" "$kdb" <"$tmp/lock.fifo" >/dev/null 2>&1 &
 holder=$!
 exec 9>"$tmp/lock.fifo"
 echo "BEGIN EXCLUSIVE; INSERT INTO sweep_runs SELECT 'lock-holder', id FROM runs LIMIT 1;" >&9
