@@ -28,6 +28,7 @@
 #include <strings.h>
 
 #include "base/util.h"
+#include "model/gguf.h"
 #include "model/quant_policy.h"
 #include "model/synth.h"
 
@@ -369,8 +370,26 @@ out:
     return st;
 }
 
+/* The identity of a quantized file a config names: its SHA-256, or for the first file of
+ * a split set the set's (every file's), as for a model. */
+static ql_status weight_file_sha256(const char *path, char out[65], ql_error *err)
+{
+    char prefix[4096];
+    int k, n;
+    if (!ql_gguf_split_prefix(path, prefix, sizeof prefix, &k, &n) || n < 2)
+        return ql_sha256_file(path, out, err);
+    ql_gguf *g;
+    ql_status st = ql_gguf_open(&g, path, err);
+    if (st)
+        return st;
+    st = ql_gguf_sha256(g, out, err);
+    ql_gguf_close(g);
+    return st;
+}
+
 /* weight_type file:PATH: the path resolved against the sweep file's directory (as a
- * recipe's) and the file hashed, so that the config's identity is the file's contents. */
+ * recipe's) and the file (or split set) hashed, so that the config's identity is the
+ * file's contents. */
 static ql_status weight_file(parser *p, int line, const char *what, ql_config *c)
 {
     if (c->weight_file_sha[0])
@@ -382,7 +401,7 @@ static ql_status weight_file(parser *p, int line, const char *what, ql_config *c
                     c->weight_file);
     ql_error ferr;
     ql_error_clear(&ferr);
-    if (ql_sha256_file(c->weight_file_open, c->weight_file_sha, &ferr) != QL_OK) {
+    if (weight_file_sha256(c->weight_file_open, c->weight_file_sha, &ferr) != QL_OK) {
         c->weight_file_sha[0] = '\0';
         return fail(p, line, QL_EFORMAT, "%sweight_type: file:%s: %s", what, c->weight_file,
                     ferr.msg);

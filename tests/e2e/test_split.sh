@@ -80,6 +80,32 @@ sha_one=$(rows "$tmp/one.db" "SELECT sha256 FROM models"); sha_set=$(rows "$tmp/
 [ "$sha_one" != "$sha_set" ] && [ ${#sha_set} -eq 64 ] && ok "the set's identity is its own (every file hashed)" ||
     bad "model identity: '$sha_one' / '$sha_set'"
 
+# A quantized split set as a file config: its identity is every file's.
+cat >"$tmp/file.sweep" <<EOS
+[sweep]
+name = split-file
+model = $src
+text = ts-eval
+ctx = 64
+chunks = 4
+[grid]
+weight_type = file:$tmp/k-00001-of-00003.gguf file:$tmp/q-one.gguf
+EOS
+expect 0 "sweep of a split file config" "$qlab" sweep "$tmp/file.sweep" --db "$tmp/file.db" -q --no-summary
+q="SELECT kld_mean, ppl FROM results ORDER BY config_hash"
+n=$(rows "$tmp/file.db" "SELECT count(DISTINCT printf('%.17g %.17g', kld_mean, ppl)) || ' ' || count(*) FROM results")
+[ "$n" = "1 2" ] && ok "the split file config measures as the one file" || bad "split file config: '$n'"
+h1=$(rows "$tmp/file.db" "SELECT canonical FROM configs WHERE canonical LIKE '%k-00001-of-00003%'")
+cp "$tmp/k-00002-of-00003.gguf" "$tmp/keepk2"
+printf 'x' >>"$tmp/k-00002-of-00003.gguf" # still a set qlab can hash; only its identity changes
+"$qlab" sweep "$tmp/file.sweep" --list >"$tmp/list2" 2>&1
+cp "$tmp/keepk2" "$tmp/k-00002-of-00003.gguf"
+"$qlab" sweep "$tmp/file.sweep" --list >"$tmp/list1" 2>&1
+sha_of() { grep -o 'k-00001-of-00003.gguf@[0-9a-f]*' "$1" | head -n 1; }
+[ -n "$(sha_of "$tmp/list1")" ] && [ "$(sha_of "$tmp/list1")" != "$(sha_of "$tmp/list2")" ] \
+    && ok "a change in the set's second file changes the file config's identity" \
+    || { bad "split file config identity"; cat "$tmp/list1" "$tmp/list2"; echo "$h1"; }
+
 # ---------------------------------------------------------------- a broken set is refused
 cp "$tmp/s-00002-of-00003.gguf" "$tmp/keep2"
 rm "$tmp/s-00002-of-00003.gguf"
