@@ -379,6 +379,7 @@ int ql_cmd_fit(int argc, char **argv)
     o.sample_rows = a.sample_rows;
     o.cache_dir = a.no_cache ? "" : a.cache_dir;
     o.quiet = a.quiet;
+    o.assign_routers = a.objective_of.objective == QL_OBJECTIVE_KLD;
     printf("model       %s\n", path);
     if (a.imatrix) {
         char ipath[QL_PATH_MAX];

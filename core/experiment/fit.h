@@ -237,6 +237,10 @@ typedef struct {
      * sensitivity.h). The cached table keeps the imatrix errors. */
     ql_status (*errors)(void *ctx, ql_fit_table *t, ql_error *err);
     void *errors_ctx;
+    /* The routers of a mixture of experts are assigned too (the kld objective: their
+     * measured sensitivity decides) instead of kept in their float type as
+     * llama-quantize keeps them; part of the table's identity (its types). */
+    bool assign_routers;
 } ql_fit_options;
 
 /* Defaults: default ladder, QL_FIT_SAMPLE_ROWS rows, default cache, progress on. */

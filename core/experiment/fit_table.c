@@ -227,8 +227,8 @@ uint64_t ql_fit_budget_resolve(const ql_fit_budget *b, const ql_fit_table *t)
  * HEAD and EMBD are assigned by the solver; VECTOR (1-D) tensors are F32; KEEP
  * tensors (those llama-quantize never quantizes: norms, routers, position
  * embeddings, ...) keep their float type, F32 for any other source type. */
-static ql_status tensor_role(const ql_gguf *model, const ql_gguf_tensor *gt, bool *assigned,
-                             int32_t *fixed_type, ql_error *err)
+static ql_status tensor_role(const ql_gguf *model, const ql_gguf_tensor *gt, bool routers,
+                             bool *assigned, int32_t *fixed_type, ql_error *err)
 {
     const ql_quant_config cfg = {
         .weight_type = QL_TYPE_F16, .head_type = QL_TYPE_INVALID, .embd_type = QL_TYPE_INVALID};
@@ -238,7 +238,8 @@ static ql_status tensor_role(const ql_gguf *model, const ql_gguf_tensor *gt, boo
                              ql_gguf_find_tensor(model, "output.weight") != NULL, &e, err);
     if (st != QL_OK)
         return ql_error_prefix(err, "%s: ", model->path);
-    *assigned = e.role == QL_ROLE_WEIGHT || e.role == QL_ROLE_HEAD || e.role == QL_ROLE_EMBD;
+    *assigned = e.role == QL_ROLE_WEIGHT || e.role == QL_ROLE_HEAD || e.role == QL_ROLE_EMBD ||
+                (routers && gt->n_dims > 1 && ql_quant_is_router(gt->name));
     *fixed_type = e.requested;
     return QL_OK;
 }
@@ -723,8 +724,9 @@ static ql_status note_imatrix_skips(const candidates *c, bool have_imatrix, ql_f
 
 /* Fills a tensor's record from the model: shape, source type, and whether the
  * solver assigns it; a fixed tensor gets its type and bytes. */
-static ql_status describe_tensor(const ql_gguf *model, const ql_gguf_tensor *gt, ql_fit_table *t,
-                                 ql_fit_tensor *ft, ql_error *err)
+static ql_status describe_tensor(const ql_gguf *model, const ql_gguf_tensor *gt,
+                                 const ql_fit_options *opt, ql_fit_table *t, ql_fit_tensor *ft,
+                                 ql_error *err)
 {
     if (!(ft->name = ql_strdup(gt->name)))
         return ql_error_set(err, QL_ENOMEM, "fit: out of memory");
@@ -740,7 +742,7 @@ static ql_status describe_tensor(const ql_gguf *model, const ql_gguf_tensor *gt,
                             gt->name, ql_type_name(gt->type));
     bool assigned = false;
     int32_t fixed_type = QL_TYPE_F32;
-    ql_status rc = tensor_role(model, gt, &assigned, &fixed_type, err);
+    ql_status rc = tensor_role(model, gt, opt->assign_routers, &assigned, &fixed_type, err);
     if (rc != QL_OK)
         return rc;
     ft->assigned = assigned;
@@ -914,7 +916,7 @@ static ql_status compute(const ql_gguf *model, const ql_fit_importance *imp,
     for (int64_t i = 0; i < model->n_tensors && rc == QL_OK; i++) {
         const ql_gguf_tensor *gt = &model->tensors[i];
         ql_fit_tensor *ft = &t->tensors[t->n_tensors++];
-        rc = describe_tensor(model, gt, t, ft, err);
+        rc = describe_tensor(model, gt, opt, t, ft, err);
         if (rc == QL_OK && ft->assigned)
             rc = plan_tensor(model, gt, imp, opt, &cand, &tw[n_tw++], ft, &n_jobs, err);
     }
@@ -964,6 +966,10 @@ static ql_status table_identity(ql_fit_table *t, const ql_gguf *model, const cha
     if (opt->max_bpw > 0) {
         size_t used = strlen(t->types);
         snprintf(t->types + used, sizeof t->types - used, " up to %g bpw", opt->max_bpw);
+    }
+    if (opt->assign_routers) {
+        size_t used = strlen(t->types);
+        snprintf(t->types + used, sizeof t->types - used, " with routers");
     }
     t->sample_rows = opt->sample_rows;
     return QL_OK;

@@ -525,6 +525,7 @@ static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql
     fo.max_bpw = ql_type_bpw(c->weight_type);
     fo.cache_dir = q->cache_dir;
     fo.quiet = q->quiet;
+    fo.assign_routers = c->objective == QL_OBJECTIVE_KLD;
     sens_hook hook = {q, c, slot};
     if (c->objective == QL_OBJECTIVE_KLD) {
         fo.errors = measured_errors;
@@ -538,6 +539,9 @@ static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql
     for (int64_t i = 0; i < plan->n; i++) {
         ql_quant_plan_entry *e = &plan->entries[i];
         int32_t t = ql_fit_plan_type(fp, e->name);
+        if (fo.assign_routers && e->role == QL_ROLE_KEEP && e->n_dims > 1 &&
+            ql_quant_is_router(e->name))
+            e->role = QL_ROLE_WEIGHT; /* the fit assigned it */
         if (t != QL_TYPE_INVALID &&
             (e->role == QL_ROLE_WEIGHT || e->role == QL_ROLE_HEAD || e->role == QL_ROLE_EMBD)) {
             e->requested = e->used = t;

@@ -307,11 +307,14 @@ static ql_status set_shape(ql_quant_plan_entry *out, const char *name, uint32_t 
     return QL_OK;
 }
 
-/* A mixture of experts' router (or shared-expert gate): llama-quantize keeps it in its
- * float type, qlab quantizes it when a --tensor-type rule (tensor_types) names it. */
-static bool is_router(const char *name)
+bool ql_quant_is_router(const char *name)
 {
     return strstr(name, "ffn_gate_inp") != NULL;
+}
+
+static bool is_router(const char *name)
+{
+    return ql_quant_is_router(name);
 }
 
 /* The role of a tensor; KEEP and VECTOR tensors get their type here. */

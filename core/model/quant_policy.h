@@ -147,6 +147,11 @@ typedef enum {
     QL_ROLE_KEEP,   /* a tensor llama-quantize never quantizes: kept in its float type */
 } ql_tensor_role;
 
+/* A mixture of experts' router (or shared-expert gate), by name: llama-quantize keeps
+ * it in its float type; qlab quantizes it when a --tensor-type rule (tensor_types)
+ * names it, or when a kld fit assigns it (its sensitivity measured like any other's). */
+bool ql_quant_is_router(const char *name);
+
 typedef enum {
     QL_FALLBACK_NONE,
     QL_FALLBACK_ROW_LENGTH,   /* the row does not split into the type's blocks */

@@ -97,6 +97,15 @@ expect 0 "kld:expert fit" "$qlab" sweep "$tmp/fit.sweep" --db "$tmp/m.db" --cach
     --quiet
 n=$(rows "$db" "SELECT count(DISTINCT tensor) FROM sensitivity WHERE grouping = 'expert'")
 [ "$n" -eq 8 ] && ok "one sensitivity row per expert and block (8)" || bad "$n expert rows, expected 8"
+# The router is measured and assigned like any other tensor (llama-quantize keeps it F32;
+# a kld fit decides from its measured sensitivity).
+n=$(rows "$db" "SELECT count(DISTINCT tensor) FROM sensitivity WHERE tensor LIKE 'blk.%.ffn_gate_inp.weight'")
+[ "$n" -eq 2 ] && ok "each block's router has its sensitivity rows" || bad "$n routers with sensitivity rows, expected 2"
+n=$(rows "$db" "SELECT count(*) FROM tensor_errors t JOIN runs r ON r.id = t.run_id JOIN configs c
+    ON c.id = r.config_id WHERE c.objective = 'kld:expert' AND t.tensor LIKE '%ffn_gate_inp.weight'
+    AND t.choice LIKE 'budget: the exact-fit solver%'")
+[ "$n" -eq 2 ] && ok "the fit chose each router's type" || { bad "$n routers typed by the fit, expected 2";
+    rows "$db" "SELECT t.tensor, t.used_type, t.choice FROM tensor_errors t WHERE t.tensor LIKE '%gate_inp%'"; }
 n=$(rows "$db" "SELECT count(*) FROM sensitivity WHERE grouping = 'expert' AND type = 'Q3_K'
     AND kld_mean <= 1e-4")
 [ "$n" -eq 0 ] && ok "every expert's Q3_K moves the output" || bad "$n experts' Q3_K rows without effect"
