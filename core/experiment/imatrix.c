@@ -10,10 +10,11 @@
 #include "base/util.h"
 #include "model/gguf.h"
 #include "model/scheduler.h"
+#include "model/tensor_name.h"
 
 bool ql_imatrix_collects(const char *tensor_name, bool process_output)
 {
-    if (strncmp(tensor_name, "blk.", 4) == 0)
+    if (ql_tensor_block(tensor_name, NULL) >= 0)
         return true;
     return process_output && strcmp(tensor_name, "output.weight") == 0;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "model/tensor_name.h"
 
 /* llama.cpp's default when {arch}.rope.freq_base is absent. */
 #define DEFAULT_ROPE_FREQ_BASE 10000.0f
@@ -260,23 +261,6 @@ static ql_status read_keys(const ql_gguf *g, ql_hparams *hp, const arch_traits *
 /* ------------------------------------------------------------------------ */
 /* Counts against the tensors                                                 */
 
-/* The block index of a tensor named "blk.<n>.<rest>", or -1. */
-static int64_t block_of(const char *name)
-{
-    if (strncmp(name, "blk.", 4) != 0)
-        return -1;
-    int64_t n = 0;
-    const char *p = name + 4;
-    if (*p < '0' || *p > '9')
-        return -1;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (n > INT32_MAX)
-            return -1;
-        n = n * 10 + (*p - '0');
-    }
-    return *p == '.' ? n : -1;
-}
-
 /* block_count against the blocks whose tensors the file holds, before anything is
  * sized by it: every block 0 .. n_layer - 1 has tensors, and none lies beyond. The
  * tensors a block needs are checked by name and shape when the weights load. */
@@ -290,7 +274,7 @@ static ql_status check_blocks(const ql_gguf *g, const ql_hparams *hp, ql_error *
         return ql_error_set(err, QL_ENOMEM, "%s: out of memory", g->path);
     int64_t n_present = 0, beyond = -1;
     for (int64_t i = 0; i < g->n_tensors; i++) {
-        const int64_t b = block_of(g->tensors[i].name);
+        const int64_t b = ql_tensor_block(g->tensors[i].name, NULL);
         if (b < 0)
             continue;
         if (b >= hp->n_layer) {

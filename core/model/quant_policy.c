@@ -14,6 +14,7 @@
 #include "formats/quant_int8row.h"
 #include "formats/types.h"
 #include "model/hparams.h"
+#include "model/tensor_name.h"
 
 /* ========================================================================= */
 /* llama-quantize's file types                                                */
@@ -480,21 +481,10 @@ static bool use_more_bits(int i_layer, int n_layers)
            (i_layer - n_layers / 8) % 3 == 2;
 }
 
-/* The layer number of "blk.N...." (sscanf("blk.%d.") in llama.cpp), or -1. */
+/* The layer number of "blk.N...." (llama.cpp reads it with sscanf("blk.%d.")), or -1. */
 static int name_layer(const char *name)
 {
-    if (strncmp(name, "blk.", 4) != 0)
-        return -1;
-    const char *p = name + 4;
-    bool neg = *p == '-';
-    if (*p == '-' || *p == '+')
-        p++;
-    if (!isdigit((unsigned char)*p))
-        return -1;
-    long v = 0;
-    for (; isdigit((unsigned char)*p) && v < 1000000000L; p++)
-        v = v * 10 + (*p - '0');
-    return (int)(neg ? -v : v);
+    return ql_tensor_block(name, NULL);
 }
 
 /* The layer of an ffn tensor as llama.cpp's layer_info has it: its counter for a

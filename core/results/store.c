@@ -14,6 +14,7 @@
 #include "base/data.h"
 #include "base/util.h"
 #include "formats/types.h"
+#include "model/tensor_name.h"
 #include "ql_config.h"
 
 struct ql_store {
@@ -2151,23 +2152,6 @@ out:
     return rc;
 }
 
-/* "blk.12.attn_q.weight" -> 12; -1 for tensors outside the blocks. */
-static int64_t tensor_layer(const char *name)
-{
-    if (strncmp(name, "blk.", 4) != 0)
-        return -1;
-    int64_t n = 0;
-    const char *p = name + 4;
-    if (*p < '0' || *p > '9')
-        return -1;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        n = n * 10 + (*p - '0');
-        if (n > 1000000)
-            return -1;
-    }
-    return *p == '.' ? n : -1;
-}
-
 static ql_status insert_tensor_errors(ql_store *s, int64_t run_id, const ql_tensor_record *te,
                                       size_t n, ql_error *err)
 {
@@ -2200,7 +2184,7 @@ static ql_status insert_tensor_errors(ql_store *s, int64_t run_id, const ql_tens
         }
         sqlite3_reset(st);
         if ((rc = bind_count(s, st, 1, run_id, err)) || (rc = bind_text(s, st, 2, name, err)) ||
-            (rc = bind_count(s, st, 3, tensor_layer(name), err)) ||
+            (rc = bind_count(s, st, 3, ql_tensor_block(name, NULL), err)) ||
             (rc = bind_text(s, st, 4, req->name, err)) ||
             (rc = bind_text(s, st, 5, used->name, err)) ||
             (rc = bind_count(s, st, 6, fallback ? 1 : 0, err)) ||
@@ -2404,7 +2388,7 @@ static ql_status insert_expert_errors(ql_store *s, int64_t run_id, const ql_expe
         sqlite3_reset(st);
         if (!(rc = bind_count(s, st, 1, run_id, err)) &&
             !(rc = bind_text(s, st, 2, x[i].tensor, err)) &&
-            !(rc = bind_count(s, st, 3, tensor_layer(x[i].tensor), err)) &&
+            !(rc = bind_count(s, st, 3, ql_tensor_block(x[i].tensor, NULL), err)) &&
             !(rc = bind_count(s, st, 4, x[i].expert, err)) &&
             !(rc = bind_real(s, st, 5, x[i].rmse, err)) &&
             !(rc = bind_real(s, st, 6, x[i].max_err, err)) &&

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "model/tensor_name.h"
 
 /* ================================================================ classes */
 
@@ -18,14 +19,8 @@ static const char *const class_order[] = {"token_embd", "attn_q",      "attn_k",
 
 void ql_tensor_class(const char *name, char *buf, size_t size)
 {
-    const char *p = name;
-    if (strncmp(p, "blk.", 4) == 0) {
-        p += 4;
-        while (*p >= '0' && *p <= '9')
-            p++;
-        if (*p == '.')
-            p++;
-    }
+    const char *p;
+    ql_tensor_block(name, &p);
     size_t n = strlen(p);
     if (n > 7 && strcmp(p + n - 7, ".weight") == 0)
         n -= 7;

@@ -11,6 +11,7 @@
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "model/tensor_name.h"
 #include "qltest.h"
 
 /* An edit of the source model: tensors to drop, retype or reshape, keys to change,
@@ -156,8 +157,26 @@ static float run_some(const ql_model *m)
     return v;
 }
 
+/* The one parser of "blk.<n>.<rest>" names. */
+static void test_tensor_block(void)
+{
+    const char *rest;
+    CHECK_EQ_INT(ql_tensor_block("blk.12.attn_q.weight", &rest), 12);
+    CHECK(strcmp(rest, "attn_q.weight") == 0);
+    CHECK_EQ_INT(ql_tensor_block("blk.0.ffn_down_exps.weight", NULL), 0);
+    CHECK_EQ_INT(ql_tensor_block("output.weight", &rest), -1);
+    CHECK(strcmp(rest, "output.weight") == 0);
+    CHECK_EQ_INT(ql_tensor_block("blk.x.attn_q.weight", NULL), -1);
+    CHECK_EQ_INT(ql_tensor_block("blk.3", NULL), -1);
+    CHECK_EQ_INT(ql_tensor_block("blk.-1.attn_q.weight", NULL), -1);
+    CHECK_EQ_INT(ql_tensor_block("blk.1000000.a", NULL), QL_TENSOR_BLOCK_MAX);
+    CHECK_EQ_INT(ql_tensor_block("blk.1000001.a", NULL), -1);
+    CHECK_EQ_INT(ql_tensor_block("blk.99999999999999999999.a", NULL), -1);
+}
+
 int main(void)
 {
+    test_tensor_block();
     const char *path = qlt_shared("models/stories260K.gguf");
     ql_error err;
     ql_gguf *src;
