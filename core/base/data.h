@@ -1,4 +1,4 @@
-/* qlab: named models, texts and tables (DESIGN.md section 7).
+/* qlab: named models, texts and tables.
  *
  * datasets/manifest.tsv names every file qlab knows (name, kind, file, sha256,
  * bytes, source, license). A name resolves to the first existing file among

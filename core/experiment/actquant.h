@@ -59,7 +59,7 @@
  * value in 10^5 for real activations, one level step when it does); qlab follows the
  * _ref functions, which define the formats and match the golden vectors.
  *
- * `native` (DESIGN.md section 3): the vec_dot_type of the weight type in ggml-cpu's
+ * `native`: the vec_dot_type of the weight type in ggml-cpu's
  * type traits (b4747), the type llama.cpp's CPU matmul converts activations to:
  *   Q4_0 Q5_0 Q8_0 IQ4_NL (and Q8_0_XC, stored as Q8_0)        -> q8_0
  *   Q4_1 Q5_1                                                   -> q8_1

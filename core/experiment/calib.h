@@ -1,4 +1,4 @@
-/* qlab: the calibration resources a sweep's configs name (DESIGN.md sections 3, 5).
+/* qlab: the calibration resources a sweep's configs name.
  *
  * A config's `imatrix` axis names an importance matrix: a file (imatrix_io.h reads
  * every format it knows) or `calib:TEXT[,ctx=N][,chunks=N]`, collected over TEXT with

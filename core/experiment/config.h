@@ -1,4 +1,4 @@
-/* qlab: one sweep point (DESIGN.md section 3).
+/* qlab: one sweep point.
  *
  * A config fixes every axis of an experiment: the weight type of the body, of
  * the LM head and of the embeddings, how activations and the K/V cache are
@@ -131,7 +131,7 @@ typedef enum { QL_COLUMN_TEXT, QL_COLUMN_REAL, QL_COLUMN_INTEGER } ql_column_typ
     X(BUDGET, budget_bpw,   REAL,    1, "the bpw budget, NULL unless given as bpw:X")
 // clang-format on
 
-/* How activations entering each matmul are rounded (DESIGN.md section 3). */
+/* How activations entering each matmul are rounded. */
 typedef enum {
     QL_ACT_F32,    /* none */
     QL_ACT_NATIVE, /* what llama.cpp's CPU backend uses for the weight type */

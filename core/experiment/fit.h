@@ -8,7 +8,7 @@
  *    and every candidate type T whose block size divides the row length:
  *      err(W, T)   = sum_r sum_j I_j (w_rj - deq(quant(w))_rj)^2
  *      bytes(W, T) = rows * ql_row_size(T, ne0)            (exact)
- *    where I_j is the importance of input column j (DESIGN.md section 4). By
+ *    where I_j is the importance of input column j. By
  *    default at most QL_FIT_SAMPLE_ROWS evenly spaced rows are measured and the sum
  *    is scaled by rows / sampled; exact mode measures every row. quant() is
  *    ql_quant_tensor_rows (model/quant_model.h), so a measured row has the bytes

@@ -1,5 +1,4 @@
-/* qlab: output-distribution metrics of a quantized model against the reference
- * (DESIGN.md section 4).
+/* qlab: output-distribution metrics of a quantized model against the reference.
  *
  * Per scored token t, with reference distribution p, quantized distribution q
  * and the correct next token y:

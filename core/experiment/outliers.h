@@ -1,5 +1,5 @@
 /* qlab: calibration statistics of product inputs and the outlier-channel split
- * (LLM.int8()-style; DESIGN.md section 3).
+ * (LLM.int8()-style).
  *
  * Calibration. A forward pass over a calibration text records, at every product site
  * (model.h: lin[site]), the largest |x| seen on each input channel: per site n_in

@@ -1,4 +1,4 @@
-/* qlab: a config's quantized weight set (DESIGN.md sections 2, 3, 5).
+/* qlab: a config's quantized weight set.
  *
  * For one config of a sweep: the quantization plan (quant.h: the type policy of
  * weight_type, head_type and embd_type; with a budget, the types the exact-fit solver
@@ -115,14 +115,13 @@ typedef struct {
     char (*act_notes)[QL_ACT_NOTE_MAX];
 } ql_qweights_result;
 
-/* Builds config c's weight set into r (overwritten). A config whose weight_type is
- * file:PATH takes every tensor from that file as it is (ql_model_check_same_shape
- * first): its records say requested = used = the file's type, choice "file", with the
- * errors against the reference weights; its sizes are the file's tensors'. */
 /* Builds config c's weight set into r (overwritten). slot is c's importance matrix
  * (ql_calib_config_imatrix, NULL for none); the outlier channels come from cal. The
  * cache is first trimmed to its budget (least recently used first; the previous
- * config's tensors stay). On error r holds nothing. */
+ * config's tensors stay). A config whose weight_type is file:PATH takes every tensor
+ * from that file as it is (ql_model_check_same_shape first): its records say
+ * requested = used = the file's type, choice "file", with the errors against the
+ * reference weights; its sizes are the file's tensors'. On error r holds nothing. */
 ql_status ql_qweights_build(ql_qweights *q, ql_calib *cal, const ql_config *c, ql_calib_slot *slot,
                             ql_qweights_result *r, ql_error *err);
 

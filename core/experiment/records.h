@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The metrics of DESIGN.md section 4, one line each, in the order of the store's
- * metrics table and results views. Everything qlab does per metric derives from
+/* The metrics a run records (the README defines each), one line each, in the order
+ * of the store's metrics table and results views. Everything qlab does per metric derives from
  * this list: the struct below, the store's columns, migrations, views, inserts and
  * readers, the harness's copy of each figure, the report's table, CSV and legend,
  * the sweep summary and `qlab query formats`. Adding a metric is a line here plus
@@ -275,7 +275,7 @@ typedef struct {
 
 void ql_run_timing_init(ql_run_timing *t);
 
-/* Sums over the scored tokens of one chunk of the text (DESIGN.md section 4),
+/* Sums over the scored tokens of one chunk of the text,
  * so that an analysis can resample chunks: a paired bootstrap between two runs
  * on the same text pairs their chunks by index. With t over the chunk's scored
  * positions, p the reference and q the quantized distribution, y the next token:

@@ -1,4 +1,4 @@
-/* qlab: sweep files (DESIGN.md section 6) and their expansion into configs.
+/* qlab: sweep files and their expansion into configs.
  *
  * A sweep file is INI-style text written by hand:
  *

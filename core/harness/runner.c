@@ -1035,19 +1035,3 @@ void ql_sweep_run_print(const ql_sweep_run *s)
 {
     print_summary(s->rows, s->n_rows, &s->sum, s);
 }
-
-ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_summary *sum,
-                           ql_error *err)
-{
-    memset(sum, 0, sizeof *sum);
-    ql_sweep_run *s;
-    ql_status st = ql_sweep_run_open(&s, sw, opts, err);
-    if (st)
-        return st;
-    st = ql_sweep_run_configs(s, err);
-    if (!st)
-        ql_sweep_run_print(s);
-    *sum = s->sum;
-    ql_sweep_run_close(s);
-    return st;
-}

@@ -1,4 +1,4 @@
-/* qlab: the sweep runner (DESIGN.md sections 2, 4, 5, 9).
+/* qlab: the sweep runner.
  *
  * For one sweep: load the model (its tensors stay in the file's memory map) and the
  * text once, compute the reference once (or load its compact form from the cache),
@@ -32,7 +32,7 @@
  *   ql_sweep_run_configs   evaluates this process's configs
  *   ql_sweep_run_collect   or: the results other processes stored since a snapshot
  *   ql_sweep_run_print     the summary table and the timing line
- * ql_sweep_execute runs them all in this process. */
+ * (qlab sweep, cli/cmd_sweep.c, is the one command that runs them.) */
 #ifndef QL_RUNNER_H
 #define QL_RUNNER_H
 
@@ -127,11 +127,5 @@ const ql_run_summary *ql_sweep_run_summary(const ql_sweep_run *r);
 /* Where this run keeps its results and cache (for processes that share them). */
 const char *ql_sweep_run_db_path(const ql_sweep_run *r);
 const char *ql_sweep_run_cache_dir(const ql_sweep_run *r);
-
-/* Opens, prepares and runs every config here, then prints. Returns an error only for
- * what stops the whole sweep (a missing model or text, an unwritable store); a config
- * that fails is recorded as failed and counted in summary->n_failed. */
-ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_summary *summary,
-                           ql_error *err);
 
 #endif

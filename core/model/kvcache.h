@@ -1,4 +1,4 @@
-/* qlab: the K/V cache type (DESIGN.md section 3, kv_type; llama.cpp's -ctk/-ctv).
+/* qlab: the K/V cache type (kv_type; llama.cpp's -ctk/-ctv).
  *
  * The forward pass (forward.h) rounds four things in attention through hooks; this
  * module fills them the way llama.cpp's CPU backend (b4747) treats each cache type,

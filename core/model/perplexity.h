@@ -1,4 +1,4 @@
-/* qlab: the llama-perplexity protocol (DESIGN.md section 4).
+/* qlab: the llama-perplexity protocol.
  *
  * The whole text is tokenized once (BOS first when the vocabulary adds it) and cut
  * into chunks of ctx tokens; chunk i covers tokens [i*ctx, (i+1)*ctx) with its first

@@ -56,7 +56,7 @@ int64_t ql_quant_chunk_rows(int64_t n_per_row);
 /* Accumulated error of a dequantized tensor w^ against its source w. With a per-column
  * weight vector I (an importance matrix row, n_per_row values) the weighted forms
  * imatrix_err = sum_rows sum_j I_j (w - w^)^2 and its reference sum_rows sum_j I_j w^2
- * are accumulated too (DESIGN.md section 4). Sums are in double. */
+ * are accumulated too. Sums are in double. */
 typedef struct {
     int64_t n;       /* values compared */
     double sse;      /* sum (w - w^)^2 */

@@ -1,4 +1,4 @@
-/* qlab: layer-major evaluation of weight sets over groups of chunks (DESIGN.md §9).
+/* qlab: layer-major evaluation of weight sets over groups of chunks.
  *
  * A pass over a text takes its chunks in groups: every chunk of a group through block
  * 0, then every chunk through block 1, ... A block's products are bound (decoded to

@@ -1,7 +1,7 @@
 /* qlab: deterministic synthetic llama-architecture models (`qlab synth`).
  *
  * The weights are random but shaped like the statistics that make real models
- * hard to quantize (DESIGN.md section 7):
+ * hard to quantize:
  *   - heavy tails: every 2-D weight is Student-t (nu = 5), scaled to std gain/sqrt(n_in);
  *   - hot input channels: in every product weight, n_in/128 (at least one) input
  *     columns are scaled by 3..8, so a few columns carry much larger norms;

@@ -2,7 +2,7 @@
  *
  * A config names a weight type for the body's matmul weights and, optionally, types
  * for the LM head and the embeddings; a tensor whose rows do not split into a type's
- * blocks falls back to another type (DESIGN.md section 3), so a config may measure
+ * blocks falls back to another type, so a config may measure
  * other types than it names. From the run's tensor records the store keeps the share
  * of each class's parameters that got the type asked for (applied_body, applied_head,
  * applied_embd, records.h) and its results views say what that means:

@@ -1,4 +1,4 @@
-/* qlab: folding shard databases into one results database (DESIGN.md section 9).
+/* qlab: folding shard databases into one results database.
  *
  * `qlab sweep FILE --shard K/N --db shard-K.db` writes each slice of a sweep to
  * its own database; ql_merge folds any number of such databases into one by the

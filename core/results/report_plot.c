@@ -1,5 +1,8 @@
-/* The report's plots (report_impl.h): mean KLD and PPL against bits per weight,
- * the KLD distribution of every config, and the per-tensor error of one config.
+/* The report's plots (report_impl.h), one writer each in plot_writers at the end of
+ * this file: mean KLD and PPL against bits per weight, the KLD distribution of every
+ * config, the per-tensor error of one config, the divergence by block, a mixture of
+ * experts' routing agreement by block, and the sensitivity heatmaps (block x tensor
+ * kind, and block x expert).
  *
  * Against bits per weight, the configs of a group are told apart by the axes that
  * vary besides the weight type: the first such axis gives the colour, the second the
@@ -13,7 +16,7 @@
  * key of the numbers. Labels are placed here, not by gnuplot: the plot area sits at
  * fixed screen coordinates, so a data point's place on the canvas is known.
  *
- * Another plot is a writer in the table at the end of this file. */
+ * Another plot is one more writer in that table. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* qlab: the SQLite results store (DESIGN.md section 5).
+/* qlab: the SQLite results store.
  *
  * One database file (default results/qlab.db) holds models, datasets, configs,
  * runs, their metrics and per-tensor errors. WAL journal, foreign keys on, a

@@ -373,7 +373,7 @@ static void test_rules_and_capabilities(void)
 
 static void test_weight_type_set(void)
 {
-    /* The DESIGN.md weight types are all accepted. */
+    /* Every weight type the design names is accepted. */
     const char *names[] = {"F32",    "F16",     "BF16",   "Q8_0",  "Q4_0",     "Q4_1",
                            "Q5_0",   "Q5_1",    "Q2_K",   "Q3_K",  "Q4_K",     "Q5_K",
                            "Q6_K",   "IQ4_NL",  "IQ4_XS", "IQ3_S", "IQ3_XXS",  "IQ2_S",

@@ -1,4 +1,4 @@
-/* The type policy (DESIGN.md section 3, llama-quantize's fallbacks) and the weight
+/* The type policy (llama-quantize's fallbacks) and the weight
  * error statistics. */
 #include <math.h>
 #include <stdint.h>

@@ -29,7 +29,7 @@ static void check_point(const ql_sweep *sw, size_t i, const char *want)
     CHECK(strcmp(hash, sw->points[i].hash) == 0);
 }
 
-/* The example of DESIGN.md section 6 (with axes not implemented yet allowed). */
+/* The sweep file of the design's example (with axes not implemented yet allowed). */
 static const char design_example[] =
     "[sweep]\n"
     "name    = formats-tiny\n"
