@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -82,4 +83,12 @@ void ql_cli_text_run_deinit(ql_cli_text_run *r)
     ql_tokenizer_free(r->tok);
     ql_model_free(r->model);
     memset(r, 0, sizeof *r);
+}
+
+ql_shard_array ql_cli_shard_array(void)
+{
+    return (ql_shard_array){.task_id = getenv("SLURM_ARRAY_TASK_ID"),
+                            .task_count = getenv("SLURM_ARRAY_TASK_COUNT"),
+                            .task_min = getenv("SLURM_ARRAY_TASK_MIN"),
+                            .task_step = getenv("SLURM_ARRAY_TASK_STEP")};
 }

@@ -8,6 +8,7 @@
 
 #include "base/data.h"
 #include "base/error.h"
+#include "experiment/sweep.h"
 #include "model/forward.h"
 #include "model/imatrix_io.h"
 #include "model/model.h"
@@ -18,6 +19,10 @@
 #define QL_EXIT_OK      0
 #define QL_EXIT_RUNTIME 1
 #define QL_EXIT_USAGE   2
+
+/* Slurm's job-array variables from the environment, for --shard auto (the one place
+ * the program reads them: the environment is the command line's). */
+ql_shard_array ql_cli_shard_array(void);
 
 /* Prints "qlab: error: <msg>" and returns QL_EXIT_RUNTIME. */
 int ql_cli_fail(const ql_error *err);

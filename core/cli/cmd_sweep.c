@@ -187,7 +187,8 @@ int ql_cmd_sweep(int argc, char **argv)
     ql_error err;
     ql_error_clear(&err);
     ql_shard shard = {0, 1};
-    if (shard_spec && ql_shard_parse(shard_spec, &shard, &err) != QL_OK)
+    const ql_shard_array array = ql_cli_shard_array();
+    if (shard_spec && ql_shard_parse(shard_spec, &array, &shard, &err) != QL_OK)
         return ql_opt_usage(&p, "%s", err.msg);
 
     /* Checked before anything else, so a bad file fails before any work. */

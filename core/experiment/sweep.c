@@ -1229,9 +1229,10 @@ ql_status ql_sweep_check_files(const ql_sweep *sw, const ql_model *ref, ql_error
 
 /* ---------------------------------------------------------------- shards */
 
-static ql_status env_int(const char *name, bool required, int dflt, int *out, ql_error *err)
+/* One job-array variable v (NULL: not set) named name. */
+static ql_status array_int(const char *name, const char *v, bool required, int dflt, int *out,
+                           ql_error *err)
 {
-    const char *v = getenv(name);
     if (!v || !*v) {
         if (required)
             return ql_error_set(err, QL_EINVAL,
@@ -1245,16 +1246,19 @@ static ql_status env_int(const char *name, bool required, int dflt, int *out, ql
     return QL_OK;
 }
 
-ql_status ql_shard_parse(const char *spec, ql_shard *out, ql_error *err)
+ql_status ql_shard_parse(const char *spec, const ql_shard_array *array, ql_shard *out,
+                         ql_error *err)
 {
     int k, n;
     if (strcmp(spec, "auto") == 0) {
+        static const ql_shard_array none;
+        const ql_shard_array *a = array ? array : &none;
         int id, min, step;
         ql_status st;
-        if ((st = env_int("SLURM_ARRAY_TASK_ID", true, 0, &id, err)) ||
-            (st = env_int("SLURM_ARRAY_TASK_COUNT", true, 0, &n, err)) ||
-            (st = env_int("SLURM_ARRAY_TASK_MIN", false, 0, &min, err)) ||
-            (st = env_int("SLURM_ARRAY_TASK_STEP", false, 1, &step, err)))
+        if ((st = array_int("SLURM_ARRAY_TASK_ID", a->task_id, true, 0, &id, err)) ||
+            (st = array_int("SLURM_ARRAY_TASK_COUNT", a->task_count, true, 0, &n, err)) ||
+            (st = array_int("SLURM_ARRAY_TASK_MIN", a->task_min, false, 0, &min, err)) ||
+            (st = array_int("SLURM_ARRAY_TASK_STEP", a->task_step, false, 1, &step, err)))
             return st;
         if (step < 1 || id < min || (id - min) % step != 0)
             return ql_error_set(err, QL_EINVAL,

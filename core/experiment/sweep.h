@@ -172,10 +172,17 @@ typedef struct {
     int count;
 } ql_shard;
 
-/* Parses "K/N" (0 <= K < N) or "auto": K and N from Slurm's job-array variables,
+/* Slurm's job-array variables as the process's environment has them (NULL: not set);
+ * the cli layer reads them (ql_cli_shard_array). */
+typedef struct {
+    const char *task_id, *task_count, *task_min, *task_step;
+} ql_shard_array;
+
+/* Parses "K/N" (0 <= K < N) or "auto": K and N from the job array (NULL: none),
  * K = (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN) / SLURM_ARRAY_TASK_STEP and
  * N = SLURM_ARRAY_TASK_COUNT (MIN defaults to 0, STEP to 1). */
-ql_status ql_shard_parse(const char *spec, ql_shard *out, ql_error *err);
+ql_status ql_shard_parse(const char *spec, const ql_shard_array *array, ql_shard *out,
+                         ql_error *err);
 
 bool ql_shard_keeps(const ql_shard *s, size_t i);
 

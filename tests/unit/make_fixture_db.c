@@ -36,7 +36,7 @@ static int shard_fixture(int argc, char **argv)
         const char *a = argv[i];
         bool has_value = i + 1 < argc;
         if (strcmp(a, "--shard") == 0 && has_value) {
-            if (ql_shard_parse(argv[++i], &spec.shard, &err) != QL_OK) {
+            if (ql_shard_parse(argv[++i], NULL, &spec.shard, &err) != QL_OK) {
                 fprintf(stderr, "make_fixture_db: %s\n", err.msg);
                 return 2;
             }

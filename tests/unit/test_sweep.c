@@ -209,44 +209,42 @@ static void test_shard_parse(void)
 {
     ql_shard s;
     ql_error err;
-    CHECK_OK(ql_shard_parse("1/4", &s, &err), &err);
+    CHECK_OK(ql_shard_parse("1/4", NULL, &s, &err), &err);
     CHECK(s.index == 1 && s.count == 4);
     CHECK(ql_shard_keeps(&s, 5) && !ql_shard_keeps(&s, 4));
-    CHECK(ql_shard_parse("4/4", &s, &err) == QL_EINVAL);
+    CHECK(ql_shard_parse("4/4", NULL, &s, &err) == QL_EINVAL);
     CHECK(strcmp(err.msg, "--shard 4/4: need 0 <= K < N") == 0);
-    CHECK(ql_shard_parse("1/0", &s, &err) == QL_EINVAL);
-    CHECK(ql_shard_parse("x/4", &s, &err) == QL_EINVAL);
-    CHECK(ql_shard_parse("3", &s, &err) == QL_EINVAL);
+    CHECK(ql_shard_parse("1/0", NULL, &s, &err) == QL_EINVAL);
+    CHECK(ql_shard_parse("x/4", NULL, &s, &err) == QL_EINVAL);
+    CHECK(ql_shard_parse("3", NULL, &s, &err) == QL_EINVAL);
     CHECK(strcmp(err.msg, "--shard '3' is not K/N or auto") == 0);
 
-    unsetenv("SLURM_ARRAY_TASK_ID");
-    unsetenv("SLURM_ARRAY_TASK_COUNT");
-    unsetenv("SLURM_ARRAY_TASK_MIN");
-    unsetenv("SLURM_ARRAY_TASK_STEP");
-    CHECK(ql_shard_parse("auto", &s, &err) == QL_EINVAL);
+    ql_shard_array a = {NULL, NULL, NULL, NULL};
+    CHECK(ql_shard_parse("auto", &a, &s, &err) == QL_EINVAL);
     CHECK(strcmp(err.msg, "--shard auto: SLURM_ARRAY_TASK_ID is not set (not inside a Slurm job "
                           "array?)") == 0);
-    setenv("SLURM_ARRAY_TASK_ID", "2", 1);
-    setenv("SLURM_ARRAY_TASK_COUNT", "4", 1);
-    CHECK_OK(ql_shard_parse("auto", &s, &err), &err);
+    CHECK(ql_shard_parse("auto", NULL, &s, &err) == QL_EINVAL);
+    a.task_id = "2";
+    a.task_count = "4";
+    CHECK_OK(ql_shard_parse("auto", &a, &s, &err), &err);
     CHECK(s.index == 2 && s.count == 4);
     /* sbatch --array=1-4: ids 1..4 are shards 0..3. */
-    setenv("SLURM_ARRAY_TASK_MIN", "1", 1);
-    setenv("SLURM_ARRAY_TASK_ID", "4", 1);
-    CHECK_OK(ql_shard_parse("auto", &s, &err), &err);
+    a.task_min = "1";
+    a.task_id = "4";
+    CHECK_OK(ql_shard_parse("auto", &a, &s, &err), &err);
     CHECK(s.index == 3 && s.count == 4);
     /* --array=0-12:4 -> ids 0 4 8 12. */
-    setenv("SLURM_ARRAY_TASK_MIN", "0", 1);
-    setenv("SLURM_ARRAY_TASK_STEP", "4", 1);
-    setenv("SLURM_ARRAY_TASK_ID", "8", 1);
-    CHECK_OK(ql_shard_parse("auto", &s, &err), &err);
+    a.task_min = "0";
+    a.task_step = "4";
+    a.task_id = "8";
+    CHECK_OK(ql_shard_parse("auto", &a, &s, &err), &err);
     CHECK(s.index == 2 && s.count == 4);
-    setenv("SLURM_ARRAY_TASK_ID", "9", 1);
-    CHECK(ql_shard_parse("auto", &s, &err) == QL_EINVAL);
-    setenv("SLURM_ARRAY_TASK_ID", "16", 1);
-    CHECK(ql_shard_parse("auto", &s, &err) == QL_EINVAL);
-    setenv("SLURM_ARRAY_TASK_ID", "x", 1);
-    CHECK(ql_shard_parse("auto", &s, &err) == QL_EINVAL);
+    a.task_id = "9";
+    CHECK(ql_shard_parse("auto", &a, &s, &err) == QL_EINVAL);
+    a.task_id = "16";
+    CHECK(ql_shard_parse("auto", &a, &s, &err) == QL_EINVAL);
+    a.task_id = "x";
+    CHECK(ql_shard_parse("auto", &a, &s, &err) == QL_EINVAL);
     CHECK(strcmp(err.msg, "--shard auto: SLURM_ARRAY_TASK_ID='x' is not an integer") == 0);
 }
 
