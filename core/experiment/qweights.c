@@ -377,7 +377,7 @@ void ql_qweights_free(ql_qweights *q)
  * on a miss from the reference's src (decoded to f32 for the time of the quantization). */
 static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const ql_linear *src_lin,
                              const ql_imatrix *im, const ql_outlier_cols *oc, qtensor **out,
-                             double *quant_seconds, ql_error *err)
+                             double *quantize_seconds, ql_error *err)
 {
     /* Without columns to keep, a split is a plain quantization: share its entry. */
     if (oc && oc->n == 0 && e->used != QL_TYPE_Q8_0_XC)
@@ -457,7 +457,7 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
     nt.last_use = c->clock;
     c->items[c->n++] = nt;
     c->bytes += qtensor_mem(&nt);
-    *quant_seconds += ql_now() - t0;
+    *quantize_seconds += ql_now() - t0;
     *out = &c->items[c->n - 1];
     memset(&nt, 0, sizeof nt); /* the cache owns it now */
 out:
@@ -734,7 +734,7 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
     memset(&total, 0, sizeof total);
     total.weighted = true;
     bool any_weighted = false;
-    double quant_seconds = 0;
+    double quantize_seconds = 0;
     size_t experts_cap = 0;
     /* A progress line (MB of f32 weights) when there is much to quantize: minutes for a
      * K-quant of a billion parameters. */
@@ -783,7 +783,7 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
         int site = lin >= ref->lin && lin < ref->lin + ref->n_lin ? (int)(lin - ref->lin) : -1;
         const ql_outlier_cols *oc = os && site >= 0 ? &os->site[site] : NULL;
         qtensor *qt = NULL;
-        st = get_qtensor(q, e, lin, im, oc, &qt, &quant_seconds, err);
+        st = get_qtensor(q, e, lin, im, oc, &qt, &quantize_seconds, err);
         mb_done += e->nrows * e->n_per_row * 4;
         ql_progress_update(&pr, mb_done / 1000000, NULL);
         if (st) {
@@ -816,7 +816,7 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
             const ql_outlier_cols *hoc = os ? &os->site[out_site] : NULL;
             qtensor *hq = qt;
             if (hoc && hoc->n > 0 &&
-                (st = get_qtensor(q, e, lin, im, hoc, &hq, &quant_seconds, err)))
+                (st = get_qtensor(q, e, lin, im, hoc, &hq, &quantize_seconds, err)))
                 break;
             const ql_weight_src hsrc = qtensor_src(hq);
             ql_linear_set_src(&w->lin[out_site], &hsrc);
@@ -833,7 +833,7 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
         r->imatrix_err_rel = any_weighted ? ql_weight_error_rel(&total) : (double)NAN;
         r->zlib_bytes = zlib_bytes(model, plan, w, err);
     }
-    r->quantize_seconds = quant_seconds;
+    r->quantize_seconds = quantize_seconds;
     if (st) {
         ql_weights_free(w);
         return st;

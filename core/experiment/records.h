@@ -270,7 +270,7 @@ typedef struct {
     double seconds;          /* the whole run */
     double quantize_seconds; /* quantizing the weights */
     double ref_seconds;      /* the reference forward pass it compared against */
-    double quant_seconds;    /* the quantized forward pass */
+    double forward_seconds;  /* the quantized forward pass (store column quant_seconds) */
 } ql_run_timing;
 
 void ql_run_timing_init(ql_run_timing *t);

@@ -249,7 +249,7 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
     ql_status st = ql_sched_run(s->sched, s->fw, &job, err);
     if (st)
         return st;
-    r->timing.quant_seconds = ql_now() - t0;
+    r->timing.forward_seconds = ql_now() - t0;
     ql_progress_end(&p.progress, tokens, NULL);
 
     ql_dist_metrics dm;
@@ -917,7 +917,7 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
                             i, row->label);
         }
         s->sum.n_run++;
-        s->sum.forward_seconds += r.timing.quant_seconds;
+        s->sum.forward_seconds += r.timing.forward_seconds;
         row->status = "ok";
         if (!st)
             stored_row(s->store, run_id, row);
@@ -1023,8 +1023,8 @@ ql_status ql_sweep_run_collect(ql_sweep_run *s, const ql_sweep_snapshot *before,
             row->status = "ok";
             stored_row(s->store, run->run_id, row);
             if (ql_store_run_brief_get(s->store, run->run_id, &b, &serr) == QL_OK &&
-                !isnan(b.quant_seconds))
-                s->sum.forward_seconds += b.quant_seconds;
+                !isnan(b.forward_seconds))
+                s->sum.forward_seconds += b.forward_seconds;
         }
     }
     free(now);

@@ -1800,7 +1800,7 @@ static double col_or_nan(sqlite3_stmt *st, int i)
 ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief *out,
                                  ql_error *err)
 {
-    out->quant_seconds = (double)NAN;
+    out->forward_seconds = (double)NAN;
     for (int i = 0; i < QL_N_METRICS; i++)
         out->metric[i] = (double)NAN;
     /* Every metric, derived ones by their SQL (over the metrics row m). */
@@ -1825,7 +1825,7 @@ ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief
     if (r == SQLITE_ROW) {
         ql_strlcpy(out->status, (const char *)sqlite3_column_text(st, 0), sizeof out->status);
         out->chunks = sqlite3_column_int64(st, 1);
-        out->quant_seconds = col_or_nan(st, 2);
+        out->forward_seconds = col_or_nan(st, 2);
         for (size_t i = 0; i < nm; i++)
             out->metric[i] = col_or_nan(st, 3 + (int)i);
     } else if (r == SQLITE_DONE) {
@@ -2456,7 +2456,7 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_r
         (rc = bind_text(s, st, 1, now, err)) || (rc = bind_real(s, st, 2, t->seconds, err)) ||
         (rc = bind_real(s, st, 3, t->quantize_seconds, err)) ||
         (rc = bind_real(s, st, 4, t->ref_seconds, err)) ||
-        (rc = bind_real(s, st, 5, t->quant_seconds, err)) ||
+        (rc = bind_real(s, st, 5, t->forward_seconds, err)) ||
         (rc = bind_count(s, st, 6, run_id, err)) ||
         (rc = step_done(s, st, "marking the run done", err)))
         goto out;

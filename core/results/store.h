@@ -299,7 +299,7 @@ typedef struct {
     char status[16]; /* running, done, failed, interrupted */
     int64_t chunks;
     double metric[QL_N_METRICS]; /* by ql_metric_id, DERIVED ones included */
-    double quant_seconds;        /* its quantized forward pass */
+    double forward_seconds;      /* its quantized forward pass (column quant_seconds) */
 } ql_store_run_brief;
 
 ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief *out,
