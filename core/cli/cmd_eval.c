@@ -334,7 +334,12 @@ static int eval_base(const base_opts *o)
     if ((st = ql_sched_alloc(&sched, &err)))
         goto fail;
     /* No cache file: the identity strings only key one. */
-    ql_reference_opts ro = {"-", "-", NULL, o->quiet, group, keep};
+    ql_reference_opts ro = {.model_sha256 = "-",
+                            .text_sha256 = "-",
+                            .cache_dir = NULL,
+                            .quiet = o->quiet,
+                            .group = group,
+                            .keep_bytes = keep};
     if ((st = ql_reference_get(&ref, r.fw, sched, bm->weights, d, &ro, &err)) ||
         (st = ql_dist_acc_alloc(&acc, ql_ppl_n_scored_total(d), bm->hp.n_vocab, &err)))
         goto fail;

@@ -670,8 +670,14 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
         st = ql_sweep_check_files(sw, s->model, err);
     if (!st) {
         plan_memory(s);
-        ql_calib_source cs = {s->model, s->tok,      s->model_sha,      s->cache_dir,
-                              sw->ctx,  opts->quiet, s->mem.budget / 2, sw->dir};
+        ql_calib_source cs = {.model = s->model,
+                              .tok = s->tok,
+                              .model_sha = s->model_sha,
+                              .cache_dir = s->cache_dir,
+                              .ctx = sw->ctx,
+                              .quiet = opts->quiet,
+                              .mem_bytes = s->mem.budget / 2,
+                              .base_dir = sw->dir};
         st = ql_calib_alloc(&s->calib, &cs, err);
     }
     /* The imatrix that weighs every run's imatrix_err columns (calib.h). */
@@ -682,10 +688,22 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
     if (!st)
         st = ql_sched_alloc(&s->sched, err);
     if (!st) {
-        s->sens = (ql_sens_source){s->model, s->model_sha, s->text_sha,       s->cache_dir,
-                                   s->calib, s->store,     s->mem.budget / 2, opts->quiet};
-        ql_qweights_opts qo = {s->model,     s->model_sha, s->cache_dir,       s->metric_imatrix,
-                               s->mem.cache, opts->quiet,  ql_sens_fill_table, &s->sens};
+        s->sens = (ql_sens_source){.model = s->model,
+                                   .model_sha = s->model_sha,
+                                   .eval_text_sha = s->text_sha,
+                                   .cache_dir = s->cache_dir,
+                                   .calib = s->calib,
+                                   .store = s->store,
+                                   .mem_bytes = s->mem.budget / 2,
+                                   .quiet = opts->quiet};
+        ql_qweights_opts qo = {.model = s->model,
+                               .model_sha = s->model_sha,
+                               .cache_dir = s->cache_dir,
+                               .metric_imatrix = s->metric_imatrix,
+                               .cache_bytes = s->mem.cache,
+                               .quiet = opts->quiet,
+                               .sensitivities = ql_sens_fill_table,
+                               .sens_ctx = &s->sens};
         st = ql_qweights_alloc(&s->qw, &qo, err);
     }
     if (!st)
@@ -752,8 +770,12 @@ ql_status ql_sweep_run_prepare(ql_sweep_run *s, ql_error *err)
 {
     if (s->n_todo == 0 || s->ref)
         return QL_OK;
-    ql_reference_opts ro = {s->model_sha,  s->text_sha,  s->cache_dir,
-                            s->opts.quiet, s->mem.group, s->mem.keep_logp};
+    ql_reference_opts ro = {.model_sha256 = s->model_sha,
+                            .text_sha256 = s->text_sha,
+                            .cache_dir = s->cache_dir,
+                            .quiet = s->opts.quiet,
+                            .group = s->mem.group,
+                            .keep_bytes = s->mem.keep_logp};
     ql_status st =
         ql_reference_get(&s->ref, s->fw, s->sched, s->model->weights, &s->data, &ro, err);
     if (st)
@@ -829,11 +851,18 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
     ql_error_clear(&cerr);
     ql_calib_slot *slot = NULL;
     ql_status cst = ql_calib_config_imatrix(s->calib, &pt->config, &slot, &cerr);
-    ql_store_run_key key = {config_id, s->model_id, s->dataset_id, s->sw->ctx,
-                            (int)s->data.n_chunks};
-    ql_store_run_info info = {
-        s->sw->name,      ql_threads_get(),       QL_METRICS_VERSION, ql_calib_slot_sha256(slot),
-        ql_gemm_kernel(), (int64_t)s->mem.budget, s->mem.group};
+    ql_store_run_key key = {.config_id = config_id,
+                            .model_id = s->model_id,
+                            .dataset_id = s->dataset_id,
+                            .ctx = s->sw->ctx,
+                            .chunks = (int)s->data.n_chunks};
+    ql_store_run_info info = {.sweep = s->sw->name,
+                              .threads = ql_threads_get(),
+                              .metrics_version = QL_METRICS_VERSION,
+                              .imatrix_sha256 = ql_calib_slot_sha256(slot),
+                              .blas_kernel = ql_gemm_kernel(),
+                              .mem_budget = (int64_t)s->mem.budget,
+                              .group_chunks = s->mem.group};
     ql_store_claim claim;
     do
         st = ql_store_claim_run(s->store, &key, &info, &run_id, &claim, err);

@@ -109,8 +109,12 @@ static ql_status calib_pass_open(const ql_sens_source *src, const char *text_sha
     if (!st) {
         const size_t logp = ql_reference_logp_bytes(d, hp->n_vocab);
         p->group = ql_sched_group_for(hp, d->ctx, 1, d->n_chunks, src->mem_bytes / 4);
-        ql_reference_opts ro = {src->model_sha, text_sha, src->cache_dir,
-                                src->quiet,     p->group, logp <= src->mem_bytes / 4 ? logp : 0};
+        ql_reference_opts ro = {.model_sha256 = src->model_sha,
+                                .text_sha256 = text_sha,
+                                .cache_dir = src->cache_dir,
+                                .quiet = src->quiet,
+                                .group = p->group,
+                                .keep_bytes = logp <= src->mem_bytes / 4 ? logp : 0};
         st = ql_reference_get(&p->ref, p->fw, p->sched, src->model->weights, d, &ro, err);
     }
     if (st)
