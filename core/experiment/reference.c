@@ -446,18 +446,22 @@ typedef struct {
     void *progress_ctx;
 } score_ctx;
 
-/* A chunk's logits against the reference's log-probs of the same chunk. */
+ql_status ql_reference_score_chunk(ql_reference *r, ql_dist_acc *acc, int64_t chunk,
+                                   const float *logits, int64_t n_rows, ql_error *err)
+{
+    const float *logp;
+    ql_status st = ql_reference_logp(r, chunk, &logp, err);
+    if (!st)
+        st = ql_dist_acc_add(acc, logp, logits, ql_ppl_chunk_targets(r->d, chunk), n_rows, err);
+    return st ? ql_error_prefix(err, "chunk %lld: ", (long long)chunk) : QL_OK;
+}
+
 static ql_status score_chunk(void *ctx, int set, int64_t chunk, const float *hidden,
                              const float *logits, int64_t n_rows, ql_error *err)
 {
     (void)set, (void)hidden;
     score_ctx *sc = ctx;
-    const float *logp;
-    ql_status st = ql_reference_logp(sc->r, chunk, &logp, err);
-    if (!st)
-        st = ql_dist_acc_add(sc->acc, logp, logits, ql_ppl_chunk_targets(sc->r->d, chunk), n_rows,
-                             err);
-    return st ? ql_error_prefix(err, "chunk %lld: ", (long long)chunk) : QL_OK;
+    return ql_reference_score_chunk(sc->r, sc->acc, chunk, logits, n_rows, err);
 }
 
 static void score_progress(void *ctx, double tokens_done)

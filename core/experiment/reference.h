@@ -62,6 +62,12 @@ void ql_reference_free(ql_reference *r);
  * computed into the reference's buffer, valid until the next call. */
 ql_status ql_reference_logp(ql_reference *r, int64_t chunk, const float **out, ql_error *err);
 
+/* Adds one chunk of a pass's logits (n_rows scored rows) to acc, against the
+ * reference's log-probabilities of the same chunk: the one scoring step of every pass
+ * measured against the reference (ql_reference_score's, the sweep's). */
+ql_status ql_reference_score_chunk(ql_reference *r, ql_dist_acc *acc, int64_t chunk,
+                                   const float *logits, int64_t n_rows, ql_error *err);
+
 /* Scores weight set w (a quantization of the reference's model) against the
  * reference: one pass over every chunk of the reference's text with the forward pass
  * and scheduler it was made with, in groups of `group` chunks, the K/V cache rounded as

@@ -183,12 +183,7 @@ static ql_status score_chunk(void *ctx, int set, int64_t chunk, const float *hid
     if (set != ((pass_ctx *)ctx)->config_set)
         return QL_OK;
     ql_sweep_run *s = ((pass_ctx *)ctx)->s;
-    const float *logp;
-    ql_status st = ql_reference_logp(s->ref, chunk, &logp, err);
-    if (!st)
-        st = ql_dist_acc_add(s->acc, logp, logits, ql_ppl_chunk_targets(&s->data, chunk), n_rows,
-                             err);
-    return st ? ql_error_prefix(err, "chunk %lld: ", (long long)chunk) : QL_OK;
+    return ql_reference_score_chunk(s->ref, s->acc, chunk, logits, n_rows, err);
 }
 
 /* After each block in lock-step: the config's residual stream (set 1) against the
