@@ -43,9 +43,9 @@ void ql_act_choose(ql_act_mode mode, int32_t weight_type, int64_t n_in, ql_act_c
     out->used = out->requested;
     if (ql_actq_fits(out->requested, n_in)) {
         const ql_type_traits *tr = ql_type_get(weight_type);
-        out->needs_sums = out->used == QL_ACTQ_Q8_1 && tr &&
-                          (tr->storage == QL_TYPE_Q4_1 || tr->storage == QL_TYPE_Q5_1);
-        out->has_kernel = out->used == QL_ACTQ_Q8_K && tr && tr->storage == QL_TYPE_Q6_K;
+        const ql_type_traits *st = tr ? ql_type_get(tr->storage) : NULL;
+        out->needs_sums = out->used == QL_ACTQ_Q8_1 && st && st->block_min_offset != 0;
+        out->has_kernel = st && st->integer_product && out->used == st->native_act;
         return;
     }
     /* The row does not split into the blocks: take the rounding of the weight type
@@ -97,15 +97,18 @@ bool ql_act_ctx_is_identity(const ql_act_ctx *c)
 ql_status ql_act_block_mins(int32_t type, const void *q, int64_t n_out, int64_t n_in, float *mins,
                             ql_error *err)
 {
-    if (type != QL_TYPE_Q4_1 && type != QL_TYPE_Q5_1)
-        return ql_error_set(err, QL_EINVAL, "block mins: %s has none (Q4_1 and Q5_1 do)",
-                            ql_type_name(type));
-    if (n_in <= 0 || n_in % QL_QK4_1 != 0)
+    const ql_type_traits *tr = ql_type_get(type);
+    if (!tr || tr->block_min_offset == 0)
+        return ql_error_set(err, QL_EINVAL, "block mins: %s has none", ql_type_name(type));
+    if (n_in <= 0 || n_in % tr->block_size != 0)
         return ql_error_set(err, QL_EINVAL, "block mins: rows of %lld values", (long long)n_in);
-    const int64_t n = n_out * (n_in / QL_QK4_1);
-    for (int64_t i = 0; i < n; i++)
-        mins[i] = ql_fp16_to_fp32(type == QL_TYPE_Q4_1 ? ((const ql_block_q4_1 *)q)[i].m
-                                                       : ((const ql_block_q5_1 *)q)[i].m);
+    const int64_t n = n_out * (n_in / tr->block_size);
+    const unsigned char *b = q;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t m;
+        memcpy(&m, b + (size_t)i * tr->type_size + tr->block_min_offset, sizeof m);
+        mins[i] = ql_fp16_to_fp32(m);
+    }
     return QL_OK;
 }
 

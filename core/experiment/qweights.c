@@ -380,7 +380,7 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
                              double *quantize_seconds, ql_error *err)
 {
     /* Without columns to keep, a split is a plain quantization: share its entry. */
-    if (oc && oc->n == 0 && e->used != QL_TYPE_Q8_0_XC)
+    if (oc && oc->n == 0 && !ql_type_get(e->used)->exact_outliers)
         oc = NULL;
     qtensor *t = qcache_find(&q->cache, e->name, e->used, im, oc);
     if (t) {
@@ -400,8 +400,8 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
     nt.n_mat = n_mat_of(src_lin);
     const size_t n = (size_t)(e->nrows * e->n_per_row);
     ql_weight_error *per_mat = calloc((size_t)nt.n_mat, sizeof *per_mat);
-    const bool split = oc || e->used == QL_TYPE_Q8_0_XC;
-    const bool keep_cols = oc && oc->n > 0 && e->used != QL_TYPE_Q8_0_XC;
+    const bool split = oc || ql_type_get(e->used)->exact_outliers;
+    const bool keep_cols = oc && oc->n > 0 && !ql_type_get(e->used)->exact_outliers;
     /* The outlier split needs the whole tensor in f32; a plain quantization goes piece
      * by piece (quantize_pieces). */
     float *src = split ? malloc(n * sizeof *src) : NULL;

@@ -1,5 +1,6 @@
 #include "formats/types.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <strings.h>
 
@@ -40,11 +41,13 @@ static const ql_type_traits traits[QL_TYPE_ID_LIMIT] = {
     TYPE(Q4_0, .order = 3, BLOCK(QL_QK4_0, ql_block_q4_0), .is_gguf = true, .ftype = 2,
          .row_fallback = QL_TYPE_F16, .native_act = QL_ACTQ_Q8_0, .ladder_rank = 1, FNS(q4_0)),
     TYPE(Q4_1, .order = 4, BLOCK(QL_QK4_1, ql_block_q4_1), .is_gguf = true, .ftype = 3,
-         .row_fallback = QL_TYPE_F16, .native_act = QL_ACTQ_Q8_1, .ladder_rank = 2, FNS(q4_1)),
+         .row_fallback = QL_TYPE_F16, .native_act = QL_ACTQ_Q8_1, .ladder_rank = 2,
+         .block_min_offset = offsetof(ql_block_q4_1, m), FNS(q4_1)),
     TYPE(Q5_0, .order = 5, BLOCK(QL_QK5_0, ql_block_q5_0), .is_gguf = true, .ftype = 8,
          .row_fallback = QL_TYPE_F16, .native_act = QL_ACTQ_Q8_0, .ladder_rank = 3, FNS(q5_0)),
     TYPE(Q5_1, .order = 6, BLOCK(QL_QK5_1, ql_block_q5_1), .is_gguf = true, .ftype = 9,
-         .row_fallback = QL_TYPE_F16, .native_act = QL_ACTQ_Q8_1, .ladder_rank = 4, FNS(q5_1)),
+         .row_fallback = QL_TYPE_F16, .native_act = QL_ACTQ_Q8_1, .ladder_rank = 4,
+         .block_min_offset = offsetof(ql_block_q5_1, m), FNS(q5_1)),
     TYPE(Q8_0, .order = 7, BLOCK(QL_QK8_0, ql_block_q8_0), .is_gguf = true, .ftype = 7,
          .row_fallback = QL_TYPE_F16, .native_act = QL_ACTQ_Q8_0, .ladder_rank = 6, FNS(q8_0)),
     TYPE(Q8_1, .order = 8, BLOCK(QL_QK8_1, ql_block_q8_1), .is_gguf = true,
@@ -60,7 +63,8 @@ static const ql_type_traits traits[QL_TYPE_ID_LIMIT] = {
     TYPE(Q5_K, .order = 12, BLOCK(QL_QK_K, ql_block_q5_K), .is_gguf = true, .ftype = 16,
          .row_fallback = QL_TYPE_Q5_1, .native_act = QL_ACTQ_Q8_K, .ladder_rank = 17, FNS(q5_K)),
     TYPE(Q6_K, .order = 13, BLOCK(QL_QK_K, ql_block_q6_K), .is_gguf = true, .ftype = 18,
-         .row_fallback = QL_TYPE_Q8_0, .native_act = QL_ACTQ_Q8_K, .ladder_rank = 18, FNS(q6_K)),
+         .row_fallback = QL_TYPE_Q8_0, .native_act = QL_ACTQ_Q8_K, .ladder_rank = 18,
+         .integer_product = true, FNS(q6_K)),
     TYPE(Q8_K, .order = 14, BLOCK(QL_QK_K, ql_block_q8_K), .is_gguf = true,
          .not_weight = ACTIVATION_ONLY, .ftype = -1, .row_fallback = QL_TYPE_F16, FNS(q8_K)),
 
@@ -123,7 +127,7 @@ static const ql_type_traits traits[QL_TYPE_ID_LIMIT] = {
             .not_in_gguf = "needs calibrated outlier columns, which 'qlab quantize' does not "
                            "have; write Q8_0 instead",
             .ftype = -1, .row_fallback = QL_TYPE_F16, .native_act = QL_ACTQ_Q8_0,
-            .dequantize = ql_dequantize_q8_0),
+            .exact_outliers = true, .dequantize = ql_dequantize_q8_0),
 };
 
 const ql_type_traits *ql_type_get(int32_t type)

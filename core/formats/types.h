@@ -65,6 +65,16 @@ typedef struct {
     bool requires_imatrix;       /* ggml refuses to quantize it without an importance matrix */
     bool llama_imatrix;          /* llama-quantize refuses it without one (a superset) */
     bool needs_grids;            /* needs the IQ lattice codebooks (see iq_grids.h) */
+    /* Byte offset of a block's fp16 min m (Q4_1, Q5_1: ggml's product with Q8_1
+     * activations adds m times the activations' block sums); 0: no min (every block
+     * with one begins with its scale d). */
+    size_t block_min_offset;
+    /* qgemm multiplies it with its native activations in integers, in ggml's order of
+     * sums (Q6_K with Q8_K), instead of through the f32 product of rounded values. */
+    bool integer_product;
+    /* Outlier columns are kept exact inside its blocks (Q8_0_XC), so an outlier split
+     * applies even with no outlier columns calibrated. */
+    bool exact_outliers;
     ql_quantize_fn quantize;     /* NULL: qlab cannot produce this type */
     ql_dequantize_fn dequantize; /* NULL: qlab cannot read this type */
 } ql_type_traits;
