@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "formats/quant_split.h"
 #include "formats/types.h"
 
@@ -306,7 +307,7 @@ ql_status ql_gptq_quantize(int32_t type, const float *src, void *dst, int64_t nr
     const size_t row_bytes = ql_row_size(type, n);
     const int64_t nb = n / bs;
     int failed = 0;
-#pragma omp parallel reduction(| : failed)
+#pragma omp parallel reduction(| : failed) num_threads(ql_threads_get())
     {
         row_work rw;
         rw.w = malloc((size_t)n * sizeof *rw.w);
