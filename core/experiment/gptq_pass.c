@@ -40,12 +40,17 @@ typedef struct {
     double *H;     /* (n_in, n_in): the lower triangle while summing */
     int64_t n_tok; /* tokens summed */
     bool full;     /* the upper triangle mirrored */
+    ql_gptq_factor *factor; /* made on first use, shared by the input's products */
 } hess_input;
 
 struct ql_hessians {
     int layer;
+    bool oom; /* a tile buffer could not be allocated: the sums are incomplete */
     hess_input in[QL_HESS_INPUTS];
 };
+
+/* Tokens converted to double at a time while summing. */
+#define HESS_TILE 32
 
 size_t ql_hessians_bytes(const ql_weights *w, int layer)
 {
@@ -101,8 +106,10 @@ void ql_hessians_free(ql_hessians *h)
 {
     if (!h)
         return;
-    for (int i = 0; i < QL_HESS_INPUTS; i++)
+    for (int i = 0; i < QL_HESS_INPUTS; i++) {
         free(h->in[i].H);
+        ql_gptq_factor_free(h->in[i].factor);
+    }
     free(h);
 }
 
@@ -119,26 +126,39 @@ void ql_hessians_observe(void *hessians, int site, const ql_linear *lin, const f
     const int64_t n = hi->n_in;
     double *H = hi->H;
     /* Row a of the lower triangle on one thread, tokens in order: the sums do not
-     * depend on the thread count. The float products are exact in double. */
-#pragma omp parallel for schedule(dynamic, 8) num_threads(ql_threads_get()) if (n >= 64)
-    for (int64_t a = 0; a < n; a++) {
-        double *Ha = H + a * n;
-        for (int64_t t = 0; t < n_tok; t++) {
-            const float *xt = x + t * n;
-            const double xa = (double)xt[a];
-            if (xa == 0.0)
-                continue;
-            for (int64_t b = 0; b <= a; b++)
-                Ha[b] += xa * (double)xt[b];
+     * depend on the thread count. The float products are exact in double. Tokens in
+     * tiles of HESS_TILE rows converted to double once, which stay in cache while every
+     * row of H takes them. */
+    double *xd = malloc((size_t)HESS_TILE * (size_t)n * sizeof *xd);
+    if (!xd) {
+        h->oom = true;
+        return;
+    }
+    for (int64_t t0 = 0; t0 < n_tok; t0 += HESS_TILE) {
+        const int64_t nt = n_tok - t0 < HESS_TILE ? n_tok - t0 : HESS_TILE;
+        for (int64_t k = 0; k < nt * n; k++)
+            xd[k] = (double)x[t0 * n + k];
+#pragma omp parallel for schedule(dynamic, 16) num_threads(ql_threads_get()) if (n >= 64)
+        for (int64_t a = 0; a < n; a++) {
+            double *Ha = H + a * n;
+            for (int64_t t = 0; t < nt; t++) {
+                const double *xt = xd + t * n;
+                const double xa = xt[a];
+                if (xa == 0.0)
+                    continue;
+                for (int64_t b = 0; b <= a; b++)
+                    Ha[b] += xa * xt[b];
+            }
         }
     }
+    free(xd);
     hi->n_tok += n_tok;
 }
 
 const double *ql_hessians_get(ql_hessians *h, ql_site_kind kind, int64_t *n_in, int64_t *n_tok)
 {
     const int in = ql_hess_input_of(kind);
-    if (in < 0 || !h->in[in].H || h->in[in].n_tok == 0)
+    if (in < 0 || !h->in[in].H || h->in[in].n_tok == 0 || h->oom)
         return NULL;
     hess_input *hi = &h->in[in];
     if (!hi->full) {
@@ -152,6 +172,27 @@ const double *ql_hessians_get(ql_hessians *h, ql_site_kind kind, int64_t *n_in, 
     if (n_tok)
         *n_tok = hi->n_tok;
     return hi->H;
+}
+
+ql_status ql_hessians_factor(ql_hessians *h, ql_site_kind kind, const ql_gptq_opts *o,
+                             const ql_gptq_factor **out, ql_error *err)
+{
+    *out = NULL;
+    int64_t n_in = 0;
+    const double *H = ql_hessians_get(h, kind, &n_in, NULL);
+    if (!H)
+        return ql_error_set(err, h->oom ? QL_ENOMEM : QL_EINVAL,
+                            h->oom ? "out of memory summing its Hessian"
+                                   : "no Hessian was observed for its input (no calibration "
+                                     "token reached it)");
+    hess_input *hi = &h->in[ql_hess_input_of(kind)];
+    if (!hi->factor) {
+        ql_status st = ql_gptq_factor_alloc(&hi->factor, H, n_in, o, err);
+        if (st)
+            return st;
+    }
+    *out = hi->factor;
+    return QL_OK;
 }
 
 /* ========================================================================= */
@@ -199,7 +240,9 @@ size_t ql_gptq_pass_bytes(const ql_model *m, const ql_ppl_data *calib)
     }
     for (int s = 0; s < w->n_lin - 1; s++)
         max_in = w->lin[s].n_in > max_in ? w->lin[s].n_in : max_in;
-    factor = ql_gptq_work_bytes(max_in, ql_threads_get());
+    /* The factors of a block's inputs (one per input, n_in^2 doubles each, as its
+     * Hessians), and one factorization's and the rows' work. */
+    factor = hess + ql_gptq_work_bytes(max_in, ql_threads_get());
     const size_t streams =
         (size_t)calib->n_chunks * (size_t)calib->ctx * (size_t)m->hp.n_embd * sizeof(float);
     const size_t bind = ql_weights_layer_floats(w) * sizeof(float);
@@ -240,15 +283,12 @@ static ql_status quantize_block(const ql_model *m, ql_weights *ws, int l, const 
             qs.imatrix = o->imatrix(o->imatrix_ctx, lin->name, e->n_per_row, n_mats);
             qs.imatrix_per_mat = true;
         }
+        const ql_gptq_factor *factor = NULL;
         if (ql_split_applies(e->used)) {
-            int64_t n_in = 0, n_tok = 0;
-            qs.hessian = ql_hessians_get(h, lin->kind, &n_in, &n_tok);
-            if (!qs.hessian || n_in != e->n_per_row)
-                return ql_error_set(err, QL_EINVAL,
-                                    "gptq: no Hessian was observed for '%s' (no calibration "
-                                    "token reached it)",
-                                    lin->name);
-            qs.gptq = &o->gptq;
+            ql_status fst = ql_hessians_factor(h, lin->kind, &o->gptq, &factor, err);
+            if (fst)
+                return ql_error_prefix(err, "gptq: tensor '%s': ", lin->name);
+            qs.gptq = &factor;
             sum->n_gptq++;
         } else {
             sum->n_ggml++;

@@ -17,8 +17,9 @@
  * GPTQ's reference leaves them to round-to-nearest.
  *
  * Memory: the residual streams of every calibration chunk (chunks x ctx x n_embd
- * floats), one block's Hessians (sum of n_in^2 doubles over its distinct inputs) and
- * GPTQ's inverse factor of the largest (n_in^2 doubles), planned before allocating:
+ * floats), one block's Hessians (sum of n_in^2 doubles over its distinct inputs), their
+ * GPTQ factors (as much again: one per input, shared by its products) and one
+ * factorization's work, planned before allocating:
  * ql_gptq_pass_bytes. Mixture-of-experts blocks are refused (their experts would need
  * a Hessian each over the rows routed to them; not done yet).
  *
@@ -65,6 +66,11 @@ void ql_hessians_observe(void *hessians, int site, const ql_linear *lin, const f
 /* The full symmetric Hessian (n_in^2 doubles) of a kind's input after the pass, with
  * *n_in and *n_tok (tokens summed); NULL when none was observed. */
 const double *ql_hessians_get(ql_hessians *h, ql_site_kind kind, int64_t *n_in, int64_t *n_tok);
+
+/* GPTQ's factor of a kind's input (formats/gptq.h), made on first use with o and then
+ * shared by the products that read the same input; h owns it. */
+ql_status ql_hessians_factor(ql_hessians *h, ql_site_kind kind, const ql_gptq_opts *o,
+                             const ql_gptq_factor **out, ql_error *err);
 
 /* Bytes of block `layer`'s Hessians. */
 size_t ql_hessians_bytes(const ql_weights *w, int layer);

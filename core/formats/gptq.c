@@ -267,47 +267,77 @@ static int cmp_key(const void *pa, const void *pb)
     return a->c < b->c ? -1 : a->c > b->c;
 }
 
-ql_status ql_gptq_quantize(int32_t type, const float *src, void *dst, int64_t nrows,
-                           int64_t n_per_row, const float *imatrix, const double *H,
-                           const ql_gptq_opts *o, ql_error *err)
+struct ql_gptq_factor {
+    int64_t n;
+    ql_gptq_opts o;
+    double *U;     /* (n, n) upper Cholesky factor of the damped H^-1, processing order */
+    int64_t *perm; /* (n,) processing order: column of position a */
+    bool *dead;    /* (n,) diag(H) == 0 */
+};
+
+void ql_gptq_factor_free(ql_gptq_factor *f)
 {
-    if (!ql_split_applies(type))
-        return ql_error_set(err, QL_EUNSUPPORTED, "gptq: %s: %s", ql_type_name(type),
-                            ql_split_why_not(type));
-    const ql_type_traits *t = ql_type_get(type);
-    const int64_t bs = t->block_size, n = n_per_row;
-    if (n <= 0 || n % bs)
-        return ql_error_set(err, QL_EINVAL, "gptq: %s: row length %lld is not a multiple of %lld",
-                            t->name, (long long)n, (long long)bs);
-    if (o->block < 1)
-        return ql_error_set(err, QL_EINVAL, "gptq: block must be >= 1");
-    ql_status st = QL_OK;
-    double *U = malloc((size_t)n * (size_t)n * sizeof *U);
-    int64_t *perm = malloc((size_t)n * sizeof *perm);
-    bool *dead = malloc((size_t)n * sizeof *dead);
+    if (!f)
+        return;
+    free(f->U);
+    free(f->perm);
+    free(f->dead);
+    free(f);
+}
+
+ql_status ql_gptq_factor_alloc(ql_gptq_factor **out, const double *H, int64_t n,
+                               const ql_gptq_opts *o, ql_error *err)
+{
+    *out = NULL;
+    if (n <= 0 || o->block < 1)
+        return ql_error_set(err, QL_EINVAL, "gptq: %lld columns, block %d", (long long)n, o->block);
+    ql_gptq_factor *f = calloc(1, sizeof *f);
     diag_key *keys = malloc((size_t)n * sizeof *keys);
-    if (!U || !perm || !dead || !keys) {
+    ql_status st = QL_OK;
+    if (!f || !keys || !(f->U = malloc((size_t)n * (size_t)n * sizeof *f->U)) ||
+        !(f->perm = malloc((size_t)n * sizeof *f->perm)) ||
+        !(f->dead = malloc((size_t)n * sizeof *f->dead))) {
         st = ql_error_set(err, QL_ENOMEM, "gptq: no memory for the %lld x %lld inverse Hessian",
                           (long long)n, (long long)n);
         goto out;
     }
+    f->n = n;
+    f->o = *o;
     for (int64_t c = 0; c < n; c++) {
-        dead[c] = H[c * n + c] == 0.0;
-        keys[c].h = dead[c] ? 0.0 : H[c * n + c];
+        f->dead[c] = H[c * n + c] == 0.0;
+        keys[c].h = f->dead[c] ? 0.0 : H[c * n + c];
         keys[c].c = c;
     }
     if (o->order == QL_GPTQ_ORDER_ACT)
         qsort(keys, (size_t)n, sizeof *keys, cmp_key);
     for (int64_t a = 0; a < n; a++)
-        perm[a] = keys[a].c;
-    st = hinv_factor(H, n, perm, dead, o->damp, U, err);
+        f->perm[a] = keys[a].c;
+    st = hinv_factor(H, n, f->perm, f->dead, o->damp, f->U, err);
+out:
+    free(keys);
     if (st)
-        goto out;
+        ql_gptq_factor_free(f);
+    else
+        *out = f;
+    return st;
+}
 
+ql_status ql_gptq_quantize_rows(const ql_gptq_factor *f, int32_t type, const float *src, void *dst,
+                                int64_t nrows, const float *imatrix, ql_error *err)
+{
+    if (!ql_split_applies(type))
+        return ql_error_set(err, QL_EUNSUPPORTED, "gptq: %s: %s", ql_type_name(type),
+                            ql_split_why_not(type));
+    const ql_type_traits *t = ql_type_get(type);
+    const int64_t bs = t->block_size, n = f->n;
+    if (n % bs)
+        return ql_error_set(err, QL_EINVAL, "gptq: %s: row length %lld is not a multiple of %lld",
+                            t->name, (long long)n, (long long)bs);
+    const ql_gptq_opts *o = &f->o;
     const size_t row_bytes = ql_row_size(type, n);
     const int64_t nb = n / bs;
     int failed = 0;
-#pragma omp parallel reduction(| : failed) num_threads(ql_threads_get())
+#pragma omp parallel reduction(| : failed) num_threads(ql_threads_get()) if (nrows > 1)
     {
         row_work rw;
         rw.w = malloc((size_t)n * sizeof *rw.w);
@@ -322,7 +352,7 @@ ql_status ql_gptq_quantize(int32_t type, const float *src, void *dst, int64_t nr
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < nrows; r++)
             if (ok)
-                gptq_row(type, bs, src + r * n, imatrix, dead, perm, U, n, o, &rw,
+                gptq_row(type, bs, src + r * n, imatrix, f->dead, f->perm, f->U, n, o, &rw,
                          (uint8_t *)dst + (size_t)r * row_bytes, t->type_size);
         free(rw.w);
         free(rw.cur);
@@ -332,12 +362,26 @@ ql_status ql_gptq_quantize(int32_t type, const float *src, void *dst, int64_t nr
         free(rw.chosen);
     }
     if (failed)
-        st = ql_error_set(err, QL_ENOMEM, "gptq: no memory for a row's work arrays (%lld values)",
-                          (long long)n);
-out:
-    free(U);
-    free(perm);
-    free(dead);
-    free(keys);
+        return ql_error_set(err, QL_ENOMEM, "gptq: no memory for a row's work arrays (%lld values)",
+                            (long long)n);
+    return QL_OK;
+}
+
+ql_status ql_gptq_quantize(int32_t type, const float *src, void *dst, int64_t nrows,
+                           int64_t n_per_row, const float *imatrix, const double *H,
+                           const ql_gptq_opts *o, ql_error *err)
+{
+    if (!ql_split_applies(type))
+        return ql_error_set(err, QL_EUNSUPPORTED, "gptq: %s: %s", ql_type_name(type),
+                            ql_split_why_not(type));
+    const ql_type_traits *t = ql_type_get(type);
+    if (n_per_row <= 0 || n_per_row % t->block_size)
+        return ql_error_set(err, QL_EINVAL, "gptq: %s: row length %lld is not a multiple of %lld",
+                            t->name, (long long)n_per_row, (long long)t->block_size);
+    ql_gptq_factor *f = NULL;
+    ql_status st = ql_gptq_factor_alloc(&f, H, n_per_row, o, err);
+    if (!st)
+        st = ql_gptq_quantize_rows(f, type, src, dst, nrows, imatrix, err);
+    ql_gptq_factor_free(f);
     return st;
 }

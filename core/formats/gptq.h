@@ -78,6 +78,19 @@ ql_status ql_gptq_quantize(int32_t type, const float *src, void *dst, int64_t nr
                            int64_t n_per_row, const float *imatrix, const double *H,
                            const ql_gptq_opts *o, ql_error *err);
 
+/* The factor of a Hessian, shared by every matrix that reads the same input (q, k and
+ * v; gate and up): dead columns, damping, order and the upper Cholesky factor of the
+ * damped inverse, as ql_gptq_quantize computes them. Errors as ql_gptq_quantize's. */
+typedef struct ql_gptq_factor ql_gptq_factor;
+
+ql_status ql_gptq_factor_alloc(ql_gptq_factor **out, const double *H, int64_t n_per_row,
+                               const ql_gptq_opts *o, ql_error *err);
+void ql_gptq_factor_free(ql_gptq_factor *f); /* NULL is fine */
+
+/* ql_gptq_quantize's rows given the factor (its n_per_row and options): the same bytes. */
+ql_status ql_gptq_quantize_rows(const ql_gptq_factor *f, int32_t type, const float *src, void *dst,
+                                int64_t nrows, const float *imatrix, ql_error *err);
+
 /* Bytes of work memory ql_gptq_quantize allocates for n_per_row columns and `threads`
  * threads (for memory plans). */
 size_t ql_gptq_work_bytes(int64_t n_per_row, int threads);

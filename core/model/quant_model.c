@@ -141,10 +141,8 @@ ql_status ql_quant_tensor_rows(const ql_quant_src *s, int32_t type, int64_t row0
         }
         const int64_t n = in_rows(s, r, stop - r) || stop - r < block ? stop - r : block;
         st = source_rows(s, r, n, &buf, &cap, &x, err);
-        if (!st && s->hessian)
-            st = ql_gptq_quantize(type, x, out, n, npr, imat,
-                                  s->hessian + (size_t)mat * (size_t)npr * (size_t)npr, s->gptq,
-                                  err);
+        if (!st && s->gptq)
+            st = ql_gptq_quantize_rows(s->gptq[mat], type, x, out, n, imat, err);
         else if (!st)
             st = ql_quant_tensor(type, x, n, npr, imat, out, out_size, NULL, err);
         r += n;

@@ -50,12 +50,11 @@ typedef struct {
      * n_mats vectors of n_per_row values (imatrix_per_mat). */
     const float *imatrix;
     bool imatrix_per_mat;
-    /* GPTQ instead of ggml's rounding (formats/gptq.h): n_mats Hessians of n_per_row^2
-     * doubles, matrix after matrix, and its options; NULL: ggml's quantizer. GPTQ's rows
-     * are independent given the Hessian, so any range of rows gets the bytes the whole
-     * tensor has there. */
-    const double *hessian;
-    const ql_gptq_opts *gptq;
+    /* GPTQ instead of ggml's rounding (formats/gptq.h): the factors of the n_mats
+     * matrices' Hessians (with GPTQ's options); NULL: ggml's quantizer. GPTQ's rows are
+     * independent given the factor, so any range of rows gets the bytes the whole tensor
+     * has there. */
+    const ql_gptq_factor *const *gptq;
 } ql_quant_src;
 
 /* The shape of gt, its rows decoded from it, no importance. */
