@@ -197,7 +197,7 @@ static void gptq_row(int32_t type, int64_t bs, const float *x, const float *imat
     for (int64_t c = 0; c < n; c++)
         rw->cur[c] = dead[c] ? 0.0f : x[c];
     for (int64_t a = 0; a < n; a++)
-        rw->w[a] = rw->cur[perm[a]];
+        rw->w[a] = (double)rw->cur[perm[a]];
     for (int64_t ib = 0; ib < nb; ib++) {
         rw->chosen[ib] = o->scales == QL_GPTQ_SCALES_STATIC;
         if (rw->chosen[ib])
