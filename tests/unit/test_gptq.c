@@ -165,7 +165,7 @@ static void test_diag_is_ggml(void)
     fill_rows(x, nrows, n);
     for (int64_t j = 0; j < n; j++) {
         imat[j] = (float)(0.01 + uniform() * 3.0);
-        H[j * n + j] = imat[j];
+        H[j * n + j] = (double)imat[j];
     }
     ql_gptq_opts o;
     ql_error err;
@@ -255,7 +255,7 @@ static void test_random_matrix(void)
     }
     for (int64_t k = 0; k < n_tok; k++)
         for (int64_t a = 0; a < n; a++) {
-            const double xa = X[k * n + a];
+            const double xa = (double)X[k * n + a];
             for (int64_t b = 0; b < n; b++)
                 H[a * n + b] += xa * (double)X[k * n + b];
         }
