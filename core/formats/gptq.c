@@ -227,6 +227,9 @@ static void gptq_row(int32_t type, int64_t bs, const float *x, const float *imat
             const double *u = U + i * n;
             const double e = (rw->w[i] - q) / u[i];
             rw->e[i - i1] = e;
+            /* Element by element (no reduction): vector lanes compute what scalar code
+             * does, bit for bit. */
+#pragma omp simd
             for (int64_t k = i + 1; k < i2; k++)
                 rw->w[k] -= e * u[k];
         }
@@ -234,6 +237,7 @@ static void gptq_row(int32_t type, int64_t bs, const float *x, const float *imat
         for (int64_t t = 0; t < i2 - i1; t++) {
             const double e = rw->e[t];
             const double *u = U + (i1 + t) * n;
+#pragma omp simd
             for (int64_t k = i2; k < n; k++)
                 rw->w[k] -= e * u[k];
         }
