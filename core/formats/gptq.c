@@ -189,19 +189,29 @@ typedef struct {
     bool *chosen;         /* n / bs */
 } row_work;
 
-static void gptq_row(int32_t type, int64_t bs, const float *x, const float *imatrix,
-                     const bool *dead, const int64_t *perm, const double *U, int64_t n,
-                     const ql_gptq_opts *o, row_work *rw, uint8_t *out, size_t block_bytes)
+/* Rows GPTQ takes together: each row of U, once in cache, serves all of them (one row
+ * at a time would stream the whole n x n factor from memory for every row). Every row's
+ * arithmetic is the same in any batch, so the bytes do not depend on it. */
+#define GPTQ_ROW_BATCH 16
+
+static void gptq_rows(int32_t type, int64_t bs, const float *src, int nr, const float *imatrix,
+                      const bool *dead, const int64_t *perm, const double *U, int64_t n,
+                      const ql_gptq_opts *o, row_work *rws, uint8_t *out, size_t row_bytes,
+                      size_t block_bytes)
 {
     const int64_t nb = n / bs;
-    for (int64_t c = 0; c < n; c++)
-        rw->cur[c] = dead[c] ? 0.0f : x[c];
-    for (int64_t a = 0; a < n; a++)
-        rw->w[a] = (double)rw->cur[perm[a]];
-    for (int64_t ib = 0; ib < nb; ib++) {
-        rw->chosen[ib] = o->scales == QL_GPTQ_SCALES_STATIC;
-        if (rw->chosen[ib])
-            ql_split_choose(type, rw->cur, x, n, ib, imatrix, &rw->blk[ib]);
+    for (int r = 0; r < nr; r++) {
+        row_work *rw = &rws[r];
+        const float *x = src + (int64_t)r * n;
+        for (int64_t c = 0; c < n; c++)
+            rw->cur[c] = dead[c] ? 0.0f : x[c];
+        for (int64_t a = 0; a < n; a++)
+            rw->w[a] = (double)rw->cur[perm[a]];
+        for (int64_t ib = 0; ib < nb; ib++) {
+            rw->chosen[ib] = o->scales == QL_GPTQ_SCALES_STATIC;
+            if (rw->chosen[ib])
+                ql_split_choose(type, rw->cur, x, n, ib, imatrix, &rw->blk[ib]);
+        }
     }
     const int64_t B = o->block;
     for (int64_t i1 = 0; i1 < n; i1 += B) {
@@ -209,48 +219,58 @@ static void gptq_row(int32_t type, int64_t bs, const float *x, const float *imat
         for (int64_t i = i1; i < i2; i++) {
             const int64_t c = perm[i];
             const int64_t ib = c / bs;
-            if (!rw->chosen[ib]) {
-                /* The block's current values, in column order, for ggml's search. */
-                for (int64_t a = i; a < n; a++) {
-                    const int64_t cc = perm[a];
-                    if (cc / bs == ib)
-                        rw->cur[cc] = (float)rw->w[a];
-                }
-                ql_split_choose(type, rw->cur, x, n, ib, imatrix, &rw->blk[ib]);
-                rw->chosen[ib] = true;
-            }
-            const float v = (float)rw->w[i];
             const int j = (int)(c - ib * bs);
-            const int lev = ql_split_level(&rw->blk[ib], j, v);
-            rw->L[c] = (uint8_t)lev;
-            const double q = (double)ql_split_value(&rw->blk[ib], j, lev);
             const double *u = U + i * n;
-            const double e = (rw->w[i] - q) / u[i];
-            rw->e[i - i1] = e;
-            /* Element by element (no reduction): vector lanes compute what scalar code
-             * does, bit for bit. */
+            for (int r = 0; r < nr; r++) {
+                row_work *rw = &rws[r];
+                if (!rw->chosen[ib]) {
+                    /* The block's current values, in column order, for ggml's search. */
+                    for (int64_t a = i; a < n; a++) {
+                        const int64_t cc = perm[a];
+                        if (cc / bs == ib)
+                            rw->cur[cc] = (float)rw->w[a];
+                    }
+                    ql_split_choose(type, rw->cur, src + (int64_t)r * n, n, ib, imatrix,
+                                    &rw->blk[ib]);
+                    rw->chosen[ib] = true;
+                }
+                const float v = (float)rw->w[i];
+                const int lev = ql_split_level(&rw->blk[ib], j, v);
+                rw->L[c] = (uint8_t)lev;
+                const double q = (double)ql_split_value(&rw->blk[ib], j, lev);
+                const double e = (rw->w[i] - q) / u[i];
+                rw->e[i - i1] = e;
+                double *w = rw->w;
+                /* Element by element (no reduction): vector lanes compute what scalar
+                 * code does, bit for bit. */
 #pragma omp simd
-            for (int64_t k = i + 1; k < i2; k++)
-                rw->w[k] -= e * u[k];
+                for (int64_t k = i + 1; k < i2; k++)
+                    w[k] -= e * u[k];
+            }
         }
         /* The lazy update of the columns after the block. */
         for (int64_t t = 0; t < i2 - i1; t++) {
-            const double e = rw->e[t];
             const double *u = U + (i1 + t) * n;
+            for (int r = 0; r < nr; r++) {
+                const double e = rws[r].e[t];
+                double *w = rws[r].w;
 #pragma omp simd
-            for (int64_t k = i2; k < n; k++)
-                rw->w[k] -= e * u[k];
+                for (int64_t k = i2; k < n; k++)
+                    w[k] -= e * u[k];
+            }
         }
     }
-    for (int64_t ib = 0; ib < nb; ib++)
-        ql_split_pack(&rw->blk[ib], rw->L + ib * bs, out + (size_t)ib * block_bytes);
+    for (int r = 0; r < nr; r++)
+        for (int64_t ib = 0; ib < nb; ib++)
+            ql_split_pack(&rws[r].blk[ib], rws[r].L + ib * bs,
+                          out + (size_t)r * row_bytes + (size_t)ib * block_bytes);
 }
 
 size_t ql_gptq_work_bytes(int64_t n_per_row, int threads)
 {
     const size_t n = (size_t)n_per_row;
-    const size_t per_row = n * (sizeof(double) + sizeof(float) + 1 + sizeof(bool)) +
-                           (n / 32 + 1) * sizeof(ql_split_block) + QL_GPTQ_DEFAULT_BLOCK * 8;
+    const size_t per_row = GPTQ_ROW_BATCH * (n * (sizeof(double) + sizeof(float) + 1 + sizeof(bool)) +
+                           (n / 32 + 1) * sizeof(ql_split_block) + QL_GPTQ_DEFAULT_BLOCK * 8);
     return n * n * sizeof(double) + n * (sizeof(int64_t) + sizeof(bool) + sizeof(double)) +
            (size_t)(threads > 0 ? threads : 1) * per_row;
 }
@@ -341,29 +361,39 @@ ql_status ql_gptq_quantize_rows(const ql_gptq_factor *f, int32_t type, const flo
     const size_t row_bytes = ql_row_size(type, n);
     const int64_t nb = n / bs;
     int failed = 0;
-#pragma omp parallel reduction(| : failed) num_threads(ql_threads_get()) if (nrows > 1)
+    const int64_t n_batches = (nrows + GPTQ_ROW_BATCH - 1) / GPTQ_ROW_BATCH;
+#pragma omp parallel reduction(| : failed) num_threads(ql_threads_get()) if (n_batches > 1)
     {
-        row_work rw;
-        rw.w = malloc((size_t)n * sizeof *rw.w);
-        rw.cur = malloc((size_t)n * sizeof *rw.cur);
-        rw.e = malloc((size_t)o->block * sizeof *rw.e);
-        rw.L = malloc((size_t)n);
-        rw.blk = malloc((size_t)nb * sizeof *rw.blk);
-        rw.chosen = malloc((size_t)nb * sizeof *rw.chosen);
-        const bool ok = rw.w && rw.cur && rw.e && rw.L && rw.blk && rw.chosen;
+        row_work rws[GPTQ_ROW_BATCH];
+        bool ok = true;
+        for (int r = 0; r < GPTQ_ROW_BATCH; r++) {
+            row_work *rw = &rws[r];
+            rw->w = malloc((size_t)n * sizeof *rw->w);
+            rw->cur = malloc((size_t)n * sizeof *rw->cur);
+            rw->e = malloc((size_t)o->block * sizeof *rw->e);
+            rw->L = malloc((size_t)n);
+            rw->blk = malloc((size_t)nb * sizeof *rw->blk);
+            rw->chosen = malloc((size_t)nb * sizeof *rw->chosen);
+            ok = ok && rw->w && rw->cur && rw->e && rw->L && rw->blk && rw->chosen;
+        }
         if (!ok)
             failed = 1;
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < nrows; r++)
+        for (int64_t bi = 0; bi < n_batches; bi++) {
+            const int64_t r0 = bi * GPTQ_ROW_BATCH;
+            const int nr = (int)(nrows - r0 < GPTQ_ROW_BATCH ? nrows - r0 : GPTQ_ROW_BATCH);
             if (ok)
-                gptq_row(type, bs, src + r * n, imatrix, f->dead, f->perm, f->U, n, o, &rw,
-                         (uint8_t *)dst + (size_t)r * row_bytes, t->type_size);
-        free(rw.w);
-        free(rw.cur);
-        free(rw.e);
-        free(rw.L);
-        free(rw.blk);
-        free(rw.chosen);
+                gptq_rows(type, bs, src + r0 * n, nr, imatrix, f->dead, f->perm, f->U, n, o, rws,
+                          (uint8_t *)dst + (size_t)r0 * row_bytes, row_bytes, t->type_size);
+        }
+        for (int r = 0; r < GPTQ_ROW_BATCH; r++) {
+            free(rws[r].w);
+            free(rws[r].cur);
+            free(rws[r].e);
+            free(rws[r].L);
+            free(rws[r].blk);
+            free(rws[r].chosen);
+        }
     }
     if (failed)
         return ql_error_set(err, QL_ENOMEM, "gptq: no memory for a row's work arrays (%lld values)",
