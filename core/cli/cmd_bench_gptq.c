@@ -143,9 +143,9 @@ int ql_bench_gptq(int argc, char **argv)
            shape, (long long)dim, (long long)ff, so.layers, ql_threads_get(),
            (double)hess_bytes / 1048576.0, t_hess / tokens * 1000.0, (long long)max_in,
            (double)ql_gptq_work_bytes(max_in, ql_threads_get()) / 1048576.0);
-    printf("%-7s %12s %12s %8s   (seconds for the model's %d blocks; GPTQ: a factorization "
-           "per input + %d rows per matrix timed, scaled to all rows)\n",
-           "type", "ggml s", "gptq s", "ratio", so.layers, rows);
+    printf("%-7s %12s %12s %12s %8s   (seconds for the model's %d blocks; GPTQ: a "
+           "factorization per input + %d rows per matrix timed, scaled to all rows)\n",
+           "type", "ggml s", "gptq s", "of it factor", "ratio", so.layers, rows);
     for (int ti = 0; ti < QL_TYPE_ID_LIMIT; ti++) {
         const ql_type_traits *tr = ql_type_get(ti);
         if (!tr || !ql_split_applies(ti))
@@ -158,7 +158,7 @@ int ql_bench_gptq(int argc, char **argv)
             if (!strstr(pad, key))
                 continue;
         }
-        double t_ggml = 0, t_gptq = 0;
+        double t_ggml = 0, t_gptq = 0, t_fact = 0;
         bool skipped = false;
         for (int i = 0; i < n_mats && rc == QL_EXIT_OK; i++) {
             const int64_t n = mats[i].n_in, m = mats[i].n_out;
@@ -200,11 +200,13 @@ int ql_bench_gptq(int argc, char **argv)
                 break;
             }
             t_gptq += (first ? t_factor : 0.0) + t_rows / (double)r * (double)m;
+            t_fact += first ? t_factor : 0.0;
         }
         if (rc != QL_EXIT_OK)
             break;
-        printf("%-7s %12.2f %12.2f %7.1fx%s\n", tr->name, t_ggml * so.layers, t_gptq * so.layers,
-               t_gptq / t_ggml, skipped ? "  (rows that do not split skipped)" : "");
+        printf("%-7s %12.2f %12.2f %12.2f %7.1fx%s\n", tr->name, t_ggml * so.layers,
+               t_gptq * so.layers, t_fact * so.layers, t_gptq / t_ggml,
+               skipped ? "  (rows that do not split skipped)" : "");
         fflush(stdout);
     }
 out:
