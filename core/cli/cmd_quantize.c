@@ -447,7 +447,7 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
 
 /* --quantizer gptq: the plan ql_quant_model will follow, the calibration text in
  * chunks, then GPTQ's layer-by-layer pass, whose tensors opts->prequant hands over. */
-static ql_status run_gptq(const args *a, const ql_model *m, ql_quant_model_opts *opts,
+static ql_status run_gptq(args *a, const ql_model *m, ql_quant_model_opts *opts,
                           ql_gptq_set **set, ql_error *err)
 {
     ql_quant_config cfg = opts->cfg;
@@ -485,6 +485,22 @@ static ql_status run_gptq(const args *a, const ql_model *m, ql_quant_model_opts 
            sum.seconds_forward);
     opts->prequant = ql_gptq_set_lookup;
     opts->prequant_ctx = *set;
+    /* The file says how it was rounded (llama.cpp ignores keys it does not know), unless
+     * an --override-kv sets the key itself. */
+    static char kv_text[256];
+    snprintf(kv_text, sizeof kv_text, "quantize.quantizer=str:gptq%s%s", o[0] ? ":" : "", o);
+    bool given = false;
+    for (int i = 0; i < a->n_overrides; i++)
+        given = given || strcmp(a->overrides[i].key, "quantize.quantizer") == 0;
+    if (!given && !(st = ql_quant_kv_override_parse(kv_text, &a->overrides[a->n_overrides], err))) {
+        /* First, so that a user's overrides still come after it. */
+        ql_quant_kv_override mine = a->overrides[a->n_overrides];
+        memmove(a->overrides + 1, a->overrides, (size_t)a->n_overrides * sizeof *a->overrides);
+        a->overrides[0] = mine;
+        a->n_overrides++;
+        opts->kv_overrides = a->overrides;
+        opts->n_kv_overrides = a->n_overrides;
+    }
 out:
     ql_ppl_data_deinit(&data);
     ql_tokenizer_free(tok);

@@ -42,6 +42,8 @@ expect 0 "qlab quantize --quantizer gptq" "$qlab" quantize "$QLAB_SHARED/models/
     q.gguf Q4_0 --pure --imatrix "$im" --quantizer gptq --calib tinystories-calib \
     --calib-ctx 128 --calib-chunks 32 --threads 1 --quiet
 has "$tmp/out" "quantizer gptq: 30 tensors by GPTQ" "quantize says what GPTQ did"
+expect 0 "inspect the GPTQ file" "$qlab" inspect q.gguf
+has "$tmp/out" 'quantize.quantizer                      str            "gptq"' "the file records its quantizer"
 expect 0 "eval of the GPTQ file" "$qlab" eval q.gguf --base stories260K --kl-divergence \
     --text tinystories-valid --ctx 128 --chunks 24 --json --quiet
 got=$(sed -n 's/^ *"kld_mean": *\([-0-9.e]*\),*$/\1/p' "$tmp/out")
