@@ -3,7 +3,9 @@
 # block between "<!-- report:SWEEP -->" and "<!-- /report:SWEEP -->" is replaced by
 # the table `qlab report` wrote to results/SWEEP/report.md (summary lines, table and
 # the notes under it, without what report.md marks as details: tensor types,
-# comparisons, plot links, the legend). Run the sweeps first; the numbers come from
+# comparisons, plot links, the legend); a block "<!-- pairs:SWEEP:AXIS -->" gets the
+# report's one-axis comparison table of AXIS (its paired-bootstrap intervals, from the
+# details). Run the sweeps first; the numbers come from
 # qlab, not from hand editing. With SWEEP names, only their blocks are replaced (the
 # others stay as they are: a store that holds only some sweeps).
 #   usage: scripts/readme-tables.sh [QLAB] [DB] [SWEEP...]
@@ -36,7 +38,28 @@ awk -v dir="$out" -v only="$only" '
         skipping = 1
         next
     }
-    /^<!-- \/report:[^ ]+ -->$/ { skipping = 0 }
+    /^<!-- pairs:[^ :]+:[^ ]+ -->$/ {
+        spec = $0; sub(/^<!-- pairs:/, "", spec); sub(/ -->$/, "", spec)
+        name = spec; sub(/:.*/, "", name)
+        axis = spec; sub(/^[^:]*:/, "", axis)
+        if (only != "  " && index(only, " " name " ") == 0) { print; next }
+        print
+        file = dir "/" name "/report.md"
+        # The lines after "AXIS:" up to the end of its table (from the start of the file: a
+        # report block may have read it already).
+        close(file)
+        state = 0
+        while ((getline line < file) > 0) {
+            if (state == 0 && line == axis ":") { state = 1; continue }
+            if (state == 1 && line ~ /^\|/) state = 2
+            if (state == 2) { if (line !~ /^\|/) break; print line }
+        }
+        close(file)
+        if (state != 2) { print "no " axis " comparisons in the report of " name > "/dev/stderr"; exit 1 }
+        skipping = 1
+        next
+    }
+    /^<!-- \/(report|pairs):[^ ]+ -->$/ { skipping = 0 }
     !skipping { print }
 ' "$out/README.in" >"$out/README.new"
 # Replaced only when every table was found: a missing report leaves README.md as it was

@@ -243,10 +243,12 @@ out:
 
 static void bench_help(const ql_opt_parser *p)
 {
-    printf("usage: qlab bench act|forward|quant [options]\n\n"
+    printf("usage: qlab bench act|forward|gptq|quant [options]\n\n"
            "Benchmarks:\n"
            "  act       activation rounding and int8 products (qlab bench act --help)\n"
            "  forward   tokens/s of the reference forward pass (qlab bench forward --help)\n"
+           "  gptq      GPTQ's time and memory per type against ggml's quantizer\n"
+           "            (qlab bench gptq --help)\n"
            "  quant     quantize/dequantize throughput per type (qlab bench quant --help)\n\n");
     ql_opt_print_options(stdout, p);
 }
@@ -254,7 +256,7 @@ static void bench_help(const ql_opt_parser *p)
 int ql_cmd_bench(int argc, char **argv)
 {
     const char *args[1];
-    static const char *const names[] = {"a benchmark name (act, forward, quant)"};
+    static const char *const names[] = {"a benchmark name (act, forward, gptq, quant)"};
     ql_opt_parser p = {.prog = "qlab bench",
                        .args = args,
                        .max_args = 1,
@@ -273,5 +275,7 @@ int ql_cmd_bench(int argc, char **argv)
         return bench_quant(argc, argv);
     if (strcmp(args[0], "forward") == 0)
         return ql_bench_forward(argc, argv);
-    return ql_opt_usage(&p, "unknown benchmark '%s' (known: act, forward, quant)", args[0]);
+    if (strcmp(args[0], "gptq") == 0)
+        return ql_bench_gptq(argc, argv);
+    return ql_opt_usage(&p, "unknown benchmark '%s' (known: act, forward, gptq, quant)", args[0]);
 }

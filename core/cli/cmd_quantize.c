@@ -6,10 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/data.h"
 #include "base/suggest.h"
 #include "base/util.h"
 #include "cli.h"
 #include "commands.h"
+#include "experiment/gptq_pass.h"
 #include "experiment/imatrix.h"
 #include "formats/types.h"
 #include "model/gguf.h"
@@ -222,7 +224,29 @@ typedef struct {
     int n_overrides;
     const char **include, **exclude;
     int n_include, n_exclude;
+    /* --quantizer gptq[:OPTS] (else ggml's) and its calibration text. */
+    bool gptq;
+    ql_gptq_opts gptq_opts;
+    const char *calib;
+    int calib_ctx, calib_chunks;
+    uint64_t mem;
 } args;
+
+/* --quantizer ggml | gptq[:OPTS]. */
+static ql_status parse_quantizer(void *ctx, const char *val, ql_error *err)
+{
+    args *a = ctx;
+    if (strcmp(val, "ggml") == 0) {
+        a->gptq = false;
+        return QL_OK;
+    }
+    if (strncmp(val, "gptq", 4) == 0 && (val[4] == '\0' || val[4] == ':')) {
+        a->gptq = true;
+        return ql_gptq_opts_parse(val[4] ? val + 5 : "", &a->gptq_opts, err);
+    }
+    return ql_error_set(err, QL_EINVAL, "unknown quantizer '%s' (expected ggml or gptq[:OPTS])",
+                        val);
+}
 
 /* --override-kv KEY=TYPE:VALUE, repeatable. */
 static ql_status add_override(void *ctx, const char *val, ql_error *err)
@@ -421,6 +445,69 @@ static void print_report(const ql_quant_model_report *r, const char *out_path, b
     }
 }
 
+/* --quantizer gptq: the plan ql_quant_model will follow, the calibration text in
+ * chunks, then GPTQ's layer-by-layer pass, whose tensors opts->prequant hands over. */
+static ql_status run_gptq(args *a, const ql_model *m, ql_quant_model_opts *opts,
+                          ql_gptq_set **set, ql_error *err)
+{
+    ql_quant_config cfg = opts->cfg;
+    cfg.has_imatrix = opts->imatrix != NULL;
+    ql_quant_plan *plan = NULL;
+    ql_tokenizer *tok = NULL;
+    ql_ppl_data data;
+    memset(&data, 0, sizeof data);
+    char text_path[QL_PATH_MAX];
+    int ctx = a->calib_ctx;
+    if (ctx <= 0)
+        ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 512 ? (int)m->hp.n_ctx_train : 512;
+    ql_status st;
+    if ((st = ql_quant_plan_build(m->gguf, &cfg, &plan, err)) ||
+        (st = ql_data_resolve(a->calib, text_path, sizeof text_path, NULL, err)) ||
+        (st = ql_tokenizer_from_gguf(&tok, m->gguf, err)) ||
+        (st = ql_ppl_data_from_file(&data, tok, text_path, ctx, a->calib_chunks, err)))
+        goto out;
+    ql_gptq_pass_opts po = {.gptq = a->gptq_opts,
+                            .imatrix = opts->imatrix,
+                            .imatrix_ctx = opts->imatrix_ctx,
+                            .mem = (size_t)a->mem,
+                            .quiet = opts->quiet};
+    ql_gptq_pass_summary sum;
+    if ((st = ql_gptq_pass_run(m, plan, &data, &po, set, &sum, err)))
+        goto out;
+    char o[160];
+    ql_gptq_opts_print(&a->gptq_opts, o, sizeof o);
+    printf("quantizer gptq%s%s: %lld tensors by GPTQ, %lld by ggml's quantizer (types that do "
+           "not split); calibration %s: %lld chunks of %d tokens; memory planned %.1f MiB "
+           "(Hessians of a block %.1f MiB); %.2f s Hessians, %.2f s GPTQ, %.2f s forward\n",
+           o[0] ? ":" : "", o, (long long)sum.n_gptq, (long long)sum.n_ggml, text_path,
+           (long long)data.n_chunks, ctx, (double)sum.bytes_planned / 1048576.0,
+           (double)sum.hessian_bytes / 1048576.0, sum.seconds_hessian, sum.seconds_gptq,
+           sum.seconds_forward);
+    opts->prequant = ql_gptq_set_lookup;
+    opts->prequant_ctx = *set;
+    /* The file says how it was rounded (llama.cpp ignores keys it does not know), unless
+     * an --override-kv sets the key itself. */
+    static char kv_text[256];
+    snprintf(kv_text, sizeof kv_text, "quantize.quantizer=str:gptq%s%s", o[0] ? ":" : "", o);
+    bool given = false;
+    for (int i = 0; i < a->n_overrides; i++)
+        given = given || strcmp(a->overrides[i].key, "quantize.quantizer") == 0;
+    if (!given && !(st = ql_quant_kv_override_parse(kv_text, &a->overrides[a->n_overrides], err))) {
+        /* First, so that a user's overrides still come after it. */
+        ql_quant_kv_override mine = a->overrides[a->n_overrides];
+        memmove(a->overrides + 1, a->overrides, (size_t)a->n_overrides * sizeof *a->overrides);
+        a->overrides[0] = mine;
+        a->n_overrides++;
+        opts->kv_overrides = a->overrides;
+        opts->n_kv_overrides = a->n_overrides;
+    }
+out:
+    ql_ppl_data_deinit(&data);
+    ql_tokenizer_free(tok);
+    ql_quant_plan_free(plan);
+    return st;
+}
+
 /* --tensor-type REGEX=T, repeatable: the rules in the order given. */
 static ql_status add_rule(void *ctx, const char *val, ql_error *err)
 {
@@ -494,6 +581,21 @@ static int parse_args(int argc, char **argv, args *a, ql_quant_model_opts *opts,
                    "weigh the --stats errors by FILE instead of --imatrix (quantization\n"
                    "does not use it): compares files quantized with and without an\n"
                    "imatrix on the same scale"),
+        ql_opt_func("quantizer", 0, parse_quantizer, a, "Q",
+                    "ggml (default: llama-quantize's rounding) or gptq[:OPTS]: GPTQ's\n"
+                    "error-compensating rounding into the same formats, from the\n"
+                    "Hessians of --calib, block by block; OPTS damp=0.01,\n"
+                    "order=natural|act, scales=lazy|static, block=128,\n"
+                    "inputs=quantized|reference (GPTQ's defaults)"),
+        ql_opt_str("calib", 0, &a->calib, "FILE|NAME",
+                   "calibration text of --quantizer gptq (a path or a dataset name)"),
+        ql_opt_int("calib-ctx", 0, &a->calib_ctx, 4, 1 << 20, "N",
+                   "its chunk length (default 512, or the model's context if smaller)"),
+        ql_opt_int("calib-chunks", 0, &a->calib_chunks, 1, 1 << 30, "K",
+                   "at most K chunks of it (default: every whole chunk)"),
+        ql_opt_size("mem", 0, &a->mem, "SIZE",
+                    "memory budget of the GPTQ pass (its Hessians, residual streams and\n"
+                    "inverse factor are planned against it; default: no limit)"),
         ql_opt_flag("quiet", 'q', &opts->quiet, "no progress line"),
     };
     const char *pos[4] = {NULL, NULL, NULL, NULL};
@@ -547,6 +649,10 @@ static int parse_args(int argc, char **argv, args *a, ql_quant_model_opts *opts,
     }
     if (stats_imat->path && !opts->stats)
         return ql_opt_usage(&p, "--stats-imatrix weighs --stats; add --stats");
+    if (a->gptq && !a->calib)
+        return ql_opt_usage(&p, "--quantizer gptq needs --calib TEXT (its Hessians' text)");
+    if (!a->gptq && (a->calib || ql_opt_given(&p, "calib-ctx") || ql_opt_given(&p, "calib-chunks")))
+        return ql_opt_usage(&p, "--calib is the text of --quantizer gptq; add it");
     if (a->n_include && a->n_exclude)
         return ql_opt_usage(&p, "--include-weights and --exclude-weights exclude each other "
                                 "(as in llama-quantize)");
@@ -571,6 +677,7 @@ int ql_cmd_quantize(int argc, char **argv)
               .overrides = calloc((size_t)argc + 1, sizeof(ql_quant_kv_override)),
               .include = calloc((size_t)argc + 1, sizeof(const char *)),
               .exclude = calloc((size_t)argc + 1, sizeof(const char *))};
+    ql_gptq_opts_default(&a.gptq_opts);
     if (!a.rules || !a.overrides || !a.include || !a.exclude) {
         free(a.rules);
         free(a.overrides);
@@ -596,6 +703,7 @@ int ql_cmd_quantize(int argc, char **argv)
     ql_model *loaded = NULL;
     const ql_gguf *model = NULL;
     ql_quant_imatrix_meta meta = {NULL, NULL, 0, 0};
+    ql_gptq_set *gptq_set = NULL;
     if (ql_quant_overrides_parse(a.rules, a.n_rules, &overrides, &err)) {
         rc = ql_opt_usage_prog("qlab quantize", "%s", err.msg);
         goto out;
@@ -653,12 +761,17 @@ int ql_cmd_quantize(int argc, char **argv)
                 "qlab: note: %s is one file, not a split set: --keep-split writes %s as "
                 "one file\n",
                 paths[0], paths[1]);
+    if (a.gptq && run_gptq(&a, loaded, &opts, &gptq_set, &err)) {
+        rc = ql_cli_fail(&err);
+        goto out;
+    }
     if (ql_quant_model(paths[0], paths[1], &opts, &r, &err)) {
         rc = ql_cli_fail(&err);
         goto out;
     }
     print_report(r, paths[1], opts.stats, model, &imat, &stats_imat, &a);
 out:
+    ql_gptq_set_free(gptq_set);
     ql_quant_model_report_free(r);
     ql_quant_overrides_free(overrides);
     free(a.rules);

@@ -7,6 +7,7 @@ int ql_cmd_bench(int argc, char **argv);
 int ql_cmd_merge(int argc, char **argv);
 int ql_bench_act(int argc, char **argv);     /* qlab bench act (cmd_bench_act.c) */
 int ql_bench_forward(int argc, char **argv); /* qlab bench forward (cmd_bench_forward.c) */
+int ql_bench_gptq(int argc, char **argv);    /* qlab bench gptq (cmd_bench_gptq.c) */
 int ql_cmd_compare(int argc, char **argv);
 int ql_cmd_eval(int argc, char **argv);
 int ql_cmd_generate(int argc, char **argv);

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "base/util.h"
+#include "formats/quant_split.h"
 
 /* ---------------------------------------------------------------- names */
 
@@ -65,6 +66,8 @@ static const ql_capability capabilities[] = {
     {QL_AXIS_OBJECTIVE, "imatrix", true},
     {QL_AXIS_OBJECTIVE, "kld", true},
     {QL_AXIS_OBJECTIVE, "kld:<grouping>", true},
+    {QL_AXIS_QUANTIZER, "ggml", true},
+    {QL_AXIS_QUANTIZER, "gptq", true},
 };
 
 size_t ql_config_capabilities(const ql_capability **out)
@@ -777,6 +780,40 @@ static const char *class_tensor_types(const ql_config *c)
     return c->tensor_types[0] ? "<rules>" : "none";
 }
 
+/* quantizer: ggml, or gptq[:OPTS] (formats/gptq.h's options; canonical: those that
+ * differ from GPTQ's defaults, in its fixed order). */
+static ql_status parse_quantizer(ql_config *c, const char *v, ql_error *err)
+{
+    ql_gptq_opts_default(&c->gptq);
+    if (strcasecmp(v, "ggml") == 0) {
+        c->quantizer_gptq = false;
+        return QL_OK;
+    }
+    if (strncasecmp(v, "gptq", 4) == 0 && (v[4] == '\0' || v[4] == ':')) {
+        c->quantizer_gptq = true;
+        ql_status st = ql_gptq_opts_parse(v[4] ? v + 5 : "", &c->gptq, err);
+        return st ? ql_error_prefix(err, "quantizer: ") : QL_OK;
+    }
+    return ql_error_set(err, QL_EFORMAT,
+                        "quantizer: unknown quantizer '%s' (ggml, or gptq[:damp=X,order=natural|"
+                        "act,scales=lazy|static,block=N,inputs=quantized|reference])",
+                        v);
+}
+
+static int print_quantizer(const ql_config *c, char *buf, size_t size)
+{
+    if (!c->quantizer_gptq)
+        return snprintf(buf, size, "ggml");
+    char o[160];
+    ql_gptq_opts_print(&c->gptq, o, sizeof o);
+    return snprintf(buf, size, "gptq%s%s", o[0] ? ":" : "", o);
+}
+
+static const char *class_quantizer(const ql_config *c)
+{
+    return c->quantizer_gptq ? "gptq" : "ggml";
+}
+
 ql_quant_config ql_config_quant_request(const ql_config *c, const ql_quant_overrides *rules,
                                         bool has_imatrix)
 {
@@ -1029,7 +1066,7 @@ static ql_status validate_file(const ql_config *c, ql_axis *bad_axis, ql_error *
     ql_config_init(&d);
     const ql_axis weight_axes[] = {QL_AXIS_OUTLIER_RATIO, QL_AXIS_HEAD_TYPE, QL_AXIS_EMBD_TYPE,
                                    QL_AXIS_IMATRIX,       QL_AXIS_BUDGET,    QL_AXIS_TENSOR_TYPES,
-                                   QL_AXIS_OBJECTIVE};
+                                   QL_AXIS_OBJECTIVE,     QL_AXIS_QUANTIZER};
     for (size_t i = 0; i < sizeof weight_axes / sizeof weight_axes[0]; i++) {
         char v[QL_CONFIG_VALUE_MAX], dv[QL_CONFIG_VALUE_MAX];
         ql_config_axis_string(c, weight_axes[i], v, sizeof v);
@@ -1067,6 +1104,28 @@ ql_status ql_config_validate(const ql_config *c, ql_axis *bad_axis, ql_error *er
                       "objective kld measures each tensor's sensitivity on the calibration text "
                       "of imatrix = calib:<text>, but imatrix is %s",
                       c->imatrix_kind == QL_IMATRIX_NONE ? "none" : "a file");
+    if (c->quantizer_gptq) {
+        ql_config_axis_string(c, QL_AXIS_QUANTIZER, v, sizeof v);
+        if (c->imatrix_kind != QL_IMATRIX_CALIB)
+            return broken(bad_axis, QL_AXIS_QUANTIZER, err,
+                          "quantizer %s takes its Hessians from the calibration text of imatrix "
+                          "= calib:<text>, but imatrix is %s",
+                          v, c->imatrix_kind == QL_IMATRIX_NONE ? "none" : "a file");
+        if (!c->weight_mix && !ql_split_applies(c->weight_type))
+            return broken(bad_axis, QL_AXIS_QUANTIZER, err,
+                          "quantizer %s does not apply to %s: %s", v,
+                          ql_type_name(c->weight_type), ql_split_why_not(c->weight_type));
+        if (c->outlier_ratio > 0)
+            return broken(bad_axis, QL_AXIS_QUANTIZER, err,
+                          "quantizer %s with an outlier split is not implemented (the split's "
+                          "exact columns would leave GPTQ's Hessian)",
+                          v);
+        if (c->budget_kind != QL_BUDGET_NONE)
+            return broken(bad_axis, QL_AXIS_QUANTIZER, err,
+                          "quantizer %s with a budget is not implemented (the solver's error "
+                          "tables are ggml's)",
+                          v);
+    }
     if (c->budget_kind == QL_BUDGET_NONE)
         return QL_OK;
     /* A budget: the exact-fit solver chooses every tensor's type up to weight_type. */

@@ -45,6 +45,7 @@
 
 #include "base/error.h"
 #include "base/suggest.h" /* ql_closest_name, which the parsers here use */
+#include "formats/gptq.h"
 #include "formats/types.h"
 #include "model/quant_policy.h"
 
@@ -97,7 +98,12 @@
       "objective", NULL,                                                                           \
       QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT | QL_AXIS_OMIT_DEFAULT,                        \
       "what a budget's solver minimises: 'imatrix' (weighted weight error) or 'kld' (measured "    \
-      "sensitivities; 'kld:module', 'kld:layer', 'kld:kind': of groups that take one type)")
+      "sensitivities; 'kld:module', 'kld:layer', 'kld:kind': of groups that take one type)")      \
+    X(QUANTIZER,     quantizer,     quantizer_gptq, gptq,          "ggml", TEXT, 11,               \
+      "quantizer", NULL,                                                                           \
+      QL_AXIS_WEIGHTS | QL_AXIS_LABEL_SKIPS_DEFAULT | QL_AXIS_OMIT_DEFAULT,                        \
+      "'ggml' (llama-quantize's rounding) or 'gptq[:OPTS]' (GPTQ into the same formats; OPTS "     \
+      "the options that differ from GPTQ's defaults)")
 // clang-format on
 
 /* Flags of an axis. */
@@ -227,6 +233,10 @@ typedef struct {
     /* --tensor-type rules in canonical form (REGEX=TYPE;...; patterns lowercased as
      * the policy matches them, types as GGUF spells them); "" = none. */
     char tensor_types[QL_CONFIG_RECIPE_MAX];
+    /* quantizer: gptq (formats/gptq.h: its Hessians from the calibration text of
+     * imatrix = calib:TEXT, experiment/gptq_pass.h), else ggml's own rounding. */
+    bool quantizer_gptq;
+    ql_gptq_opts gptq; /* its options; GPTQ's defaults with quantizer ggml */
 } ql_config;
 
 /* Axis names ("weight_type"); ql_axis_lookup is exact (axis names are lower case). */

@@ -10,9 +10,11 @@
 #include "base/progress.h"
 #include "base/util.h"
 #include "experiment/fit.h"
+#include "experiment/gptq_pass.h"
 #include "experiment/metrics.h"
 #include "experiment/outliers.h"
 #include "formats/quant_int8row.h"
+#include "formats/quant_split.h"
 #include "formats/zlib_size.h"
 #include "formats/types.h"
 #include "model/gguf.h"
@@ -26,6 +28,10 @@ typedef struct {
     int32_t type;
     const ql_imatrix *imatrix; /* importance used to quantize (identity), NULL = none */
     const ql_outlier_cols *oc; /* outlier columns kept exact (identity), NULL = none */
+    /* GPTQ's tensors: the SHA-256 of the quantizer, the calibration text, the importance
+     * and every tensor's type in the plan (whose earlier blocks' types change a block's
+     * Hessians); "" for ggml's rounding (identity). */
+    char gkey[65];
     uint64_t outlier_bytes;    /* f32 values and indices of those columns */
     void *q;                   /* quantized bytes (storage type: Q8_0 for Q8_0_XC) */
     size_t q_bytes;
@@ -58,6 +64,10 @@ struct ql_qweights {
      * matrix, expert after expert for a stacked tensor */
     float *imat_buf;
     float *metric_buf; /* (max_cols,) the same from the metric imatrix */
+    /* The config being built with quantizer gptq: its key and the pass's tensors (NULL
+     * when every one of them was cached). */
+    char gkey[65];
+    ql_gptq_set *gset;
 };
 
 static void qtensor_release(qtensor *t)
@@ -321,11 +331,12 @@ static void qcache_trim(qcache *c, const ql_quant_plan *plan)
 }
 
 static qtensor *qcache_find(qcache *c, const char *name, int32_t type, const ql_imatrix *im,
-                            const ql_outlier_cols *oc)
+                            const ql_outlier_cols *oc, const char *gkey)
 {
     for (size_t i = 0; i < c->n; i++) {
         qtensor *t = &c->items[i];
-        if (t->type == type && t->imatrix == im && t->oc == oc && strcmp(t->name, name) == 0) {
+        if (t->type == type && t->imatrix == im && t->oc == oc && strcmp(t->name, name) == 0 &&
+            strcmp(t->gkey, gkey) == 0) {
             t->last_use = c->clock;
             return t;
         }
@@ -373,6 +384,14 @@ void ql_qweights_free(ql_qweights *q)
     free(q);
 }
 
+/* Whether the config being built (quantizer gptq) takes this tensor from GPTQ's pass: a
+ * block's product whose type changes and splits (quant_split.h). The head and the
+ * embeddings are not block products: ggml's rounding, as GPTQ leaves them. */
+static bool gptq_tensor(const ql_qweights *q, const ql_quant_plan_entry *e, const ql_linear *lin)
+{
+    return q->gkey[0] && lin->layer >= 0 && e->used != lin->src_type && ql_split_applies(e->used);
+}
+
 /* The cached quantized tensor for (name, type, imatrix, outlier columns), quantizing it
  * on a miss from the reference's src (decoded to f32 for the time of the quantization). */
 static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const ql_linear *src_lin,
@@ -382,7 +401,8 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
     /* Without columns to keep, a split is a plain quantization: share its entry. */
     if (oc && oc->n == 0 && !ql_type_get(e->used)->exact_outliers)
         oc = NULL;
-    qtensor *t = qcache_find(&q->cache, e->name, e->used, im, oc);
+    const char *gkey = gptq_tensor(q, e, src_lin) ? q->gkey : "";
+    qtensor *t = qcache_find(&q->cache, e->name, e->used, im, oc, gkey);
     if (t) {
         *out = t;
         return QL_OK;
@@ -394,13 +414,19 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
     nt.type = e->used;
     nt.imatrix = im;
     nt.oc = oc;
+    ql_strlcpy(nt.gkey, gkey, sizeof nt.gkey);
     nt.nrows = e->nrows;
     nt.n_per_row = e->n_per_row;
     nt.q_bytes = (size_t)e->bytes;
     nt.n_mat = n_mat_of(src_lin);
     const size_t n = (size_t)(e->nrows * e->n_per_row);
     ql_weight_error *per_mat = calloc((size_t)nt.n_mat, sizeof *per_mat);
-    const bool split = oc || ql_type_get(e->used)->exact_outliers;
+    const void *pre =
+        gkey[0] && q->gset ? ql_gptq_set_lookup(q->gset, e->name, e->used, e->bytes) : NULL;
+    if (gkey[0] && !pre)
+        return ql_error_set(err, QL_EINVAL, "gptq: the pass made no '%s' in %s", e->name,
+                            ql_type_name(e->used));
+    const bool split = oc || ql_type_get(e->used)->exact_outliers || pre;
     const bool keep_cols = oc && oc->n > 0 && !ql_type_get(e->used)->exact_outliers;
     /* The outlier split needs the whole tensor in f32; a plain quantization goes piece
      * by piece (quantize_pieces). */
@@ -419,7 +445,13 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
         (st = ql_calib_column_weights(im, e->name, cols, q->imat_buf, &qw, err)) ||
         (st = ql_calib_column_weights(q->metric_imatrix, e->name, cols, q->metric_buf, &mw, err)))
         goto out;
-    if (split) {
+    if (pre) {
+        /* GPTQ's bytes, made by the pass for this config's plan; their error against the
+         * reference weights as any quantization's. */
+        memcpy(nt.q, pre, nt.q_bytes);
+        if ((st = measure_error(src_lin, e->used, nt.q, src, mw, per_mat, err)))
+            goto out;
+    } else if (split) {
         /* The outlier split (outliers.h): the columns stay exact, the rest is quantized
          * without them; Q8_0_XC keeps them exact inside Q8_0 blocks. Its error is that of
          * the effective weight (decoded, exact columns written back). Each expert of a
@@ -1029,6 +1061,89 @@ static ql_status build_file(ql_qweights *q, const ql_config *c, ql_qweights_resu
     return st;
 }
 
+/* The importance of a tensor for GPTQ's scale search, as build_weights gives it to ggml's
+ * (a ql_imatrix_lookup_fn over the slot's imatrix; one tensor at a time). */
+typedef struct {
+    ql_qweights *q;
+    const ql_imatrix *im;
+} gptq_importance;
+
+static const float *gptq_imatrix(void *ctx, const char *tensor, int64_t n_per_row, int64_t n_mats)
+{
+    const gptq_importance *g = ctx;
+    const float *out = NULL;
+    ql_error e;
+    if (ql_calib_column_weights(g->im, tensor, n_per_row * n_mats, g->q->imat_buf, &out, &e))
+        return NULL;
+    return out;
+}
+
+/* With quantizer gptq: the key of the config's GPTQ tensors (gkey) and, unless every one
+ * of them is cached under it, GPTQ's layer-by-layer pass over the calibration text of the
+ * config's calib: imatrix for the plan's types (q->gset). */
+static ql_status gptq_prepare(ql_qweights *q, ql_calib *cal, const ql_config *c,
+                              const ql_calib_slot *slot, const ql_quant_plan *plan,
+                              double *seconds, ql_error *err)
+{
+    q->gkey[0] = '\0';
+    if (!c->quantizer_gptq)
+        return QL_OK;
+    const double t0 = ql_now();
+    ql_ppl_data d;
+    char text_sha[65];
+    ql_status st = ql_calib_config_text(cal, c, &d, text_sha, err);
+    if (st)
+        return ql_error_prefix(err, "quantizer gptq: ");
+    /* The key: the quantizer, the text's chunks, the importance, every tensor's type. */
+    char qv[QL_CONFIG_VALUE_MAX];
+    ql_config_axis_string(c, QL_AXIS_QUANTIZER, qv, sizeof qv);
+    size_t cap = 512 + (size_t)plan->n * (QL_QUANT_NAME_MAX + 16), len = 0;
+    char *k = malloc(cap);
+    if (!k) {
+        ql_ppl_data_deinit(&d);
+        return ql_error_set(err, QL_ENOMEM, "out of memory for a GPTQ key");
+    }
+    const char *im_sha = ql_calib_slot_sha256(slot);
+    len += (size_t)snprintf(k + len, cap - len, "%s|%s|%d|%lld|%s", qv, text_sha, d.ctx,
+                            (long long)d.n_chunks, im_sha ? im_sha : "");
+    for (int64_t i = 0; i < plan->n && len < cap; i++)
+        len += (size_t)snprintf(k + len, cap - len, "|%s=%s", plan->entries[i].name,
+                                ql_type_name(plan->entries[i].used));
+    ql_sha256_hex(k, len < cap ? len : cap, q->gkey);
+    free(k);
+    bool all_cached = true;
+    const ql_imatrix *im = ql_calib_slot_imatrix(slot);
+    for (int64_t i = 0; i < plan->n && all_cached; i++) {
+        const ql_quant_plan_entry *e = &plan->entries[i];
+        const ql_linear *lin = ql_weights_find(q->model->weights, e->name);
+        if (lin && e->role != QL_ROLE_VECTOR && e->role != QL_ROLE_KEEP && gptq_tensor(q, e, lin))
+            all_cached = qcache_find(&q->cache, e->name, e->used, im, NULL, q->gkey) != NULL;
+    }
+    if (!all_cached) {
+        gptq_importance gi = {q, im};
+        ql_gptq_pass_opts po = {.gptq = c->gptq,
+                                .imatrix = im ? gptq_imatrix : NULL,
+                                .imatrix_ctx = &gi,
+                                .quiet = q->quiet};
+        ql_gptq_pass_summary sum;
+        st = ql_gptq_pass_run(q->model, plan, &d, &po, &q->gset, &sum, err);
+        if (st)
+            ql_error_prefix(err, "quantizer gptq: ");
+        else if (!q->quiet)
+            fprintf(stderr,
+                    "qlab: gptq: %lld tensors by GPTQ on %lld chunks of %d tokens, %.1f MiB "
+                    "planned (Hessians of a block %.1f MiB), %.2f s\n",
+                    (long long)sum.n_gptq, (long long)d.n_chunks, d.ctx,
+                    (double)sum.bytes_planned / 1048576.0, (double)sum.hessian_bytes / 1048576.0,
+                    ql_now() - t0);
+    }
+    ql_ppl_data_deinit(&d);
+    if (st)
+        q->gkey[0] = '\0';
+    *seconds = ql_now() - t0;
+    return st;
+}
+
 ql_status ql_qweights_build(ql_qweights *q, ql_calib *cal, const ql_config *c, ql_calib_slot *slot,
                             ql_qweights_result *r, ql_error *err)
 {
@@ -1049,9 +1164,18 @@ ql_status ql_qweights_build(ql_qweights *q, ql_calib *cal, const ql_config *c, q
         return st;
     }
     q->cache.clock++;
+    double gptq_seconds = 0;
+    if ((st = gptq_prepare(q, cal, c, slot, plan, &gptq_seconds, err))) {
+        ql_quant_plan_free(plan);
+        return st;
+    }
     uint64_t outlier_bytes = 0, outlier_bytes_body = 0;
     st = build_weights(q, plan, ql_calib_slot_imatrix(slot), os, r, &outlier_bytes,
                        &outlier_bytes_body, err);
+    r->quantize_seconds += gptq_seconds;
+    ql_gptq_set_free(q->gset);
+    q->gset = NULL;
+    q->gkey[0] = '\0';
     if (!st)
         st = install_act(c, plan, os, r, err);
     if (!st) {

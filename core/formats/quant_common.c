@@ -41,14 +41,24 @@ int ql_best_index_int8(int n, const int8_t *val, float x)
 /* ggml make_qx_quants with rmse_type 1 (the only mode the formats qlab writes use). */
 float ql_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float *qw)
 {
+    return ql_make_qx_quants_r(n, nmax, x, L, qw, NULL);
+}
+
+float ql_make_qx_quants_r(int n, int nmax, const float *x, int8_t *L, const float *qw,
+                          float *round_iscale)
+{
     float amax;
     const float max = ql_signed_absmax(x, n, &amax);
+    if (round_iscale)
+        *round_iscale = 0.f;
     if (amax < QL_GROUP_MAX_EPS) {
         for (int i = 0; i < n; ++i)
             L[i] = 0;
         return 0.f;
     }
     float iscale = -nmax / max;
+    if (round_iscale)
+        *round_iscale = iscale;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {
         int l = ql_nearest_int(iscale * x[i]);
@@ -79,6 +89,8 @@ float ql_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float 
             }
             scale = sumlx / suml2;
             best = scale * sumlx;
+            if (round_iscale)
+                *round_iscale = iscale;
         }
     }
     return scale;
@@ -141,6 +153,15 @@ float ql_make_qkx_quants(int n, int nmax, const float *x, const float *weights, 
                          float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
                          bool use_mad)
 {
+    return ql_make_qkx_quants_r(n, nmax, x, weights, L, the_min, Laux, rmin, rdelta, nstep,
+                                use_mad, NULL, NULL);
+}
+
+float ql_make_qkx_quants_r(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                           float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                           bool use_mad, float *round_iscale, float *round_min)
+{
+    float r_is = 0.f, r_min = 0.f;
     float min = x[0], max = x[0];
     float sum_w = weights[0];
     float sum_x = sum_w * x[0];
@@ -158,10 +179,16 @@ float ql_make_qkx_quants(int n, int nmax, const float *x, const float *weights, 
     if (max <= min) {
         memset(L, 0, (size_t)n);
         *the_min = -min;
+        if (round_iscale)
+            *round_iscale = 0.f;
+        if (round_min)
+            *round_min = min;
         return 0.f;
     }
     float iscale = (float)nmax / (max - min);
     float scale = 1 / iscale;
+    r_is = iscale;
+    r_min = min;
     float best_mad = 0;
     for (int i = 0; i < n; ++i) {
         int l = ql_nearest_int(iscale * (x[i] - min));
@@ -172,6 +199,10 @@ float ql_make_qkx_quants(int n, int nmax, const float *x, const float *weights, 
     }
     if (nstep < 1) {
         *the_min = -min;
+        if (round_iscale)
+            *round_iscale = r_is;
+        if (round_min)
+            *round_min = r_min;
         return scale;
     }
     for (int is = 0; is <= nstep; ++is) {
@@ -205,12 +236,18 @@ float ql_make_qkx_quants(int n, int nmax, const float *x, const float *weights, 
                 for (int i = 0; i < n; ++i)
                     L[i] = Laux[i];
                 best_mad = mad;
+                r_is = iscale;
+                r_min = min; /* the minimum these levels were rounded with */
                 scale = this_scale;
                 min = this_min;
             }
         }
     }
     *the_min = -min;
+    if (round_iscale)
+        *round_iscale = r_is;
+    if (round_min)
+        *round_min = r_min;
     return scale;
 }
 

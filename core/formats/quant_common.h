@@ -102,6 +102,12 @@ int ql_best_index_int8(int n, const int8_t *val, float x);
  * Returns the scale (negative when the largest magnitude is positive). */
 float ql_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float *qw);
 
+/* ql_make_qx_quants that also says how the levels it returns were rounded:
+ * L[i] = nmax + clamp(nearest_int(*round_iscale * x[i]), -nmax, nmax - 1) (0 for an
+ * all-zero group, whose levels are all 0). round_iscale may be NULL. */
+float ql_make_qx_quants_r(int n, int nmax, const float *x, int8_t *L, const float *qw,
+                          float *round_iscale);
+
 /* Q3_K's symmetric search with x^2 weights and coordinate-descent refinement
  * (ggml make_q3_quants with do_rmse): L[i] in [0, 2*nmax). Returns the scale. */
 float ql_make_q3_quants(int n, int nmax, const float *x, int8_t *L);
@@ -116,6 +122,13 @@ float ql_make_q3_quants(int n, int nmax, const float *x, int8_t *L);
 float ql_make_qkx_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
                          float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
                          bool use_mad);
+
+/* ql_make_qkx_quants that also says how the levels it returns were rounded:
+ * L[i] = clamp(nearest_int(*round_iscale * (x[i] - *round_min)), 0, nmax) (0 for a
+ * constant group). Either pointer may be NULL. */
+float ql_make_qkx_quants_r(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                           float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                           bool use_mad, float *round_iscale, float *round_min);
 
 /* Positive-only weighted search used to quantize K-quant sub-block scales and mins
  * and IQ2_XXS's starting scales (ggml make_qp_quants): L[i] in [0, nmax], value =

@@ -141,7 +141,9 @@ ql_status ql_quant_tensor_rows(const ql_quant_src *s, int32_t type, int64_t row0
         }
         const int64_t n = in_rows(s, r, stop - r) || stop - r < block ? stop - r : block;
         st = source_rows(s, r, n, &buf, &cap, &x, err);
-        if (!st)
+        if (!st && s->gptq)
+            st = ql_gptq_quantize_rows(s->gptq[mat], type, x, out, n, imat, err);
+        else if (!st)
             st = ql_quant_tensor(type, x, n, npr, imat, out, out_size, NULL, err);
         r += n;
     }
@@ -306,12 +308,18 @@ static ql_status quantize_one(const ql_gguf_tensor *t, const ql_quant_plan_entry
     const float *stats_w = imat;
     if (opts->stats_imatrix)
         stats_w = opts->stats_imatrix(opts->stats_imatrix_ctx, t->name, npr, n_mats);
-    ql_quant_src qs;
-    ql_quant_src_from_f32(&qs, e->ne, src);
-    qs.imatrix = imat;
-    qs.imatrix_per_mat = true;
-    if ((st = ql_quant_tensor_rows(&qs, e->used, 0, nrows, q, q_cap, err)))
-        return st;
+    const void *pre =
+        opts->prequant ? opts->prequant(opts->prequant_ctx, t->name, e->used, e->bytes) : NULL;
+    if (pre) {
+        memcpy(q, pre, e->bytes);
+    } else {
+        ql_quant_src qs;
+        ql_quant_src_from_f32(&qs, e->ne, src);
+        qs.imatrix = imat;
+        qs.imatrix_per_mat = true;
+        if ((st = ql_quant_tensor_rows(&qs, e->used, 0, nrows, q, q_cap, err)))
+            return st;
+    }
     if (!e_out)
         return QL_OK;
     st = ql_dequant_tensor(e->used, q, e->bytes, nrows, npr, deq, err);

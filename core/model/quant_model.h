@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "formats/gptq.h"
 #include "model/gguf.h"
 #include "model/quant.h"
 
@@ -49,6 +50,11 @@ typedef struct {
      * n_mats vectors of n_per_row values (imatrix_per_mat). */
     const float *imatrix;
     bool imatrix_per_mat;
+    /* GPTQ instead of ggml's rounding (formats/gptq.h): the factors of the n_mats
+     * matrices' Hessians (with GPTQ's options); NULL: ggml's quantizer. GPTQ's rows are
+     * independent given the factor, so any range of rows gets the bytes the whole tensor
+     * has there. */
+    const ql_gptq_factor *const *gptq;
 } ql_quant_src;
 
 /* The shape of gt, its rows decoded from it, no importance. */
@@ -108,8 +114,16 @@ typedef struct {
  * Errors quote the text and say what was expected. */
 ql_status ql_quant_kv_override_parse(const char *text, ql_quant_kv_override *out, ql_error *err);
 
+/* Bytes a tensor already has in the plan's type (nbytes of them: a quantization made
+ * elsewhere, e.g. GPTQ's layer-by-layer pass, experiment/gptq_pass.h), or NULL for
+ * qlab to quantize it. The pointer must stay valid until the model is written. */
+typedef const void *(*ql_prequant_lookup_fn)(void *ctx, const char *tensor, int32_t type,
+                                             uint64_t nbytes);
+
 typedef struct {
     ql_quant_config cfg;
+    ql_prequant_lookup_fn prequant; /* NULL: every tensor quantized here */
+    void *prequant_ctx;
     ql_imatrix_lookup_fn imatrix; /* NULL: no importance weights (ggml's reference path) */
     void *imatrix_ctx;
     bool stats; /* measure the per-tensor weight error */

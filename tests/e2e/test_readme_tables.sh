@@ -38,6 +38,27 @@ head -n 4 "$readme" | tail -n 1 | grep -qxF "<!-- report:fixture-formats -->" &&
     tail -n 1 "$readme" | grep -qxF "After the table." &&
     ok "markers and surrounding text kept" || { bad "markers or surrounding text changed"; cat "$readme"; }
 
+# A one-axis comparison table (pairs:SWEEP:AXIS), after the same sweep's report block
+# (the report file is read from its start again), and an axis the report lacks.
+cp "$readme" "$tmp/saved.md"
+cat >"$readme" <<'END'
+<!-- report:fixture-formats -->
+<!-- /report:fixture-formats -->
+<!-- pairs:fixture-formats:act_mode -->
+stale pairs
+<!-- /pairs:fixture-formats:act_mode -->
+END
+expect 0 "pairs regenerated" sh "$script" "$qlab" "$db"
+has "$readme" "| config | act A | act B |" "the comparison table's header is in"
+has "$readme" "| Q4_0   | f32   | q8_0  |" "its rows are in"
+grep -qF "stale pairs" "$readme" && bad "the old pairs stayed" || ok "the old pairs are gone"
+tail -n 1 "$readme" | grep -qxF "<!-- /pairs:fixture-formats:act_mode -->" &&
+    ok "the closing marker kept" || { bad "the closing marker changed"; cat "$readme"; }
+printf '%s\n' "<!-- pairs:fixture-formats:kv_type -->" "<!-- /pairs:fixture-formats:kv_type -->" >>"$readme"
+expect 1 "an axis without comparisons fails" sh "$script" "$qlab" "$db"
+has "$tmp/err" "no kv_type comparisons in the report of fixture-formats" "names the axis"
+cp "$tmp/saved.md" "$readme"
+
 # A sweep the database lacks: the script fails and README.md is untouched.
 cat >>"$readme" <<'END'
 <!-- report:no-such-sweep -->

@@ -559,8 +559,26 @@ static void test_cross_axis_rules(void)
     check_invalid("weight_type=Q6_K tensor_types=attn_v=Q8_0 budget=bpw:5", QL_AXIS_TENSOR_TYPES,
                   "budget bpw:5 lets the solver choose every tensor's type; tensor_types must be "
                   "none");
+    check_invalid("weight_type=Q4_K quantizer=gptq", QL_AXIS_QUANTIZER,
+                  "quantizer gptq takes its Hessians from the calibration text of imatrix = "
+                  "calib:<text>, but imatrix is none");
+    check_invalid("weight_type=IQ2_XS imatrix=calib:x quantizer=gptq:order=act",
+                  QL_AXIS_QUANTIZER,
+                  "quantizer gptq:order=act does not apply to IQ2_XS: a lattice codebook type: "
+                  "its values are decoded in groups from a shared grid point, so one column "
+                  "cannot be rounded alone");
+    check_invalid("weight_type=TQ2_0 imatrix=calib:x quantizer=gptq", QL_AXIS_QUANTIZER,
+                  "quantizer gptq does not apply to TQ2_0: a ternary type: its levels are fixed "
+                  "at {-1, 0, 1} times one block maximum, there is no scale search to split");
+    check_invalid("weight_type=Q4_K imatrix=calib:x quantizer=gptq budget=bpw:4",
+                  QL_AXIS_QUANTIZER,
+                  "quantizer gptq with a budget is not implemented (the solver's error tables "
+                  "are ggml's)");
     /* And what runs. */
     const char *fine[] = {
+        "weight_type=Q4_K imatrix=calib:x quantizer=gptq",
+        "weight_type=Q3_K_M imatrix=calib:x quantizer=gptq:scales=static",
+        "weight_type=IQ2_XS imatrix=calib:x quantizer=ggml",
         "weight_type=mix:IQ2_S imatrix=calib:x",
         "weight_type=Q4_K tensor_types=ffn_down=IQ2_XS imatrix=y.dat",
         "weight_type=Q8_0 outlier_ratio=3 imatrix=calib:x",

@@ -753,6 +753,7 @@ static void test_v8_sensitivities(void)
                        " ALTER TABLE layer_metrics DROP COLUMN route_agree;"
                        " ALTER TABLE layer_metrics DROP COLUMN route_overlap;"
                        " ALTER TABLE layer_metrics DROP COLUMN load_shift;"
+                       " ALTER TABLE configs DROP COLUMN quantizer;"
                        " PRAGMA user_version = 8",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(raw);
@@ -769,6 +770,36 @@ static void test_v8_sensitivities(void)
     key.grouping = "layer";
     CHECK_OK(ql_store_sensitivity_get(s, &key, row.tensor, row.type, &got, &found, &err), &err);
     CHECK(!found);
+    ql_store_close(s);
+}
+
+/* A version-10 database (before the quantizer axis) gains configs.quantizer, its
+ * configs reading 'ggml' (llama-quantize's rounding, all they could have used). */
+static void test_v10_quantizer(void)
+{
+    ql_error err;
+    ql_store *s = NULL;
+    const char *path = qlt_tmp_db("v10-quantizer.db");
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    ql_store_close(s);
+    sqlite3 *raw;
+    CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
+    drop_views(raw);
+    CHECK(sqlite3_exec(raw, "ALTER TABLE configs DROP COLUMN quantizer; PRAGMA user_version = 10",
+                       NULL, NULL, NULL) == SQLITE_OK);
+    CHECK_EQ_INT(qlt_sql_int(raw, "SELECT count(*) FROM pragma_table_info('configs') WHERE name "
+                                  "= 'quantizer'"),
+                 0);
+    sqlite3_close(raw);
+    s = NULL;
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    if (!s)
+        return;
+    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "PRAGMA user_version"), 11);
+    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM pragma_table_info("
+                                                 "'configs') WHERE name = 'quantizer' AND "
+                                                 "dflt_value = '''ggml'''"),
+                 1);
     ql_store_close(s);
 }
 
@@ -947,6 +978,7 @@ int main(void)
     test_open_faults();
     test_refusals();
     test_v8_sensitivities();
+    test_v10_quantizer();
     test_fixture();
     test_concurrent_create();
     return qlt_done();

@@ -1,0 +1,71 @@
+#!/bin/sh
+# quantizer = gptq end to end on stories260K: a sweep puts gptq beside ggml (same type,
+# same bytes, same tokens) and GPTQ's KLD is below ggml's; qlab quantize --quantizer gptq
+# writes the file whose evaluation is the sweep's figure to the last digit (same
+# calibration imatrix, Hessians from the same chunks); the refusals say why.
+# Usage: test_gptq.sh QLAB
+set -u
+qlab="$1"
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_file "$QLAB_SHARED/models/stories260K.gguf"
+cd "$tmp" || exit 1
+cat >g.sweep <<'SW'
+[sweep]
+name    = gptq-e2e
+model   = stories260K
+text    = tinystories-valid
+ctx     = 128
+chunks  = 24
+imatrix = calib:tinystories-calib,ctx=128,chunks=32
+
+[grid]
+weight_type = Q4_0 Q8_0
+quantizer   = ggml gptq
+SW
+expect 0 "sweep with quantizer ggml and gptq" "$qlab" sweep g.sweep --db g.db --threads 1 --quiet
+n=$(rows g.db "SELECT count(*) FROM results WHERE kld_mean IS NOT NULL")
+[ "$n" = 4 ] && ok "four runs" || bad "runs: $n"
+for t in Q4_0 Q8_0; do
+    line=$(rows g.db "SELECT g.kld_mean, q.kld_mean, g.bytes = q.bytes, g.n_tokens = q.n_tokens
+        FROM results g JOIN results q ON q.weight_type = g.weight_type
+        WHERE g.weight_type = '$t' AND g.quantizer = 'ggml' AND q.quantizer = 'gptq'")
+    echo "$t: ggml, gptq KLD, same bytes, same tokens: $line"
+    echo "$line" | awk -F, '{ exit !($2 < $1 && $3 == 1 && $4 == 1) }' &&
+        ok "$t: gptq's KLD below ggml's, same bytes and tokens" || bad "$t: $line"
+done
+
+# The file: the sweep's cached calibration imatrix, the same calibration chunks.
+im=$(ls cache/imatrix-*-c128-n32-po0.gguf 2>/dev/null | head -n 1)
+[ -n "$im" ] && ok "the sweep's imatrix is cached" || bad "no cached imatrix in cache/"
+expect 0 "qlab quantize --quantizer gptq" "$qlab" quantize "$QLAB_SHARED/models/stories260K.gguf" \
+    q.gguf Q4_0 --pure --imatrix "$im" --quantizer gptq --calib tinystories-calib \
+    --calib-ctx 128 --calib-chunks 32 --threads 1 --quiet
+has "$tmp/out" "quantizer gptq: 30 tensors by GPTQ" "quantize says what GPTQ did"
+expect 0 "inspect the GPTQ file" "$qlab" inspect q.gguf
+has "$tmp/out" 'quantize.quantizer                      str            "gptq"' "the file records its quantizer"
+expect 0 "eval of the GPTQ file" "$qlab" eval q.gguf --base stories260K --kl-divergence \
+    --text tinystories-valid --ctx 128 --chunks 24 --json --quiet
+got=$(sed -n 's/^ *"kld_mean": *\([-0-9.e]*\),*$/\1/p' "$tmp/out")
+want=$(rows g.db "SELECT printf('%.17g', kld_mean) FROM results WHERE weight_type = 'Q4_0'
+    AND quantizer = 'gptq'")
+awk -v g="$got" -v w="$want" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(g != "" && d <= 1e-15 * w) }' &&
+    ok "the file's KLD is the sweep's: $got = $want" || bad "file KLD $got, sweep $want"
+
+# A second run writes the same bytes (GPTQ's arithmetic is deterministic).
+expect 0 "quantize again, two threads" "$qlab" quantize "$QLAB_SHARED/models/stories260K.gguf" \
+    q2.gguf Q4_0 --pure --imatrix "$im" --quantizer gptq --calib tinystories-calib \
+    --calib-ctx 128 --calib-chunks 32 --threads 2 --quiet
+cmp -s q.gguf q2.gguf && ok "same bytes with 1 and 2 threads" || bad "the files differ"
+
+# Refusals.
+expect 2 "gptq without --calib" "$qlab" quantize "$QLAB_SHARED/models/stories260K.gguf" x.gguf \
+    Q4_0 --quantizer gptq
+has "$tmp/err" "needs --calib TEXT" "it says what is missing"
+expect 2 "an unknown gptq option" "$qlab" quantize "$QLAB_SHARED/models/stories260K.gguf" x.gguf \
+    Q4_0 --quantizer gptq:order=random --calib tinystories-calib
+has "$tmp/err" "expected natural or act" "it names the values"
+sed 's/^weight_type = .*/weight_type = IQ2_XS/' g.sweep >bad.sweep
+expect 1 "a sweep asking GPTQ for a lattice type" "$qlab" sweep bad.sweep --db bad.db --quiet
+has "$tmp/err" "does not apply to IQ2_XS: a lattice codebook type" "n/a with the reason"
+exit "$fail"
