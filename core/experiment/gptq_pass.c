@@ -335,7 +335,7 @@ ql_status ql_gptq_pass_run(const ql_model *m, const ql_quant_plan *plan, const q
         return ql_error_set(err, QL_ENOMEM,
                             "gptq: the pass needs %.1f MiB (Hessians of a block %.1f MiB, the "
                             "residual streams of %lld chunks of %d tokens, one block in f32, the "
-                            "inverse factor), over the --mem budget of %.1f MiB: use fewer "
+                            "inverse factor), over the %.1f MiB it may plan with (--mem): use fewer "
                             "calibration chunks or more memory",
                             (double)sum.bytes_planned / 1048576.0,
                             (double)sum.hessian_bytes / 1048576.0, (long long)nc, ctx,

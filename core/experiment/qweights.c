@@ -59,6 +59,7 @@ struct ql_qweights {
     char cache_dir[QL_PATH_MAX];
     const ql_imatrix *metric_imatrix;
     bool quiet;
+    size_t gptq_bytes;
     qcache cache;
     /* (max_cols,) per-column importance of the tensor being quantized: n_in values per
      * matrix, expert after expert for a stacked tensor */
@@ -355,6 +356,7 @@ ql_status ql_qweights_alloc(ql_qweights **out, const ql_qweights_opts *o, ql_err
     ql_strlcpy(q->cache_dir, o->cache_dir, sizeof q->cache_dir);
     q->metric_imatrix = o->metric_imatrix;
     q->quiet = o->quiet;
+    q->gptq_bytes = o->gptq_bytes;
     q->sensitivities = o->sensitivities;
     q->sens_ctx = o->sens_ctx;
     q->cache.max_bytes = o->cache_bytes ? o->cache_bytes : QL_QWEIGHTS_CACHE_BYTES;
@@ -1124,6 +1126,7 @@ static ql_status gptq_prepare(ql_qweights *q, ql_calib *cal, const ql_config *c,
         ql_gptq_pass_opts po = {.gptq = c->gptq,
                                 .imatrix = im ? gptq_imatrix : NULL,
                                 .imatrix_ctx = &gi,
+                                .mem = q->gptq_bytes,
                                 .quiet = q->quiet};
         ql_gptq_pass_summary sum;
         st = ql_gptq_pass_run(q->model, plan, &d, &po, &q->gset, &sum, err);

@@ -47,6 +47,7 @@ typedef struct {
     const char *cache_dir;            /* where the fit solver caches its error tables */
     const ql_imatrix *metric_imatrix; /* weighs every imatrix_err (borrowed); NULL = none */
     size_t cache_bytes;               /* memory for cached tensors; 0 = QL_QWEIGHTS_CACHE_BYTES */
+    size_t gptq_bytes; /* what a config's GPTQ pass may plan with (gptq_pass.h); 0 = no limit */
     bool quiet;                       /* no progress lines */
     /* A budget with objective kld: replaces the table's errors by c's measured
      * sensitivities (fit.h's errors hook; the harness implements it: it holds the

@@ -697,6 +697,7 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
                                .cache_dir = s->cache_dir,
                                .metric_imatrix = s->metric_imatrix,
                                .cache_bytes = s->mem.cache,
+                               .gptq_bytes = s->mem.budget / 2,
                                .quiet = opts->quiet,
                                .sensitivities = ql_sens_fill_table,
                                .sens_ctx = &s->sens};

@@ -35,6 +35,14 @@ for t in Q4_0 Q8_0; do
         ok "$t: gptq's KLD below ggml's, same bytes and tokens" || bad "$t: $line"
 done
 
+# The sweep's memory budget bounds the GPTQ pass (half of --mem, as for the other
+# calibration passes): over it, the config fails naming the plan, and runs within it.
+sed 's/^name    = gptq-e2e/name    = gptq-mem/; s/^weight_type = .*/weight_type = Q4_0/; s/^quantizer   = .*/quantizer   = gptq/' g.sweep >m.sweep
+"$qlab" sweep m.sweep --db m.db --threads 1 --quiet --mem 2MiB >m.out 2>m.err
+[ "$(rows m.db "SELECT status FROM runs")" = failed ] && grep -q "it may plan with (--mem)" m.err \
+    && ok "a GPTQ pass over the sweep's memory budget fails its config, naming the plan" \
+    || { bad "GPTQ pass over --mem"; cat m.err; }
+
 # The file: the sweep's cached calibration imatrix, the same calibration chunks.
 im=$(ls cache/imatrix-*-c128-n32-po0.gguf 2>/dev/null | head -n 1)
 [ -n "$im" ] && ok "the sweep's imatrix is cached" || bad "no cached imatrix in cache/"
