@@ -1036,18 +1036,38 @@ void ql_sweep_run_print(const ql_sweep_run *s)
     print_summary(s->rows, s->n_rows, &s->sum, s);
 }
 
+void ql_run_summary_add(ql_run_summary *into, const ql_run_summary *part)
+{
+    into->n_configs += part->n_configs;
+    into->n_run += part->n_run;
+    into->n_skipped += part->n_skipped;
+    into->n_failed += part->n_failed;
+    into->n_elsewhere += part->n_elsewhere;
+    if (part->interrupted[0])
+        ql_strlcpy(into->interrupted, part->interrupted, sizeof into->interrupted);
+    into->ref_seconds += part->ref_seconds;
+    into->configs_seconds += part->configs_seconds;
+    into->forward_seconds += part->forward_seconds;
+    into->scored_tokens += part->scored_tokens;
+}
+
 ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_summary *sum,
                            ql_error *err)
 {
     memset(sum, 0, sizeof *sum);
-    ql_sweep_run *s;
-    ql_status st = ql_sweep_run_open(&s, sw, opts, err);
-    if (st)
-        return st;
-    st = ql_sweep_run_configs(s, err);
-    if (!st)
-        ql_sweep_run_print(s);
-    *sum = s->sum;
-    ql_sweep_run_close(s);
+    /* One pass of the whole sweep per evaluation text, each with its own reference. */
+    ql_sweep view = *sw;
+    ql_status st = QL_OK;
+    for (int t = 0; t < sw->n_texts && !st; t++) {
+        ql_strlcpy(view.text, sw->texts[t], sizeof view.text);
+        ql_sweep_run *s;
+        if ((st = ql_sweep_run_open(&s, &view, opts, err)))
+            break;
+        st = ql_sweep_run_configs(s, err);
+        if (!st)
+            ql_sweep_run_print(s);
+        ql_run_summary_add(sum, &s->sum);
+        ql_sweep_run_close(s);
+    }
     return st;
 }

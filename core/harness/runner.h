@@ -89,7 +89,8 @@ void ql_run_opts_init(ql_run_opts *o);
 
 typedef struct ql_sweep_run ql_sweep_run;
 
-/* Loads the model and the text, opens the store and finds the configs of this shard
+/* Loads the model and the text (sw->text: one of the sweep's texts; a sweep of several
+ * texts is opened once per text), opens the store and finds the configs of this shard
  * that are not done; prints the sweep's header line. */
 ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
                             ql_error *err);
@@ -128,7 +129,11 @@ const ql_run_summary *ql_sweep_run_summary(const ql_sweep_run *r);
 const char *ql_sweep_run_db_path(const ql_sweep_run *r);
 const char *ql_sweep_run_cache_dir(const ql_sweep_run *r);
 
-/* Opens, prepares and runs every config here, then prints. Returns an error only for
+/* Adds a text's summary to a sweep's (counts and times; the last interrupted note). */
+void ql_run_summary_add(ql_run_summary *into, const ql_run_summary *part);
+
+/* Opens, prepares and runs every config here, on each of the sweep's texts in turn
+ * (sw->texts; a summary per text), then prints. Returns an error only for
  * what stops the whole sweep (a missing model or text, an unwritable store); a config
  * that fails is recorded as failed and counted in summary->n_failed. */
 ql_status ql_sweep_execute(const ql_sweep *sw, const ql_run_opts *opts, ql_run_summary *summary,
