@@ -502,9 +502,12 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
         snprintf(elsewhere, sizeof elsewhere, ", %zu left to another process", sum->n_elsewhere);
     if (not_run)
         snprintf(left, sizeof left, ", %zu not run", not_run);
-    printf("\nsweep %s: %zu config%s (%zu run, %zu already done, %zu failed%s%s), %lld scored "
+    char on_text[QL_PATH_MAX + 16] = "";
+    if (s->sw->n_texts > 1)
+        snprintf(on_text, sizeof on_text, " on text %s", s->sw->text);
+    printf("\nsweep %s%s: %zu config%s (%zu run, %zu already done, %zu failed%s%s), %lld scored "
            "tokens per pass\n",
-           s->sw->name, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
+           s->sw->name, on_text, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
            sum->n_failed, elsewhere, left, (long long)sum->scored_tokens);
     if (not_run) {
         const int sig = ql_interrupted();
