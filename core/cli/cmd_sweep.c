@@ -173,7 +173,9 @@ int ql_cmd_sweep(int argc, char **argv)
                    "shards of one sweep may share it"),
         ql_opt_flag("quiet", 'q', &ro.quiet, "no progress lines"),
         ql_opt_flag("strict", 0, &strict,
-                    "exit 1 when a config failed (failures are stored either way)"),
+                    "exit 1 when a config failed (failures are stored either way);\n"
+                    "refuse a config whose calibration text overlaps the evaluated\n"
+                    "text (more than 2% of its 32-grams: stored as failed, not run)"),
         ql_opt_flag("no-summary", 0, &ro.no_summary,
                     "do not print the summary table (the store has everything)"),
         ql_opt_str("text", 0, &only_text, "NAME",
@@ -229,6 +231,7 @@ int ql_cmd_sweep(int argc, char **argv)
 
     if (!list) {
         ro.shard = shard;
+        ro.strict = strict;
         ro.mem_bytes = (size_t)mem;
         ql_sweep_faults_install(&ro);
         /* Tests: short lock waits (the defaults are 30 s before saying so, 10 min). */
@@ -256,7 +259,13 @@ int ql_cmd_sweep(int argc, char **argv)
                     "qlab: %zu config%s failed; their errors are stored ('qlab query failed' "
                     "lists them)\n",
                     sum.n_failed, sum.n_failed == 1 ? "" : "s");
-        return sum.n_failed && strict ? QL_EXIT_RUNTIME : QL_EXIT_OK;
+        if (sum.n_overlapping)
+            fprintf(stderr,
+                    "qlab: %zu stored config%s calibrated on text overlapping the evaluated "
+                    "text (the warnings above)%s\n",
+                    sum.n_overlapping, sum.n_overlapping == 1 ? "" : "s",
+                    strict ? "; --strict refuses it: exit 1" : "");
+        return (sum.n_failed || sum.n_overlapping) && strict ? QL_EXIT_RUNTIME : QL_EXIT_OK;
     }
 
     /* The list is of configs that can run: the files they read are there. */

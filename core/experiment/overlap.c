@@ -2,6 +2,7 @@
 #include "experiment/overlap.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define ORDER_MAX 1024
@@ -95,4 +96,21 @@ double ql_ngram_share(const ql_ngram_set *s, const int32_t *eval, int64_t n)
     for (int64_t i = 0; i < windows; i++)
         hits += has(s, ql_ngram_hash(eval + i, s->order));
     return (double)hits / (double)windows;
+}
+
+bool ql_overlap_flagged(double share_32)
+{
+    return !isnan(share_32) && share_32 > QL_OVERLAP_FLAG_SHARE;
+}
+
+void ql_overlap_flag_text(double share_32, char *buf, size_t size)
+{
+    /* Whole percents, but never "0%" or "100%" for what is neither. */
+    double pct = 100.0 * share_32;
+    if (pct < 99.5 && pct >= 1.0)
+        snprintf(buf, size, "calibration overlaps evaluation: %.0f%% of %d-grams", pct,
+                 QL_OVERLAP_LONG);
+    else
+        snprintf(buf, size, "calibration overlaps evaluation: %.3g%% of %d-grams", pct,
+                 QL_OVERLAP_LONG);
 }

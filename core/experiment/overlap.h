@@ -26,6 +26,7 @@
 #ifndef QL_OVERLAP_H
 #define QL_OVERLAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,17 @@
  * text here) share 0.4% of their 32-grams under stories260K's tokenizer; an imatrix
  * computed on the evaluation text itself shares 100%. */
 #define QL_OVERLAP_FLAG_SHARE 0.02
+
+/* Whether a run with this 32-gram share is flagged (NAN: not measured, not flagged). */
+bool ql_overlap_flagged(double share_32);
+
+/* The flag's words: "calibration overlaps evaluation: 14% of 32-grams". */
+void ql_overlap_flag_text(double share_32, char *buf, size_t size);
+
+/* What a run whose imatrix file names no calibration text qlab can read says. */
+#define QL_OVERLAP_UNKNOWN_TEXT                                                                    \
+    "calibration text unknown (its imatrix file names no dataset qlab can read: a .dat file "   \
+    "never does); its overlap with the evaluation cannot be measured"
 
 /* The distinct n-gram hashes of one or more token sequences, sorted. */
 typedef struct {

@@ -56,6 +56,9 @@ typedef struct {
     size_t cache_bytes;    /* memory for quantized tensors kept across configs; 0 = default */
     size_t mem_bytes;      /* memory budget; 0 = QL_RUN_MEM_SHARE of the RAM */
     bool no_summary;       /* do not print the summary table and timing lines */
+    /* Refuse (store as failed, not evaluated) a config whose calibration text overlaps
+     * the evaluated text above QL_OVERLAP_FLAG_SHARE (experiment/overlap.h). */
+    bool strict;
     /* Called after each run is marked running, with how many this process began (the
      * command line's fault injection for the resume tests); NULL = none. */
     void (*on_run_begun)(void *ctx, int begun);
@@ -76,6 +79,9 @@ typedef struct {
     size_t n_skipped;       /* already done in the store */
     size_t n_failed;        /* stored as failed */
     size_t n_elsewhere;     /* left to another process on the store (running or done by it) */
+    /* Warnings of the summary (configs of this shard, done now or before): calibration
+     * overlapping the evaluation, a reference beaten beyond its interval. */
+    size_t n_overlapping, n_beaten;
     /* Interrupted (SIGINT, SIGTERM): the configs whose runs were marked 'interrupted'
      * ("3 (Q4_0)", comma-separated), empty when the signal came between configs. */
     char interrupted[512];
@@ -123,7 +129,8 @@ ql_status ql_sweep_run_collect(ql_sweep_run *r, const ql_sweep_snapshot *before,
 
 /* Prints the summary table and the timing lines (not with no_summary). */
 void ql_sweep_run_print(const ql_sweep_run *r);
-const ql_run_summary *ql_sweep_run_summary(const ql_sweep_run *r);
+/* The summary, its warning counts from the rows as they are now. */
+const ql_run_summary *ql_sweep_run_summary(ql_sweep_run *r);
 
 /* Where this run keeps its results and cache (for processes that share them). */
 const char *ql_sweep_run_db_path(const ql_sweep_run *r);
