@@ -17,7 +17,7 @@ static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab sweep FILE [--db PATH] [--threads N] [--jobs N] [--mem SIZE]\n"
            "                 [--shard K/N|auto] [--cache-dir DIR] [--quiet] [--strict]\n"
-           "                 [--no-summary] [--list]\n"
+           "                 [--no-summary] [--text NAME] [--list]\n"
            "\n"
            "Reads a sweep file (experiments/*.sweep), checks it and expands its [grid] into\n"
            "configs (every error names the file and line), then evaluates every config that\n"
