@@ -292,6 +292,12 @@ void ql_report_texts_free(ql_report_texts *m);
 /* A matrix cell: mean KLD (kld) or "ln PPL ratio ± err", "(!)" when it beats the
  * reference; "—" when not measured. */
 void ql_report_texts_cell(const ql_report_row *r, bool kld, char *buf, size_t size);
+/* The change of mean KLD a row's importance matrix makes on its group's text against the
+ * same config with imatrix none (the group's one-axis pair): "-12.3% [-18.0, -6.1] *"
+ * (relative to the none config's mean KLD, the 95% paired-bootstrap interval, * when it
+ * excludes 0). false ("—") when the row has no such pair. */
+bool ql_report_texts_effect(const ql_report_group *g, const ql_report_row *r, char *buf,
+                            size_t size);
 /* report.md's matrices of the sweep ("### Configs × texts ..."), one per model, ctx and
  * chunk count measured on several texts. */
 ql_status ql_report_md_texts(const ql_report_group *gs, size_t ng, FILE *out, ql_error *err);

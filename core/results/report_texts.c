@@ -136,6 +136,39 @@ void ql_report_texts_cell(const ql_report_row *r, bool kld, char *buf, size_t si
                  : "");
 }
 
+bool ql_report_texts_effect(const group *g, const ql_report_row *r, char *buf, size_t size)
+{
+    snprintf(buf, size, "—");
+    if (!r)
+        return false;
+    const size_t ix = (size_t)(r - g->rows);
+    for (size_t p = 0; p < g->npairs; p++) {
+        const ql_report_pair *pr = &g->pairs[p];
+        if (pr->axis != QL_AXIS_IMATRIX || pr->b != ix)
+            continue;
+        const ql_compare_value *v = &pr->cmp.v[QL_CMP_KLD];
+        const double base = g->rows[pr->a].v[QL_METRIC_kld_mean];
+        if (!v->ok || !(base > 0.0))
+            return true;
+        snprintf(buf, size, "%+.1f%% [%+.1f, %+.1f]%s", 100.0 * v->diff.estimate / base,
+                 100.0 * v->diff.lo / base, 100.0 * v->diff.hi / base,
+                 ql_ci_excludes_zero(&v->diff) ? " *" : "");
+        return true;
+    }
+    return false;
+}
+
+/* Whether a matrix row has an imatrix to compare with imatrix none. */
+static bool has_effect(const group *gs, const ql_report_texts *m, size_t r)
+{
+    for (size_t k = 0; k < m->ncols; k++) {
+        char cell[96];
+        if (ql_report_texts_effect(&gs[m->cols[k]], m->rows[r].cell[k], cell, sizeof cell))
+            return true;
+    }
+    return false;
+}
+
 ql_status ql_report_md_texts(const group *gs, size_t ng, FILE *out, ql_error *err)
 {
     (void)err;
@@ -162,6 +195,32 @@ ql_status ql_report_md_texts(const group *gs, size_t ng, FILE *out, ql_error *er
                 for (size_t k = 0; k < m.ncols; k++) {
                     char cell[96];
                     ql_report_texts_cell(m.rows[r].cell[k], kld != 0, cell, sizeof cell);
+                    fprintf(out, " %s |", cell);
+                }
+                fputc('\n', out);
+            }
+        }
+        bool any = false;
+        for (size_t r = 0; r < m.nrows && !any; r++)
+            any = has_effect(gs, &m, r);
+        if (any) {
+            fputs("\nWhat each importance matrix does to the mean KLD on each text, against the "
+                  "same config with imatrix none: the relative change and its 95% paired-bootstrap "
+                  "interval over chunks (* : the interval excludes 0):\n\n| config |",
+                  out);
+            for (size_t k = 0; k < m.ncols; k++)
+                fprintf(out, " %s |", gs[m.cols[k]].dataset);
+            fputs("\n|---|", out);
+            for (size_t k = 0; k < m.ncols; k++)
+                fputs("---:|", out);
+            fputc('\n', out);
+            for (size_t r = 0; r < m.nrows; r++) {
+                if (!has_effect(gs, &m, r))
+                    continue;
+                fprintf(out, "| %s |", m.rows[r].label);
+                for (size_t k = 0; k < m.ncols; k++) {
+                    char cell[96];
+                    ql_report_texts_effect(&gs[m.cols[k]], m.rows[r].cell[k], cell, sizeof cell);
                     fprintf(out, " %s |", cell);
                 }
                 fputc('\n', out);
