@@ -144,8 +144,8 @@ ql_status ql_sweep_parse(const char *path, const char *text, unsigned flags, ql_
 
 void ql_sweep_deinit(ql_sweep *sw);
 
-/* Makes text i of sw->texts the one sw->text names (what the runner opens, what
- * ql_sweep_resolve and ql_sweep_check_inputs look at). */
+/* Makes text i of sw->texts the one sw->text names (what the runner opens and
+ * ql_sweep_resolve looks at; ql_sweep_check_inputs checks every text). */
 void ql_sweep_select_text(ql_sweep *sw, int i);
 
 /* The index in sw->texts of a text as written in the file, or -1. */
@@ -168,7 +168,7 @@ ql_status ql_sweep_resolve(const ql_sweep *sw, ql_sweep_input which, char *path,
                            const ql_data_entry **entry, ql_error *err);
 
 /* That every file the sweep reads is there, before any work (and for `qlab sweep
- * --list`): the model (unless synth:), the text, each imatrix file and calib: text;
+ * --list`): the model (unless synth:), every text, each imatrix file and calib: text;
  * names are found, not verified. Errors as ql_sweep_resolve's. */
 ql_status ql_sweep_check_inputs(const ql_sweep *sw, ql_error *err);
 
