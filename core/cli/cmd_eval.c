@@ -360,7 +360,7 @@ static int eval_base(const base_opts *o)
         ql_error_prefix(&err, "%s: ", model_path);
         goto fail;
     }
-    ql_routing_metrics rm = {NAN, NAN, NAN};
+    ql_routing_metrics rm = {(double)NAN, (double)NAN, (double)NAN};
     if (routing) {
         ql_layer_record *layers = calloc((size_t)bm->hp.n_layer, sizeof *layers);
         if (!layers) {

@@ -287,10 +287,11 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
         if (!(r->layers = calloc(r->n_layers, sizeof *r->layers)))
             return ql_error_set(err, QL_ENOMEM, "out of memory for the layer metrics");
         for (size_t l = 0; l < r->n_layers; l++)
-            r->layers[l] = (ql_layer_record){(int32_t)l, NAN, NAN, NAN, NAN, NAN, NAN};
+            r->layers[l] = (ql_layer_record){(int32_t)l, (double)NAN, (double)NAN, (double)NAN,
+                                             (double)NAN, (double)NAN, (double)NAN};
         if (lockstep)
             ql_divergence_finish(s->div, r->layers);
-        ql_routing_metrics rm = {NAN, NAN, NAN};
+        ql_routing_metrics rm = {(double)NAN, (double)NAN, (double)NAN};
         if (s->routing) {
             r->loads = calloc((size_t)hp->n_layer * (size_t)hp->n_expert, sizeof *r->loads);
             if (!r->loads)

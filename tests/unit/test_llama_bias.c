@@ -163,24 +163,24 @@ static void forward64(const model64 *m, const int32_t *tok, int n, double *logit
     const float *emb = tensor(m, "token_embd.weight");
     for (int t = 0; t < n; t++)
         for (int i = 0; i < E; i++)
-            x[(size_t)t * E + i] = emb[(size_t)tok[t] * E + i];
+            x[(size_t)t * E + i] = (double)emb[(size_t)tok[t] * E + i];
     for (int l = 0; l < hp->n_layer; l++) {
         for (int t = 0; t < n; t++) {
             rmsnorm64(x + (size_t)t * E, layer_tensor(m, l, "attn_norm", "weight"), xn, E,
-                      hp->norm_eps);
+                      (double)hp->norm_eps);
             matvec(layer_tensor(m, l, "attn_q", "weight"), layer_tensor(m, l, "attn_q", "bias"), xn,
                    q + (size_t)t * QD, E, QD);
             matvec(layer_tensor(m, l, "attn_k", "weight"), layer_tensor(m, l, "attn_k", "bias"), xn,
                    k + (size_t)t * KD, E, KD);
             matvec(layer_tensor(m, l, "attn_v", "weight"), layer_tensor(m, l, "attn_v", "bias"), xn,
                    v + (size_t)t * KD, E, KD);
-            rope64(q + (size_t)t * QD, H, hd, hp->n_rot, hp->rope_freq_base, t);
-            rope64(k + (size_t)t * KD, KV, hd, hp->n_rot, hp->rope_freq_base, t);
+            rope64(q + (size_t)t * QD, H, hd, hp->n_rot, (double)hp->rope_freq_base, t);
+            rope64(k + (size_t)t * KD, KV, hd, hp->n_rot, (double)hp->rope_freq_base, t);
         }
         for (int t = 0; t < n; t++) {
             for (int h = 0; h < H; h++) {
                 const int kvh = h / (H / KV);
-                double max = -INFINITY, sum = 0.0;
+                double max = -(double)INFINITY, sum = 0.0;
                 for (int j = 0; j <= t; j++) {
                     double s = 0.0;
                     for (int d = 0; d < hd; d++)
@@ -203,7 +203,7 @@ static void forward64(const model64 *m, const int32_t *tok, int n, double *logit
             for (int i = 0; i < E; i++)
                 x[(size_t)t * E + i] += o[i];
             rmsnorm64(x + (size_t)t * E, layer_tensor(m, l, "ffn_norm", "weight"), xn, E,
-                      hp->norm_eps);
+                      (double)hp->norm_eps);
             matvec(layer_tensor(m, l, "ffn_gate", "weight"), layer_tensor(m, l, "ffn_gate", "bias"),
                    xn, g, E, F);
             matvec(layer_tensor(m, l, "ffn_up", "weight"), layer_tensor(m, l, "ffn_up", "bias"), xn,
@@ -217,7 +217,7 @@ static void forward64(const model64 *m, const int32_t *tok, int n, double *logit
         }
     }
     for (int t = 0; t < n; t++) {
-        rmsnorm64(x + (size_t)t * E, tensor(m, "output_norm.weight"), xn, E, hp->norm_eps);
+        rmsnorm64(x + (size_t)t * E, tensor(m, "output_norm.weight"), xn, E, (double)hp->norm_eps);
         matvec(tensor(m, "output.weight"), NULL, xn, logits + (size_t)t * V, E, V);
     }
     free(x);
@@ -305,7 +305,7 @@ static double ppl_of(const char *path)
     ql_model *m;
     CHECK_OK(ql_model_load(&m, path, &err), &err);
     if (!m)
-        return NAN;
+        return (double)NAN;
     ql_tokenizer *tok;
     CHECK_OK(ql_tokenizer_from_gguf(&tok, m->gguf, &err), &err);
     ql_ppl_data d;
@@ -356,7 +356,7 @@ static void test_cancelling_biases(const ql_gguf *g, const ql_hparams *hp)
                *wo_b = malloc((size_t)hp->n_embd * sizeof *wo_b);
         for (int h = 0; h < hp->n_head; h++)
             for (int d = 0; d < hd; d++)
-                per_q[h * hd + d] = bv->v[(h / group) * hd + d];
+                per_q[h * hd + d] = (double)bv->v[(h / group) * hd + d];
         matvec(layer_tensor(&m64, l, "attn_output", "weight"), NULL, per_q, wo_b, QD, hp->n_embd);
         for (int i = 0; i < hp->n_embd; i++)
             bo->v[i] = (float)-wo_b[i];

@@ -40,7 +40,7 @@ int main(void)
     ql_routing_metrics rm;
     ql_layer_record layers[2];
     for (int l = 0; l < 2; l++)
-        layers[l] = (ql_layer_record){l, NAN, NAN, NAN, NAN, NAN, NAN};
+        layers[l] = (ql_layer_record){l, (double)NAN, (double)NAN, (double)NAN, (double)NAN, (double)NAN, (double)NAN};
     ql_expert_load_record loads[8];
     size_t n_loads;
     ql_routing_acc_finish(a, &rm, layers, loads, &n_loads);
