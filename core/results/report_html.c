@@ -170,6 +170,45 @@ static void texts_matrices(const group *gs, size_t ng, FILE *f)
             }
             fputs("</tbody></table></div>\n", f);
         }
+        /* Each importance matrix against imatrix none, as report.md has it. */
+        bool any = false;
+        char cell[96];
+        for (size_t r = 0; r < m.nrows && !any; r++)
+            for (size_t k = 0; k < m.ncols && !any; k++)
+                any = ql_report_texts_effect(&gs[m.cols[k]], m.rows[r].cell[k], cell, sizeof cell);
+        if (any) {
+            fputs("<p>What each importance matrix does to the mean KLD on each text, against the "
+                  "same config with imatrix none (95% paired-bootstrap interval; *: it excludes "
+                  "0).</p>\n<div class=\"scroll\"><table class=\"sortable\">\n<thead><tr>"
+                  "<th>config</th>",
+                  f);
+            for (size_t k = 0; k < m.ncols; k++) {
+                fputs("<th>", f);
+                esc(f, gs[m.cols[k]].dataset);
+                fputs("</th>", f);
+            }
+            fputs("</tr></thead>\n<tbody>\n", f);
+            for (size_t r = 0; r < m.nrows; r++) {
+                bool row_any = false;
+                for (size_t k = 0; k < m.ncols; k++)
+                    row_any = ql_report_texts_effect(&gs[m.cols[k]], m.rows[r].cell[k], cell,
+                                                     sizeof cell) ||
+                              row_any;
+                if (!row_any)
+                    continue;
+                fputs("<tr><td>", f);
+                esc(f, m.rows[r].label);
+                fputs("</td>", f);
+                for (size_t k = 0; k < m.ncols; k++) {
+                    ql_report_texts_effect(&gs[m.cols[k]], m.rows[r].cell[k], cell, sizeof cell);
+                    fputs("<td class=\"n\">", f);
+                    esc(f, cell);
+                    fputs("</td>", f);
+                }
+                fputs("</tr>\n", f);
+            }
+            fputs("</tbody></table></div>\n", f);
+        }
         ql_report_texts_free(&m);
     }
 }
