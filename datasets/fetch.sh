@@ -83,6 +83,19 @@ for name in "$@"; do
     bytes=$(printf '%s\n' "$row" | cut -f 5)
     source=$(printf '%s\n' "$row" | cut -f 6)
     dest="$cache/$file"
+    case "$file" in
+    /usr/*)
+        # A file a Debian package installs: apt installs it, fetch.sh does not.
+        if [ -f "$file" ] && [ "$(sha_of "$file")" = "$sha" ]; then
+            echo "$name: installed at $file"
+        else
+            echo "fetch.sh: $name is $file from a Debian package: $source" >&2
+            echo "  install the package (apt-get install it), or put a copy in \$QLAB_DATA" >&2
+            status=1
+        fi
+        continue
+        ;;
+    esac
 
     if [ -f "$dest" ] && [ "$(size_of "$dest")" = "$bytes" ] && [ "$(sha_of "$dest")" = "$sha" ]; then
         echo "$name: already present at $dest"

@@ -58,11 +58,13 @@ static ql_status parse_line(char *line, const char *path, int lineno, ql_data_en
                             "%s:%d: '%s': kind is '%s', expected model, text or table", path,
                             lineno, e->name, cols[1]);
     ql_strlcpy(e->kind, cols[1], sizeof e->kind);
-    if (!cols[2][0] || !take(e->file, sizeof e->file, cols[2]) || cols[2][0] == '/' ||
-        strstr(cols[2], ".."))
+    /* A relative path of the shared mirror's layout, or an absolute one under /usr/ (a
+     * file a Debian package installs: its source column names the package). */
+    if (!cols[2][0] || !take(e->file, sizeof e->file, cols[2]) ||
+        (cols[2][0] == '/' && strncmp(cols[2], "/usr/", 5) != 0) || strstr(cols[2], ".."))
         return ql_error_set(err, QL_EFORMAT,
-                            "%s:%d: '%s': file '%s' must be a relative path without '..' (at "
-                            "most %zu bytes)",
+                            "%s:%d: '%s': file '%s' must be a relative path without '..', or a "
+                            "path under /usr/ (at most %zu bytes)",
                             path, lineno, e->name, cols[2], sizeof e->file - 1);
     bool hex = strlen(cols[3]) == 64;
     for (const char *h = cols[3]; hex && *h; h++)
@@ -188,6 +190,13 @@ static int candidates(const ql_data_entry *e, char out[QL_DATA_MAX_CANDIDATES][Q
     const char *data = getenv("QLAB_DATA");
     const char *root = ql_data_root();
     int n = 0;
+    if (e->file[0] == '/') {
+        /* A system file: $QLAB_DATA may hold a copy by its base name. */
+        if (data && *data)
+            snprintf(out[n++], QL_PATH_MAX, "%s/%s", data, base);
+        snprintf(out[n++], QL_PATH_MAX, "%s", e->file);
+        return n;
+    }
     if (data && *data) {
         snprintf(out[n++], QL_PATH_MAX, "%s/%s", data, e->file);
         snprintf(out[n++], QL_PATH_MAX, "%s/%s", data, base);

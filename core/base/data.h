@@ -5,7 +5,9 @@
  *   $QLAB_DATA/<file>, $QLAB_DATA/<basename>,
  *   <root>/datasets/cache/<file>, <root>/datasets/cache/<basename>,
  *   <root>/../shared/<file>
- * where <root> is $QLAB_ROOT or the source tree qlab was built from. The sha256
+ * where <root> is $QLAB_ROOT or the source tree qlab was built from; a file given as
+ * an absolute path under /usr/ (a text a Debian package installs, such as Python's
+ * standard library) resolves to $QLAB_DATA/<basename>, then to that path. The sha256
  * is verified the first time a file is used and remembered in
  * <root>/datasets/cache/verified.tsv with a stamp of the file (path, size, mtime,
  * ctime, device, inode and a hash of sampled blocks, data.c): a file whose stamp

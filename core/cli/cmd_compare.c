@@ -16,8 +16,8 @@ enum { OUT_TEXT, OUT_CSV, OUT_JSON };
 
 static void help(const ql_opt_parser *p)
 {
-    printf("usage: qlab compare [--db PATH] [--sweep NAME] [--resamples N] [--seed S]\n"
-           "                    [--level L] [--csv | --json] A B\n"
+    printf("usage: qlab compare [--db PATH] [--sweep NAME] [--text NAME] [--resamples N]\n"
+           "                    [--seed S] [--level L] [--csv | --json] A B\n"
            "\n"
            "Compares config A with config B on the tokens both were evaluated on (same model,\n"
            "text, ctx and chunks): the differences A - B of mean KLD, ln PPL and top-1\n"
@@ -30,6 +30,7 @@ static void help(const ql_opt_parser *p)
            "configs'), or a label: a weight type and axis=value terms, by axis name or\n"
            "report label ('Q4_0', 'Q4_0 act=native', 'weight_type=Q5_0 head_type=F32').\n"
            "Each must match exactly one config with a finished run.\n"
+           "A sweep of several texts gives one comparison per text; --text keeps one.\n"
            "\n");
     ql_opt_print_options(stdout, p);
 }
@@ -162,13 +163,16 @@ static json_t *json_group(const ql_compare_group *g, const ql_comparison *cmp)
 
 int ql_cmd_compare(int argc, char **argv)
 {
-    const char *db = QL_STORE_DEFAULT_PATH, *sweep = NULL, *args[2] = {NULL, NULL};
+    const char *db = QL_STORE_DEFAULT_PATH, *sweep = NULL, *only_text = NULL, *args[2] = {NULL, NULL};
     int format = OUT_TEXT;
     int64_t resamples = QL_BOOTSTRAP_RESAMPLES, seed = (int64_t)QL_BOOTSTRAP_SEED;
     double level = QL_BOOTSTRAP_LEVEL;
     const ql_opt opts[] = {
         ql_opt_str("db", 0, &db, "PATH", "results database (default " QL_STORE_DEFAULT_PATH ")"),
         ql_opt_str("sweep", 0, &sweep, "NAME", "only the runs of this sweep"),
+        ql_opt_str("text", 0, &only_text, "NAME",
+                   "only the runs on this evaluation text (its name in the store, as\n"
+                   "'qlab query formats' shows it in column dataset)"),
         ql_opt_i64("resamples", 0, &resamples, 100, 100000000, "N",
                    "bootstrap resamples (default 10000)"),
         ql_opt_i64("seed", 's', &seed, 0, INT64_MAX, "S",
@@ -213,6 +217,26 @@ int ql_cmd_compare(int argc, char **argv)
     }
     if ((st = ql_compare_groups(s, sweep, ha, hb, &groups, &ng, &err)))
         goto out;
+    if (only_text) {
+        /* Only the text asked for; the error lists the texts both configs ran on. */
+        char where[1024] = "";
+        size_t kept = 0, used = 0;
+        for (size_t i = 0; i < ng; i++) {
+            if (used < sizeof where)
+                used += (size_t)snprintf(where + used, sizeof where - used, "%s%s",
+                                         i ? ", " : "", groups[i].dataset);
+            if (strcmp(groups[i].dataset, only_text) == 0)
+                groups[kept++] = groups[i];
+        }
+        if (!kept) {
+            st = ql_error_set(&err, QL_ENOTFOUND,
+                              "A and B have no finished runs on text '%s' to compare (they "
+                              "have on: %s)",
+                              only_text, ng ? where : "none");
+            goto out;
+        }
+        ng = kept;
+    }
     if (format == OUT_CSV && !(csv = ql_table_alloc(csv_cols, QL_OPT_COUNT(csv_cols)))) {
         st = ql_error_set(&err, QL_ENOMEM, "out of memory");
         goto out;

@@ -17,7 +17,7 @@ static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab sweep FILE [--db PATH] [--threads N] [--jobs N] [--mem SIZE]\n"
            "                 [--shard K/N|auto] [--cache-dir DIR] [--quiet] [--strict]\n"
-           "                 [--no-summary] [--list]\n"
+           "                 [--no-summary] [--text NAME] [--list]\n"
            "\n"
            "Reads a sweep file (experiments/*.sweep), checks it and expands its [grid] into\n"
            "configs (every error names the file and line), then evaluates every config that\n"
@@ -55,7 +55,8 @@ static void help(const ql_opt_parser *p)
            "all), once per sweep, cached in the cache directory. Every run's imatrix_err is\n"
            "weighed by the first imatrix the sweep names, with or without it quantizing.\n"
            "\n"
-           "The file: [sweep] takes name, model, text, ctx, chunks, threads and\n"
+           "The file: [sweep] takes name, model, text (several: every config is measured\n"
+           "on each, each text with its own reference), ctx, chunks, threads and\n"
            "layer_metrics (yes: per-block divergence of every config), and any axis as the\n"
            "default of every config; each [grid] section lists values per axis (their\n"
            "product is its configs; several grids add up). exclude = axis=value ... drops\n"
@@ -103,8 +104,9 @@ static void report_interrupt(const ql_sweep *sw, const ql_run_opts *ro, const ql
             sw->path, ro->db_path ? ro->db_path : "results/qlab.db", shard);
 }
 
-/* The sweep in this process, or its configs in `jobs` processes (sweep_jobs.h). */
-static ql_status run(const ql_sweep *sw, const ql_run_opts *ro, int jobs, ql_run_summary *sum,
+/* The sweep on one text in this process, or its configs in `jobs` processes
+ * (sweep_jobs.h). */
+static ql_status run_text(const ql_sweep *sw, const ql_run_opts *ro, int jobs, ql_run_summary *sum,
                      ql_error *err)
 {
     ql_sweep_run *r;
@@ -126,9 +128,28 @@ static ql_status run(const ql_sweep *sw, const ql_run_opts *ro, int jobs, ql_run
     return st;
 }
 
+/* Each evaluation text of the sweep in turn (or only_text), each with its own reference. */
+static ql_status run(ql_sweep *sw, int only_text, const ql_run_opts *ro, int jobs,
+                     ql_run_summary *sum, ql_error *err)
+{
+    ql_status st = QL_OK;
+    for (int t = 0; t < sw->n_texts && !st; t++) {
+        if (only_text >= 0 && t != only_text)
+            continue;
+        ql_sweep_select_text(sw, t);
+        ql_run_summary part;
+        memset(&part, 0, sizeof part);
+        st = run_text(sw, ro, jobs, &part, err);
+        ql_run_summary_add(sum, &part);
+        if (ql_interrupted())
+            break;
+    }
+    return st;
+}
+
 int ql_cmd_sweep(int argc, char **argv)
 {
-    const char *args[1], *shard_spec = NULL;
+    const char *args[1], *shard_spec = NULL, *only_text = NULL;
     bool list = false, strict = false;
     int parent = 0, jobs = 1;
     uint64_t mem = 0;
@@ -152,9 +173,14 @@ int ql_cmd_sweep(int argc, char **argv)
                    "shards of one sweep may share it"),
         ql_opt_flag("quiet", 'q', &ro.quiet, "no progress lines"),
         ql_opt_flag("strict", 0, &strict,
-                    "exit 1 when a config failed (failures are stored either way)"),
+                    "exit 1 when a config failed (failures are stored either way);\n"
+                    "refuse a config whose calibration text overlaps the evaluated\n"
+                    "text (more than 2% of its 32-grams: stored as failed, not run)"),
         ql_opt_flag("no-summary", 0, &ro.no_summary,
                     "do not print the summary table (the store has everything)"),
+        ql_opt_str("text", 0, &only_text, "NAME",
+                   "measure on this one of the sweep's texts only (as the file\n"
+                   "writes it; default: every text of `text = ...`)"),
         ql_opt_flag("list", 0, &list,
                     "print the configs (index, hash prefix, canonical form) and stop"),
         ql_opt_str("shard", 0, &shard_spec, "K/N",
@@ -196,8 +222,17 @@ int ql_cmd_sweep(int argc, char **argv)
     if (ql_sweep_load(file, 0, &sw, &err) != QL_OK)
         return ql_cli_fail(&err);
 
+    int text_ix = -1;
+    if (only_text && (text_ix = ql_sweep_find_text(&sw, only_text)) < 0) {
+        ql_error_set(&err, QL_EINVAL, "%s:%d: --text %s: not one of the sweep's texts", sw.path,
+                     sw.text_line, only_text);
+        ql_sweep_deinit(&sw);
+        return ql_cli_fail(&err);
+    }
+
     if (!list) {
         ro.shard = shard;
+        ro.strict = strict;
         ro.mem_bytes = (size_t)mem;
         ql_sweep_faults_install(&ro);
         /* Tests: short lock waits (the defaults are 30 s before saying so, 10 min). */
@@ -209,7 +244,7 @@ int ql_cmd_sweep(int argc, char **argv)
         ql_run_summary sum;
         memset(&sum, 0, sizeof sum);
         catch_interrupts();
-        ql_status st = run(&sw, &ro, jobs, &sum, &err);
+        ql_status st = run(&sw, text_ix, &ro, jobs, &sum, &err);
         if (ql_interrupted() && (st == QL_EINTERRUPTED || !st || parent)) {
             /* A job tells nothing: its sweep process reports for all of them. */
             if (!parent)
@@ -225,7 +260,13 @@ int ql_cmd_sweep(int argc, char **argv)
                     "qlab: %zu config%s failed; their errors are stored ('qlab query failed' "
                     "lists them)\n",
                     sum.n_failed, sum.n_failed == 1 ? "" : "s");
-        return sum.n_failed && strict ? QL_EXIT_RUNTIME : QL_EXIT_OK;
+        if (sum.n_overlapping)
+            fprintf(stderr,
+                    "qlab: %zu stored config%s calibrated on text overlapping the evaluated "
+                    "text (the warnings above)%s\n",
+                    sum.n_overlapping, sum.n_overlapping == 1 ? "" : "s",
+                    strict ? "; --strict refuses it: exit 1" : "");
+        return (sum.n_failed || sum.n_overlapping) && strict ? QL_EXIT_RUNTIME : QL_EXIT_OK;
     }
 
     /* The list is of configs that can run: the files they read are there. */
@@ -236,7 +277,11 @@ int ql_cmd_sweep(int argc, char **argv)
     size_t kept = 0;
     for (size_t i = 0; i < sw.n_points; i++)
         kept += ql_shard_keeps(&shard, i);
-    printf("# sweep %s: model %s, text %s, ctx %d, chunks ", sw.name, sw.model, sw.text, sw.ctx);
+    printf("# sweep %s: model %s, text", sw.name, sw.model);
+    for (int t = 0; t < sw.n_texts; t++)
+        if (text_ix < 0 || t == text_ix)
+            printf(" %s", sw.texts[t]);
+    printf(", ctx %d, chunks ", sw.ctx);
     if (sw.chunks)
         printf("%d", sw.chunks);
     else

@@ -45,6 +45,9 @@ static int spawn_jobs(const ql_sweep_run *r, const ql_sweep *sw, const ql_run_op
                         "--no-summary",
                         "--job-of",
                         parent,
+                        "--text",
+                        (char *)sw->text,
+                        o->strict ? "--strict" : NULL,
                         NULL};
         int rc = posix_spawn(&pids[j], "/proc/self/exe", NULL, NULL, argv, environ);
         if (rc != 0) {

@@ -455,3 +455,9 @@ void ql_dist_metrics_print_llama(const ql_dist_metrics *m, FILE *out)
     fprintf(out, "Same top p: %6.3f ± %5.3f %%\n", 100.0 * m->top1_agree,
             100.0 * m->top1_agree_err);
 }
+
+bool ql_beats_reference(double ln_ppl_ratio, double ln_ppl_ratio_err)
+{
+    return !isnan(ln_ppl_ratio) && !isnan(ln_ppl_ratio_err) &&
+           ln_ppl_ratio + QL_BEATEN_Z * ln_ppl_ratio_err < 0.0;
+}

@@ -24,6 +24,7 @@
 #ifndef QL_METRICS_H
 #define QL_METRICS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -113,5 +114,17 @@ void ql_log_softmax(const float *logits, int64_t n, float *out);
 
 /* Percentile of sorted values by linear interpolation at rank f*(n-1). */
 double ql_percentile_sorted(const double *sorted, int64_t n, double f);
+
+/* A config whose perplexity on a text is below the reference's by more than the
+ * interval of the paired difference: ln PPL ratio + QL_BEATEN_Z x its standard error
+ * < 0. Rounding the weights cannot make a model better at predicting text it was not
+ * tuned on, so this is the usual sign of calibration on the evaluated text or of a PPL
+ * artefact (too few tokens, a text the model predicts badly); KLD against the
+ * reference says how far the config really moved. NAN figures: false. */
+#define QL_BEATEN_Z 2.0
+bool ql_beats_reference(double ln_ppl_ratio, double ln_ppl_ratio_err);
+
+/* The warning's words, with the figures. */
+#define QL_BEATEN_HINT "look at KLD, not PPL: overlap with the calibration text or a PPL artefact"
 
 #endif

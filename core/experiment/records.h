@@ -27,7 +27,8 @@
  *            one becomes ALTER TABLE ... ADD COLUMN for older databases)
  *   source   which record of a run computes it, under the same field name: DIST
  *            (ql_dist_metrics, experiment/metrics.h), WEIGHTS (ql_qweights_result,
- *            experiment/qweights.h), ROUTING (ql_routing_metrics below, computed by
+ *            experiment/qweights.h), OVERLAP (ql_overlap_metrics below), ROUTING
+ *            (ql_routing_metrics below, computed by
  *            experiment/routing.h) or TENSORS (ql_tensor_shares below, from the run's
  *            tensor records: the store fills these when it stores the run); the SQL of
  *            a DERIVED metric
@@ -154,7 +155,14 @@
     X(route_agree,      REAL,   10, ROUTING, 65, "route %", PCT, "%.2f", 4, QL_METRIC_CSV,         \
       "route: scored tokens whose experts are the reference's (per MoE block, then the mean).") \
     X(route_overlap,    REAL,   10, ROUTING, 66, NULL,     PCT, "%.2f", 4, QL_METRIC_CSV, NULL)   \
-    X(load_shift,       REAL,   10, ROUTING, 67, NULL,     NUM, "%.4f", 4, QL_METRIC_CSV, NULL)
+    X(load_shift,       REAL,   10, ROUTING, 67, NULL,     NUM, "%.4f", 4, QL_METRIC_CSV, NULL)   \
+    /* the share of the evaluated text's token 8-grams and 32-grams found in the text the  \
+     * run's imatrix or fit sensitivities came from (schema 11; experiment/overlap.h);     \
+     * NULL when no calibration text was used or it is unknown (an imatrix .dat file) */    \
+    X(calib_overlap_8,  REAL,   12, OVERLAP, 68, NULL,     PCT, "%.1f", 4, QL_METRIC_CSV, NULL)   \
+    X(calib_overlap_32, REAL,   12, OVERLAP, 69, "calib ∩ eval", PCT, "%.1f", 4, QL_METRIC_CSV,   \
+      "calib ∩ eval: the share of the evaluated text's 32-token n-grams that occur in the "      \
+      "calibration text of the config's imatrix (overlap.h); above 2% the config is flagged.")
 // clang-format on
 
 /* Flags of a metric. */
@@ -192,8 +200,15 @@ typedef struct {
     double route_agree, route_overlap, load_shift;
 } ql_routing_metrics;
 
+/* The calibration/evaluation overlap of a run (experiment/overlap.h), NAN when none was
+ * measured. */
+typedef struct {
+    double calib_overlap_8, calib_overlap_32;
+} ql_overlap_metrics;
+
 /* For code that fills ql_run_metrics from the records that compute the figures:
- * with QL_METRIC_FROM_<source>(name) defined for every source (DIST, WEIGHTS, ROUTING),
+ * with QL_METRIC_FROM_<source>(name) defined for every source (DIST, WEIGHTS, ROUTING,
+ * OVERLAP),
  * QL_RUN_METRICS(QL_METRIC_BY_SOURCE) expands it for every stored metric. A source
  * left undefined does not compile. TENSORS metrics are the store's to fill (from the
  * tensor records a run gives, ql_store_finish_run_result), so they expand to nothing

@@ -226,6 +226,29 @@ static char *trim(char *s)
     return s;
 }
 
+/* text = A B ...: the evaluation texts, each once; the first is the current one. */
+static ql_status set_texts(parser *p, int line, char **tok, int n)
+{
+    ql_sweep *sw = p->sw;
+    if (n > QL_SWEEP_MAX_TEXTS)
+        return fail(p, line, QL_EFORMAT, "text lists %d texts; at most %d", n,
+                    QL_SWEEP_MAX_TEXTS);
+    if (!(sw->texts = calloc((size_t)n, sizeof *sw->texts)))
+        return fail(p, line, QL_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        if (strlen(tok[i]) >= QL_PATH_MAX)
+            return fail(p, line, QL_EFORMAT, "text '%.64s...' is too long", tok[i]);
+        for (int j = 0; j < i; j++)
+            if (strcmp(tok[i], sw->texts[j]) == 0)
+                return fail(p, line, QL_EFORMAT, "text '%s' is listed twice", tok[i]);
+        ql_strlcpy(sw->texts[i], tok[i], QL_PATH_MAX);
+    }
+    sw->n_texts = n;
+    ql_strlcpy(sw->text, sw->texts[0], sizeof sw->text);
+    sw->text_line = line;
+    return QL_OK;
+}
+
 static ql_status set_scalar(parser *p, int line, sweep_key key, const char *v)
 {
     ql_sweep *sw = p->sw;
@@ -239,14 +262,12 @@ static ql_status set_scalar(parser *p, int line, sweep_key key, const char *v)
         ql_strlcpy(sw->name, v, sizeof sw->name);
         return QL_OK;
     case KEY_MODEL:
-    case KEY_TEXT: {
-        char *dst = key == KEY_MODEL ? sw->model : sw->text;
         if (strlen(v) >= QL_PATH_MAX)
             return fail(p, line, QL_EFORMAT, "%s '%.64s...' is too long", key_names[key], v);
-        ql_strlcpy(dst, v, QL_PATH_MAX);
-        *(key == KEY_MODEL ? &sw->model_line : &sw->text_line) = line;
+        ql_strlcpy(sw->model, v, QL_PATH_MAX);
+        sw->model_line = line;
         return QL_OK;
-    }
+    case KEY_TEXT: /* set_texts */
     case KEY_CTX:
         if (!ql_parse_int(v, &n))
             return fail(p, line, QL_EFORMAT, "ctx '%s' is not an integer", v);
@@ -578,10 +599,12 @@ static ql_status key_line(parser *p, int lineno, int section, char *line)
     if (p->key_line[sk])
         return fail(p, lineno, QL_EFORMAT, "duplicate key '%s' (first given on line %d)", key,
                     p->key_line[sk]);
+    p->key_line[sk] = lineno;
+    if (sk == KEY_TEXT)
+        return set_texts(p, lineno, tok, n);
     if (n != 1)
         return fail(p, lineno, QL_EFORMAT, "'%s' takes one value, got %d: '%s ...'", key, n,
                     tok[0]);
-    p->key_line[sk] = lineno;
     return set_scalar(p, lineno, sk, tok[0]);
 }
 
@@ -1044,6 +1067,23 @@ void ql_sweep_deinit(ql_sweep *sw)
     free(sw->points);
     sw->points = NULL;
     sw->n_points = 0;
+    free(sw->texts);
+    sw->texts = NULL;
+    sw->n_texts = 0;
+}
+
+void ql_sweep_select_text(ql_sweep *sw, int i)
+{
+    QL_ASSERT(i >= 0 && i < sw->n_texts);
+    ql_strlcpy(sw->text, sw->texts[i], sizeof sw->text);
+}
+
+int ql_sweep_find_text(const ql_sweep *sw, const char *text)
+{
+    for (int i = 0; i < sw->n_texts; i++)
+        if (strcmp(sw->texts[i], text) == 0)
+            return i;
+    return -1;
 }
 
 /* ---------------------------------------------------------------- the inputs and the model */
@@ -1090,8 +1130,9 @@ ql_status ql_sweep_check_inputs(const ql_sweep *sw, ql_error *err)
     if (!ql_synth_is_spec(sw->model) &&
         (st = ql_data_find_in(sw->dir, "model", sw->model, path, sizeof path, err)))
         return ql_error_prefix(err, "%s:%d: model: ", sw->path, sw->model_line);
-    if ((st = ql_data_find_in(sw->dir, "text", sw->text, path, sizeof path, err)))
-        return ql_error_prefix(err, "%s:%d: text: ", sw->path, sw->text_line);
+    for (int t = 0; t < sw->n_texts; t++)
+        if ((st = ql_data_find_in(sw->dir, "text", sw->texts[t], path, sizeof path, err)))
+            return ql_error_prefix(err, "%s:%d: text: ", sw->path, sw->text_line);
     /* Each importance matrix once: a file, or the text of a calib: one. */
     for (size_t i = 0; i < sw->n_points && !st; i++) {
         const ql_config *c = &sw->points[i].config;

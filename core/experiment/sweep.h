@@ -5,7 +5,8 @@
  *   [sweep]
  *   name    = formats-tiny          # default: the file name without .sweep
  *   model   = stories260K           # required: a manifest name or a path
- *   text    = tinystories-valid     # required: a manifest name or a path
+ *   text    = tinystories-valid     # required: manifest names or paths; several
+ *                                   # (text = a b c) measure every config on each
  *   ctx     = 128                   # default 512 (llama-perplexity's)
  *   chunks  = 16                    # default 0 = every chunk the text holds
  *   threads = 0                     # default 0 = all cores
@@ -88,6 +89,8 @@
 #define QL_SWEEP_DEFAULT_CTX 512
 #define QL_SWEEP_MAX_CHUNKS  10000000
 #define QL_SWEEP_MAX_THREADS 4096
+/* Evaluation texts of one sweep (`text = A B C`). */
+#define QL_SWEEP_MAX_TEXTS 16
 
 /* Flags of ql_sweep_parse / ql_sweep_load. */
 enum {
@@ -109,7 +112,13 @@ typedef struct {
     char dir[QL_PATH_MAX];
     char name[QL_SWEEP_NAME_MAX];
     char model[QL_PATH_MAX]; /* as written: a manifest name, a path or a synth: spec */
-    char text[QL_PATH_MAX];  /* as written: a manifest name or a path */
+    /* The evaluation text this sweep measures on, as written (a manifest name or a
+     * path): the first of texts, or the one ql_sweep_select_text chose. */
+    char text[QL_PATH_MAX];
+    /* `text = A B C`: every config is measured on each text, each with its own
+     * reference; the runner runs the sweep once per text (ql_sweep_select_text). */
+    char (*texts)[QL_PATH_MAX];
+    int n_texts;
     int model_line, text_line;
     int ctx;
     int chunks;  /* 0 = all the text holds */
@@ -135,6 +144,13 @@ ql_status ql_sweep_parse(const char *path, const char *text, unsigned flags, ql_
 
 void ql_sweep_deinit(ql_sweep *sw);
 
+/* Makes text i of sw->texts the one sw->text names (what the runner opens and
+ * ql_sweep_resolve looks at; ql_sweep_check_inputs checks every text). */
+void ql_sweep_select_text(ql_sweep *sw, int i);
+
+/* The index in sw->texts of a text as written in the file, or -1. */
+int ql_sweep_find_text(const ql_sweep *sw, const char *text);
+
 /* The checks of every config that need the model, before anything runs: the type
  * policy plans each config on the model's tensors (a mix on an architecture it has
  * no rules for, INT8_ROW rows it cannot take, ... fail here), a type that head_type,
@@ -152,7 +168,7 @@ ql_status ql_sweep_resolve(const ql_sweep *sw, ql_sweep_input which, char *path,
                            const ql_data_entry **entry, ql_error *err);
 
 /* That every file the sweep reads is there, before any work (and for `qlab sweep
- * --list`): the model (unless synth:), the text, each imatrix file and calib: text;
+ * --list`): the model (unless synth:), every text, each imatrix file and calib: text;
  * names are found, not verified. Errors as ql_sweep_resolve's. */
 ql_status ql_sweep_check_inputs(const ql_sweep *sw, ql_error *err);
 

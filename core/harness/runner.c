@@ -18,6 +18,7 @@
 #include "experiment/calib.h"
 #include "experiment/divergence.h"
 #include "experiment/metrics.h"
+#include "experiment/overlap.h"
 #include "experiment/qweights.h"
 #include "experiment/reference.h"
 #include "experiment/routing.h"
@@ -57,6 +58,13 @@ typedef struct {
     size_t cache;     /* quantized tensors kept between configs */
 } mem_plan;
 
+/* The overlap of one calibration source (a calib: value, or an imatrix file) with the
+ * evaluated text; NAN figures when the source names no text qlab can read. */
+typedef struct {
+    char key[QL_PATH_MAX + 16];
+    ql_overlap_metrics m;
+} overlap_entry;
+
 struct ql_sweep_run {
     const ql_sweep *sw;
     ql_run_opts opts;
@@ -92,6 +100,9 @@ struct ql_sweep_run {
     summary_row *rows; /* this shard's configs, in order */
     size_t n_rows;
     ql_run_summary sum;
+
+    overlap_entry *overlaps; /* each calibration source measured against the text */
+    size_t n_overlaps, cap_overlaps;
 
     char eta_note[64]; /* "sweep ETA 3m05s", shown on each config's progress line */
     int begun;
@@ -255,10 +266,12 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
 #define QL_METRIC_FROM_DIST(name) r->m.name = (double)dm.name;
 #define QL_METRIC_FROM_WEIGHTS(name)
 #define QL_METRIC_FROM_ROUTING(name)
+#define QL_METRIC_FROM_OVERLAP(name)
     QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
 #undef QL_METRIC_FROM_DIST
 #undef QL_METRIC_FROM_WEIGHTS
 #undef QL_METRIC_FROM_ROUTING
+#undef QL_METRIC_FROM_OVERLAP
 
     r->chunks = calloc((size_t)d->n_chunks, sizeof *r->chunks);
     if (!r->chunks)
@@ -284,10 +297,12 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
 #define QL_METRIC_FROM_DIST(name)
 #define QL_METRIC_FROM_WEIGHTS(name)
 #define QL_METRIC_FROM_ROUTING(name) r->m.name = rm.name;
+#define QL_METRIC_FROM_OVERLAP(name)
         QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
 #undef QL_METRIC_FROM_DIST
 #undef QL_METRIC_FROM_WEIGHTS
 #undef QL_METRIC_FROM_ROUTING
+#undef QL_METRIC_FROM_OVERLAP
     }
     for (int64_t c = 0; c < d->n_chunks; c++) {
         ql_chunk_record *cm = &r->chunks[c];
@@ -301,8 +316,123 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
 
 /* One config: its quantized weights (qweights.h), the quantized pass with the config's
  * K/V type, and the metrics against the reference. */
+/* ------------------------------------------------------------------------- */
+/* Calibration/evaluation overlap                                             */
+
+/* Both orders of the calibration sequences against the evaluated tokens. */
+static ql_status measure_overlap(const ql_sweep_run *s, const int32_t *const *seqs,
+                                 const int64_t *lens, size_t n, ql_overlap_metrics *m,
+                                 ql_error *err)
+{
+    /* The evaluated tokens: the chunks the passes read, as the text has them. */
+    const int32_t *eval = s->data.tokens;
+    const int64_t n_eval = s->data.n_chunks * s->data.ctx;
+    static const int orders[2] = {QL_OVERLAP_SHORT, QL_OVERLAP_LONG};
+    double *out[2] = {&m->calib_overlap_8, &m->calib_overlap_32};
+    for (int k = 0; k < 2; k++) {
+        ql_ngram_set set;
+        ql_status st = ql_ngram_set_build(&set, orders[k], seqs, lens, n, err);
+        if (st)
+            return st;
+        *out[k] = ql_ngram_share(&set, eval, n_eval);
+        ql_ngram_set_deinit(&set);
+    }
+    return QL_OK;
+}
+
+/* Whether path is a GGUF file (its magic): the imatrix form that names its datasets. */
+static bool is_gguf_file(const char *path)
+{
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    char magic[4] = {0};
+    const bool yes = f && fread(magic, 1, 4, f) == 4 && memcmp(magic, "GGUF", 4) == 0;
+    if (f)
+        fclose(f);
+    return yes;
+}
+
+/* An imatrix file's calibration texts: the datasets its GGUF form names, each read
+ * and tokenized whole. NAN figures (unknown) for a legacy .dat file (it names no
+ * dataset), a GGUF file that names none, or a name qlab cannot find as a text. */
+static ql_status file_overlap(const ql_sweep_run *s, const ql_imatrix *im, ql_overlap_metrics *m,
+                              ql_error *err)
+{
+    if (!im || !im->n_datasets || !is_gguf_file(im->path))
+        return QL_OK;
+    const size_t n = (size_t)im->n_datasets;
+    int32_t **toks = calloc(n, sizeof *toks);
+    int64_t *lens = calloc(n, sizeof *lens);
+    ql_status st = toks && lens ? QL_OK : ql_error_set(err, QL_ENOMEM, "out of memory");
+    bool found = true;
+    for (size_t k = 0; k < n && !st && found; k++) {
+        char path[QL_PATH_MAX];
+        ql_error ferr;
+        if (ql_data_find_in(s->sw->dir, "text", im->datasets[k], path, sizeof path, &ferr)) {
+            found = false;
+            break;
+        }
+        char *text;
+        size_t len;
+        if ((st = ql_file_read_all(path, &text, &len, err)))
+            break;
+        st = ql_tokenize(s->tok, text, len, true, &toks[k], &lens[k], err);
+        free(text);
+        if (st)
+            ql_error_prefix(err, "%s: ", path);
+    }
+    if (!st && found)
+        st = measure_overlap(s, (const int32_t *const *)toks, lens, n, m, err);
+    for (size_t k = 0; toks && k < n; k++)
+        free(toks[k]);
+    free(toks);
+    free(lens);
+    return st;
+}
+
+/* The overlap of c's calibration text (its calib: imatrix, whose text a kld fit's
+ * sensitivities are measured on too, or the datasets its imatrix file names) with the
+ * evaluated text; NAN figures for imatrix none and for an unknown text. Measured once
+ * per calibration source. */
+static ql_status config_overlap(ql_sweep_run *s, const ql_config *c, const ql_calib_slot *slot,
+                                ql_overlap_metrics *m, ql_error *err)
+{
+    m->calib_overlap_8 = m->calib_overlap_32 = (double)NAN;
+    if (c->imatrix_kind == QL_IMATRIX_NONE)
+        return QL_OK;
+    char key[sizeof s->overlaps[0].key];
+    snprintf(key, sizeof key, "%s:%s", c->imatrix_kind == QL_IMATRIX_CALIB ? "calib" : "file",
+             c->imatrix);
+    for (size_t i = 0; i < s->n_overlaps; i++)
+        if (strcmp(s->overlaps[i].key, key) == 0) {
+            *m = s->overlaps[i].m;
+            return QL_OK;
+        }
+    ql_status st;
+    if (c->imatrix_kind == QL_IMATRIX_CALIB) {
+        ql_ppl_data d;
+        char sha[65];
+        if ((st = ql_calib_config_text(s->calib, c, &d, sha, err)))
+            return st;
+        /* What the calibration pass read: its chunks, as the text has them. */
+        const int32_t *seqs[1] = {d.tokens};
+        const int64_t lens[1] = {d.n_chunks * d.ctx};
+        st = measure_overlap(s, seqs, lens, 1, m, err);
+        ql_ppl_data_deinit(&d);
+    } else {
+        st = file_overlap(s, ql_calib_slot_imatrix(slot), m, err);
+    }
+    if (st)
+        return st;
+    if (!ql_grow((void **)&s->overlaps, &s->cap_overlaps, s->n_overlaps + 1, sizeof *s->overlaps))
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    ql_strlcpy(s->overlaps[s->n_overlaps].key, key, sizeof key);
+    s->overlaps[s->n_overlaps++].m = *m;
+    return QL_OK;
+}
+
 static ql_status evaluate_config(ql_sweep_run *s, const ql_config *c, ql_calib_slot *slot,
-                                 const char *label, config_result *r, ql_error *err)
+                                 const ql_overlap_metrics *om, const char *label,
+                                 config_result *r, ql_error *err)
 {
     double t0 = ql_now();
     ql_run_metrics_init(&r->m);
@@ -324,10 +454,12 @@ static ql_status evaluate_config(ql_sweep_run *s, const ql_config *c, ql_calib_s
 #define QL_METRIC_FROM_DIST(name)
 #define QL_METRIC_FROM_WEIGHTS(name) r->m.name = q->name;
 #define QL_METRIC_FROM_ROUTING(name)
+#define QL_METRIC_FROM_OVERLAP(name) r->m.name = om->name;
     QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
 #undef QL_METRIC_FROM_DIST
 #undef QL_METRIC_FROM_WEIGHTS
 #undef QL_METRIC_FROM_ROUTING
+#undef QL_METRIC_FROM_OVERLAP
     r->timing.quantize_seconds = q->quantize_seconds;
     r->timing.ref_seconds = ql_reference_seconds(s->ref);
     r->timing.seconds = ql_now() - t0;
@@ -452,6 +584,52 @@ static size_t summary_metrics(ql_metric_id *ids)
     return n;
 }
 
+/* What the figures of a config warn about (the calibration text overlapping the evaluated
+ * one, or unknown; a reference beaten beyond its interval), one line each, into f; returns
+ * the count of each kind. */
+static void config_warnings(const ql_sweep_run *s, const summary_row *r, FILE *f,
+                            size_t *overlapping, size_t *beaten)
+{
+    const ql_config *c = &s->sw->points[r->index].config;
+    const double o32 = r->metric[QL_METRIC_calib_overlap_32];
+    char why[160];
+    if (ql_overlap_flagged(o32)) {
+        ql_overlap_flag_text(o32, why, sizeof why);
+        if (f)
+            fprintf(f, "warning: config %zu (%s): %s (8-grams %.1f%%)\n", r->index, r->label, why,
+                    100.0 * r->metric[QL_METRIC_calib_overlap_8]);
+        ++*overlapping;
+    } else if (f && c->imatrix_kind == QL_IMATRIX_FILE && isnan(o32) &&
+               strcmp(r->status, "ok") == 0) {
+        fprintf(f, "note: config %zu (%s): %s\n", r->index, r->label, QL_OVERLAP_UNKNOWN_TEXT);
+    }
+    const double lr = r->metric[QL_METRIC_ln_ppl_ratio], le = r->metric[QL_METRIC_ln_ppl_ratio_err];
+    if (ql_beats_reference(lr, le)) {
+        if (f)
+            fprintf(f,
+                    "warning: config %zu (%s): PPL %.4f is below the reference's %.4f beyond its "
+                    "interval (ln PPL ratio %+.4f ± %.4f); %s\n",
+                    r->index, r->label, r->metric[QL_METRIC_ppl], r->metric[QL_METRIC_ppl_ref], lr,
+                    le, QL_BEATEN_HINT);
+        ++*beaten;
+    }
+}
+
+static void print_warnings(const summary_row *rows, size_t n, const ql_sweep_run *s)
+{
+    size_t o = 0, b = 0;
+    for (size_t i = 0; i < n; i++)
+        config_warnings(s, &rows[i], stdout, &o, &b);
+}
+
+/* Counts the warnings of the rows into the summary (for --strict). */
+static void count_warnings(ql_sweep_run *s)
+{
+    s->sum.n_overlapping = s->sum.n_beaten = 0;
+    for (size_t i = 0; i < s->n_rows; i++)
+        config_warnings(s, &s->rows[i], NULL, &s->sum.n_overlapping, &s->sum.n_beaten);
+}
+
 static void print_summary(const summary_row *rows, size_t n, const ql_run_summary *sum,
                           const ql_sweep_run *s)
 {
@@ -498,9 +676,12 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
         snprintf(elsewhere, sizeof elsewhere, ", %zu left to another process", sum->n_elsewhere);
     if (not_run)
         snprintf(left, sizeof left, ", %zu not run", not_run);
-    printf("\nsweep %s: %zu config%s (%zu run, %zu already done, %zu failed%s%s), %lld scored "
+    char on_text[QL_PATH_MAX + 16] = "";
+    if (s->sw->n_texts > 1)
+        snprintf(on_text, sizeof on_text, " on text %s", s->sw->text);
+    printf("\nsweep %s%s: %zu config%s (%zu run, %zu already done, %zu failed%s%s), %lld scored "
            "tokens per pass\n",
-           s->sw->name, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
+           s->sw->name, on_text, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
            sum->n_failed, elsewhere, left, (long long)sum->scored_tokens);
     if (not_run) {
         const int sig = ql_interrupted();
@@ -534,6 +715,7 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
     else /* configs to do, none of them run here: failed, stopped, or another's */
         printf("timing: reference %s; no config ran to the end\n",
                s->ref ? "loaded from cache" : "not computed");
+    print_warnings(rows, n, s);
     printf("results: %s\n", s->db_path);
 }
 
@@ -740,6 +922,7 @@ void ql_sweep_run_close(ql_sweep_run *s)
     ql_store_close(s->store);
     free(s->todo);
     free(s->rows);
+    free(s->overlaps);
     free(s);
 }
 
@@ -748,8 +931,9 @@ size_t ql_sweep_run_todo(const ql_sweep_run *s)
     return s->n_todo;
 }
 
-const ql_run_summary *ql_sweep_run_summary(const ql_sweep_run *s)
+const ql_run_summary *ql_sweep_run_summary(ql_sweep_run *s)
 {
+    count_warnings(s);
     return &s->sum;
 }
 
@@ -887,8 +1071,18 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
     config_result r;
     memset(&r, 0, sizeof r);
     double t0 = ql_now();
+    /* What the calibration text shares with the evaluated one, before the pass: under
+     * --strict a config whose calibration overlaps its evaluation is refused. */
+    ql_overlap_metrics om;
     if (!cst)
-        cst = evaluate_config(s, &pt->config, slot, label, &r, &cerr);
+        cst = config_overlap(s, &pt->config, slot, &om, &cerr);
+    if (!cst && s->opts.strict && ql_overlap_flagged(om.calib_overlap_32)) {
+        char why[128];
+        ql_overlap_flag_text(om.calib_overlap_32, why, sizeof why);
+        cst = ql_error_set(&cerr, QL_EINVAL, "refused under --strict: %s", why);
+    }
+    if (!cst)
+        cst = evaluate_config(s, &pt->config, slot, &om, label, &r, &cerr);
     if (cst == QL_EINTERRUPTED || (cst && ql_interrupted())) {
         /* Not the config's failure: it is retried by the next sweep. */
         char why[64];
@@ -1060,4 +1254,21 @@ ql_status ql_sweep_run_collect(ql_sweep_run *s, const ql_sweep_snapshot *before,
 void ql_sweep_run_print(const ql_sweep_run *s)
 {
     print_summary(s->rows, s->n_rows, &s->sum, s);
+}
+
+void ql_run_summary_add(ql_run_summary *into, const ql_run_summary *part)
+{
+    into->n_configs += part->n_configs;
+    into->n_run += part->n_run;
+    into->n_skipped += part->n_skipped;
+    into->n_failed += part->n_failed;
+    into->n_elsewhere += part->n_elsewhere;
+    into->n_overlapping += part->n_overlapping;
+    into->n_beaten += part->n_beaten;
+    if (part->interrupted[0])
+        ql_strlcpy(into->interrupted, part->interrupted, sizeof into->interrupted);
+    into->ref_seconds += part->ref_seconds;
+    into->configs_seconds += part->configs_seconds;
+    into->forward_seconds += part->forward_seconds;
+    into->scored_tokens += part->scored_tokens;
 }

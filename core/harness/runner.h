@@ -56,6 +56,9 @@ typedef struct {
     size_t cache_bytes;    /* memory for quantized tensors kept across configs; 0 = default */
     size_t mem_bytes;      /* memory budget; 0 = QL_RUN_MEM_SHARE of the RAM */
     bool no_summary;       /* do not print the summary table and timing lines */
+    /* Refuse (store as failed, not evaluated) a config whose calibration text overlaps
+     * the evaluated text above QL_OVERLAP_FLAG_SHARE (experiment/overlap.h). */
+    bool strict;
     /* Called after each run is marked running, with how many this process began (the
      * command line's fault injection for the resume tests); NULL = none. */
     void (*on_run_begun)(void *ctx, int begun);
@@ -76,6 +79,9 @@ typedef struct {
     size_t n_skipped;       /* already done in the store */
     size_t n_failed;        /* stored as failed */
     size_t n_elsewhere;     /* left to another process on the store (running or done by it) */
+    /* Warnings of the summary (configs of this shard, done now or before): calibration
+     * overlapping the evaluation, a reference beaten beyond its interval. */
+    size_t n_overlapping, n_beaten;
     /* Interrupted (SIGINT, SIGTERM): the configs whose runs were marked 'interrupted'
      * ("3 (Q4_0)", comma-separated), empty when the signal came between configs. */
     char interrupted[512];
@@ -89,7 +95,8 @@ void ql_run_opts_init(ql_run_opts *o);
 
 typedef struct ql_sweep_run ql_sweep_run;
 
-/* Loads the model and the text, opens the store and finds the configs of this shard
+/* Loads the model and the text (sw->text: one of the sweep's texts; a sweep of several
+ * texts is opened once per text), opens the store and finds the configs of this shard
  * that are not done; prints the sweep's header line. */
 ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
                             ql_error *err);
@@ -122,10 +129,14 @@ ql_status ql_sweep_run_collect(ql_sweep_run *r, const ql_sweep_snapshot *before,
 
 /* Prints the summary table and the timing lines (not with no_summary). */
 void ql_sweep_run_print(const ql_sweep_run *r);
-const ql_run_summary *ql_sweep_run_summary(const ql_sweep_run *r);
+/* The summary, its warning counts from the rows as they are now. */
+const ql_run_summary *ql_sweep_run_summary(ql_sweep_run *r);
 
 /* Where this run keeps its results and cache (for processes that share them). */
 const char *ql_sweep_run_db_path(const ql_sweep_run *r);
 const char *ql_sweep_run_cache_dir(const ql_sweep_run *r);
+
+/* Adds a text's summary to a sweep's (counts and times; the last interrupted note). */
+void ql_run_summary_add(ql_run_summary *into, const ql_run_summary *part);
 
 #endif

@@ -9,6 +9,8 @@
 
 #include "base/table.h"
 #include "base/util.h"
+#include "experiment/metrics.h"
+#include "experiment/overlap.h"
 
 struct ql_query {
     ql_store *store;
@@ -20,7 +22,7 @@ struct ql_query {
 /* `formats`: every axis, whether its types applied and which were used
  * (applicability.h), then the metrics the metric list gives digits for (records.h),
  * rounded to them, in report order. Built once. */
-static char formats_sql[4096];
+static char formats_sql[8192];
 static pthread_once_t formats_once = PTHREAD_ONCE_INIT;
 
 static void build_formats_sql(void)
@@ -44,6 +46,20 @@ static void build_formats_sql(void)
             off += (size_t)snprintf(formats_sql + off, sizeof formats_sql - off,
                                     ", round(%s, %d) AS %s", mi->name, mi->digits, mi->name);
     }
+    /* The warnings of a run, as the sweep summary and the report give them
+     * (experiment/overlap.h, experiment/metrics.h). */
+    off += (size_t)snprintf(
+        formats_sql + off, sizeof formats_sql - off,
+        ", trim(CASE WHEN calib_overlap_32 > %.17g THEN"
+        " printf('calibration overlaps evaluation: %%s%%%% of %d-grams',"
+        " CASE WHEN 100 * calib_overlap_32 >= 1 AND 100 * calib_overlap_32 < 99.5"
+        " THEN printf('%%.0f', 100 * calib_overlap_32) ELSE printf('%%.3g', 100 * calib_overlap_32)"
+        " END) WHEN calib_overlap_32 IS NULL AND imatrix NOT LIKE 'calib:%%' AND imatrix <> 'none'"
+        " THEN 'calibration text unknown' ELSE '' END"
+        " || CASE WHEN ln_ppl_ratio + %.17g * ln_ppl_ratio_err < 0"
+        " THEN '; PPL below the reference beyond its interval: look at KLD' ELSE '' END, '; ')"
+        " AS warning",
+        QL_OVERLAP_FLAG_SHARE, QL_OVERLAP_LONG, QL_BEATEN_Z);
     off += (size_t)snprintf(formats_sql + off, sizeof formats_sql - off,
                             " FROM results ORDER BY model, dataset, ctx, results.bpw, config_hash");
     QL_ASSERT(off + 1 < sizeof formats_sql);

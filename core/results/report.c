@@ -806,6 +806,13 @@ void ql_report_metric_text(const row *r, ql_metric_id id, char *buf, size_t size
     const ql_metric_info *mi = ql_metric_get(id);
     char v[64], e[64];
     buf[0] = '\0';
+    /* An imatrix file that names no readable calibration text: its overlap is not
+     * "none" but unknown. */
+    if (isnan(r->v[id]) && (id == QL_METRIC_calib_overlap_8 || id == QL_METRIC_calib_overlap_32) &&
+        ql_report_calib_unknown(r)) {
+        snprintf(buf, size, "unknown");
+        return;
+    }
     if (isnan(r->v[id]))
         return;
     ql_metric_format(id, r->v[id], v, sizeof v);
@@ -1201,6 +1208,7 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
         else
             fprintf(d.f, "No finished configs.\n");
         md_not_applicable(g, d.f);
+        ql_report_md_warnings(g, d.f);
         md_failures(g, d.f);
         /* The fits against what they compete with belong to the table's result. */
         if (!rc)
@@ -1219,6 +1227,8 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
             rc = md_numbered(g, d.f, err);
         fputs(DETAILS_END "\n", d.f);
     }
+    if (!rc)
+        rc = ql_report_md_texts(gs, ng, d.f, err);
     if (rc) {
         ql_doc_discard(&d);
         return rc;
@@ -1550,6 +1560,8 @@ static ql_status write_sweep(ctx *c, sweep_data *sd, ql_error *err)
     for (size_t i = 0; i < sd->ng && !rc; i++)
         if (sd->gs[i].nrows)
             rc = ql_report_write_plots(c, &sd->gs[i], err);
+    if (!rc)
+        rc = ql_report_plot_texts(c, sd->gs, sd->ng, err);
     if (rc || (rc = write_report_md(c, sd->gs, sd->ng, err)) ||
         (rc = write_csv(c, sd->gs, sd->ng, err)) ||
         (rc = write_types_csv(c, sd->gs, sd->ng, err)) ||

@@ -108,6 +108,111 @@ static ql_status summary(const group *g, FILE *f, ql_error *err)
     return QL_OK;
 }
 
+/* The group's warnings (report_texts.c), as report.md lists them. */
+static void warnings(const group *g, FILE *f)
+{
+    bool any = false;
+    for (size_t i = 0; i < g->nrows; i++) {
+        char lines[3][256];
+        const size_t n = ql_report_row_warnings(&g->rows[i], lines, 3);
+        for (size_t k = 0; k < n; k++) {
+            if (!any)
+                fputs("<p class=\"warn\">Warnings:</p>\n<ul>\n", f);
+            any = true;
+            char label[512];
+            ql_report_config_label(g, g->rows[i].axis, -1, label, sizeof label);
+            fputs("<li><b>", f);
+            esc(f, label);
+            fputs("</b>: ", f);
+            esc(f, lines[k]);
+            fputs("</li>\n", f);
+        }
+    }
+    if (any)
+        fputs("</ul>\n", f);
+}
+
+/* The config x text matrices, as report.md has them. */
+static void texts_matrices(const group *gs, size_t ng, FILE *f)
+{
+    for (size_t i = 0; i < ng; i++) {
+        ql_report_texts m;
+        if (!ql_report_texts_matrix(gs, ng, i, &m))
+            continue;
+        fputs("<h2>Configs × texts · ", f);
+        esc(f, gs[i].model);
+        fprintf(f, " · ctx %d · %d chunks</h2>\n", gs[i].ctx, gs[i].chunks);
+        for (int kld = 1; kld >= 0; kld--) {
+            fprintf(f, "<p>%s, each text against its own reference.</p>\n",
+                    kld ? "Mean KLD"
+                        : "ln(PPL(Q)/PPL(ref)) ± its paired standard error ((!): below the "
+                          "reference beyond its interval, look at KLD)");
+            fputs("<div class=\"scroll\"><table class=\"sortable\">\n<thead><tr><th>config</th>",
+                  f);
+            for (size_t k = 0; k < m.ncols; k++) {
+                fputs("<th>", f);
+                esc(f, gs[m.cols[k]].dataset);
+                fputs("</th>", f);
+            }
+            fputs("</tr></thead>\n<tbody>\n", f);
+            for (size_t r = 0; r < m.nrows; r++) {
+                fputs("<tr><td>", f);
+                esc(f, m.rows[r].label);
+                fputs("</td>", f);
+                for (size_t k = 0; k < m.ncols; k++) {
+                    char cell[96];
+                    ql_report_texts_cell(m.rows[r].cell[k], kld != 0, cell, sizeof cell);
+                    fputs("<td class=\"n\">", f);
+                    esc(f, cell);
+                    fputs("</td>", f);
+                }
+                fputs("</tr>\n", f);
+            }
+            fputs("</tbody></table></div>\n", f);
+        }
+        /* Each importance matrix against imatrix none, as report.md has it. */
+        bool any = false;
+        char cell[96];
+        for (size_t r = 0; r < m.nrows && !any; r++)
+            for (size_t k = 0; k < m.ncols && !any; k++)
+                any = ql_report_texts_effect(&gs[m.cols[k]], m.rows[r].cell[k], cell, sizeof cell);
+        if (any) {
+            fputs("<p>What each importance matrix does to the mean KLD on each text, against the "
+                  "same config with imatrix none (95% paired-bootstrap interval; *: it excludes "
+                  "0).</p>\n<div class=\"scroll\"><table class=\"sortable\">\n<thead><tr>"
+                  "<th>config</th>",
+                  f);
+            for (size_t k = 0; k < m.ncols; k++) {
+                fputs("<th>", f);
+                esc(f, gs[m.cols[k]].dataset);
+                fputs("</th>", f);
+            }
+            fputs("</tr></thead>\n<tbody>\n", f);
+            for (size_t r = 0; r < m.nrows; r++) {
+                bool row_any = false;
+                for (size_t k = 0; k < m.ncols; k++)
+                    row_any = ql_report_texts_effect(&gs[m.cols[k]], m.rows[r].cell[k], cell,
+                                                     sizeof cell) ||
+                              row_any;
+                if (!row_any)
+                    continue;
+                fputs("<tr><td>", f);
+                esc(f, m.rows[r].label);
+                fputs("</td>", f);
+                for (size_t k = 0; k < m.ncols; k++) {
+                    ql_report_texts_effect(&gs[m.cols[k]], m.rows[r].cell[k], cell, sizeof cell);
+                    fputs("<td class=\"n\">", f);
+                    esc(f, cell);
+                    fputs("</td>", f);
+                }
+                fputs("</tr>\n", f);
+            }
+            fputs("</tbody></table></div>\n", f);
+        }
+        ql_report_texts_free(&m);
+    }
+}
+
 static const char *header_of(ql_metric_id id)
 {
     const ql_metric_info *mi = ql_metric_get(id);
@@ -395,11 +500,13 @@ ql_status ql_report_write_html(ctx *c, group *gs, size_t ng, ql_error *err)
         else
             fputs("<p>No finished configs.</p>\n", f);
         not_applicable(g, f);
+        warnings(g, f);
         failures(g, f);
         plots(c, g, f);
         numbered(g, f);
         pairs(g, f);
     }
+    texts_matrices(gs, ng, f);
     fprintf(f, "<script>\n%s</script>\n</body>\n</html>\n", script);
     if (rc) {
         ql_doc_discard(&d);

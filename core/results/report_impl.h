@@ -254,6 +254,59 @@ ql_status ql_report_load_fits(ql_report_ctx *c, ql_report_group *g, ql_error *er
 /* report.md's table of them; nothing when the group has no budget config. */
 ql_status ql_report_md_fits(const ql_report_group *g, FILE *out, ql_error *err);
 
+/* ---------------------------------------------------------------- report_texts.c */
+
+/* Whether a row's imatrix is a file that names no calibration text qlab could read (an
+ * imatrix .dat file): its overlap is unknown, never "none". */
+bool ql_report_calib_unknown(const ql_report_row *r);
+
+/* A row's warnings (calibration overlapping the evaluated text, or unknown; the
+ * reference beaten beyond its interval), at most max lines; returns how many. */
+size_t ql_report_row_warnings(const ql_report_row *r, char lines[][256], size_t max);
+
+/* report.md's list of a group's warnings ("Warnings:"); nothing without any. */
+void ql_report_md_warnings(const ql_report_group *g, FILE *out);
+
+/* The texts one config x text matrix shows at most. */
+#define QL_REPORT_MAX_TEXTS 16
+
+typedef struct {
+    char hash[65];
+    char label[512];
+    const ql_report_row *cell[QL_REPORT_MAX_TEXTS]; /* NULL: not measured on that text */
+} ql_report_texts_row;
+
+/* The config x text matrix led by group `first`: the groups of its model, ctx and chunk
+ * count (one per text) as columns, the configs of any of them as rows (in the order of
+ * the first group that has each). Returns the number of columns, 0 when group first
+ * leads no matrix (a single text, or an earlier group leads it). */
+typedef struct {
+    size_t cols[QL_REPORT_MAX_TEXTS]; /* group indices */
+    size_t ncols;
+    ql_report_texts_row *rows;
+    size_t nrows;
+} ql_report_texts;
+size_t ql_report_texts_matrix(const ql_report_group *gs, size_t ng, size_t first,
+                              ql_report_texts *m);
+void ql_report_texts_free(ql_report_texts *m);
+/* A matrix cell: mean KLD (kld) or "ln PPL ratio ± err", "(!)" when it beats the
+ * reference; "—" when not measured. */
+void ql_report_texts_cell(const ql_report_row *r, bool kld, char *buf, size_t size);
+/* The change of mean KLD a row's importance matrix makes on its group's text against the
+ * same config with imatrix none (the group's one-axis pair): "-12.3% [-18.0, -6.1] *"
+ * (relative to the none config's mean KLD, the 95% paired-bootstrap interval, * when it
+ * excludes 0). false ("—") when the row has no such pair. */
+bool ql_report_texts_effect(const ql_report_group *g, const ql_report_row *r, char *buf,
+                            size_t size);
+/* report.md's matrices of the sweep ("### Configs × texts ..."), one per model, ctx and
+ * chunk count measured on several texts. */
+ql_status ql_report_md_texts(const ql_report_group *gs, size_t ng, FILE *out, ql_error *err);
+
+/* The matrices' plots (report_plot.c): texts_kld<suffix>.dat/.gp, mean KLD of each
+ * config across the texts as lines (log scale), recorded as a plot of the leading
+ * group. */
+ql_status ql_report_plot_texts(ql_report_ctx *c, ql_report_group *gs, size_t ng, ql_error *err);
+
 /* ---------------------------------------------------------------- report_html.c */
 
 ql_status ql_report_write_html(ql_report_ctx *c, ql_report_group *gs, size_t ng, ql_error *err);

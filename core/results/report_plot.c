@@ -2089,6 +2089,82 @@ static ql_status plot_sensitivity_experts(ctx *c, group *g, const layout *l, ql_
                              "expert sensitivity heatmap", err);
 }
 
+/* ================================================================ configs x texts */
+
+/* texts_kld: the mean KLD of every config on each evaluation text of a matrix
+ * (report_texts.c), a line per config across the texts, log scale. */
+ql_status ql_report_plot_texts(ctx *c, group *gs, size_t ng, ql_error *err)
+{
+    ql_status rc = QL_OK;
+    for (size_t i = 0; i < ng && !rc; i++) {
+        ql_report_texts m;
+        if (!ql_report_texts_matrix(gs, ng, i, &m))
+            continue;
+        group *g = &gs[i];
+        char base[1100], name[1200], title[1600];
+        snprintf(base, sizeof base, "texts_kld%s", g->suffix);
+        ql_doc d;
+        if ((rc = ql_doc_open(&d, err))) {
+            ql_report_texts_free(&m);
+            break;
+        }
+        fprintf(d.f,
+                "# qlab report: mean KLD of each config on each evaluation text\n"
+                "# sweep %s: %s, ctx %d, %d chunks\n# texts:",
+                c->sweep, g->model, g->ctx, g->chunks);
+        for (size_t k = 0; k < m.ncols; k++)
+            fprintf(d.f, " %zu=%s", k, gs[m.cols[k]].dataset);
+        fputs("\n# one block per config; columns: text kld_mean\n", d.f);
+        for (size_t r = 0; r < m.nrows; r++) {
+            fprintf(d.f, "%s# index %zu: %s\n", r ? "\n\n" : "", r, m.rows[r].label);
+            for (size_t k = 0; k < m.ncols; k++) {
+                const row *cell = m.rows[r].cell[k];
+                fprintf(d.f, "%zu", k);
+                dat_num(d.f, cell ? cell->v[QL_METRIC_kld_mean] : (double)NAN);
+                fputc('\n', d.f);
+            }
+        }
+        snprintf(name, sizeof name, "%s.dat", base);
+        if ((rc = ql_report_doc_save(c, &d, name, err))) {
+            ql_report_texts_free(&m);
+            break;
+        }
+        body b = {0};
+        snprintf(title, sizeof title, "%s: %s, ctx %d, %d chunks — mean KLD on each text",
+                 c->sweep, g->model, g->ctx, g->chunks);
+        body_add(&b, "set title ");
+        body_quote(&b, title);
+        body_add(&b,
+                 "\nset logscale y\nset ylabel 'mean KLD (nats)'\nset grid ytics\n"
+                 "set key outside right top\nset xrange [-0.3:%g]\nset xtics (",
+                 (double)m.ncols - 0.7);
+        for (size_t k = 0; k < m.ncols; k++) {
+            body_add(&b, "%s", k ? ", " : "");
+            body_quote(&b, gs[m.cols[k]].dataset);
+            body_add(&b, " %zu", k);
+        }
+        body_add(&b, ")\nplot ");
+        for (size_t r = 0; r < m.nrows; r++) {
+            body_add(&b,
+                     "%s'%s.dat' index %zu using 1:2 with linespoints lw 1.5 pt %d lc rgb '%s' "
+                     "title ",
+                     r ? ", \\\n     " : "", base, r, markers[r % N_MARKERS],
+                     colours[r % N_COLOURS]);
+            body_quote(&b, m.rows[r].label);
+        }
+        body_add(&b, "\n");
+        char header[2600];
+        snprintf(header, sizeof header,
+                 "# qlab report: the mean KLD of every config on each evaluation text (a line\n"
+                 "# per config). Data: %s.dat. Redraw: gnuplot %s.gp\nset encoding utf8\n",
+                 base, base);
+        const int height = 520 + 18 * (int)(m.nrows > 20 ? m.nrows - 20 : 0);
+        rc = write_plot_script(c, g, &b, base, height, header, "mean KLD across texts", err);
+        ql_report_texts_free(&m);
+    }
+    return rc;
+}
+
 static ql_status (*const plot_writers[])(ctx *, group *, const layout *, ql_error *) = {
     plot_kld_bpw,    plot_ppl_bpw, plot_kld_cdf,     plot_tensors,
     plot_divergence, plot_routing, plot_sensitivity, plot_sensitivity_experts,

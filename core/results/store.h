@@ -65,8 +65,10 @@
  *  10  mixtures of experts: metrics.route_agree, route_overlap, load_shift; their
  *      per-block values in layer_metrics; expert_load (each expert's share of a block's
  *      routed slots) and expert_errors (each expert's weight errors)
- *  11  configs.quantizer (ggml's rounding or GPTQ's, with its options) */
-#define QL_STORE_SCHEMA_VERSION  11
+ *  11  configs.quantizer (ggml's rounding or GPTQ's, with its options)
+ *  12  metrics.calib_overlap_8, calib_overlap_32 (the share of the evaluated text's
+ *      token n-grams the calibration text of the run's imatrix holds) */
+#define QL_STORE_SCHEMA_VERSION  12
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 /* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a

@@ -293,6 +293,8 @@ int main(void)
         {"x\ttext\tf\tABC\t1\ts\tl\n", "manifest.tsv:1: 'x': sha256 'ABC' is not 64"},
         {"x\ttext\tf\t" Z64 "\t-5\ts\tl\n", "manifest.tsv:1: 'x': bytes '-5' is not a size"},
         {"x\ttext\t../f\t" Z64 "\t1\ts\tl\n", "must be a relative path without '..'"},
+        {"x\ttext\t/etc/passwd\t" Z64 "\t1\ts\tl\n", "or a path under /usr/"},
+        {"x\ttext\t/usr/../etc/f\t" Z64 "\t1\ts\tl\n", "must be a relative path without '..'"},
         {"x\ttext\tf\t" Z64 "\t1\ts\tl\r\nx\ttext\tg\t" Z64 "\t1\ts\tl\n",
          "manifest.tsv:2: duplicate name 'x'"},
         {"x\ttext\tf\t" Z64 "\t1\ts\tl\textra\n", "got 8 or more"},

@@ -722,6 +722,51 @@ static void drop_views(sqlite3 *raw)
     }
 }
 
+/* A schema 10 database (before the calibration/evaluation overlap) gets the two overlap
+ * columns, its finished runs NULL in them (not measured, not 0), its results view the
+ * columns, and its runs stay done. */
+static void test_v11_overlap(void)
+{
+    ql_error err;
+    ql_store *s = NULL;
+    const char *path = qlt_tmp_db("v11-overlap.db");
+    env e;
+    env_open(&e, path);
+    s = e.s;
+    const int64_t run = begin_run(&e, "weight_type=Q4_0", 1);
+    ql_run_metrics m;
+    some_metrics(&m);
+    m.kld_mean = 0.5;
+    m.calib_overlap_32 = 0.25;
+    CHECK_OK(ql_store_finish_run(s, run, &m, NULL, 0, NULL, &err), &err);
+    sqlite3 *h = ql_store_handle(s);
+    CHECK(qlt_sql_int(h, "SELECT count(*) FROM results WHERE calib_overlap_32 = 0.25 AND"
+                         " calib_overlap_8 IS NULL") == 1);
+    ql_store_close(s);
+    sqlite3 *raw;
+    CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
+    drop_views(raw);
+    CHECK(sqlite3_exec(raw,
+                       "ALTER TABLE metrics DROP COLUMN calib_overlap_8;"
+                       " ALTER TABLE metrics DROP COLUMN calib_overlap_32;"
+                       " PRAGMA user_version = 11",
+                       NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(raw);
+    /* Read-only, a version 11 file is refused with the way to migrate it. */
+    ql_store_options ro = {.readonly = true};
+    CHECK(ql_store_open(path, &ro, &s, &err) != QL_OK);
+    CHECK(strstr(err.msg, "schema version 11 is older than 12") != NULL);
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    if (!s)
+        return;
+    h = ql_store_handle(s);
+    CHECK_EQ_INT(qlt_sql_int(h, "SELECT user_version FROM pragma_user_version"), 12);
+    CHECK_EQ_INT(qlt_sql_int(h, "SELECT count(*) FROM results WHERE kld_mean = 0.5 AND"
+                                " calib_overlap_8 IS NULL AND calib_overlap_32 IS NULL"),
+                 1);
+    ql_store_close(s);
+}
+
 /* A schema 8 database's sensitivities (before groups of tensors) become tensor rows of
  * one tensor each, found by the tensor grouping's key. */
 static void test_v8_sensitivities(void)
@@ -754,6 +799,8 @@ static void test_v8_sensitivities(void)
                        " ALTER TABLE layer_metrics DROP COLUMN route_overlap;"
                        " ALTER TABLE layer_metrics DROP COLUMN load_shift;"
                        " ALTER TABLE configs DROP COLUMN quantizer;"
+                       " ALTER TABLE metrics DROP COLUMN calib_overlap_8;"
+                       " ALTER TABLE metrics DROP COLUMN calib_overlap_32;"
                        " PRAGMA user_version = 8",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(raw);
@@ -785,7 +832,10 @@ static void test_v10_quantizer(void)
     sqlite3 *raw;
     CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
     drop_views(raw);
-    CHECK(sqlite3_exec(raw, "ALTER TABLE configs DROP COLUMN quantizer; PRAGMA user_version = 10",
+    CHECK(sqlite3_exec(raw,
+                       "ALTER TABLE configs DROP COLUMN quantizer;"
+                       " ALTER TABLE metrics DROP COLUMN calib_overlap_8;"
+                       " ALTER TABLE metrics DROP COLUMN calib_overlap_32; PRAGMA user_version = 10",
                        NULL, NULL, NULL) == SQLITE_OK);
     CHECK_EQ_INT(qlt_sql_int(raw, "SELECT count(*) FROM pragma_table_info('configs') WHERE name "
                                   "= 'quantizer'"),
@@ -795,7 +845,7 @@ static void test_v10_quantizer(void)
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
     if (!s)
         return;
-    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "PRAGMA user_version"), 11);
+    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "PRAGMA user_version"), 12);
     CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM pragma_table_info("
                                                  "'configs') WHERE name = 'quantizer' AND "
                                                  "dflt_value = '''ggml'''"),
@@ -979,6 +1029,7 @@ int main(void)
     test_refusals();
     test_v8_sensitivities();
     test_v10_quantizer();
+    test_v11_overlap();
     test_fixture();
     test_concurrent_create();
     return qlt_done();

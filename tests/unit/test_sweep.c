@@ -159,6 +159,34 @@ static void test_dedup_and_defaults(void)
     ql_sweep_deinit(&sw);
 }
 
+/* text = A B: every config on each text; the first is the current one. */
+static void test_several_texts(void)
+{
+    const char *text = "[sweep]\n"
+                       "model = stories260K\n"
+                       "text = tinystories-valid wikitext-2-test\n"
+                       "   code.txt\n"
+                       "[grid]\n"
+                       "weight_type = Q4_0 Q8_0\n";
+    ql_sweep sw;
+    ql_error err;
+    ql_status st = ql_sweep_parse("d/t.sweep", text, 0, &sw, &err);
+    CHECK_OK(st, &err);
+    if (st != QL_OK)
+        return;
+    CHECK_EQ_INT(sw.n_texts, 3);
+    CHECK_EQ_INT(sw.n_points, 2); /* configs do not multiply: each runs on every text */
+    CHECK(strcmp(sw.text, "tinystories-valid") == 0);
+    CHECK(strcmp(sw.texts[2], "code.txt") == 0);
+    CHECK_EQ_INT(ql_sweep_find_text(&sw, "wikitext-2-test"), 1);
+    CHECK_EQ_INT(ql_sweep_find_text(&sw, "wiki"), -1);
+    ql_sweep_select_text(&sw, 1);
+    CHECK(strcmp(sw.text, "wikitext-2-test") == 0);
+    CHECK_EQ_INT(sw.text_line, 3);
+    ql_sweep_deinit(&sw);
+    CHECK(sw.texts == NULL);
+}
+
 /* A long value list may continue on indented lines (comments and blank lines
  * allowed in between); an indented `key = value` line is a key of its own. */
 static void test_continuation_lines(void)
@@ -519,6 +547,7 @@ int main(void)
     test_design_example();
     test_dedup_and_defaults();
     test_continuation_lines();
+    test_several_texts();
     test_calib_ctx_normalized();
     test_grids_and_patterns();
     test_recipes();
