@@ -80,6 +80,7 @@ static void some_metrics(ql_run_metrics *m)
 
 /* ---------------------------------------------------------------- tests */
 
+
 static void test_schema(void)
 {
     const char *path = qlt_tmp_db("schema.db");
@@ -249,6 +250,33 @@ static void test_declarations(void)
     CHECK(qlt_sql_int(db, "SELECT count(*) FROM pragma_table_info('configs') WHERE name = "
                           "'budget_bytes'") == 1);
     ql_store_close(s);
+}
+
+/* tests/data/store/schema.sql: every statement of a new store's schema as SQLite keeps it
+ * in sqlite_master, in creation order (what `sqlite3 store.db .schema` prints, less the
+ * column lists it adds to views). The SQL is built from the declarations; a change to it
+ * (a new column, a constraint, a view) is a schema change and shows here: after bumping
+ * QL_STORE_SCHEMA_VERSION, regenerate the file from a new store with
+ * sqlite3 new.db "SELECT sql || ';' FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid" */
+static void test_schema_text(void)
+{
+    const char *path = qlt_tmp_db("schema-text.db");
+    ql_store *s;
+    ql_error err;
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    char *have = rows_text(ql_store_handle(s),
+                           "SELECT sql || ';' FROM sqlite_master WHERE sql IS NOT NULL"
+                           " ORDER BY rowid",
+                           NULL);
+    ql_store_close(s);
+    size_t len;
+    char *want = qlt_read_file(qlt_source("tests/data/store/schema.sql"), &len);
+    CHECK_MSG(strlen(have) == len && memcmp(have, want, len) == 0,
+              "the schema of a new store differs from tests/data/store/schema.sql; "
+              "the store makes:\n%s",
+              have);
+    free(have);
+    free(want);
 }
 
 /* tests/data/store/v3-fixture.sql: a database qlab wrote before the schema was
@@ -940,6 +968,7 @@ int main(void)
     test_v3_database();
     test_views_refreshed();
     test_schema();
+    test_schema_text();
     test_round_trip();
     test_provenance();
     test_skip_and_retry();
