@@ -80,7 +80,6 @@ static void some_metrics(ql_run_metrics *m)
 
 /* ---------------------------------------------------------------- tests */
 
-
 static void test_schema(void)
 {
     const char *path = qlt_tmp_db("schema.db");
