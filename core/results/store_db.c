@@ -193,6 +193,159 @@ double store_col_or_nan(sqlite3_stmt *st, int i)
     return sqlite3_column_type(st, i) == SQLITE_NULL ? (double)NAN : sqlite3_column_double(st, i);
 }
 
+/* ---------------------------------------------------------------- rows bound by name */
+
+ql_status store_stmt_prep(ql_store *s, const char *sql, store_stmt *q, ql_error *err)
+{
+    memset(q, 0, sizeof *q);
+    q->s = s;
+    ql_status rc = store_prep(s, sql, &q->st, err);
+    QL_ASSERT(rc || sqlite3_bind_parameter_count(q->st) <= STORE_PARAM_MAX);
+    return rc;
+}
+
+void store_stmt_reset(store_stmt *q)
+{
+    sqlite3_reset(q->st);
+    memset(q->bound, 0, sizeof q->bound);
+}
+
+void store_stmt_finalize(store_stmt *q)
+{
+    sqlite3_finalize(q->st);
+    q->st = NULL;
+}
+
+/* The index of col's parameter, 0 when the statement has none. */
+static int param_index(const store_stmt *q, const char *col)
+{
+    char name[96];
+    int n = snprintf(name, sizeof name, ":%s", col);
+    QL_ASSERT(n > 0 && (size_t)n < sizeof name);
+    return sqlite3_bind_parameter_index(q->st, name);
+}
+
+/* Marks col's parameter bound and gives its index (a statement without it is a
+ * writer naming a column its statement does not write). */
+static int param_of(store_stmt *q, const char *col)
+{
+    int idx = param_index(q, col);
+    QL_ASSERT(idx > 0 && idx <= STORE_PARAM_MAX);
+    q->bound[idx] = 1;
+    return idx;
+}
+
+static ql_status put_rc(store_stmt *q, int rc, const char *col, ql_error *err)
+{
+    if (rc == SQLITE_OK)
+        return QL_OK;
+    char what[128];
+    snprintf(what, sizeof what, "binding column %s", col);
+    return store_db_fail(q->s, rc, what, err);
+}
+
+ql_status store_put_text(store_stmt *q, const char *col, const char *v, ql_error *err)
+{
+    int idx = param_of(q, col);
+    if (fault_now(q->s))
+        return put_rc(q, SQLITE_IOERR, col, err);
+    int rc =
+        v ? sqlite3_bind_text(q->st, idx, v, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(q->st, idx);
+    return put_rc(q, rc, col, err);
+}
+
+ql_status store_put_int(store_stmt *q, const char *col, int64_t v, ql_error *err)
+{
+    int idx = param_of(q, col);
+    if (fault_now(q->s))
+        return put_rc(q, SQLITE_IOERR, col, err);
+    return put_rc(q, sqlite3_bind_int64(q->st, idx, (sqlite3_int64)v), col, err);
+}
+
+ql_status store_put_count(store_stmt *q, const char *col, int64_t v, ql_error *err)
+{
+    if (v >= 0)
+        return store_put_int(q, col, v, err);
+    int idx = param_of(q, col);
+    if (fault_now(q->s))
+        return put_rc(q, SQLITE_IOERR, col, err);
+    return put_rc(q, sqlite3_bind_null(q->st, idx), col, err);
+}
+
+ql_status store_put_real(store_stmt *q, const char *col, double v, ql_error *err)
+{
+    int idx = param_of(q, col);
+    if (fault_now(q->s))
+        return put_rc(q, SQLITE_IOERR, col, err);
+    int rc = isnan(v) ? sqlite3_bind_null(q->st, idx) : sqlite3_bind_double(q->st, idx, v);
+    return put_rc(q, rc, col, err);
+}
+
+ql_status store_put_fields(store_stmt *q, const table_def *t, const void *const *src, size_t n_src,
+                           ql_error *err)
+{
+    for (const col_def *c = t->cols; c->name; c++) {
+        const store_field *f = &c->field;
+        if (f->ctype == STORE_C_NONE || param_index(q, c->name) == 0)
+            continue;
+        QL_ASSERT(f->src < n_src && src[f->src]);
+        const char *at = (const char *)src[f->src] + f->offset;
+        ql_status rc;
+        int64_t v = 0;
+        switch (f->ctype) {
+        case STORE_C_TEXT: {
+            const char *text;
+            memcpy(&text, at, sizeof text);
+            rc = store_put_text(q, c->name, text, err);
+            break;
+        }
+        case STORE_C_REAL: {
+            double d;
+            memcpy(&d, at, sizeof d);
+            rc = store_put_real(q, c->name, d, err);
+            break;
+        }
+        case STORE_C_INT: {
+            int i;
+            memcpy(&i, at, sizeof i);
+            v = i;
+            rc = f->keep_negative ? store_put_int(q, c->name, v, err)
+                                  : store_put_count(q, c->name, v, err);
+            break;
+        }
+        case STORE_C_INT64:
+        default:
+            memcpy(&v, at, sizeof v);
+            rc = f->keep_negative ? store_put_int(q, c->name, v, err)
+                                  : store_put_count(q, c->name, v, err);
+            break;
+        }
+        if (rc)
+            return rc;
+    }
+    return QL_OK;
+}
+
+/* Every parameter of the statement has been bound. */
+static void check_bound(const store_stmt *q)
+{
+    const int n = sqlite3_bind_parameter_count(q->st);
+    for (int i = 1; i <= n; i++)
+        QL_ASSERT(q->bound[i] || !"a parameter of the statement was not bound");
+}
+
+ql_status store_stmt_done(store_stmt *q, const char *what, ql_error *err)
+{
+    check_bound(q);
+    return store_step_done(q->s, q->st, what, err);
+}
+
+ql_status store_stmt_id(store_stmt *q, const char *what, int64_t *id, ql_error *err)
+{
+    check_bound(q);
+    return store_step_id(q->s, q->st, what, id, err);
+}
+
 /* ---------------------------------------------------------------- for the results layer */
 
 ql_status ql_store_prepare(ql_store *s, const char *sql, sqlite3_stmt **st, const char **tail,

@@ -140,15 +140,16 @@ out:
 
 static ql_status add_member(ql_store *s, const char *sweep, int64_t run_id, ql_error *err)
 {
-    sqlite3_stmt *st;
-    ql_status rc =
-        store_prep(s, "INSERT OR IGNORE INTO sweep_runs (sweep, run_id) VALUES (?1, ?2)", &st, err);
+    sqlbuf q;
+    store_insert_sql(store_table("sweep_runs"), STORE_ROW, &q);
+    store_stmt st;
+    ql_status rc = store_stmt_prep(s, q.text, &st, err);
     if (rc)
         return rc;
-    if (!(rc = store_bind_text(s, st, 1, sweep, err)) &&
-        !(rc = store_bind_count(s, st, 2, run_id, err)))
-        rc = store_step_done(s, st, "recording the sweep's run", err);
-    sqlite3_finalize(st);
+    if (!(rc = store_put_text(&st, "sweep", sweep, err)) &&
+        !(rc = store_put_count(&st, "run_id", run_id, err)))
+        rc = store_stmt_done(&st, "recording the sweep's run", err);
+    store_stmt_finalize(&st);
     return rc;
 }
 
@@ -157,30 +158,37 @@ ql_status ql_store_add_to_sweep(ql_store *s, const char *sweep, int64_t run_id, 
     return add_member(s, sweep, run_id, err);
 }
 
-/* Binds the provenance columns shared by a new run and a retry, at ?1..?12. */
-static ql_status bind_provenance(ql_store *s, sqlite3_stmt *st, const ql_store_run_info *info,
-                                 ql_error *err)
+/* This host's name, "unknown" when it has none. */
+static void host_name(char *host, size_t size)
+{
+    if (gethostname(host, size) != 0)
+        ql_strlcpy(host, "unknown", size);
+    host[size - 1] = '\0';
+}
+
+/* Binds the columns a claim writes (STORE_RUN_CLAIM: a new run's and a retry's): those of
+ * info with a field, then the ones computed here. */
+static ql_status bind_claim(store_stmt *q, const ql_store_run_key *key,
+                            const ql_store_run_info *info, ql_error *err)
 {
     char now[32], host[256];
     ql_utc_timestamp(now);
-    if (gethostname(host, sizeof host) != 0)
-        ql_strlcpy(host, "unknown", sizeof host);
-    host[sizeof host - 1] = '\0';
+    host_name(host, sizeof host);
+    const void *const src[] = {key, info};
     ql_status rc;
-    if ((rc = store_bind_text(s, st, 1, info->sweep, err)) ||
-        (rc = store_bind_text(s, st, 2, now, err)) ||
-        (rc = store_bind_count(s, st, 3, info->threads > 0 ? info->threads : -1, err)) ||
-        (rc = store_bind_text(s, st, 4, host, err)) ||
-        (rc = store_bind_text(s, st, 5, QL_VERSION, err)) ||
-        (rc = store_bind_text(s, st, 6, QL_COMMIT, err)) ||
-        (rc = store_bind_count(s, st, 7, info->metrics_version, err)) ||
-        (rc = store_bind_text(s, st, 8, info->imatrix_sha256, err)) ||
-        (rc = store_bind_text(s, st, 9, info->blas_kernel, err)) ||
-        (rc = store_bind_count(s, st, 10, info->mem_budget > 0 ? info->mem_budget : -1, err)) ||
-        (rc = store_bind_count(s, st, 11, info->group_chunks > 0 ? info->group_chunks : -1, err)) ||
-        (rc = store_bind_count(s, st, 12, (int64_t)getpid(), err)))
+    if ((rc = store_put_fields(q, store_table("runs"), src, 2, err)) ||
+        (rc = store_put_text(q, "status", "running", err)) ||
+        (rc = store_put_text(q, "started", now, err)) ||
+        (rc = store_put_count(q, "threads", info->threads > 0 ? info->threads : -1, err)) ||
+        (rc = store_put_text(q, "host", host, err)) ||
+        (rc = store_put_text(q, "qlab_version", QL_VERSION, err)) ||
+        (rc = store_put_text(q, "qlab_commit", QL_COMMIT, err)) ||
+        (rc =
+             store_put_count(q, "mem_budget", info->mem_budget > 0 ? info->mem_budget : -1, err)) ||
+        (rc = store_put_count(q, "group_chunks", info->group_chunks > 0 ? info->group_chunks : -1,
+                              err)))
         return rc;
-    return QL_OK;
+    return store_put_count(q, "pid", (int64_t)getpid(), err);
 }
 
 /* Whether a running run belongs to a live process other than this one: its pid is
@@ -218,15 +226,14 @@ ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
     *run_id = 0;
     *claim = QL_CLAIM_BEGUN;
     char host[256];
-    if (gethostname(host, sizeof host) != 0)
-        ql_strlcpy(host, "unknown", sizeof host);
-    host[sizeof host - 1] = '\0';
+    host_name(host, sizeof host);
     if (info->metrics_version <= 0)
         return ql_error_set(err, QL_EINVAL, "%s: metrics_version must be > 0", s->path);
     if (key->ctx <= 0 || key->chunks <= 0)
         return ql_error_set(err, QL_EINVAL, "%s: run with ctx %d, chunks %d (both must be > 0)",
                             s->path, key->ctx, key->chunks);
     sqlite3_stmt *st = NULL;
+    store_stmt w = {.st = NULL};
     ql_status rc = store_begin(s, err);
     if (rc)
         return rc;
@@ -263,27 +270,19 @@ ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
     sqlite3_finalize(st);
     st = NULL;
 
+    sqlbuf q;
     if (id == 0) {
-        static const char insert[] =
-            "INSERT INTO runs (sweep, started, threads, host, qlab_version, qlab_commit,"
-            " metrics_version, imatrix_sha256, blas_kernel, mem_budget, group_chunks, pid,"
-            " config_id, model_id, dataset_id, ctx, chunks, status) VALUES (?1, ?2, ?3, ?4,"
-            " ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'running')"
-            " RETURNING id";
-        if ((rc = store_prep(s, insert, &st, err)) || (rc = bind_provenance(s, st, info, err)) ||
-            (rc = store_bind_count(s, st, 13, key->config_id, err)) ||
-            (rc = store_bind_count(s, st, 14, key->model_id, err)) ||
-            (rc = store_bind_count(s, st, 15, key->dataset_id, err)) ||
-            (rc = store_bind_count(s, st, 16, key->ctx, err)) ||
-            (rc = store_bind_count(s, st, 17, key->chunks, err)) ||
-            (rc = store_step_id(s, st, "creating the run", &id, err)))
+        store_insert_sql(store_table("runs"), STORE_RUN_KEY | STORE_RUN_CLAIM, &q);
+        store_sql_add(&q, " RETURNING id");
+        if ((rc = store_stmt_prep(s, q.text, &w, err)) || (rc = bind_claim(&w, key, info, err)) ||
+            (rc = store_stmt_id(&w, "creating the run", &id, err)))
             goto out;
     } else {
         /* A retry: forget what the earlier attempt left. */
         for (size_t t = 0; t < store_n_tables; t++) {
             if (store_tables[t].pub.role != QL_TABLE_RUN_DATA)
                 continue;
-            sqlbuf q = {.len = 0};
+            q.len = 0;
             store_sql_add(&q, "DELETE FROM %s WHERE run_id = ?1", store_tables[t].pub.name);
             if ((rc = store_prep(s, q.text, &st, err)) ||
                 (rc = store_bind_count(s, st, 1, id, err)) ||
@@ -292,20 +291,15 @@ ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
             sqlite3_finalize(st);
             st = NULL;
         }
-        static const char update[] =
-            "UPDATE runs SET sweep = ?1, started = ?2, threads = ?3, host = ?4,"
-            " qlab_version = ?5, qlab_commit = ?6, metrics_version = ?7, imatrix_sha256 = ?8,"
-            " blas_kernel = ?9, mem_budget = ?10, group_chunks = ?11, pid = ?12,"
-            " status = 'running', error = NULL, finished = NULL, seconds = NULL,"
-            " quantize_seconds = NULL, ref_seconds = NULL, quant_seconds = NULL,"
-            " attempts = attempts + 1 WHERE id = ?13";
-        if ((rc = store_prep(s, update, &st, err)) || (rc = bind_provenance(s, st, info, err)) ||
-            (rc = store_bind_count(s, st, 13, id, err)) ||
-            (rc = store_step_done(s, st, "restarting the run", err)))
+        /* What a claim writes anew, what the earlier attempt's end wrote cleared. */
+        store_update_sql(store_table("runs"), STORE_RUN_CLAIM, STORE_RUN_DONE | STORE_RUN_END, &q);
+        store_sql_add(&q, ", attempts = attempts + 1 WHERE id = :id");
+        if ((rc = store_stmt_prep(s, q.text, &w, err)) || (rc = bind_claim(&w, key, info, err)) ||
+            (rc = store_put_count(&w, "id", id, err)) ||
+            (rc = store_stmt_done(&w, "restarting the run", err)))
             goto out;
     }
-    sqlite3_finalize(st);
-    st = NULL;
+    store_stmt_finalize(&w);
     if (info->sweep && (rc = add_member(s, info->sweep, id, err)))
         goto out;
     if ((rc = store_commit(s, err)))
@@ -313,6 +307,7 @@ ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
     *run_id = id;
 out:
     sqlite3_finalize(st);
+    store_stmt_finalize(&w);
     if (rc)
         store_rollback(s);
     return rc;
@@ -329,32 +324,20 @@ ql_status ql_store_run_status(ql_store *s, int64_t run_id, char out[16], ql_erro
 
 static ql_status insert_metrics(ql_store *s, int64_t run_id, const ql_run_metrics *m, ql_error *err)
 {
-    const ql_metric_info *mi;
-    size_t nm = ql_metrics(&mi);
-    sqlbuf q = {.len = 0};
-    store_sql_add(&q, "INSERT INTO metrics (run_id");
-    for (size_t i = 0; i < nm; i++)
-        if (mi[i].kind != QL_METRIC_KIND_DERIVED)
-            store_sql_add(&q, ", %s", mi[i].name);
-    store_sql_add(&q, ") VALUES (?1");
-    int idx = 1;
-    for (size_t i = 0; i < nm; i++)
-        if (mi[i].kind != QL_METRIC_KIND_DERIVED)
-            store_sql_add(&q, ", ?%d", ++idx);
-    store_sql_add(&q, ")");
-
-    sqlite3_stmt *st;
-    ql_status rc = store_prep(s, q.text, &st, err);
+    sqlbuf q;
+    store_insert_sql(store_table("metrics"), STORE_ROW, &q);
+    store_stmt st;
+    ql_status rc = store_stmt_prep(s, q.text, &st, err);
     if (rc)
         return rc;
-    if ((rc = store_bind_count(s, st, 1, run_id, err)))
+    if ((rc = store_put_count(&st, "run_id", run_id, err)))
         goto out;
-    idx = 1;
+    const ql_metric_info *mi;
+    size_t nm = ql_metrics(&mi);
     for (size_t i = 0; i < nm; i++) {
         if (mi[i].kind == QL_METRIC_KIND_DERIVED)
             continue;
         double v = ql_run_metric(m, (ql_metric_id)i);
-        idx++;
         if (mi[i].kind == QL_METRIC_KIND_COUNT && !isnan(v)) {
             if (!(v >= 0.0) || v != floor(v) || v > 9007199254740992.0) {
                 rc = ql_error_set(err, QL_EINVAL,
@@ -362,114 +345,113 @@ static ql_status insert_metrics(ql_store *s, int64_t run_id, const ql_run_metric
                                   (long long)run_id, mi[i].name, v);
                 goto out;
             }
-            rc = store_bind_count(s, st, idx, (int64_t)v, err);
+            rc = store_put_count(&st, mi[i].name, (int64_t)v, err);
         } else {
-            rc = store_bind_real(s, st, idx, v, err);
+            rc = store_put_real(&st, mi[i].name, v, err);
         }
         if (rc)
             goto out;
     }
-    rc = store_step_done(s, st, "storing the metrics", err);
+    rc = store_stmt_done(&st, "storing the metrics", err);
 out:
-    sqlite3_finalize(st);
+    store_stmt_finalize(&st);
     return rc;
 }
 
-static ql_status insert_tensor_errors(ql_store *s, int64_t run_id, const ql_tensor_record *te,
-                                      size_t n, ql_error *err)
+/* How the records of a run-data table are written: the columns with a field come from
+ * the record (col_def.field); run_id and what check_bind binds (the columns computed
+ * from the record, after checking it) are bound by name. */
+typedef struct {
+    const char *table;
+    size_t size;      /* of a record */
+    const char *what; /* "storing ..." */
+    ql_status (*check_bind)(store_stmt *q, int64_t run_id, const void *rec, ql_error *err);
+    void (*label)(const void *rec, char *buf, size_t size); /* prefix of a failed row, or NULL */
+} run_rows;
+
+static ql_status insert_run_rows(ql_store *s, const run_rows *w, int64_t run_id, const void *recs,
+                                 size_t n, ql_error *err)
 {
     if (n == 0)
         return QL_OK;
-    static const char sql[] =
-        "INSERT INTO tensor_errors (run_id, tensor, layer, requested_type, used_type, fallback,"
-        " fallback_reason, n_rows, n_cols, params, bytes, rmse, max_err, imatrix_err,"
-        " imatrix_err_rel, outlier_cols, choice)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
-    sqlite3_stmt *st;
-    ql_status rc = store_prep(s, sql, &st, err);
+    const table_def *t = store_table(w->table);
+    sqlbuf q;
+    store_insert_sql(t, STORE_ROW, &q);
+    store_stmt st;
+    ql_status rc = store_stmt_prep(s, q.text, &st, err);
     if (rc)
         return rc;
-    for (size_t i = 0; i < n; i++) {
-        const ql_tensor_record *t = &te[i];
-        const char *name = t->tensor ? t->tensor : "";
-        const ql_type_traits *req = ql_type_get(t->requested_type);
-        const ql_type_traits *used = ql_type_get(t->used_type);
-        bool fallback = t->used_type != t->requested_type;
-        if (!*name || !req || !used || fallback != (t->fallback_reason != NULL) || t->n_rows < 0 ||
-            t->n_cols < 0 || t->params < 0 || t->bytes < 0) {
-            rc = ql_error_set(err, QL_EINVAL,
-                              "%s: run %lld: tensor '%s' (%s -> %s%s%s): invalid record (a "
-                              "fallback needs a reason, types must be known, counts >= 0)",
-                              s->path, (long long)run_id, name, ql_type_name(t->requested_type),
-                              ql_type_name(t->used_type), t->fallback_reason ? ", reason: " : "",
-                              t->fallback_reason ? t->fallback_reason : "");
-            goto out;
-        }
-        sqlite3_reset(st);
-        if ((rc = store_bind_count(s, st, 1, run_id, err)) ||
-            (rc = store_bind_text(s, st, 2, name, err)) ||
-            (rc = store_bind_count(s, st, 3, ql_tensor_block(name, NULL), err)) ||
-            (rc = store_bind_text(s, st, 4, req->name, err)) ||
-            (rc = store_bind_text(s, st, 5, used->name, err)) ||
-            (rc = store_bind_count(s, st, 6, fallback ? 1 : 0, err)) ||
-            (rc = store_bind_text(s, st, 7, t->fallback_reason, err)) ||
-            (rc = store_bind_count(s, st, 8, t->n_rows, err)) ||
-            (rc = store_bind_count(s, st, 9, t->n_cols, err)) ||
-            (rc = store_bind_count(s, st, 10, t->params, err)) ||
-            (rc = store_bind_count(s, st, 11, t->bytes, err)) ||
-            (rc = store_bind_real(s, st, 12, t->rmse, err)) ||
-            (rc = store_bind_real(s, st, 13, t->max_err, err)) ||
-            (rc = store_bind_real(s, st, 14, t->imatrix_err, err)) ||
-            (rc = store_bind_real(s, st, 15, t->imatrix_err_rel, err)) ||
-            (rc = store_bind_count(s, st, 16, t->outlier_cols, err)) ||
-            (rc = store_bind_text(s, st, 17, t->choice, err)))
-            goto out;
-        if ((rc = store_step_done(s, st, "storing a tensor error", err))) {
-            ql_error_prefix(err, "tensor '%s': ", name);
-            goto out;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const void *rec = (const char *)recs + i * w->size;
+        store_stmt_reset(&st);
+        if ((rc = w->check_bind ? w->check_bind(&st, run_id, rec, err) : QL_OK) ||
+            (rc = store_put_count(&st, "run_id", run_id, err)) ||
+            (rc = store_put_fields(&st, t, &rec, 1, err)))
+            break;
+        if ((rc = store_stmt_done(&st, w->what, err)) && w->label) {
+            char label[160];
+            w->label(rec, label, sizeof label);
+            ql_error_prefix(err, "%s", label);
         }
     }
-out:
-    sqlite3_finalize(st);
+    store_stmt_finalize(&st);
     return rc;
 }
 
-static ql_status insert_act_roundings(ql_store *s, int64_t run_id, const ql_act_record *a, size_t n,
-                                      ql_error *err)
+/* tensor_errors: the type names, the fallback and the layer, from a checked record. */
+static ql_status tensor_check_bind(store_stmt *q, int64_t run_id, const void *rec, ql_error *err)
 {
-    if (n == 0)
-        return QL_OK;
-    sqlite3_stmt *st;
-    ql_status rc = store_prep(s,
-                              "INSERT INTO act_roundings (run_id, tensor, requested, used, note,"
-                              " kept_channels) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                              &st, err);
-    if (rc)
+    const ql_tensor_record *t = rec;
+    const char *name = t->tensor ? t->tensor : "";
+    const ql_type_traits *req = ql_type_get(t->requested_type);
+    const ql_type_traits *used = ql_type_get(t->used_type);
+    bool fallback = t->used_type != t->requested_type;
+    if (!*name || !req || !used || fallback != (t->fallback_reason != NULL) || t->n_rows < 0 ||
+        t->n_cols < 0 || t->params < 0 || t->bytes < 0)
+        return ql_error_set(err, QL_EINVAL,
+                            "%s: run %lld: tensor '%s' (%s -> %s%s%s): invalid record (a "
+                            "fallback needs a reason, types must be known, counts >= 0)",
+                            q->s->path, (long long)run_id, name, ql_type_name(t->requested_type),
+                            ql_type_name(t->used_type), t->fallback_reason ? ", reason: " : "",
+                            t->fallback_reason ? t->fallback_reason : "");
+    ql_status rc;
+    if ((rc = store_put_text(q, "tensor", name, err)) ||
+        (rc = store_put_count(q, "layer", ql_tensor_block(name, NULL), err)) ||
+        (rc = store_put_text(q, "requested_type", req->name, err)) ||
+        (rc = store_put_text(q, "used_type", used->name, err)))
         return rc;
-    for (size_t i = 0; i < n; i++) {
-        const ql_act_record *r = &a[i];
-        if (!r->tensor || !*r->tensor || !r->requested || !r->used ||
-            (strcmp(r->requested, r->used) != 0) != (r->note != NULL)) {
-            rc = ql_error_set(err, QL_EINVAL,
-                              "%s: run %lld: activation rounding of '%s': invalid record (a "
-                              "fallback needs a note)",
-                              s->path, (long long)run_id, r->tensor ? r->tensor : "");
-            goto out;
-        }
-        sqlite3_reset(st);
-        if ((rc = store_bind_count(s, st, 1, run_id, err)) ||
-            (rc = store_bind_text(s, st, 2, r->tensor, err)) ||
-            (rc = store_bind_text(s, st, 3, r->requested, err)) ||
-            (rc = store_bind_text(s, st, 4, r->used, err)) ||
-            (rc = store_bind_text(s, st, 5, r->note, err)) ||
-            (rc = store_bind_count(s, st, 6, r->kept_channels, err)) ||
-            (rc = store_step_done(s, st, "storing an activation rounding", err)))
-            goto out;
-    }
-out:
-    sqlite3_finalize(st);
-    return rc;
+    return store_put_count(q, "fallback", fallback ? 1 : 0, err);
 }
+
+static void tensor_label(const void *rec, char *buf, size_t size)
+{
+    const ql_tensor_record *t = rec;
+    snprintf(buf, size, "tensor '%s': ", t->tensor ? t->tensor : "");
+}
+
+static const run_rows tensor_rows = {.table = "tensor_errors",
+                                     .size = sizeof(ql_tensor_record),
+                                     .what = "storing a tensor error",
+                                     .check_bind = tensor_check_bind,
+                                     .label = tensor_label};
+
+/* act_roundings: a record is checked (a fallback needs its note). */
+static ql_status act_check(store_stmt *q, int64_t run_id, const void *rec, ql_error *err)
+{
+    const ql_act_record *r = rec;
+    if (!r->tensor || !*r->tensor || !r->requested || !r->used ||
+        (strcmp(r->requested, r->used) != 0) != (r->note != NULL))
+        return ql_error_set(err, QL_EINVAL,
+                            "%s: run %lld: activation rounding of '%s': invalid record (a "
+                            "fallback needs a note)",
+                            q->s->path, (long long)run_id, r->tensor ? r->tensor : "");
+    return QL_OK;
+}
+
+static const run_rows act_rows = {.table = "act_roundings",
+                                  .size = sizeof(ql_act_record),
+                                  .what = "storing an activation rounding",
+                                  .check_bind = act_check};
 
 /* Checks the per-chunk records against the run before anything is written:
  * one record per chunk 0..chunks-1, sane counts, token total = n_tokens. */
@@ -510,121 +492,34 @@ static ql_status check_chunks(ql_store *s, int64_t run_id, int64_t chunks,
     return rc;
 }
 
-static ql_status insert_chunk_metrics(ql_store *s, int64_t run_id, const ql_chunk_record *ck,
-                                      size_t n, ql_error *err)
+static void chunk_label(const void *rec, char *buf, size_t size)
 {
-    if (n == 0)
-        return QL_OK;
-    static const char sql[] =
-        "INSERT INTO chunk_metrics (run_id, chunk, n_tokens, kld_sum, nll_sum, nll_ref_sum,"
-        " top1_count) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
-    sqlite3_stmt *st;
-    ql_status rc = store_prep(s, sql, &st, err);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < n; i++) {
-        const ql_chunk_record *c = &ck[i];
-        sqlite3_reset(st);
-        if ((rc = store_bind_count(s, st, 1, run_id, err)) ||
-            (rc = store_bind_count(s, st, 2, c->chunk, err)) ||
-            (rc = store_bind_count(s, st, 3, c->n_tokens, err)) ||
-            (rc = store_bind_real(s, st, 4, c->kld_sum, err)) ||
-            (rc = store_bind_real(s, st, 5, c->nll_sum, err)) ||
-            (rc = store_bind_real(s, st, 6, c->nll_ref_sum, err)) ||
-            (rc = store_bind_count(s, st, 7, c->top1_count, err)))
-            goto out;
-        if ((rc = store_step_done(s, st, "storing the chunk metrics", err))) {
-            ql_error_prefix(err, "chunk %d: ", (int)c->chunk);
-            goto out;
-        }
-    }
-out:
-    sqlite3_finalize(st);
-    return rc;
+    snprintf(buf, size, "chunk %d: ", (int)((const ql_chunk_record *)rec)->chunk);
 }
 
-static ql_status insert_layer_metrics(ql_store *s, int64_t run_id, const ql_layer_record *l,
-                                      size_t n, ql_error *err)
+static const run_rows chunk_rows = {.table = "chunk_metrics",
+                                    .size = sizeof(ql_chunk_record),
+                                    .what = "storing the chunk metrics",
+                                    .label = chunk_label};
+
+static const run_rows layer_rows = {
+    .table = "layer_metrics", .size = sizeof(ql_layer_record), .what = "storing the layer metrics"};
+
+static const run_rows load_rows = {.table = "expert_load",
+                                   .size = sizeof(ql_expert_load_record),
+                                   .what = "storing the expert loads"};
+
+/* expert_errors: the layer, from the tensor's name. */
+static ql_status expert_bind(store_stmt *q, int64_t run_id, const void *rec, ql_error *err)
 {
-    if (n == 0)
-        return QL_OK;
-    sqlite3_stmt *st;
-    ql_status rc = store_prep(s,
-                              "INSERT INTO layer_metrics (run_id, layer, rel_err_mean, rel_err_p99,"
-                              " cos_mean, route_agree, route_overlap, load_shift)"
-                              " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                              &st, err);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < n && !rc; i++) {
-        sqlite3_reset(st);
-        if (!(rc = store_bind_count(s, st, 1, run_id, err)) &&
-            !(rc = store_bind_count(s, st, 2, l[i].layer, err)) &&
-            !(rc = store_bind_real(s, st, 3, l[i].rel_err_mean, err)) &&
-            !(rc = store_bind_real(s, st, 4, l[i].rel_err_p99, err)) &&
-            !(rc = store_bind_real(s, st, 5, l[i].cos_mean, err)) &&
-            !(rc = store_bind_real(s, st, 6, l[i].route_agree, err)) &&
-            !(rc = store_bind_real(s, st, 7, l[i].route_overlap, err)) &&
-            !(rc = store_bind_real(s, st, 8, l[i].load_shift, err)))
-            rc = store_step_done(s, st, "storing the layer metrics", err);
-    }
-    sqlite3_finalize(st);
-    return rc;
+    const ql_expert_record *x = rec;
+    return store_put_count(q, "layer", ql_tensor_block(x->tensor, NULL), err);
 }
 
-static ql_status insert_expert_loads(ql_store *s, int64_t run_id, const ql_expert_load_record *l,
-                                     size_t n, ql_error *err)
-{
-    if (n == 0)
-        return QL_OK;
-    sqlite3_stmt *st;
-    ql_status rc = store_prep(s,
-                              "INSERT INTO expert_load (run_id, layer, expert, ref_share, share)"
-                              " VALUES (?1, ?2, ?3, ?4, ?5)",
-                              &st, err);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < n && !rc; i++) {
-        sqlite3_reset(st);
-        if (!(rc = store_bind_count(s, st, 1, run_id, err)) &&
-            !(rc = store_bind_count(s, st, 2, l[i].layer, err)) &&
-            !(rc = store_bind_count(s, st, 3, l[i].expert, err)) &&
-            !(rc = store_bind_real(s, st, 4, l[i].ref_share, err)) &&
-            !(rc = store_bind_real(s, st, 5, l[i].share, err)))
-            rc = store_step_done(s, st, "storing the expert loads", err);
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
-
-static ql_status insert_expert_errors(ql_store *s, int64_t run_id, const ql_expert_record *x,
-                                      size_t n, ql_error *err)
-{
-    if (n == 0)
-        return QL_OK;
-    sqlite3_stmt *st;
-    ql_status rc =
-        store_prep(s,
-                   "INSERT INTO expert_errors (run_id, tensor, layer, expert, rmse, max_err,"
-                   " imatrix_err, imatrix_err_rel) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                   &st, err);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < n && !rc; i++) {
-        sqlite3_reset(st);
-        if (!(rc = store_bind_count(s, st, 1, run_id, err)) &&
-            !(rc = store_bind_text(s, st, 2, x[i].tensor, err)) &&
-            !(rc = store_bind_count(s, st, 3, ql_tensor_block(x[i].tensor, NULL), err)) &&
-            !(rc = store_bind_count(s, st, 4, x[i].expert, err)) &&
-            !(rc = store_bind_real(s, st, 5, x[i].rmse, err)) &&
-            !(rc = store_bind_real(s, st, 6, x[i].max_err, err)) &&
-            !(rc = store_bind_real(s, st, 7, x[i].imatrix_err, err)) &&
-            !(rc = store_bind_real(s, st, 8, x[i].imatrix_err_rel, err)))
-            rc = store_step_done(s, st, "storing the expert errors", err);
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
+static const run_rows expert_rows = {.table = "expert_errors",
+                                     .size = sizeof(ql_expert_record),
+                                     .what = "storing the expert errors",
+                                     .check_bind = expert_bind};
 
 ql_status ql_store_finish_run(ql_store *s, int64_t run_id, const ql_run_metrics *m,
                               const ql_tensor_record *te, size_t n_te, const ql_run_timing *t,
@@ -645,7 +540,7 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_r
     }
     char now[32];
     ql_store_run_brief run;
-    sqlite3_stmt *st = NULL;
+    store_stmt w = {.st = NULL};
     ql_status rc = store_begin(s, err);
     if (rc)
         return rc;
@@ -667,32 +562,28 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_r
     m.applied_head = share[QL_TENSOR_HEAD];
     m.applied_embd = share[QL_TENSOR_EMBD];
     if ((rc = insert_metrics(s, run_id, &m, err)) ||
-        (rc = insert_tensor_errors(s, run_id, res->tensors, res->n_tensors, err)) ||
-        (rc = insert_chunk_metrics(s, run_id, res->chunks, res->n_chunks, err)) ||
-        (rc = insert_act_roundings(s, run_id, res->acts, res->n_acts, err)) ||
-        (rc = insert_layer_metrics(s, run_id, res->layers, res->n_layers, err)) ||
-        (rc = insert_expert_loads(s, run_id, res->loads, res->n_loads, err)) ||
-        (rc = insert_expert_errors(s, run_id, res->experts, res->n_experts, err)))
+        (rc = insert_run_rows(s, &tensor_rows, run_id, res->tensors, res->n_tensors, err)) ||
+        (rc = insert_run_rows(s, &chunk_rows, run_id, res->chunks, res->n_chunks, err)) ||
+        (rc = insert_run_rows(s, &act_rows, run_id, res->acts, res->n_acts, err)) ||
+        (rc = insert_run_rows(s, &layer_rows, run_id, res->layers, res->n_layers, err)) ||
+        (rc = insert_run_rows(s, &load_rows, run_id, res->loads, res->n_loads, err)) ||
+        (rc = insert_run_rows(s, &expert_rows, run_id, res->experts, res->n_experts, err)))
         goto out;
     ql_utc_timestamp(now);
-    if ((rc = store_prep(
-             s,
-             "UPDATE runs SET status = 'done', finished = ?1, seconds = ?2,"
-             " quantize_seconds = ?3, ref_seconds = ?4, quant_seconds = ?5 WHERE id = ?6",
-             &st, err)) ||
-        (rc = store_bind_text(s, st, 1, now, err)) ||
-        (rc = store_bind_real(s, st, 2, t->seconds, err)) ||
-        (rc = store_bind_real(s, st, 3, t->quantize_seconds, err)) ||
-        (rc = store_bind_real(s, st, 4, t->ref_seconds, err)) ||
-        (rc = store_bind_real(s, st, 5, t->forward_seconds, err)) ||
-        (rc = store_bind_count(s, st, 6, run_id, err)) ||
-        (rc = store_step_done(s, st, "marking the run done", err)))
+    sqlbuf q;
+    store_update_sql(store_table("runs"), STORE_RUN_DONE, 0, &q);
+    store_sql_add(&q, " WHERE id = :id");
+    const void *const src[] = {NULL, NULL, t};
+    if ((rc = store_stmt_prep(s, q.text, &w, err)) ||
+        (rc = store_put_fields(&w, store_table("runs"), src, 3, err)) ||
+        (rc = store_put_text(&w, "status", "done", err)) ||
+        (rc = store_put_text(&w, "finished", now, err)) ||
+        (rc = store_put_count(&w, "id", run_id, err)) ||
+        (rc = store_stmt_done(&w, "marking the run done", err)))
         goto out;
-    sqlite3_finalize(st);
-    st = NULL;
     rc = store_commit(s, err);
 out:
-    sqlite3_finalize(st);
+    store_stmt_finalize(&w);
     if (rc)
         store_rollback(s);
     return rc;
@@ -719,24 +610,24 @@ static ql_status end_run(ql_store *s, int64_t run_id, const char *status, const 
 {
     char now[32];
     ql_utc_timestamp(now);
-    sqlite3_stmt *st;
-    ql_status rc = store_prep(s,
-                              "UPDATE runs SET status = ?5, error = ?1, finished = ?2,"
-                              " seconds = ?3 WHERE id = ?4 AND status = 'running'",
-                              &st, err);
+    sqlbuf q;
+    store_update_sql(store_table("runs"), STORE_RUN_END, 0, &q);
+    store_sql_add(&q, " WHERE id = :id AND status = 'running'");
+    store_stmt st;
+    ql_status rc = store_stmt_prep(s, q.text, &st, err);
     if (rc)
         return rc;
-    if ((rc = store_bind_text(s, st, 1, error && *error ? error : "unknown error", err)) ||
-        (rc = store_bind_text(s, st, 2, now, err)) ||
-        (rc = store_bind_real(s, st, 3, seconds, err)) ||
-        (rc = store_bind_count(s, st, 4, run_id, err)) ||
-        (rc = store_bind_text(s, st, 5, status, err)) ||
-        (rc = store_step_done(s, st, "recording the failure", err)))
+    if ((rc = store_put_text(&st, "status", status, err)) ||
+        (rc = store_put_text(&st, "error", error && *error ? error : "unknown error", err)) ||
+        (rc = store_put_text(&st, "finished", now, err)) ||
+        (rc = store_put_real(&st, "seconds", seconds, err)) ||
+        (rc = store_put_count(&st, "id", run_id, err)) ||
+        (rc = store_stmt_done(&st, "recording the failure", err)))
         goto out;
     if (sqlite3_changes(s->db) != 1)
         rc =
             ql_error_set(err, QL_EINVAL, "%s: run %lld is not running", s->path, (long long)run_id);
 out:
-    sqlite3_finalize(st);
+    store_stmt_finalize(&st);
     return rc;
 }
