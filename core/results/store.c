@@ -203,8 +203,9 @@ ql_status ql_store_sensitivity_put(ql_store *s, const ql_store_sens_key *key,
     ql_status rc = store_stmt_prep(s, q.text, &st, err);
     if (rc)
         return rc;
-    const void *const src[] = {key, row};
-    if (!(rc = store_put_fields(&st, store_table("sensitivity"), src, 2, err)) &&
+    const void *const src[STORE_SENS_SRCS] = {
+        [STORE_SENS_SRC_KEY] = key, [STORE_SENS_SRC_ROW] = row};
+    if (!(rc = store_put_fields(&st, store_table("sensitivity"), src, STORE_SENS_SRCS, err)) &&
         !(rc = store_put_text(&st, "type", ql_type_name(row->type), err)) &&
         !(rc = store_put_text(&st, "qlab_version", QL_VERSION, err)))
         rc = store_stmt_done(&st, "storing a sensitivity", err);

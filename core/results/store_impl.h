@@ -124,6 +124,10 @@ enum {
     STORE_RUN_END = 1u << 4,   /* the UPDATE of a failed or interrupted run (a retry clears them) */
 };
 
+/* The sources of the tables whose rows come from more than one struct (field.src). */
+enum { STORE_RUN_SRC_KEY, STORE_RUN_SRC_INFO, STORE_RUN_SRC_TIMING, STORE_RUN_SRCS };
+enum { STORE_SENS_SRC_KEY, STORE_SENS_SRC_ROW, STORE_SENS_SRCS };
+
 /* A column: its SQL declaration (type and constraints), the schema version that
  * added it and a comment for the schema. A column added after its table needs a
  * declaration ALTER TABLE accepts (no PRIMARY KEY or UNIQUE; NOT NULL with a DEFAULT).

@@ -174,9 +174,10 @@ static ql_status bind_claim(store_stmt *q, const ql_store_run_key *key,
     char now[32], host[256];
     ql_utc_timestamp(now);
     host_name(host, sizeof host);
-    const void *const src[] = {key, info};
+    const void *const src[STORE_RUN_SRCS] = {
+        [STORE_RUN_SRC_KEY] = key, [STORE_RUN_SRC_INFO] = info};
     ql_status rc;
-    if ((rc = store_put_fields(q, store_table("runs"), src, 2, err)) ||
+    if ((rc = store_put_fields(q, store_table("runs"), src, STORE_RUN_SRCS, err)) ||
         (rc = store_put_text(q, "status", "running", err)) ||
         (rc = store_put_text(q, "started", now, err)) ||
         (rc = store_put_count(q, "threads", info->threads > 0 ? info->threads : -1, err)) ||
@@ -573,9 +574,9 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_r
     sqlbuf q;
     store_update_sql(store_table("runs"), STORE_RUN_DONE, 0, &q);
     store_sql_add(&q, " WHERE id = :id");
-    const void *const src[] = {NULL, NULL, t};
+    const void *const src[STORE_RUN_SRCS] = {[STORE_RUN_SRC_TIMING] = t};
     if ((rc = store_stmt_prep(s, q.text, &w, err)) ||
-        (rc = store_put_fields(&w, store_table("runs"), src, 3, err)) ||
+        (rc = store_put_fields(&w, store_table("runs"), src, STORE_RUN_SRCS, err)) ||
         (rc = store_put_text(&w, "status", "done", err)) ||
         (rc = store_put_text(&w, "finished", now, err)) ||
         (rc = store_put_count(&w, "id", run_id, err)) ||
