@@ -39,7 +39,7 @@
 #include "experiment/records.h"
 
 /* Version of the schema this qlab writes (PRAGMA user_version). Every table and
- * column is declared with the version that added it (store.c; the metrics' and the
+ * column is declared with the version that added it (store_schema.c; the metrics' and the
  * configs' columns in experiment/records.h and experiment/config.h), so opening an
  * older database creates what it lacks and adds the missing columns. The views are
  * not versioned: a read-write open re-creates any whose definition differs from this

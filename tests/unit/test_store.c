@@ -251,6 +251,33 @@ static void test_declarations(void)
     ql_store_close(s);
 }
 
+/* tests/data/store/schema.sql: every statement of a new store's schema as SQLite keeps it
+ * in sqlite_master, in creation order (what `sqlite3 store.db .schema` prints, less the
+ * column lists it adds to views). The SQL is built from the declarations; a change to it
+ * (a new column, a constraint, a view) is a schema change and shows here: after bumping
+ * QL_STORE_SCHEMA_VERSION, regenerate the file from a new store with
+ * sqlite3 new.db "SELECT sql || ';' FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid" */
+static void test_schema_text(void)
+{
+    const char *path = qlt_tmp_db("schema-text.db");
+    ql_store *s;
+    ql_error err;
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    char *have = rows_text(ql_store_handle(s),
+                           "SELECT sql || ';' FROM sqlite_master WHERE sql IS NOT NULL"
+                           " ORDER BY rowid",
+                           NULL);
+    ql_store_close(s);
+    size_t len;
+    char *want = qlt_read_file(qlt_source("tests/data/store/schema.sql"), &len);
+    CHECK_MSG(strlen(have) == len && memcmp(have, want, len) == 0,
+              "the schema of a new store differs from tests/data/store/schema.sql; "
+              "the store makes:\n%s",
+              have);
+    free(have);
+    free(want);
+}
+
 /* tests/data/store/v3-fixture.sql: a database qlab wrote before the schema was
  * derived from the declarations, at schema version 3. A read-only open refuses it
  * (it lacks what versions 4 to 7 added) and says how to migrate; a read-write open
@@ -1021,6 +1048,7 @@ int main(void)
     test_v3_database();
     test_views_refreshed();
     test_schema();
+    test_schema_text();
     test_round_trip();
     test_provenance();
     test_skip_and_retry();
