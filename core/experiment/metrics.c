@@ -459,5 +459,5 @@ void ql_dist_metrics_print_llama(const ql_dist_metrics *m, FILE *out)
 bool ql_beats_reference(double ln_ppl_ratio, double ln_ppl_ratio_err)
 {
     return !isnan(ln_ppl_ratio) && !isnan(ln_ppl_ratio_err) &&
-           ln_ppl_ratio + QL_BEATEN_Z * ln_ppl_ratio_err < 0.0;
+           ln_ppl_ratio + QL_BEATEN_Z * ln_ppl_ratio_err < 0.0 && ln_ppl_ratio < -QL_BEATEN_MIN;
 }

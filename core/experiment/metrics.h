@@ -116,12 +116,15 @@ void ql_log_softmax(const float *logits, int64_t n, float *out);
 double ql_percentile_sorted(const double *sorted, int64_t n, double f);
 
 /* A config whose perplexity on a text is below the reference's by more than the
- * interval of the paired difference: ln PPL ratio + QL_BEATEN_Z x its standard error
- * < 0. Rounding the weights cannot make a model better at predicting text it was not
+ * interval of the paired difference and by more than QL_BEATEN_MIN (0.1% of the PPL:
+ * an F16 copy of an F32 reference can be below it by far less, with a paired error
+ * smaller still): ln PPL ratio + QL_BEATEN_Z x its standard error < 0 and ln PPL ratio
+ * < -QL_BEATEN_MIN. Rounding the weights cannot make a model better at predicting text it was not
  * tuned on, so this is the usual sign of calibration on the evaluated text or of a PPL
  * artefact (too few tokens, a text the model predicts badly); KLD against the
  * reference says how far the config really moved. NAN figures: false. */
-#define QL_BEATEN_Z 2.0
+#define QL_BEATEN_Z   2.0
+#define QL_BEATEN_MIN 1e-3
 bool ql_beats_reference(double ln_ppl_ratio, double ln_ppl_ratio_err);
 
 /* The warning's words, with the figures. */

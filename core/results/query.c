@@ -56,10 +56,10 @@ static void build_formats_sql(void)
         " THEN printf('%%.0f', 100 * calib_overlap_32) ELSE printf('%%.3g', 100 * calib_overlap_32)"
         " END) WHEN calib_overlap_32 IS NULL AND imatrix NOT LIKE 'calib:%%' AND imatrix <> 'none'"
         " THEN 'calibration text unknown' ELSE '' END"
-        " || CASE WHEN ln_ppl_ratio + %.17g * ln_ppl_ratio_err < 0"
+        " || CASE WHEN ln_ppl_ratio + %.17g * ln_ppl_ratio_err < 0 AND ln_ppl_ratio < -%.17g"
         " THEN '; PPL below the reference beyond its interval: look at KLD' ELSE '' END, '; ')"
         " AS warning",
-        QL_OVERLAP_FLAG_SHARE, QL_OVERLAP_LONG, QL_BEATEN_Z);
+        QL_OVERLAP_FLAG_SHARE, QL_OVERLAP_LONG, QL_BEATEN_Z, QL_BEATEN_MIN);
     off += (size_t)snprintf(formats_sql + off, sizeof formats_sql - off,
                             " FROM results ORDER BY model, dataset, ctx, results.bpw, config_hash");
     QL_ASSERT(off + 1 < sizeof formats_sql);

@@ -217,8 +217,19 @@ static void percentiles(void)
     CHECK(isnan(ql_percentile_sorted(v, 0, 0.5)));
 }
 
+/* The beaten-reference flag: beyond the paired interval and beyond 0.1% of the PPL. */
+static void beaten_reference(void)
+{
+    CHECK(ql_beats_reference(-0.01, 0.003));
+    CHECK(!ql_beats_reference(-0.01, 0.006));         /* within its interval */
+    CHECK(!ql_beats_reference(-2e-5, 1e-7));          /* an F16 copy: below by a hair */
+    CHECK(!ql_beats_reference(0.01, 0.001));          /* above the reference */
+    CHECK(!ql_beats_reference((double)NAN, 0.001));   /* not measured */
+}
+
 int main(void)
 {
+    beaten_reference();
     identical_distributions();
     hand_checked_pair();
     top_k_and_confidence();
