@@ -24,7 +24,7 @@ static inline int imin(int a, int b)
 }
 
 /* Packs 256 two-bit levels: byte 32g + l gets values 128g + l + 32k at bits 2k. */
-static void pack_2bit(const uint8_t *L, uint8_t *qs)
+void ql_k_pack_2bit(const uint8_t *L, uint8_t *qs)
 {
     for (int j = 0; j < QL_QK_K; j += 128)
         for (int l = 0; l < 32; ++l)
@@ -33,7 +33,7 @@ static void pack_2bit(const uint8_t *L, uint8_t *qs)
 }
 
 /* Sub-block j's 6-bit scale and min from the 12-byte Q4_K/Q5_K layout. */
-static inline void get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+void ql_k_get_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
 {
     if (j < 4) {
         *d = q[j] & 63;
@@ -44,8 +44,8 @@ static inline void get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t
     }
 }
 
-/* Inverse of get_scale_min_k4 for all 8 sub-blocks. */
-static void put_scale_min_k4(const uint8_t *ls, const uint8_t *lm, uint8_t *scales)
+/* Inverse of ql_k_get_scale_min for all 8 sub-blocks. */
+void ql_k_put_scale_min(const uint8_t *ls, const uint8_t *lm, uint8_t *scales)
 {
     for (int j = 0; j < QL_QK_K / 32; ++j) {
         if (j < 4) {
@@ -60,14 +60,14 @@ static void put_scale_min_k4(const uint8_t *ls, const uint8_t *lm, uint8_t *scal
 }
 
 /* Q3_K: sub-block j's 6-bit (biased) scale minus 32. */
-static inline int q3_K_scale(const uint8_t *scales, int j)
+int ql_q3_K_scale(const uint8_t *scales, int j)
 {
     int8_t sc = (int8_t)(j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4);
     sc = (int8_t)((sc | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
     return sc;
 }
 
-static void put_q3_K_scale(uint8_t *scales, int j, int l)
+void ql_q3_K_put_scale(uint8_t *scales, int j, int l)
 {
     if (j < 8)
         scales[j] = (uint8_t)(l & 0xF);
@@ -128,7 +128,7 @@ static void q2_K_row_ref(const float *x, void *vy, int64_t k, const float *unuse
                 L[16 * j + ii] = (uint8_t)imax(0, imin(3, l));
             }
         }
-        pack_2bit(L, y[i].qs);
+        ql_k_pack_2bit(L, y[i].qs);
     }
 }
 
@@ -171,7 +171,7 @@ static void q2_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
                 L[16 * j + ii] = (uint8_t)imax(0, imin(3, l));
             }
         }
-        pack_2bit(L, y[i].qs);
+        ql_k_pack_2bit(L, y[i].qs);
     }
 }
 
@@ -218,7 +218,7 @@ void ql_dequantize_q2_K(const void *src, float *y, int64_t nrows, int64_t n_per_
 static void q3_K_finish(const float *x, ql_block_q3_K *y, int8_t *L)
 {
     for (int j = 0; j < QL_QK_K / 16; ++j) {
-        const float d = ql_fp16_to_fp32(y->d) * (float)q3_K_scale(y->scales, j);
+        const float d = ql_fp16_to_fp32(y->d) * (float)ql_q3_K_scale(y->scales, j);
         if (!d)
             continue;
         for (int ii = 0; ii < 16; ++ii) {
@@ -239,7 +239,7 @@ static void q3_K_finish(const float *x, ql_block_q3_K *y, int8_t *L)
             hm = (uint8_t)(hm << 1);
         }
     }
-    pack_2bit((const uint8_t *)L, y->qs);
+    ql_k_pack_2bit((const uint8_t *)L, y->qs);
 }
 
 static void q3_K_row_ref(const float *x, void *vy, int64_t k, const float *unused)
@@ -263,7 +263,7 @@ static void q3_K_row_ref(const float *x, void *vy, int64_t k, const float *unuse
             float iscale = -32.f / max_scale;
             for (int j = 0; j < QL_QK_K / 16; ++j) {
                 int8_t l = (int8_t)ql_nearest_int(iscale * scales[j]);
-                put_q3_K_scale(y[i].scales, j, imax(-32, imin(31, l)) + 32);
+                ql_q3_K_put_scale(y[i].scales, j, imax(-32, imin(31, l)) + 32);
             }
             y[i].d = ql_fp32_to_fp16(1 / iscale);
         } else {
@@ -297,7 +297,7 @@ static void q3_K_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
         memset(y[i].scales, 0, sizeof y[i].scales);
         float d_block = ql_make_qx_quants(QL_QK_K / 16, 32, scales, Ls, sw);
         for (int j = 0; j < QL_QK_K / 16; ++j)
-            put_q3_K_scale(y[i].scales, j, Ls[j]);
+            ql_q3_K_put_scale(y[i].scales, j, Ls[j]);
         y[i].d = ql_fp32_to_fp16(d_block);
         q3_K_finish(x, &y[i], L);
     }
@@ -322,10 +322,10 @@ void ql_dequantize_q3_K(const void *src, float *y, int64_t nrows, int64_t n_per_
         for (int n = 0; n < QL_QK_K; n += 128) {
             int shift = 0;
             for (int j = 0; j < 4; ++j) {
-                float dl = d_all * (float)q3_K_scale(x[i].scales, is++);
+                float dl = d_all * (float)ql_q3_K_scale(x[i].scales, is++);
                 for (int l = 0; l < 16; ++l)
                     *y++ = dl * (float)(((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
-                dl = d_all * (float)q3_K_scale(x[i].scales, is++);
+                dl = d_all * (float)ql_q3_K_scale(x[i].scales, is++);
                 for (int l = 0; l < 16; ++l)
                     *y++ = dl * (float)(((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
                 shift += 2;
@@ -371,7 +371,7 @@ static void qk45_scales_ref(const float *x, int nmax, float rmin, int nstep, uin
         ls[j] = s < 63 ? s : 63;
         lm[j] = m < 63 ? m : 63;
     }
-    put_scale_min_k4(ls, lm, packed);
+    ql_k_put_scale_min(ls, lm, packed);
     *d = ql_fp32_to_fp16(max_scale / 63.f);
     *dmin = ql_fp32_to_fp16(max_min / 63.f);
 }
@@ -405,7 +405,7 @@ static void qk45_scales_impl(const float *x, const float *qw, int nmax, uint16_t
         ls[j] = ls[j] < 63 ? ls[j] : 63;
         lm[j] = lm[j] < 63 ? lm[j] : 63;
     }
-    put_scale_min_k4(ls, lm, packed);
+    ql_k_put_scale_min(ls, lm, packed);
     *d = ql_fp32_to_fp16(d_block);
     *dmin = ql_fp32_to_fp16(m_block);
 }
@@ -416,7 +416,7 @@ static void qk45_requantize(const float *x, int nmax, uint16_t d16, uint16_t dmi
 {
     for (int j = 0; j < QL_QK_K / 32; ++j) {
         uint8_t sc, m;
-        get_scale_min_k4(j, packed, &sc, &m);
+        ql_k_get_scale_min(j, packed, &sc, &m);
         const float d = ql_fp16_to_fp32(d16) * (float)sc;
         if (!d)
             continue;
@@ -497,9 +497,9 @@ void ql_dequantize_q4_K(const void *src, float *y, int64_t nrows, int64_t n_per_
         int is = 0;
         uint8_t sc, m;
         for (int j = 0; j < QL_QK_K; j += 64) {
-            get_scale_min_k4(is + 0, x[i].scales, &sc, &m);
+            ql_k_get_scale_min(is + 0, x[i].scales, &sc, &m);
             const float d1 = d * (float)sc, m1 = min * (float)m;
-            get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+            ql_k_get_scale_min(is + 1, x[i].scales, &sc, &m);
             const float d2 = d * (float)sc, m2 = min * (float)m;
             for (int l = 0; l < 32; ++l)
                 *y++ = d1 * (float)(q[l] & 0xF) - m1;
@@ -552,9 +552,9 @@ void ql_dequantize_q5_K(const void *src, float *y, int64_t nrows, int64_t n_per_
         uint8_t sc, m;
         uint8_t u1 = 1, u2 = 2;
         for (int j = 0; j < QL_QK_K; j += 64) {
-            get_scale_min_k4(is + 0, x[i].scales, &sc, &m);
+            ql_k_get_scale_min(is + 0, x[i].scales, &sc, &m);
             const float d1 = d * (float)sc, m1 = min * (float)m;
-            get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+            ql_k_get_scale_min(is + 1, x[i].scales, &sc, &m);
             const float d2 = d * (float)sc, m2 = min * (float)m;
             for (int l = 0; l < 32; ++l)
                 *y++ = d1 * (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;

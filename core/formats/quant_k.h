@@ -107,4 +107,20 @@ void ql_dequantize_q5_K(const void *src, float *dst, int64_t nrows, int64_t n_pe
 void ql_dequantize_q6_K(const void *src, float *dst, int64_t nrows, int64_t n_per_row);
 void ql_dequantize_q8_K(const void *src, float *dst, int64_t nrows, int64_t n_per_row);
 
+/* Block-layout helpers shared with quant_split.c (GPTQ writes the same blocks). */
+/* Q4_K/Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes. */
+void ql_k_get_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m);
+
+/* Inverse of ql_k_get_scale_min for all 8 sub-blocks. */
+void ql_k_put_scale_min(const uint8_t *ls, const uint8_t *lm, uint8_t *scales);
+
+/* Packs 256 two-bit levels: byte 32g + l gets values 128g + l + 32k at bits 2k. */
+void ql_k_pack_2bit(const uint8_t *L, uint8_t *qs);
+
+/* Q3_K: sub-block j's 6-bit (biased) scale minus 32. */
+int ql_q3_K_scale(const uint8_t *scales, int j);
+
+/* Q3_K: stores sub-block j's biased 6-bit scale l (the scales start zeroed). */
+void ql_q3_K_put_scale(uint8_t *scales, int j, int l);
+
 #endif

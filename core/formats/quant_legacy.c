@@ -32,7 +32,7 @@ static inline int imin(int a, int b)
 
 /* Sum of squares of a whole row divided by its length: the sigma^2 of ggml's
  * importance weights w_j = I_j * sqrt(sigma^2 + x_j^2). */
-static float row_sigma2(const float *x, int64_t n)
+float ql_row_sigma2(const float *x, int64_t n)
 {
     float sum_x2 = 0;
     for (int64_t j = 0; j < n; ++j)
@@ -119,7 +119,7 @@ static void q4_0_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
     ql_block_q4_0 *y = vy;
     float weight[QL_QK4_0];
     int8_t L[QL_QK4_0];
-    const float sigma2 = row_sigma2(x, n_per_row);
+    const float sigma2 = ql_row_sigma2(x, n_per_row);
     for (int64_t ib = 0; ib < n_per_row / QL_QK4_0; ++ib) {
         const float *xb = x + QL_QK4_0 * ib;
         const float *w = qw + QL_QK4_0 * ib;
@@ -185,7 +185,7 @@ static void q4_1_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
     ql_block_q4_1 *y = vy;
     float weight[QL_QK4_1];
     uint8_t L[QL_QK4_1], Laux[QL_QK4_1];
-    const float sigma2 = row_sigma2(x, n_per_row);
+    const float sigma2 = ql_row_sigma2(x, n_per_row);
     for (int64_t ib = 0; ib < n_per_row / QL_QK4_1; ++ib) {
         const float *xb = x + QL_QK4_1 * ib;
         const float *w = qw + QL_QK4_1 * ib;
@@ -260,7 +260,7 @@ static void q5_0_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
     float weight[QL_QK5_0];
     int8_t L[QL_QK5_0];
     int lv[QL_QK5_0];
-    const float sigma2 = row_sigma2(x, n_per_row);
+    const float sigma2 = ql_row_sigma2(x, n_per_row);
     for (int64_t ib = 0; ib < n_per_row / QL_QK5_0; ++ib) {
         const float *xb = x + QL_QK5_0 * ib;
         const float *w = qw + QL_QK5_0 * ib;
@@ -329,7 +329,7 @@ static void q5_1_row_impl(const float *x, void *vy, int64_t n_per_row, const flo
     float weight[QL_QK5_1];
     uint8_t L[QL_QK5_1], Laux[QL_QK5_1];
     int lv[QL_QK5_1];
-    const float sigma2 = row_sigma2(x, n_per_row);
+    const float sigma2 = ql_row_sigma2(x, n_per_row);
     for (int64_t ib = 0; ib < n_per_row / QL_QK5_1; ++ib) {
         const float *xb = x + QL_QK5_1 * ib;
         const float *w = qw + QL_QK5_1 * ib;

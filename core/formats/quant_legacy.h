@@ -109,4 +109,9 @@ void ql_dequantize_q5_1(const void *src, float *dst, int64_t nrows, int64_t n_pe
 void ql_dequantize_q8_0(const void *src, float *dst, int64_t nrows, int64_t n_per_row);
 void ql_dequantize_q8_1(const void *src, float *dst, int64_t nrows, int64_t n_per_row);
 
+/* Shared with quant_split.c. */
+/* Sum of squares of a whole row divided by its length: the sigma^2 of ggml's
+ * importance weights w_j = I_j * sqrt(sigma^2 + x_j^2). */
+float ql_row_sigma2(const float *x, int64_t n);
+
 #endif

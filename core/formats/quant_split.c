@@ -99,13 +99,6 @@ const char *ql_split_why_not(int32_t type)
     }
 }
 
-static float row_sigma2(const float *x, int64_t n)
-{
-    float sum_x2 = 0;
-    for (int64_t j = 0; j < n; ++j)
-        sum_x2 += x[j] * x[j];
-    return sum_x2 / (float)n;
-}
 
 static void init_block(ql_split_block *b, int32_t type, int n, int sub, int nlev, int nmax,
                        ql_split_rule rule, int doff)
@@ -139,7 +132,7 @@ static void choose_sym32(ql_split_block *b, int32_t type, int nmax, const float 
         init_block(b, type, 32, 32, 2 * nmax, nmax, QL_SPLIT_NEAREST_SYM, nmax);
         float weight[32];
         int8_t L[32];
-        const float sigma2 = row_sigma2(sigma_row, n_per_row);
+        const float sigma2 = ql_row_sigma2(sigma_row, n_per_row);
         for (int j = 0; j < 32; ++j)
             weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
         d = ql_make_qx_quants_r(32, nmax, xb, L, weight, &b->ri[0]);
@@ -175,7 +168,7 @@ static void choose_aff32(ql_split_block *b, int32_t type, int nmax, const float 
         init_block(b, type, 32, 32, nmax + 1, 0, QL_SPLIT_NEAREST_AFF, 0);
         float weight[32], min;
         uint8_t Laux[32];
-        const float sigma2 = row_sigma2(sigma_row, n_per_row);
+        const float sigma2 = ql_row_sigma2(sigma_row, n_per_row);
         for (int j = 0; j < 32; ++j)
             weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
         d = ql_make_qkx_quants_r(32, nmax, xb, weight, b->L0, &min, Laux, -0.9f, 0.05f, 36, false,
@@ -285,22 +278,7 @@ static void choose_q2_K(ql_split_block *b, const float *x, const float *qw)
     b->nbytes = (int)sizeof y;
 }
 
-static int q3_K_scale(const uint8_t *scales, int j)
-{
-    int8_t sc = (int8_t)(j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4);
-    sc = (int8_t)((sc | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
-    return sc;
-}
 
-static void put_q3_K_scale(uint8_t *scales, int j, int l)
-{
-    if (j < 8)
-        scales[j] = (uint8_t)(l & 0xF);
-    else
-        scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
-    l >>= 4;
-    scales[j % 4 + 8] |= (uint8_t)(l << (2 * (j / 4)));
-}
 
 /* The sub-block rules of a symmetric K-quant (Q3_K, Q6_K): d_s = d * sc_s. */
 static void set_sym_sub(ql_split_block *b, int s, float d)
@@ -331,7 +309,7 @@ static void choose_q3_K(ql_split_block *b, const float *x, const float *qw)
             float iscale = -32.f / max_scale;
             for (int j = 0; j < 16; ++j) {
                 int8_t l = (int8_t)ql_nearest_int(iscale * scales[j]);
-                put_q3_K_scale(y.scales, j, imax(-32, imin(31, l)) + 32);
+                ql_q3_K_put_scale(y.scales, j, imax(-32, imin(31, l)) + 32);
             }
             y.d = ql_fp32_to_fp16(1 / iscale);
         } else {
@@ -356,42 +334,19 @@ static void choose_q3_K(ql_split_block *b, const float *x, const float *qw)
         }
         float d_block = ql_make_qx_quants(16, 32, scales, Ls, sw);
         for (int j = 0; j < 16; ++j)
-            put_q3_K_scale(y.scales, j, Ls[j]);
+            ql_q3_K_put_scale(y.scales, j, Ls[j]);
         y.d = ql_fp32_to_fp16(d_block);
     }
     for (int j = 0; j < 256; ++j)
         b->L0[j] = (uint8_t)L[j];
     const float d = ql_fp16_to_fp32(y.d);
     for (int j = 0; j < 16; ++j)
-        set_sym_sub(b, j, d * (float)q3_K_scale(y.scales, j));
+        set_sym_sub(b, j, d * (float)ql_q3_K_scale(y.scales, j));
     memcpy(b->bytes, &y, sizeof y);
     b->nbytes = (int)sizeof y;
 }
 
-static void get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
-{
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
-    }
-}
 
-static void put_scale_min_k4(const uint8_t *ls, const uint8_t *lm, uint8_t *scales)
-{
-    for (int j = 0; j < 8; ++j) {
-        if (j < 4) {
-            scales[j] = ls[j];
-            scales[j + 4] = lm[j];
-        } else {
-            scales[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-            scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
-            scales[j - 0] |= (uint8_t)((lm[j] >> 4) << 6);
-        }
-    }
-}
 
 /* Q4_K (nmax 15) and Q5_K (nmax 31): the header fields d, dmin and scales are the
  * first 16 bytes of both blocks. */
@@ -429,7 +384,7 @@ static void choose_qk45(ql_split_block *b, int32_t type, int nmax, const float *
             ls[j] = s < 63 ? s : 63;
             lm[j] = m < 63 ? m : 63;
         }
-        put_scale_min_k4(ls, lm, packed);
+        ql_k_put_scale_min(ls, lm, packed);
         d16 = ql_fp32_to_fp16(max_scale / 63.f);
         dmin16 = ql_fp32_to_fp16(max_min / 63.f);
     } else {
@@ -455,14 +410,14 @@ static void choose_qk45(ql_split_block *b, int32_t type, int nmax, const float *
             ls[j] = ls[j] < 63 ? ls[j] : 63;
             lm[j] = lm[j] < 63 ? lm[j] : 63;
         }
-        put_scale_min_k4(ls, lm, packed);
+        ql_k_put_scale_min(ls, lm, packed);
         d16 = ql_fp32_to_fp16(d_block);
         dmin16 = ql_fp32_to_fp16(m_block);
     }
     const float d = ql_fp16_to_fp32(d16), dmin = ql_fp16_to_fp32(dmin16);
     for (int j = 0; j < 8; ++j) {
         uint8_t sc, m;
-        get_scale_min_k4(j, packed, &sc, &m);
+        ql_k_get_scale_min(j, packed, &sc, &m);
         set_affine_sub(b, j, d * (float)sc, dmin * (float)m);
     }
     memcpy(b->bytes, &d16, 2);
@@ -728,13 +683,6 @@ static void pack_q5(const uint8_t *L, uint8_t qs[16], uint8_t qh[4])
     ql_put_u32le(qh, h);
 }
 
-static void pack_2bit(const uint8_t *L, uint8_t *qs)
-{
-    for (int j = 0; j < QL_QK_K; j += 128)
-        for (int l = 0; l < 32; ++l)
-            qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
-                                      (L[j + l + 96] << 6));
-}
 
 void ql_split_pack(const ql_split_block *b, const uint8_t *L, void *out)
 {
@@ -780,7 +728,7 @@ void ql_split_pack(const ql_split_block *b, const uint8_t *L, void *out)
     case QL_TYPE_Q2_K: {
         ql_block_q2_K y;
         memcpy(&y, b->bytes, sizeof y);
-        pack_2bit(L, y.qs);
+        ql_k_pack_2bit(L, y.qs);
         memcpy(out, &y, sizeof y);
         break;
     }
@@ -801,7 +749,7 @@ void ql_split_pack(const ql_split_block *b, const uint8_t *L, void *out)
                 hm = (uint8_t)(hm << 1);
             }
         }
-        pack_2bit(tmp, y.qs);
+        ql_k_pack_2bit(tmp, y.qs);
         memcpy(out, &y, sizeof y);
         break;
     }
