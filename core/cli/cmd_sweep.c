@@ -17,7 +17,7 @@ static void help(const ql_opt_parser *p)
 {
     printf("usage: qlab sweep FILE [--db PATH] [--threads N] [--jobs N] [--mem SIZE]\n"
            "                 [--shard K/N|auto] [--cache-dir DIR] [--quiet] [--strict]\n"
-           "                 [--no-summary] [--text NAME] [--list]\n"
+           "                 [--no-summary] [--no-share] [--text NAME] [--list]\n"
            "\n"
            "Reads a sweep file (experiments/*.sweep), checks it and expands its [grid] into\n"
            "configs (every error names the file and line), then evaluates every config that\n"
@@ -176,6 +176,10 @@ int ql_cmd_sweep(int argc, char **argv)
                     "exit 1 when a config failed (failures are stored either way);\n"
                     "refuse a config whose calibration text overlaps the evaluated\n"
                     "text (more than 2% of its 32-grams: stored as failed, not run)"),
+        ql_opt_flag("no-share", 0, &ro.no_share,
+                    "every config runs its whole pass (by default a config that differs\n"
+                    "from an earlier one only in the head computes its head alone on\n"
+                    "that one's hidden states: the same numbers, bit for bit)"),
         ql_opt_flag("no-summary", 0, &ro.no_summary,
                     "do not print the summary table (the store has everything)"),
         ql_opt_str("text", 0, &only_text, "NAME",

@@ -47,8 +47,15 @@ static int spawn_jobs(const ql_sweep_run *r, const ql_sweep *sw, const ql_run_op
                         parent,
                         "--text",
                         (char *)sw->text,
-                        o->strict ? "--strict" : NULL,
+                        NULL,
+                        NULL,
                         NULL};
+        /* The options a job takes from this process's, after the fixed ones. */
+        size_t argc = sizeof argv / sizeof argv[0] - 3;
+        if (o->strict)
+            argv[argc++] = "--strict";
+        if (o->no_share)
+            argv[argc++] = "--no-share";
         int rc = posix_spawn(&pids[j], "/proc/self/exe", NULL, NULL, argv, environ);
         if (rc != 0) {
             ql_error_set(err, QL_EIO, "cannot start job %d of %d: %s", j + 1, jobs, strerror(rc));

@@ -144,7 +144,8 @@ void ql_run_metrics_init(ql_run_metrics *m)
 
 void ql_run_timing_init(ql_run_timing *t)
 {
-    t->seconds = t->quantize_seconds = t->ref_seconds = t->forward_seconds = (double)NAN;
+    t->seconds = t->quantize_seconds = t->ref_seconds = t->forward_seconds =
+        t->forward_alone_seconds = (double)NAN;
 }
 
 /* ---------------------------------------------------------------- tensor classes */

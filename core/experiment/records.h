@@ -286,6 +286,9 @@ typedef struct {
     double quantize_seconds; /* quantizing the weights */
     double ref_seconds;      /* the reference forward pass it compared against */
     double forward_seconds;  /* the quantized forward pass (store column quant_seconds) */
+    /* What that pass would have cost alone: with its body shared (ql_run_result.body_of),
+     * the body pass's forward_seconds it reused; else forward_seconds. */
+    double forward_alone_seconds;
 } ql_run_timing;
 
 void ql_run_timing_init(ql_run_timing *t);
@@ -329,6 +332,10 @@ typedef struct {
     const ql_chunk_record *chunks;
     size_t n_chunks;
     const ql_run_timing *timing; /* NULL = not measured */
+    /* The config (hash) whose pass computed this run's blocks, when the run computed only
+     * its head on that pass's hidden states (configs that differ only in the head);
+     * NULL = its own whole pass. */
+    const char *body_of;
     /* Activation roundings of the products whose input is rounded (may be none). */
     const ql_act_record *acts;
     size_t n_acts;

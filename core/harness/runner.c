@@ -56,7 +56,25 @@ typedef struct {
     int group;        /* chunks per group of a pass */
     size_t keep_logp; /* reference log-probs held when they fit in this */
     size_t cache;     /* quantized tensors kept between configs */
+    size_t keep_hidden; /* the heads' input of a whole pass, held for configs sharing its blocks */
 } mem_plan;
+
+/* A whole pass's hidden states (the heads' input), held for the configs after it whose
+ * blocks are the same and which differ only in the head: each computes its head alone
+ * on them (ql_sched_run_heads), bit-identical to its own whole pass. What the blocks
+ * also decide (the per-layer divergence, the routing of a mixture of experts) is held
+ * with them. */
+typedef struct {
+    char key[65];         /* body_key of the pass held; "" = none */
+    char config_hash[65]; /* the config whose pass it was */
+    float *hidden;        /* (n_chunks, n_scored, n_embd) */
+    double forward_seconds;
+    ql_run_metrics m; /* its routing metrics */
+    ql_layer_record *layers;
+    size_t n_layers;
+    ql_expert_load_record *loads;
+    size_t n_loads;
+} held_body;
 
 /* The overlap of one calibration source (a calib: value, or an imatrix file) with the
  * evaluated text; NAN figures when the source names no text qlab can read. */
@@ -104,6 +122,13 @@ struct ql_sweep_run {
     overlap_entry *overlaps; /* each calibration source measured against the text */
     size_t n_overlaps, cap_overlaps;
 
+    /* The order configs run in (rows' positions): each followed by the later ones that
+     * differ from it only in the head, which then share its blocks (held_body). */
+    size_t *order;
+    char (*headless)[65]; /* (n_rows,) SHA-256 of each row's config without its head type */
+    size_t n_head_siblings; /* rows whose config differs from an earlier row's only in the head */
+    held_body body;
+
     char eta_note[64]; /* "sweep ETA 3m05s", shown on each config's progress line */
     int begun;
 };
@@ -130,6 +155,11 @@ static void plan_memory(ql_sweep_run *s)
     const size_t logp = ql_reference_logp_bytes(d, hp->n_vocab);
     m->keep_logp = logp <= left / 2 ? logp : 0;
     left -= m->keep_logp;
+    /* Configs that differ only in the head share their blocks when a pass's hidden states
+     * fit beside the groups. */
+    const size_t hidden = sizeof(float) * (size_t)ql_ppl_n_scored_total(d) * (size_t)hp->n_embd;
+    m->keep_hidden = s->n_head_siblings && !s->opts.no_share && hidden <= left / 2 ? hidden : 0;
+    left -= m->keep_hidden;
     m->group = 1;
     while (m->group < d->n_chunks && ql_sched_bytes(hp, d->ctx, m->group + 1, n_sets) - one <= left)
         m->group++;
@@ -155,6 +185,110 @@ static void print_header(const ql_sweep_run *s)
             sw->ctx, (long long)ql_ppl_n_scored_total(&s->data), budget, s->mem.group,
             s->mem.group == 1 ? "" : "s",
             s->mem.keep_logp ? "held in memory" : "regenerated per config from the hidden states");
+    if (s->n_head_siblings) {
+        char held[32];
+        ql_format_bytes((double)s->mem.keep_hidden, held, sizeof held);
+        if (s->mem.keep_hidden)
+            fprintf(stderr,
+                    "shared blocks: %zu of the configs differ from an earlier one only in the "
+                    "head: each computes its head alone on that one's hidden states (%s held)\n",
+                    s->n_head_siblings, held);
+        else
+            fprintf(stderr,
+                    "shared blocks: off (%s): %zu of the configs differ from an earlier one only "
+                    "in the head, each runs its whole pass\n",
+                    s->opts.no_share ? "--no-share" : "a pass's hidden states exceed the budget",
+                    s->n_head_siblings);
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* Configs that differ only in the head                                       */
+
+/* SHA-256 of config c's canonical form with the head type left out: configs with the
+ * same one differ at most in the head. */
+static void headless_hash(const ql_config *c, char out[65])
+{
+    ql_config h = *c;
+    h.head_type = QL_TYPE_SAME;
+    char text[QL_CONFIG_TEXT_MAX];
+    const int n = ql_config_to_string(&h, text, sizeof text);
+    ql_sha256_hex(text, n > 0 && (size_t)n < sizeof text ? (size_t)n : strlen(text), out);
+}
+
+/* What decides a config's blocks, from what it was built into: the config less its head
+ * type (the activation and K/V roundings, the imatrix, the outlier split, the
+ * quantizer) and every tensor's type and exact columns but the head's (a budget's
+ * solver may move the body's types with the head's). "" for a weight set read from a
+ * file (its bytes are the file's). Two configs of one key compute the same blocks. */
+static ql_status body_key(const ql_config *c, const ql_qweights_result *q, char out[65],
+                          ql_error *err)
+{
+    out[0] = '\0';
+    if (q->file_model)
+        return QL_OK;
+    enum { PER_TENSOR = QL_QUANT_NAME_MAX + 48 };
+    const size_t cap = 65 + q->n_tensors * PER_TENSOR;
+    char *text = malloc(cap);
+    if (!text)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for a config's body key");
+    headless_hash(c, text);
+    size_t len = strlen(text);
+    for (size_t i = 0; i < q->n_tensors; i++) {
+        const ql_tensor_record *t = &q->tensors[i];
+        if (ql_tensor_axis_of(t->tensor) != QL_TENSOR_HEAD)
+            len += (size_t)snprintf(text + len, cap - len, "|%.*s=%d:%lld", QL_QUANT_NAME_MAX,
+                                    t->tensor, (int)t->used_type, (long long)t->outlier_cols);
+    }
+    ql_sha256_hex(text, len, out);
+    free(text);
+    return QL_OK;
+}
+
+/* The run order of this shard's configs (s->order, positions of s->rows as find_todo
+ * makes them: the shard's points in index order), each followed by the later ones that
+ * differ from it only in the head; n_head_siblings counts those. */
+static ql_status plan_order(ql_sweep_run *s, ql_error *err)
+{
+    const ql_sweep *sw = s->sw;
+    const size_t n = sw->n_points ? sw->n_points : 1;
+    s->order = calloc(n, sizeof *s->order);
+    s->headless = calloc(n, sizeof *s->headless);
+    bool *placed = calloc(n, sizeof *placed);
+    if (!s->order || !s->headless || !placed) {
+        free(placed);
+        return ql_error_set(err, QL_ENOMEM, "out of memory for the config list");
+    }
+    size_t rows = 0;
+    for (size_t i = 0; i < sw->n_points; i++)
+        if (ql_shard_keeps(&s->opts.shard, i))
+            headless_hash(&sw->points[i].config, s->headless[rows++]);
+    size_t at = 0;
+    s->n_head_siblings = 0;
+    for (size_t k = 0; k < rows; k++) {
+        if (placed[k])
+            continue;
+        s->order[at++] = k;
+        placed[k] = true;
+        for (size_t j = k + 1; j < rows; j++)
+            if (!placed[j] && strcmp(s->headless[j], s->headless[k]) == 0) {
+                s->order[at++] = j;
+                placed[j] = true;
+                s->n_head_siblings++;
+            }
+    }
+    free(placed);
+    return QL_OK;
+}
+
+static void held_body_drop(held_body *b)
+{
+    b->key[0] = '\0';
+    free(b->layers);
+    free(b->loads);
+    b->layers = NULL;
+    b->loads = NULL;
+    b->n_layers = b->n_loads = 0;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -169,6 +303,7 @@ typedef struct {
     size_t n_layers;
     ql_expert_load_record *loads; /* a mixture of experts: (n_layer * n_expert,) */
     size_t n_loads;
+    const char *body_of; /* the config whose held pass computed its blocks; NULL = its own */
 } config_result;
 
 static void config_result_deinit(config_result *r)
@@ -184,16 +319,24 @@ typedef struct {
     ql_sweep_run *s;
     ql_progress progress;
     int config_set; /* the job's set that is the config (1 in lock-step with the reference) */
+    float *capture; /* the heads' input of every chunk is copied here (held_body); NULL = not */
 } pass_ctx;
 
 /* A chunk's logits against the reference's log-probs. */
 static ql_status score_chunk(void *ctx, int set, int64_t chunk, const float *hidden,
                              const float *logits, int64_t n_rows, ql_error *err)
 {
-    (void)hidden;
-    if (set != ((pass_ctx *)ctx)->config_set)
+    pass_ctx *p = ctx;
+    if (set != p->config_set)
         return QL_OK;
-    ql_sweep_run *s = ((pass_ctx *)ctx)->s;
+    ql_sweep_run *s = p->s;
+    if (p->capture) {
+        if (n_rows != s->data.n_scored)
+            return ql_error_set(err, QL_EINVAL, "pass: chunk %lld has %lld output rows, not %d",
+                                (long long)chunk, (long long)n_rows, s->data.n_scored);
+        const size_t per_chunk = (size_t)n_rows * (size_t)s->model->hp.n_embd;
+        memcpy(p->capture + (size_t)chunk * per_chunk, hidden, per_chunk * sizeof *hidden);
+    }
     return ql_reference_score_chunk(s->ref, s->acc, chunk, logits, n_rows, err);
 }
 
@@ -219,14 +362,107 @@ static void pass_progress(void *ctx, double tokens_done)
                        p->s->eta_note[0] ? p->s->eta_note : NULL);
 }
 
-/* The quantized pass over every chunk, scored against the reference. */
+/* A malloc'd copy of bytes bytes at p; NULL for none (or out of memory). */
+static void *copy_of(const void *p, size_t bytes)
+{
+    void *q = bytes ? malloc(bytes) : NULL;
+    if (q)
+        memcpy(q, p, bytes);
+    return q;
+}
+
+/* The metrics of a pass scored into s->acc: the distribution's, the per-chunk sums and,
+ * from the pass's accumulators or (shared blocks) from the held pass, the per-layer
+ * divergence and the routing. */
+static ql_status finish_pass(ql_sweep_run *s, const held_body *from, config_result *r,
+                             ql_error *err)
+{
+    const ql_ppl_data *d = &s->data;
+    ql_dist_metrics dm;
+    ql_dist_acc_finish(s->acc, &dm);
+    ql_status st = ql_dist_metrics_check_finite(&dm, err);
+    if (st)
+        return st;
+        /* The metrics records.h says come from the distribution, field by field. */
+#define QL_METRIC_FROM_DIST(name) r->m.name = (double)dm.name;
+#define QL_METRIC_FROM_WEIGHTS(name)
+#define QL_METRIC_FROM_ROUTING(name)
+#define QL_METRIC_FROM_OVERLAP(name)
+    QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
+#undef QL_METRIC_FROM_DIST
+#undef QL_METRIC_FROM_WEIGHTS
+#undef QL_METRIC_FROM_ROUTING
+#undef QL_METRIC_FROM_OVERLAP
+
+    r->chunks = calloc((size_t)d->n_chunks, sizeof *r->chunks);
+    if (!r->chunks)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for per-chunk metrics");
+    for (int64_t c = 0; c < d->n_chunks; c++) {
+        ql_chunk_record *cm = &r->chunks[c];
+        cm->chunk = (int32_t)c;
+        cm->n_tokens = d->n_scored;
+        ql_dist_acc_range(s->acc, c * d->n_scored, (c + 1) * d->n_scored, &cm->kld_sum,
+                          &cm->nll_sum, &cm->nll_ref_sum, &cm->top1_count);
+    }
+    if (!s->div && !s->routing)
+        return QL_OK;
+    const ql_hparams *hp = &s->model->hp;
+    ql_routing_metrics rm = {(double)NAN, (double)NAN, (double)NAN};
+    if (from) {
+        r->n_layers = from->n_layers;
+        r->n_loads = from->n_loads;
+        r->layers = copy_of(from->layers, from->n_layers * sizeof *r->layers);
+        r->loads = copy_of(from->loads, from->n_loads * sizeof *r->loads);
+        if ((from->n_layers && !r->layers) || (from->n_loads && !r->loads))
+            return ql_error_set(err, QL_ENOMEM, "out of memory for the layer metrics");
+        /* The metrics records.h says come from the routing, field by field. */
+#define QL_METRIC_FROM_DIST(name)
+#define QL_METRIC_FROM_WEIGHTS(name)
+#define QL_METRIC_FROM_ROUTING(name) r->m.name = from->m.name;
+#define QL_METRIC_FROM_OVERLAP(name)
+        QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
+#undef QL_METRIC_FROM_DIST
+#undef QL_METRIC_FROM_WEIGHTS
+#undef QL_METRIC_FROM_ROUTING
+#undef QL_METRIC_FROM_OVERLAP
+        return QL_OK;
+    }
+    r->n_layers = (size_t)hp->n_layer;
+    if (!(r->layers = calloc(r->n_layers, sizeof *r->layers)))
+        return ql_error_set(err, QL_ENOMEM, "out of memory for the layer metrics");
+    for (size_t l = 0; l < r->n_layers; l++)
+        r->layers[l] = (ql_layer_record){(int32_t)l, (double)NAN, (double)NAN, (double)NAN,
+                                         (double)NAN, (double)NAN, (double)NAN};
+    if (s->div)
+        ql_divergence_finish(s->div, r->layers);
+    if (s->routing) {
+        r->loads = calloc((size_t)hp->n_layer * (size_t)hp->n_expert, sizeof *r->loads);
+        if (!r->loads)
+            return ql_error_set(err, QL_ENOMEM, "out of memory for the expert loads");
+        ql_routing_acc_finish(s->routing, &rm, r->layers, r->loads, &r->n_loads);
+    }
+        /* The metrics records.h says come from the routing, field by field. */
+#define QL_METRIC_FROM_DIST(name)
+#define QL_METRIC_FROM_WEIGHTS(name)
+#define QL_METRIC_FROM_ROUTING(name) r->m.name = rm.name;
+#define QL_METRIC_FROM_OVERLAP(name)
+    QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
+#undef QL_METRIC_FROM_DIST
+#undef QL_METRIC_FROM_WEIGHTS
+#undef QL_METRIC_FROM_ROUTING
+#undef QL_METRIC_FROM_OVERLAP
+    return QL_OK;
+}
+
+/* The quantized pass over every chunk, scored against the reference; with capture, the
+ * heads' input of every chunk copied there. */
 static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding *kv,
-                          const char *label, config_result *r, ql_error *err)
+                          const char *label, float *capture, config_result *r, ql_error *err)
 {
     const ql_ppl_data *d = &s->data;
     ql_dist_acc_reset(s->acc);
     const bool lockstep = s->div != NULL;
-    pass_ctx p = {.s = s, .config_set = lockstep ? 1 : 0};
+    pass_ctx p = {.s = s, .config_set = lockstep ? 1 : 0, .capture = capture};
     const int64_t tokens = d->n_chunks * (int64_t)(d->ctx - 1);
     ql_progress_begin(&p.progress, label, "tok", tokens, s->opts.quiet);
     ql_sched_job job = {.data = d,
@@ -255,62 +491,59 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
     ql_status st = ql_sched_run(s->sched, s->fw, &job, err);
     if (st)
         return st;
-    r->timing.forward_seconds = ql_now() - t0;
+    r->timing.forward_seconds = r->timing.forward_alone_seconds = ql_now() - t0;
     ql_progress_end(&p.progress, tokens, NULL);
+    return finish_pass(s, NULL, r, err);
+}
 
-    ql_dist_metrics dm;
-    ql_dist_acc_finish(s->acc, &dm);
-    if ((st = ql_dist_metrics_check_finite(&dm, err)))
+/* The config's head alone on the held pass's hidden states (its blocks are that pass's),
+ * scored against the reference. */
+static ql_status run_heads(ql_sweep_run *s, ql_weights *w, const char *label, config_result *r,
+                           ql_error *err)
+{
+    const ql_ppl_data *d = &s->data;
+    ql_dist_acc_reset(s->acc);
+    pass_ctx p = {.s = s};
+    const int64_t tokens = d->n_chunks * (int64_t)(d->ctx - 1);
+    ql_progress_begin(&p.progress, label, "tok", tokens, s->opts.quiet);
+    ql_sched_job job = {.data = d,
+                        .n_chunks = d->n_chunks,
+                        .group = 1,
+                        .n_sets = 1,
+                        .on_output = score_chunk,
+                        .progress = pass_progress,
+                        .ctx = &p};
+    job.sets[0] = (ql_sched_set){.w = w, .head = true};
+    double t0 = ql_now();
+    ql_status st = ql_sched_run_heads(s->sched, s->fw, &job, s->body.hidden, err);
+    if (st)
         return st;
-        /* The metrics records.h says come from the distribution, field by field. */
-#define QL_METRIC_FROM_DIST(name) r->m.name = (double)dm.name;
-#define QL_METRIC_FROM_WEIGHTS(name)
-#define QL_METRIC_FROM_ROUTING(name)
-#define QL_METRIC_FROM_OVERLAP(name)
-    QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
-#undef QL_METRIC_FROM_DIST
-#undef QL_METRIC_FROM_WEIGHTS
-#undef QL_METRIC_FROM_ROUTING
-#undef QL_METRIC_FROM_OVERLAP
+    r->timing.forward_seconds = ql_now() - t0;
+    r->timing.forward_alone_seconds = s->body.forward_seconds;
+    r->body_of = s->body.config_hash;
+    ql_progress_end(&p.progress, tokens, NULL);
+    return finish_pass(s, &s->body, r, err);
+}
 
-    r->chunks = calloc((size_t)d->n_chunks, sizeof *r->chunks);
-    if (!r->chunks)
-        return ql_error_set(err, QL_ENOMEM, "out of memory for per-chunk metrics");
-    if (lockstep || s->routing) {
-        const ql_hparams *hp = &s->model->hp;
-        r->n_layers = (size_t)hp->n_layer;
-        if (!(r->layers = calloc(r->n_layers, sizeof *r->layers)))
-            return ql_error_set(err, QL_ENOMEM, "out of memory for the layer metrics");
-        for (size_t l = 0; l < r->n_layers; l++)
-            r->layers[l] = (ql_layer_record){(int32_t)l, (double)NAN, (double)NAN, (double)NAN,
-                                             (double)NAN, (double)NAN, (double)NAN};
-        if (lockstep)
-            ql_divergence_finish(s->div, r->layers);
-        ql_routing_metrics rm = {(double)NAN, (double)NAN, (double)NAN};
-        if (s->routing) {
-            r->loads = calloc((size_t)hp->n_layer * (size_t)hp->n_expert, sizeof *r->loads);
-            if (!r->loads)
-                return ql_error_set(err, QL_ENOMEM, "out of memory for the expert loads");
-            ql_routing_acc_finish(s->routing, &rm, r->layers, r->loads, &r->n_loads);
-        }
-        /* The metrics records.h says come from the routing, field by field. */
-#define QL_METRIC_FROM_DIST(name)
-#define QL_METRIC_FROM_WEIGHTS(name)
-#define QL_METRIC_FROM_ROUTING(name) r->m.name = rm.name;
-#define QL_METRIC_FROM_OVERLAP(name)
-        QL_RUN_METRICS(QL_METRIC_BY_SOURCE)
-#undef QL_METRIC_FROM_DIST
-#undef QL_METRIC_FROM_WEIGHTS
-#undef QL_METRIC_FROM_ROUTING
-#undef QL_METRIC_FROM_OVERLAP
+/* Holds the pass of config c (its hidden states are in s->body.hidden) for the configs
+ * after it that share its blocks. */
+static ql_status hold_body(ql_sweep_run *s, const ql_sweep_point *pt, const char *key,
+                           const config_result *r, ql_error *err)
+{
+    held_body *b = &s->body;
+    held_body_drop(b);
+    b->layers = copy_of(r->layers, r->n_layers * sizeof *r->layers);
+    b->loads = copy_of(r->loads, r->n_loads * sizeof *r->loads);
+    if ((r->n_layers && !b->layers) || (r->n_loads && !b->loads)) {
+        held_body_drop(b);
+        return ql_error_set(err, QL_ENOMEM, "out of memory for a pass's layer metrics");
     }
-    for (int64_t c = 0; c < d->n_chunks; c++) {
-        ql_chunk_record *cm = &r->chunks[c];
-        cm->chunk = (int32_t)c;
-        cm->n_tokens = d->n_scored;
-        ql_dist_acc_range(s->acc, c * d->n_scored, (c + 1) * d->n_scored, &cm->kld_sum,
-                          &cm->nll_sum, &cm->nll_ref_sum, &cm->top1_count);
-    }
+    b->n_layers = r->n_layers;
+    b->n_loads = r->n_loads;
+    b->m = r->m;
+    b->forward_seconds = r->timing.forward_seconds;
+    ql_strlcpy(b->config_hash, pt->hash, sizeof b->config_hash);
+    ql_strlcpy(b->key, key, sizeof b->key);
     return QL_OK;
 }
 
@@ -430,10 +663,14 @@ static ql_status config_overlap(ql_sweep_run *s, const ql_config *c, const ql_ca
     return QL_OK;
 }
 
-static ql_status evaluate_config(ql_sweep_run *s, const ql_config *c, ql_calib_slot *slot,
-                                 const ql_overlap_metrics *om, const char *label,
+/* Config pt's quantized weights, their pass (or, when the held pass computed the same
+ * blocks, its head alone; share_next: hold this pass for the next config) and the
+ * metrics against the reference. */
+static ql_status evaluate_config(ql_sweep_run *s, const ql_sweep_point *pt, ql_calib_slot *slot,
+                                 const ql_overlap_metrics *om, const char *label, bool share_next,
                                  config_result *r, ql_error *err)
 {
+    const ql_config *c = &pt->config;
     double t0 = ql_now();
     ql_run_metrics_init(&r->m);
     ql_run_timing_init(&r->timing);
@@ -446,8 +683,21 @@ static ql_status evaluate_config(ql_sweep_run *s, const ql_config *c, ql_calib_s
     /* A kld fit's prediction with its interactions: the config on its calibration text. */
     if (!st && c->objective == QL_OBJECTIVE_KLD)
         st = ql_sens_calib_kld(&s->sens, c, q->weights, &kv, &r->q.calib_kld, err);
-    if (!st)
-        st = run_pass(s, q->weights, &kv, label, r, err);
+    char key[65] = "";
+    if (!st && (s->body.key[0] || share_next))
+        st = body_key(c, q, key, err);
+    if (!st && key[0] && strcmp(key, s->body.key) == 0) {
+        st = run_heads(s, q->weights, label, r, err);
+    } else if (!st) {
+        held_body_drop(&s->body);
+        const bool hold = share_next && key[0] && s->mem.keep_hidden;
+        if (hold && !s->body.hidden && !(s->body.hidden = malloc(s->mem.keep_hidden)))
+            st = ql_error_set(err, QL_ENOMEM, "out of memory for a pass's hidden states");
+        if (!st)
+            st = run_pass(s, q->weights, &kv, label, hold ? s->body.hidden : NULL, r, err);
+        if (!st && hold)
+            st = hold_body(s, pt, key, r, err);
+    }
     if (st)
         return st;
         /* The metrics records.h says come from the weights, field by field. */
@@ -699,6 +949,11 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
                why, sum->n_run + sum->n_failed, sum->n_run + sum->n_failed == 1 ? "" : "s", not_run,
                marked);
     }
+    if (sum->n_shared)
+        printf("shared blocks: %zu config%s computed only the head on the pass of a config "
+               "differing only in the head: the quantized passes took %.1f s, %.1f s alone\n",
+               sum->n_shared, sum->n_shared == 1 ? "" : "s", sum->forward_seconds,
+               sum->forward_alone_seconds);
     double per_pass = sum->n_run ? sum->forward_seconds / (double)sum->n_run : (double)NAN;
     if (s->ref && !ql_reference_from_cache(s->ref) && !sum->n_run)
         printf("timing: reference pass %s; no config ran\n", ref);
@@ -846,6 +1101,8 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
         st = ql_sweep_check_model(sw, s->model->gguf, err);
     if (!st) /* the configs that are existing GGUF files: the same model's shapes */
         st = ql_sweep_check_files(sw, s->model, err);
+    if (!st)
+        st = plan_order(s, err);
     if (!st) {
         plan_memory(s);
         ql_calib_source cs = {.model = s->model,
@@ -922,6 +1179,10 @@ void ql_sweep_run_close(ql_sweep_run *s)
     ql_store_close(s->store);
     free(s->todo);
     free(s->rows);
+    free(s->order);
+    free(s->headless);
+    held_body_drop(&s->body);
+    free(s->body.hidden);
     free(s->overlaps);
     free(s);
 }
@@ -1016,7 +1277,8 @@ static bool still_locked(ql_sweep_run *s, size_t i, const summary_row *row, cons
 
 /* Evaluates config i (row) and stores its run: done with every record, or failed with
  * its error. */
-static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t k, ql_error *err)
+static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t k, bool share_next,
+                            ql_error *err)
 {
     const ql_sweep_point *pt = &s->sw->points[i];
     int64_t config_id, run_id;
@@ -1082,7 +1344,7 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
         cst = ql_error_set(&cerr, QL_EINVAL, "refused under --strict: %s", why);
     }
     if (!cst)
-        cst = evaluate_config(s, &pt->config, slot, &om, label, &r, &cerr);
+        cst = evaluate_config(s, pt, slot, &om, label, share_next, &r, &cerr);
     if (cst == QL_EINTERRUPTED || (cst && ql_interrupted())) {
         /* Not the config's failure: it is retried by the next sweep. */
         char why[64];
@@ -1120,7 +1382,8 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
                              .loads = r.loads,
                              .n_loads = r.n_loads,
                              .experts = r.q.experts,
-                             .n_experts = r.q.n_experts};
+                             .n_experts = r.q.n_experts,
+                             .body_of = r.body_of};
         do
             st = ql_store_finish_run_result(s->store, run_id, &res, err);
         while (st && still_locked(s, i, row, "result", err));
@@ -1138,6 +1401,8 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
         }
         s->sum.n_run++;
         s->sum.forward_seconds += r.timing.forward_seconds;
+        s->sum.forward_alone_seconds += r.timing.forward_alone_seconds;
+        s->sum.n_shared += r.body_of != NULL;
         row->status = "ok";
         if (!st)
             stored_row(s->store, run_id, row);
@@ -1154,17 +1419,26 @@ ql_status ql_sweep_run_configs(ql_sweep_run *s, ql_error *err)
 {
     ql_status st = ql_sweep_run_prepare(s, err);
     const double t0 = ql_now();
-    for (size_t k = 0; k < s->n_rows && !st; k++) {
-        const size_t i = s->rows[k].index;
+    for (size_t at = 0; at < s->n_rows && !st; at++) {
+        const size_t k = s->order[at], i = s->rows[k].index;
         if (!s->todo[i])
             continue;
+        /* The next config to run differs only in the head: it can share this pass. */
+        bool share_next = false;
+        for (size_t nx = at + 1; nx < s->n_rows; nx++) {
+            const size_t kn = s->order[nx];
+            if (!s->todo[s->rows[kn].index])
+                continue;
+            share_next = s->mem.keep_hidden && strcmp(s->headless[kn], s->headless[k]) == 0;
+            break;
+        }
         if (ql_interrupted()) {
             st = ql_error_set(err, QL_EINTERRUPTED, "interrupted by signal %d between configs",
                               ql_interrupted());
             break;
         }
         update_eta(s, t0);
-        st = run_config(s, i, &s->rows[k], k + 1, err);
+        st = run_config(s, i, &s->rows[k], k + 1, share_next, err);
     }
     s->sum.configs_seconds += ql_now() - t0;
     return st;
@@ -1270,5 +1544,7 @@ void ql_run_summary_add(ql_run_summary *into, const ql_run_summary *part)
     into->ref_seconds += part->ref_seconds;
     into->configs_seconds += part->configs_seconds;
     into->forward_seconds += part->forward_seconds;
+    into->forward_alone_seconds += part->forward_alone_seconds;
+    into->n_shared += part->n_shared;
     into->scored_tokens += part->scored_tokens;
 }

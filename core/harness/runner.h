@@ -59,6 +59,9 @@ typedef struct {
     /* Refuse (store as failed, not evaluated) a config whose calibration text overlaps
      * the evaluated text above QL_OVERLAP_FLAG_SHARE (experiment/overlap.h). */
     bool strict;
+    /* Every config runs its whole pass, also those that differ from the one before only in
+     * the head (which otherwise compute their head alone on its hidden states). */
+    bool no_share;
     /* Called after each run is marked running, with how many this process began (the
      * command line's fault injection for the resume tests); NULL = none. */
     void (*on_run_begun)(void *ctx, int begun);
@@ -74,11 +77,11 @@ typedef struct {
 #define QL_RUN_STALE_TMP_SECONDS 60.0
 
 typedef struct {
-    size_t n_configs;       /* configs of this shard */
-    size_t n_run;           /* evaluated now */
-    size_t n_skipped;       /* already done in the store */
-    size_t n_failed;        /* stored as failed */
-    size_t n_elsewhere;     /* left to another process on the store (running or done by it) */
+    size_t n_configs;   /* configs of this shard */
+    size_t n_run;       /* evaluated now */
+    size_t n_skipped;   /* already done in the store */
+    size_t n_failed;    /* stored as failed */
+    size_t n_elsewhere; /* left to another process on the store (running or done by it) */
     /* Warnings of the summary (configs of this shard, done now or before): calibration
      * overlapping the evaluation, a reference beaten beyond its interval. */
     size_t n_overlapping, n_beaten;
@@ -88,7 +91,11 @@ typedef struct {
     double ref_seconds;     /* reference pass (0 when loaded from the cache) */
     double configs_seconds; /* all configs evaluated now */
     double forward_seconds; /* the quantized passes among them */
-    int64_t scored_tokens;  /* per pass */
+    /* ... what they would have taken without shared blocks, and the configs that computed
+     * only their head on another's pass */
+    double forward_alone_seconds;
+    size_t n_shared;
+    int64_t scored_tokens; /* per pass */
 } ql_run_summary;
 
 void ql_run_opts_init(ql_run_opts *o);

@@ -238,6 +238,38 @@ ql_status ql_sched_run(ql_sched *s, ql_forward *fw, const ql_sched_job *job, ql_
     return st;
 }
 
+ql_status ql_sched_run_heads(ql_sched *s, ql_forward *fw, const ql_sched_job *job,
+                             const float *hidden, ql_error *err)
+{
+    const ql_ppl_data *d = job->data;
+    const ql_hparams *hp = ql_forward_hparams(fw);
+    QL_ASSERT(job->n_sets == 1 && job->sets[0].head);
+    const int n_tok = job->all_rows ? d->ctx : d->ctx - 1;
+    const int64_t n_rows = n_tok - (job->all_rows ? 0 : d->first);
+    const size_t stride = (size_t)n_rows * (size_t)hp->n_embd;
+    ql_status st = ensure(&s->logits, &s->logits_floats, (size_t)n_tok * (size_t)hp->n_vocab,
+                          "one chunk's logits", err);
+    if (st)
+        return st;
+    ql_matmul_observer obs;
+    void *obs_ctx;
+    ql_forward_get_observer(fw, &obs, &obs_ctx);
+    ql_forward_set_observer(fw, job->sets[0].observer, job->sets[0].observer_ctx);
+    for (int64_t c = 0; c < job->n_chunks && !st; c++) {
+        const float *x = hidden + (size_t)c * stride;
+        st = ql_forward_head(fw, job->sets[0].w, x, s->logits, n_rows, err);
+        if (!st && job->on_output)
+            st = job->on_output(job->ctx, 0, job->chunk0 + c, x, s->logits, n_rows, err);
+        if (!st && job->progress)
+            job->progress(job->ctx, (double)((c + 1) * n_tok));
+        if (!st && ql_interrupted())
+            st = ql_error_set(err, QL_EINTERRUPTED, "interrupted by signal %d after chunk %lld",
+                              ql_interrupted(), (long long)(job->chunk0 + c));
+    }
+    ql_forward_set_observer(fw, obs, obs_ctx);
+    return st;
+}
+
 /* ------------------------------------------------------------------------- */
 /* Perplexity                                                                 */
 

@@ -90,6 +90,16 @@ void ql_sched_free(ql_sched *s);
  * attention rounding as it found them. */
 ql_status ql_sched_run(ql_sched *s, ql_forward *fw, const ql_sched_job *job, ql_error *err);
 
+/* The heads alone, for weight sets whose blocks are those of a pass that ran before:
+ * hidden holds what that pass's on_output saw as the heads' input, every chunk of the
+ * job in order (n_chunks blocks of n_rows x n_embd, n_rows the job's output rows).
+ * Each chunk's logits are job->sets[0].w's head on them (the job's one set, with a
+ * head), passed to on_output and progress as ql_sched_run passes them. The same
+ * product on the same rows: bit-identical to a whole pass of a weight set with that
+ * body and this head (tests/unit/test_scheduler.c). */
+ql_status ql_sched_run_heads(ql_sched *s, ql_forward *fw, const ql_sched_job *job,
+                             const float *hidden, ql_error *err);
+
 /* Bytes a pass with these sets and group size holds besides the weights' sources:
  * one bound layer per set, the group's residual streams, one chunk's hidden rows and
  * logits. For sizing a group to a memory budget. */

@@ -125,7 +125,13 @@ enum {
 };
 
 /* The sources of the tables whose rows come from more than one struct (field.src). */
-enum { STORE_RUN_SRC_KEY, STORE_RUN_SRC_INFO, STORE_RUN_SRC_TIMING, STORE_RUN_SRCS };
+enum {
+    STORE_RUN_SRC_KEY,
+    STORE_RUN_SRC_INFO,
+    STORE_RUN_SRC_TIMING,
+    STORE_RUN_SRC_RESULT,
+    STORE_RUN_SRCS
+};
 enum { STORE_SENS_SRC_KEY, STORE_SENS_SRC_ROW, STORE_SENS_SRCS };
 
 /* A column: its SQL declaration (type and constraints), the schema version that

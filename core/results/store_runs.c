@@ -574,7 +574,8 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_r
     sqlbuf q;
     store_update_sql(store_table("runs"), STORE_RUN_DONE, 0, &q);
     store_sql_add(&q, " WHERE id = :id");
-    const void *const src[STORE_RUN_SRCS] = {[STORE_RUN_SRC_TIMING] = t};
+    const void *const src[STORE_RUN_SRCS] = {
+        [STORE_RUN_SRC_TIMING] = t, [STORE_RUN_SRC_RESULT] = res};
     if ((rc = store_stmt_prep(s, q.text, &w, err)) ||
         (rc = store_put_fields(&w, store_table("runs"), src, STORE_RUN_SRCS, err)) ||
         (rc = store_put_text(&w, "status", "done", err)) ||

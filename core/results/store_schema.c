@@ -265,6 +265,18 @@ static const col_def runs_cols[] = {
      .since = 5,
      .comment = "process on host of the last attempt",
      .writes = STORE_RUN_CLAIM},
+    {.name = "body_of",
+     .decl = "TEXT",
+     .since = 13,
+     .comment = "config hash of the pass whose blocks it reused (its head only); NULL = own",
+     .field = FIELD_OF(STORE_RUN_SRC_RESULT, ql_run_result, body_of),
+     .writes = STORE_RUN_DONE},
+    {.name = "forward_alone_seconds",
+     .decl = "REAL",
+     .since = 13,
+     .comment = "what quant_seconds would be without the shared body",
+     .field = FIELD_OF(STORE_RUN_SRC_TIMING, ql_run_timing, forward_alone_seconds),
+     .writes = STORE_RUN_DONE},
     {.name = NULL},
 };
 static const char *const runs_extra[] = {"CREATE INDEX runs_by_status ON runs(status)", NULL};
@@ -1043,12 +1055,14 @@ static void add_result_columns(sqlbuf *b)
                                          "d.sha256 AS dataset_sha256",
                                          "r.ctx",
                                          "r.chunks"};
-    static const char *const provenance[] = {
-        "r.seconds",         "r.quantize_seconds", "r.ref_seconds",
-        "r.quant_seconds",   "r.threads",          "r.host",
-        "r.finished",        "r.qlab_version",     "r.qlab_commit",
-        "r.metrics_version", "r.imatrix_sha256",   "r.blas_kernel",
-        "r.mem_budget",      "r.group_chunks"};
+    static const char *const provenance[] = {"r.seconds",        "r.quantize_seconds",
+                                             "r.ref_seconds",    "r.quant_seconds",
+                                             "r.threads",        "r.host",
+                                             "r.finished",       "r.qlab_version",
+                                             "r.qlab_commit",    "r.metrics_version",
+                                             "r.imatrix_sha256", "r.blas_kernel",
+                                             "r.mem_budget",     "r.group_chunks",
+                                             "r.body_of",        "r.forward_alone_seconds"};
     store_sql_add(b, "\n");
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         list_add(b, head[i]);

@@ -79,13 +79,17 @@ static ql_status finish(ql_store *s, int64_t run, const ql_config *c, int i,
          (i + 1) / 16.0, 1.0 / 64, -1, "the weight type"},
     };
     /* Provenance of the shard, not of the config. */
-    ql_run_timing t = {1.0 + spec->shard.index, 0.25, 0.5, 0.5};
+    ql_run_timing t = {.seconds = 1.0 + spec->shard.index,
+                       .quantize_seconds = 0.25,
+                       .ref_seconds = 0.5,
+                       .forward_seconds = 0.5,
+                       .forward_alone_seconds = (double)NAN};
     ql_run_result r = {.metrics = &m,
-                             .tensors = te,
-                             .n_tensors = 2,
-                             .chunks = ck,
-                             .n_chunks = (size_t)spec->chunks,
-                             .timing = &t};
+                       .tensors = te,
+                       .n_tensors = 2,
+                       .chunks = ck,
+                       .n_chunks = (size_t)spec->chunks,
+                       .timing = &t};
     return ql_store_finish_run_result(s, run, &r, err);
 }
 
@@ -142,8 +146,8 @@ ql_status qlt_shard_fixture(const char *path, const qlt_shard_spec *spec, ql_err
         if ((st = ql_store_upsert_config(s, &sw.points[i].config, &cid, err)))
             goto out;
         ql_store_run_key key = {cid, mid, tid, spec->ctx, spec->chunks};
-        ql_store_run_info info = {spec->sweep, 1 + spec->shard.index, spec->metrics_version, NULL,
-                                  spec->kernel, 0, 0};
+        ql_store_run_info info = {
+            spec->sweep, 1 + spec->shard.index, spec->metrics_version, NULL, spec->kernel, 0, 0};
         if ((st = ql_store_begin_run(s, &key, &info, &run, err)))
             goto out;
         if ((int)i == spec->running)

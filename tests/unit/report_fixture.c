@@ -297,7 +297,11 @@ ql_status qlt_report_fixture(const char *path, bool chunks, ql_error *err)
         ql_run_metrics m;
         ql_chunk_record ck[QLT_REPORT_CHUNKS];
         make_metrics(&c, &w, (int)c.weight_type, is_b, fr->no_max_dp, &m, ck);
-        ql_run_timing t = {2.5, 0.25, 1.0, 1.0};
+        ql_run_timing t = {.seconds = 2.5,
+                           .quantize_seconds = 0.25,
+                           .ref_seconds = 1.0,
+                           .forward_seconds = 1.0,
+                           .forward_alone_seconds = (double)NAN};
         ql_run_result res = {.metrics = &m,
                              .tensors = w.te,
                              .n_tensors = w.n,
@@ -465,7 +469,11 @@ static ql_status crowd_run(ql_store *s, const char *sweep, int64_t model, int64_
     crowd_metrics(bpw, kld, &m, ck);
     crowd_tensors w;
     crowd_make_tensors(c.weight_file[0] ? QL_TYPE_Q4_K : c.weight_type, kld, &w);
-    ql_run_timing t = {2.5, 0.25, 1.0, 1.0};
+    ql_run_timing t = {.seconds = 2.5,
+                       .quantize_seconds = 0.25,
+                       .ref_seconds = 1.0,
+                       .forward_seconds = 1.0,
+                       .forward_alone_seconds = (double)NAN};
     ql_run_result res = {.metrics = &m,
                          .tensors = w.te,
                          .n_tensors = w.n,

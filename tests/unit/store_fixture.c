@@ -141,7 +141,11 @@ static ql_status add_run(ql_store *s, int64_t model, int64_t text, const char *c
          "row length 172 is not a multiple of 256", 64, 172, 11008, 700, 0.25, 1.0, 4.0, 0.03125,
          -1, "--tensor-type 'ffn_down=Q4_K'"},
     };
-    ql_run_timing t = {12.5, 1.0, 4.0, 5.0};
+    ql_run_timing t = {.seconds = 12.5,
+                       .quantize_seconds = 1.0,
+                       .ref_seconds = 4.0,
+                       .forward_seconds = 5.0,
+                       .forward_alone_seconds = (double)NAN};
     return ql_store_finish_run(s, run, &m, te, 3, &t, err);
 }
 

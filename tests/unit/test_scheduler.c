@@ -142,6 +142,33 @@ static void test_model(const char *path)
         free(c.hidden);
     }
 
+    /* The heads alone over the hidden states a pass handed on_output: the logits of
+     * the whole pass, bit for bit (what a sweep's configs differing only in the head
+     * rely on). */
+    {
+        collect h = {&d, m->hp.n_vocab, m->hp.n_embd, NULL, NULL, 0, 0, -1, 0, 0, 0};
+        h.logits = calloc((size_t)CHUNKS * per_chunk, sizeof(float));
+        h.hidden =
+            calloc((size_t)CHUNKS * (size_t)d.n_scored * (size_t)m->hp.n_embd, sizeof(float));
+        ql_sched *hs;
+        CHECK_OK(ql_sched_alloc(&hs, &err), &err);
+        ql_sched_job job = {.data = &d,
+                            .n_chunks = CHUNKS,
+                            .group = 1,
+                            .n_sets = 1,
+                            .on_output = on_output,
+                            .ctx = &h};
+        job.sets[0] = (ql_sched_set){.w = m->weights, .head = true};
+        CHECK_OK(ql_sched_run_heads(hs, fw, &job, first.hidden, &err), &err);
+        CHECK_EQ_INT(h.outputs, CHUNKS);
+        CHECK_EQ_INT(h.order_bad, 0);
+        CHECK_MSG(memcmp(h.logits, alone, (size_t)CHUNKS * per_chunk * sizeof(float)) == 0,
+                  "%s: the heads alone give other logits than the whole pass", path);
+        ql_sched_free(hs);
+        free(h.logits);
+        free(h.hidden);
+    }
+
     /* Lock-step with a copy of the same weights: identical streams after every block. */
     ql_weights *copy;
     CHECK_OK(ql_weights_copy(&copy, m->weights, &err), &err);

@@ -450,7 +450,11 @@ static void test_round_trip(void)
         {"blk.11.ffn_down.weight", QL_TYPE_Q4_K, QL_TYPE_Q5_0, "row length 172", 64, 172, 11008,
          7568, 0.125, 0.5, 2.0, 0.015625, 3, "Q4_K_M: ffn_down of layer 11 of 12: Q4_K"},
     };
-    ql_run_timing t = {12.5, 1.0, (double)NAN, 5.0};
+    ql_run_timing t = {.seconds = 12.5,
+                       .quantize_seconds = 1.0,
+                       .ref_seconds = (double)NAN,
+                       .forward_seconds = 5.0,
+                       .forward_alone_seconds = (double)NAN};
     CHECK_OK(ql_store_finish_run(e.s, run, &met, te, 2, &t, &err), &err);
     CHECK_OK(ql_store_run_status(e.s, run, status, &err), &err);
     CHECK(strcmp(status, "done") == 0);
@@ -776,20 +780,72 @@ static void test_v11_overlap(void)
     CHECK(sqlite3_exec(raw,
                        "ALTER TABLE metrics DROP COLUMN calib_overlap_8;"
                        " ALTER TABLE metrics DROP COLUMN calib_overlap_32;"
+                       " ALTER TABLE runs DROP COLUMN body_of;"
+                       " ALTER TABLE runs DROP COLUMN forward_alone_seconds;"
                        " PRAGMA user_version = 11",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(raw);
     /* Read-only, a version 11 file is refused with the way to migrate it. */
     ql_store_options ro = {.readonly = true};
     CHECK(ql_store_open(path, &ro, &s, &err) != QL_OK);
-    CHECK(strstr(err.msg, "schema version 11 is older than 12") != NULL);
+    char older11[64];
+    snprintf(older11, sizeof older11, "schema version 11 is older than %d", QL_STORE_SCHEMA_VERSION);
+    CHECK(strstr(err.msg, older11) != NULL);
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
     if (!s)
         return;
     h = ql_store_handle(s);
-    CHECK_EQ_INT(qlt_sql_int(h, "SELECT user_version FROM pragma_user_version"), 12);
+    CHECK_EQ_INT(qlt_sql_int(h, "SELECT user_version FROM pragma_user_version"),
+                 QL_STORE_SCHEMA_VERSION);
     CHECK_EQ_INT(qlt_sql_int(h, "SELECT count(*) FROM results WHERE kld_mean = 0.5 AND"
                                 " calib_overlap_8 IS NULL AND calib_overlap_32 IS NULL"),
+                 1);
+    ql_store_close(s);
+}
+
+/* A schema 12 database (before shared bodies) gets runs.body_of and
+ * forward_alone_seconds, NULL for its finished runs (each ran its own pass, not
+ * measured alone), and its results view the columns; a run finished now stores both. */
+static void test_v12_shared_body(void)
+{
+    ql_error err;
+    const char *path = qlt_tmp_db("v12-shared-body.db");
+    env e;
+    env_open(&e, path);
+    const int64_t run = begin_run(&e, "weight_type=Q4_0", 1);
+    ql_run_metrics m;
+    some_metrics(&m);
+    CHECK_OK(ql_store_finish_run(e.s, run, &m, NULL, 0, NULL, &err), &err);
+    ql_store_close(e.s);
+    sqlite3 *raw;
+    CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
+    drop_views(raw);
+    CHECK(sqlite3_exec(raw,
+                       "ALTER TABLE runs DROP COLUMN body_of;"
+                       " ALTER TABLE runs DROP COLUMN forward_alone_seconds;"
+                       " PRAGMA user_version = 12",
+                       NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(raw);
+    ql_store *s = NULL;
+    CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
+    if (!s)
+        return;
+    sqlite3 *h = ql_store_handle(s);
+    CHECK_EQ_INT(qlt_sql_int(h, "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
+    CHECK_EQ_INT(qlt_sql_int(h, "SELECT count(*) FROM results WHERE body_of IS NULL AND"
+                                " forward_alone_seconds IS NULL"),
+                 1);
+    /* A shared run: the body's config and the time it would have cost alone. */
+    e.s = s;
+    const int64_t shared = begin_run(&e, "weight_type=Q4_0 head_type=Q8_0", 1);
+    ql_run_timing t;
+    ql_run_timing_init(&t);
+    t.forward_seconds = 0.25;
+    t.forward_alone_seconds = 4.5;
+    ql_run_result res = {.metrics = &m, .timing = &t, .body_of = "abc123"};
+    CHECK_OK(ql_store_finish_run_result(s, shared, &res, &err), &err);
+    CHECK_EQ_INT(qlt_sql_int(h, "SELECT count(*) FROM results WHERE body_of = 'abc123' AND"
+                                " forward_alone_seconds = 4.5 AND quant_seconds = 0.25"),
                  1);
     ql_store_close(s);
 }
@@ -828,6 +884,8 @@ static void test_v8_sensitivities(void)
                        " ALTER TABLE configs DROP COLUMN quantizer;"
                        " ALTER TABLE metrics DROP COLUMN calib_overlap_8;"
                        " ALTER TABLE metrics DROP COLUMN calib_overlap_32;"
+                       " ALTER TABLE runs DROP COLUMN body_of;"
+                       " ALTER TABLE runs DROP COLUMN forward_alone_seconds;"
                        " PRAGMA user_version = 8",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(raw);
@@ -862,7 +920,10 @@ static void test_v10_quantizer(void)
     CHECK(sqlite3_exec(raw,
                        "ALTER TABLE configs DROP COLUMN quantizer;"
                        " ALTER TABLE metrics DROP COLUMN calib_overlap_8;"
-                       " ALTER TABLE metrics DROP COLUMN calib_overlap_32; PRAGMA user_version = 10",
+                       " ALTER TABLE metrics DROP COLUMN calib_overlap_32;"
+                       " ALTER TABLE runs DROP COLUMN body_of;"
+                       " ALTER TABLE runs DROP COLUMN forward_alone_seconds;"
+                       " PRAGMA user_version = 10",
                        NULL, NULL, NULL) == SQLITE_OK);
     CHECK_EQ_INT(qlt_sql_int(raw, "SELECT count(*) FROM pragma_table_info('configs') WHERE name "
                                   "= 'quantizer'"),
@@ -872,7 +933,7 @@ static void test_v10_quantizer(void)
     CHECK_OK(ql_store_open(path, NULL, &s, &err), &err);
     if (!s)
         return;
-    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "PRAGMA user_version"), 12);
+    CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "PRAGMA user_version"), QL_STORE_SCHEMA_VERSION);
     CHECK_EQ_INT(qlt_sql_int(ql_store_handle(s), "SELECT count(*) FROM pragma_table_info("
                                                  "'configs') WHERE name = 'quantizer' AND "
                                                  "dflt_value = '''ggml'''"),
@@ -1058,6 +1119,7 @@ int main(void)
     test_v8_sensitivities();
     test_v10_quantizer();
     test_v11_overlap();
+    test_v12_shared_body();
     test_fixture();
     test_concurrent_create();
     return qlt_done();

@@ -42,32 +42,34 @@ CREATE TABLE configs (
     budget_bpw    REAL -- the bpw budget, NULL unless given as bpw:X
 );
 CREATE TABLE runs (
-    id               INTEGER PRIMARY KEY,
-    config_id        INTEGER NOT NULL REFERENCES configs(id),
-    model_id         INTEGER NOT NULL REFERENCES models(id),
-    dataset_id       INTEGER NOT NULL REFERENCES datasets(id),
-    ctx              INTEGER NOT NULL CHECK (ctx > 0),
-    chunks           INTEGER NOT NULL CHECK (chunks > 0),
-    sweep            TEXT, -- the sweep of the last attempt
-    status           TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'interrupted')), -- interrupted: since version 6
-    error            TEXT, -- why it failed or stopped
-    attempts         INTEGER NOT NULL DEFAULT 1 CHECK (attempts > 0),
-    started          TEXT NOT NULL, -- UTC, YYYY-MM-DDTHH:MM:SSZ
-    finished         TEXT,
-    seconds          REAL, -- the whole run
-    quantize_seconds REAL,
-    ref_seconds      REAL, -- reference forward pass
-    quant_seconds    REAL, -- quantized forward pass
-    threads          INTEGER,
-    host             TEXT,
-    qlab_version     TEXT NOT NULL,
-    qlab_commit      TEXT NOT NULL,
-    metrics_version  INTEGER NOT NULL CHECK (metrics_version > 0),
-    imatrix_sha256   TEXT,
-    blas_kernel      TEXT, -- BLAS library, version and kernel, e.g. OpenBLAS 0.3.21 Haswell
-    mem_budget       INTEGER, -- bytes the runner planned with (--mem)
-    group_chunks     INTEGER, -- chunks per group of a pass, from mem_budget
-    pid              INTEGER, -- process on host of the last attempt
+    id                    INTEGER PRIMARY KEY,
+    config_id             INTEGER NOT NULL REFERENCES configs(id),
+    model_id              INTEGER NOT NULL REFERENCES models(id),
+    dataset_id            INTEGER NOT NULL REFERENCES datasets(id),
+    ctx                   INTEGER NOT NULL CHECK (ctx > 0),
+    chunks                INTEGER NOT NULL CHECK (chunks > 0),
+    sweep                 TEXT, -- the sweep of the last attempt
+    status                TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'interrupted')), -- interrupted: since version 6
+    error                 TEXT, -- why it failed or stopped
+    attempts              INTEGER NOT NULL DEFAULT 1 CHECK (attempts > 0),
+    started               TEXT NOT NULL, -- UTC, YYYY-MM-DDTHH:MM:SSZ
+    finished              TEXT,
+    seconds               REAL, -- the whole run
+    quantize_seconds      REAL,
+    ref_seconds           REAL, -- reference forward pass
+    quant_seconds         REAL, -- quantized forward pass
+    threads               INTEGER,
+    host                  TEXT,
+    qlab_version          TEXT NOT NULL,
+    qlab_commit           TEXT NOT NULL,
+    metrics_version       INTEGER NOT NULL CHECK (metrics_version > 0),
+    imatrix_sha256        TEXT,
+    blas_kernel           TEXT, -- BLAS library, version and kernel, e.g. OpenBLAS 0.3.21 Haswell
+    mem_budget            INTEGER, -- bytes the runner planned with (--mem)
+    group_chunks          INTEGER, -- chunks per group of a pass, from mem_budget
+    pid                   INTEGER, -- process on host of the last attempt
+    body_of               TEXT, -- config hash of the pass whose blocks it reused (its head only); NULL = own
+    forward_alone_seconds REAL, -- what quant_seconds would be without the shared body
     UNIQUE (config_id, model_id, dataset_id, ctx, chunks),
     CHECK ((status IN ('failed', 'interrupted')) = (error IS NOT NULL)),
     CHECK ((status = 'running') = (finished IS NULL))
@@ -294,7 +296,7 @@ SELECT r.id AS run_id, r.sweep,
        (SELECT t.fallback_reason FROM tensor_errors t WHERE t.run_id = r.id AND t.fallback = 1 ORDER BY t.params DESC, t.tensor LIMIT 1) AS fallback_note,
        r.seconds, r.quantize_seconds, r.ref_seconds, r.quant_seconds, r.threads, r.host,
        r.finished, r.qlab_version, r.qlab_commit, r.metrics_version, r.imatrix_sha256,
-       r.blas_kernel, r.mem_budget, r.group_chunks
+       r.blas_kernel, r.mem_budget, r.group_chunks, r.body_of, r.forward_alone_seconds
 FROM runs r
 JOIN configs c ON c.id = r.config_id
 JOIN models mo ON mo.id = r.model_id
@@ -329,7 +331,7 @@ SELECT r.id AS run_id, s.sweep,
        (SELECT t.fallback_reason FROM tensor_errors t WHERE t.run_id = r.id AND t.fallback = 1 ORDER BY t.params DESC, t.tensor LIMIT 1) AS fallback_note,
        r.seconds, r.quantize_seconds, r.ref_seconds, r.quant_seconds, r.threads, r.host,
        r.finished, r.qlab_version, r.qlab_commit, r.metrics_version, r.imatrix_sha256,
-       r.blas_kernel, r.mem_budget, r.group_chunks
+       r.blas_kernel, r.mem_budget, r.group_chunks, r.body_of, r.forward_alone_seconds
 FROM sweep_runs s JOIN runs r ON r.id = s.run_id
 JOIN configs c ON c.id = r.config_id
 JOIN models mo ON mo.id = r.model_id
