@@ -128,10 +128,44 @@ static ql_status run_text(const ql_sweep *sw, const ql_run_opts *ro, int jobs, q
     return st;
 }
 
-/* Each evaluation text of the sweep in turn (or only_text), each with its own reference. */
+/* Every evaluation text of the sweep in this process, together: a run per text (each with
+ * its own reference), the first owning the model, the calibration and the tensor cache
+ * the others borrow; config after config, its weights built once for every text. */
+static ql_status run_together(ql_sweep *sw, const ql_run_opts *ro, ql_run_summary *sum,
+                              ql_error *err)
+{
+    const size_t n = (size_t)sw->n_texts;
+    ql_sweep_run **runs = calloc(n, sizeof *runs);
+    if (!runs)
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    ql_run_opts o = *ro;
+    o.texts_together = sw->n_texts;
+    ql_status st = QL_OK;
+    for (size_t t = 0; t < n && !st; t++) {
+        ql_sweep_select_text(sw, (int)t);
+        st = t == 0 ? ql_sweep_run_open(&runs[0], sw, &o, err)
+                    : ql_sweep_run_open_text(&runs[t], sw, &o, runs[0], err);
+    }
+    if (!st)
+        st = ql_sweep_run_configs_texts(runs, n, err);
+    for (size_t t = 0; t < n && runs[t]; t++) {
+        if (!st || st == QL_EEXTERNAL || st == QL_EINTERRUPTED)
+            ql_sweep_run_print(runs[t]);
+        ql_run_summary_add(sum, ql_sweep_run_summary(runs[t]));
+    }
+    for (size_t t = n; t-- > 0;) /* the owner last */
+        ql_sweep_run_close(runs[t]);
+    free(runs);
+    return st;
+}
+
+/* Each evaluation text of the sweep (or only_text), each with its own reference: in this
+ * process all together, or in turn with their configs in `jobs` processes. */
 static ql_status run(ql_sweep *sw, int only_text, const ql_run_opts *ro, int jobs,
                      ql_run_summary *sum, ql_error *err)
 {
+    if (only_text < 0 && jobs <= 1 && sw->n_texts > 1)
+        return run_together(sw, ro, sum, err);
     ql_status st = QL_OK;
     for (int t = 0; t < sw->n_texts && !st; t++) {
         if (only_text >= 0 && t != only_text)

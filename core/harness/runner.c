@@ -86,6 +86,11 @@ typedef struct {
 struct ql_sweep_run {
     const ql_sweep *sw;
     ql_run_opts opts;
+    /* The run of another text of the sweep whose model-level parts this one borrows (the
+     * model and its tokenizer, the calibration, the tensor cache, the pass buffers); NULL
+     * when it owns them. */
+    ql_sweep_run *owner;
+    char text_name[QL_PATH_MAX]; /* the sweep's text this run evaluates, as the file writes it */
     char db_path[QL_PATH_MAX];
     char cache_dir[QL_PATH_MAX];
 
@@ -152,14 +157,17 @@ static void plan_memory(ql_sweep_run *s)
     const int n_sets = s->sw->layer_metrics ? 2 : 1;
     const size_t one = ql_sched_bytes(hp, d->ctx, 1, n_sets);
     size_t left = m->budget > weights + one ? m->budget - weights - one : 0;
+    /* Texts evaluated together each hold their own; they share the passes' buffers. */
+    const size_t texts = s->opts.texts_together > 1 ? (size_t)s->opts.texts_together : 1;
+    size_t own = left / texts;
     const size_t logp = ql_reference_logp_bytes(d, hp->n_vocab);
-    m->keep_logp = logp <= left / 2 ? logp : 0;
-    left -= m->keep_logp;
+    m->keep_logp = logp <= own / 2 ? logp : 0;
+    own -= m->keep_logp;
     /* Configs that differ only in the head share their blocks when a pass's hidden states
      * fit beside the groups. */
     const size_t hidden = sizeof(float) * (size_t)ql_ppl_n_scored_total(d) * (size_t)hp->n_embd;
-    m->keep_hidden = s->n_head_siblings && !s->opts.no_share && hidden <= left / 2 ? hidden : 0;
-    left -= m->keep_hidden;
+    m->keep_hidden = s->n_head_siblings && !s->opts.no_share && hidden <= own / 2 ? hidden : 0;
+    left -= texts * (m->keep_logp + m->keep_hidden);
     m->group = 1;
     while (m->group < d->n_chunks && ql_sched_bytes(hp, d->ctx, m->group + 1, n_sets) - one <= left)
         m->group++;
@@ -181,7 +189,7 @@ static void print_header(const ql_sweep_run *s)
             "chunks of %d tokens, %lld scored\n"
             "memory: budget %s; passes in groups of %d chunk%s; reference log-probs %s\n",
             sw->name, s->sum.n_configs, s->opts.shard.count > 1 ? " in this shard" : "", s->n_todo,
-            sw->model, (long long)s->model->n_params, sw->text, (long long)s->data.n_chunks,
+            sw->model, (long long)s->model->n_params, s->text_name, (long long)s->data.n_chunks,
             sw->ctx, (long long)ql_ppl_n_scored_total(&s->data), budget, s->mem.group,
             s->mem.group == 1 ? "" : "s",
             s->mem.keep_logp ? "held in memory" : "regenerated per config from the hidden states");
@@ -298,7 +306,7 @@ typedef struct {
     ql_run_metrics m;
     ql_chunk_record *chunks;
     ql_run_timing timing;
-    ql_qweights_result q;    /* the weight set, its tensor and activation records */
+    const ql_qweights_result *q; /* the weight set, its tensor and activation records */
     ql_layer_record *layers; /* (n_layer,) with layer_metrics or experts, else NULL */
     size_t n_layers;
     ql_expert_load_record *loads; /* a mixture of experts: (n_layer * n_expert,) */
@@ -311,7 +319,6 @@ static void config_result_deinit(config_result *r)
     free(r->chunks);
     free(r->layers);
     free(r->loads);
-    ql_qweights_result_deinit(&r->q);
     memset(r, 0, sizeof *r);
 }
 
@@ -663,10 +670,33 @@ static ql_status config_overlap(ql_sweep_run *s, const ql_config *c, const ql_ca
     return QL_OK;
 }
 
-/* Config pt's quantized weights, their pass (or, when the held pass computed the same
- * blocks, its head alone; share_next: hold this pass for the next config) and the
- * metrics against the reference. */
-static ql_status evaluate_config(ql_sweep_run *s, const ql_sweep_point *pt, ql_calib_slot *slot,
+/* The calibration of the configs' weights and the kld objective's measurements are the
+ * run that owns the model's. */
+static ql_sens_source *sens_of(ql_sweep_run *s)
+{
+    return s->owner ? &s->owner->sens : &s->sens;
+}
+
+/* Config c's quantized weights (the same for every text) into q, with its K/V rounding;
+ * a kld fit's KLD on its calibration text. */
+static ql_status build_config(ql_sweep_run *s, const ql_config *c, ql_calib_slot *slot,
+                              ql_qweights_result *q, ql_attn_rounding *kv, ql_error *err)
+{
+    ql_status st =
+        ql_kv_rounding(ql_kv_ggml_type(ql_config_kv_type(c)), s->model->hp.head_dim, kv, err);
+    if (!st)
+        st = ql_qweights_build(s->qw, s->calib, c, slot, q, err);
+    /* A kld fit's prediction with its interactions: the config on its calibration text. */
+    if (!st && c->objective == QL_OBJECTIVE_KLD)
+        st = ql_sens_calib_kld(sens_of(s), c, q->weights, kv, &q->calib_kld, err);
+    return st;
+}
+
+/* Config pt's pass with its weights q (or, when the held pass computed the same blocks,
+ * its head alone; share_next: hold this pass for the next config) and the metrics
+ * against the reference. */
+static ql_status evaluate_config(ql_sweep_run *s, const ql_sweep_point *pt,
+                                 const ql_qweights_result *q, const ql_attn_rounding *kv,
                                  const ql_overlap_metrics *om, const char *label, bool share_next,
                                  config_result *r, ql_error *err)
 {
@@ -674,17 +704,10 @@ static ql_status evaluate_config(ql_sweep_run *s, const ql_sweep_point *pt, ql_c
     double t0 = ql_now();
     ql_run_metrics_init(&r->m);
     ql_run_timing_init(&r->timing);
-    const ql_qweights_result *q = &r->q;
-    ql_attn_rounding kv;
-    ql_status st =
-        ql_kv_rounding(ql_kv_ggml_type(ql_config_kv_type(c)), s->model->hp.head_dim, &kv, err);
-    if (!st)
-        st = ql_qweights_build(s->qw, s->calib, c, slot, &r->q, err);
-    /* A kld fit's prediction with its interactions: the config on its calibration text. */
-    if (!st && c->objective == QL_OBJECTIVE_KLD)
-        st = ql_sens_calib_kld(&s->sens, c, q->weights, &kv, &r->q.calib_kld, err);
+    r->q = q;
     char key[65] = "";
-    if (!st && (s->body.key[0] || share_next))
+    ql_status st = QL_OK;
+    if (s->body.key[0] || share_next)
         st = body_key(c, q, key, err);
     if (!st && key[0] && strcmp(key, s->body.key) == 0) {
         st = run_heads(s, q->weights, label, r, err);
@@ -694,7 +717,7 @@ static ql_status evaluate_config(ql_sweep_run *s, const ql_sweep_point *pt, ql_c
         if (hold && !s->body.hidden && !(s->body.hidden = malloc(s->mem.keep_hidden)))
             st = ql_error_set(err, QL_ENOMEM, "out of memory for a pass's hidden states");
         if (!st)
-            st = run_pass(s, q->weights, &kv, label, hold ? s->body.hidden : NULL, r, err);
+            st = run_pass(s, q->weights, kv, label, hold ? s->body.hidden : NULL, r, err);
         if (!st && hold)
             st = hold_body(s, pt, key, r, err);
     }
@@ -710,7 +733,6 @@ static ql_status evaluate_config(ql_sweep_run *s, const ql_sweep_point *pt, ql_c
 #undef QL_METRIC_FROM_WEIGHTS
 #undef QL_METRIC_FROM_ROUTING
 #undef QL_METRIC_FROM_OVERLAP
-    r->timing.quantize_seconds = q->quantize_seconds;
     r->timing.ref_seconds = ql_reference_seconds(s->ref);
     r->timing.seconds = ql_now() - t0;
     return QL_OK;
@@ -719,10 +741,11 @@ static ql_status evaluate_config(ql_sweep_run *s, const ql_sweep_point *pt, ql_c
 /* ------------------------------------------------------------------------- */
 /* Sweep set-up                                                               */
 
-static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
+/* The model, its identity and its tokenizer. */
+static ql_status open_model(ql_sweep_run *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
-    const ql_data_entry *me = NULL, *te = NULL;
+    const ql_data_entry *me = NULL;
     /* Every file the sweep names is there (its line and the path looked at when not),
      * before a synthetic model is made or a file hashed. */
     ql_status st = ql_sweep_check_inputs(sw, err);
@@ -736,8 +759,6 @@ static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
         (st = ql_sweep_resolve(sw, QL_SWEEP_MODEL, s->model_path, sizeof s->model_path, &me, err)))
         return st;
     if ((st = ql_data_sha256(me, s->model_path, s->model_sha, err)))
-        return st;
-    if ((st = ql_sweep_resolve(sw, QL_SWEEP_TEXT, s->text_path, sizeof s->text_path, &te, err)))
         return st;
     if ((st = ql_model_load(&s->model, s->model_path, err)))
         return st;
@@ -757,6 +778,18 @@ static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
     char ctx_warning[256];
     if (ql_ppl_ctx_beyond_training(&s->model->hp, sw->ctx, ctx_warning, sizeof ctx_warning))
         fprintf(stderr, "qlab: warning: %s: %s: %s\n", sw->path, s->model_path, ctx_warning);
+    return QL_OK;
+}
+
+/* The evaluated text (the sweep's selected one), in chunks. */
+static ql_status open_text(ql_sweep_run *s, ql_error *err)
+{
+    const ql_sweep *sw = s->sw;
+    const ql_data_entry *te = NULL;
+    ql_strlcpy(s->text_name, sw->text, sizeof s->text_name);
+    ql_status st = ql_sweep_resolve(sw, QL_SWEEP_TEXT, s->text_path, sizeof s->text_path, &te, err);
+    if (st)
+        return st;
     char *text;
     size_t len;
     if ((st = ql_file_read_all(s->text_path, &text, &len, err)))
@@ -770,7 +803,7 @@ static ql_status open_inputs(ql_sweep_run *s, ql_error *err)
     free(text);
     if (st)
         return ql_error_prefix(err, "%s: ", s->text_path);
-    return ql_forward_alloc(&s->fw, &s->model->hp, sw->ctx, err);
+    return QL_OK;
 }
 
 static ql_status open_store(ql_sweep_run *s, ql_error *err)
@@ -805,7 +838,7 @@ static ql_status open_store(ql_sweep_run *s, ql_error *err)
     ql_store_dataset d;
     ql_store_dataset_init(&d);
     d.sha256 = s->text_sha;
-    d.name = s->sw->text;
+    d.name = s->text_name;
     d.path = s->text_path;
     d.bytes = s->text_bytes;
     d.tokens = s->data.n_tokens;
@@ -928,7 +961,7 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
         snprintf(left, sizeof left, ", %zu not run", not_run);
     char on_text[QL_PATH_MAX + 16] = "";
     if (s->sw->n_texts > 1)
-        snprintf(on_text, sizeof on_text, " on text %s", s->sw->text);
+        snprintf(on_text, sizeof on_text, " on text %s", s->text_name);
     printf("\nsweep %s%s: %zu config%s (%zu run, %zu already done, %zu failed%s%s), %lld scored "
            "tokens per pass\n",
            s->sw->name, on_text, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
@@ -1080,8 +1113,10 @@ static ql_status find_todo(ql_sweep_run *s, ql_error *err)
     return QL_OK;
 }
 
-ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
-                            ql_error *err)
+/* A run of the sweep's selected text; with owner, borrowing owner's model-level parts
+ * (ql_sweep_run_open_text). */
+static ql_status open_run(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
+                          ql_sweep_run *owner, ql_error *err)
 {
     *out = NULL;
     ql_sweep_run *s = calloc(1, sizeof *s);
@@ -1089,22 +1124,39 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
         return ql_error_set(err, QL_ENOMEM, "out of memory");
     s->sw = sw;
     s->opts = *opts;
+    s->owner = owner;
     default_paths(s);
+    if (owner) {
+        ql_strlcpy(s->model_path, owner->model_path, sizeof s->model_path);
+        ql_strlcpy(s->model_sha, owner->model_sha, sizeof s->model_sha);
+        s->model = owner->model;
+        s->tok = owner->tok;
+        s->fw = owner->fw;
+        s->sched = owner->sched;
+        s->calib = owner->calib;
+        s->qw = owner->qw;
+        s->metric_imatrix = owner->metric_imatrix;
+    }
     /* What killed cache writes left (reference, imatrix, synthetic model). */
     size_t stale = ql_remove_stale_tmp(s->cache_dir, QL_RUN_STALE_TMP_SECONDS);
     if (stale && !opts->quiet)
         fprintf(stderr, "qlab: removed %zu stale temporary file%s of killed cache writes in %s\n",
                 stale, stale == 1 ? "" : "s", s->cache_dir);
     ql_threads_set(opts->threads > 0 ? opts->threads : sw->threads);
-    ql_status st = open_inputs(s, err);
-    if (!st) /* what the model decides about the configs, before anything runs */
+    ql_status st = owner ? QL_OK : open_model(s, err);
+    if (!st)
+        st = open_text(s, err);
+    if (!st && !owner) /* what the model decides about the configs, before anything runs */
         st = ql_sweep_check_model(sw, s->model->gguf, err);
-    if (!st) /* the configs that are existing GGUF files: the same model's shapes */
+    if (!st && !owner) /* the configs that are existing GGUF files: the same model's shapes */
         st = ql_sweep_check_files(sw, s->model, err);
+    if (!st && !owner)
+        st = ql_forward_alloc(&s->fw, &s->model->hp, sw->ctx, err);
     if (!st)
         st = plan_order(s, err);
-    if (!st) {
+    if (!st)
         plan_memory(s);
+    if (!st && !owner) {
         ql_calib_source cs = {.model = s->model,
                               .tok = s->tok,
                               .model_sha = s->model_sha,
@@ -1116,16 +1168,18 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
         st = ql_calib_alloc(&s->calib, &cs, err);
     }
     /* The imatrix that weighs every run's imatrix_err columns (calib.h). */
-    if (!st)
+    if (!st && !owner)
         st = ql_calib_pick_metric_imatrix(s->calib, sw, &s->metric_imatrix, err);
     if (!st)
         st = open_store(s, err);
-    if (!st)
+    if (!st && !owner)
         st = ql_sched_alloc(&s->sched, err);
-    if (!st) {
+    if (!st && !owner) {
+        /* Texts evaluated together share the configs' weights: each refuses its own
+         * calibration text (kld_calib_check), not the first's for all. */
         s->sens = (ql_sens_source){.model = s->model,
                                    .model_sha = s->model_sha,
-                                   .eval_text_sha = s->text_sha,
+                                   .eval_text_sha = opts->texts_together > 1 ? "" : s->text_sha,
                                    .cache_dir = s->cache_dir,
                                    .calib = s->calib,
                                    .store = s->store,
@@ -1161,21 +1215,35 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
     return QL_OK;
 }
 
+ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
+                            ql_error *err)
+{
+    return open_run(out, sw, opts, NULL, err);
+}
+
+ql_status ql_sweep_run_open_text(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
+                                 ql_sweep_run *owner, ql_error *err)
+{
+    return open_run(out, sw, opts, owner, err);
+}
+
 void ql_sweep_run_close(ql_sweep_run *s)
 {
     if (!s)
         return;
-    ql_qweights_free(s->qw);
+    if (!s->owner) {
+        ql_qweights_free(s->qw);
+        ql_sched_free(s->sched);
+        ql_forward_free(s->fw);
+        ql_calib_free(s->calib);
+        ql_tokenizer_free(s->tok);
+        ql_model_free(s->model);
+    }
     ql_dist_acc_free(s->acc);
     ql_divergence_free(s->div);
     ql_routing_acc_free(s->routing);
     ql_reference_free(s->ref);
-    ql_sched_free(s->sched);
-    ql_forward_free(s->fw);
     ql_ppl_data_deinit(&s->data);
-    ql_calib_free(s->calib);
-    ql_tokenizer_free(s->tok);
-    ql_model_free(s->model);
     ql_store_close(s->store);
     free(s->todo);
     free(s->rows);
@@ -1275,25 +1343,21 @@ static bool still_locked(ql_sweep_run *s, size_t i, const summary_row *row, cons
     return true;
 }
 
-/* Evaluates config i (row) and stores its run: done with every record, or failed with
- * its error. */
-static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t k, bool share_next,
-                            ql_error *err)
+/* Claims config i's run on s's text (slot: its importance matrix, whose SHA-256 the run
+ * records). *begun: this process runs it; otherwise another process did or does, which
+ * the row records. */
+static ql_status claim_config(ql_sweep_run *s, size_t i, summary_row *row, ql_calib_slot *slot,
+                              int64_t *run_id, bool *begun, ql_error *err)
 {
+    *begun = false;
     const ql_sweep_point *pt = &s->sw->points[i];
-    int64_t config_id, run_id;
+    int64_t config_id;
     ql_status st;
     do
         st = ql_store_upsert_config(s->store, &pt->config, &config_id, err);
     while (st && still_locked(s, i, row, "config", err));
     if (st)
         return st;
-    /* The importance matrix is loaded before the run begins so that the run records
-     * which one it used; failing to load it fails the run. */
-    ql_error cerr;
-    ql_error_clear(&cerr);
-    ql_calib_slot *slot = NULL;
-    ql_status cst = ql_calib_config_imatrix(s->calib, &pt->config, &slot, &cerr);
     ql_store_run_key key = {.config_id = config_id,
                             .model_id = s->model_id,
                             .dataset_id = s->dataset_id,
@@ -1308,7 +1372,7 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
                               .group_chunks = s->mem.group};
     ql_store_claim claim;
     do
-        st = ql_store_claim_run(s->store, &key, &info, &run_id, &claim, err);
+        st = ql_store_claim_run(s->store, &key, &info, run_id, &claim, err);
     while (st && still_locked(s, i, row, "start", err));
     if (st)
         return st;
@@ -1317,8 +1381,8 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
         s->sum.n_elsewhere++;
         if (claim == QL_CLAIM_DONE) {
             row->status = "done by another process";
-            stored_row(s->store, run_id, row);
-            return ql_store_add_to_sweep(s->store, s->sw->name, run_id, err);
+            stored_row(s->store, *run_id, row);
+            return ql_store_add_to_sweep(s->store, s->sw->name, *run_id, err);
         }
         row->status = "running in another process";
         if (!s->opts.quiet)
@@ -1328,30 +1392,24 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
     s->begun++;
     if (s->opts.on_run_begun)
         s->opts.on_run_begun(s->opts.on_run_begun_ctx, s->begun);
-    char label[256];
-    snprintf(label, sizeof label, "config %zu/%zu %s", k, s->sum.n_configs, row->label);
-    config_result r;
-    memset(&r, 0, sizeof r);
-    double t0 = ql_now();
-    /* What the calibration text shares with the evaluated one, before the pass: under
-     * --strict a config whose calibration overlaps its evaluation is refused. */
-    ql_overlap_metrics om;
-    if (!cst)
-        cst = config_overlap(s, &pt->config, slot, &om, &cerr);
-    if (!cst && s->opts.strict && ql_overlap_flagged(om.calib_overlap_32)) {
-        char why[128];
-        ql_overlap_flag_text(om.calib_overlap_32, why, sizeof why);
-        cst = ql_error_set(&cerr, QL_EINVAL, "refused under --strict: %s", why);
-    }
-    if (!cst)
-        cst = evaluate_config(s, pt, slot, &om, label, share_next, &r, &cerr);
+    *begun = true;
+    return QL_OK;
+}
+
+/* Stores config i's run on s's text: done with every record of r, or failed with cerr,
+ * or (cst QL_EINTERRUPTED, or any failure under a signal) interrupted, which returns
+ * QL_EINTERRUPTED. t0: when the run began. */
+static ql_status store_config(ql_sweep_run *s, size_t i, summary_row *row, int64_t run_id,
+                              double t0, ql_status cst, const ql_error *cerr,
+                              const config_result *r, ql_error *err)
+{
+    ql_status st;
     if (cst == QL_EINTERRUPTED || (cst && ql_interrupted())) {
         /* Not the config's failure: it is retried by the next sweep. */
         char why[64];
         snprintf(why, sizeof why, "interrupted by signal %d", ql_interrupted());
         note_interrupted(s, i, row);
         row->status = "interrupted";
-        config_result_deinit(&r);
         st = ql_store_interrupt_run(s->store, run_id, why, ql_now() - t0, err);
         if (st)
             return ql_error_prefix(err,
@@ -1364,84 +1422,224 @@ static ql_status run_config(ql_sweep_run *s, size_t i, summary_row *row, size_t 
     if (cst) {
         s->sum.n_failed++;
         row->status = "failed";
-        fprintf(stderr, "qlab: config %zu (%s) failed: %s\n", i, row->label, cerr.msg);
+        fprintf(stderr, "qlab: config %zu (%s) failed: %s\n", i, row->label, cerr->msg);
         do
-            st = ql_store_fail_run(s->store, run_id, cerr.msg, ql_now() - t0, err);
+            st = ql_store_fail_run(s->store, run_id, cerr->msg, ql_now() - t0, err);
         while (st && still_locked(s, i, row, "failure", err));
-    } else {
-        ql_run_result res = {.metrics = &r.m,
-                             .tensors = r.q.tensors,
-                             .n_tensors = r.q.n_tensors,
-                             .chunks = r.chunks,
-                             .n_chunks = (size_t)s->data.n_chunks,
-                             .timing = &r.timing,
-                             .acts = r.q.acts,
-                             .n_acts = r.q.n_acts,
-                             .layers = r.layers,
-                             .n_layers = r.n_layers,
-                             .loads = r.loads,
-                             .n_loads = r.n_loads,
-                             .experts = r.q.experts,
-                             .n_experts = r.q.n_experts,
-                             .body_of = r.body_of};
-        do
-            st = ql_store_finish_run_result(s->store, run_id, &res, err);
-        while (st && still_locked(s, i, row, "result", err));
-        if (st && !ql_store_busy(s->store)) {
-            /* Not storable (a full disk, a damaged file): the run is failed with the
-             * reason, not left running. */
-            ql_error ferr;
-            if (ql_store_fail_run(s->store, run_id, err->msg, ql_now() - t0, &ferr) == QL_OK)
-                ql_error_prefix(err, "config %zu (%s): its run is marked failed: ", i, row->label);
-        } else if (st) {
-            ql_error_prefix(err,
-                            "config %zu (%s) is computed but could not be stored (its run stays "
-                            "'running' until the next sweep takes it over): ",
-                            i, row->label);
-        }
-        s->sum.n_run++;
-        s->sum.forward_seconds += r.timing.forward_seconds;
-        s->sum.forward_alone_seconds += r.timing.forward_alone_seconds;
-        s->sum.n_shared += r.body_of != NULL;
-        row->status = "ok";
-        if (!st)
-            stored_row(s->store, run_id, row);
-        if (!s->opts.quiet)
-            fprintf(stderr, "  %s: bpw %.3f, PPL %.4f (ref %.4f), KLD %.3e, top-1 %.2f%%\n",
-                    row->label, r.m.bpw, r.m.ppl, r.m.ppl_ref, r.m.kld_mean,
-                    100.0 * r.m.top1_agree);
+        return st;
     }
-    config_result_deinit(&r);
+    const ql_qweights_result *q = r->q;
+    ql_run_result res = {.metrics = &r->m,
+                         .tensors = q->tensors,
+                         .n_tensors = q->n_tensors,
+                         .chunks = r->chunks,
+                         .n_chunks = (size_t)s->data.n_chunks,
+                         .timing = &r->timing,
+                         .acts = q->acts,
+                         .n_acts = q->n_acts,
+                         .layers = r->layers,
+                         .n_layers = r->n_layers,
+                         .loads = r->loads,
+                         .n_loads = r->n_loads,
+                         .experts = q->experts,
+                         .n_experts = q->n_experts,
+                         .body_of = r->body_of};
+    do
+        st = ql_store_finish_run_result(s->store, run_id, &res, err);
+    while (st && still_locked(s, i, row, "result", err));
+    if (st && !ql_store_busy(s->store)) {
+        /* Not storable (a full disk, a damaged file): the run is failed with the
+         * reason, not left running. */
+        ql_error ferr;
+        if (ql_store_fail_run(s->store, run_id, err->msg, ql_now() - t0, &ferr) == QL_OK)
+            ql_error_prefix(err, "config %zu (%s): its run is marked failed: ", i, row->label);
+    } else if (st) {
+        ql_error_prefix(err,
+                        "config %zu (%s) is computed but could not be stored (its run stays "
+                        "'running' until the next sweep takes it over): ",
+                        i, row->label);
+    }
+    s->sum.n_run++;
+    s->sum.forward_seconds += r->timing.forward_seconds;
+    s->sum.forward_alone_seconds += r->timing.forward_alone_seconds;
+    s->sum.n_shared += r->body_of != NULL;
+    row->status = "ok";
+    if (!st)
+        stored_row(s->store, run_id, row);
+    if (!s->opts.quiet)
+        fprintf(stderr, "  %s: bpw %.3f, PPL %.4f (ref %.4f), KLD %.3e, top-1 %.2f%%\n",
+                row->label, r->m.bpw, r->m.ppl, r->m.ppl_ref, r->m.kld_mean,
+                100.0 * r->m.top1_agree);
     return st;
 }
 
-ql_status ql_sweep_run_configs(ql_sweep_run *s, ql_error *err)
+/* One text's part in running a config. */
+typedef struct {
+    bool begun; /* its run is this process's */
+    int64_t run_id;
+    double t0;
+    ql_status cst; /* the config's failure on this text (stored as the run's) */
+    ql_error cerr;
+    ql_overlap_metrics om;
+} text_part;
+
+/* A config refused on s's text before its weights are built: its calibration overlapping
+ * the evaluated text under --strict, or (texts evaluated together, sharing the weights)
+ * a kld fit calibrated on the evaluated text. */
+static ql_status refuse_on_text(ql_sweep_run *s, const ql_config *c, ql_calib_slot *slot,
+                                ql_overlap_metrics *om, ql_error *err)
 {
-    ql_status st = ql_sweep_run_prepare(s, err);
-    const double t0 = ql_now();
-    for (size_t at = 0; at < s->n_rows && !st; at++) {
-        const size_t k = s->order[at], i = s->rows[k].index;
+    ql_status st = config_overlap(s, c, slot, om, err);
+    if (!st && s->opts.strict && ql_overlap_flagged(om->calib_overlap_32)) {
+        char why[128];
+        ql_overlap_flag_text(om->calib_overlap_32, why, sizeof why);
+        st = ql_error_set(err, QL_EINVAL, "refused under --strict: %s", why);
+    }
+    if (!st && c->objective == QL_OBJECTIVE_KLD && s->opts.texts_together > 1) {
+        ql_ppl_data d;
+        char sha[65];
+        if (!(st = ql_calib_config_text(s->calib, c, &d, sha, err)))
+            ql_ppl_data_deinit(&d);
+        if (!st)
+            st = ql_sens_check_calib_text(c, sha, s->text_sha, err);
+    }
+    return st;
+}
+
+/* Config i (row position k) on every text of runs that still needs it: its runs claimed,
+ * its weights built once, then per text its pass and its run stored (done, failed or
+ * interrupted); share_next[t]: text t's next config can share this pass's blocks. */
+static ql_status run_config_texts(ql_sweep_run **runs, size_t n, size_t i, size_t k,
+                                  const bool *share_next, ql_error *err)
+{
+    ql_sweep_run *s0 = runs[0];
+    const ql_sweep_point *pt = &s0->sw->points[i];
+    text_part *parts = calloc(n, sizeof *parts);
+    if (!parts)
+        return ql_error_set(err, QL_ENOMEM, "out of memory");
+    /* The importance matrix is loaded before the runs begin so that they record which
+     * one they used; failing to load it fails them. */
+    ql_error slot_err;
+    ql_error_clear(&slot_err);
+    ql_calib_slot *slot = NULL;
+    const ql_status slot_st = ql_calib_config_imatrix(s0->calib, &pt->config, &slot, &slot_err);
+    ql_status st = QL_OK;
+    ql_sweep_run *builder = NULL; /* the first text evaluating the config */
+    for (size_t t = 0; t < n && !st; t++) {
+        ql_sweep_run *s = runs[t];
+        text_part *p = &parts[t];
         if (!s->todo[i])
             continue;
-        /* The next config to run differs only in the head: it can share this pass. */
-        bool share_next = false;
-        for (size_t nx = at + 1; nx < s->n_rows; nx++) {
-            const size_t kn = s->order[nx];
-            if (!s->todo[s->rows[kn].index])
-                continue;
-            share_next = s->mem.keep_hidden && strcmp(s->headless[kn], s->headless[k]) == 0;
-            break;
+        st = claim_config(s, i, &s->rows[k], slot, &p->run_id, &p->begun, err);
+        if (st || !p->begun)
+            continue;
+        p->t0 = ql_now();
+        p->cst = slot_st;
+        p->cerr = slot_err;
+        if (!p->cst)
+            p->cst = refuse_on_text(s, &pt->config, slot, &p->om, &p->cerr);
+        if (!p->cst && !builder)
+            builder = s;
+    }
+    ql_qweights_result q;
+    memset(&q, 0, sizeof q);
+    ql_attn_rounding kv;
+    ql_error berr;
+    ql_error_clear(&berr);
+    double build_seconds = 0;
+    ql_status bst = QL_OK;
+    if (!st && builder) {
+        const double tb = ql_now();
+        bst = build_config(builder, &pt->config, slot, &q, &kv, &berr);
+        build_seconds = ql_now() - tb;
+    }
+    bool first = true;
+    for (size_t t = 0; t < n; t++) {
+        ql_sweep_run *s = runs[t];
+        text_part *p = &parts[t];
+        if (!p->begun)
+            continue;
+        if (st) /* a store error on another text: this one's run is not left running */
+            p->cst = QL_EINTERRUPTED;
+        if (!p->cst && bst) {
+            p->cst = bst;
+            p->cerr = berr;
         }
+        config_result r;
+        memset(&r, 0, sizeof r);
+        if (!p->cst && ql_interrupted())
+            p->cst = QL_EINTERRUPTED;
+        if (!p->cst) {
+            char label[256];
+            snprintf(label, sizeof label, "config %zu/%zu %s%s%.48s", k + 1, s->sum.n_configs,
+                     s->rows[k].label, n > 1 ? " on " : "", n > 1 ? s->text_name : "");
+            p->cst = evaluate_config(s, pt, &q, &kv, &p->om, label, share_next[t], &r, &p->cerr);
+            /* The weights are built for the first text; the others reuse them. */
+            r.timing.quantize_seconds = first ? q.quantize_seconds : 0.0;
+            r.timing.seconds += first ? build_seconds : 0.0;
+            first = false;
+        }
+        const ql_status rst =
+            store_config(s, i, &s->rows[k], p->run_id, p->t0, p->cst, &p->cerr, &r, err);
+        config_result_deinit(&r);
+        s->sum.configs_seconds += ql_now() - p->t0;
+        if (rst && !st)
+            st = rst;
+    }
+    ql_qweights_result_deinit(&q);
+    free(parts);
+    return st;
+}
+
+/* Whether the config after position `at` of s's run order that s still has to do differs
+ * from row k's only in the head (it can share this pass's blocks). */
+static bool next_shares(const ql_sweep_run *s, size_t at, size_t k)
+{
+    if (!s->mem.keep_hidden)
+        return false;
+    for (size_t nx = at + 1; nx < s->n_rows; nx++) {
+        const size_t kn = s->order[nx];
+        if (s->todo[s->rows[kn].index])
+            return strcmp(s->headless[kn], s->headless[k]) == 0;
+    }
+    return false;
+}
+
+ql_status ql_sweep_run_configs_texts(ql_sweep_run **runs, size_t n, ql_error *err)
+{
+    ql_status st = QL_OK;
+    for (size_t t = 0; t < n && !st; t++)
+        st = ql_sweep_run_prepare(runs[t], err);
+    bool *share = calloc(n ? n : 1, sizeof *share);
+    if (!st && !share)
+        st = ql_error_set(err, QL_ENOMEM, "out of memory");
+    const double t0 = ql_now();
+    const ql_sweep_run *s0 = runs[0];
+    for (size_t at = 0; at < s0->n_rows && !st; at++) {
+        const size_t k = s0->order[at], i = s0->rows[k].index;
+        bool todo = false;
+        for (size_t t = 0; t < n; t++)
+            todo = todo || runs[t]->todo[i];
+        if (!todo)
+            continue;
         if (ql_interrupted()) {
             st = ql_error_set(err, QL_EINTERRUPTED, "interrupted by signal %d between configs",
                               ql_interrupted());
             break;
         }
-        update_eta(s, t0);
-        st = run_config(s, i, &s->rows[k], k + 1, share_next, err);
+        for (size_t t = 0; t < n; t++) {
+            update_eta(runs[t], t0);
+            share[t] = next_shares(runs[t], at, k);
+        }
+        st = run_config_texts(runs, n, i, k, share, err);
     }
-    s->sum.configs_seconds += ql_now() - t0;
+    free(share);
     return st;
+}
+
+ql_status ql_sweep_run_configs(ql_sweep_run *s, ql_error *err)
+{
+    return ql_sweep_run_configs_texts(&s, 1, err);
 }
 
 struct ql_sweep_snapshot {

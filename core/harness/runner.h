@@ -29,7 +29,9 @@
  *   ql_sweep_run_open      inputs, store, which configs are still to do
  *   ql_sweep_run_prepare   what the configs share: the reference, the calibration
  *                          matrices (kept in the cache directory for other processes)
- *   ql_sweep_run_configs   evaluates this process's configs
+ *   ql_sweep_run_configs   evaluates this process's configs (ql_sweep_run_configs_texts:
+ *                          on several texts, the runs of all but one opened with
+ *                          ql_sweep_run_open_text, the weights built once per config)
  *   ql_sweep_run_collect   or: the results other processes stored since a snapshot
  *   ql_sweep_run_print     the summary table and the timing line
  * (qlab sweep, cli/cmd_sweep.c, is the one command that runs them.) */
@@ -62,6 +64,9 @@ typedef struct {
     /* Every config runs its whole pass, also those that differ from the one before only in
      * the head (which otherwise compute their head alone on its hidden states). */
     bool no_share;
+    /* Texts evaluated together in this process (ql_sweep_run_open_text): the memory each
+     * may hold for its reference and shared blocks is divided among them; 0 or 1 = one. */
+    int texts_together;
     /* Called after each run is marked running, with how many this process began (the
      * command line's fault injection for the resume tests); NULL = none. */
     void (*on_run_begun)(void *ctx, int begun);
@@ -109,6 +114,13 @@ ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run
                             ql_error *err);
 void ql_sweep_run_close(ql_sweep_run *r);
 
+/* The run of the sweep's selected text that borrows owner's model, tokenizer,
+ * calibration, tensor cache and pass buffers (owner: a run of another of the sweep's
+ * texts, opened with the same options; closed after this one): the texts are then
+ * evaluated together by ql_sweep_run_configs_texts, each config's weights built once. */
+ql_status ql_sweep_run_open_text(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
+                                 ql_sweep_run *owner, ql_error *err);
+
 /* Configs of this shard still to do. */
 size_t ql_sweep_run_todo(const ql_sweep_run *r);
 
@@ -118,6 +130,11 @@ ql_status ql_sweep_run_prepare(ql_sweep_run *r, ql_error *err);
 
 /* Evaluates every config to do, in this process. */
 ql_status ql_sweep_run_configs(ql_sweep_run *r, ql_error *err);
+
+/* The same for the runs of n texts (runs[0] the owner, the others opened with
+ * ql_sweep_run_open_text on it), config after config: each config's weights are built
+ * once and evaluated on every text that still needs it (each prepared first). */
+ql_status ql_sweep_run_configs_texts(ql_sweep_run **runs, size_t n, ql_error *err);
 
 /* The store's view of the configs to do at a moment (for runs made by other
  * processes: a config counts as finished by them only in an attempt begun after). */

@@ -168,14 +168,20 @@ static ql_status calib_text(const ql_sens_source *src, const ql_config *c, ql_pp
     ql_status st = ql_calib_config_text(src->calib, c, d, text_sha, err);
     if (st)
         return ql_error_prefix(err, "objective kld: ");
-    if (strcmp(text_sha, src->eval_text_sha) == 0) {
+    if ((st = ql_sens_check_calib_text(c, text_sha, src->eval_text_sha, err)))
         ql_ppl_data_deinit(d);
-        return ql_error_set(err, QL_EINVAL,
-                            "objective kld: the calibration text calib:%s is the sweep's "
-                            "evaluation text; measure sensitivities on another text",
-                            c->imatrix);
-    }
-    return QL_OK;
+    return st;
+}
+
+ql_status ql_sens_check_calib_text(const ql_config *c, const char *calib_sha, const char *eval_sha,
+                                   ql_error *err)
+{
+    if (strcmp(calib_sha, eval_sha) != 0)
+        return QL_OK;
+    return ql_error_set(err, QL_EINVAL,
+                        "objective kld: the calibration text calib:%s is the sweep's evaluation "
+                        "text; measure sensitivities on another text",
+                        c->imatrix);
 }
 
 ql_status ql_sens_calib_kld(const ql_sens_source *src, const ql_config *c, ql_weights *w,

@@ -54,6 +54,11 @@ ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text, cons
 ql_status ql_sens_fill_table(void *src, const ql_config *c, const ql_calib_slot *slot,
                              ql_fit_table *t, ql_error *err);
 
+/* A kld fit's calibration text (SHA-256 calib_sha) must not be the evaluated text
+ * (eval_sha): an error naming c's calib: text when it is. */
+ql_status ql_sens_check_calib_text(const ql_config *c, const char *calib_sha, const char *eval_sha,
+                                   ql_error *err);
+
 /* The mean KLD of weight set w (a kld fit of c) on c's calibration text against the
  * reference there, K/V rounded as kv says: the fit's prediction with the interactions of
  * its choices measured (the sum of the sensitivities counts each tensor alone). One pass

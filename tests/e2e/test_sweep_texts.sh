@@ -119,4 +119,27 @@ n=$(rows "$db3" "SELECT count(*) || ' ' || group_concat(DISTINCT dataset) FROM r
 [ "$n" = "5 wikitext-2-test" ] && ok "--text: only wikitext-2-test" || bad "--text: $n"
 expect 1 "--text of another text" "$qlab" sweep "$tmp/sw/t.sweep" --db "$db3" --text wiki
 has "$tmp/err" "--text wiki: not one of the sweep's texts" "the error names the option"
+# The texts together in one process build each config's weights once: the same figures as
+# each text alone (--text, its own process), and only the first text's runs quantized.
+expect 0 "ts-eval alone" "$qlab" sweep "$tmp/sw/t.sweep" --db "$db3" --quiet --text ts-eval
+cols=$(rows "$db" "SELECT group_concat('m.' || name) FROM pragma_table_info('metrics')
+    WHERE name != 'run_id'" | tr -d '"')
+figures() { # DB: every metric of every done run, by config and text
+    "$qlab" query --db "$1" --csv "SELECT c.canonical, d.name, $cols FROM metrics m
+        JOIN runs r ON r.id = m.run_id JOIN configs c ON c.id = r.config_id
+        JOIN datasets d ON d.id = r.dataset_id ORDER BY c.canonical, d.name" ||
+        bad "query failed on $1"
+}
+figures "$db" >"$tmp/together"
+figures "$db3" >"$tmp/alone"
+[ "$(grep -c weight_type "$tmp/together")" = 10 ] && cmp -s "$tmp/together" "$tmp/alone" &&
+    ok "texts together: every figure as each text alone" ||
+    { bad "texts together and alone differ"; diff "$tmp/together" "$tmp/alone" | head; }
+q=$(rows "$db" "SELECT d.name, sum(r.quantize_seconds > 0), count(*) FROM runs r
+    JOIN datasets d ON d.id = r.dataset_id WHERE r.status = 'done' GROUP BY d.name ORDER BY d.name")
+# The imatrix=none and calib configs quantize; calib.dat's cached tensors may take 0 s too.
+first=$(echo "$q" | sed -n 1p | cut -d, -f2)
+second=$(echo "$q" | sed -n 2p)
+[ "$first" -gt 0 ] 2>/dev/null && [ "$second" = "wikitext-2-test,0,5" ] &&
+    ok "the weights quantized for ts-eval, reused for wikitext-2-test" || bad "quantize_seconds by text: $q"
 exit "$fail"

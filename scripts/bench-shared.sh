@@ -1,0 +1,52 @@
+#!/bin/sh
+# What shared blocks save (README, "Speed"): the sweep weight_type = Q4_K Q6_K x
+# head_type = same Q8_0 Q6_K on a model of PRESET's shapes (default qwen3-0.6b: the 0.5B
+# class with 256-divisible rows, which K-quant heads need; qwen2.5-0.5b's are 896), ctx
+# 512, CHUNKS chunks of TEXT, once as qlab runs it (configs that differ only in the head
+# compute their head alone on the first one's hidden states) and once with --no-share
+# (every config its own whole pass), each into a store of its own with the reference cache
+# shared (computed by the first). Prints each config's quantized-pass time both ways, from
+# the stores, and the wall time of each sweep. Run by hand:
+#   scripts/bench-shared.sh [PRESET] [CHUNKS] [TEXT] [QLAB]
+set -eu
+cd "$(dirname "$0")/.."
+preset=${1:-qwen3-0.6b}
+chunks=${2:-4}
+text=${3:-wikitext-2-test}
+qlab=${4:-build/core/qlab}
+dir=results/bench/shared-$preset
+mkdir -p "$dir"
+cat >"$dir/shared.sweep" <<END
+[sweep]
+name    = shared-$preset
+model   = synth:$preset
+text    = $text
+ctx     = 512
+chunks  = $chunks
+
+[grid]
+weight_type = Q4_K Q6_K
+head_type   = same Q8_0 Q6_K
+END
+rm -f "$dir/shared.db" "$dir/alone.db"
+wall() { # DB [OPTION]
+    t0=$(date +%s.%N)
+    "$qlab" sweep "$dir/shared.sweep" --db "$1" --cache-dir "$dir/cache" --quiet --no-summary \
+        ${2:+"$2"} >"$dir/out" 2>&1 || { cat "$dir/out" >&2; exit 1; }
+    awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }'
+}
+# A first sweep makes the synthetic model and the reference; its time is not reported.
+wall "$dir/ref.db" >/dev/null
+rm -f "$dir/ref.db"
+w_shared=$(wall "$dir/shared.db")
+w_alone=$(wall "$dir/alone.db" --no-share)
+q="SELECT c.weight_type, c.head_type, printf('%.1f', r.quant_seconds) AS pass_s,
+       CASE WHEN r.body_of IS NULL THEN 'own' ELSE 'shared' END AS blocks,
+       printf('%.1f', r.quantize_seconds) AS quantize_s, printf('%.4f', m.kld_mean * 1000) AS kld_e3
+   FROM runs r JOIN configs c ON c.id = r.config_id JOIN metrics m ON m.run_id = r.id
+   ORDER BY c.weight_type, c.head_type"
+echo "shared blocks:"
+"$qlab" query --db "$dir/shared.db" --md "$q"
+echo "--no-share:"
+"$qlab" query --db "$dir/alone.db" --md "$q"
+printf 'wall time of the sweep: %.1f s shared, %.1f s with --no-share\n' "$w_shared" "$w_alone"
