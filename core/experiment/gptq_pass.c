@@ -437,19 +437,25 @@ static const ql_quant_plan_entry *plan_find(const ql_quant_plan *p, const char *
     return NULL;
 }
 
+/* The importance weights of a tensor (n_mats vectors) from o->imatrix, or NULL. */
+static const float *importance(const ql_gptq_pass_opts *o, const ql_quant_plan_entry *e)
+{
+    return o->imatrix ? o->imatrix(o->imatrix_ctx, e->name, e->n_per_row, e->ne[2] * e->ne[3])
+                      : NULL;
+}
+
 /* Rows of matrix `mat` of a tensor (all of it with mat = -1) in the plan's type into dst
- * (the whole tensor's bytes), by GPTQ with factor, or by ggml's quantizer with NULL. */
+ * (the whole tensor's bytes), by GPTQ with factor, or by ggml's quantizer with NULL;
+ * imatrix: the tensor's importance (importance()) or NULL. */
 static ql_status quantize_rows(const ql_gguf_tensor *gt, const ql_quant_plan_entry *e,
-                               const ql_gptq_pass_opts *o, int64_t mat,
-                               const ql_gptq_factor *factor, void *dst, ql_error *err)
+                               const float *imatrix, int64_t mat, const ql_gptq_factor *factor,
+                               void *dst, ql_error *err)
 {
     ql_quant_src qs;
     ql_quant_src_from_gguf(&qs, gt);
     const int64_t n_mats = e->ne[2] * e->ne[3], rows = e->nrows / n_mats;
-    if (o->imatrix) {
-        qs.imatrix = o->imatrix(o->imatrix_ctx, e->name, e->n_per_row, n_mats);
-        qs.imatrix_per_mat = true;
-    }
+    qs.imatrix = imatrix;
+    qs.imatrix_per_mat = true;
     const ql_gptq_factor **facs = NULL;
     if (factor) {
         /* ql_quant_src takes one factor per matrix; only `mat`'s rows are asked for. */
@@ -530,11 +536,30 @@ static ql_status quantize_slice(const ql_model *m, ql_weights *ws, int l, const 
         } else {
             sum->n_ggml++;
         }
-        if ((st = quantize_rows(gt, e, o, -1, factor, set->e[entry[s]].bytes, err)))
+        if ((st = quantize_rows(gt, e, importance(o, e), -1, factor, set->e[entry[s]].bytes,
+                                err)))
             return ql_error_prefix(err, "gptq: tensor '%s' (%s): ", lin->name,
                                    ql_type_name(e->used));
     }
     const ql_site_kind kinds[3] = {QL_SITE_GATE_EXPS, QL_SITE_UP_EXPS, QL_SITE_DOWN_EXPS};
+    /* The expert tensors' importance, looked up once for the slice (the lookup's buffer
+     * may be reused by its next call). */
+    float *imat[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3 && h->e1 > h->e0; k++) {
+        const int s = ql_weights_site(ws, l, kinds[k]);
+        const ql_quant_plan_entry *e = s >= 0 && entry[s] >= 0 ? plan_find(plan, ws->lin[s].name)
+                                                               : NULL;
+        const float *im = e && per_expert(&ws->lin[s], e) ? importance(o, e) : NULL;
+        if (!im)
+            continue;
+        const size_t n = (size_t)(e->n_per_row * e->ne[2] * e->ne[3]);
+        if (!(imat[k] = malloc(n * sizeof *imat[k]))) {
+            st = ql_error_set(err, QL_ENOMEM, "gptq: out of memory for '%s''s importance",
+                              e->name);
+            goto out;
+        }
+        memcpy(imat[k], im, n * sizeof *imat[k]);
+    }
     for (int ex = h->e0; ex < h->e1; ex++) {
         bool unrouted = false;
         for (int k = 0; k < 3; k++) {
@@ -548,19 +573,25 @@ static ql_status quantize_slice(const ql_model *m, ql_weights *ws, int l, const 
             const ql_gguf_tensor *gt = ql_gguf_find_tensor(m->gguf, lin->name);
             hess_input *hi = expert_input(h, lin->kind, ex);
             const ql_gptq_factor *factor = NULL;
-            if (h->oom)
-                return ql_error_set(err, QL_ENOMEM,
-                                    "gptq: tensor '%s': out of memory summing its Hessians",
-                                    lin->name);
+            if (h->oom) {
+                st = ql_error_set(err, QL_ENOMEM,
+                                  "gptq: tensor '%s': out of memory summing its Hessians",
+                                  lin->name);
+                goto out;
+            }
             if (hi->n_tok > 0) {
-                if ((st = hess_factor(h, hi, &o->gptq, &factor, err)))
-                    return ql_error_prefix(err, "gptq: tensor '%s' expert %d: ", lin->name, ex);
+                if ((st = hess_factor(h, hi, &o->gptq, &factor, err))) {
+                    ql_error_prefix(err, "gptq: tensor '%s' expert %d: ", lin->name, ex);
+                    goto out;
+                }
             } else {
                 unrouted = true;
             }
-            if ((st = quantize_rows(gt, e, o, ex, factor, set->e[entry[s]].bytes, err)))
-                return ql_error_prefix(err, "gptq: tensor '%s' (%s) expert %d: ", lin->name,
-                                       ql_type_name(e->used), ex);
+            if ((st = quantize_rows(gt, e, imat[k], ex, factor, set->e[entry[s]].bytes, err))) {
+                ql_error_prefix(err, "gptq: tensor '%s' (%s) expert %d: ", lin->name,
+                                ql_type_name(e->used), ex);
+                goto out;
+            }
             /* Up shares gate's factor; each expert's are dropped once it is done. */
             if (kinds[k] != QL_SITE_GATE_EXPS)
                 hess_input_free(hi);
@@ -577,7 +608,10 @@ static ql_status quantize_slice(const ql_model *m, ql_weights *ws, int l, const 
                         l, ex);
         }
     }
-    return QL_OK;
+out:
+    for (int k = 0; k < 3; k++)
+        free(imat[k]);
+    return st;
 }
 
 ql_status ql_gptq_pass_run(const ql_model *m, const ql_quant_plan *plan, const ql_ppl_data *calib,
