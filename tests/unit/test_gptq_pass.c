@@ -447,5 +447,6 @@ int main(void)
     ql_model_free(m);
     test_moe("golden/moe/moe-llama-f32.gguf", true);
     test_moe("golden/moe/moe-qwen2moe-f32.gguf", false);
+    test_moe("golden/moe/moe-qwen3moe-f32.gguf", false);
     return qlt_done();
 }
