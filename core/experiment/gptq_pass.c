@@ -467,8 +467,8 @@ static ql_status quantize_rows(const ql_gguf_tensor *gt, const ql_quant_plan_ent
     }
     const int64_t row0 = mat < 0 ? 0 : mat * rows, nrows = mat < 0 ? e->nrows : rows;
     const size_t rs = ql_row_size(e->used, e->n_per_row);
-    ql_status st = ql_quant_tensor_rows(&qs, e->used, row0, nrows, (uint8_t *)dst + (size_t)row0 * rs,
-                                        (size_t)nrows * rs, err);
+    uint8_t *out = (uint8_t *)dst + (size_t)row0 * rs;
+    ql_status st = ql_quant_tensor_rows(&qs, e->used, row0, nrows, out, (size_t)nrows * rs, err);
     free(facs);
     return st;
 }
@@ -643,8 +643,8 @@ ql_status ql_gptq_pass_run(const ql_model *m, const ql_quant_plan *plan, const q
         return ql_error_set(err, QL_ENOMEM,
                             "gptq: the pass needs %.1f MiB (Hessians of a block %.1f MiB%s, the "
                             "residual streams of %lld chunks of %d tokens, one block in f32, the "
-                            "inverse factor), over the %.1f MiB it may plan with (--mem): use fewer "
-                            "calibration chunks or more memory",
+                            "inverse factor), over the %.1f MiB it may plan with (--mem): use "
+                            "fewer calibration chunks or more memory",
                             (double)sum.bytes_planned / 1048576.0, (double)hess / 1048576.0,
                             n_expert > 0 ? " with one expert at a time" : "", (long long)nc, ctx,
                             (double)o->mem / 1048576.0);

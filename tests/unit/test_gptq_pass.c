@@ -424,7 +424,8 @@ static void test_moe(const char *file, bool slices)
     make_data(&d, (int)m->hp.n_vocab, 64 * 4, 64, 4);
     const int checked = moe_diag_is_imatrix(m, &d);
     /* attention's 4 and the experts' 3 each, and the shared expert's 3 */
-    CHECK_EQ_INT(checked, m->hp.n_layer * (4 + 3 * m->hp.n_expert + (m->hp.n_ff_shexp > 0 ? 3 : 0)));
+    CHECK_EQ_INT(checked,
+                 m->hp.n_layer * (4 + 3 * m->hp.n_expert + (m->hp.n_ff_shexp > 0 ? 3 : 0)));
     moe_unrouted(m);
     if (slices)
         moe_slices(m, &d);
