@@ -26,9 +26,13 @@ int ql_hess_input_of(ql_site_kind kind)
         return QL_HESS_ATTN_OUT;
     case QL_SITE_GATE:
     case QL_SITE_UP:
+    case QL_SITE_GATE_SHEXP:
+    case QL_SITE_UP_SHEXP:
         return QL_HESS_FFN_IN;
     case QL_SITE_DOWN:
         return QL_HESS_FFN_DOWN;
+    case QL_SITE_DOWN_SHEXP:
+        return QL_HESS_SHEXP_DOWN;
     default:
         return -1;
     }
@@ -47,12 +51,35 @@ struct ql_hessians {
     int layer;
     bool oom; /* a tile buffer could not be allocated: the sums are incomplete */
     hess_input in[QL_HESS_INPUTS];
+    /* Routed experts e0 .. e1 - 1 of a mixture (e1 = e0 = 0 for a dense block): expert
+     * e's gate/up input ex_in[e - e0] over the rows routed to it (summed at the gate's
+     * site) and its down input ex_down[e - e0]. */
+    int e0, e1;
+    int site_gate_exps, site_down_exps;
+    hess_input *ex_in, *ex_down;
 };
 
 /* Tokens converted to double at a time while summing. */
 #define HESS_TILE 32
 
-size_t ql_hessians_bytes(const ql_weights *w, int layer)
+/* Bytes of one n x n Hessian. */
+static size_t sq_bytes(int64_t n)
+{
+    return (size_t)n * (size_t)n * sizeof(double);
+}
+
+/* The input widths of a block's routed experts (0, 0 for a dense block). */
+static void expert_widths(const ql_weights *w, int layer, int64_t *n_in, int64_t *n_down,
+                          int *n_expert)
+{
+    const int sg = ql_weights_site(w, layer, QL_SITE_GATE_EXPS);
+    const int sd = ql_weights_site(w, layer, QL_SITE_DOWN_EXPS);
+    *n_in = sg >= 0 ? w->lin[sg].n_in : 0;
+    *n_down = sd >= 0 ? w->lin[sd].n_in : 0;
+    *n_expert = sg >= 0 ? w->lin[sg].n_expert : sd >= 0 ? w->lin[sd].n_expert : 0;
+}
+
+size_t ql_hessians_dense_bytes(const ql_weights *w, int layer)
 {
     size_t bytes = 0;
     bool seen[QL_HESS_INPUTS] = {false};
@@ -61,12 +88,56 @@ size_t ql_hessians_bytes(const ql_weights *w, int layer)
         if (in < 0 || seen[in])
             continue;
         seen[in] = true;
-        bytes += (size_t)w->lin[s].n_in * (size_t)w->lin[s].n_in * sizeof(double);
+        bytes += sq_bytes(w->lin[s].n_in);
     }
     return bytes;
 }
 
-ql_status ql_hessians_alloc(ql_hessians **out, const ql_weights *w, int layer, ql_error *err)
+size_t ql_hessians_expert_bytes(const ql_weights *w, int layer)
+{
+    int64_t n_in, n_down;
+    int n_expert;
+    expert_widths(w, layer, &n_in, &n_down, &n_expert);
+    return n_expert > 0 ? sq_bytes(n_in) + sq_bytes(n_down) : 0;
+}
+
+int ql_hessians_n_expert(const ql_weights *w, int layer)
+{
+    int64_t n_in, n_down;
+    int n_expert;
+    expert_widths(w, layer, &n_in, &n_down, &n_expert);
+    return n_expert;
+}
+
+size_t ql_hessians_bytes(const ql_weights *w, int layer)
+{
+    return ql_hessians_dense_bytes(w, layer) +
+           (size_t)ql_hessians_n_expert(w, layer) * ql_hessians_expert_bytes(w, layer);
+}
+
+static ql_status hess_input_alloc(hess_input *hi, int leader, const ql_linear *lin, ql_error *err)
+{
+    hi->leader = leader;
+    hi->n_in = lin->n_in;
+    hi->H = calloc((size_t)lin->n_in * (size_t)lin->n_in, sizeof(double));
+    if (!hi->H)
+        return ql_error_set(err, QL_ENOMEM,
+                            "out of memory for the %lld x %lld Hessian of '%s' (%zu bytes)",
+                            (long long)lin->n_in, (long long)lin->n_in, lin->name,
+                            sq_bytes(lin->n_in));
+    return QL_OK;
+}
+
+static void hess_input_free(hess_input *hi)
+{
+    free(hi->H);
+    ql_gptq_factor_free(hi->factor);
+    hi->H = NULL;
+    hi->factor = NULL;
+}
+
+ql_status ql_hessians_alloc_slice(ql_hessians **out, const ql_weights *w, int layer, bool dense,
+                                  int e0, int e1, ql_error *err)
 {
     *out = NULL;
     ql_hessians *h = calloc(1, sizeof *h);
@@ -75,54 +146,66 @@ ql_status ql_hessians_alloc(ql_hessians **out, const ql_weights *w, int layer, q
     h->layer = layer;
     for (int i = 0; i < QL_HESS_INPUTS; i++)
         h->in[i].leader = -1;
-    for (int s = w->layer_site0[layer]; s < w->layer_site0[layer + 1]; s++) {
-        const ql_linear *lin = &w->lin[s];
-        const int in = ql_hess_input_of(lin->kind);
-        if (in < 0) {
-            ql_hessians_free(h);
-            return ql_error_set(err, QL_EUNSUPPORTED,
-                                "gptq: block %d has a mixture of experts ('%s'): GPTQ's Hessians "
-                                "are collected for dense blocks only",
-                                layer, lin->name);
+    ql_status st = QL_OK;
+    for (int s = w->layer_site0[layer]; s < w->layer_site0[layer + 1] && dense && !st; s++) {
+        const int in = ql_hess_input_of(w->lin[s].kind);
+        if (in >= 0 && h->in[in].leader < 0)
+            st = hess_input_alloc(&h->in[in], s, &w->lin[s], err);
+    }
+    const int n_expert = ql_hessians_n_expert(w, layer);
+    e0 = e0 < 0 ? 0 : e0;
+    e1 = e1 > n_expert ? n_expert : e1;
+    h->site_gate_exps = ql_weights_site(w, layer, QL_SITE_GATE_EXPS);
+    h->site_down_exps = ql_weights_site(w, layer, QL_SITE_DOWN_EXPS);
+    if (!st && e1 > e0) {
+        h->e0 = e0;
+        h->e1 = e1;
+        h->ex_in = calloc((size_t)(e1 - e0), sizeof *h->ex_in);
+        h->ex_down = calloc((size_t)(e1 - e0), sizeof *h->ex_down);
+        if (!h->ex_in || !h->ex_down)
+            st = ql_error_set(err, QL_ENOMEM, "out of memory for a block's Hessians");
+        for (int e = 0; e < e1 - e0 && !st; e++) {
+            if (h->site_gate_exps >= 0)
+                st = hess_input_alloc(&h->ex_in[e], h->site_gate_exps, &w->lin[h->site_gate_exps],
+                                      err);
+            if (!st && h->site_down_exps >= 0)
+                st = hess_input_alloc(&h->ex_down[e], h->site_down_exps,
+                                      &w->lin[h->site_down_exps], err);
         }
-        if (h->in[in].leader >= 0)
-            continue;
-        h->in[in].leader = s;
-        h->in[in].n_in = lin->n_in;
-        h->in[in].H = calloc((size_t)lin->n_in * (size_t)lin->n_in, sizeof(double));
-        if (!h->in[in].H) {
-            ql_hessians_free(h);
-            return ql_error_set(err, QL_ENOMEM,
-                                "out of memory for the %lld x %lld Hessian of '%s' (%zu bytes)",
-                                (long long)lin->n_in, (long long)lin->n_in, lin->name,
-                                (size_t)lin->n_in * (size_t)lin->n_in * sizeof(double));
-        }
+    }
+    if (st) {
+        ql_hessians_free(h);
+        return st;
     }
     *out = h;
     return QL_OK;
+}
+
+ql_status ql_hessians_alloc(ql_hessians **out, const ql_weights *w, int layer, ql_error *err)
+{
+    return ql_hessians_alloc_slice(out, w, layer, true, 0, ql_hessians_n_expert(w, layer), err);
 }
 
 void ql_hessians_free(ql_hessians *h)
 {
     if (!h)
         return;
-    for (int i = 0; i < QL_HESS_INPUTS; i++) {
-        free(h->in[i].H);
-        ql_gptq_factor_free(h->in[i].factor);
+    for (int i = 0; i < QL_HESS_INPUTS; i++)
+        hess_input_free(&h->in[i]);
+    for (int e = 0; e < h->e1 - h->e0; e++) {
+        if (h->ex_in)
+            hess_input_free(&h->ex_in[e]);
+        if (h->ex_down)
+            hess_input_free(&h->ex_down[e]);
     }
+    free(h->ex_in);
+    free(h->ex_down);
     free(h);
 }
 
-void ql_hessians_observe(void *hessians, int site, const ql_linear *lin, const float *x,
-                         int64_t n_tok)
+/* hi->H's lower triangle += x^T x over n_tok rows of x. */
+static void hess_add(ql_hessians *h, hess_input *hi, const float *x, int64_t n_tok)
 {
-    ql_hessians *h = hessians;
-    if (lin->layer != h->layer)
-        return;
-    const int in = ql_hess_input_of(lin->kind);
-    if (in < 0 || h->in[in].leader != site)
-        return;
-    hess_input *hi = &h->in[in];
     const int64_t n = hi->n_in;
     double *H = hi->H;
     /* Row a of the lower triangle on one thread, tokens in order: the sums do not
@@ -158,37 +241,86 @@ void ql_hessians_observe(void *hessians, int site, const ql_linear *lin, const f
     hi->n_tok += n_tok;
 }
 
-const double *ql_hessians_get(ql_hessians *h, ql_site_kind kind, int64_t *n_in, int64_t *n_tok)
+void ql_hessians_observe(void *hessians, int site, const ql_linear *lin, const float *x,
+                         int64_t n_tok)
 {
-    const int in = ql_hess_input_of(kind);
-    if (in < 0 || !h->in[in].H || h->in[in].n_tok == 0 || h->oom)
+    ql_hessians *h = hessians;
+    if (lin->layer != h->layer)
+        return;
+    if (ql_site_kind_experts(lin->kind)) {
+        /* An expert's view (forward.h): the rows routed to expert lin->expert. */
+        const int e = lin->expert;
+        if (e < h->e0 || e >= h->e1)
+            return;
+        hess_input *hi = site == h->site_gate_exps   ? &h->ex_in[e - h->e0]
+                         : site == h->site_down_exps ? &h->ex_down[e - h->e0]
+                                                     : NULL;
+        if (hi && hi->H && lin->n_in == hi->n_in)
+            hess_add(h, hi, x, n_tok);
+        return;
+    }
+    const int in = ql_hess_input_of(lin->kind);
+    if (in < 0 || h->in[in].leader != site)
+        return;
+    hess_add(h, &h->in[in], x, n_tok);
+}
+
+/* hi's full symmetric matrix, or NULL when nothing was summed. */
+static const double *hess_full(ql_hessians *h, hess_input *hi, int64_t *n_in, int64_t *n_tok)
+{
+    if (n_in)
+        *n_in = hi->n_in;
+    if (n_tok)
+        *n_tok = hi->n_tok;
+    if (!hi->H || hi->n_tok == 0 || h->oom)
         return NULL;
-    hess_input *hi = &h->in[in];
     if (!hi->full) {
         for (int64_t a = 0; a < hi->n_in; a++)
             for (int64_t b = a + 1; b < hi->n_in; b++)
                 hi->H[a * hi->n_in + b] = hi->H[b * hi->n_in + a];
         hi->full = true;
     }
-    if (n_in)
-        *n_in = hi->n_in;
-    if (n_tok)
-        *n_tok = hi->n_tok;
     return hi->H;
 }
 
-ql_status ql_hessians_factor(ql_hessians *h, ql_site_kind kind, const ql_gptq_opts *o,
+const double *ql_hessians_get(ql_hessians *h, ql_site_kind kind, int64_t *n_in, int64_t *n_tok)
+{
+    const int in = ql_hess_input_of(kind);
+    if (in < 0)
+        return NULL;
+    return hess_full(h, &h->in[in], n_in, n_tok);
+}
+
+/* The input of expert e's product of a kind, NULL when outside the slice. */
+static hess_input *expert_input(ql_hessians *h, ql_site_kind kind, int e)
+{
+    if (!ql_site_kind_experts(kind) || e < h->e0 || e >= h->e1)
+        return NULL;
+    return kind == QL_SITE_DOWN_EXPS ? &h->ex_down[e - h->e0] : &h->ex_in[e - h->e0];
+}
+
+const double *ql_hessians_get_expert(ql_hessians *h, ql_site_kind kind, int e, int64_t *n_in,
+                                     int64_t *n_tok)
+{
+    if (n_in)
+        *n_in = 0;
+    if (n_tok)
+        *n_tok = 0;
+    hess_input *hi = expert_input(h, kind, e);
+    return hi ? hess_full(h, hi, n_in, n_tok) : NULL;
+}
+
+static ql_status hess_factor(ql_hessians *h, hess_input *hi, const ql_gptq_opts *o,
                              const ql_gptq_factor **out, ql_error *err)
 {
     *out = NULL;
     int64_t n_in = 0;
-    const double *H = ql_hessians_get(h, kind, &n_in, NULL);
+    const double *H = hess_full(h, hi, &n_in, NULL);
     if (!H)
         return ql_error_set(err, h->oom ? QL_ENOMEM : QL_EINVAL,
                             h->oom ? "out of memory summing its Hessian"
                                    : "no Hessian was observed for its input (no calibration "
                                      "token reached it)");
-    hess_input *hi = &h->in[ql_hess_input_of(kind)];
     if (!hi->factor) {
         ql_status st = ql_gptq_factor_alloc(&hi->factor, H, n_in, o, err);
         if (st)
@@ -196,6 +328,16 @@ ql_status ql_hessians_factor(ql_hessians *h, ql_site_kind kind, const ql_gptq_op
     }
     *out = hi->factor;
     return QL_OK;
+}
+
+ql_status ql_hessians_factor(ql_hessians *h, ql_site_kind kind, const ql_gptq_opts *o,
+                             const ql_gptq_factor **out, ql_error *err)
+{
+    *out = NULL;
+    const int in = ql_hess_input_of(kind);
+    if (in < 0)
+        return ql_error_set(err, QL_EINVAL, "no Hessian is collected for its input");
+    return hess_factor(h, &h->in[in], o, out, err);
 }
 
 /* ========================================================================= */
@@ -232,24 +374,59 @@ const void *ql_gptq_set_lookup(void *set, const char *tensor, int32_t type, uint
     return NULL;
 }
 
-size_t ql_gptq_pass_bytes(const ql_model *m, const ql_ppl_data *calib)
+size_t ql_gptq_pass_bytes(const ql_model *m, const ql_ppl_data *calib, int experts)
 {
     const ql_weights *w = m->weights;
-    size_t hess = 0, factor = 0;
+    size_t block = 0;
     int64_t max_in = 0;
     for (int l = 0; l < w->n_layer; l++) {
-        const size_t b = ql_hessians_bytes(w, l);
-        hess = b > hess ? b : hess;
+        const int n_expert = ql_hessians_n_expert(w, l);
+        const int k = experts < 1 || experts > n_expert ? n_expert : experts;
+        int64_t ex_in, ex_down;
+        int ne;
+        expert_widths(w, l, &ex_in, &ex_down, &ne);
+        /* The dense inputs' Hessians and their factors (one per input, n_in^2 doubles
+         * each, kept while the block is quantized); a slice of k experts' Hessians and
+         * the factor of one expert's input at a time. */
+        const size_t dense = ql_hessians_dense_bytes(w, l);
+        size_t b = 2 * dense;
+        if (k > 0)
+            b += (size_t)k * ql_hessians_expert_bytes(w, l) +
+                 sq_bytes(ex_in > ex_down ? ex_in : ex_down);
+        block = b > block ? b : block;
     }
     for (int s = 0; s < w->n_lin - 1; s++)
         max_in = w->lin[s].n_in > max_in ? w->lin[s].n_in : max_in;
-    /* The factors of a block's inputs (one per input, n_in^2 doubles each, as its
-     * Hessians), and one factorization's and the rows' work. */
-    factor = hess + ql_gptq_work_bytes(max_in, ql_threads_get());
+    /* One factorization's and the rows' work. */
+    const size_t work = ql_gptq_work_bytes(max_in, ql_threads_get());
     const size_t streams =
         (size_t)calib->n_chunks * (size_t)calib->ctx * (size_t)m->hp.n_embd * sizeof(float);
     const size_t bind = ql_weights_layer_floats(w) * sizeof(float);
-    return hess + factor + streams + bind;
+    return block + work + streams + bind;
+}
+
+int ql_gptq_pass_experts_per_slice(const ql_model *m, const ql_ppl_data *calib, size_t mem)
+{
+    int n_expert = 0;
+    for (int l = 0; l < m->weights->n_layer; l++) {
+        const int ne = ql_hessians_n_expert(m->weights, l);
+        n_expert = ne > n_expert ? ne : n_expert;
+    }
+    const int all = n_expert > 0 ? n_expert : 1;
+    if (!mem || ql_gptq_pass_bytes(m, calib, all) <= mem)
+        return all;
+    if (n_expert == 0 || ql_gptq_pass_bytes(m, calib, 1) > mem)
+        return 0;
+    /* The plan grows with k: the largest k that fits. */
+    int lo = 1, hi = n_expert;
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        if (ql_gptq_pass_bytes(m, calib, mid) <= mem)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 static const ql_quant_plan_entry *plan_find(const ql_quant_plan *p, const char *name)
@@ -260,15 +437,53 @@ static const ql_quant_plan_entry *plan_find(const ql_quant_plan *p, const char *
     return NULL;
 }
 
-/* Quantizes the products of block l that change type, by GPTQ where the type splits. */
-static ql_status quantize_block(const ql_model *m, ql_weights *ws, int l, const ql_quant_plan *plan,
-                                ql_hessians *h, const ql_gptq_pass_opts *o, ql_gptq_set *set,
-                                ql_weight_src *srcs, ql_gptq_pass_summary *sum, ql_error *err)
+/* The importance weights of a tensor (n_mats vectors) from o->imatrix, or NULL. */
+static const float *importance(const ql_gptq_pass_opts *o, const ql_quant_plan_entry *e)
+{
+    return o->imatrix ? o->imatrix(o->imatrix_ctx, e->name, e->n_per_row, e->ne[2] * e->ne[3])
+                      : NULL;
+}
+
+/* Rows of matrix `mat` of a tensor (all of it with mat = -1) in the plan's type into dst
+ * (the whole tensor's bytes), by GPTQ with factor, or by ggml's quantizer with NULL;
+ * imatrix: the tensor's importance (importance()) or NULL. */
+static ql_status quantize_rows(const ql_gguf_tensor *gt, const ql_quant_plan_entry *e,
+                               const float *imatrix, int64_t mat, const ql_gptq_factor *factor,
+                               void *dst, ql_error *err)
+{
+    ql_quant_src qs;
+    ql_quant_src_from_gguf(&qs, gt);
+    const int64_t n_mats = e->ne[2] * e->ne[3], rows = e->nrows / n_mats;
+    qs.imatrix = imatrix;
+    qs.imatrix_per_mat = true;
+    const ql_gptq_factor **facs = NULL;
+    if (factor) {
+        /* ql_quant_src takes one factor per matrix; only `mat`'s rows are asked for. */
+        if (!(facs = calloc((size_t)n_mats, sizeof *facs)))
+            return ql_error_set(err, QL_ENOMEM, "gptq: out of memory");
+        for (int64_t i = 0; i < n_mats; i++)
+            facs[i] = mat < 0 || i == mat ? factor : NULL;
+        qs.gptq = facs;
+    }
+    const int64_t row0 = mat < 0 ? 0 : mat * rows, nrows = mat < 0 ? e->nrows : rows;
+    const size_t rs = ql_row_size(e->used, e->n_per_row);
+    uint8_t *out = (uint8_t *)dst + (size_t)row0 * rs;
+    ql_status st = ql_quant_tensor_rows(&qs, e->used, row0, nrows, out, (size_t)nrows * rs, err);
+    free(facs);
+    return st;
+}
+
+/* The block's products that change type, with their set entries (index into set->e by
+ * site, -1 where none). Made in the first slice. */
+static ql_status add_entries(const ql_model *m, const ql_weights *ws, int l,
+                             const ql_quant_plan *plan, ql_gptq_set *set, int64_t *entry,
+                             ql_error *err)
 {
     for (int s = ws->layer_site0[l]; s < ws->layer_site0[l + 1]; s++) {
-        ql_linear *lin = &ws->lin[s];
+        const ql_linear *lin = &ws->lin[s];
         const ql_quant_plan_entry *e = plan_find(plan, lin->name);
         const ql_gguf_tensor *gt = ql_gguf_find_tensor(m->gguf, lin->name);
+        entry[s] = -1;
         if (!e || !gt || e->used == gt->type)
             continue;
         set_entry *se = &set->e[set->n];
@@ -278,33 +493,125 @@ static ql_status quantize_block(const ql_model *m, ql_weights *ws, int l, const 
         if (!(se->bytes = malloc((size_t)e->bytes)))
             return ql_error_set(err, QL_ENOMEM, "gptq: out of memory for '%s' (%llu bytes)",
                                 lin->name, (unsigned long long)e->bytes);
-        set->n++;
-        ql_quant_src qs;
-        ql_quant_src_from_gguf(&qs, gt);
-        const int64_t n_mats = e->ne[2] * e->ne[3];
-        if (o->imatrix) {
-            qs.imatrix = o->imatrix(o->imatrix_ctx, lin->name, e->n_per_row, n_mats);
-            qs.imatrix_per_mat = true;
+        entry[s] = set->n++;
+    }
+    return QL_OK;
+}
+
+/* Whether site s's tensor is quantized expert by expert (a routed expert's product in a
+ * type GPTQ splits). */
+static bool per_expert(const ql_linear *lin, const ql_quant_plan_entry *e)
+{
+    return ql_site_kind_experts(lin->kind) && lin->n_expert > 1 && ql_split_applies(e->used);
+}
+
+/* Quantizes block l's products of the slice: with dense, every product that is not
+ * quantized expert by expert (GPTQ with its input's Hessian where the type splits and
+ * the product has one, ggml's quantizer otherwise); then experts e0..e1-1 of the
+ * routed products, GPTQ with each expert's own Hessians, ggml's rounding for an expert
+ * no calibration row reached (its Hessian is zero). */
+static ql_status quantize_slice(const ql_model *m, ql_weights *ws, int l, const ql_quant_plan *plan,
+                                ql_hessians *h, const ql_gptq_pass_opts *o, ql_gptq_set *set,
+                                const int64_t *entry, bool dense, ql_gptq_pass_summary *sum,
+                                ql_error *err)
+{
+    ql_status st = QL_OK;
+    for (int s = ws->layer_site0[l]; s < ws->layer_site0[l + 1] && dense; s++) {
+        const ql_linear *lin = &ws->lin[s];
+        if (entry[s] < 0)
+            continue;
+        const ql_quant_plan_entry *e = plan_find(plan, lin->name);
+        const ql_gguf_tensor *gt = ql_gguf_find_tensor(m->gguf, lin->name);
+        if (per_expert(lin, e)) {
+            sum->n_gptq++;
+            continue;
         }
         const ql_gptq_factor *factor = NULL;
-        if (ql_split_applies(e->used)) {
-            ql_status fst = ql_hessians_factor(h, lin->kind, &o->gptq, &factor, err);
-            if (fst)
+        /* The router and the shared expert's gate have no Hessian here: ggml's rounding,
+         * as GPTQ leaves the layers whose outputs are not a linear product's. */
+        if (ql_split_applies(e->used) && ql_hess_input_of(lin->kind) >= 0) {
+            if ((st = ql_hessians_factor(h, lin->kind, &o->gptq, &factor, err)))
                 return ql_error_prefix(err, "gptq: tensor '%s': ", lin->name);
-            qs.gptq = &factor;
             sum->n_gptq++;
         } else {
             sum->n_ggml++;
         }
-        ql_status st = ql_quant_tensor_rows(&qs, e->used, 0, e->nrows, se->bytes, (size_t)e->bytes,
-                                            err);
-        if (st)
+        if ((st = quantize_rows(gt, e, importance(o, e), -1, factor, set->e[entry[s]].bytes,
+                                err)))
             return ql_error_prefix(err, "gptq: tensor '%s' (%s): ", lin->name,
                                    ql_type_name(e->used));
-        srcs[s] = (ql_weight_src){.type = e->used, .data = se->bytes};
-        ql_linear_set_src(lin, &srcs[s]);
     }
-    return QL_OK;
+    const ql_site_kind kinds[3] = {QL_SITE_GATE_EXPS, QL_SITE_UP_EXPS, QL_SITE_DOWN_EXPS};
+    /* The expert tensors' importance, looked up once for the slice (the lookup's buffer
+     * may be reused by its next call). */
+    float *imat[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3 && h->e1 > h->e0; k++) {
+        const int s = ql_weights_site(ws, l, kinds[k]);
+        const ql_quant_plan_entry *e = s >= 0 && entry[s] >= 0 ? plan_find(plan, ws->lin[s].name)
+                                                               : NULL;
+        const float *im = e && per_expert(&ws->lin[s], e) ? importance(o, e) : NULL;
+        if (!im)
+            continue;
+        const size_t n = (size_t)(e->n_per_row * e->ne[2] * e->ne[3]);
+        if (!(imat[k] = malloc(n * sizeof *imat[k]))) {
+            st = ql_error_set(err, QL_ENOMEM, "gptq: out of memory for '%s''s importance",
+                              e->name);
+            goto out;
+        }
+        memcpy(imat[k], im, n * sizeof *imat[k]);
+    }
+    for (int ex = h->e0; ex < h->e1; ex++) {
+        bool unrouted = false;
+        for (int k = 0; k < 3; k++) {
+            const int s = ql_weights_site(ws, l, kinds[k]);
+            if (s < 0 || entry[s] < 0)
+                continue;
+            const ql_linear *lin = &ws->lin[s];
+            const ql_quant_plan_entry *e = plan_find(plan, lin->name);
+            if (!per_expert(lin, e))
+                continue;
+            const ql_gguf_tensor *gt = ql_gguf_find_tensor(m->gguf, lin->name);
+            hess_input *hi = expert_input(h, lin->kind, ex);
+            const ql_gptq_factor *factor = NULL;
+            if (h->oom) {
+                st = ql_error_set(err, QL_ENOMEM,
+                                  "gptq: tensor '%s': out of memory summing its Hessians",
+                                  lin->name);
+                goto out;
+            }
+            if (hi->n_tok > 0) {
+                if ((st = hess_factor(h, hi, &o->gptq, &factor, err))) {
+                    ql_error_prefix(err, "gptq: tensor '%s' expert %d: ", lin->name, ex);
+                    goto out;
+                }
+            } else {
+                unrouted = true;
+            }
+            if ((st = quantize_rows(gt, e, imat[k], ex, factor, set->e[entry[s]].bytes, err))) {
+                ql_error_prefix(err, "gptq: tensor '%s' (%s) expert %d: ", lin->name,
+                                ql_type_name(e->used), ex);
+                goto out;
+            }
+            /* Up shares gate's factor; each expert's are dropped once it is done. */
+            if (kinds[k] != QL_SITE_GATE_EXPS)
+                hess_input_free(hi);
+        }
+        hess_input *gi = expert_input(h, QL_SITE_GATE_EXPS, ex);
+        if (gi)
+            hess_input_free(gi);
+        if (unrouted) {
+            sum->n_expert_unrouted++;
+            if (!o->quiet)
+                fprintf(stderr,
+                        "qlab: gptq: block %d expert %d: no calibration token was routed to "
+                        "it: its matrices get ggml's rounding\n",
+                        l, ex);
+        }
+    }
+out:
+    for (int k = 0; k < 3; k++)
+        free(imat[k]);
+    return st;
 }
 
 ql_status ql_gptq_pass_run(const ql_model *m, const ql_quant_plan *plan, const ql_ppl_data *calib,
@@ -320,26 +627,44 @@ ql_status ql_gptq_pass_run(const ql_model *m, const ql_quant_plan *plan, const q
         return ql_error_set(err, QL_EINVAL, "gptq: no whole chunk of %d tokens in the calibration "
                                             "text",
                             ctx);
+    int n_expert = 0;
     for (int l = 0; l < w->n_layer; l++) {
-        sum.hessian_bytes =
-            ql_hessians_bytes(w, l) > sum.hessian_bytes ? ql_hessians_bytes(w, l) : sum.hessian_bytes;
-        for (int s = w->layer_site0[l]; s < w->layer_site0[l + 1]; s++)
-            if (ql_hess_input_of(w->lin[s].kind) < 0)
-                return ql_error_set(err, QL_EUNSUPPORTED,
-                                    "gptq: block %d has a mixture of experts ('%s'): GPTQ's "
-                                    "Hessians are collected for dense blocks only",
-                                    l, w->lin[s].name);
+        const int ne = ql_hessians_n_expert(w, l);
+        n_expert = ne > n_expert ? ne : n_expert;
     }
-    sum.bytes_planned = ql_gptq_pass_bytes(m, calib);
-    if (o->mem && sum.bytes_planned > o->mem)
+    const int k = ql_gptq_pass_experts_per_slice(m, calib, o->mem);
+    if (k == 0) {
+        sum.bytes_planned = ql_gptq_pass_bytes(m, calib, 1);
+        size_t hess = 0;
+        for (int l = 0; l < w->n_layer; l++) {
+            const size_t b = ql_hessians_dense_bytes(w, l) + ql_hessians_expert_bytes(w, l);
+            hess = b > hess ? b : hess;
+        }
         return ql_error_set(err, QL_ENOMEM,
-                            "gptq: the pass needs %.1f MiB (Hessians of a block %.1f MiB, the "
+                            "gptq: the pass needs %.1f MiB (Hessians of a block %.1f MiB%s, the "
                             "residual streams of %lld chunks of %d tokens, one block in f32, the "
-                            "inverse factor), over the %.1f MiB it may plan with (--mem): use fewer "
-                            "calibration chunks or more memory",
-                            (double)sum.bytes_planned / 1048576.0,
-                            (double)sum.hessian_bytes / 1048576.0, (long long)nc, ctx,
+                            "inverse factor), over the %.1f MiB it may plan with (--mem): use "
+                            "fewer calibration chunks or more memory",
+                            (double)sum.bytes_planned / 1048576.0, (double)hess / 1048576.0,
+                            n_expert > 0 ? " with one expert at a time" : "", (long long)nc, ctx,
                             (double)o->mem / 1048576.0);
+    }
+    for (int l = 0; l < w->n_layer; l++) {
+        const int ne = ql_hessians_n_expert(w, l);
+        const size_t b = ql_hessians_dense_bytes(w, l) +
+                         (size_t)(ne < k ? ne : k) * ql_hessians_expert_bytes(w, l);
+        sum.hessian_bytes = b > sum.hessian_bytes ? b : sum.hessian_bytes;
+    }
+    sum.bytes_planned = ql_gptq_pass_bytes(m, calib, k);
+    sum.experts_per_slice = n_expert > 0 ? k : 0;
+    sum.expert_slices = n_expert > 0 ? (n_expert + k - 1) / k : 0;
+    if (sum.expert_slices > 1 && !o->quiet)
+        fprintf(stderr,
+                "qlab: gptq: the pass with all %d experts of a block at once (%.1f MiB) is over "
+                "the %.1f MiB it may plan with (--mem): each block's experts in %d slices of "
+                "%d, one pass over the calibration chunks each\n",
+                n_expert, (double)ql_gptq_pass_bytes(m, calib, n_expert) / 1048576.0,
+                (double)o->mem / 1048576.0, sum.expert_slices, k);
     ql_status st = QL_OK;
     ql_forward *fw = NULL;
     ql_weights *ws = NULL;
@@ -348,8 +673,9 @@ ql_status ql_gptq_pass_run(const ql_model *m, const ql_quant_plan *plan, const q
     float *streams = NULL, *tmp = NULL, *bind = NULL;
     int32_t *tokens = NULL;
     ql_weight_src *srcs = calloc((size_t)w->n_lin, sizeof *srcs);
+    int64_t *entry = malloc((size_t)w->n_lin * sizeof *entry);
     const size_t bind_floats = ql_weights_layer_floats(w);
-    if (!set || !srcs || !(set->e = calloc((size_t)w->n_lin, sizeof *set->e)) ||
+    if (!set || !srcs || !entry || !(set->e = calloc((size_t)w->n_lin, sizeof *set->e)) ||
         !(streams = malloc((size_t)nc * (size_t)ctx * (size_t)n_embd * sizeof *streams)) ||
         !(tmp = malloc((size_t)ctx * (size_t)n_embd * sizeof *tmp)) ||
         !(bind = malloc(bind_floats * sizeof *bind)) ||
@@ -369,30 +695,48 @@ ql_status ql_gptq_pass_run(const ql_model *m, const ql_quant_plan *plan, const q
     ql_progress prog;
     ql_progress_begin(&prog, "gptq", "block", w->n_layer, o->quiet);
     for (int l = 0; l < w->n_layer; l++) {
-        double t0 = ql_now();
-        if ((st = ql_hessians_alloc(&h, ws, l, err)) ||
-            (st = ql_weights_bind_layer(ws, l, bind, bind_floats, err)))
+        if ((st = add_entries(m, ws, l, plan, set, entry, err)))
             goto out;
-        ql_forward_set_observer(fw, ql_hessians_observe, h);
-        for (int64_t c = 0; c < nc && !st; c++) {
-            float *x = streams + c * ctx * n_embd;
-            memcpy(tmp, x, (size_t)ctx * (size_t)n_embd * sizeof *tmp);
-            st = ql_forward_block(fw, ws, l, tmp, ctx, 0, 0, NULL, err);
-            if (o->gptq.inputs == QL_GPTQ_INPUTS_REFERENCE)
-                memcpy(x, tmp, (size_t)ctx * (size_t)n_embd * sizeof *tmp);
+        /* Slices of the block's experts (one for a dense block), each a pass over the
+         * calibration chunks through the block's unquantized weights: every slice's
+         * Hessians are those of the same inputs, so the bytes do not depend on the
+         * slicing. The dense inputs are summed in the first. */
+        const int ne = ql_hessians_n_expert(w, l);
+        const int n_slices = ne > 0 ? (ne + k - 1) / k : 1;
+        for (int sl = 0; sl < n_slices; sl++) {
+            double t0 = ql_now();
+            const int e0 = sl * k, e1 = e0 + k < ne ? e0 + k : ne;
+            if ((st = ql_hessians_alloc_slice(&h, ws, l, sl == 0, e0, e1, err)) ||
+                (st = ql_weights_bind_layer(ws, l, bind, bind_floats, err)))
+                goto out;
+            ql_forward_set_observer(fw, ql_hessians_observe, h);
+            for (int64_t c = 0; c < nc && !st; c++) {
+                float *x = streams + c * ctx * n_embd;
+                memcpy(tmp, x, (size_t)ctx * (size_t)n_embd * sizeof *tmp);
+                st = ql_forward_block(fw, ws, l, tmp, ctx, 0, 0, NULL, err);
+                if (o->gptq.inputs == QL_GPTQ_INPUTS_REFERENCE && sl == n_slices - 1)
+                    memcpy(x, tmp, (size_t)ctx * (size_t)n_embd * sizeof *tmp);
+            }
+            ql_forward_set_observer(fw, NULL, NULL);
+            ql_weights_unbind_layer(ws, l);
+            if (st)
+                goto out;
+            double t1 = ql_now();
+            sum.seconds_hessian += t1 - t0;
+            if ((st = quantize_slice(m, ws, l, plan, h, o, set, entry, sl == 0, &sum, err)))
+                goto out;
+            sum.seconds_gptq += ql_now() - t1;
+            ql_hessians_free(h);
+            h = NULL;
         }
-        ql_forward_set_observer(fw, NULL, NULL);
-        ql_weights_unbind_layer(ws, l);
-        if (st)
-            goto out;
-        double t1 = ql_now();
-        sum.seconds_hessian += t1 - t0;
-        if ((st = quantize_block(m, ws, l, plan, h, o, set, srcs, &sum, err)))
-            goto out;
+        /* The block's quantized weights, once every slice has read the unquantized ones. */
+        for (int s = ws->layer_site0[l]; s < ws->layer_site0[l + 1]; s++)
+            if (entry[s] >= 0) {
+                const set_entry *se = &set->e[entry[s]];
+                srcs[s] = (ql_weight_src){.type = se->type, .data = se->bytes};
+                ql_linear_set_src(&ws->lin[s], &srcs[s]);
+            }
         double t2 = ql_now();
-        sum.seconds_gptq += t2 - t1;
-        ql_hessians_free(h);
-        h = NULL;
         if (o->gptq.inputs == QL_GPTQ_INPUTS_QUANTIZED) {
             if ((st = ql_weights_bind_layer(ws, l, bind, bind_floats, err)))
                 goto out;
@@ -416,6 +760,7 @@ out:
     ql_forward_free(fw);
     ql_gptq_set_free(set);
     free(srcs);
+    free(entry);
     free(streams);
     free(tmp);
     free(bind);

@@ -16,12 +16,28 @@
  * The head and the token embeddings are not block products: ggml's quantizer, as
  * GPTQ's reference leaves them to round-to-nearest.
  *
+ * Mixture-of-experts blocks: each routed expert's matrices are their own products with
+ * their own Hessians, summed over the rows routed to that expert only (the rows its
+ * product computes, as the imatrix counts them): one over the feed-forward input of
+ * those rows for its gate and up, one over its own intermediate activations for its
+ * down. An expert no calibration row reached has a zero Hessian: its matrices get
+ * ggml's rounding (GPTQ has nothing to compensate with; zeroing its dead columns, as
+ * GPTQ does for an input that is never non-zero, would zero the expert). A qwen2moe
+ * shared expert is a dense feed-forward over every row: its gate and up read the
+ * feed-forward input's Hessian, its down its own. The router (ffn_gate_inp) and the
+ * shared expert's sigmoid gate (ffn_gate_inp_shexp) feed a softmax/top-k and a sigmoid,
+ * not a product GPTQ compensates: they get ggml's quantizer for the type the plan gives
+ * them (llama-quantize keeps the router in F32).
+ *
  * Memory: the residual streams of every calibration chunk (chunks x ctx x n_embd
- * floats), one block's Hessians (sum of n_in^2 doubles over its distinct inputs), their
- * GPTQ factors (as much again: one per input, shared by its products) and one
- * factorization's work, planned before allocating:
- * ql_gptq_pass_bytes. Mixture-of-experts blocks are refused (their experts would need
- * a Hessian each over the rows routed to them; not done yet).
+ * floats), one block's dense Hessians (sum of n_in^2 doubles over its distinct inputs)
+ * and their GPTQ factors (as much again: one per input, shared by its products), the
+ * Hessians of a slice of the block's experts (n_embd^2 + n_ff_exp^2 doubles each) and
+ * one expert's factor at a time, and one factorization's work, planned before
+ * allocating: ql_gptq_pass_bytes. When every expert of a block does not fit the budget,
+ * the experts are taken in slices of as many as fit (ql_gptq_pass_experts_per_slice),
+ * one pass over the block's calibration inputs each; the bytes do not depend on the
+ * slicing. A budget that not even one expert fits is an error stating the plan.
  *
  * Thread-count independence: the Hessian sums are split over H's rows, each summed in
  * token order on one thread; GPTQ's rows likewise (formats/gptq.h). */
@@ -41,25 +57,35 @@
 
 /* ---- the Hessians of one block (a forward observer) ---- */
 
-/* The distinct inputs of a dense block's products. */
+/* The distinct inputs of a block's products besides the routed experts (a dense FFN,
+ * or a shared expert's, reads QL_HESS_FFN_IN). */
 typedef enum {
     QL_HESS_ATTN_IN,  /* q, k, v */
     QL_HESS_ATTN_OUT, /* attn_output */
     QL_HESS_FFN_IN,   /* gate, up */
     QL_HESS_FFN_DOWN, /* down */
+    QL_HESS_SHEXP_DOWN, /* a qwen2moe shared expert's down */
     QL_HESS_INPUTS
 } ql_hess_input;
 
-/* The input a product kind reads, or -1 for kinds without one here (experts, router). */
+/* The input a product kind reads, or -1 for kinds without one here (the routed experts,
+ * whose Hessians are per expert; the router and the shared expert's gate, which GPTQ
+ * leaves to ggml's rounding). */
 int ql_hess_input_of(ql_site_kind kind);
 
 typedef struct ql_hessians ql_hessians;
 
-/* Zeroed Hessians for block `layer` of w (QL_EUNSUPPORTED for a mixture of experts). */
+/* Zeroed Hessians for block `layer` of w: every input, every expert. */
 ql_status ql_hessians_alloc(ql_hessians **out, const ql_weights *w, int layer, ql_error *err);
+
+/* Zeroed Hessians for block `layer`'s dense inputs (when `dense`) and its routed experts
+ * e0 .. e1 - 1 (clamped to the block's experts; none when e1 <= e0). */
+ql_status ql_hessians_alloc_slice(ql_hessians **out, const ql_weights *w, int layer, bool dense,
+                                  int e0, int e1, ql_error *err);
 void ql_hessians_free(ql_hessians *h); /* NULL is fine */
 
-/* The observer (forward.h): sums x^T x for the block's first product of each input. */
+/* The observer (forward.h): sums x^T x for the block's first product of each input, and
+ * for each expert of the slice over its view's rows (gate's for gate/up, down's). */
 void ql_hessians_observe(void *hessians, int site, const ql_linear *lin, const float *x,
                          int64_t n_tok);
 
@@ -67,13 +93,24 @@ void ql_hessians_observe(void *hessians, int site, const ql_linear *lin, const f
  * *n_in and *n_tok (tokens summed); NULL when none was observed. */
 const double *ql_hessians_get(ql_hessians *h, ql_site_kind kind, int64_t *n_in, int64_t *n_tok);
 
+/* The full symmetric Hessian of expert e's input for a routed kind (gate and up share
+ * one), with *n_in and *n_tok (rows routed to it); NULL when e is outside the slice or no
+ * row reached it (*n_tok 0). */
+const double *ql_hessians_get_expert(ql_hessians *h, ql_site_kind kind, int e, int64_t *n_in,
+                                     int64_t *n_tok);
+
 /* GPTQ's factor of a kind's input (formats/gptq.h), made on first use with o and then
  * shared by the products that read the same input; h owns it. */
 ql_status ql_hessians_factor(ql_hessians *h, ql_site_kind kind, const ql_gptq_opts *o,
                              const ql_gptq_factor **out, ql_error *err);
 
-/* Bytes of block `layer`'s Hessians. */
+/* Bytes of block `layer`'s Hessians, all experts at once; of its dense inputs; of one of
+ * its routed experts (gate/up and down inputs; 0 for a dense block). */
 size_t ql_hessians_bytes(const ql_weights *w, int layer);
+size_t ql_hessians_dense_bytes(const ql_weights *w, int layer);
+size_t ql_hessians_expert_bytes(const ql_weights *w, int layer);
+/* Routed experts of block `layer` (0 for a dense block). */
+int ql_hessians_n_expert(const ql_weights *w, int layer);
 
 /* ---- the whole pass ---- */
 
@@ -93,17 +130,28 @@ typedef struct ql_gptq_set ql_gptq_set;
 typedef struct {
     int64_t n_gptq;       /* tensors quantized by GPTQ */
     int64_t n_ggml;       /* block tensors of other types, by ggml's quantizer */
-    size_t bytes_planned; /* ql_gptq_pass_bytes */
-    size_t hessian_bytes; /* the largest block's Hessians */
+    size_t bytes_planned; /* ql_gptq_pass_bytes with the slices the pass used */
+    size_t hessian_bytes; /* the largest block's Hessians held at once (one slice) */
+    int experts_per_slice; /* experts whose Hessians are summed at once; 0: dense model */
+    int expert_slices;     /* passes over a block's calibration inputs; 0: dense model */
+    int64_t n_expert_unrouted; /* (block, expert)s no calibration row reached: ggml's */
     double seconds_hessian, seconds_gptq, seconds_forward;
 } ql_gptq_pass_summary;
 
-/* Bytes the pass holds besides the model's map and the quantized tensors. */
-size_t ql_gptq_pass_bytes(const ql_model *m, const ql_ppl_data *calib);
+/* Bytes the pass holds besides the model's map and the quantized tensors, with the
+ * Hessians of `experts` routed experts of a block at once (< 1: all of them; ignored for
+ * dense blocks). */
+size_t ql_gptq_pass_bytes(const ql_model *m, const ql_ppl_data *calib, int experts);
+
+/* The most experts of a block whose Hessians the pass can hold at once within mem (0 =
+ * no budget): the model's largest expert count when all fit (1 for a dense model that
+ * fits), 0 when not even one does (or a dense model does not). */
+int ql_gptq_pass_experts_per_slice(const ql_model *m, const ql_ppl_data *calib, size_t mem);
 
 /* Runs the pass over the calibration chunks of calib (every chunk, every position)
- * for the plan's types. Errors: the memory plan over o->mem (naming both), a
- * mixture-of-experts block, GPTQ's (a Hessian that is not positive definite). */
+ * for the plan's types, a mixture's experts in slices when o->mem needs it. Errors: the
+ * memory plan over o->mem with one expert at a time (naming both), GPTQ's (a Hessian
+ * that is not positive definite). */
 ql_status ql_gptq_pass_run(const ql_model *m, const ql_quant_plan *plan, const ql_ppl_data *calib,
                            const ql_gptq_pass_opts *o, ql_gptq_set **out,
                            ql_gptq_pass_summary *summary, ql_error *err);

@@ -2,7 +2,9 @@
 # quantizer = gptq end to end on stories260K: a sweep puts gptq beside ggml (same type,
 # same bytes, same tokens) and GPTQ's KLD is below ggml's; qlab quantize --quantizer gptq
 # writes the file whose evaluation is the sweep's figure to the last digit (same
-# calibration imatrix, Hessians from the same chunks); the refusals say why.
+# calibration imatrix, Hessians from the same chunks); the refusals say why. The same on
+# the mixture-of-experts model of golden/moe (Q4_K: per-expert Hessians), where the file
+# is also the same with two threads and with a --mem that puts the experts in slices.
 # Usage: test_gptq.sh QLAB
 set -u
 qlab="$1"
@@ -65,6 +67,63 @@ expect 0 "quantize again, two threads" "$qlab" quantize "$QLAB_SHARED/models/sto
     q2.gguf Q4_0 --pure --imatrix "$im" --quantizer gptq --calib tinystories-calib \
     --calib-ctx 128 --calib-chunks 32 --threads 2 --quiet
 cmp -s q.gguf q2.gguf && ok "same bytes with 1 and 2 threads" || bad "the files differ"
+
+# A mixture of experts (golden/moe, llama with 4 experts, 256-wide rows: Q4_K).
+moe="$QLAB_SHARED/golden/moe"
+if [ -f "$moe/moe-llama-f32.gguf" ]; then
+    mkdir -p "$tmp/moe" && cd "$tmp/moe" || exit 1
+    cat >moe.sweep <<END
+[sweep]
+name    = gptq-moe
+model   = $moe/moe-llama-f32.gguf
+text    = tinystories-valid
+ctx     = 128
+chunks  = 24
+imatrix = calib:tinystories-calib,ctx=128,chunks=32
+
+[grid]
+weight_type = Q4_K
+quantizer   = ggml gptq
+END
+    expect 0 "MoE sweep with quantizer ggml and gptq" "$qlab" sweep moe.sweep --db moe.db \
+        --threads 1 --quiet
+    line=$(rows moe.db "SELECT g.kld_mean, q.kld_mean, g.bytes = q.bytes, g.n_tokens = q.n_tokens
+        FROM results g JOIN results q ON q.weight_type = g.weight_type
+        WHERE g.quantizer = 'ggml' AND q.quantizer = 'gptq'")
+    echo "MoE Q4_K: ggml, gptq KLD, same bytes, same tokens: $line"
+    echo "$line" | awk -F, '{ exit !($2 < $1 && $3 == 1 && $4 == 1) }' &&
+        ok "MoE Q4_K: gptq's KLD below ggml's, same bytes and tokens" || bad "MoE Q4_K: $line"
+    im=$(ls cache/imatrix-*-c128-n32-po0.gguf 2>/dev/null | head -n 1)
+    [ -n "$im" ] && ok "the MoE sweep's imatrix is cached" || bad "no cached imatrix in moe/cache/"
+    expect 0 "qlab quantize --quantizer gptq on the MoE model" "$qlab" quantize \
+        "$moe/moe-llama-f32.gguf" q.gguf Q4_K --pure --imatrix "$im" --quantizer gptq \
+        --calib tinystories-calib --calib-ctx 128 --calib-chunks 32 --threads 1 --quiet
+    has "$tmp/out" "quantizer gptq: 14 tensors by GPTQ" "q/k/v/o and the three expert tensors of both blocks by GPTQ"
+    expect 0 "eval of the MoE GPTQ file" "$qlab" eval q.gguf --base "$moe/moe-llama-f32.gguf" \
+        --kl-divergence --text tinystories-valid --ctx 128 --chunks 24 --json --quiet
+    got=$(sed -n 's/^ *"kld_mean": *\([-0-9.e]*\),*$/\1/p' "$tmp/out")
+    want=$(rows moe.db "SELECT printf('%.17g', kld_mean) FROM results WHERE quantizer = 'gptq'")
+    awk -v g="$got" -v w="$want" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(g != "" && d <= 1e-15 * w) }' &&
+        ok "the MoE file's KLD is the sweep's: $got = $want" || bad "MoE file KLD $got, sweep $want"
+    expect 0 "the MoE file with two threads" "$qlab" quantize "$moe/moe-llama-f32.gguf" q2.gguf \
+        Q4_K --pure --imatrix "$im" --quantizer gptq --calib tinystories-calib --calib-ctx 128 \
+        --calib-chunks 32 --threads 2 --quiet
+    cmp -s q.gguf q2.gguf && ok "MoE: same bytes with 1 and 2 threads" || bad "MoE: the files differ"
+    # All four experts' Hessians need about 15 MiB here, one expert's 12 MiB.
+    expect 0 "the MoE file with its experts in slices" "$qlab" quantize "$moe/moe-llama-f32.gguf" \
+        q3.gguf Q4_K --pure --imatrix "$im" --quantizer gptq --calib tinystories-calib \
+        --calib-ctx 128 --calib-chunks 32 --threads 1 --mem 13MiB
+    has "$tmp/err" "slices of" "it says the experts go in slices"
+    cmp -s q.gguf q3.gguf && ok "MoE: the same bytes with the experts in slices" ||
+        bad "MoE: the sliced file differs"
+    expect 1 "a --mem below one expert's Hessians" "$qlab" quantize "$moe/moe-llama-f32.gguf" \
+        q4.gguf Q4_K --pure --quantizer gptq --calib tinystories-calib --calib-ctx 128 \
+        --calib-chunks 32 --threads 1 --mem 8MiB
+    has "$tmp/err" "with one expert at a time" "the plan is stated"
+    cd "$tmp" || exit 1
+else
+    echo "skip: no $moe/moe-llama-f32.gguf"
+fi
 
 # Refusals.
 expect 2 "gptq without --calib" "$qlab" quantize "$QLAB_SHARED/models/stories260K.gguf" x.gguf \

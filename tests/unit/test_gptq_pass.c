@@ -1,7 +1,11 @@
 /* GPTQ over a whole model (experiment/gptq_pass.h) on stories260K: the Hessians'
  * diagonals are the imatrix's sums, a file written from the pass reads back with the
  * pass's bytes, block 0 does not depend on where later blocks' inputs come from, and
- * the memory plan refuses a budget it does not fit. */
+ * the memory plan refuses a budget it does not fit. On the mixture-of-experts models of
+ * golden/moe: each expert's Hessians have the imatrix's per-expert sums (and the shared
+ * expert's its dense ones), an expert no calibration row reached gets ggml's bytes, the
+ * experts in slices (a --mem that needs them) give the same bytes as all at once, and
+ * the thread count changes nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +14,7 @@
 #include "experiment/gptq_pass.h"
 #include "experiment/imatrix.h"
 #include "formats/type_ids.h"
+#include "formats/types.h"
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -178,6 +183,256 @@ static void test_write_read_back(const ql_model *m, const char *path, const ql_p
     ql_quant_plan_free(plan);
 }
 
+/* ---- mixture of experts ---- */
+
+/* diag(H) of every product with a Hessian against qlab's imatrix: per expert its slice
+ * of the stacked entry and its count (the rows routed to it); the router and the shared
+ * expert's gate have none (ggml's rounding). Returns the products checked. */
+static int moe_diag_is_imatrix(const ql_model *m, const ql_ppl_data *d)
+{
+    ql_error err;
+    ql_forward *fw = NULL;
+    CHECK_OK(ql_forward_alloc(&fw, &m->hp, d->ctx, &err), &err);
+    const ql_weights *w = m->weights;
+    const int nl = w->n_layer;
+    ql_hessians **h = calloc((size_t)nl, sizeof *h);
+    for (int l = 0; l < nl; l++)
+        CHECK_OK(ql_hessians_alloc(&h[l], w, l, &err), &err);
+    all_layers a = {h, nl};
+    ql_imatrix_opts o = {.quiet = true, .also = observe_all, .also_ctx = &a};
+    ql_imatrix *im = NULL;
+    CHECK_OK(ql_imatrix_collect(fw, w, d, &o, &im, NULL, &err), &err);
+    int checked = 0, no_hessian = 0;
+    double worst = 0;
+    for (int s = 0; im && s < w->n_lin - 1; s++) {
+        const ql_linear *lin = &w->lin[s];
+        const ql_imatrix_entry *e = ql_imatrix_find(im, lin->name);
+        CHECK_MSG(e != NULL, "%s: no imatrix entry", lin->name);
+        if (!e)
+            continue;
+        const bool experts = ql_site_kind_experts(lin->kind);
+        if (!experts && ql_hess_input_of(lin->kind) < 0) {
+            int64_t n_in = 0;
+            CHECK(ql_hessians_get(h[lin->layer], lin->kind, &n_in, NULL) == NULL);
+            no_hessian++;
+            continue;
+        }
+        const int n_mat = experts ? lin->n_expert : 1;
+        CHECK_EQ_INT(e->n_mat, n_mat);
+        for (int x = 0; x < n_mat && e->n_mat == n_mat; x++) {
+            int64_t n_in = 0, n_tok = 0;
+            const double *H =
+                experts ? ql_hessians_get_expert(h[lin->layer], lin->kind, x, &n_in, &n_tok)
+                        : ql_hessians_get(h[lin->layer], lin->kind, &n_in, &n_tok);
+            CHECK_EQ_INT(n_tok, (int64_t)e->counts[x]);
+            CHECK_MSG(H != NULL || e->counts[x] == 0, "%s expert %d: no Hessian", lin->name, x);
+            if (!H)
+                continue;
+            CHECK_EQ_INT(n_in, lin->n_in);
+            const float *sums = e->sums + (int64_t)x * lin->n_in;
+            for (int64_t j = 0; j < n_in; j++) {
+                const double hd = H[j * n_in + j], is = (double)sums[j];
+                const double rel = fabs(hd - is) / (hd > 0 ? hd : 1.0);
+                worst = rel > worst ? rel : worst;
+                if (j + 1 < n_in)
+                    CHECK(H[j * n_in + j + 1] == H[(j + 1) * n_in + j]);
+            }
+            checked++;
+        }
+    }
+    printf("%s: diag(H) vs imatrix sums over %d matrices (experts one by one): worst relative "
+           "difference %.2e; %d products without a Hessian (router, shared expert's gate)\n",
+           m->hp.arch_name, checked, worst, no_hessian);
+    CHECK_MSG(worst <= F32_SUM_REL_TOL, "worst %.3g", worst);
+    CHECK(no_hessian == nl * (m->hp.n_ff_shexp > 0 ? 2 : 1));
+    for (int l = 0; l < nl; l++)
+        ql_hessians_free(h[l]);
+    free(h);
+    ql_imatrix_free(im);
+    ql_forward_free(fw);
+    return checked;
+}
+
+/* Expert x's rows of a stacked tensor in the set against ggml's quantizer's. */
+static bool expert_is_ggml(const ql_model *m, const ql_quant_plan_entry *e, const void *bytes,
+                           int x)
+{
+    ql_error err;
+    ql_quant_src qs;
+    const ql_gguf_tensor *gt = ql_gguf_find_tensor(m->gguf, e->name);
+    ql_quant_src_from_gguf(&qs, gt);
+    const int64_t rows = e->nrows / e->ne[2];
+    const size_t rs = ql_row_size(e->used, e->n_per_row);
+    uint8_t *q = malloc((size_t)rows * rs);
+    CHECK_OK(ql_quant_tensor_rows(&qs, e->used, x * rows, rows, q, (size_t)rows * rs, &err), &err);
+    const bool same = memcmp(q, (const uint8_t *)bytes + (size_t)(x * rows) * rs,
+                             (size_t)rows * rs) == 0;
+    free(q);
+    return same;
+}
+
+/* A short calibration text leaves experts without a routed row: their Hessians are
+ * zero and their bytes ggml's; the routed experts' are GPTQ's (not ggml's). */
+static void moe_unrouted(const ql_model *m)
+{
+    ql_error err;
+    ql_ppl_data d;
+    make_data(&d, (int)m->hp.n_vocab, 4, 4, 1);
+    /* Which experts the rows reach (reference inputs: the f32 model's routing). */
+    ql_forward *fw = NULL;
+    CHECK_OK(ql_forward_alloc(&fw, &m->hp, d.ctx, &err), &err);
+    const ql_weights *w = m->weights;
+    const int nl = w->n_layer, X = m->hp.n_expert;
+    ql_hessians **h = calloc((size_t)nl, sizeof *h);
+    for (int l = 0; l < nl; l++)
+        CHECK_OK(ql_hessians_alloc(&h[l], w, l, &err), &err);
+    all_layers a = {h, nl};
+    ql_imatrix_opts io = {.quiet = true, .also = observe_all, .also_ctx = &a};
+    ql_imatrix *im = NULL;
+    CHECK_OK(ql_imatrix_collect(fw, w, &d, &io, &im, NULL, &err), &err);
+    bool *routed = calloc((size_t)(nl * X), sizeof *routed);
+    int n_unrouted = 0;
+    for (int l = 0; l < nl; l++)
+        for (int x = 0; x < X; x++) {
+            int64_t n_tok = 0;
+            ql_hessians_get_expert(h[l], QL_SITE_GATE_EXPS, x, NULL, &n_tok);
+            routed[l * X + x] = n_tok > 0;
+            n_unrouted += n_tok == 0;
+        }
+    ql_quant_plan *plan = pure_plan(m, QL_TYPE_Q4_K);
+    ql_gptq_pass_opts po = {.quiet = true};
+    ql_gptq_opts_default(&po.gptq);
+    po.gptq.inputs = QL_GPTQ_INPUTS_REFERENCE;
+    ql_gptq_set *set = NULL;
+    ql_gptq_pass_summary sum;
+    CHECK_OK(ql_gptq_pass_run(m, plan, &d, &po, &set, &sum, &err), &err);
+    printf("%s, 4 calibration tokens: %d of %d (block, expert)s without a routed row, the pass "
+           "counted %lld\n",
+           m->hp.arch_name, n_unrouted, nl * X, (long long)sum.n_expert_unrouted);
+    CHECK(n_unrouted > 0);
+    CHECK_EQ_INT(sum.n_expert_unrouted, n_unrouted);
+    int ggml_unrouted = 0, gptq_routed = 0, n_routed = 0;
+    for (int64_t i = 0; set && i < plan->n; i++) {
+        const ql_quant_plan_entry *e = &plan->entries[i];
+        const ql_linear *lin = ql_weights_find(m->weights, e->name);
+        if (!lin || !ql_site_kind_experts(lin->kind))
+            continue;
+        const void *b = ql_gptq_set_lookup(set, e->name, e->used, e->bytes);
+        CHECK(b != NULL);
+        for (int x = 0; b && x < X; x++) {
+            const bool is_ggml = expert_is_ggml(m, e, b, x);
+            if (routed[lin->layer * X + x]) {
+                n_routed++;
+                gptq_routed += !is_ggml;
+            } else {
+                CHECK_MSG(is_ggml, "%s expert %d: no routed row, yet not ggml's bytes", e->name,
+                          x);
+                ggml_unrouted += is_ggml;
+            }
+        }
+    }
+    CHECK_EQ_INT(ggml_unrouted, 3 * n_unrouted);
+    CHECK_EQ_INT(gptq_routed, n_routed);
+    ql_gptq_set_free(set);
+    ql_quant_plan_free(plan);
+    free(routed);
+    for (int l = 0; l < nl; l++)
+        ql_hessians_free(h[l]);
+    free(h);
+    ql_imatrix_free(im);
+    ql_forward_free(fw);
+    ql_ppl_data_deinit(&d);
+}
+
+/* Every tensor of two sets the same. */
+static bool sets_equal(const ql_quant_plan *plan, ql_gptq_set *a, ql_gptq_set *b)
+{
+    int n = 0;
+    for (int64_t i = 0; i < plan->n; i++) {
+        const ql_quant_plan_entry *e = &plan->entries[i];
+        const void *x = ql_gptq_set_lookup(a, e->name, e->used, e->bytes);
+        const void *y = ql_gptq_set_lookup(b, e->name, e->used, e->bytes);
+        if (!x && !y)
+            continue;
+        if (!x || !y || memcmp(x, y, (size_t)e->bytes) != 0)
+            return false;
+        n++;
+    }
+    return n > 0;
+}
+
+/* --mem that holds one or two experts' Hessians: slices, the same bytes; one byte less
+ * than one expert needs: the plan, refused. Two threads: the same bytes. */
+static void moe_slices(const ql_model *m, const ql_ppl_data *d)
+{
+    ql_error err;
+    ql_quant_plan *plan = pure_plan(m, QL_TYPE_Q4_K);
+    ql_gptq_pass_opts po = {.quiet = true};
+    ql_gptq_opts_default(&po.gptq);
+    ql_gptq_set *all = NULL, *one = NULL, *two = NULL, *thr = NULL, *none = NULL;
+    ql_gptq_pass_summary sa, s1, s2;
+    const int X = m->hp.n_expert;
+    ql_threads_set(1);
+    CHECK_OK(ql_gptq_pass_run(m, plan, d, &po, &all, &sa, &err), &err);
+    CHECK_EQ_INT(sa.expert_slices, 1);
+    CHECK_EQ_INT(sa.experts_per_slice, X);
+    CHECK_EQ_INT(sa.n_gptq, 7 * m->hp.n_layer);
+    CHECK(sa.bytes_planned == ql_gptq_pass_bytes(m, d, X));
+    const size_t b1 = ql_gptq_pass_bytes(m, d, 1), b2 = ql_gptq_pass_bytes(m, d, 2);
+    CHECK(b1 < b2 && b2 < sa.bytes_planned);
+    CHECK_EQ_INT(ql_gptq_pass_experts_per_slice(m, d, b2 + 1), 2);
+    CHECK_EQ_INT(ql_gptq_pass_experts_per_slice(m, d, 0), X);
+    po.mem = b1;
+    CHECK_OK(ql_gptq_pass_run(m, plan, d, &po, &one, &s1, &err), &err);
+    CHECK_EQ_INT(s1.expert_slices, X);
+    CHECK_EQ_INT(s1.experts_per_slice, 1);
+    CHECK(s1.bytes_planned <= b1);
+    po.mem = b2;
+    CHECK_OK(ql_gptq_pass_run(m, plan, d, &po, &two, &s2, &err), &err);
+    CHECK_EQ_INT(s2.expert_slices, (X + 1) / 2);
+    CHECK(sets_equal(plan, all, one));
+    CHECK(sets_equal(plan, all, two));
+    po.mem = b1 - 1;
+    CHECK(ql_gptq_pass_run(m, plan, d, &po, &none, NULL, &err) == QL_ENOMEM);
+    CHECK(strstr(err.msg, "with one expert at a time") && strstr(err.msg, "(--mem)"));
+    CHECK(none == NULL);
+    po.mem = 0;
+    ql_threads_set(2);
+    CHECK_OK(ql_gptq_pass_run(m, plan, d, &po, &thr, NULL, &err), &err);
+    ql_threads_set(1);
+    CHECK(sets_equal(plan, all, thr));
+    printf("%s: plan %.2f MiB with all %d experts, %.2f MiB one at a time (%d slices): the same "
+           "bytes, and with two threads\n",
+           m->hp.arch_name, (double)sa.bytes_planned / 1048576.0, X,
+           (double)s1.bytes_planned / 1048576.0, s1.expert_slices);
+    ql_gptq_set_free(all);
+    ql_gptq_set_free(one);
+    ql_gptq_set_free(two);
+    ql_gptq_set_free(thr);
+    ql_quant_plan_free(plan);
+}
+
+static void test_moe(const char *file, bool slices)
+{
+    const char *path = qlt_shared(file);
+    ql_model *m = NULL;
+    ql_error err;
+    CHECK_OK(ql_model_load(&m, path, &err), &err);
+    if (!m)
+        return;
+    ql_ppl_data d;
+    make_data(&d, (int)m->hp.n_vocab, 64 * 4, 64, 4);
+    const int checked = moe_diag_is_imatrix(m, &d);
+    /* attention's 4 and the experts' 3 each, and the shared expert's 3 */
+    CHECK_EQ_INT(checked,
+                 m->hp.n_layer * (4 + 3 * m->hp.n_expert + (m->hp.n_ff_shexp > 0 ? 3 : 0)));
+    moe_unrouted(m);
+    if (slices)
+        moe_slices(m, &d);
+    ql_ppl_data_deinit(&d);
+    ql_model_free(m);
+}
+
 int main(void)
 {
     const char *path = qlt_shared("models/stories260K.gguf");
@@ -191,5 +446,8 @@ int main(void)
     test_write_read_back(m, path, &d);
     ql_ppl_data_deinit(&d);
     ql_model_free(m);
+    test_moe("golden/moe/moe-llama-f32.gguf", true);
+    test_moe("golden/moe/moe-qwen2moe-f32.gguf", false);
+    test_moe("golden/moe/moe-qwen3moe-f32.gguf", false);
     return qlt_done();
 }
