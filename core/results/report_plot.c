@@ -1,4 +1,4 @@
-/* The report's plots (report_impl.h), one writer each in plot_writers at the end of
+/* The report's plots (report_plot.h), one writer each in plot_writers at the end of
  * this file: mean KLD and PPL against bits per weight, the KLD distribution of every
  * config, the per-tensor error of one config, the divergence by block, a mixture of
  * experts' routing agreement by block, and the sensitivity heatmaps (block x tensor
@@ -25,12 +25,11 @@
 #include "base/util.h"
 #include "results/analysis.h"
 #include "results/plot.h"
-#include "results/report_impl.h"
+#include "results/report_plot.h"
 #include "results/types_table.h"
 
 typedef ql_report_row row;
 typedef ql_report_group group;
-typedef ql_report_ctx ctx;
 
 /* The canvas of every plot: as the terminals of plot.h, taller for small multiples. */
 #define CANVAS_W    960
@@ -57,7 +56,7 @@ static const int markers[] = {7, 5, 9, 11, 13, 15, 6, 4};
  * was drawn. A plot gnuplot fails on is named in the summary with gnuplot's message
  * and the script's path, and the next plot is tried all the same: one plot's script
  * costs no other plot. Its old images go first, so that none outlives a failure. */
-static bool render(ctx *c, const char *script, const char *base)
+static bool render(ql_report_writer *c, const char *script, const char *base)
 {
     if (!c->opt->plots || c->no_gnuplot)
         return false;
@@ -122,13 +121,13 @@ static void dat_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void dat_header(ctx *c, const group *g, FILE *f, const char *what)
+static void dat_header(ql_report_writer *c, const group *g, FILE *f, const char *what)
 {
     fprintf(f, "# qlab report: %s\n# sweep %s: %s on %s, ctx %d, %d chunks\n", what, c->sweep,
             g->model, g->dataset, g->ctx, g->chunks);
 }
 
-static void plot_title(ctx *c, const group *g, char *buf, size_t size)
+static void plot_title(ql_report_writer *c, const group *g, char *buf, size_t size)
 {
     snprintf(buf, size, "%s: %s on %s, ctx %d, %d chunks", c->sweep, g->model, g->dataset, g->ctx,
              g->chunks);
@@ -302,7 +301,8 @@ static int dat_column(ql_metric_id value)
 }
 
 /* formats.dat: one block per (panel, series), index p * n_series + s. */
-static ql_status write_formats_dat(ctx *c, const group *g, const layout *l, ql_error *err)
+static ql_status write_formats_dat(ql_report_writer *c, const group *g, const layout *l,
+                                   ql_error *err)
 {
     ql_doc d;
     ql_status rc = ql_doc_open(&d, err);
@@ -457,8 +457,8 @@ static void body_quote(body *b, const char *s)
 /* The gnuplot script of a plot: header (comment lines and settings, ending in a
  * newline), then body b once per terminal; saved as BASE.gp, drawn and recorded as
  * the group's plot `title`. Frees b's text in every case. */
-static ql_status write_plot_script(ctx *c, group *g, body *b, const char *base, int height,
-                                   const char *header, const char *title, ql_error *err)
+static ql_status write_plot_script(ql_report_writer *c, group *g, body *b, const char *base,
+                                   int height, const char *header, const char *title, ql_error *err)
 {
     ql_doc d;
     ql_status rc = b->failed ? ql_report_oom(err) : ql_doc_open(&d, err);
@@ -899,7 +899,7 @@ static ql_status note_numbered(group *g, const char *plot, const char *plot_titl
     return QL_OK;
 }
 
-static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plot *bp,
+static ql_status write_bpw_plot(ql_report_writer *c, group *g, const layout *l, const bpw_plot *bp,
                                 ql_error *err)
 {
     const size_t n = g->nrows;
@@ -1171,12 +1171,12 @@ out:
     return rc;
 }
 
-static ql_status plot_kld_bpw(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_kld_bpw(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     return write_bpw_plot(c, g, l, &bpw_plots[0], err);
 }
 
-static ql_status plot_ppl_bpw(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_ppl_bpw(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     if (!ppl_meaningful(g)) {
         if (c->opt->log)
@@ -1230,7 +1230,7 @@ static bool cdf_drawable(const row *r)
 /* One panel per combination of the axes other than the weight type (small multiples,
  * as many as MAX_PANELS; with more, one panel), one line per weight type in each,
  * coloured by weight type alike in every panel. */
-static ql_status plot_kld_cdf(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_kld_cdf(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
     double lo = (double)INFINITY, hi = 0.0;
@@ -1419,7 +1419,7 @@ static void tensor_class(const char *name, char *buf, size_t size)
     ql_tensor_class(name, buf, size);
 }
 
-ql_status ql_report_load_tensors(ctx *c, group *g, ql_error *err)
+ql_status ql_report_load_tensors(ql_report_writer *c, group *g, ql_error *err)
 {
     static const char sql[] =
         "SELECT tensor, layer, used_type, rmse, imatrix_err_rel, requested_type"
@@ -1466,7 +1466,7 @@ out:
     return rc;
 }
 
-static ql_status plot_tensors(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_tensors(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
     const row *r = g->tensor_row;
@@ -1591,7 +1591,7 @@ out:
  * plot is a line here (its writer records itself with add_plot when it draws). */
 /* ================================================================ divergence plot */
 
-ql_status ql_report_load_layers(ctx *c, group *g, ql_error *err)
+ql_status ql_report_load_layers(ql_report_writer *c, group *g, ql_error *err)
 {
     static const char sql[] = "SELECT layer, rel_err_mean, rel_err_p99, cos_mean, route_agree,"
                               " route_overlap, load_shift"
@@ -1632,7 +1632,7 @@ ql_status ql_report_load_layers(ctx *c, group *g, ql_error *err)
 /* divergence: the mean relative error of the residual stream after each block, one
  * line per config with layer metrics (a sweep with layer_metrics = yes), log scale.
  * Nothing is written when no run of the group has them. */
-static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_divergence(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
     size_t measured = 0;
@@ -1714,7 +1714,7 @@ static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *er
  * one line per config (the share of scored tokens routed to the reference's experts,
  * and dashed, the mean share of a token's experts kept), beside the divergence plot.
  * Nothing is written when no run of the group has routing figures (a dense model). */
-static ql_status plot_routing(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_routing(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
     size_t measured = 0;
@@ -1859,8 +1859,8 @@ static void sens_set_text(const ql_report_sens_set *ss, char *buf, size_t size)
 
 /* BASE.dat: one block per type (panel), lowest bits first; a line per tensor: its
  * column, layer, log10 of the mean KLD, the mean KLD and the tensor. */
-static ql_status write_sens_dat(ctx *c, const group *g, const sens_columns *cols, size_t panels,
-                                const char *base, ql_error *err)
+static ql_status write_sens_dat(ql_report_writer *c, const group *g, const sens_columns *cols,
+                                size_t panels, const char *base, ql_error *err)
 {
     const ql_report_sens_set *ss = &g->sens;
     char set[512], name[1200];
@@ -1925,7 +1925,7 @@ static void sens_layer_ticks(body *b, const ql_report_sens_set *ss, int64_t lo, 
  * rows) as a heatmap per type, tensor kind across, layer up, colour log10 of the mean
  * KLD on a scale the panels share; grey where nothing was measured. Nothing is written
  * when the model has none. */
-static ql_status plot_sensitivity(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_sensitivity(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
     const ql_report_sens_set *ss = &g->sens;
@@ -2003,7 +2003,8 @@ static ql_status plot_sensitivity(ctx *c, group *g, const layout *l, ql_error *e
 /* sensitivity_experts: a mixture of experts' experts measured one at a time (objective
  * kld:expert): block x expert, a panel per type, colour log10 of the mean KLD with only that
  * expert's three matrices quantized. Nothing is written without expert rows. */
-static ql_status plot_sensitivity_experts(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_sensitivity_experts(ql_report_writer *c, group *g, const layout *l,
+                                          ql_error *err)
 {
     (void)l;
     const ql_report_sens_set *ss = &g->sens;
@@ -2093,7 +2094,7 @@ static ql_status plot_sensitivity_experts(ctx *c, group *g, const layout *l, ql_
 
 /* texts_kld: the mean KLD of every config on each evaluation text of a matrix
  * (report_texts.c), a line per config across the texts, log scale. */
-ql_status ql_report_plot_texts(ctx *c, group *gs, size_t ng, ql_error *err)
+ql_status ql_report_plot_texts(ql_report_writer *c, group *gs, size_t ng, ql_error *err)
 {
     ql_status rc = QL_OK;
     for (size_t i = 0; i < ng && !rc; i++) {
@@ -2130,8 +2131,8 @@ ql_status ql_report_plot_texts(ctx *c, group *gs, size_t ng, ql_error *err)
             break;
         }
         body b = {0};
-        snprintf(title, sizeof title, "%s: %s, ctx %d, %d chunks — mean KLD on each text",
-                 c->sweep, g->model, g->ctx, g->chunks);
+        snprintf(title, sizeof title, "%s: %s, ctx %d, %d chunks — mean KLD on each text", c->sweep,
+                 g->model, g->ctx, g->chunks);
         body_add(&b, "set title ");
         body_quote(&b, title);
         body_add(&b,
@@ -2165,12 +2166,13 @@ ql_status ql_report_plot_texts(ctx *c, group *gs, size_t ng, ql_error *err)
     return rc;
 }
 
-static ql_status (*const plot_writers[])(ctx *, group *, const layout *, ql_error *) = {
+static ql_status (*const plot_writers[])(ql_report_writer *, group *, const layout *,
+                                         ql_error *) = {
     plot_kld_bpw,    plot_ppl_bpw, plot_kld_cdf,     plot_tensors,
     plot_divergence, plot_routing, plot_sensitivity, plot_sensitivity_experts,
 };
 
-ql_status ql_report_write_plots(ctx *c, group *g, ql_error *err)
+ql_status ql_report_write_plots(ql_report_writer *c, group *g, ql_error *err)
 {
     layout l;
     ql_status rc = make_layout(g, &l, err);
