@@ -72,7 +72,7 @@
  *
  * Plots against bpw are laid out for crowded sweeps (report_plot.c): the legend below
  * the panels at their full width, one label per cluster of points of a weight type,
- * placed where it covers no point, error bar or other label (ql_plot_place_labels),
+ * placed where it covers no point, error bar or other label (ql_plot_label_points),
  * else the cluster's number, listed in a key under the plot and in report.md. */
 #ifndef QL_REPORT_H
 #define QL_REPORT_H
