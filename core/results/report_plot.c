@@ -10,11 +10,11 @@
  * combination of their values). Points carry error bars (± the standard error of
  * the mean), the series sit side by side around their bits per weight (configs of the
  * same size do not hide each other), the axes span the data, the Pareto front of the
- * group is dashed, and
- * each weight type is labelled next to its point where a label fits without covering
- * another label or point; where none fits, the point gets a number and the plot a
- * key of the numbers. Labels are placed here, not by gnuplot: the plot area sits at
- * fixed screen coordinates, so a data point's place on the canvas is known.
+ * group is dashed, and each weight type is labelled next to its point where a label
+ * fits without covering another label or point; where none fits, the point gets a
+ * number and the plot a key of the numbers. Labels are placed before gnuplot runs
+ * (plot.h's ql_plot_label_points, panel by panel): the plot area sits at fixed screen
+ * coordinates, so a data point's place on the canvas is known.
  *
  * Another plot is one more writer in that table. */
 #include <math.h>
