@@ -1,13 +1,14 @@
 /* qlab report, the common part: what the report reads from the store and every file it
  * writes shares. The report is a driver, leaves and this: report.c (the driver: it loads
- * each sweep's groups in one read transaction, writes report.md and the CSV files and
- * calls the leaves) -> report_plot.c (the plots), report_pairs.c (the one-axis
- * comparisons, the fitted configs against the smaller ones), report_texts.c (the config
- * x text matrices, the warnings), report_html.c (report.html) -> report_common.c (the
- * data below, the store's statement helpers, the labels and cells of configs, metrics,
- * pairs and matrices, saving a file, recording a problem). A leaf includes this header
- * and its own, never the driver's or another leaf's (tests/unit/test_layers.c). Not a
- * public interface: only the report's files include it. */
+ * each sweep's groups in one read transaction, writes report.md from its own sections and
+ * the leaves' and calls the leaves) -> report_plot.c (the plots), report_pairs.c (the
+ * one-axis comparisons, the fitted configs against the smaller ones), report_texts.c
+ * (the config x text matrices, the warnings), report_html.c (report.html), report_csv.c
+ * (the CSV files) -> report_common.c (the data below, the store's statement helpers, the
+ * labels and cells of configs, metrics, pairs and matrices, saving a file, recording a
+ * problem). A leaf includes this header and its own, never the driver's or another
+ * leaf's (tests/unit/test_layers.c): what two leaves share is here. Not a public
+ * interface: only the report's files include it. */
 #ifndef QL_REPORT_COMMON_H
 #define QL_REPORT_COMMON_H
 

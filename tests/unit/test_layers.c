@@ -44,7 +44,9 @@ typedef struct {
 
 /* core/'s drivers and leaves. */
 static const family core_families[] = {
-    {"results", "report", {"report_plot", "report_pairs", "report_texts", "report_html", NULL}},
+    {"results",
+     "report",
+     {"report_plot", "report_pairs", "report_texts", "report_html", "report_csv", NULL}},
 };
 
 typedef struct {
