@@ -124,7 +124,7 @@ static void test_apart(void)
 {
     const ql_plot_frame f = frame(false);
     const ql_plot_point pts[] = {{.x = 3, .y = 0.3, .err = 0.02, .kind = 0},
-                                 {.x = 8, .y = 0.7, .err = NAN, .kind = 1}};
+                                 {.x = 8, .y = 0.7, .err = (double)NAN, .kind = 1}};
     const ql_label_size sizes[] = {size_of(4), size_of(6)};
     size_t cluster_of[2], nl = 99;
     ql_point_label labels[2];
@@ -145,11 +145,11 @@ static void test_clusters(void)
 {
     const ql_plot_frame f = frame(false); /* 50 px per bpw, 3 px per 0.01 */
     const ql_plot_point pts[] = {
-        {.x = 4.0, .y = 0.5, .err = NAN, .kind = 0},
-        {.x = 4.4, .y = 0.5, .err = NAN, .kind = 0}, /* 20 px from the first */
-        {.x = 4.8, .y = 0.5, .err = NAN, .kind = 0}, /* 20 px on: 40 from the first */
-        {.x = 8.0, .y = 0.5, .err = NAN, .kind = 0}, /* far */
-        {.x = 4.4, .y = 0.5, .err = NAN, .kind = 1}, /* on top, another kind */
+        {.x = 4.0, .y = 0.5, .err = (double)NAN, .kind = 0},
+        {.x = 4.4, .y = 0.5, .err = (double)NAN, .kind = 0}, /* 20 px from the first */
+        {.x = 4.8, .y = 0.5, .err = (double)NAN, .kind = 0}, /* 20 px on: 40 from the first */
+        {.x = 8.0, .y = 0.5, .err = (double)NAN, .kind = 0}, /* far */
+        {.x = 4.4, .y = 0.5, .err = (double)NAN, .kind = 1}, /* on top, another kind */
     };
     const size_t n = sizeof pts / sizeof pts[0];
     const ql_label_size sizes[] = {size_of(4), size_of(4)};
@@ -233,7 +233,7 @@ static void test_no_room(void)
     ql_plot_frame f = frame(false);
     f.x1 = f.x0 + 12;
     f.y1 = f.y0 + 12;
-    const ql_plot_point pts[] = {{.x = 6, .y = 0.5, .err = NAN, .kind = 0}};
+    const ql_plot_point pts[] = {{.x = 6, .y = 0.5, .err = (double)NAN, .kind = 0}};
     const ql_label_size sizes[] = {size_of(6)};
     size_t cluster_of[1], nl = 0;
     ql_point_label labels[1];
