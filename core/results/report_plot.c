@@ -961,9 +961,9 @@ static ql_status note_numbered(group *g, const char *plot, const char *plot_titl
     return QL_OK;
 }
 
-/* The labels of panel p's points (ql_plot_label_points: one per cluster of points of one
- * weight type), appended to out; the numbered ones numbered on from the panels before
- * and recorded for report.md's key. The scratch arrays hold the group's rows. */
+/* A panel's points as the placement takes them, each array as long as the group's rows:
+ * the row of each point, its cluster, the point, its kind's label size and text (a kind
+ * numbered by its first point), the clusters' labels. */
 typedef struct {
     size_t *rows_of, *cluster_of;
     ql_plot_point *pts;
@@ -971,6 +971,10 @@ typedef struct {
     char (*kind_text)[64];
     ql_point_label *pl;
 } bpw_scratch;
+
+/* The labels of panel p's points (ql_plot_label_points: one per cluster of points of one
+ * weight type), appended to out; the numbered ones numbered on from the panels before
+ * and recorded for report.md's key. */
 
 static ql_status bpw_panel_labels(group *g, const layout *l, const bpw_plot *bp, bpw_data *d,
                                   size_t p, const char *base, const bpw_scratch *t, bpw_labels *out,
