@@ -323,39 +323,43 @@ static void write_file(const char *path, const char *text)
     }
 }
 
-/* A two-layer tree (lo, hi) with one file per layer: lo/a.h includes text_a. */
-static int check_small_tree(checker *c, const char *name, const char *text_a, const char *text_b)
+/* The layers of the small trees, lowest first. */
+static const char *const small_layers[] = {"lo", "hi"};
+
+/* A small tree's folders: root (a temporary folder called name) and its layer folders. */
+static const char *small_tree_dirs(const char *name)
 {
-    static const char *const layers[] = {"lo", "hi"};
     const char *root = qlt_tmp(name);
     char p[QL_PATH_MAX];
     mkdir(root, 0755);
-    snprintf(p, sizeof p, "%s/lo", root);
-    mkdir(p, 0755);
-    snprintf(p, sizeof p, "%s/hi", root);
-    mkdir(p, 0755);
+    for (size_t i = 0; i < sizeof small_layers / sizeof small_layers[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, small_layers[i]);
+        mkdir(p, 0755);
+    }
+    return root;
+}
+
+/* A two-layer tree (lo, hi) with one file per layer: lo/a.h includes text_a. */
+static int check_small_tree(checker *c, const char *name, const char *text_a, const char *text_b)
+{
+    const char *root = small_tree_dirs(name);
+    char p[QL_PATH_MAX];
     snprintf(p, sizeof p, "%s/lo/a.h", root);
     write_file(p, text_a);
     snprintf(p, sizeof p, "%s/lo/b.h", root);
     write_file(p, text_b);
     snprintf(p, sizeof p, "%s/hi/c.h", root);
     write_file(p, "#include \"lo/a.h\"\n");
-    return check_tree(c, root, layers, 2, NULL, 0, true);
+    return check_tree(c, root, small_layers, 2, NULL, 0, true);
 }
 
 /* A family in layer lo: driver d (d.c, d.h), leaves l1 and l2, common module m. The
  * driver includes both leaves' headers; leaf l1.c holds text_l1 (NULL: no l1.c). */
 static int check_family_tree(checker *c, const char *name, const char *text_l1)
 {
-    static const char *const layers[] = {"lo", "hi"};
     static const family fams[] = {{"lo", "d", {"l1", "l2", NULL}}};
-    const char *root = qlt_tmp(name);
+    const char *root = small_tree_dirs(name);
     char p[QL_PATH_MAX];
-    mkdir(root, 0755);
-    snprintf(p, sizeof p, "%s/lo", root);
-    mkdir(p, 0755);
-    snprintf(p, sizeof p, "%s/hi", root);
-    mkdir(p, 0755);
     static const char *const files[][2] = {
         {"d.h", "#include <stdio.h>\n"},
         {"d.c", "#include \"lo/d.h\"\n#include \"lo/l1.h\"\n#include \"lo/l2.h\"\n"},
@@ -374,7 +378,7 @@ static int check_family_tree(checker *c, const char *name, const char *text_l1)
         write_file(p, text_l1);
     else
         remove(p);
-    return check_tree(c, root, layers, 2, fams, 1, true);
+    return check_tree(c, root, small_layers, 2, fams, 1, true);
 }
 
 static void checker_finds_problems(void)
