@@ -1,18 +1,12 @@
-/* qlab report: what a sweep of several evaluation texts shows beyond one table per text
- * (issue 28): the config x text matrices of mean KLD and ln PPL ratio, and each group's
- * warnings (calibration overlapping the evaluated text, or unknown; a reference beaten
- * beyond its interval). */
-#include <math.h>
+/* qlab report (report_texts.h): what a sweep of several evaluation texts shows beyond
+ * one table per text (issue 28): report.md's config x text matrices of mean KLD and ln
+ * PPL ratio (the matrices and their cells are report_common's, shared with report.html
+ * and the plots), and each group's warnings (calibration overlapping the evaluated
+ * text, or unknown; a reference beaten beyond its interval). */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "base/util.h"
-#include "experiment/metrics.h"
-#include "experiment/overlap.h"
 #include "results/report_texts.h"
 
-typedef ql_report_row row;
 typedef ql_report_group group;
 
 void ql_report_md_warnings(const group *g, FILE *out)
