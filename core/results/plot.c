@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,6 +426,111 @@ bool ql_plot_place_labels(const ql_plot_box *area, const ql_plot_box *obstacles,
     free(ps.boxes);
     free(ps.leaders);
     return true;
+}
+
+/* ---------------------------------------------------------------- labels of a panel's points */
+
+double ql_plot_frame_x(const ql_plot_frame *f, double x)
+{
+    return f->x0 + (x - f->xlo) / (f->xhi - f->xlo) * (f->x1 - f->x0);
+}
+
+double ql_plot_frame_y(const ql_plot_frame *f, double y)
+{
+    const double k = f->log_y ? (log(y) - log(f->ylo)) / (log(f->yhi) - log(f->ylo))
+                              : (y - f->ylo) / (f->yhi - f->ylo);
+    return f->y1 - k * (f->y1 - f->y0);
+}
+
+/* A box of canvas pixels (y down) as the placement's y up (the y axis mirrored). */
+static ql_plot_box box_up(double x0, double x1, double y_top, double y_bottom)
+{
+    return (ql_plot_box){x0, -y_bottom, x1, -y_top};
+}
+
+/* Union-find over the points: the clusters that share a label. */
+static size_t uf_find(size_t *parent, size_t i)
+{
+    while (parent[i] != i)
+        i = parent[i] = parent[parent[i]];
+    return i;
+}
+
+bool ql_plot_label_points(const ql_plot_frame *f, double ref_y, const ql_plot_point *pts, size_t n,
+                          const ql_label_size *sizes, size_t *cluster_of, ql_point_label *labels,
+                          size_t *n_labels)
+{
+    *n_labels = 0;
+    double *px = malloc((n ? n : 1) * sizeof *px), *py = malloc((n ? n : 1) * sizeof *py);
+    size_t *parent = malloc((n ? n : 1) * sizeof *parent);
+    ql_plot_box *obstacles = malloc((2 * n + 1) * sizeof *obstacles);
+    ql_label_in *in = malloc((n ? n : 1) * sizeof *in);
+    ql_label_out *out = malloc((n ? n : 1) * sizeof *out);
+    bool ok = px && py && parent && obstacles && in && out;
+    if (!ok)
+        goto out;
+    /* The markers in pixels, and their clusters. */
+    for (size_t i = 0; i < n; i++) {
+        px[i] = ql_plot_frame_x(f, pts[i].x);
+        py[i] = ql_plot_frame_y(f, pts[i].y);
+        parent[i] = i;
+        for (size_t j = 0; j < i; j++)
+            if (pts[j].kind == pts[i].kind &&
+                hypot(px[j] - px[i], py[j] - py[i]) <= QL_PLOT_CLUSTER_PX)
+                parent[uf_find(parent, j)] = uf_find(parent, i);
+    }
+    /* What no label may cover: the reference line, the markers, the error bars. */
+    size_t n_obst = 0;
+    if (!isnan(ref_y)) {
+        const double yr = ql_plot_frame_y(f, ref_y);
+        obstacles[n_obst++] = box_up(f->x0, f->x1, yr - QL_PLOT_LINE_R, yr + QL_PLOT_LINE_R);
+    }
+    const double r = QL_PLOT_MARK_R;
+    for (size_t i = 0; i < n; i++) {
+        const double e = pts[i].err, y = pts[i].y;
+        obstacles[n_obst++] = box_up(px[i] - r, px[i] + r, py[i] - r, py[i] + r);
+        if (!isnan(e) && e > 0.0) {
+            const double lo = y - e > 0.0 || !f->log_y ? y - e : y;
+            obstacles[n_obst++] = box_up(px[i] - QL_PLOT_BAR_R, px[i] + QL_PLOT_BAR_R,
+                                         ql_plot_frame_y(f, y + e), ql_plot_frame_y(f, lo));
+        }
+        /* A cluster's label at its first point; its anchor grows by each further one. */
+        const size_t root = uf_find(parent, i);
+        size_t k = 0;
+        while (k < *n_labels && uf_find(parent, labels[k].first) != root)
+            k++;
+        cluster_of[i] = k;
+        const ql_plot_box mark = box_up(px[i] - r, px[i] + r, py[i] - r, py[i] + r);
+        if (k == *n_labels) {
+            const ql_label_size *sz = &sizes[pts[i].kind];
+            in[k] = (ql_label_in){.anchor = mark, .w = sz->w, .h = sz->h, .num_w = sz->num_w};
+            labels[k].first = i;
+            (*n_labels)++;
+        } else {
+            ql_plot_box *a = &in[k].anchor;
+            a->x0 = fmin(a->x0, mark.x0);
+            a->x1 = fmax(a->x1, mark.x1);
+            a->y0 = fmin(a->y0, mark.y0);
+            a->y1 = fmax(a->y1, mark.y1);
+        }
+    }
+    const double inset = QL_PLOT_AREA_INSET;
+    const ql_plot_box area = box_up(f->x0 + inset, f->x1 - inset, f->y0 + inset, f->y1 - inset);
+    ok = ql_plot_place_labels(&area, obstacles, n_obst, in, *n_labels, out);
+    for (size_t k = 0; k < *n_labels; k++) {
+        labels[k].in = in[k];
+        labels[k].out = ok ? out[k] : (ql_label_out){QL_LABEL_NONE, {0, 0, 0, 0}, false, 0};
+    }
+out:
+    if (!ok)
+        *n_labels = 0;
+    free(px);
+    free(py);
+    free(parent);
+    free(obstacles);
+    free(in);
+    free(out);
+    return ok;
 }
 
 void ql_gnuplot_quote(FILE *out, const char *s)

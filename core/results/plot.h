@@ -96,6 +96,64 @@ bool ql_plot_segment_hits(double ax, double ay, double bx, double by, const ql_p
 void ql_plot_leader(const ql_plot_box *anchor, const ql_plot_box *label, double *ax, double *ay,
                     double *bx, double *by);
 
+/* ---------------------------------------------------------------- labels of a panel's points
+ *
+ * The labels of a plot of points with error bars (the report's plots against bits per
+ * weight), as a pure function of the points, the panel's frame and the labels' sizes.
+ * Points of one kind (the report's: one weight type) within QL_PLOT_CLUSTER_PX pixels of
+ * each other, directly or through other points of that kind, form a cluster that gets
+ * one label, anchored on the box around its markers; the labels, in the order of their
+ * clusters' first points, are placed by ql_plot_place_labels inside the plot area (off
+ * its frame by QL_PLOT_AREA_INSET) among the markers (radius QL_PLOT_MARK_R), the error
+ * bars (half width QL_PLOT_BAR_R) and a horizontal reference line. */
+
+/* A marker (gnuplot's pointsize 1.2) keeps this radius free; an error bar this half
+ * width; the reference line this half height. */
+#define QL_PLOT_MARK_R     5.0
+#define QL_PLOT_BAR_R      3.0
+#define QL_PLOT_LINE_R     1.0
+#define QL_PLOT_CLUSTER_PX 26.0 /* points of one kind this close share a label */
+#define QL_PLOT_AREA_INSET 2.0  /* labels keep this far inside the plot area's frame */
+
+/* A panel: its plot area on the canvas (pixels, y down) and the data at its edges. */
+typedef struct {
+    double x0, x1, y0, y1;     /* the plot area: left, right, top, bottom */
+    double xlo, xhi, ylo, yhi; /* the axis ranges; ylo > 0 on a log axis */
+    bool log_y;
+} ql_plot_frame;
+
+/* Data to canvas pixels of a frame (y down; log scale when the frame's y is). */
+double ql_plot_frame_x(const ql_plot_frame *f, double x);
+double ql_plot_frame_y(const ql_plot_frame *f, double y);
+
+/* A point to label: drawable on the frame (finite; y > 0 on a log axis). */
+typedef struct {
+    double x, y; /* data */
+    double err;  /* the error bar: y ± err; NAN or <= 0: none */
+    size_t kind; /* what it is (the report's weight type): an index into the label sizes */
+} ql_plot_point;
+
+/* A kind's label: its box at its text and at its number (same height). */
+typedef struct {
+    double w, h, num_w;
+} ql_label_size;
+
+/* One cluster's label: its anchor and sizes (ql_label_in, y up as ql_plot_place_labels
+ * takes them: the canvas's y negated) and where it went. */
+typedef struct {
+    size_t first; /* the cluster's first point */
+    ql_label_in in;
+    ql_label_out out;
+} ql_point_label;
+
+/* Labels the n points of frame f: cluster_of[i] gets point i's label index, labels[] the
+ * labels (at most n) in the order of their first points, *n_labels how many. ref_y: the
+ * data y of a horizontal line across the area no label may cover (NAN: none). The same
+ * input gives the same output. Returns false when memory ran out (no label placed). */
+bool ql_plot_label_points(const ql_plot_frame *f, double ref_y, const ql_plot_point *pts, size_t n,
+                          const ql_label_size *sizes, size_t *cluster_of, ql_point_label *labels,
+                          size_t *n_labels);
+
 /* Writes s as a gnuplot single-quoted string ('' escapes a quote). */
 void ql_gnuplot_quote(FILE *out, const char *s);
 

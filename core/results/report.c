@@ -1,3 +1,8 @@
+/* qlab report's driver (report.h): per sweep, every group read from the store in one
+ * read transaction (its rows, failures, sensitivities, tensor types; the leaves read
+ * their own parts), then the files written: the plots (report_plot), report.md from its
+ * own sections and those of report_pairs and report_texts, the CSV files (report_csv)
+ * and report.html (report_html). What the leaves share with it is report_common. */
 #include "results/report.h"
 
 #include <math.h>
@@ -12,11 +17,14 @@
 #include "formats/types.h"
 #include "results/analysis.h"
 #include "results/plot.h"
-#include "results/report_impl.h"
+#include "results/report_common.h"
+#include "results/report_csv.h"
+#include "results/report_html.h"
+#include "results/report_pairs.h"
+#include "results/report_plot.h"
+#include "results/report_texts.h"
 #include "results/types_table.h"
 
-/* Markdown text of a missing value. */
-#define NULL_TEXT "—"
 /* report.md marks what follows a group's table (comparisons, plots, the legend). */
 #define DETAILS_BEGIN "<!-- details -->"
 #define DETAILS_END   "<!-- /details -->"
@@ -28,7 +36,6 @@
 typedef ql_report_row row;
 typedef ql_report_failure failure;
 typedef ql_report_group group;
-typedef ql_report_ctx ctx;
 
 /* One sweep: everything its files show, read before any is written. */
 typedef struct {
@@ -70,81 +77,29 @@ static void group_free(group *g)
     memset(g, 0, sizeof *g);
 }
 
-/* ================================================================ SQLite */
-
-/* The store's statement helpers (fault injection covers the report), with the
- * report's messages: "db: report: reading: reason". */
-static ql_status prepare(ctx *c, const char *sql, sqlite3_stmt **st, ql_error *err)
-{
-    return ql_store_prepare(c->store, sql, st, NULL, "report: preparing a query", err);
-}
-
-/* Steps; *got tells whether a row came. */
-static ql_status step(ctx *c, sqlite3_stmt *st, bool *got, ql_error *err)
-{
-    return ql_store_step(c->store, st, got, "report: reading", err);
-}
-
-static double col_double(sqlite3_stmt *st, int i)
-{
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? (double)NAN : sqlite3_column_double(st, i);
-}
-
-/* A text column as a heap string ("" for NULL); a REAL column in its shortest
- * exact decimal form, so that outlier ratios read as in the canonical form. */
-static char *col_string(sqlite3_stmt *st, int i)
-{
-    char num[64];
-    switch (sqlite3_column_type(st, i)) {
-    case SQLITE_NULL:
-        return ql_strdup("");
-    case SQLITE_FLOAT:
-        ql_format_double(sqlite3_column_double(st, i), num, sizeof num);
-        return ql_strdup(num);
-    default: {
-        const char *t = (const char *)sqlite3_column_text(st, i);
-        return ql_strdup(t ? t : "");
-    }
-    }
-}
-
-static ql_status bind_text(ctx *c, sqlite3_stmt *st, int idx, const char *v, ql_error *err)
-{
-    return ql_store_bind_text(c->store, st, idx, v, "report: binding a parameter", err);
-}
-
-static ql_status bind_int(ctx *c, sqlite3_stmt *st, int idx, int64_t v, ql_error *err)
-{
-    return ql_store_bind_int64(c->store, st, idx, v, "report: binding a parameter", err);
-}
-
-static ql_status oom(ql_error *err)
-{
-    return ql_error_set(err, QL_ENOMEM, "report: out of memory");
-}
-
 /* ================================================================ loading */
 
-static ql_status list_sweeps(ctx *c, char ***out, size_t *n, ql_error *err)
+static ql_status list_sweeps(ql_report_writer *c, char ***out, size_t *n, ql_error *err)
 {
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    ql_status rc = prepare(c, "SELECT DISTINCT sweep FROM sweep_runs ORDER BY sweep", &st, err);
+    ql_status rc =
+        ql_report_prepare(c, "SELECT DISTINCT sweep FROM sweep_runs ORDER BY sweep", &st, err);
     if (rc)
         return rc;
     char **names = NULL;
     size_t cap = 0;
     for (;;) {
         bool more;
-        if ((rc = step(c, st, &more, err)) || !more)
+        if ((rc = ql_report_step(c, st, &more, err)) || !more)
             break;
         if (!ql_grow((void **)&names, &cap, *n + 1, sizeof *names)) {
-            rc = oom(err);
+            rc = ql_report_oom(err);
             break;
         }
-        if (!(names[*n] = col_string(st, 0))) {
-            rc = oom(err);
+        if (!(names[*n] = ql_report_col_string(st, 0))) {
+            rc = ql_report_oom(err);
             break;
         }
         (*n)++;
@@ -168,7 +123,7 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
-static ql_status load_groups(ctx *c, group **out, size_t *n, ql_error *err)
+static ql_status load_groups(ql_report_writer *c, group **out, size_t *n, ql_error *err)
 {
     static const char sql[] =
         "SELECT mo.sha256, coalesce(mo.name, mo.path), mo.arch, mo.params, d.sha256, d.name,"
@@ -181,37 +136,37 @@ static ql_status load_groups(ctx *c, group **out, size_t *n, ql_error *err)
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    ql_status rc = prepare(c, sql, &st, err);
+    ql_status rc = ql_report_prepare(c, sql, &st, err);
     if (rc)
         return rc;
     group *gs = NULL;
     size_t cap = 0;
-    if ((rc = bind_text(c, st, 1, c->sweep, err)))
+    if ((rc = ql_report_bind_text(c, st, 1, c->sweep, err)))
         goto out;
     for (;;) {
         bool more;
-        if ((rc = step(c, st, &more, err)) || !more)
+        if ((rc = ql_report_step(c, st, &more, err)) || !more)
             break;
         if (!ql_grow((void **)&gs, &cap, *n + 1, sizeof *gs)) {
-            rc = oom(err);
+            rc = ql_report_oom(err);
             break;
         }
         group *g = &gs[*n];
         memset(g, 0, sizeof *g);
         (*n)++;
-        g->model_sha = col_string(st, 0);
-        g->model = col_string(st, 1);
-        g->arch = col_string(st, 2);
+        g->model_sha = ql_report_col_string(st, 0);
+        g->model = ql_report_col_string(st, 1);
+        g->arch = ql_report_col_string(st, 2);
         g->params = sqlite3_column_type(st, 3) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 3);
-        g->dataset_sha = col_string(st, 4);
-        g->dataset = col_string(st, 5);
+        g->dataset_sha = ql_report_col_string(st, 4);
+        g->dataset = ql_report_col_string(st, 5);
         g->ctx = sqlite3_column_int(st, 6);
         g->chunks = sqlite3_column_int(st, 7);
         g->done = sqlite3_column_int64(st, 8);
         g->failed = sqlite3_column_int64(st, 9);
         g->running = sqlite3_column_int64(st, 10);
         if (!g->model_sha || !g->model || !g->arch || !g->dataset_sha || !g->dataset) {
-            rc = oom(err);
+            rc = ql_report_oom(err);
             break;
         }
     }
@@ -222,14 +177,15 @@ out:
 }
 
 /* Binds sweep, model, text, ctx, chunks at ?1..?5. */
-static ql_status bind_group(ctx *c, sqlite3_stmt *st, const group *g, ql_error *err)
+static ql_status bind_group(ql_report_writer *c, sqlite3_stmt *st, const group *g, ql_error *err)
 {
     ql_status rc;
-    if ((rc = bind_text(c, st, 1, c->sweep, err)) ||
-        (rc = bind_text(c, st, 2, g->model_sha, err)) ||
-        (rc = bind_text(c, st, 3, g->dataset_sha, err)) || (rc = bind_int(c, st, 4, g->ctx, err)))
+    if ((rc = ql_report_bind_text(c, st, 1, c->sweep, err)) ||
+        (rc = ql_report_bind_text(c, st, 2, g->model_sha, err)) ||
+        (rc = ql_report_bind_text(c, st, 3, g->dataset_sha, err)) ||
+        (rc = ql_report_bind_int(c, st, 4, g->ctx, err)))
         return rc;
-    return bind_int(c, st, 5, g->chunks, err);
+    return ql_report_bind_int(c, st, 5, g->chunks, err);
 }
 
 /* A select list of every axis (prefix: "" or "c.") into sql at *off. */
@@ -240,7 +196,7 @@ static void add_axes(char *sql, size_t size, size_t *off, const char *prefix)
             (size_t)snprintf(sql + *off, size - *off, ", %s%s", prefix, ql_axis_name((ql_axis)a));
 }
 
-static ql_status load_rows(ctx *c, group *g, ql_error *err)
+static ql_status load_rows(ql_report_writer *c, group *g, ql_error *err)
 {
     char sql[8192];
     size_t off = (size_t)snprintf(sql, sizeof sql, "SELECT run_id, config_hash");
@@ -258,7 +214,7 @@ static ql_status load_rows(ctx *c, group *g, ql_error *err)
     QL_ASSERT(off + 1 < sizeof sql);
 
     sqlite3_stmt *st;
-    ql_status rc = prepare(c, sql, &st, err);
+    ql_status rc = ql_report_prepare(c, sql, &st, err);
     if (rc)
         return rc;
     size_t cap = 0;
@@ -266,10 +222,10 @@ static ql_status load_rows(ctx *c, group *g, ql_error *err)
         goto out;
     for (;;) {
         bool more;
-        if ((rc = step(c, st, &more, err)) || !more)
+        if ((rc = ql_report_step(c, st, &more, err)) || !more)
             break;
         if (!ql_grow((void **)&g->rows, &cap, g->nrows + 1, sizeof *g->rows)) {
-            rc = oom(err);
+            rc = ql_report_oom(err);
             break;
         }
         row *r = &g->rows[g->nrows++];
@@ -279,15 +235,15 @@ static ql_status load_rows(ctx *c, group *g, ql_error *err)
         ql_strlcpy(r->hash, h ? h : "", sizeof r->hash);
         bool ok = true;
         for (int a = 0; a < QL_AXIS_COUNT; a++)
-            ok = (r->axis[a] = col_string(st, 2 + a)) != NULL && ok;
+            ok = (r->axis[a] = ql_report_col_string(st, 2 + a)) != NULL && ok;
         for (int v = 0; v < QL_N_METRICS; v++)
-            r->v[v] = col_double(st, 2 + QL_AXIS_COUNT + v);
+            r->v[v] = ql_report_col_double(st, 2 + QL_AXIS_COUNT + v);
         int k = 2 + QL_AXIS_COUNT + QL_N_METRICS;
         r->applies = ql_applies_parse((const char *)sqlite3_column_text(st, k));
-        ok = (r->types_used = col_string(st, k + 1)) != NULL && ok;
-        ok = (r->fallback_note = col_string(st, k + 2)) != NULL && ok;
+        ok = (r->types_used = ql_report_col_string(st, k + 1)) != NULL && ok;
+        ok = (r->fallback_note = ql_report_col_string(st, k + 2)) != NULL && ok;
         if (!ok) {
-            rc = oom(err);
+            rc = ql_report_oom(err);
             break;
         }
     }
@@ -296,7 +252,7 @@ out:
     return rc;
 }
 
-static ql_status load_failures(ctx *c, group *g, ql_error *err)
+static ql_status load_failures(ql_report_writer *c, group *g, ql_error *err)
 {
     char sql[1024];
     size_t off = (size_t)snprintf(sql, sizeof sql, "SELECT r.error");
@@ -311,7 +267,7 @@ static ql_status load_failures(ctx *c, group *g, ql_error *err)
                             " ORDER BY c.weight_type, c.canonical");
     QL_ASSERT(off + 1 < sizeof sql);
     sqlite3_stmt *st;
-    ql_status rc = prepare(c, sql, &st, err);
+    ql_status rc = ql_report_prepare(c, sql, &st, err);
     if (rc)
         return rc;
     size_t cap = 0;
@@ -319,19 +275,19 @@ static ql_status load_failures(ctx *c, group *g, ql_error *err)
         goto out;
     for (;;) {
         bool more;
-        if ((rc = step(c, st, &more, err)) || !more)
+        if ((rc = ql_report_step(c, st, &more, err)) || !more)
             break;
         if (!ql_grow((void **)&g->fails, &cap, g->nfails + 1, sizeof *g->fails)) {
-            rc = oom(err);
+            rc = ql_report_oom(err);
             break;
         }
         failure *f = &g->fails[g->nfails++];
         memset(f, 0, sizeof *f);
-        bool ok = (f->error = col_string(st, 0)) != NULL;
+        bool ok = (f->error = ql_report_col_string(st, 0)) != NULL;
         for (int a = 0; a < QL_AXIS_COUNT; a++)
-            ok = (f->axis[a] = col_string(st, 1 + a)) != NULL && ok;
+            ok = (f->axis[a] = ql_report_col_string(st, 1 + a)) != NULL && ok;
         if (!ok) {
-            rc = oom(err);
+            rc = ql_report_oom(err);
             break;
         }
     }
@@ -363,7 +319,7 @@ static void find_varying(group *g)
  * importance matrix, so the same store always shows the same set. The report shows
  * tensors' rows (layer x kind); the rows of groups of tensors (objective kld:<grouping>)
  * are the store's. */
-static ql_status pick_sens_set(ctx *c, group *g, ql_error *err)
+static ql_status pick_sens_set(ql_report_writer *c, group *g, ql_error *err)
 {
     static const char sql[] =
         "SELECT text_sha256, coalesce(min(text), ''), ctx, chunks, imatrix_sha256,"
@@ -374,26 +330,26 @@ static ql_status pick_sens_set(ctx *c, group *g, ql_error *err)
         " imatrix_sha256";
     ql_report_sens_set *ss = &g->sens;
     sqlite3_stmt *st;
-    ql_status rc = prepare(c, sql, &st, err);
+    ql_status rc = ql_report_prepare(c, sql, &st, err);
     if (rc)
         return rc;
-    if ((rc = bind_text(c, st, 1, g->model_sha, err)))
+    if ((rc = ql_report_bind_text(c, st, 1, g->model_sha, err)))
         goto out;
     for (;;) {
         bool more;
-        if ((rc = step(c, st, &more, err)) || !more)
+        if ((rc = ql_report_step(c, st, &more, err)) || !more)
             break;
         if (ss->nsets++)
             continue;
-        ss->text_sha = col_string(st, 0);
-        ss->text = col_string(st, 1);
+        ss->text_sha = ql_report_col_string(st, 0);
+        ss->text = ql_report_col_string(st, 1);
         ss->ctx = sqlite3_column_int(st, 2);
         ss->chunks = sqlite3_column_int64(st, 3);
-        ss->imatrix_sha = col_string(st, 4);
+        ss->imatrix_sha = ql_report_col_string(st, 4);
         ss->metrics_version = sqlite3_column_int(st, 5);
-        ss->seconds = col_double(st, 7);
+        ss->seconds = ql_report_col_double(st, 7);
         if (!ss->text_sha || !ss->text || !ss->imatrix_sha) {
-            rc = oom(err);
+            rc = ql_report_oom(err);
             break;
         }
     }
@@ -459,8 +415,8 @@ static void order_sens_types(ql_report_sens_set *ss)
 
 /* The rows of one grouping of the group's sensitivity set ('tensor' or 'expert') into
  * *rows. Expert rows ("blk.L.exp.E") in expert order, the number read from the name. */
-static ql_status load_sens_rows(ctx *c, group *g, const char *grouping, ql_report_sens **rows,
-                                size_t *nrows, ql_error *err)
+static ql_status load_sens_rows(ql_report_writer *c, group *g, const char *grouping,
+                                ql_report_sens **rows, size_t *nrows, ql_error *err)
 {
     static const char sql[] =
         "SELECT tensor, layer, kind, type, bytes, kld_mean, kld_mean_err, ln_ppl_ratio,"
@@ -469,23 +425,24 @@ static ql_status load_sens_rows(ctx *c, group *g, const char *grouping, ql_repor
         " metrics_version = ?6 AND grouping = ?7 ORDER BY layer, length(tensor), tensor, type";
     ql_report_sens_set *ss = &g->sens;
     sqlite3_stmt *st;
-    ql_status rc = prepare(c, sql, &st, err);
+    ql_status rc = ql_report_prepare(c, sql, &st, err);
     if (rc)
         return rc;
     size_t cap = 0;
-    if ((rc = bind_text(c, st, 1, g->model_sha, err)) ||
-        (rc = bind_text(c, st, 2, ss->text_sha, err)) || (rc = bind_int(c, st, 3, ss->ctx, err)) ||
-        (rc = bind_int(c, st, 4, ss->chunks, err)) ||
-        (rc = bind_text(c, st, 5, ss->imatrix_sha, err)) ||
-        (rc = bind_int(c, st, 6, ss->metrics_version, err)) ||
-        (rc = bind_text(c, st, 7, grouping, err)))
+    if ((rc = ql_report_bind_text(c, st, 1, g->model_sha, err)) ||
+        (rc = ql_report_bind_text(c, st, 2, ss->text_sha, err)) ||
+        (rc = ql_report_bind_int(c, st, 3, ss->ctx, err)) ||
+        (rc = ql_report_bind_int(c, st, 4, ss->chunks, err)) ||
+        (rc = ql_report_bind_text(c, st, 5, ss->imatrix_sha, err)) ||
+        (rc = ql_report_bind_int(c, st, 6, ss->metrics_version, err)) ||
+        (rc = ql_report_bind_text(c, st, 7, grouping, err)))
         goto out;
     for (;;) {
         bool more;
-        if ((rc = step(c, st, &more, err)) || !more)
+        if ((rc = ql_report_step(c, st, &more, err)) || !more)
             break;
         if (!ql_grow((void **)rows, &cap, *nrows + 1, sizeof **rows)) {
-            rc = oom(err);
+            rc = ql_report_oom(err);
             break;
         }
         ql_report_sens *r = &(*rows)[(*nrows)++];
@@ -497,11 +454,11 @@ static ql_status load_sens_rows(ctx *c, group *g, const char *grouping, ql_repor
         ql_strlcpy(r->type, type ? type : "", sizeof r->type);
         r->layer = sqlite3_column_int64(st, 1);
         r->bytes = sqlite3_column_int64(st, 4);
-        r->kld_mean = col_double(st, 5);
-        r->kld_mean_err = col_double(st, 6);
-        r->ln_ppl_ratio = col_double(st, 7);
-        r->ln_ppl_ratio_err = col_double(st, 8);
-        r->seconds = col_double(st, 9);
+        r->kld_mean = ql_report_col_double(st, 5);
+        r->kld_mean_err = ql_report_col_double(st, 6);
+        r->ln_ppl_ratio = ql_report_col_double(st, 7);
+        r->ln_ppl_ratio_err = ql_report_col_double(st, 8);
+        r->seconds = ql_report_col_double(st, 9);
         const char *dot = strrchr(r->tensor, '.');
         r->expert = strcmp(grouping, "expert") == 0 && dot ? (int)strtol(dot + 1, NULL, 10) : -1;
     }
@@ -511,7 +468,7 @@ out:
 }
 
 /* Reads the sensitivities the report shows for the group's model (none: nrows 0). */
-static ql_status load_sensitivity(ctx *c, group *g, ql_error *err)
+static ql_status load_sensitivity(ql_report_writer *c, group *g, ql_error *err)
 {
     ql_report_sens_set *ss = &g->sens;
     ql_status rc = pick_sens_set(c, g, err);
@@ -544,292 +501,7 @@ static void slug(const char *s, char *buf, size_t size)
         ql_strlcpy(buf, "_", size);
 }
 
-/* Whether v is the axis's default (canonical) value. */
-static bool is_default(int a, const char *v)
-{
-    char d[QL_CONFIG_VALUE_MAX];
-    ql_axis_default_string((ql_axis)a, d, sizeof d);
-    return strcmp(v, d) == 0;
-}
-
-/* How an axis value reads in a table: the default as the axis list says (an
- * outlier ratio of 0 is "off"). */
-static const char *axis_display(int a, const char *v)
-{
-    const char *shown = ql_axis_get((ql_axis)a)->shown_default;
-    return shown && is_default(a, v) ? shown : v;
-}
-
-/* Whether an axis added later is at its default: as the canonical form leaves it out,
- * so does the summary (a sweep from before it existed reads as it did). */
-static bool omitted_default(int a, const char *v)
-{
-    return (ql_axis_get((ql_axis)a)->flags & QL_AXIS_OMIT_DEFAULT) && is_default(a, v);
-}
-
-/* Whether a label can leave an axis value out (head same, outliers off, ...). */
-static bool is_plain(int a, const char *v)
-{
-    return (ql_axis_get((ql_axis)a)->flags & QL_AXIS_LABEL_SKIPS_DEFAULT) && is_default(a, v);
-}
-
-/* ---------------------------------------------------------------- file configs */
-
-#define FILE_PREFIX "file:"
-
-bool ql_report_is_file(const char *value, char *sha)
-{
-    if (sha)
-        sha[0] = '\0';
-    if (strncmp(value, FILE_PREFIX, strlen(FILE_PREFIX)) != 0)
-        return false;
-    const char *at = strrchr(value, '@');
-    if (sha && at && strlen(at + 1) == 64)
-        ql_strlcpy(sha, at + 1, 65);
-    return true;
-}
-
-/* The name of a file config at a level of detail: 0 its file name, 1 its path, 2 and 3
- * the same with the first 8 digits of its hash, 4 the whole value. */
-static void file_name_at(const char *value, int level, char *buf, size_t size)
-{
-    char sha[65];
-    ql_report_is_file(value, sha);
-    const char *path = value + strlen(FILE_PREFIX);
-    const char *at = sha[0] ? strrchr(path, '@') : NULL;
-    size_t len = at ? (size_t)(at - path) : strlen(path);
-    const char *slash = NULL;
-    for (size_t i = 0; i < len; i++)
-        if (path[i] == '/')
-            slash = path + i;
-    const char *name = level % 2 == 0 && slash ? slash + 1 : path;
-    const size_t name_len = len - (size_t)(name - path);
-    if (level >= 4)
-        snprintf(buf, size, "%s", value);
-    else if (level >= 2 && sha[0])
-        snprintf(buf, size, FILE_PREFIX "%.*s@%.8s", (int)name_len, name, sha);
-    else
-        snprintf(buf, size, FILE_PREFIX "%.*s", (int)name_len, name);
-}
-
-/* Whether another file value of the group reads as `name` at this level. */
-static bool file_name_taken(const group *g, const char *value, int level, const char *name)
-{
-    for (size_t i = 0; i < g->nrows + g->nfails; i++) {
-        const char *w = i < g->nrows ? g->rows[i].axis[QL_AXIS_WEIGHT_TYPE]
-                                     : g->fails[i - g->nrows].axis[QL_AXIS_WEIGHT_TYPE];
-        char other[QL_CONFIG_VALUE_MAX];
-        if (strcmp(w, value) == 0 || !ql_report_is_file(w, NULL))
-            continue;
-        file_name_at(w, level, other, sizeof other);
-        if (strcmp(other, name) == 0)
-            return true;
-    }
-    return false;
-}
-
-const char *ql_report_weight_label(const group *g, const char *value, char *buf, size_t size)
-{
-    if (!ql_report_is_file(value, NULL)) {
-        snprintf(buf, size, "%s", value);
-        return buf;
-    }
-    /* The shortest name no other file of the group has. */
-    for (int level = 0; level < 4; level++) {
-        file_name_at(value, level, buf, size);
-        if (!file_name_taken(g, value, level, buf))
-            return buf;
-    }
-    file_name_at(value, 4, buf, size);
-    return buf;
-}
-
-/* How axis a of a config reads in the group's tables: the weight type by its label, the
- * imatrix of a file config "unknown" (qlab cannot tell what the file was quantized
- * with), any other value as the axis list shows it. */
-static const char *axis_cell(const group *g, char *const *axis, int a, char *buf, size_t size)
-{
-    if (a == QL_AXIS_WEIGHT_TYPE)
-        return ql_report_weight_label(g, axis[a], buf, size);
-    if (a == QL_AXIS_IMATRIX && ql_report_is_file(axis[QL_AXIS_WEIGHT_TYPE], NULL) &&
-        is_default(a, axis[a]))
-        return "unknown";
-    return axis_display(a, axis[a]);
-}
-
-/* "Q4_0 head=F32": the weight type and the axes that vary within the group,
- * except skip_axis and plain values (head same, outliers off, ...). */
-static void config_label(const group *g, char *const *axis, int skip_axis, char *buf, size_t size)
-{
-    char wt[QL_CONFIG_VALUE_MAX];
-    size_t o = (size_t)snprintf(
-        buf, size, "%s", ql_report_weight_label(g, axis[QL_AXIS_WEIGHT_TYPE], wt, sizeof wt));
-    for (int a = 1; a < QL_AXIS_COUNT && o < size; a++)
-        if (g->varies[a] && a != skip_axis && !is_plain(a, axis[a]))
-            o += (size_t)snprintf(buf + o, size - o, " %s=%s", ql_axis_get((ql_axis)a)->label,
-                                  axis[a]);
-}
-
-/* ================================================================ output files */
-
-/* Writes a document to the sweep's directory, logs and counts it (ql_doc_save). */
-static ql_status doc_save(ctx *c, ql_doc *d, const char *name, ql_error *err)
-{
-    ql_status rc = ql_doc_save(d, c->dir, name, c->opt->log, err);
-    if (!rc)
-        c->sum->files++;
-    return rc;
-}
-
-void ql_report_add_problem(ctx *c, const char *what, const char *script, const char *why)
-{
-    ql_report_summary *sum = c->sum;
-    if (*what) {
-        sum->plots_skipped = true;
-        if (!sum->why[0])
-            ql_strlcpy(sum->why, why, sizeof sum->why);
-    }
-    if (!ql_grow((void **)&sum->problems, &c->problems_cap, sum->n_problems + 1,
-                 sizeof *sum->problems))
-        return; /* out of memory: the count and the first reason stand */
-    ql_report_problem *p = &sum->problems[sum->n_problems++];
-    ql_strlcpy(p->sweep, c->sweep ? c->sweep : "", sizeof p->sweep);
-    ql_strlcpy(p->what, what, sizeof p->what);
-    ql_strlcpy(p->script, script, sizeof p->script);
-    ql_strlcpy(p->why, why, sizeof p->why);
-}
-
-void ql_report_summary_deinit(ql_report_summary *summary)
-{
-    if (!summary)
-        return;
-    free(summary->problems);
-    summary->problems = NULL;
-    summary->n_problems = 0;
-}
-
-/* ---------------------------------------------------------------- for the other report files */
-
-ql_status ql_report_prepare(ctx *c, const char *sql, sqlite3_stmt **st, ql_error *err)
-{
-    return prepare(c, sql, st, err);
-}
-
-ql_status ql_report_step(ctx *c, sqlite3_stmt *st, bool *got, ql_error *err)
-{
-    return step(c, st, got, err);
-}
-
-ql_status ql_report_bind_int(ctx *c, sqlite3_stmt *st, int idx, int64_t v, ql_error *err)
-{
-    return bind_int(c, st, idx, v, err);
-}
-
-double ql_report_col_double(sqlite3_stmt *st, int i)
-{
-    return col_double(st, i);
-}
-
-ql_status ql_report_oom(ql_error *err)
-{
-    return oom(err);
-}
-
-const char *ql_report_axis_display(int a, const char *v)
-{
-    return axis_display(a, v);
-}
-
-const char *ql_report_axis_cell(const group *g, char *const *axis, int a, char *buf, size_t size)
-{
-    return axis_cell(g, axis, a, buf, size);
-}
-
-bool ql_report_is_default(int a, const char *v)
-{
-    return is_default(a, v);
-}
-
-bool ql_report_is_plain(int a, const char *v)
-{
-    return is_plain(a, v);
-}
-
-void ql_report_config_label(const group *g, char *const *axis, int skip_axis, char *buf,
-                            size_t size)
-{
-    config_label(g, axis, skip_axis, buf, size);
-}
-
-void ql_report_rest_label(const group *g, char *const *axis, int skip_axis, char *buf, size_t size)
-{
-    size_t o = 0;
-    buf[0] = '\0';
-    for (int a = 1; a < QL_AXIS_COUNT && o < size; a++)
-        if (g->varies[a] && a != skip_axis && !is_plain(a, axis[a]))
-            o += (size_t)snprintf(buf + o, size - o, "%s%s=%s", o ? " " : "",
-                                  ql_axis_get((ql_axis)a)->label, axis[a]);
-}
-
-bool ql_report_row_compared(const row *r)
-{
-    return r->applies != QL_APPLIES_NONE;
-}
-
-ql_status ql_report_doc_save(ctx *c, ql_doc *d, const char *name, ql_error *err)
-{
-    return doc_save(c, d, name, err);
-}
-
-/* ================================================================ the table */
-
-/* The metric columns of report.md (a label in the metric list), in report order. */
-static size_t md_metrics(ql_metric_id *ids)
-{
-    ql_metric_id all[QL_N_METRICS];
-    size_t n_all = ql_metrics_reported(all), n = 0;
-    for (size_t k = 0; k < n_all; k++)
-        if (ql_metric_get(all[k])->label)
-            ids[n++] = all[k];
-    return n;
-}
-
-size_t ql_report_md_metrics(ql_metric_id *ids)
-{
-    return md_metrics(ids);
-}
-
-/* A metric cell: the value as the list says, "± err" for QL_METRIC_PM when the
- * error is known; "" without a value. */
-void ql_report_metric_text(const row *r, ql_metric_id id, char *buf, size_t size)
-{
-    const ql_metric_info *mi = ql_metric_get(id);
-    char v[64], e[64];
-    buf[0] = '\0';
-    /* An imatrix file that names no readable calibration text: its overlap is not
-     * "none" but unknown. */
-    if (isnan(r->v[id]) && (id == QL_METRIC_calib_overlap_8 || id == QL_METRIC_calib_overlap_32) &&
-        ql_report_calib_unknown(r)) {
-        snprintf(buf, size, "unknown");
-        return;
-    }
-    if (isnan(r->v[id]))
-        return;
-    ql_metric_format(id, r->v[id], v, sizeof v);
-    if (mi->flags & QL_METRIC_PM) {
-        char name[96];
-        snprintf(name, sizeof name, "%s_err", mi->name);
-        const ql_metric_info *ei = ql_metric_find(name);
-        QL_ASSERT(ei); /* the list's contract for QL_METRIC_PM */
-        ql_metric_id eid = (ql_metric_id)(ei - ql_metric_get((ql_metric_id)0));
-        if (!isnan(r->v[eid])) {
-            ql_metric_format(eid, r->v[eid], e, sizeof e);
-            snprintf(buf, size, "%s ± %s", v, e);
-            return;
-        }
-    }
-    snprintf(buf, size, "%s", v);
-}
+/* ================================================================ report.md */
 
 static ql_status put_metric(ql_table *t, const row *r, ql_metric_id id, ql_error *err)
 {
@@ -844,7 +516,7 @@ static ql_status put_metric(ql_table *t, const row *r, ql_metric_id id, ql_error
 static ql_status md_table(const group *g, FILE *out, bool shown[QL_N_METRICS], ql_error *err)
 {
     ql_metric_id ids[QL_N_METRICS];
-    size_t nm = md_metrics(ids);
+    size_t nm = ql_report_md_metrics(ids);
     enum { TYPES = QL_AXIS_COUNT, METRICS };
     ql_table_column cols[METRICS + QL_N_METRICS + 1];
     for (int a = 0; a < QL_AXIS_COUNT; a++)
@@ -857,7 +529,7 @@ static ql_status md_table(const group *g, FILE *out, bool shown[QL_N_METRICS], q
     cols[FILE_SHA] = (ql_table_column){"file sha256", NULL, false};
     ql_table *t = ql_table_alloc(cols, FILE_SHA + 1);
     if (!t)
-        return oom(err);
+        return ql_report_oom(err);
     ql_status rc = QL_OK;
     bool partial = false, files = false;
     for (size_t i = 0; i < g->nrows && !rc; i++) {
@@ -869,7 +541,7 @@ static ql_status md_table(const group *g, FILE *out, bool shown[QL_N_METRICS], q
             break;
         for (int a = 0; a < QL_AXIS_COUNT && !rc; a++) {
             char cell[QL_CONFIG_VALUE_MAX];
-            rc = ql_table_put(t, axis_cell(g, r->axis, a, cell, sizeof cell), err);
+            rc = ql_table_put(t, ql_report_axis_cell(g, r->axis, a, cell, sizeof cell), err);
         }
         if (!rc)
             rc = ql_table_put(t, *r->types_used ? r->types_used : NULL, err);
@@ -894,7 +566,7 @@ static ql_status md_table(const group *g, FILE *out, bool shown[QL_N_METRICS], q
             if (!empty)
                 shown[ids[m]] = true;
         }
-        ql_table_write_md(t, out, NULL_TEXT);
+        ql_table_write_md(t, out, QL_REPORT_NULL_TEXT);
         if (partial)
             fprintf(out, "\n\"types used\": the types the matmul weights got, by share of their "
                          "parameters, where some fell back (rows that do not split into the "
@@ -918,100 +590,12 @@ static void md_not_applicable(const group *g, FILE *out)
                          "class; left out of the table, the fronts and the comparisons):\n\n");
         any = true;
         char label[512];
-        config_label(g, r->axis, -1, label, sizeof label);
+        ql_report_config_label(g, r->axis, -1, label, sizeof label);
         fprintf(out, "- %s: measured %s", label, r->types_used);
         if (*r->fallback_note)
             fprintf(out, " (%s)", r->fallback_note);
         fputc('\n', out);
     }
-}
-
-/* The reference PPL of a group: one value, or a range when runs disagree. */
-static void ref_ppl_text(const group *g, char *buf, size_t size)
-{
-    double lo = (double)NAN, hi = (double)NAN, lo_err = (double)NAN;
-    for (size_t i = 0; i < g->nrows; i++) {
-        double v = g->rows[i].v[QL_METRIC_ppl_ref];
-        if (isnan(v))
-            continue;
-        if (isnan(lo) || v < lo) {
-            lo = v;
-            lo_err = g->rows[i].v[QL_METRIC_ppl_ref_err];
-        }
-        if (isnan(hi) || v > hi)
-            hi = v;
-    }
-    if (isnan(lo))
-        snprintf(buf, size, NULL_TEXT);
-    else if (lo != hi)
-        snprintf(buf, size, "%.4f to %.4f (differs between runs)", lo, hi);
-    else if (isnan(lo_err))
-        snprintf(buf, size, "%.4f", lo);
-    else
-        snprintf(buf, size, "%.4f ± %.4f", lo, lo_err);
-}
-
-static void tokens_text(const group *g, char *buf, size_t size)
-{
-    double lo = (double)NAN, hi = (double)NAN;
-    for (size_t i = 0; i < g->nrows; i++) {
-        double v = g->rows[i].v[QL_METRIC_n_tokens];
-        if (!isnan(v)) {
-            lo = isnan(lo) || v < lo ? v : lo;
-            hi = isnan(hi) || v > hi ? v : hi;
-        }
-    }
-    char a[32], b[32];
-    if (isnan(lo))
-        buf[0] = '\0';
-    else if (lo == hi)
-        snprintf(buf, size, ", %s scored tokens", ql_fmt_count((int64_t)lo, a, sizeof a));
-    else
-        snprintf(buf, size, ", %s to %s scored tokens", ql_fmt_count((int64_t)lo, a, sizeof a),
-                 ql_fmt_count((int64_t)hi, b, sizeof b));
-}
-
-void ql_report_md_summary(const group *g, FILE *out)
-{
-    char buf[256], num[32];
-    fprintf(out, "- model: %s", g->model);
-    if (*g->arch && g->params >= 0)
-        fprintf(out, " (%s, %s params)", g->arch, ql_fmt_count(g->params, num, sizeof num));
-    else if (*g->arch)
-        fprintf(out, " (%s)", g->arch);
-    tokens_text(g, buf, sizeof buf);
-    fprintf(out, "\n- text: %s; ctx %d, %d chunks%s\n", g->dataset, g->ctx, g->chunks, buf);
-    ref_ppl_text(g, buf, sizeof buf);
-    fprintf(out, "- reference PPL (unquantized): %s\n", buf);
-    /* Axes held fixed, from any config of the group. */
-    char *const *any = g->nrows ? g->rows[0].axis : g->nfails ? g->fails[0].axis : NULL;
-    size_t files = 0;
-    for (size_t i = 0; i < g->nrows + g->nfails; i++)
-        files += ql_report_is_file(i < g->nrows ? g->rows[i].axis[QL_AXIS_WEIGHT_TYPE]
-                                                : g->fails[i - g->nrows].axis[QL_AXIS_WEIGHT_TYPE],
-                                   NULL);
-    if (any) {
-        bool first = true;
-        for (int a = 0; a < QL_AXIS_COUNT; a++)
-            if (!g->varies[a] && !omitted_default(a, any[a])) {
-                char cell[QL_CONFIG_VALUE_MAX];
-                const char *v = axis_cell(g, any, a, cell, sizeof cell);
-                /* A file's importance matrix is unknown to qlab; the other configs' is
-                 * the fixed value. */
-                if (a == QL_AXIS_IMATRIX && files && is_default(a, any[a]))
-                    v = files == g->nrows + g->nfails ? "unknown"
-                                                      : "none (unknown for the file configs)";
-                fprintf(out, "%s%s %s", first ? "- fixed: " : " · ", ql_axis_get((ql_axis)a)->label,
-                        v);
-                first = false;
-            }
-        if (!first)
-            fputc('\n', out);
-    }
-    fprintf(out, "- configs: %lld done, %lld failed", (long long)g->done, (long long)g->failed);
-    if (g->running)
-        fprintf(out, ", %lld unfinished", (long long)g->running);
-    fputc('\n', out);
 }
 
 static void md_failures(const group *g, FILE *out)
@@ -1022,7 +606,7 @@ static void md_failures(const group *g, FILE *out)
     for (size_t i = 0; i < g->nfails; i++) {
         const failure *f = &g->fails[i];
         char label[512], text[ERROR_TEXT_MAX + 8];
-        config_label(g, f->axis, -1, label, sizeof label);
+        ql_report_config_label(g, f->axis, -1, label, sizeof label);
         /* First line, cut at ERROR_TEXT_MAX bytes on a UTF-8 boundary. */
         size_t n = strcspn(f->error, "\r\n"), cut = n;
         if (cut > ERROR_TEXT_MAX) {
@@ -1077,7 +661,7 @@ static ql_status md_sensitivity(const group *g, FILE *out, ql_error *err)
         return QL_OK;
     const ql_report_sens **top = malloc(ss->nrows * sizeof *top);
     if (!top)
-        return oom(err);
+        return ql_report_oom(err);
     size_t n = 0, tensors = 0;
     for (size_t i = 0; i < ss->nrows; i++) {
         if (ss->rows[i].type_ix == 0)
@@ -1086,7 +670,7 @@ static ql_status md_sensitivity(const group *g, FILE *out, ql_error *err)
         tensors += i == 0 || strcmp(ss->rows[i].tensor, ss->rows[i - 1].tensor) != 0;
     }
     qsort(top, n, sizeof *top, cmp_sens_kld);
-    char types[QL_REPORT_SENS_TYPES * 34] = "", secs[32] = NULL_TEXT;
+    char types[QL_REPORT_SENS_TYPES * 34] = "", secs[32] = QL_REPORT_NULL_TEXT;
     size_t o = 0;
     for (size_t k = 0; k < ss->ntypes && o < sizeof types; k++)
         o += (size_t)snprintf(types + o, sizeof types - o, "%s%s", k ? ", " : "", ss->types[k]);
@@ -1109,7 +693,7 @@ static ql_status md_sensitivity(const group *g, FILE *out, ql_error *err)
         {"ln PPL ratio", NULL, true},
     };
     ql_table *t = ql_table_alloc(cols, sizeof cols / sizeof cols[0]);
-    ql_status rc = t ? QL_OK : oom(err);
+    ql_status rc = t ? QL_OK : ql_report_oom(err);
     for (size_t k = 0; k < n && k < SENS_TOP && !rc; k++) {
         char kld[160], ppl[160];
         sens_pm(QL_METRIC_kld_mean, top[k]->kld_mean, QL_METRIC_kld_mean_err, top[k]->kld_mean_err,
@@ -1124,7 +708,7 @@ static ql_status md_sensitivity(const group *g, FILE *out, ql_error *err)
     }
     if (!rc) {
         fprintf(out, "\nMost sensitive at %s, the lowest-bit type measured:\n\n", ss->types[0]);
-        ql_table_write_md(t, out, NULL_TEXT);
+        ql_table_write_md(t, out, QL_REPORT_NULL_TEXT);
     }
     ql_table_free(t);
     free(top);
@@ -1168,7 +752,7 @@ static ql_status md_numbered(const group *g, FILE *out, ql_error *err)
     };
     ql_table *t = ql_table_alloc(cols, sizeof cols / sizeof cols[0]);
     if (!t)
-        return oom(err);
+        return ql_report_oom(err);
     ql_status rc = QL_OK;
     for (size_t i = 0; i < g->nnumbered && !rc; i++) {
         const ql_report_numbered *nb = &g->numbered[i];
@@ -1181,13 +765,13 @@ static ql_status md_numbered(const group *g, FILE *out, ql_error *err)
     }
     if (!rc) {
         fprintf(out, "\nNumbered points (no room on the plot for their labels):\n\n");
-        ql_table_write_md(t, out, NULL_TEXT);
+        ql_table_write_md(t, out, QL_REPORT_NULL_TEXT);
     }
     ql_table_free(t);
     return rc;
 }
 
-static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
+static ql_status write_report_md(ql_report_writer *c, group *gs, size_t ng, ql_error *err)
 {
     ql_doc d;
     ql_status rc = ql_doc_open(&d, err);
@@ -1217,7 +801,7 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
          * (scripts/readme-tables.sh). */
         fputs("\n" DETAILS_BEGIN "\n", d.f);
         if (!rc)
-            rc = ql_types_table_write_md(g->types, d.f, NULL_TEXT, err);
+            rc = ql_types_table_write_md(g->types, d.f, QL_REPORT_NULL_TEXT, err);
         if (!rc)
             rc = ql_report_md_pairs(g, d.f, err);
         if (!rc)
@@ -1235,7 +819,7 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
     }
     /* The legend: what the columns shown mean, in report order. */
     ql_metric_id ids[QL_N_METRICS];
-    size_t nm = md_metrics(ids);
+    size_t nm = ql_report_md_metrics(ids);
     fputs("\n" DETAILS_BEGIN "\n", d.f);
     const char *sep = "";
     for (size_t m = 0; m < nm; m++) {
@@ -1248,68 +832,21 @@ static ql_status write_report_md(ctx *c, group *gs, size_t ng, ql_error *err)
     if (*sep == ' ')
         fputc('\n', d.f);
     fputs(DETAILS_END "\n", d.f);
-    return doc_save(c, &d, "report.md", err);
-}
-
-static ql_status write_csv(ctx *c, group *gs, size_t ng, ql_error *err)
-{
-    enum { G_MODEL, G_DATASET, G_CTX, G_CHUNKS, G_HASH, N_G };
-    static const char *const group_cols[N_G] = {"model", "dataset", "ctx", "chunks", "config_hash"};
-    ql_table_column cols[N_G + QL_AXIS_COUNT + QL_N_METRICS];
-    size_t nc = 0;
-    for (int i = 0; i < N_G; i++)
-        cols[nc++] = (ql_table_column){group_cols[i], NULL, false};
-    for (int a = 0; a < QL_AXIS_COUNT; a++)
-        cols[nc++] = (ql_table_column){ql_axis_name((ql_axis)a), NULL, false};
-    /* The metrics the list puts in the CSV, in report order. */
-    ql_metric_id all[QL_N_METRICS], ids[QL_N_METRICS];
-    size_t n_all = ql_metrics_reported(all), nm = 0;
-    for (size_t k = 0; k < n_all; k++)
-        if (ql_metric_get(all[k])->flags & QL_METRIC_CSV)
-            ids[nm++] = all[k];
-    for (size_t m = 0; m < nm; m++)
-        cols[nc++] = (ql_table_column){ql_metric_get(ids[m])->name, NULL, true};
-    ql_table *t = ql_table_alloc(cols, nc);
-    if (!t)
-        return oom(err);
-    ql_status rc = QL_OK;
-    char buf[64];
-    for (size_t i = 0; i < ng && !rc; i++) {
-        const group *g = &gs[i];
-        for (size_t k = 0; k < g->nrows && !rc; k++) {
-            const row *r = &g->rows[k];
-            if ((rc = ql_table_row(t, err)) || (rc = ql_table_put(t, g->model, err)) ||
-                (rc = ql_table_put(t, g->dataset, err)) ||
-                (rc = ql_table_putf(t, err, "%d", g->ctx)) ||
-                (rc = ql_table_putf(t, err, "%d", g->chunks)) ||
-                (rc = ql_table_put(t, r->hash, err)))
-                break;
-            for (int a = 0; a < QL_AXIS_COUNT && !rc; a++)
-                rc = ql_table_put(t, r->axis[a], err);
-            for (size_t m = 0; m < nm && !rc; m++)
-                rc = ql_table_put(t, ql_fmt_exact(r->v[ids[m]], buf, sizeof buf), err);
-        }
-    }
-    ql_doc d;
-    if (!rc && !(rc = ql_doc_open(&d, err))) {
-        ql_table_write_csv(t, d.f);
-        rc = doc_save(c, &d, "formats.csv", err);
-    }
-    ql_table_free(t);
-    return rc;
+    return ql_report_doc_save(c, &d, "report.md", err);
 }
 
 /* Whether a run has per-tensor errors inside the blocks. */
-static ql_status has_layer_tensors(ctx *c, int64_t run_id, bool *yes, ql_error *err)
+static ql_status has_layer_tensors(ql_report_writer *c, int64_t run_id, bool *yes, ql_error *err)
 {
     sqlite3_stmt *st;
-    ql_status rc = prepare(
+    ql_status rc = ql_report_prepare(
         c, "SELECT EXISTS (SELECT 1 FROM tensor_errors WHERE run_id = ?1 AND layer IS NOT NULL)",
         &st, err);
     if (rc)
         return rc;
     bool more = false;
-    if (!(rc = bind_int(c, st, 1, run_id, err)) && !(rc = step(c, st, &more, err)))
+    if (!(rc = ql_report_bind_int(c, st, 1, run_id, err)) &&
+        !(rc = ql_report_step(c, st, &more, err)))
         *yes = more && sqlite3_column_int(st, 0) != 0;
     sqlite3_finalize(st);
     return rc;
@@ -1326,7 +863,7 @@ static bool hash_matches(const char *hash, const char *prefix)
 }
 
 /* The run of a group whose per-tensor errors are plotted, or NULL. */
-static ql_status tensor_run(ctx *c, const group *g, const row **out, ql_error *err)
+static ql_status tensor_run(ql_report_writer *c, const group *g, const row **out, ql_error *err)
 {
     *out = NULL;
     const char *prefix = c->opt->tensors;
@@ -1356,7 +893,7 @@ static ql_status tensor_run(ctx *c, const group *g, const row **out, ql_error *e
 }
 
 /* A --tensors prefix must name one config of the sweep. */
-static ql_status check_tensor_prefix(ctx *c, const group *gs, size_t ng, ql_error *err)
+static ql_status check_tensor_prefix(ql_report_writer *c, const group *gs, size_t ng, ql_error *err)
 {
     const char *prefix = c->opt->tensors, *first = NULL;
     if (!prefix)
@@ -1380,19 +917,19 @@ static ql_status check_tensor_prefix(ctx *c, const group *gs, size_t ng, ql_erro
 
 /* The group's table of tensor types, one row per finished config, labelled as the
  * failures are. */
-static ql_status load_types(ctx *c, group *g, ql_error *err)
+static ql_status load_types(ql_report_writer *c, group *g, ql_error *err)
 {
     int64_t *ids = calloc(g->nrows ? g->nrows : 1, sizeof *ids);
     char **labels = calloc(g->nrows ? g->nrows : 1, sizeof *labels);
     const char **hashes = calloc(g->nrows ? g->nrows : 1, sizeof *hashes);
-    ql_status rc = ids && labels && hashes ? QL_OK : oom(err);
+    ql_status rc = ids && labels && hashes ? QL_OK : ql_report_oom(err);
     for (size_t i = 0; i < g->nrows && !rc; i++) {
         char label[512];
-        config_label(g, g->rows[i].axis, -1, label, sizeof label);
+        ql_report_config_label(g, g->rows[i].axis, -1, label, sizeof label);
         ids[i] = g->rows[i].run_id;
         hashes[i] = g->rows[i].hash;
         if (!(labels[i] = ql_strdup(label)))
-            rc = oom(err);
+            rc = ql_report_oom(err);
     }
     if (!rc)
         rc = ql_types_table_load(c->store, ids, (const char *const *)labels, hashes, g->nrows,
@@ -1405,113 +942,10 @@ static ql_status load_types(ctx *c, group *g, ql_error *err)
     return rc;
 }
 
-/* tensor-types.csv: every tensor of every config with per-tensor records, after the
- * group's columns; not written when no config has any. */
-static ql_status write_types_csv(ctx *c, group *gs, size_t ng, ql_error *err)
-{
-    bool any = false;
-    for (size_t i = 0; i < ng; i++)
-        any |= !ql_types_table_empty(gs[i].types);
-    if (!any)
-        return QL_OK;
-    static const char *const group_cols[] = {"model", "dataset", "ctx", "chunks"};
-    enum { N_G = sizeof group_cols / sizeof group_cols[0] };
-    const ql_table_column *tc;
-    size_t nt = ql_types_table_csv_columns(&tc);
-    ql_table_column cols[N_G + 16];
-    QL_ASSERT(nt <= 16);
-    for (size_t i = 0; i < N_G; i++)
-        cols[i] = (ql_table_column){group_cols[i], NULL, false};
-    memcpy(cols + N_G, tc, nt * sizeof *tc);
-    ql_table *t = ql_table_alloc(cols, N_G + nt);
-    if (!t)
-        return oom(err);
-    ql_status rc = QL_OK;
-    for (size_t i = 0; i < ng && !rc; i++) {
-        char ctx_s[32], chunks_s[32];
-        snprintf(ctx_s, sizeof ctx_s, "%d", gs[i].ctx);
-        snprintf(chunks_s, sizeof chunks_s, "%d", gs[i].chunks);
-        const char *prefix[N_G] = {gs[i].model, gs[i].dataset, ctx_s, chunks_s};
-        rc = ql_types_table_csv_rows(gs[i].types, t, prefix, N_G, err);
-    }
-    ql_doc d;
-    if (!rc && !(rc = ql_doc_open(&d, err))) {
-        ql_table_write_csv(t, d.f);
-        rc = doc_save(c, &d, "tensor-types.csv", err);
-    }
-    ql_table_free(t);
-    return rc;
-}
-
-/* sensitivity.csv: the sensitivities each group shows, after the set's columns, once
- * per model (groups of one model show the same set); not written when there are none. */
-static ql_status write_sens_csv(ctx *c, group *gs, size_t ng, ql_error *err)
-{
-    bool any = false;
-    for (size_t i = 0; i < ng; i++)
-        any |= gs[i].sens.nrows > 0;
-    if (!any)
-        return QL_OK;
-    static const char *const set_cols[] = {"model",  "text",           "text_sha256",    "ctx",
-                                           "chunks", "imatrix_sha256", "metrics_version"};
-    static const char *const row_cols[] = {"tensor",       "layer",        "kind",
-                                           "type",         "bytes",        "kld_mean",
-                                           "kld_mean_err", "ln_ppl_ratio", "ln_ppl_ratio_err",
-                                           "seconds"};
-    enum {
-        N_SET = sizeof set_cols / sizeof set_cols[0],
-        N_COLS = N_SET + sizeof row_cols / sizeof row_cols[0]
-    };
-    ql_table_column cols[N_COLS];
-    for (size_t k = 0; k < N_COLS; k++)
-        cols[k] = (ql_table_column){k < N_SET ? set_cols[k] : row_cols[k - N_SET], NULL, false};
-    ql_table *t = ql_table_alloc(cols, N_COLS);
-    if (!t)
-        return oom(err);
-    ql_status rc = QL_OK;
-    for (size_t i = 0; i < ng && !rc; i++) {
-        const group *g = &gs[i];
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; j++)
-            seen = strcmp(gs[j].model_sha, g->model_sha) == 0;
-        if (seen)
-            continue;
-        const ql_report_sens_set *ss = &g->sens;
-        for (size_t k = 0; k < ss->nrows && !rc; k++) {
-            const ql_report_sens *r = &ss->rows[k];
-            char b[5][64];
-            if ((rc = ql_table_row(t, err)) || (rc = ql_table_put(t, g->model, err)) ||
-                (rc = ql_table_put(t, ss->text, err)) ||
-                (rc = ql_table_put(t, ss->text_sha, err)) ||
-                (rc = ql_table_putf(t, err, "%d", ss->ctx)) ||
-                (rc = ql_table_putf(t, err, "%lld", (long long)ss->chunks)) ||
-                (rc = ql_table_put(t, ss->imatrix_sha, err)) ||
-                (rc = ql_table_putf(t, err, "%d", ss->metrics_version)) ||
-                (rc = ql_table_put(t, r->tensor, err)) ||
-                (rc = ql_table_putf(t, err, "%lld", (long long)r->layer)) ||
-                (rc = ql_table_put(t, r->kind, err)) || (rc = ql_table_put(t, r->type, err)) ||
-                (rc = ql_table_putf(t, err, "%lld", (long long)r->bytes)) ||
-                (rc = ql_table_put(t, ql_fmt_exact(r->kld_mean, b[0], sizeof b[0]), err)) ||
-                (rc = ql_table_put(t, ql_fmt_exact(r->kld_mean_err, b[1], sizeof b[1]), err)) ||
-                (rc = ql_table_put(t, ql_fmt_exact(r->ln_ppl_ratio, b[2], sizeof b[2]), err)) ||
-                (rc = ql_table_put(t, ql_fmt_exact(r->ln_ppl_ratio_err, b[3], sizeof b[3]), err)))
-                break;
-            rc = ql_table_put(t, ql_fmt_exact(r->seconds, b[4], sizeof b[4]), err);
-        }
-    }
-    ql_doc d;
-    if (!rc && !(rc = ql_doc_open(&d, err))) {
-        ql_table_write_csv(t, d.f);
-        rc = doc_save(c, &d, "sensitivity.csv", err);
-    }
-    ql_table_free(t);
-    return rc;
-}
-
 /* ================================================================ driver */
 
 /* Reads everything the files of sweep c->sweep show. */
-static ql_status load_sweep(ctx *c, sweep_data *sd, ql_error *err)
+static ql_status load_sweep(ql_report_writer *c, sweep_data *sd, ql_error *err)
 {
     ql_status rc = load_groups(c, &sd->gs, &sd->ng, err);
     for (size_t i = 0; i < sd->ng && !rc; i++) {
@@ -1545,7 +979,7 @@ static ql_status load_sweep(ctx *c, sweep_data *sd, ql_error *err)
 }
 
 /* Writes the files of sweep c->sweep from what load_sweep read. */
-static ql_status write_sweep(ctx *c, sweep_data *sd, ql_error *err)
+static ql_status write_sweep(ql_report_writer *c, sweep_data *sd, ql_error *err)
 {
     char name[1024];
     slug(c->sweep, name, sizeof name);
@@ -1563,9 +997,7 @@ static ql_status write_sweep(ctx *c, sweep_data *sd, ql_error *err)
     if (!rc)
         rc = ql_report_plot_texts(c, sd->gs, sd->ng, err);
     if (rc || (rc = write_report_md(c, sd->gs, sd->ng, err)) ||
-        (rc = write_csv(c, sd->gs, sd->ng, err)) ||
-        (rc = write_types_csv(c, sd->gs, sd->ng, err)) ||
-        (rc = write_sens_csv(c, sd->gs, sd->ng, err)) ||
+        (rc = ql_report_write_csv(c, sd->gs, sd->ng, err)) ||
         (rc = ql_report_write_html(c, sd->gs, sd->ng, err)))
         return rc;
     c->sum->sweeps++;
@@ -1586,7 +1018,7 @@ ql_status ql_report_write(ql_store *s, const ql_report_options *opt, ql_report_s
                           ql_error *err)
 {
     memset(summary, 0, sizeof *summary);
-    ctx c = {.store = s, .opt = opt, .sum = summary};
+    ql_report_writer c = {.store = s, .opt = opt, .sum = summary};
     sweep_data *data = NULL;
     if (opt->tensors) {
         size_t n = strlen(opt->tensors);
@@ -1626,7 +1058,7 @@ ql_status ql_report_write(ql_store *s, const ql_report_options *opt, ql_report_s
     /* Everything is read first, in one read transaction (a consistent snapshot of a
      * store a sweep may be writing), so that no file is written when reading fails. */
     if (!(data = calloc(n, sizeof *data))) {
-        rc = oom(err);
+        rc = ql_report_oom(err);
         goto out;
     }
     if ((rc = ql_store_exec(s, "BEGIN", "report: reading", err)))

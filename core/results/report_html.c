@@ -1,4 +1,4 @@
-/* The report's single page (report_impl.h): report.html per sweep, self-contained
+/* The report's single page (report_html.h): report.html per sweep, self-contained
  * (no network, no external file or script): per group the summary, the table of the
  * compared configs with more columns than report.md (sortable by a click on a header,
  * by a short inline script), the configs that are not applicable, the failures, every
@@ -10,11 +10,10 @@
 
 #include "base/table.h"
 #include "base/util.h"
-#include "results/report_impl.h"
+#include "results/report_html.h"
 
 typedef ql_report_row row;
 typedef ql_report_group group;
-typedef ql_report_ctx ctx;
 
 /* Columns of the page's table beyond report.md's: the further distribution metrics. */
 static const ql_metric_id extra_cols[] = {
@@ -411,7 +410,7 @@ static void pairs(const group *g, FILE *f)
 
 /* The group's plots as inline SVG, from the files gnuplot wrote now; a plot not drawn
  * says so and links its script (only files that are there). */
-static void plots(ctx *c, const group *g, FILE *f)
+static void plots(ql_report_writer *c, const group *g, FILE *f)
 {
     for (size_t i = 0; i < g->nplots; i++) {
         char path[5200];
@@ -467,7 +466,7 @@ static void numbered(const group *g, FILE *f)
     fputs("</tbody></table></div>\n", f);
 }
 
-ql_status ql_report_write_html(ctx *c, group *gs, size_t ng, ql_error *err)
+ql_status ql_report_write_html(ql_report_writer *c, group *gs, size_t ng, ql_error *err)
 {
     ql_doc d;
     ql_status rc = ql_doc_open(&d, err);

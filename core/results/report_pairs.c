@@ -1,4 +1,4 @@
-/* The report's one-axis comparisons (report_impl.h): for every axis that varies in a
+/* The report's one-axis comparisons (report_pairs.h): for every axis that varies in a
  * group, the pairs of compared configs that differ in that axis alone, each compared
  * on the same tokens with paired-bootstrap intervals (compare.h).
  *
@@ -19,11 +19,10 @@
 
 #include "base/table.h"
 #include "base/util.h"
-#include "results/report_impl.h"
+#include "results/report_pairs.h"
 
 typedef ql_report_row row;
 typedef ql_report_group group;
-typedef ql_report_ctx ctx;
 
 /* Whether rows i and j have the same value on every axis but skip. */
 static bool same_but(const group *g, size_t i, size_t j, int skip)
@@ -53,8 +52,8 @@ static const char *baseline(const group *g, int a)
 
 /* The paired comparison of rows x - y into *cmp; *compared = false (and *no_chunks set)
  * when the runs were stored without per-chunk sums: nothing to resample. */
-static ql_status compare_rows(ctx *c, const group *g, size_t x, size_t y, ql_comparison *cmp,
-                              bool *compared, bool *no_chunks, ql_error *err)
+static ql_status compare_rows(ql_report_writer *c, const group *g, size_t x, size_t y,
+                              ql_comparison *cmp, bool *compared, bool *no_chunks, ql_error *err)
 {
     *compared = false;
     ql_bootstrap_opts o;
@@ -76,7 +75,7 @@ static ql_status compare_rows(ctx *c, const group *g, size_t x, size_t y, ql_com
     return QL_OK;
 }
 
-static ql_status add_pair(ctx *c, group *g, size_t *cap, int axis, size_t a, size_t b,
+static ql_status add_pair(ql_report_writer *c, group *g, size_t *cap, int axis, size_t a, size_t b,
                           bool *no_chunks, ql_error *err)
 {
     if (!ql_grow((void **)&g->pairs, cap, g->npairs + 1, sizeof *g->pairs))
@@ -93,7 +92,7 @@ static ql_status add_pair(ctx *c, group *g, size_t *cap, int axis, size_t a, siz
     return rc;
 }
 
-ql_status ql_report_load_pairs(ctx *c, group *g, ql_error *err)
+ql_status ql_report_load_pairs(ql_report_writer *c, group *g, ql_error *err)
 {
     size_t cap = 0;
     bool no_chunks = false;
@@ -135,37 +134,6 @@ ql_status ql_report_load_pairs(ctx *c, group *g, ql_error *err)
                  "no paired comparisons: the runs have no per-chunk sums to resample");
     }
     return rc;
-}
-
-/* "+1.23e-02 [+1.01e-02, +1.45e-02] *": the estimate, its interval, and a star where
- * the interval excludes zero. */
-static void cell(ql_compare_stat k, const ql_compare_value *v, char *buf, size_t size)
-{
-    if (!v->ok) {
-        buf[0] = '\0';
-        return;
-    }
-    const char *star = ql_ci_excludes_zero(&v->diff) ? " *" : "";
-    const ql_ci *d = &v->diff;
-    if (k == QL_CMP_KLD)
-        snprintf(buf, size, "%+.2e [%+.2e, %+.2e]%s", d->estimate, d->lo, d->hi, star);
-    else if (k == QL_CMP_TOP1)
-        snprintf(buf, size, "%+.2f [%+.2f, %+.2f]%s", 100.0 * d->estimate, 100.0 * d->lo,
-                 100.0 * d->hi, star);
-    else
-        snprintf(buf, size, "%+.4f [%+.4f, %+.4f]%s", d->estimate, d->lo, d->hi, star);
-}
-
-void ql_report_pair_cells(const group *g, const ql_report_pair *p, char *rest, size_t rest_size,
-                          char cells[QL_CMP_STATS][96])
-{
-    /* What both configs share: for a weight type pair only the other axes. */
-    if (p->axis == QL_AXIS_WEIGHT_TYPE)
-        ql_report_rest_label(g, g->rows[p->a].axis, p->axis, rest, rest_size);
-    else
-        ql_report_config_label(g, g->rows[p->a].axis, p->axis, rest, rest_size);
-    for (int k = 0; k < QL_CMP_STATS; k++)
-        cell((ql_compare_stat)k, &p->cmp.v[k], cells[k], sizeof cells[k]);
 }
 
 ql_status ql_report_md_pairs(const group *g, FILE *out, ql_error *err)
@@ -244,8 +212,8 @@ static bool row_fitted(const row *r)
 
 /* Compares fitted row f with row o (f - o); without per-chunk sums the pair is kept
  * uncompared and *no_chunks set. */
-static ql_status add_fit_pair(ctx *c, group *g, size_t *cap, size_t f, size_t o, bool *no_chunks,
-                              ql_error *err)
+static ql_status add_fit_pair(ql_report_writer *c, group *g, size_t *cap, size_t f, size_t o,
+                              bool *no_chunks, ql_error *err)
 {
     if (!ql_grow((void **)&g->fits, cap, g->nfits + 1, sizeof *g->fits))
         return ql_report_oom(err);
@@ -256,7 +224,7 @@ static ql_status add_fit_pair(ctx *c, group *g, size_t *cap, size_t f, size_t o,
     return compare_rows(c, g, f, o, &p->cmp, &p->compared, no_chunks, err);
 }
 
-ql_status ql_report_load_fits(ctx *c, group *g, ql_error *err)
+ql_status ql_report_load_fits(ql_report_writer *c, group *g, ql_error *err)
 {
     size_t cap = 0;
     bool no_chunks = false;
@@ -351,7 +319,7 @@ static ql_status put_other(ql_table *t, const group *g, const ql_report_fit_pair
     ql_report_metric_text(o, QL_METRIC_bpw, bpw, sizeof bpw);
     kld_pm(o, kld, sizeof kld);
     if (p->compared)
-        cell(QL_CMP_KLD, &p->cmp.v[QL_CMP_KLD], diff, sizeof diff);
+        ql_report_stat_cell(QL_CMP_KLD, &p->cmp.v[QL_CMP_KLD], diff, sizeof diff);
     ql_status rc;
     if ((rc = ql_table_put(t, label, err)) || (rc = ql_table_put(t, *bpw ? bpw : NULL, err)) ||
         (rc = ql_table_put(t, *kld ? kld : NULL, err)))

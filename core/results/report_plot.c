@@ -1,4 +1,4 @@
-/* The report's plots (report_impl.h), one writer each in plot_writers at the end of
+/* The report's plots (report_plot.h), one writer each in plot_writers at the end of
  * this file: mean KLD and PPL against bits per weight, the KLD distribution of every
  * config, the per-tensor error of one config, the divergence by block, a mixture of
  * experts' routing agreement by block, and the sensitivity heatmaps (block x tensor
@@ -10,11 +10,11 @@
  * combination of their values). Points carry error bars (± the standard error of
  * the mean), the series sit side by side around their bits per weight (configs of the
  * same size do not hide each other), the axes span the data, the Pareto front of the
- * group is dashed, and
- * each weight type is labelled next to its point where a label fits without covering
- * another label or point; where none fits, the point gets a number and the plot a
- * key of the numbers. Labels are placed here, not by gnuplot: the plot area sits at
- * fixed screen coordinates, so a data point's place on the canvas is known.
+ * group is dashed, and each weight type is labelled next to its point where a label
+ * fits without covering another label or point; where none fits, the point gets a
+ * number and the plot a key of the numbers. Labels are placed before gnuplot runs
+ * (plot.h's ql_plot_label_points, panel by panel): the plot area sits at fixed screen
+ * coordinates, so a data point's place on the canvas is known.
  *
  * Another plot is one more writer in that table. */
 #include <math.h>
@@ -25,12 +25,11 @@
 #include "base/util.h"
 #include "results/analysis.h"
 #include "results/plot.h"
-#include "results/report_impl.h"
+#include "results/report_plot.h"
 #include "results/types_table.h"
 
 typedef ql_report_row row;
 typedef ql_report_group group;
-typedef ql_report_ctx ctx;
 
 /* The canvas of every plot: as the terminals of plot.h, taller for small multiples. */
 #define CANVAS_W    960
@@ -57,7 +56,7 @@ static const int markers[] = {7, 5, 9, 11, 13, 15, 6, 4};
  * was drawn. A plot gnuplot fails on is named in the summary with gnuplot's message
  * and the script's path, and the next plot is tried all the same: one plot's script
  * costs no other plot. Its old images go first, so that none outlives a failure. */
-static bool render(ctx *c, const char *script, const char *base)
+static bool render(ql_report_writer *c, const char *script, const char *base)
 {
     if (!c->opt->plots || c->no_gnuplot)
         return false;
@@ -122,13 +121,13 @@ static void dat_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void dat_header(ctx *c, const group *g, FILE *f, const char *what)
+static void dat_header(ql_report_writer *c, const group *g, FILE *f, const char *what)
 {
     fprintf(f, "# qlab report: %s\n# sweep %s: %s on %s, ctx %d, %d chunks\n", what, c->sweep,
             g->model, g->dataset, g->ctx, g->chunks);
 }
 
-static void plot_title(ctx *c, const group *g, char *buf, size_t size)
+static void plot_title(ql_report_writer *c, const group *g, char *buf, size_t size)
 {
     snprintf(buf, size, "%s: %s on %s, ctx %d, %d chunks", c->sweep, g->model, g->dataset, g->ctx,
              g->chunks);
@@ -302,7 +301,8 @@ static int dat_column(ql_metric_id value)
 }
 
 /* formats.dat: one block per (panel, series), index p * n_series + s. */
-static ql_status write_formats_dat(ctx *c, const group *g, const layout *l, ql_error *err)
+static ql_status write_formats_dat(ql_report_writer *c, const group *g, const layout *l,
+                                   ql_error *err)
 {
     ql_doc d;
     ql_status rc = ql_doc_open(&d, err);
@@ -345,27 +345,8 @@ static bool drawable(const bpw_plot *bp, double x, double y)
     return !isnan(x) && !isnan(y) && (!bp->log_y || y > 0.0);
 }
 
-/* Data to pixels of a panel (y down). */
-typedef struct {
-    double x0, x1, y0, y1; /* the plot area: left, right, top, bottom */
-    double xlo, xhi, ylo, yhi;
-    bool log_y;
-} mapping;
-
-static double map_x(const mapping *m, double x)
-{
-    return m->x0 + (x - m->xlo) / (m->xhi - m->xlo) * (m->x1 - m->x0);
-}
-
-static double map_y(const mapping *m, double y)
-{
-    const double f = m->log_y ? (log(y) - log(m->ylo)) / (log(m->yhi) - log(m->ylo))
-                              : (y - m->ylo) / (m->yhi - m->ylo);
-    return m->y1 - f * (m->y1 - m->y0);
-}
-
 /* The axis ranges: the data with its error bars, and a margin. */
-static void data_ranges(const group *g, const bpw_plot *bp, mapping *m)
+static void data_ranges(const group *g, const bpw_plot *bp, ql_plot_frame *m)
 {
     double xlo = (double)INFINITY, xhi = -(double)INFINITY, ylo = (double)INFINITY,
            yhi = -(double)INFINITY;
@@ -457,8 +438,8 @@ static void body_quote(body *b, const char *s)
 /* The gnuplot script of a plot: header (comment lines and settings, ending in a
  * newline), then body b once per terminal; saved as BASE.gp, drawn and recorded as
  * the group's plot `title`. Frees b's text in every case. */
-static ql_status write_plot_script(ctx *c, group *g, body *b, const char *base, int height,
-                                   const char *header, const char *title, ql_error *err)
+static ql_status write_plot_script(ql_report_writer *c, group *g, body *b, const char *base,
+                                   int height, const char *header, const char *title, ql_error *err)
 {
     ql_doc d;
     ql_status rc = b->failed ? ql_report_oom(err) : ql_doc_open(&d, err);
@@ -539,12 +520,6 @@ static void log_ticks(body *f, double lo, double hi, const char *axis)
 #define NOTE_LINE_H   14.0
 #define LABEL_CHAR_W  6.6 /* font ',8' */
 #define LABEL_H       12.0
-/* A point's marker (pointsize 1.2) keeps this radius free; an error bar this half
- * width. */
-#define POINT_R 5.0
-#define BAR_R   3.0
-/* Points of one weight type this close (pixels) share a label. */
-#define CLUSTER_PX 26.0
 /* Margins of a panel's plot area in its cell: tick labels and the axis label on the
  * left and below, a line per row of the panel's title above. */
 #define PANEL_LEFT    84.0
@@ -848,36 +823,123 @@ static void body_title(body *b, const char *title)
     free(text);
 }
 
-/* A box of pixels y down as the placement's y up (the y axis mirrored). */
-static ql_plot_box box_up(double x0, double x1, double y_top, double y_bottom)
-{
-    return (ql_plot_box){x0, -y_bottom, x1, -y_top};
-}
+/* ---------------------------------------------------------------- the steps of a bpw plot */
 
-/* Union-find over the rows: the clusters of points that share a label. */
-static size_t uf_find(size_t *parent, size_t i)
-{
-    while (parent[i] != i)
-        i = parent[i] = parent[parent[i]];
-    return i;
-}
+/* A bpw plot's data: per row its bpw and value (NAN for a row not compared) and whether
+ * it is on the Pareto front; the front's file; the reference's PPL line; the axis ranges
+ * with the plot area of the panel at hand. */
+typedef struct {
+    size_t n; /* rows */
+    double *x, *y;
+    bool *front;
+    bool front_drawable; /* a front point can be drawn: the front's line is */
+    const char *front_stem;
+    double ref; /* the lowest reference PPL of the group; NAN: none (or a KLD plot) */
+    ql_plot_frame m;
+} bpw_data;
 
 /* One label of a bpw plot: a cluster of points of one weight type in one panel. */
 typedef struct {
-    size_t panel, root; /* root: the cluster's row in the union-find */
+    size_t panel;
     char text[64];
+    ql_point_label pl;
 } bpw_label;
 
-/* The per-row state of a bpw plot's points. */
+/* A plot's labels over its panels, and the texts of the numbered ones in number order
+ * (the key under the plot). */
 typedef struct {
-    double px, py; /* pixels of the marker (after the series' dodge) */
-    bool shown;    /* drawable in its panel */
-} bpw_point;
+    bpw_label *labels;
+    size_t n;
+    const char **key_texts;
+    int numbers;
+} bpw_labels;
 
-/* Records a numbered label for report.md's key: the configs of the cluster. */
+/* The x offset of series s: the series side by side, so that configs of the same size
+ * do not hide each other. */
+static double series_dodge(const layout *l, const ql_plot_frame *m, size_t s)
+{
+    return DODGE * (m->xhi - m->xlo) * ((double)s - 0.5 * (double)(l->n_series - 1));
+}
+
+/* The rows' values and the Pareto front; false when no value can be drawn. */
+static bool bpw_values(const group *g, const bpw_plot *bp, bpw_data *d)
+{
+    bool any = false;
+    for (size_t i = 0; i < d->n; i++) {
+        const row *r = &g->rows[i];
+        bool use = ql_report_row_compared(r);
+        d->x[i] = use ? r->v[QL_METRIC_bpw] : (double)NAN;
+        d->y[i] = use ? r->v[bp->value] : (double)NAN;
+        any = any || drawable(bp, d->x[i], d->y[i]);
+    }
+    if (any)
+        ql_pareto_front(d->x, d->y, d->n, d->front, NULL);
+    d->front_stem = bp->value == QL_METRIC_kld_mean ? "pareto_kld" : "pareto_ppl";
+    return any;
+}
+
+/* The Pareto file: the front of the whole group, in bpw order. */
+static ql_status write_front(ql_report_writer *c, const group *g, const bpw_plot *bp, bpw_data *d,
+                             ql_error *err)
+{
+    ql_doc doc = {0};
+    ql_status rc = ql_doc_open(&doc, err);
+    if (rc)
+        return rc;
+    dat_header(c, g, doc.f, "the Pareto front (configs no other config beats on both)");
+    fprintf(doc.f, "# columns: bpw %s label config_hash\n", ql_metric_get(bp->value)->name);
+    d->front_drawable = false;
+    for (size_t i = 0; i < d->n; i++) {
+        if (!d->front[i])
+            continue;
+        char label[512];
+        ql_report_config_label(g, g->rows[i].axis, -1, label, sizeof label);
+        dat_col(doc.f, d->x[i], true);
+        dat_num(doc.f, d->y[i]);
+        dat_str(doc.f, label);
+        fprintf(doc.f, " %s\n", g->rows[i].hash);
+        d->front_drawable = d->front_drawable || drawable(bp, d->x[i], d->y[i]);
+    }
+    char name[1200];
+    snprintf(name, sizeof name, "%s%s.dat", d->front_stem, g->suffix);
+    rc = ql_report_doc_save(c, &doc, name, err);
+    ql_doc_discard(&doc);
+    return rc;
+}
+
+/* The axis ranges and the reference's line (the lowest reference PPL of a PPL plot). */
+static void bpw_ranges(const group *g, const bpw_plot *bp, bpw_data *d)
+{
+    data_ranges(g, bp, &d->m);
+    d->ref = (double)NAN;
+    for (size_t i = 0; i < d->n && bp->value == QL_METRIC_ppl; i++)
+        if (!isnan(g->rows[i].v[QL_METRIC_ppl_ref]) &&
+            (isnan(d->ref) || g->rows[i].v[QL_METRIC_ppl_ref] < d->ref))
+            d->ref = g->rows[i].v[QL_METRIC_ppl_ref];
+}
+
+/* The legend: a marker per series, the front's and the reference's lines. */
+static size_t bpw_legend(const group *g, const layout *l, const bpw_data *d, legend_entry *legend)
+{
+    size_t n = 0;
+    for (size_t s = 0; s < l->n_series; s++) {
+        legend_entry *e = &legend[n++];
+        series_title(g, l, s, e->text, sizeof e->text);
+        e->colour = colours[l->colour[l->series_row[s]] % N_COLOURS];
+        e->pt = markers[l->marker[l->series_row[s]] % N_MARKERS];
+    }
+    if (d->front_drawable)
+        legend[n++] = (legend_entry){"Pareto front", "black", 0, 2, 1.5};
+    if (!isnan(d->ref))
+        legend[n++] = (legend_entry){"unquantized reference", "gray40", 0, 3, 1.0};
+    return n;
+}
+
+/* Records a numbered label for report.md's key: the configs of its cluster (the rows
+ * of the panel's points whose cluster is k). */
 static ql_status note_numbered(group *g, const char *plot, const char *plot_title, int number,
-                               const char *text, size_t *parent, size_t root, const bpw_point *pts,
-                               ql_error *err)
+                               const char *text, const size_t *rows_of, const size_t *cluster_of,
+                               size_t np, size_t k, ql_error *err)
 {
     if (!ql_grow((void **)&g->numbered, &g->numbered_cap, g->nnumbered + 1, sizeof *g->numbered))
         return ql_report_oom(err);
@@ -888,102 +950,190 @@ static ql_status note_numbered(group *g, const char *plot, const char *plot_titl
     nb->number = number;
     ql_strlcpy(nb->text, text, sizeof nb->text);
     size_t o = 0;
-    for (size_t i = 0; i < g->nrows && o < sizeof nb->configs; i++) {
-        if (!pts[i].shown || uf_find(parent, i) != root)
+    for (size_t j = 0; j < np && o < sizeof nb->configs; j++) {
+        if (cluster_of[j] != k)
             continue;
         char label[512];
-        ql_report_config_label(g, g->rows[i].axis, -1, label, sizeof label);
+        ql_report_config_label(g, g->rows[rows_of[j]].axis, -1, label, sizeof label);
         o +=
             (size_t)snprintf(nb->configs + o, sizeof nb->configs - o, "%s%s", o ? "; " : "", label);
     }
     return QL_OK;
 }
 
-static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plot *bp,
+/* A panel's points as the placement takes them, each array as long as the group's rows:
+ * the row of each point, its cluster, the point, its kind's label size and text (a kind
+ * numbered by its first point), the clusters' labels. */
+typedef struct {
+    size_t *rows_of, *cluster_of;
+    ql_plot_point *pts;
+    ql_label_size *sizes;
+    char (*kind_text)[64];
+    ql_point_label *pl;
+} bpw_scratch;
+
+/* The labels of panel p's points (ql_plot_label_points: one per cluster of points of one
+ * weight type), appended to out; the numbered ones numbered on from the panels before
+ * and recorded for report.md's key. */
+
+static ql_status bpw_panel_labels(group *g, const layout *l, const bpw_plot *bp, bpw_data *d,
+                                  size_t p, const char *base, const bpw_scratch *t, bpw_labels *out,
+                                  ql_error *err)
+{
+    size_t np = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        if (!drawable(bp, d->x[i], d->y[i]) || l->panel[i] != p)
+            continue;
+        /* A point's kind: its weight type, numbered by its first point in the panel. */
+        const char *wt = g->rows[i].axis[QL_AXIS_WEIGHT_TYPE];
+        size_t kind = np;
+        for (size_t j = 0; j < np && kind == np; j++)
+            if (strcmp(g->rows[t->rows_of[j]].axis[QL_AXIS_WEIGHT_TYPE], wt) == 0)
+                kind = t->pts[j].kind;
+        if (kind == np) {
+            ql_report_weight_label(g, wt, t->kind_text[np], sizeof t->kind_text[np]);
+            t->sizes[np] =
+                (ql_label_size){.w = LABEL_CHAR_W * (double)text_chars(t->kind_text[np], 64) + 4.0,
+                                .h = LABEL_H,
+                                .num_w = LABEL_CHAR_W * 2.0 + 4.0};
+        }
+        t->rows_of[np] = i;
+        t->pts[np++] = (ql_plot_point){.x = d->x[i] + series_dodge(l, &d->m, l->series[i]),
+                                       .y = d->y[i],
+                                       .err = g->rows[i].v[bp->error],
+                                       .kind = kind};
+    }
+    size_t nl = 0;
+    if (!ql_plot_label_points(&d->m, d->ref, t->pts, np, t->sizes, t->cluster_of, t->pl, &nl))
+        return ql_report_oom(err);
+    ql_status rc = QL_OK;
+    for (size_t k = 0; k < nl && !rc; k++) {
+        bpw_label *lb = &out->labels[out->n++];
+        lb->panel = p;
+        lb->pl = t->pl[k];
+        ql_strlcpy(lb->text, t->kind_text[t->pts[t->pl[k].first].kind], sizeof lb->text);
+        /* Numbers run on across the panels; a label with no room even for its number
+         * is in report.md's key alone. */
+        if (lb->pl.out.how == QL_LABEL_TEXT)
+            continue;
+        lb->pl.out.number = lb->pl.out.how == QL_LABEL_NUMBER ? ++out->numbers : 0;
+        if (lb->pl.out.number)
+            out->key_texts[out->numbers - 1] = lb->text;
+        rc = note_numbered(g, base, bp->title, lb->pl.out.number, lb->text, t->rows_of,
+                           t->cluster_of, np, k, err);
+    }
+    return rc;
+}
+
+/* The gnuplot commands of the plot (the body both terminals run): per panel its frame,
+ * axes, labels and the series with their error bars, the front and the reference. */
+static void bpw_body(body *b, const group *g, const layout *l, const bpw_plot *bp, bpw_data *d,
+                     const canvas *cv, const bpw_labels *lb)
+{
+    ql_plot_frame *m = &d->m;
+    body_add(b, "set multiplot\nset grid\nset pointsize 1.2\nset bars small\nunset key\n");
+    /* Error bars: ± the standard error (none when it is not stored, NaN != NaN), the
+     * lower end kept above zero on a log axis. */
+    body_add(b,
+             "bar_hi(y, e) = e == e ? y + e : y\n"
+             "bar_lo(y, e) = e != e ? y : (y - e > 0 || !%d) ? y - e : y\n",
+             bp->log_y ? 1 : 0);
+    for (size_t p = 0; p < l->n_panels; p++) {
+        canvas_panel(cv, p, &m->x0, &m->x1, &m->y0, &m->y1);
+        if (p == 0)
+            canvas_furniture(b, cv);
+        canvas_margins(b, cv, p);
+        body_add(b, "set xrange [%.17g:%.17g]\nset yrange [%.17g:%.17g]\n", m->xlo, m->xhi, m->ylo,
+                 m->yhi);
+        body_add(b, "set xlabel 'bits per weight'\nset ylabel '%s'\n",
+                 m->y1 - m->y0 < SHORT_YLABEL_H ? bp->short_ylabel : bp->ylabel);
+        body_add(b, bp->log_y ? "set logscale y\nset format y '%%.0e'\nset ytics auto\n"
+                              : "unset logscale y\nset format y '%%g'\n");
+        if (bp->log_y)
+            log_ticks(b, m->ylo, m->yhi, "y");
+        canvas_panel_title(b, cv, p, l->panel_title[p]);
+        for (size_t k = 0; k < lb->n; k++) {
+            const ql_label_out *o = &lb->labels[k].pl.out;
+            if (lb->labels[k].panel != p || o->how == QL_LABEL_NONE)
+                continue;
+            char num[16];
+            snprintf(num, sizeof num, "%d", o->number);
+            /* Back from the placement's mirrored y to pixels down. */
+            canvas_label(b, cv, 0.5 * (o->box.x0 + o->box.x1), -0.5 * (o->box.y0 + o->box.y1),
+                         o->how == QL_LABEL_TEXT ? lb->labels[k].text : num, "center", ",8");
+            if (o->leader) {
+                double ax, ay, bx, by;
+                ql_plot_leader(&lb->labels[k].pl.in.anchor, &o->box, &ax, &ay, &bx, &by);
+                body_add(b,
+                         "set arrow from screen %.5f, screen %.5f to screen %.5f, screen %.5f "
+                         "nohead lw 0.8 lc rgb 'gray50' back\n",
+                         screen_x(ax), screen_y(cv, -ay), screen_x(bx), screen_y(cv, -by));
+            }
+        }
+        body_add(b, "plot");
+        const char *sep = " ";
+        for (size_t s = 0; s < l->n_series; s++) {
+            size_t ci = l->colour[l->series_row[s]] % N_COLOURS;
+            size_t mi = l->marker[l->series_row[s]] % N_MARKERS;
+            int yc = dat_column(bp->value), ec = dat_column(bp->error);
+            body_add(b,
+                     "%s\\\n  'formats%s.dat' index %zu using ($1 + %.17g):%d:(bar_lo($%d, $%d)):"
+                     "(bar_hi($%d, $%d)) with yerrorbars pt %d lc rgb '%s' notitle",
+                     sep, g->suffix, p * l->n_series + s, series_dodge(l, m, s), yc, yc, ec, yc, ec,
+                     markers[mi], colours[ci]);
+            sep = ", ";
+        }
+        if (d->front_drawable)
+            body_add(b,
+                     ", \\\n  '%s%s.dat' using 1:2 with lines dt 2 lw 1.5 lc rgb 'black' notitle",
+                     d->front_stem, g->suffix);
+        if (!isnan(d->ref))
+            body_add(b, ", \\\n  %.17g with lines dt 3 lc rgb 'gray40' notitle", d->ref);
+        body_add(b, "\nunset label\nunset arrow\n");
+    }
+    body_add(b, "unset multiplot\n");
+}
+
+/* A plot against bits per weight: the values, the Pareto file, the ranges, the legend
+ * and canvas, the labels panel by panel (the key of numbers then grows the canvas), the
+ * gnuplot text. */
+static ql_status write_bpw_plot(ql_report_writer *c, group *g, const layout *l, const bpw_plot *bp,
                                 ql_error *err)
 {
-    const size_t n = g->nrows;
-    double *x = malloc((n ? n : 1) * sizeof *x), *y = malloc((n ? n : 1) * sizeof *y);
-    bool *front = malloc((n ? n : 1) * sizeof *front);
-    bpw_point *pts = calloc(n ? n : 1, sizeof *pts);
-    size_t *parent = malloc((n ? n : 1) * sizeof *parent);
-    bpw_label *labels = calloc(n ? n : 1, sizeof *labels);
-    ql_label_in *lin = calloc(n ? n : 1, sizeof *lin);
-    ql_label_out *lout = calloc(n ? n : 1, sizeof *lout);
-    ql_plot_box *obstacles = malloc((2 * n + 2) * sizeof *obstacles);
-    const char **key_texts = calloc(n ? n : 1, sizeof *key_texts);
+    const size_t n = g->nrows, n1 = n ? n : 1;
+    bpw_data d = {.n = n,
+                  .x = malloc(n1 * sizeof *d.x),
+                  .y = malloc(n1 * sizeof *d.y),
+                  .front = malloc(n1 * sizeof *d.front)};
+    bpw_scratch t = {.rows_of = malloc(n1 * sizeof *t.rows_of),
+                     .cluster_of = malloc(n1 * sizeof *t.cluster_of),
+                     .pts = malloc(n1 * sizeof *t.pts),
+                     .sizes = malloc(n1 * sizeof *t.sizes),
+                     .kind_text = malloc(n1 * sizeof *t.kind_text),
+                     .pl = malloc(n1 * sizeof *t.pl)};
+    bpw_labels lb = {.labels = calloc(n1, sizeof *lb.labels),
+                     .key_texts = calloc(n1, sizeof *lb.key_texts)};
     char(*notes)[LINE_MAX_CHARS] = calloc(8, sizeof *notes);
     legend_entry *legend = calloc(l->n_series + 2, sizeof *legend);
     body b = {0};
-    ql_doc d = {0};
     ql_status rc = QL_OK;
-    if (!x || !y || !front || !pts || !parent || !labels || !lin || !lout || !obstacles ||
-        !key_texts || !notes || !legend) {
+    if (!d.x || !d.y || !d.front || !t.rows_of || !t.cluster_of || !t.pts || !t.sizes ||
+        !t.kind_text || !t.pl || !lb.labels || !lb.key_texts || !notes || !legend) {
         rc = ql_report_oom(err);
         goto out;
     }
-    bool any = false;
-    for (size_t i = 0; i < n; i++) {
-        const row *r = &g->rows[i];
-        bool use = ql_report_row_compared(r);
-        x[i] = use ? r->v[QL_METRIC_bpw] : (double)NAN;
-        y[i] = use ? r->v[bp->value] : (double)NAN;
-        any = any || drawable(bp, x[i], y[i]);
-        parent[i] = i;
-    }
-    if (!any) {
+    if (!bpw_values(g, bp, &d)) {
         if (c->opt->log)
             fprintf(c->opt->log, "  (%s%s: no %s values to plot)\n", bp->name, g->suffix,
                     ql_metric_get(bp->value)->name);
         goto out;
     }
-    ql_pareto_front(x, y, n, front, NULL);
-
-    /* The front of the whole group, in bpw order. */
-    char name[1200], base[1100], title[1024];
-    if ((rc = ql_doc_open(&d, err)))
+    if ((rc = write_front(c, g, bp, &d, err)))
         goto out;
-    dat_header(c, g, d.f, "the Pareto front (configs no other config beats on both)");
-    fprintf(d.f, "# columns: bpw %s label config_hash\n", ql_metric_get(bp->value)->name);
-    const char *front_stem = bp->value == QL_METRIC_kld_mean ? "pareto_kld" : "pareto_ppl";
-    bool front_drawable = false;
-    for (size_t i = 0; i < n; i++) {
-        if (!front[i])
-            continue;
-        char label[512];
-        ql_report_config_label(g, g->rows[i].axis, -1, label, sizeof label);
-        dat_col(d.f, x[i], true);
-        dat_num(d.f, y[i]);
-        dat_str(d.f, label);
-        fprintf(d.f, " %s\n", g->rows[i].hash);
-        front_drawable = front_drawable || drawable(bp, x[i], y[i]);
-    }
-    snprintf(name, sizeof name, "%s%s.dat", front_stem, g->suffix);
-    if ((rc = ql_report_doc_save(c, &d, name, err)))
-        goto out;
-
+    char base[1100], title[1024];
     snprintf(base, sizeof base, "%s%s", bp->name, g->suffix);
-    mapping m;
-    data_ranges(g, bp, &m);
-    double ref = (double)NAN;
-    for (size_t i = 0; i < n && bp->value == QL_METRIC_ppl; i++)
-        if (!isnan(g->rows[i].v[QL_METRIC_ppl_ref]) &&
-            (isnan(ref) || g->rows[i].v[QL_METRIC_ppl_ref] < ref))
-            ref = g->rows[i].v[QL_METRIC_ppl_ref];
-
-    /* The legend: a marker per series, the front's and the reference's lines. */
-    size_t n_legend = 0;
-    for (size_t s = 0; s < l->n_series; s++) {
-        legend_entry *e = &legend[n_legend++];
-        series_title(g, l, s, e->text, sizeof e->text);
-        e->colour = colours[l->colour[l->series_row[s]] % N_COLOURS];
-        e->pt = markers[l->marker[l->series_row[s]] % N_MARKERS];
-    }
-    if (front_drawable)
-        legend[n_legend++] = (legend_entry){"Pareto front", "black", 0, 2, 1.5};
-    if (!isnan(ref))
-        legend[n_legend++] = (legend_entry){"unquantized reference", "gray40", 0, 3, 1.0};
-
+    bpw_ranges(g, bp, &d);
+    const size_t n_legend = bpw_legend(g, l, &d, legend);
     size_t ptl = 0;
     for (size_t p = 0; p < l->n_panels; p++) {
         size_t k = panel_title_lines(l->panel_title[p], l->n_panels);
@@ -992,157 +1142,16 @@ static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plo
     plot_title(c, g, title, sizeof title);
     canvas cv;
     canvas_layout(&cv, title, l->n_panels, ptl, legend, n_legend, NULL, 0);
-
-    /* The points in pixels, and their clusters: points of one weight type in one panel
-     * close to each other share a label. */
-    for (size_t i = 0; i < n; i++) {
-        if (!drawable(bp, x[i], y[i]))
-            continue;
-        const size_t s = l->series[i];
-        const double dodge =
-            DODGE * (m.xhi - m.xlo) * ((double)s - 0.5 * (double)(l->n_series - 1));
-        canvas_panel(&cv, l->panel[i], &m.x0, &m.x1, &m.y0, &m.y1);
-        pts[i] = (bpw_point){map_x(&m, x[i] + dodge), map_y(&m, y[i]), true};
-        for (size_t j = 0; j < i; j++)
-            if (pts[j].shown && l->panel[j] == l->panel[i] &&
-                strcmp(g->rows[j].axis[QL_AXIS_WEIGHT_TYPE],
-                       g->rows[i].axis[QL_AXIS_WEIGHT_TYPE]) == 0 &&
-                hypot(pts[j].px - pts[i].px, pts[j].py - pts[i].py) <= CLUSTER_PX)
-                parent[uf_find(parent, j)] = uf_find(parent, i);
-    }
-    /* The labels, panel by panel: each cluster's, placed among the panel's points and
-     * error bars. Numbers run on across the panels. */
-    size_t n_labels = 0;
-    int numbers = 0;
     for (size_t p = 0; p < l->n_panels && !rc; p++) {
-        canvas_panel(&cv, p, &m.x0, &m.x1, &m.y0, &m.y1);
-        size_t n_obst = 0, first = n_labels;
-        /* The reference's line, across the panel: no label on it. */
-        if (!isnan(ref)) {
-            const double yr = map_y(&m, ref);
-            obstacles[n_obst++] = box_up(m.x0, m.x1, yr - 1.0, yr + 1.0);
-        }
-        for (size_t i = 0; i < n; i++) {
-            if (!pts[i].shown || l->panel[i] != p)
-                continue;
-            const double px = pts[i].px, py = pts[i].py, e = g->rows[i].v[bp->error];
-            obstacles[n_obst++] = box_up(px - POINT_R, px + POINT_R, py - POINT_R, py + POINT_R);
-            if (!isnan(e) && e > 0.0) {
-                double lo = y[i] - e > 0.0 || !bp->log_y ? y[i] - e : y[i];
-                obstacles[n_obst++] =
-                    box_up(px - BAR_R, px + BAR_R, map_y(&m, y[i] + e), map_y(&m, lo));
-            }
-            const size_t root = uf_find(parent, i);
-            size_t k = first;
-            while (k < n_labels && labels[k].root != root)
-                k++;
-            if (k == n_labels) {
-                labels[k] = (bpw_label){p, root, ""};
-                ql_report_weight_label(g, g->rows[i].axis[QL_AXIS_WEIGHT_TYPE], labels[k].text,
-                                       sizeof labels[k].text);
-                const double w = LABEL_CHAR_W * (double)text_chars(labels[k].text, 64) + 4.0;
-                lin[k] =
-                    (ql_label_in){{px - POINT_R, -(py + POINT_R), px + POINT_R, -(py - POINT_R)},
-                                  w,
-                                  LABEL_H,
-                                  LABEL_CHAR_W * 2.0 + 4.0};
-                n_labels++;
-            } else { /* the cluster's box grows by the point */
-                ql_plot_box *a = &lin[k].anchor;
-                a->x0 = fmin(a->x0, px - POINT_R);
-                a->x1 = fmax(a->x1, px + POINT_R);
-                a->y0 = fmin(a->y0, -(py + POINT_R));
-                a->y1 = fmax(a->y1, -(py - POINT_R));
-            }
-        }
-        /* Inside the plot area, off its frame. */
-        const ql_plot_box area = box_up(m.x0 + 2.0, m.x1 - 2.0, m.y0 + 2.0, m.y1 - 2.0);
-        if (!ql_plot_place_labels(&area, obstacles, n_obst, lin + first, n_labels - first,
-                                  lout + first)) {
-            rc = ql_report_oom(err);
-            break;
-        }
-        /* Numbers run on across the panels; a label with no room even for its number
-         * is in report.md's key alone. */
-        for (size_t k = first; k < n_labels && !rc; k++) {
-            if (lout[k].how == QL_LABEL_TEXT)
-                continue;
-            lout[k].number = lout[k].how == QL_LABEL_NUMBER ? ++numbers : 0;
-            if (lout[k].number)
-                key_texts[numbers - 1] = labels[k].text;
-            rc = note_numbered(g, base, bp->title, lout[k].number, labels[k].text, parent,
-                               labels[k].root, pts, err);
-        }
+        canvas_panel(&cv, p, &d.m.x0, &d.m.x1, &d.m.y0, &d.m.y1);
+        rc = bpw_panel_labels(g, l, bp, &d, p, base, &t, &lb, err);
     }
     if (rc)
         goto out;
     /* The key of the numbers at the bottom: the canvas grows by its lines. */
-    const size_t n_notes = number_notes(key_texts, (size_t)numbers, notes, 8);
+    const size_t n_notes = number_notes(lb.key_texts, (size_t)lb.numbers, notes, 8);
     canvas_layout(&cv, title, l->n_panels, ptl, legend, n_legend, notes, n_notes);
-
-    body_add(&b, "set multiplot\nset grid\nset pointsize 1.2\nset bars small\nunset key\n");
-    /* Error bars: ± the standard error (none when it is not stored, NaN != NaN), the
-     * lower end kept above zero on a log axis. */
-    body_add(&b,
-             "bar_hi(y, e) = e == e ? y + e : y\n"
-             "bar_lo(y, e) = e != e ? y : (y - e > 0 || !%d) ? y - e : y\n",
-             bp->log_y ? 1 : 0);
-    for (size_t p = 0; p < l->n_panels; p++) {
-        canvas_panel(&cv, p, &m.x0, &m.x1, &m.y0, &m.y1);
-        if (p == 0)
-            canvas_furniture(&b, &cv);
-        canvas_margins(&b, &cv, p);
-        body_add(&b, "set xrange [%.17g:%.17g]\nset yrange [%.17g:%.17g]\n", m.xlo, m.xhi, m.ylo,
-                 m.yhi);
-        body_add(&b, "set xlabel 'bits per weight'\nset ylabel '%s'\n",
-                 m.y1 - m.y0 < SHORT_YLABEL_H ? bp->short_ylabel : bp->ylabel);
-        body_add(&b, bp->log_y ? "set logscale y\nset format y '%%.0e'\nset ytics auto\n"
-                               : "unset logscale y\nset format y '%%g'\n");
-        if (bp->log_y)
-            log_ticks(&b, m.ylo, m.yhi, "y");
-        canvas_panel_title(&b, &cv, p, l->panel_title[p]);
-        for (size_t k = 0; k < n_labels; k++) {
-            const ql_label_out *o = &lout[k];
-            if (labels[k].panel != p || o->how == QL_LABEL_NONE)
-                continue;
-            char num[16];
-            snprintf(num, sizeof num, "%d", o->number);
-            /* Back from the placement's mirrored y to pixels down. */
-            canvas_label(&b, &cv, 0.5 * (o->box.x0 + o->box.x1), -0.5 * (o->box.y0 + o->box.y1),
-                         o->how == QL_LABEL_TEXT ? labels[k].text : num, "center", ",8");
-            if (o->leader) {
-                double ax, ay, bx, by;
-                ql_plot_leader(&lin[k].anchor, &o->box, &ax, &ay, &bx, &by);
-                body_add(&b,
-                         "set arrow from screen %.5f, screen %.5f to screen %.5f, screen %.5f "
-                         "nohead lw 0.8 lc rgb 'gray50' back\n",
-                         screen_x(ax), screen_y(&cv, -ay), screen_x(bx), screen_y(&cv, -by));
-            }
-        }
-        body_add(&b, "plot");
-        const char *sep = " ";
-        for (size_t s = 0; s < l->n_series; s++) {
-            size_t ci = l->colour[l->series_row[s]] % N_COLOURS;
-            size_t mi = l->marker[l->series_row[s]] % N_MARKERS;
-            int yc = dat_column(bp->value), ec = dat_column(bp->error);
-            /* Series side by side: configs of the same size do not hide each other. */
-            double dodge = DODGE * (m.xhi - m.xlo) * ((double)s - 0.5 * (double)(l->n_series - 1));
-            body_add(&b,
-                     "%s\\\n  'formats%s.dat' index %zu using ($1 + %.17g):%d:(bar_lo($%d, $%d)):"
-                     "(bar_hi($%d, $%d)) with yerrorbars pt %d lc rgb '%s' notitle",
-                     sep, g->suffix, p * l->n_series + s, dodge, yc, yc, ec, yc, ec, markers[mi],
-                     colours[ci]);
-            sep = ", ";
-        }
-        if (front_drawable)
-            body_add(&b,
-                     ", \\\n  '%s%s.dat' using 1:2 with lines dt 2 lw 1.5 lc rgb 'black' notitle",
-                     front_stem, g->suffix);
-        if (!isnan(ref))
-            body_add(&b, ", \\\n  %.17g with lines dt 3 lc rgb 'gray40' notitle", ref);
-        body_add(&b, "\nunset label\nunset arrow\n");
-    }
-    body_add(&b, "unset multiplot\n");
+    bpw_body(&b, g, l, bp, &d, &cv, &lb);
     char header[4096];
     snprintf(header, sizeof header,
              "# qlab report: %s against bits per weight, ± its standard error; colour and marker\n"
@@ -1150,33 +1159,33 @@ static ql_status write_bpw_plot(ctx *c, group *g, const layout *l, const bpw_plo
              "# the dashed line joins the Pareto front; title, legend and labels at screen\n"
              "# coordinates. Data: formats%s.dat, %s%s.dat. Redraw: gnuplot %s.gp\n"
              "set encoding utf8\n",
-             ql_metric_get(bp->value)->name, g->suffix, front_stem, g->suffix, base);
+             ql_metric_get(bp->value)->name, g->suffix, d.front_stem, g->suffix, base);
     rc = write_plot_script(c, g, &b, base, cv.height, header, bp->title, err);
     b.text = NULL;
 out:
-    ql_doc_discard(&d);
     free(b.text);
-    free(x);
-    free(y);
-    free(front);
-    free(pts);
-    free(parent);
-    free(labels);
-    free(lin);
-    free(lout);
-    free(obstacles);
-    free(key_texts);
+    free(d.x);
+    free(d.y);
+    free(d.front);
+    free(t.rows_of);
+    free(t.cluster_of);
+    free(t.pts);
+    free(t.sizes);
+    free(t.kind_text);
+    free(t.pl);
+    free(lb.labels);
+    free(lb.key_texts);
     free(notes);
     free(legend);
     return rc;
 }
 
-static ql_status plot_kld_bpw(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_kld_bpw(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     return write_bpw_plot(c, g, l, &bpw_plots[0], err);
 }
 
-static ql_status plot_ppl_bpw(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_ppl_bpw(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     if (!ppl_meaningful(g)) {
         if (c->opt->log)
@@ -1230,7 +1239,7 @@ static bool cdf_drawable(const row *r)
 /* One panel per combination of the axes other than the weight type (small multiples,
  * as many as MAX_PANELS; with more, one panel), one line per weight type in each,
  * coloured by weight type alike in every panel. */
-static ql_status plot_kld_cdf(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_kld_cdf(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
     double lo = (double)INFINITY, hi = 0.0;
@@ -1419,7 +1428,7 @@ static void tensor_class(const char *name, char *buf, size_t size)
     ql_tensor_class(name, buf, size);
 }
 
-ql_status ql_report_load_tensors(ctx *c, group *g, ql_error *err)
+ql_status ql_report_load_tensors(ql_report_writer *c, group *g, ql_error *err)
 {
     static const char sql[] =
         "SELECT tensor, layer, used_type, rmse, imatrix_err_rel, requested_type"
@@ -1466,7 +1475,7 @@ out:
     return rc;
 }
 
-static ql_status plot_tensors(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_tensors(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
     const row *r = g->tensor_row;
@@ -1591,7 +1600,7 @@ out:
  * plot is a line here (its writer records itself with add_plot when it draws). */
 /* ================================================================ divergence plot */
 
-ql_status ql_report_load_layers(ctx *c, group *g, ql_error *err)
+ql_status ql_report_load_layers(ql_report_writer *c, group *g, ql_error *err)
 {
     static const char sql[] = "SELECT layer, rel_err_mean, rel_err_p99, cos_mean, route_agree,"
                               " route_overlap, load_shift"
@@ -1632,7 +1641,7 @@ ql_status ql_report_load_layers(ctx *c, group *g, ql_error *err)
 /* divergence: the mean relative error of the residual stream after each block, one
  * line per config with layer metrics (a sweep with layer_metrics = yes), log scale.
  * Nothing is written when no run of the group has them. */
-static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_divergence(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
     size_t measured = 0;
@@ -1714,7 +1723,7 @@ static ql_status plot_divergence(ctx *c, group *g, const layout *l, ql_error *er
  * one line per config (the share of scored tokens routed to the reference's experts,
  * and dashed, the mean share of a token's experts kept), beside the divergence plot.
  * Nothing is written when no run of the group has routing figures (a dense model). */
-static ql_status plot_routing(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_routing(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
     size_t measured = 0;
@@ -1859,8 +1868,8 @@ static void sens_set_text(const ql_report_sens_set *ss, char *buf, size_t size)
 
 /* BASE.dat: one block per type (panel), lowest bits first; a line per tensor: its
  * column, layer, log10 of the mean KLD, the mean KLD and the tensor. */
-static ql_status write_sens_dat(ctx *c, const group *g, const sens_columns *cols, size_t panels,
-                                const char *base, ql_error *err)
+static ql_status write_sens_dat(ql_report_writer *c, const group *g, const sens_columns *cols,
+                                size_t panels, const char *base, ql_error *err)
 {
     const ql_report_sens_set *ss = &g->sens;
     char set[512], name[1200];
@@ -1925,7 +1934,7 @@ static void sens_layer_ticks(body *b, const ql_report_sens_set *ss, int64_t lo, 
  * rows) as a heatmap per type, tensor kind across, layer up, colour log10 of the mean
  * KLD on a scale the panels share; grey where nothing was measured. Nothing is written
  * when the model has none. */
-static ql_status plot_sensitivity(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_sensitivity(ql_report_writer *c, group *g, const layout *l, ql_error *err)
 {
     (void)l;
     const ql_report_sens_set *ss = &g->sens;
@@ -2003,7 +2012,8 @@ static ql_status plot_sensitivity(ctx *c, group *g, const layout *l, ql_error *e
 /* sensitivity_experts: a mixture of experts' experts measured one at a time (objective
  * kld:expert): block x expert, a panel per type, colour log10 of the mean KLD with only that
  * expert's three matrices quantized. Nothing is written without expert rows. */
-static ql_status plot_sensitivity_experts(ctx *c, group *g, const layout *l, ql_error *err)
+static ql_status plot_sensitivity_experts(ql_report_writer *c, group *g, const layout *l,
+                                          ql_error *err)
 {
     (void)l;
     const ql_report_sens_set *ss = &g->sens;
@@ -2093,7 +2103,7 @@ static ql_status plot_sensitivity_experts(ctx *c, group *g, const layout *l, ql_
 
 /* texts_kld: the mean KLD of every config on each evaluation text of a matrix
  * (report_texts.c), a line per config across the texts, log scale. */
-ql_status ql_report_plot_texts(ctx *c, group *gs, size_t ng, ql_error *err)
+ql_status ql_report_plot_texts(ql_report_writer *c, group *gs, size_t ng, ql_error *err)
 {
     ql_status rc = QL_OK;
     for (size_t i = 0; i < ng && !rc; i++) {
@@ -2130,8 +2140,8 @@ ql_status ql_report_plot_texts(ctx *c, group *gs, size_t ng, ql_error *err)
             break;
         }
         body b = {0};
-        snprintf(title, sizeof title, "%s: %s, ctx %d, %d chunks — mean KLD on each text",
-                 c->sweep, g->model, g->ctx, g->chunks);
+        snprintf(title, sizeof title, "%s: %s, ctx %d, %d chunks — mean KLD on each text", c->sweep,
+                 g->model, g->ctx, g->chunks);
         body_add(&b, "set title ");
         body_quote(&b, title);
         body_add(&b,
@@ -2165,12 +2175,13 @@ ql_status ql_report_plot_texts(ctx *c, group *gs, size_t ng, ql_error *err)
     return rc;
 }
 
-static ql_status (*const plot_writers[])(ctx *, group *, const layout *, ql_error *) = {
+static ql_status (*const plot_writers[])(ql_report_writer *, group *, const layout *,
+                                         ql_error *) = {
     plot_kld_bpw,    plot_ppl_bpw, plot_kld_cdf,     plot_tensors,
     plot_divergence, plot_routing, plot_sensitivity, plot_sensitivity_experts,
 };
 
-ql_status ql_report_write_plots(ctx *c, group *g, ql_error *err)
+ql_status ql_report_write_plots(ql_report_writer *c, group *g, ql_error *err)
 {
     layout l;
     ql_status rc = make_layout(g, &l, err);

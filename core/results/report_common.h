@@ -1,10 +1,16 @@
-/* qlab report internals: what report.c reads from the store and the files it writes
- * from it share (report.c: loading, report.md, formats.csv, sensitivity.csv, the driver;
- * report_plot.c: the plots; report_pairs.c: the one-axis comparisons and the fitted
- * configs against the smaller ones; report_html.c: report.html). Not a public
+/* qlab report, the common part: what the report reads from the store and every file it
+ * writes shares. The report is a driver, leaves and this: report.c (the driver: it loads
+ * each sweep's groups in one read transaction, writes report.md from its own sections and
+ * the leaves' and calls the leaves) -> report_plot.c (the plots), report_pairs.c (the
+ * one-axis comparisons, the fitted configs against the smaller ones), report_texts.c
+ * (the config x text matrices, the warnings), report_html.c (report.html), report_csv.c
+ * (the CSV files) -> report_common.c (the data below, the store's statement helpers, the
+ * labels and cells of configs, metrics, pairs and matrices, saving a file, recording a
+ * problem). A leaf includes this header and its own, never the driver's or another
+ * leaf's (tests/unit/test_layers.c): what two leaves share is here. Not a public
  * interface: only the report's files include it. */
-#ifndef QL_REPORT_IMPL_H
-#define QL_REPORT_IMPL_H
+#ifndef QL_REPORT_COMMON_H
+#define QL_REPORT_COMMON_H
 
 #include <sqlite3.h>
 #include <stdbool.h>
@@ -17,7 +23,13 @@
 #include "experiment/records.h"
 #include "results/applicability.h"
 #include "results/compare.h"
-#include "results/report.h"
+#include "results/report_options.h"
+#include "results/store.h"
+
+/* ================================================================ the data */
+
+/* Markdown text of a missing value. */
+#define QL_REPORT_NULL_TEXT "—"
 
 /* A finished config of a group. */
 typedef struct {
@@ -157,6 +169,9 @@ typedef struct ql_report_layer {
     double route_agree, route_overlap, load_shift;
 } ql_report_layer;
 
+/* One `qlab report` being written: the store it reads, its options, the sweep whose
+ * files are being written and their directory, and the summary it adds to. The driver
+ * (report.c) fills it; every writer of a file takes it. */
 typedef struct {
     ql_store *store;
     const ql_report_options *opt;
@@ -166,16 +181,46 @@ typedef struct {
     int tensors_found; /* runs matching opt->tensors, over every sweep */
     bool no_gnuplot;   /* gnuplot is not on PATH: no plot is tried */
     size_t problems_cap;
-} ql_report_ctx;
+} ql_report_writer;
 
-/* ---------------------------------------------------------------- report.c */
+/* The texts one config x text matrix shows at most. */
+#define QL_REPORT_MAX_TEXTS 16
 
-/* The store's statement helpers with the report's messages. */
-ql_status ql_report_prepare(ql_report_ctx *c, const char *sql, sqlite3_stmt **st, ql_error *err);
-ql_status ql_report_step(ql_report_ctx *c, sqlite3_stmt *st, bool *got, ql_error *err);
-ql_status ql_report_bind_int(ql_report_ctx *c, sqlite3_stmt *st, int idx, int64_t v, ql_error *err);
+typedef struct {
+    char hash[65];
+    char label[512];
+    const ql_report_row *cell[QL_REPORT_MAX_TEXTS]; /* NULL: not measured on that text */
+} ql_report_texts_row;
+
+/* The config x text matrix led by a group: the groups of its model, ctx and chunk count
+ * (one per text) as columns, the configs of any of them as rows (in the order of the
+ * first group that has each). */
+typedef struct {
+    size_t cols[QL_REPORT_MAX_TEXTS]; /* group indices */
+    size_t ncols;
+    ql_report_texts_row *rows;
+    size_t nrows;
+} ql_report_texts;
+
+/* ================================================================ reading the store */
+
+/* The store's statement helpers with the report's messages ("db: report: reading:
+ * reason"; the store's fault injection covers them). */
+ql_status ql_report_prepare(ql_report_writer *c, const char *sql, sqlite3_stmt **st, ql_error *err);
+ql_status ql_report_step(ql_report_writer *c, sqlite3_stmt *st, bool *got, ql_error *err);
+ql_status ql_report_bind_int(ql_report_writer *c, sqlite3_stmt *st, int idx, int64_t v,
+                             ql_error *err);
+ql_status ql_report_bind_text(ql_report_writer *c, sqlite3_stmt *st, int idx, const char *v,
+                              ql_error *err);
+/* A column's value; NAN for NULL. */
 double ql_report_col_double(sqlite3_stmt *st, int i);
+/* A text column as a heap string ("" for NULL); a REAL column in its shortest exact
+ * decimal form, so that outlier ratios read as in the canonical form. NULL: out of
+ * memory. */
+char *ql_report_col_string(sqlite3_stmt *st, int i);
 ql_status ql_report_oom(ql_error *err);
+
+/* ================================================================ labels and cells */
 
 /* How axis a of a config reads in the group's tables: the weight type by its label
  * (ql_report_weight_label), the imatrix of a file config "unknown", any other value as
@@ -221,40 +266,11 @@ bool ql_report_row_compared(const ql_report_row *r);
 
 /* Records what could not be written in the summary (what: a plot's base name, "" for
  * the sweep's files; script: its path or ""); the first reason is the summary's why. */
-void ql_report_add_problem(ql_report_ctx *c, const char *what, const char *script, const char *why);
+void ql_report_add_problem(ql_report_writer *c, const char *what, const char *script,
+                           const char *why);
 
 /* Writes a document to the sweep's directory and counts it. */
-ql_status ql_report_doc_save(ql_report_ctx *c, ql_doc *d, const char *name, ql_error *err);
-
-/* ---------------------------------------------------------------- report_plot.c */
-
-/* Reads the tensor errors of the group's tensor_row. */
-ql_status ql_report_load_tensors(ql_report_ctx *c, ql_report_group *g, ql_error *err);
-
-/* Reads the layer metrics of the group's runs into g->layers (report_plot.c). */
-ql_status ql_report_load_layers(ql_report_ctx *c, ql_report_group *g, ql_error *err);
-/* Writes every plot of a group (data, scripts, images when gnuplot works) and
- * records the drawn ones in g->plots. */
-ql_status ql_report_write_plots(ql_report_ctx *c, ql_report_group *g, ql_error *err);
-
-/* ---------------------------------------------------------------- report_pairs.c */
-
-/* Finds and compares the one-axis pairs of a group (reads chunk sums). */
-ql_status ql_report_load_pairs(ql_report_ctx *c, ql_report_group *g, ql_error *err);
-/* report.md's section of them. */
-ql_status ql_report_md_pairs(const ql_report_group *g, FILE *out, ql_error *err);
-/* A pair's cells: the config both share, the two values of the axis, and for each
- * statistic "estimate [lo, hi]". */
-void ql_report_pair_cells(const ql_report_group *g, const ql_report_pair *p, char *rest,
-                          size_t rest_size, char cells[QL_CMP_STATS][96]);
-
-/* Finds the fitted configs of a group and compares each with the configs no larger
- * than it (reads chunk sums). */
-ql_status ql_report_load_fits(ql_report_ctx *c, ql_report_group *g, ql_error *err);
-/* report.md's table of them; nothing when the group has no budget config. */
-ql_status ql_report_md_fits(const ql_report_group *g, FILE *out, ql_error *err);
-
-/* ---------------------------------------------------------------- report_texts.c */
+ql_status ql_report_doc_save(ql_report_writer *c, ql_doc *d, const char *name, ql_error *err);
 
 /* Whether a row's imatrix is a file that names no calibration text qlab could read (an
  * imatrix .dat file): its overlap is unknown, never "none". */
@@ -264,28 +280,18 @@ bool ql_report_calib_unknown(const ql_report_row *r);
  * reference beaten beyond its interval), at most max lines; returns how many. */
 size_t ql_report_row_warnings(const ql_report_row *r, char lines[][256], size_t max);
 
-/* report.md's list of a group's warnings ("Warnings:"); nothing without any. */
-void ql_report_md_warnings(const ql_report_group *g, FILE *out);
+/* A paired difference as its cell reads: "+1.23e-02 [+1.01e-02, +1.45e-02] *", the
+ * estimate, its interval and a star where the interval excludes zero ("" when not
+ * computed). */
+void ql_report_stat_cell(ql_compare_stat k, const ql_compare_value *v, char *buf, size_t size);
 
-/* The texts one config x text matrix shows at most. */
-#define QL_REPORT_MAX_TEXTS 16
+/* A pair's cells: the config both share, the two values of the axis, and for each
+ * statistic "estimate [lo, hi]". */
+void ql_report_pair_cells(const ql_report_group *g, const ql_report_pair *p, char *rest,
+                          size_t rest_size, char cells[QL_CMP_STATS][96]);
 
-typedef struct {
-    char hash[65];
-    char label[512];
-    const ql_report_row *cell[QL_REPORT_MAX_TEXTS]; /* NULL: not measured on that text */
-} ql_report_texts_row;
-
-/* The config x text matrix led by group `first`: the groups of its model, ctx and chunk
- * count (one per text) as columns, the configs of any of them as rows (in the order of
- * the first group that has each). Returns the number of columns, 0 when group first
- * leads no matrix (a single text, or an earlier group leads it). */
-typedef struct {
-    size_t cols[QL_REPORT_MAX_TEXTS]; /* group indices */
-    size_t ncols;
-    ql_report_texts_row *rows;
-    size_t nrows;
-} ql_report_texts;
+/* The config x text matrix led by group `first` into m. Returns the number of columns,
+ * 0 when group first leads no matrix (a single text, or an earlier group leads it). */
 size_t ql_report_texts_matrix(const ql_report_group *gs, size_t ng, size_t first,
                               ql_report_texts *m);
 void ql_report_texts_free(ql_report_texts *m);
@@ -298,17 +304,5 @@ void ql_report_texts_cell(const ql_report_row *r, bool kld, char *buf, size_t si
  * excludes 0). false ("—") when the row has no such pair. */
 bool ql_report_texts_effect(const ql_report_group *g, const ql_report_row *r, char *buf,
                             size_t size);
-/* report.md's matrices of the sweep ("### Configs × texts ..."), one per model, ctx and
- * chunk count measured on several texts. */
-ql_status ql_report_md_texts(const ql_report_group *gs, size_t ng, FILE *out, ql_error *err);
-
-/* The matrices' plots (report_plot.c): texts_kld<suffix>.dat/.gp, mean KLD of each
- * config across the texts as lines (log scale), recorded as a plot of the leading
- * group. */
-ql_status ql_report_plot_texts(ql_report_ctx *c, ql_report_group *gs, size_t ng, ql_error *err);
-
-/* ---------------------------------------------------------------- report_html.c */
-
-ql_status ql_report_write_html(ql_report_ctx *c, ql_report_group *gs, size_t ng, ql_error *err);
 
 #endif
