@@ -30,7 +30,11 @@ static void help(const ql_opt_parser *p)
            "tokens; their memory), then each matrix quantized by ggml's quantizer (all rows)\n"
            "and by GPTQ: its factorization, then R rows, extrapolated to all rows (GPTQ's rows\n"
            "are independent given the factor, so the time per row is the same for every row).\n"
-           "Both with the Hessians' diagonals as importance, as a sweep gives them.\n\n");
+           "Both with the Hessians' diagonals as importance, as a sweep gives them.\n"
+           "A mixture of experts (qwen3-30b-a3b, mixtral-8x7b): the feed-forward matrices are\n"
+           "one expert's, each expert with its own Hessians (its gate and up share one), and\n"
+           "their time and memory count once per expert of the block (a shared expert is not\n"
+           "timed).\n\n");
     ql_opt_print_options(stdout, p);
 }
 
@@ -38,6 +42,7 @@ typedef struct {
     const char *name;
     ql_site_kind kind;
     int64_t n_in, n_out;
+    int copies; /* matrices of this shape per block: a mixture's experts, else 1 */
 } bench_mat;
 
 static uint64_t rng;
@@ -67,17 +72,20 @@ int ql_bench_gptq(int argc, char **argv)
     ql_synth_defaults(&so);
     if (!ql_synth_preset(shape, &so))
         return ql_opt_usage(&p, "unknown shape '%s' (%s)", shape, ql_synth_presets());
-    if (so.experts)
-        return ql_opt_usage(&p, "%s is a mixture of experts: GPTQ's pass takes dense blocks", shape);
     ql_threads_set(threads);
-    const int64_t dim = so.dim, ff = so.ff;
+    /* A mixture's feed-forward: one expert's matrices, counted once per expert. */
+    const int64_t dim = so.dim, ff = so.experts ? so.expert_ff : so.ff;
+    const int per_block = so.experts ? so.experts : 1;
     const int64_t hd = so.head_dim ? so.head_dim : so.dim / so.heads;
     const int64_t q_out = hd * so.heads, kv = hd * so.kv_heads;
     const bench_mat mats[] = {
-        {"attn_q", QL_SITE_Q, dim, q_out},       {"attn_k", QL_SITE_K, dim, kv},
-        {"attn_v", QL_SITE_V, dim, kv},          {"attn_output", QL_SITE_O, q_out, dim},
-        {"ffn_gate", QL_SITE_GATE, dim, ff},     {"ffn_up", QL_SITE_UP, dim, ff},
-        {"ffn_down", QL_SITE_DOWN, ff, dim},
+        {"attn_q", QL_SITE_Q, dim, q_out, 1},
+        {"attn_k", QL_SITE_K, dim, kv, 1},
+        {"attn_v", QL_SITE_V, dim, kv, 1},
+        {"attn_output", QL_SITE_O, q_out, dim, 1},
+        {so.experts ? "ffn_gate_exps" : "ffn_gate", QL_SITE_GATE, dim, ff, per_block},
+        {so.experts ? "ffn_up_exps" : "ffn_up", QL_SITE_UP, dim, ff, per_block},
+        {so.experts ? "ffn_down_exps" : "ffn_down", QL_SITE_DOWN, ff, dim, per_block},
     };
     const int n_mats = (int)(sizeof mats / sizeof mats[0]);
     /* One block's weight set, for the Hessian collector. */
@@ -106,7 +114,13 @@ int ql_bench_gptq(int argc, char **argv)
         rc = ql_cli_fail(&err);
         goto out;
     }
-    const int64_t max_in = ff > dim ? ff : dim, max_out = ff > q_out ? ff : q_out;
+    /* The widest input and output of the block's matrices (attn_output reads q_out, which
+     * may exceed dim: qwen3-30b-a3b). */
+    int64_t max_in = 0, max_out = 0;
+    for (int i = 0; i < n_mats; i++) {
+        max_in = mats[i].n_in > max_in ? mats[i].n_in : max_in;
+        max_out = mats[i].n_out > max_out ? mats[i].n_out : max_out;
+    }
     x = malloc((size_t)tokens * (size_t)max_in * sizeof *x);
     wts = malloc((size_t)max_in * (size_t)max_out * sizeof *wts);
     imat = malloc((size_t)max_in * sizeof *imat);
@@ -134,13 +148,25 @@ int ql_bench_gptq(int argc, char **argv)
         }
         const double t0 = ql_now();
         ql_hessians_observe(h, i, &lin[i], x, tokens);
-        t_hess += ql_now() - t0;
+        /* A token is summed into the Hessians of each expert it is routed to. */
+        t_hess += (ql_now() - t0) * (mats[i].copies > 1 ? so.experts_used : 1);
     }
-    const size_t hess_bytes = ql_hessians_bytes(&w, 0);
-    printf("qlab bench gptq: shape %s (dim %lld, ff %lld, %d blocks), %d threads; one block's "
+    /* Each distinct input's Hessian, once per expert for a mixture's feed-forward. */
+    size_t hess_bytes = 0;
+    for (int i = 0; i < n_mats; i++)
+        if (i == 0 || ql_hess_input_of(mats[i - 1].kind) != ql_hess_input_of(mats[i].kind))
+            hess_bytes += (size_t)mats[i].n_in * (size_t)mats[i].n_in * sizeof(double) *
+                          (size_t)mats[i].copies;
+    char widths[96];
+    if (so.experts)
+        snprintf(widths, sizeof widths, "dim %lld, %d experts of %lld, %d used", (long long)dim,
+                 so.experts, (long long)ff, so.experts_used);
+    else
+        snprintf(widths, sizeof widths, "dim %lld, ff %lld", (long long)dim, (long long)ff);
+    printf("qlab bench gptq: shape %s (%s, %d blocks), %d threads; one block's "
            "Hessians: %.1f MiB (double), summed at %.2f s per 1000 tokens; GPTQ's work for the "
            "widest input (%lld): %.1f MiB\n",
-           shape, (long long)dim, (long long)ff, so.layers, ql_threads_get(),
+           shape, widths, so.layers, ql_threads_get(),
            (double)hess_bytes / 1048576.0, t_hess / tokens * 1000.0, (long long)max_in,
            (double)ql_gptq_work_bytes(max_in, ql_threads_get()) / 1048576.0);
     printf("%-7s %12s %12s %12s %8s   (seconds for the model's %d blocks; GPTQ: a "
@@ -179,7 +205,7 @@ int ql_bench_gptq(int argc, char **argv)
                 rc = ql_cli_fail(&err);
                 break;
             }
-            t_ggml += ql_now() - t0;
+            t_ggml += (ql_now() - t0) * mats[i].copies;
             const int64_t r = rows < m ? rows : m;
             /* The factor once per input, as the pass shares it (q, k, v; gate, up). */
             const bool first = i == 0 || ql_hess_input_of(mats[i - 1].kind) !=
@@ -199,8 +225,8 @@ int ql_bench_gptq(int argc, char **argv)
                 rc = ql_cli_fail(&err);
                 break;
             }
-            t_gptq += (first ? t_factor : 0.0) + t_rows / (double)r * (double)m;
-            t_fact += first ? t_factor : 0.0;
+            t_gptq += ((first ? t_factor : 0.0) + t_rows / (double)r * (double)m) * mats[i].copies;
+            t_fact += (first ? t_factor : 0.0) * mats[i].copies;
         }
         if (rc != QL_EXIT_OK)
             break;
