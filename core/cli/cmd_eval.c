@@ -19,6 +19,7 @@
 #include "experiment/reference.h"
 #include "experiment/routing.h"
 #include "formats/types.h"
+#include "harness/mem_plan.h"
 #include "model/forward.h"
 #include "model/kvcache.h"
 #include "model/model.h"
@@ -270,7 +271,7 @@ static size_t keep_logp_bytes(const ql_model *ref, const ql_model *q, const ql_p
                         ql_sched_bytes(&ref->hp, d->ctx, group, 1);
     const size_t left = budget > used ? budget - used : 0;
     const size_t logp = ql_reference_logp_bytes(d, ref->hp.n_vocab);
-    return logp <= left / 2 ? logp : 0;
+    return ql_mem_hold(logp, left);
 }
 
 static int eval_base(const base_opts *o)
@@ -313,7 +314,7 @@ static int eval_base(const base_opts *o)
         goto fail;
     const ql_model *bm = r.model;
     const ql_ppl_data *d = &r.data;
-    const int group = ql_sched_group_for(&bm->hp, o->ctx, 1, d->n_chunks, o->budget / 2);
+    const int group = ql_sched_group_for(&bm->hp, o->ctx, 1, d->n_chunks, ql_mem_side(o->budget));
     const size_t keep = keep_logp_bytes(bm, qm, d, group, o->budget);
     if (!o->quiet) {
         const ql_linear *bq = ql_model_first_quantized(bm);
@@ -498,7 +499,7 @@ int ql_cmd_eval(int argc, char **argv)
                         .live = !(isatty(STDOUT_FILENO) == 1 && isatty(STDERR_FILENO) == 1)};
     const int64_t tokens = d->n_chunks * (int64_t)(ctx - 1);
     ql_progress_begin(&pr.progress, "eval", "tok", tokens, quiet);
-    const int group = ql_sched_group_for(&m->hp, ctx, 1, d->n_chunks, budget / 2);
+    const int group = ql_sched_group_for(&m->hp, ctx, 1, d->n_chunks, ql_mem_side(budget));
     ql_nll_acc acc;
     double t0 = ql_now();
     const ql_status pst =

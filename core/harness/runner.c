@@ -1,5 +1,6 @@
 /* The sweep runner: reference once, then every config against it (runner.h). */
 #include "harness/runner.h"
+#include "harness/mem_plan.h"
 #include "harness/sensitivities.h"
 
 #include <libgen.h>
@@ -161,12 +162,12 @@ static void plan_memory(ql_sweep_run *s)
     const size_t texts = s->opts.texts_together > 1 ? (size_t)s->opts.texts_together : 1;
     size_t own = left / texts;
     const size_t logp = ql_reference_logp_bytes(d, hp->n_vocab);
-    m->keep_logp = logp <= own / 2 ? logp : 0;
+    m->keep_logp = ql_mem_hold(logp, own);
     own -= m->keep_logp;
     /* Configs that differ only in the head share their blocks when a pass's hidden states
      * fit beside the groups. */
     const size_t hidden = sizeof(float) * (size_t)ql_ppl_n_scored_total(d) * (size_t)hp->n_embd;
-    m->keep_hidden = s->n_head_siblings && !s->opts.no_share && hidden <= own / 2 ? hidden : 0;
+    m->keep_hidden = s->n_head_siblings && !s->opts.no_share ? ql_mem_hold(hidden, own) : 0;
     left -= texts * (m->keep_logp + m->keep_hidden);
     m->group = 1;
     while (m->group < d->n_chunks && ql_sched_bytes(hp, d->ctx, m->group + 1, n_sets) - one <= left)
@@ -1163,7 +1164,7 @@ static ql_status open_run(ql_sweep_run **out, const ql_sweep *sw, const ql_run_o
                               .cache_dir = s->cache_dir,
                               .ctx = sw->ctx,
                               .quiet = opts->quiet,
-                              .mem_bytes = s->mem.budget / 2,
+                              .mem_bytes = ql_mem_side(s->mem.budget),
                               .base_dir = sw->dir};
         st = ql_calib_alloc(&s->calib, &cs, err);
     }
@@ -1183,14 +1184,14 @@ static ql_status open_run(ql_sweep_run **out, const ql_sweep *sw, const ql_run_o
                                    .cache_dir = s->cache_dir,
                                    .calib = s->calib,
                                    .store = s->store,
-                                   .mem_bytes = s->mem.budget / 2,
+                                   .mem_bytes = ql_mem_side(s->mem.budget),
                                    .quiet = opts->quiet};
         ql_qweights_opts qo = {.model = s->model,
                                .model_sha = s->model_sha,
                                .cache_dir = s->cache_dir,
                                .metric_imatrix = s->metric_imatrix,
                                .cache_bytes = s->mem.cache,
-                               .gptq_bytes = s->mem.budget / 2,
+                               .gptq_bytes = ql_mem_side(s->mem.budget),
                                .quiet = opts->quiet,
                                .sensitivities = ql_sens_fill_table,
                                .sens_ctx = &s->sens};

@@ -12,6 +12,7 @@
 #include "experiment/reference.h"
 #include "experiment/sensitivity.h"
 #include "formats/types.h"
+#include "harness/mem_plan.h"
 #include "model/forward.h"
 #include "model/scheduler.h"
 
@@ -107,14 +108,16 @@ static ql_status calib_pass_open(const ql_sens_source *src, const char *text_sha
     if (!st)
         st = ql_sched_alloc(&p->sched, err);
     if (!st) {
+        /* The pass and its reference get half (the measurements the other half). */
+        const size_t pass = ql_mem_side(src->mem_bytes);
         const size_t logp = ql_reference_logp_bytes(d, hp->n_vocab);
-        p->group = ql_sched_group_for(hp, d->ctx, 1, d->n_chunks, src->mem_bytes / 4);
+        p->group = ql_sched_group_for(hp, d->ctx, 1, d->n_chunks, ql_mem_side(pass));
         ql_reference_opts ro = {.model_sha256 = src->model_sha,
                                 .text_sha256 = text_sha,
                                 .cache_dir = src->cache_dir,
                                 .quiet = src->quiet,
                                 .group = p->group,
-                                .keep_bytes = logp <= src->mem_bytes / 4 ? logp : 0};
+                                .keep_bytes = ql_mem_hold(logp, pass)};
         st = ql_reference_get(&p->ref, p->fw, p->sched, src->model->weights, d, &ro, err);
     }
     if (st)
@@ -153,7 +156,7 @@ static ql_status measure(const ql_sens_source *src, const ql_store_sens_key *key
                        .im = im,
                        .done = store_item,
                        .done_ctx = &sc,
-                       .mem_bytes = src->mem_bytes / 2, /* the rest: blocks, the reference */
+                       .mem_bytes = ql_mem_side(src->mem_bytes), /* the other half: the pass */
                        .quiet = src->quiet};
     st = ql_sens_measure(&job, items, n, err);
     calib_pass_close(&p);
