@@ -252,14 +252,14 @@ static ql_status write_plot(const nb_options *o, const nb_result *runs, const pa
             "# 95%% paired-bootstrap interval. Data: %s.dat. Redraw: gnuplot %s.gp\n"
             "set encoding utf8\nset title ",
             base, base);
-    ql_gnuplot_quote(f, runs[ps[lo].x].group);
+    ql_plot_quote(f, runs[ps[lo].x].group);
     fprintf(f,
             "\nset ylabel 'ΔKLD vs f32 activations (nats)'\nset xlabel 'weights'\n"
             "set grid ytics\nset key top left\nset xrange [-0.6:%g]\nset xtics (",
             (double)nl - 0.4);
     for (size_t k = 0; k < nl; k++) {
         fprintf(f, "%s", k ? ", " : "");
-        ql_gnuplot_quote(f, labels[k]);
+        ql_plot_quote(f, labels[k]);
         fprintf(f, " %zu", k);
     }
     fprintf(f, ")\nset terminal %s\nset output '%s.png'\nplot 0 with lines lc rgb 'gray50' notitle",
@@ -271,7 +271,7 @@ static ql_status write_plot(const nb_options *o, const nb_result *runs, const pa
                 base, m);
         char t[64];
         snprintf(t, sizeof t, "act %s", modes[m]);
-        ql_gnuplot_quote(f, t);
+        ql_plot_quote(f, t);
     }
     fprintf(f, "\nset terminal %s\nset output '%s.svg'\nreplot\nunset output\n",
             QL_PLOT_SVG_TERMINAL, base);

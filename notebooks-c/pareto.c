@@ -59,7 +59,7 @@ static void make_labels(nb_result *v, size_t lo, size_t hi)
 static void write_panels(FILE *f, const char *base, const char *title, bool kld_log)
 {
     fputs("set multiplot layout 1,2 title ", f);
-    ql_gnuplot_quote(f, title);
+    ql_plot_quote(f, title);
     fputs("\nset grid\nset xlabel 'bits per weight'\nset key top right\n"
           "set offsets graph 0.05, graph 0.05, graph 0.08, graph 0.05\n"
           "set ylabel 'mean KLD (nats)'\n",

@@ -12,7 +12,7 @@
 
 #include "base/util.h"
 
-bool ql_gnuplot_find(char *path, size_t size)
+bool ql_plot_find_gnuplot(char *path, size_t size)
 {
     const char *env = getenv("PATH");
     if (!env || !*env)
@@ -102,10 +102,10 @@ static void gnuplot_message(const char *s, char *out, size_t size)
         snprintf(out, size, "%s", msg);
 }
 
-ql_status ql_gnuplot_run(const char *dir, const char *script, ql_error *err)
+ql_status ql_plot_run_gnuplot(const char *dir, const char *script, ql_error *err)
 {
     char exe[4096];
-    if (!ql_gnuplot_find(exe, sizeof exe))
+    if (!ql_plot_find_gnuplot(exe, sizeof exe))
         return ql_error_set(err, QL_ENOTFOUND, "gnuplot not found on PATH");
     int fd[2];
     if (pipe(fd) != 0)
@@ -207,7 +207,7 @@ ql_status ql_png_check(const char *path, size_t min_bytes, ql_error *err)
 
 ql_status ql_plot_render(const char *dir, const char *script, const char *base, ql_error *err)
 {
-    ql_status st = ql_gnuplot_run(dir, script, err);
+    ql_status st = ql_plot_run_gnuplot(dir, script, err);
     if (st)
         return st;
     char path[4096];
@@ -533,7 +533,7 @@ out:
     return ok;
 }
 
-void ql_gnuplot_quote(FILE *out, const char *s)
+void ql_plot_quote(FILE *out, const char *s)
 {
     fputc('\'', out);
     for (; *s; s++) {

@@ -17,20 +17,20 @@
 
 /* Looks for an executable `gnuplot` in the directories of $PATH; fills path
  * (may be NULL) and returns true when found. */
-bool ql_gnuplot_find(char *path, size_t size);
+bool ql_plot_find_gnuplot(char *path, size_t size);
 
 /* Runs `gnuplot SCRIPT` with dir as the working directory and waits for it.
  * QL_ENOTFOUND when gnuplot is not on PATH; QL_EEXTERNAL when it cannot be
  * started, is killed or exits non-zero, with its first lines of stderr in the
  * message. gnuplot's output is not passed through (warnings are dropped when it
  * succeeds). */
-ql_status ql_gnuplot_run(const char *dir, const char *script, ql_error *err);
+ql_status ql_plot_run_gnuplot(const char *dir, const char *script, ql_error *err);
 
 /* Checks that path holds a PNG image: the 8-byte signature, an IHDR chunk with
  * a non-zero width and height, and at least min_bytes bytes. */
 ql_status ql_png_check(const char *path, size_t min_bytes, ql_error *err);
 
-/* Runs dir/script (ql_gnuplot_run), then checks the images it must have
+/* Runs dir/script (ql_plot_run_gnuplot), then checks the images it must have
  * written: dir/<base>.png (ql_png_check with QL_PLOT_PNG_MIN_BYTES) and
  * dir/<base>.svg (an SVG document). A missing or broken image is QL_EEXTERNAL. */
 ql_status ql_plot_render(const char *dir, const char *script, const char *base, ql_error *err);
@@ -155,7 +155,7 @@ bool ql_plot_label_points(const ql_plot_frame *f, double ref_y, const ql_plot_po
                           size_t *n_labels);
 
 /* Writes s as a gnuplot single-quoted string ('' escapes a quote). */
-void ql_gnuplot_quote(FILE *out, const char *s);
+void ql_plot_quote(FILE *out, const char *s);
 
 /* The terminals every qlab plot is drawn with: PNG through cairo and SVG. */
 #define QL_PLOT_PNG_TERMINAL "pngcairo size 960,600 font 'sans,11' noenhanced"

@@ -801,7 +801,7 @@ static void title_expr(FILE *f, const char *title)
     for (size_t i = 0; i < n; i++) {
         if (i)
             fputs(".\"\\n\".", f);
-        ql_gnuplot_quote(f, lines[i]);
+        ql_plot_quote(f, lines[i]);
     }
     if (!n)
         fputs("''", f);
@@ -1576,7 +1576,7 @@ static ql_status plot_tensors(ql_report_writer *c, group *g, const layout *l, ql
     for (size_t k = 0; k < nblocks && k < 64; k++) {
         fprintf(f, "%s\\\n  '%s.dat' index %zu using 1:2 with linespoints pt 7 lw 1.5 title ",
                 k ? ", " : " ", base, k);
-        ql_gnuplot_quote(f, classes[k]);
+        ql_plot_quote(f, classes[k]);
     }
     if (fell)
         fprintf(f,

@@ -685,7 +685,7 @@ static void test_plots_without_gnuplot(void)
 
     /* Not on PATH: tables still written, the reason given, no error. */
     setenv("PATH", qlt_tmp("no-such-dir"), 1);
-    CHECK(!ql_gnuplot_find(NULL, 0));
+    CHECK(!ql_plot_find_gnuplot(NULL, 0));
     CHECK_OK(report(s, qlt_tmp("nognu"), "fixture-formats", NULL, true, &sum, &err), &err);
     CHECK(sum.plots_skipped && strcmp(sum.why, "gnuplot not found on PATH") == 0);
     CHECK_EQ_INT(sum.plots, 0);
@@ -700,7 +700,7 @@ static void test_plots_without_gnuplot(void)
     snprintf(fake, sizeof fake, "%s/gnuplot", bin);
     write_script(fake, "#!/bin/sh\necho \"line 3: unknown terminal type\" >&2\nexit 1\n");
     setenv("PATH", bin, 1);
-    CHECK(ql_gnuplot_find(NULL, 0));
+    CHECK(ql_plot_find_gnuplot(NULL, 0));
     CHECK_OK(report(s, qlt_tmp("badgnu"), "fixture-formats", NULL, true, &sum, &err), &err);
     CHECK_MSG(sum.plots_skipped && strstr(sum.why, "kld_bpw.gp: exit status 1: line 3: unknown "
                                                    "terminal type"),
@@ -749,7 +749,7 @@ static void test_png_check(void)
  * real PNG of non-trivial size and an SVG. */
 static void test_plots_real_gnuplot(void)
 {
-    if (!ql_gnuplot_find(NULL, 0)) {
+    if (!ql_plot_find_gnuplot(NULL, 0)) {
         printf("note: gnuplot not on PATH; real-plot checks skipped\n");
         return;
     }
@@ -1183,7 +1183,7 @@ static void test_report_sensitivity_and_fits(void)
     CHECK(done && failures > 10);
 
     /* Drawn by the real gnuplot when there is one. */
-    if (ql_gnuplot_find(NULL, 0)) {
+    if (ql_plot_find_gnuplot(NULL, 0)) {
         CHECK_OK(report(s, qlt_tmp("fit-plots"), "fit", NULL, true, &sum, &err), &err);
         CHECK_MSG(!sum.plots_skipped, "%s", sum.why);
         size_t len = 0;

@@ -214,7 +214,7 @@ static const char *failing_gnuplot(const char *real)
 static void test_plots(void)
 {
     char real[4096];
-    if (!ql_gnuplot_find(real, sizeof real)) {
+    if (!ql_plot_find_gnuplot(real, sizeof real)) {
         printf("note: gnuplot not on PATH; the crowded plots are not drawn here\n");
         return;
     }
