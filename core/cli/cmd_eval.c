@@ -15,7 +15,7 @@
 #include "commands.h"
 #include "experiment/actquant.h"
 #include "experiment/config.h"
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "experiment/reference.h"
 #include "experiment/routing.h"
 #include "formats/types.h"

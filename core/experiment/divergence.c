@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 
 struct ql_divergence {
     int n_layer;

@@ -11,7 +11,7 @@
 #include "base/util.h"
 #include "experiment/fit.h"
 #include "experiment/gptq_pass.h"
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "experiment/outliers.h"
 #include "formats/quant_int8row.h"
 #include "formats/quant_split.h"

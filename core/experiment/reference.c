@@ -11,7 +11,7 @@
 #include "base/data.h"
 #include "base/progress.h"
 #include "base/util.h"
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "experiment/routing.h"
 
 #define REF_MAGIC        "QLREF\0\0\2"

@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "model/forward.h"
 #include "model/perplexity.h"
 #include "model/scheduler.h"

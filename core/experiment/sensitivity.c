@@ -8,7 +8,7 @@
 
 #include "base/progress.h"
 #include "base/util.h"
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "experiment/qweights.h"
 #include "formats/types.h"
 
@@ -126,7 +126,7 @@ static ql_status state_alloc(sens_state *s, const ql_sens_job *job, ql_error *er
     s->stride = (size_t)s->n_tok * (size_t)hp->n_embd;
     const size_t all = s->stride * (size_t)d->n_chunks;
     s->layer_floats = ql_weights_layer_floats(job->model->weights);
-    /* The scores: 7 doubles and 4 bytes a token (metrics.h's accumulator). */
+    /* The scores: 7 doubles and 4 bytes a token (distribution.h's accumulator). */
     const double need = (double)(2 * all + (size_t)s->n_tok * (size_t)hp->n_vocab +
                                  (size_t)s->n_tok * (size_t)hp->n_embd) *
                             sizeof(float) +

@@ -4,7 +4,7 @@
  * The sensitivity of a unit (a tensor, or a group of them: config.h's ql_grouping) to a
  * type is what quantizing that unit alone to that type does to the output, the rest of
  * the model at reference precision: the mean KLD against the reference and
- * ln(PPL_q / PPL_ref), with their standard errors (metrics.h), on a calibration text.
+ * ln(PPL_q / PPL_ref), with their standard errors (distribution.h), on a calibration text.
  * The fit's `kld` objective (fit.h) predicts a mixed config's KLD as the sum of the
  * sensitivities of its (unit, type) choices.
  *

@@ -18,7 +18,7 @@
 #include "base/util.h"
 #include "experiment/calib.h"
 #include "experiment/divergence.h"
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "experiment/overlap.h"
 #include "experiment/qweights.h"
 #include "experiment/reference.h"

@@ -8,7 +8,7 @@
 
 #include "base/gemm.h"
 #include "base/util.h"
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "experiment/reference.h"
 #include "experiment/sensitivity.h"
 #include "formats/types.h"

@@ -9,7 +9,7 @@
 
 #include "base/table.h"
 #include "base/util.h"
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "experiment/overlap.h"
 
 struct ql_query {
@@ -47,7 +47,7 @@ static void build_formats_sql(void)
                                     ", round(%s, %d) AS %s", mi->name, mi->digits, mi->name);
     }
     /* The warnings of a run, as the sweep summary and the report give them
-     * (experiment/overlap.h, experiment/metrics.h). */
+     * (experiment/overlap.h, experiment/distribution.h). */
     off += (size_t)snprintf(
         formats_sql + off, sizeof formats_sql - off,
         ", trim(CASE WHEN calib_overlap_32 > %.17g THEN"

@@ -9,7 +9,7 @@
 
 #include "base/table.h"
 #include "base/util.h"
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "experiment/overlap.h"
 
 typedef ql_report_row row;

@@ -234,7 +234,7 @@ typedef struct {
     int ctx;
     int64_t chunks;
     const char *imatrix_sha256; /* the quantizer's importance matrix; "none" */
-    int metrics_version;        /* experiment/metrics.h's QL_METRICS_VERSION */
+    int metrics_version;        /* experiment/distribution.h's QL_METRICS_VERSION */
     const char *grouping;       /* the units' (config.h's ql_grouping_name) */
 } ql_store_sens_key;
 

@@ -13,7 +13,7 @@
 #include "base/util.h"
 #include "experiment/actquant.h"
 #include "experiment/imatrix.h"
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "experiment/outliers.h"
 #include "formats/types.h"
 #include "model/forward.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "qltest.h"
 
 /* Hand-computed values are exact up to double rounding of a few operations. */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 #include "experiment/reference.h"
 #include "model/forward.h"
 #include "model/model.h"

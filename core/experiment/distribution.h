@@ -21,8 +21,8 @@
  * and the four top-k agreements, each ± sqrt(f(1-f)/(N-1)). Log-softmax and every
  * sum are in double; the per-token values are stored and reduced in token order, so
  * results do not depend on the thread count. */
-#ifndef QL_METRICS_H
-#define QL_METRICS_H
+#ifndef QL_DISTRIBUTION_H
+#define QL_DISTRIBUTION_H
 
 #include <stdbool.h>
 #include <stdint.h>

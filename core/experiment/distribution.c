@@ -1,4 +1,4 @@
-#include "experiment/metrics.h"
+#include "experiment/distribution.h"
 
 #include <math.h>
 #include <stdlib.h>
