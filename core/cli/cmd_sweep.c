@@ -99,7 +99,9 @@ static void report_interrupt(const ql_sweep *sw, const ql_run_opts *ro, const ql
     fprintf(stderr,
             "qlab: interrupted (%s): %zu config%s stored, %s; resume with: qlab sweep %s --db "
             "%s%s\n",
-            sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "signal",
+            sig == SIGTERM  ? "SIGTERM"
+            : sig == SIGINT ? "SIGINT"
+                            : "signal",
             sum->n_run + sum->n_failed, sum->n_run + sum->n_failed == 1 ? "" : "s", marked,
             sw->path, ro->db_path ? ro->db_path : "results/qlab.db", shard);
 }
@@ -107,24 +109,24 @@ static void report_interrupt(const ql_sweep *sw, const ql_run_opts *ro, const ql
 /* The sweep on one text in this process, or its configs in `jobs` processes
  * (sweep_jobs.h). */
 static ql_status run_text(const ql_sweep *sw, const ql_run_opts *ro, int jobs, ql_run_summary *sum,
-                     ql_error *err)
+                          ql_error *err)
 {
-    ql_sweep_run *r;
-    ql_status st = ql_sweep_run_open(&r, sw, ro, err);
+    ql_runner *r;
+    ql_status st = ql_runner_open(&r, sw, ro, err);
     if (st)
         return st;
-    if (jobs > 1 && ql_sweep_run_todo(r) > 1) {
+    if (jobs > 1 && ql_runner_todo(r) > 1) {
         /* The jobs load the reference and calibration matrices this process makes. */
-        st = ql_sweep_run_prepare(r, err);
+        st = ql_runner_prepare(r, err);
         if (!st)
             st = ql_sweep_jobs_run(r, sw, ro, jobs, err);
     } else {
-        st = ql_sweep_run_configs(r, err);
+        st = ql_runner_configs(r, err);
     }
     if (!st || st == QL_EEXTERNAL || st == QL_EINTERRUPTED)
-        ql_sweep_run_print(r);
-    *sum = *ql_sweep_run_summary(r);
-    ql_sweep_run_close(r);
+        ql_runner_print(r);
+    *sum = *ql_runner_summary(r);
+    ql_runner_close(r);
     return st;
 }
 
@@ -135,7 +137,7 @@ static ql_status run_together(ql_sweep *sw, const ql_run_opts *ro, ql_run_summar
                               ql_error *err)
 {
     const size_t n = (size_t)sw->n_texts;
-    ql_sweep_run **runs = calloc(n, sizeof *runs);
+    ql_runner **runs = calloc(n, sizeof *runs);
     if (!runs)
         return ql_error_set(err, QL_ENOMEM, "out of memory");
     ql_run_opts o = *ro;
@@ -143,18 +145,18 @@ static ql_status run_together(ql_sweep *sw, const ql_run_opts *ro, ql_run_summar
     ql_status st = QL_OK;
     for (size_t t = 0; t < n && !st; t++) {
         ql_sweep_select_text(sw, (int)t);
-        st = t == 0 ? ql_sweep_run_open(&runs[0], sw, &o, err)
-                    : ql_sweep_run_open_text(&runs[t], sw, &o, runs[0], err);
+        st = t == 0 ? ql_runner_open(&runs[0], sw, &o, err)
+                    : ql_runner_open_text(&runs[t], sw, &o, runs[0], err);
     }
     if (!st)
-        st = ql_sweep_run_configs_texts(runs, n, err);
+        st = ql_runner_configs_texts(runs, n, err);
     for (size_t t = 0; t < n && runs[t]; t++) {
         if (!st || st == QL_EEXTERNAL || st == QL_EINTERRUPTED)
-            ql_sweep_run_print(runs[t]);
-        ql_run_summary_add(sum, ql_sweep_run_summary(runs[t]));
+            ql_runner_print(runs[t]);
+        ql_run_summary_add(sum, ql_runner_summary(runs[t]));
     }
     for (size_t t = n; t-- > 0;) /* the owner last */
-        ql_sweep_run_close(runs[t]);
+        ql_runner_close(runs[t]);
     free(runs);
     return st;
 }
@@ -274,7 +276,8 @@ int ql_cmd_sweep(int argc, char **argv)
         ro.mem_bytes = (size_t)mem;
         ql_sweep_faults_install(&ro);
         /* Tests: short lock waits (the defaults are 30 s before saying so, 10 min). */
-        const char *bt = getenv("QLAB_STORE_BUSY_TIMEOUT_MS"), *lp = getenv("QLAB_STORE_LOCK_PATIENCE_MS");
+        const char *bt = getenv("QLAB_STORE_BUSY_TIMEOUT_MS"),
+                   *lp = getenv("QLAB_STORE_LOCK_PATIENCE_MS");
         if (bt && !ql_parse_int(bt, &ro.busy_timeout_ms))
             ro.busy_timeout_ms = 0;
         if (lp && !ql_parse_int(lp, &ro.lock_patience_ms))

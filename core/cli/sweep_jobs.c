@@ -15,8 +15,9 @@
 
 extern char **environ;
 
-/* Starts the jobs (which handle SIGINT and SIGTERM as this process does); returns how many started (an error stops at the first failure). */
-static int spawn_jobs(const ql_sweep_run *r, const ql_sweep *sw, const ql_run_opts *o, int jobs,
+/* Starts the jobs (which handle SIGINT and SIGTERM as this process does); returns how many started
+ * (an error stops at the first failure). */
+static int spawn_jobs(const ql_runner *r, const ql_sweep *sw, const ql_run_opts *o, int jobs,
                       pid_t *pids, ql_error *err)
 {
     int threads = ql_threads_get() / jobs;
@@ -34,9 +35,9 @@ static int spawn_jobs(const ql_sweep_run *r, const ql_sweep *sw, const ql_run_op
                         "sweep",
                         (char *)sw->path,
                         "--db",
-                        (char *)ql_sweep_run_db_path(r),
+                        (char *)ql_runner_db_path(r),
                         "--cache-dir",
-                        (char *)ql_sweep_run_cache_dir(r),
+                        (char *)ql_runner_cache_dir(r),
                         "--threads",
                         nthreads,
                         "--shard",
@@ -66,25 +67,25 @@ static int spawn_jobs(const ql_sweep_run *r, const ql_sweep *sw, const ql_run_op
     return started;
 }
 
-ql_status ql_sweep_jobs_run(ql_sweep_run *r, const ql_sweep *sw, const ql_run_opts *opts, int jobs,
+ql_status ql_sweep_jobs_run(ql_runner *r, const ql_sweep *sw, const ql_run_opts *opts, int jobs,
                             ql_error *err)
 {
     /* What the store holds before the jobs: a config counts as finished by them only in
      * an attempt they began. */
-    ql_sweep_snapshot *before;
-    ql_status st = ql_sweep_run_snapshot(r, &before, err);
+    ql_runner_snapshot *before;
+    ql_status st = ql_runner_snapshot_take(r, &before, err);
     if (st)
         return st;
     pid_t *pids = calloc((size_t)jobs, sizeof *pids);
     if (!pids) {
-        ql_sweep_snapshot_free(before);
+        ql_runner_snapshot_free(before);
         return ql_error_set(err, QL_ENOMEM, "out of memory for %d jobs", jobs);
     }
     ql_error spawn_err;
     ql_error_clear(&spawn_err);
     const int started = spawn_jobs(r, sw, opts, jobs, pids, &spawn_err);
     ql_progress p;
-    ql_progress_begin(&p, "configs", "config", (int64_t)ql_sweep_run_todo(r), opts->quiet);
+    ql_progress_begin(&p, "configs", "config", (int64_t)ql_runner_todo(r), opts->quiet);
     const double t0 = ql_now();
     int running = started, failures = 0;
     bool forwarded = false;
@@ -111,13 +112,13 @@ ql_status ql_sweep_jobs_run(ql_sweep_run *r, const ql_sweep *sw, const ql_run_op
         }
         if (pid < 0 && errno != EINTR)
             break;
-        ql_progress_update(&p, (int64_t)ql_sweep_run_finished_since(r, before), NULL);
+        ql_progress_update(&p, (int64_t)ql_runner_finished_since(r, before), NULL);
         usleep(200 * 1000);
     }
-    ql_progress_end(&p, (int64_t)ql_sweep_run_finished_since(r, before), NULL);
+    ql_progress_end(&p, (int64_t)ql_runner_finished_since(r, before), NULL);
     free(pids);
-    st = ql_sweep_run_collect(r, before, ql_now() - t0, err);
-    ql_sweep_snapshot_free(before);
+    st = ql_runner_collect(r, before, ql_now() - t0, err);
+    ql_runner_snapshot_free(before);
     if (!st && forwarded)
         st = ql_error_set(err, QL_EINTERRUPTED, "interrupted by signal %d; the jobs stopped",
                           ql_interrupted());

@@ -13,7 +13,7 @@
  * threads / jobs threads each, shows one progress line for the whole sweep, then
  * collects their results into r's summary. A job that fails is an error saying that
  * the finished configs are stored. */
-ql_status ql_sweep_jobs_run(ql_sweep_run *r, const ql_sweep *sw, const ql_run_opts *opts, int jobs,
+ql_status ql_sweep_jobs_run(ql_runner *r, const ql_sweep *sw, const ql_run_opts *opts, int jobs,
                             ql_error *err);
 
 /* The resume and store tests' fault injection, from the environment:

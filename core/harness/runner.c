@@ -53,10 +53,10 @@ typedef struct {
 
 /* How the memory budget is spent (plan_memory). */
 typedef struct {
-    size_t budget;    /* bytes */
-    int group;        /* chunks per group of a pass */
-    size_t keep_logp; /* reference log-probs held when they fit in this */
-    size_t cache;     /* quantized tensors kept between configs */
+    size_t budget;      /* bytes */
+    int group;          /* chunks per group of a pass */
+    size_t keep_logp;   /* reference log-probs held when they fit in this */
+    size_t cache;       /* quantized tensors kept between configs */
     size_t keep_hidden; /* the heads' input of a whole pass, held for configs sharing its blocks */
 } mem_plan;
 
@@ -84,13 +84,13 @@ typedef struct {
     ql_overlap_metrics m;
 } overlap_entry;
 
-struct ql_sweep_run {
+struct ql_runner {
     const ql_sweep *sw;
     ql_run_opts opts;
     /* The run of another text of the sweep whose model-level parts this one borrows (the
      * model and its tokenizer, the calibration, the tensor cache, the pass buffers); NULL
      * when it owns them. */
-    ql_sweep_run *owner;
+    ql_runner *owner;
     char text_name[QL_PATH_MAX]; /* the sweep's text this run evaluates, as the file writes it */
     char db_path[QL_PATH_MAX];
     char cache_dir[QL_PATH_MAX];
@@ -131,7 +131,7 @@ struct ql_sweep_run {
     /* The order configs run in (rows' positions): each followed by the later ones that
      * differ from it only in the head, which then share its blocks (held_body). */
     size_t *order;
-    char (*headless)[65]; /* (n_rows,) SHA-256 of each row's config without its head type */
+    char (*headless)[65];   /* (n_rows,) SHA-256 of each row's config without its head type */
     size_t n_head_siblings; /* rows whose config differs from an earlier row's only in the head */
     held_body body;
 
@@ -147,7 +147,7 @@ struct ql_sweep_run {
  * log-probs if they fit in what is left with room to spare; then the groups as large as
  * what is left allows; the tensor cache keeps earlier configs' tensors up to half the
  * file (the current config's always stay). */
-static void plan_memory(ql_sweep_run *s)
+static void plan_memory(ql_runner *s)
 {
     const ql_hparams *hp = &s->model->hp;
     const ql_ppl_data *d = &s->data;
@@ -178,7 +178,7 @@ static void plan_memory(ql_sweep_run *s)
     m->cache = s->opts.cache_bytes ? s->opts.cache_bytes : cache;
 }
 
-static void print_header(const ql_sweep_run *s)
+static void print_header(const ql_runner *s)
 {
     if (s->opts.quiet)
         return;
@@ -257,7 +257,7 @@ static ql_status body_key(const ql_config *c, const ql_qweights_result *q, char 
 /* The run order of this shard's configs (s->order, positions of s->rows as find_todo
  * makes them: the shard's points in index order), each followed by the later ones that
  * differ from it only in the head; n_head_siblings counts those. */
-static ql_status plan_order(ql_sweep_run *s, ql_error *err)
+static ql_status plan_order(ql_runner *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
     const size_t n = sw->n_points ? sw->n_points : 1;
@@ -308,7 +308,7 @@ typedef struct {
     ql_chunk_record *chunks;
     ql_run_timing timing;
     const ql_qweights_result *q; /* the weight set, its tensor and activation records */
-    ql_layer_record *layers; /* (n_layer,) with layer_metrics or experts, else NULL */
+    ql_layer_record *layers;     /* (n_layer,) with layer_metrics or experts, else NULL */
     size_t n_layers;
     ql_expert_load_record *loads; /* a mixture of experts: (n_layer * n_expert,) */
     size_t n_loads;
@@ -324,7 +324,7 @@ static void config_result_deinit(config_result *r)
 }
 
 typedef struct {
-    ql_sweep_run *s;
+    ql_runner *s;
     ql_progress progress;
     int config_set; /* the job's set that is the config (1 in lock-step with the reference) */
     float *capture; /* the heads' input of every chunk is copied here (held_body); NULL = not */
@@ -337,7 +337,7 @@ static ql_status score_chunk(void *ctx, int set, int64_t chunk, const float *hid
     pass_ctx *p = ctx;
     if (set != p->config_set)
         return QL_OK;
-    ql_sweep_run *s = p->s;
+    ql_runner *s = p->s;
     if (p->capture) {
         if (n_rows != s->data.n_scored)
             return ql_error_set(err, QL_EINVAL, "pass: chunk %lld has %lld output rows, not %d",
@@ -354,7 +354,7 @@ static ql_status block_divergence(void *ctx, int layer, int64_t chunk, int64_t r
                                   const float *const *x, ql_error *err)
 {
     (void)chunk;
-    ql_sweep_run *s = ((pass_ctx *)ctx)->s;
+    ql_runner *s = ((pass_ctx *)ctx)->s;
     const int64_t n_embd = s->model->hp.n_embd;
     const int64_t skip = s->data.first > row0 ? s->data.first - row0 : 0;
     if (skip >= n_rows)
@@ -382,8 +382,7 @@ static void *copy_of(const void *p, size_t bytes)
 /* The metrics of a pass scored into s->acc: the distribution's, the per-chunk sums and,
  * from the pass's accumulators or (shared blocks) from the held pass, the per-layer
  * divergence and the routing. */
-static ql_status finish_pass(ql_sweep_run *s, const held_body *from, config_result *r,
-                             ql_error *err)
+static ql_status finish_pass(ql_runner *s, const held_body *from, config_result *r, ql_error *err)
 {
     const ql_ppl_data *d = &s->data;
     ql_dist_metrics dm;
@@ -423,7 +422,7 @@ static ql_status finish_pass(ql_sweep_run *s, const held_body *from, config_resu
         r->loads = copy_of(from->loads, from->n_loads * sizeof *r->loads);
         if ((from->n_layers && !r->layers) || (from->n_loads && !r->loads))
             return ql_error_set(err, QL_ENOMEM, "out of memory for the layer metrics");
-        /* The metrics records.h says come from the routing, field by field. */
+            /* The metrics records.h says come from the routing, field by field. */
 #define QL_METRIC_FROM_DIST(name)
 #define QL_METRIC_FROM_WEIGHTS(name)
 #define QL_METRIC_FROM_ROUTING(name) r->m.name = from->m.name;
@@ -439,7 +438,7 @@ static ql_status finish_pass(ql_sweep_run *s, const held_body *from, config_resu
     if (!(r->layers = calloc(r->n_layers, sizeof *r->layers)))
         return ql_error_set(err, QL_ENOMEM, "out of memory for the layer metrics");
     for (size_t l = 0; l < r->n_layers; l++)
-        r->layers[l] = (ql_layer_record){(int32_t)l, (double)NAN, (double)NAN, (double)NAN,
+        r->layers[l] = (ql_layer_record){(int32_t)l,  (double)NAN, (double)NAN, (double)NAN,
                                          (double)NAN, (double)NAN, (double)NAN};
     if (s->div)
         ql_divergence_finish(s->div, r->layers);
@@ -449,7 +448,7 @@ static ql_status finish_pass(ql_sweep_run *s, const held_body *from, config_resu
             return ql_error_set(err, QL_ENOMEM, "out of memory for the expert loads");
         ql_routing_acc_finish(s->routing, &rm, r->layers, r->loads, &r->n_loads);
     }
-        /* The metrics records.h says come from the routing, field by field. */
+    /* The metrics records.h says come from the routing, field by field. */
 #define QL_METRIC_FROM_DIST(name)
 #define QL_METRIC_FROM_WEIGHTS(name)
 #define QL_METRIC_FROM_ROUTING(name) r->m.name = rm.name;
@@ -464,7 +463,7 @@ static ql_status finish_pass(ql_sweep_run *s, const held_body *from, config_resu
 
 /* The quantized pass over every chunk, scored against the reference; with capture, the
  * heads' input of every chunk copied there. */
-static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding *kv,
+static ql_status run_pass(ql_runner *s, ql_weights *w, const ql_attn_rounding *kv,
                           const char *label, float *capture, config_result *r, ql_error *err)
 {
     const ql_ppl_data *d = &s->data;
@@ -506,7 +505,7 @@ static ql_status run_pass(ql_sweep_run *s, ql_weights *w, const ql_attn_rounding
 
 /* The config's head alone on the held pass's hidden states (its blocks are that pass's),
  * scored against the reference. */
-static ql_status run_heads(ql_sweep_run *s, ql_weights *w, const char *label, config_result *r,
+static ql_status run_heads(ql_runner *s, ql_weights *w, const char *label, config_result *r,
                            ql_error *err)
 {
     const ql_ppl_data *d = &s->data;
@@ -535,7 +534,7 @@ static ql_status run_heads(ql_sweep_run *s, ql_weights *w, const char *label, co
 
 /* Holds the pass of config c (its hidden states are in s->body.hidden) for the configs
  * after it that share its blocks. */
-static ql_status hold_body(ql_sweep_run *s, const ql_sweep_point *pt, const char *key,
+static ql_status hold_body(ql_runner *s, const ql_sweep_point *pt, const char *key,
                            const config_result *r, ql_error *err)
 {
     held_body *b = &s->body;
@@ -561,7 +560,7 @@ static ql_status hold_body(ql_sweep_run *s, const ql_sweep_point *pt, const char
 /* Calibration/evaluation overlap                                             */
 
 /* Both orders of the calibration sequences against the evaluated tokens. */
-static ql_status measure_overlap(const ql_sweep_run *s, const int32_t *const *seqs,
+static ql_status measure_overlap(const ql_runner *s, const int32_t *const *seqs,
                                  const int64_t *lens, size_t n, ql_overlap_metrics *m,
                                  ql_error *err)
 {
@@ -595,7 +594,7 @@ static bool is_gguf_file(const char *path)
 /* An imatrix file's calibration texts: the datasets its GGUF form names, each read
  * and tokenized whole. NAN figures (unknown) for a legacy .dat file (it names no
  * dataset), a GGUF file that names none, or a name qlab cannot find as a text. */
-static ql_status file_overlap(const ql_sweep_run *s, const ql_imatrix *im, ql_overlap_metrics *m,
+static ql_status file_overlap(const ql_runner *s, const ql_imatrix *im, ql_overlap_metrics *m,
                               ql_error *err)
 {
     if (!im || !im->n_datasets || !is_gguf_file(im->path))
@@ -634,7 +633,7 @@ static ql_status file_overlap(const ql_sweep_run *s, const ql_imatrix *im, ql_ov
  * sensitivities are measured on too, or the datasets its imatrix file names) with the
  * evaluated text; NAN figures for imatrix none and for an unknown text. Measured once
  * per calibration source. */
-static ql_status config_overlap(ql_sweep_run *s, const ql_config *c, const ql_calib_slot *slot,
+static ql_status config_overlap(ql_runner *s, const ql_config *c, const ql_calib_slot *slot,
                                 ql_overlap_metrics *m, ql_error *err)
 {
     m->calib_overlap_8 = m->calib_overlap_32 = (double)NAN;
@@ -673,14 +672,14 @@ static ql_status config_overlap(ql_sweep_run *s, const ql_config *c, const ql_ca
 
 /* The calibration of the configs' weights and the kld objective's measurements are the
  * run that owns the model's. */
-static ql_sens_source *sens_of(ql_sweep_run *s)
+static ql_sens_source *sens_of(ql_runner *s)
 {
     return s->owner ? &s->owner->sens : &s->sens;
 }
 
 /* Config c's quantized weights (the same for every text) into q, with its K/V rounding;
  * a kld fit's KLD on its calibration text. */
-static ql_status build_config(ql_sweep_run *s, const ql_config *c, ql_calib_slot *slot,
+static ql_status build_config(ql_runner *s, const ql_config *c, ql_calib_slot *slot,
                               ql_qweights_result *q, ql_attn_rounding *kv, ql_error *err)
 {
     ql_status st =
@@ -696,7 +695,7 @@ static ql_status build_config(ql_sweep_run *s, const ql_config *c, ql_calib_slot
 /* Config pt's pass with its weights q (or, when the held pass computed the same blocks,
  * its head alone; share_next: hold this pass for the next config) and the metrics
  * against the reference. */
-static ql_status evaluate_config(ql_sweep_run *s, const ql_sweep_point *pt,
+static ql_status evaluate_config(ql_runner *s, const ql_sweep_point *pt,
                                  const ql_qweights_result *q, const ql_attn_rounding *kv,
                                  const ql_overlap_metrics *om, const char *label, bool share_next,
                                  config_result *r, ql_error *err)
@@ -743,7 +742,7 @@ static ql_status evaluate_config(ql_sweep_run *s, const ql_sweep_point *pt,
 /* Sweep set-up                                                               */
 
 /* The model, its identity and its tokenizer. */
-static ql_status open_model(ql_sweep_run *s, ql_error *err)
+static ql_status open_model(ql_runner *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
     const ql_data_entry *me = NULL;
@@ -783,7 +782,7 @@ static ql_status open_model(ql_sweep_run *s, ql_error *err)
 }
 
 /* The evaluated text (the sweep's selected one), in chunks. */
-static ql_status open_text(ql_sweep_run *s, ql_error *err)
+static ql_status open_text(ql_runner *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
     const ql_data_entry *te = NULL;
@@ -807,7 +806,7 @@ static ql_status open_text(ql_sweep_run *s, ql_error *err)
     return QL_OK;
 }
 
-static ql_status open_store(ql_sweep_run *s, ql_error *err)
+static ql_status open_store(ql_runner *s, ql_error *err)
 {
     char dir[QL_PATH_MAX];
     ql_strlcpy(dir, s->db_path, sizeof dir);
@@ -871,8 +870,8 @@ static size_t summary_metrics(ql_metric_id *ids)
 /* What the figures of a config warn about (the calibration text overlapping the evaluated
  * one, or unknown; a reference beaten beyond its interval), one line each, into f; returns
  * the count of each kind. */
-static void config_warnings(const ql_sweep_run *s, const summary_row *r, FILE *f,
-                            size_t *overlapping, size_t *beaten)
+static void config_warnings(const ql_runner *s, const summary_row *r, FILE *f, size_t *overlapping,
+                            size_t *beaten)
 {
     const ql_config *c = &s->sw->points[r->index].config;
     const double o32 = r->metric[QL_METRIC_calib_overlap_32];
@@ -899,7 +898,7 @@ static void config_warnings(const ql_sweep_run *s, const summary_row *r, FILE *f
     }
 }
 
-static void print_warnings(const summary_row *rows, size_t n, const ql_sweep_run *s)
+static void print_warnings(const summary_row *rows, size_t n, const ql_runner *s)
 {
     size_t o = 0, b = 0;
     for (size_t i = 0; i < n; i++)
@@ -907,7 +906,7 @@ static void print_warnings(const summary_row *rows, size_t n, const ql_sweep_run
 }
 
 /* Counts the warnings of the rows into the summary (for --strict). */
-static void count_warnings(ql_sweep_run *s)
+static void count_warnings(ql_runner *s)
 {
     s->sum.n_overlapping = s->sum.n_beaten = 0;
     for (size_t i = 0; i < s->n_rows; i++)
@@ -915,7 +914,7 @@ static void count_warnings(ql_sweep_run *s)
 }
 
 static void print_summary(const summary_row *rows, size_t n, const ql_run_summary *sum,
-                          const ql_sweep_run *s)
+                          const ql_runner *s)
 {
     if (s->opts.no_summary)
         return;
@@ -965,8 +964,8 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
         snprintf(on_text, sizeof on_text, " on text %s", s->text_name);
     printf("\nsweep %s%s: %zu config%s (%zu run, %zu already done, %zu failed%s%s), %lld scored "
            "tokens per pass\n",
-           s->sw->name, on_text, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run, sum->n_skipped,
-           sum->n_failed, elsewhere, left, (long long)sum->scored_tokens);
+           s->sw->name, on_text, sum->n_configs, sum->n_configs == 1 ? "" : "s", sum->n_run,
+           sum->n_skipped, sum->n_failed, elsewhere, left, (long long)sum->scored_tokens);
     if (not_run) {
         const int sig = ql_interrupted();
         char why[96] = "stopped";
@@ -1038,7 +1037,7 @@ static const ql_store_run_state *find_state(const ql_store_run_state *st, size_t
 
 /* The run of config i if the jobs finished it: done with this metrics version, or
  * failed, in an attempt begun after `before` (the states before the jobs started). */
-static const ql_store_run_state *finished_run(const ql_sweep_run *s, size_t i,
+static const ql_store_run_state *finished_run(const ql_runner *s, size_t i,
                                               const ql_store_run_state *before, size_t n_before,
                                               const ql_store_run_state *now, size_t n_now)
 {
@@ -1052,7 +1051,7 @@ static const ql_store_run_state *finished_run(const ql_sweep_run *s, size_t i,
 }
 
 /* The store's run states of this sweep's model, text, ctx and chunks. */
-static ql_status run_states(ql_sweep_run *s, ql_store_run_state **out, size_t *n, ql_error *err)
+static ql_status run_states(ql_runner *s, ql_store_run_state **out, size_t *n, ql_error *err)
 {
     return ql_store_run_states(s->store, s->model_sha, s->text_sha, s->sw->ctx,
                                (int)s->data.n_chunks, out, n, err);
@@ -1061,7 +1060,7 @@ static ql_status run_states(ql_sweep_run *s, ql_store_run_state **out, size_t *n
 /* ------------------------------------------------------------------------- */
 /* The steps                                                                  */
 
-static void default_paths(ql_sweep_run *s)
+static void default_paths(ql_runner *s)
 {
     ql_strlcpy(s->db_path, s->opts.db_path ? s->opts.db_path : "results/qlab.db",
                sizeof s->db_path);
@@ -1076,7 +1075,7 @@ static void default_paths(ql_sweep_run *s)
 
 /* The rows of this shard's configs and which of them are still to do; done ones are
  * recorded as members of this sweep. */
-static ql_status find_todo(ql_sweep_run *s, ql_error *err)
+static ql_status find_todo(ql_runner *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
     s->todo = calloc(sw->n_points ? sw->n_points : 1, sizeof *s->todo);
@@ -1115,12 +1114,12 @@ static ql_status find_todo(ql_sweep_run *s, ql_error *err)
 }
 
 /* A run of the sweep's selected text; with owner, borrowing owner's model-level parts
- * (ql_sweep_run_open_text). */
-static ql_status open_run(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
-                          ql_sweep_run *owner, ql_error *err)
+ * (ql_runner_open_text). */
+static ql_status open_run(ql_runner **out, const ql_sweep *sw, const ql_run_opts *opts,
+                          ql_runner *owner, ql_error *err)
 {
     *out = NULL;
-    ql_sweep_run *s = calloc(1, sizeof *s);
+    ql_runner *s = calloc(1, sizeof *s);
     if (!s)
         return ql_error_set(err, QL_ENOMEM, "out of memory");
     s->sw = sw;
@@ -1207,7 +1206,7 @@ static ql_status open_run(ql_sweep_run **out, const ql_sweep *sw, const ql_run_o
     if (!st)
         st = find_todo(s, err);
     if (st) {
-        ql_sweep_run_close(s);
+        ql_runner_close(s);
         return st;
     }
     s->sum.scored_tokens = ql_ppl_n_scored_total(&s->data);
@@ -1216,19 +1215,19 @@ static ql_status open_run(ql_sweep_run **out, const ql_sweep *sw, const ql_run_o
     return QL_OK;
 }
 
-ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
-                            ql_error *err)
+ql_status ql_runner_open(ql_runner **out, const ql_sweep *sw, const ql_run_opts *opts,
+                         ql_error *err)
 {
     return open_run(out, sw, opts, NULL, err);
 }
 
-ql_status ql_sweep_run_open_text(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
-                                 ql_sweep_run *owner, ql_error *err)
+ql_status ql_runner_open_text(ql_runner **out, const ql_sweep *sw, const ql_run_opts *opts,
+                              ql_runner *owner, ql_error *err)
 {
     return open_run(out, sw, opts, owner, err);
 }
 
-void ql_sweep_run_close(ql_sweep_run *s)
+void ql_runner_close(ql_runner *s)
 {
     if (!s)
         return;
@@ -1256,28 +1255,28 @@ void ql_sweep_run_close(ql_sweep_run *s)
     free(s);
 }
 
-size_t ql_sweep_run_todo(const ql_sweep_run *s)
+size_t ql_runner_todo(const ql_runner *s)
 {
     return s->n_todo;
 }
 
-const ql_run_summary *ql_sweep_run_summary(ql_sweep_run *s)
+const ql_run_summary *ql_runner_summary(ql_runner *s)
 {
     count_warnings(s);
     return &s->sum;
 }
 
-const char *ql_sweep_run_db_path(const ql_sweep_run *s)
+const char *ql_runner_db_path(const ql_runner *s)
 {
     return s->db_path;
 }
 
-const char *ql_sweep_run_cache_dir(const ql_sweep_run *s)
+const char *ql_runner_cache_dir(const ql_runner *s)
 {
     return s->cache_dir;
 }
 
-ql_status ql_sweep_run_prepare(ql_sweep_run *s, ql_error *err)
+ql_status ql_runner_prepare(ql_runner *s, ql_error *err)
 {
     if (s->n_todo == 0 || s->ref)
         return QL_OK;
@@ -1307,7 +1306,7 @@ ql_status ql_sweep_run_prepare(ql_sweep_run *s, ql_error *err)
 }
 
 /* The whole sweep's ETA from the configs evaluated so far, for the progress line. */
-static void update_eta(ql_sweep_run *s, double t_configs)
+static void update_eta(ql_runner *s, double t_configs)
 {
     const size_t evaluated = s->sum.n_run + s->sum.n_failed;
     s->eta_note[0] = '\0';
@@ -1320,7 +1319,7 @@ static void update_eta(ql_sweep_run *s, double t_configs)
 }
 
 /* Adds config i to the summary's interrupted configs. */
-static void note_interrupted(ql_sweep_run *s, size_t i, const summary_row *row)
+static void note_interrupted(ql_runner *s, size_t i, const summary_row *row)
 {
     char *list = s->sum.interrupted;
     size_t len = strlen(list);
@@ -1332,7 +1331,7 @@ static void note_interrupted(ql_sweep_run *s, size_t i, const summary_row *row)
  * stayed taken through the store's waits (another process holds it for long) is waited
  * for again, saying so, until it is free or the sweep is interrupted: a computed config
  * is not given up for a lock. */
-static bool still_locked(ql_sweep_run *s, size_t i, const summary_row *row, const char *what,
+static bool still_locked(ql_runner *s, size_t i, const summary_row *row, const char *what,
                          const ql_error *err)
 {
     if (!ql_store_busy(s->store) || ql_interrupted())
@@ -1347,7 +1346,7 @@ static bool still_locked(ql_sweep_run *s, size_t i, const summary_row *row, cons
 /* Claims config i's run on s's text (slot: its importance matrix, whose SHA-256 the run
  * records). *begun: this process runs it; otherwise another process did or does, which
  * the row records. */
-static ql_status claim_config(ql_sweep_run *s, size_t i, summary_row *row, ql_calib_slot *slot,
+static ql_status claim_config(ql_runner *s, size_t i, summary_row *row, ql_calib_slot *slot,
                               int64_t *run_id, bool *begun, ql_error *err)
 {
     *begun = false;
@@ -1400,9 +1399,9 @@ static ql_status claim_config(ql_sweep_run *s, size_t i, summary_row *row, ql_ca
 /* Stores config i's run on s's text: done with every record of r, or failed with cerr,
  * or (cst QL_EINTERRUPTED, or any failure under a signal) interrupted, which returns
  * QL_EINTERRUPTED. t0: when the run began. */
-static ql_status store_config(ql_sweep_run *s, size_t i, summary_row *row, int64_t run_id,
-                              double t0, ql_status cst, const ql_error *cerr,
-                              const config_result *r, ql_error *err)
+static ql_status store_config(ql_runner *s, size_t i, summary_row *row, int64_t run_id, double t0,
+                              ql_status cst, const ql_error *cerr, const config_result *r,
+                              ql_error *err)
 {
     ql_status st;
     if (cst == QL_EINTERRUPTED || (cst && ql_interrupted())) {
@@ -1468,9 +1467,8 @@ static ql_status store_config(ql_sweep_run *s, size_t i, summary_row *row, int64
     if (!st)
         stored_row(s->store, run_id, row);
     if (!s->opts.quiet)
-        fprintf(stderr, "  %s: bpw %.3f, PPL %.4f (ref %.4f), KLD %.3e, top-1 %.2f%%\n",
-                row->label, r->m.bpw, r->m.ppl, r->m.ppl_ref, r->m.kld_mean,
-                100.0 * r->m.top1_agree);
+        fprintf(stderr, "  %s: bpw %.3f, PPL %.4f (ref %.4f), KLD %.3e, top-1 %.2f%%\n", row->label,
+                r->m.bpw, r->m.ppl, r->m.ppl_ref, r->m.kld_mean, 100.0 * r->m.top1_agree);
     return st;
 }
 
@@ -1487,7 +1485,7 @@ typedef struct {
 /* A config refused on s's text before its weights are built: its calibration overlapping
  * the evaluated text under --strict, or (texts evaluated together, sharing the weights)
  * a kld fit calibrated on the evaluated text. */
-static ql_status refuse_on_text(ql_sweep_run *s, const ql_config *c, ql_calib_slot *slot,
+static ql_status refuse_on_text(ql_runner *s, const ql_config *c, ql_calib_slot *slot,
                                 ql_overlap_metrics *om, ql_error *err)
 {
     ql_status st = config_overlap(s, c, slot, om, err);
@@ -1510,10 +1508,10 @@ static ql_status refuse_on_text(ql_sweep_run *s, const ql_config *c, ql_calib_sl
 /* Config i (row position k) on every text of runs that still needs it: its runs claimed,
  * its weights built once, then per text its pass and its run stored (done, failed or
  * interrupted); share_next[t]: text t's next config can share this pass's blocks. */
-static ql_status run_config_texts(ql_sweep_run **runs, size_t n, size_t i, size_t k,
+static ql_status run_config_texts(ql_runner **runs, size_t n, size_t i, size_t k,
                                   const bool *share_next, ql_error *err)
 {
-    ql_sweep_run *s0 = runs[0];
+    ql_runner *s0 = runs[0];
     const ql_sweep_point *pt = &s0->sw->points[i];
     text_part *parts = calloc(n, sizeof *parts);
     if (!parts)
@@ -1525,9 +1523,9 @@ static ql_status run_config_texts(ql_sweep_run **runs, size_t n, size_t i, size_
     ql_calib_slot *slot = NULL;
     const ql_status slot_st = ql_calib_config_imatrix(s0->calib, &pt->config, &slot, &slot_err);
     ql_status st = QL_OK;
-    ql_sweep_run *builder = NULL; /* the first text evaluating the config */
+    ql_runner *builder = NULL; /* the first text evaluating the config */
     for (size_t t = 0; t < n && !st; t++) {
-        ql_sweep_run *s = runs[t];
+        ql_runner *s = runs[t];
         text_part *p = &parts[t];
         if (!s->todo[i])
             continue;
@@ -1556,7 +1554,7 @@ static ql_status run_config_texts(ql_sweep_run **runs, size_t n, size_t i, size_
     }
     bool first = true;
     for (size_t t = 0; t < n; t++) {
-        ql_sweep_run *s = runs[t];
+        ql_runner *s = runs[t];
         text_part *p = &parts[t];
         if (!p->begun)
             continue;
@@ -1594,7 +1592,7 @@ static ql_status run_config_texts(ql_sweep_run **runs, size_t n, size_t i, size_
 
 /* Whether the config after position `at` of s's run order that s still has to do differs
  * from row k's only in the head (it can share this pass's blocks). */
-static bool next_shares(const ql_sweep_run *s, size_t at, size_t k)
+static bool next_shares(const ql_runner *s, size_t at, size_t k)
 {
     if (!s->mem.keep_hidden)
         return false;
@@ -1606,16 +1604,16 @@ static bool next_shares(const ql_sweep_run *s, size_t at, size_t k)
     return false;
 }
 
-ql_status ql_sweep_run_configs_texts(ql_sweep_run **runs, size_t n, ql_error *err)
+ql_status ql_runner_configs_texts(ql_runner **runs, size_t n, ql_error *err)
 {
     ql_status st = QL_OK;
     for (size_t t = 0; t < n && !st; t++)
-        st = ql_sweep_run_prepare(runs[t], err);
+        st = ql_runner_prepare(runs[t], err);
     bool *share = calloc(n ? n : 1, sizeof *share);
     if (!st && !share)
         st = ql_error_set(err, QL_ENOMEM, "out of memory");
     const double t0 = ql_now();
-    const ql_sweep_run *s0 = runs[0];
+    const ql_runner *s0 = runs[0];
     for (size_t at = 0; at < s0->n_rows && !st; at++) {
         const size_t k = s0->order[at], i = s0->rows[k].index;
         bool todo = false;
@@ -1638,17 +1636,17 @@ ql_status ql_sweep_run_configs_texts(ql_sweep_run **runs, size_t n, ql_error *er
     return st;
 }
 
-ql_status ql_sweep_run_configs(ql_sweep_run *s, ql_error *err)
+ql_status ql_runner_configs(ql_runner *s, ql_error *err)
 {
-    return ql_sweep_run_configs_texts(&s, 1, err);
+    return ql_runner_configs_texts(&s, 1, err);
 }
 
-struct ql_sweep_snapshot {
+struct ql_runner_snapshot {
     ql_store_run_state *states;
     size_t n;
 };
 
-ql_status ql_sweep_run_snapshot(ql_sweep_run *s, ql_sweep_snapshot **out, ql_error *err)
+ql_status ql_runner_snapshot_take(ql_runner *s, ql_runner_snapshot **out, ql_error *err)
 {
     *out = calloc(1, sizeof **out);
     if (!*out)
@@ -1661,7 +1659,7 @@ ql_status ql_sweep_run_snapshot(ql_sweep_run *s, ql_sweep_snapshot **out, ql_err
     return st;
 }
 
-void ql_sweep_snapshot_free(ql_sweep_snapshot *snap)
+void ql_runner_snapshot_free(ql_runner_snapshot *snap)
 {
     if (!snap)
         return;
@@ -1669,7 +1667,7 @@ void ql_sweep_snapshot_free(ql_sweep_snapshot *snap)
     free(snap);
 }
 
-size_t ql_sweep_run_finished_since(ql_sweep_run *s, const ql_sweep_snapshot *before)
+size_t ql_runner_finished_since(ql_runner *s, const ql_runner_snapshot *before)
 {
     ql_store_run_state *now;
     size_t n_now, n = 0;
@@ -1682,8 +1680,8 @@ size_t ql_sweep_run_finished_since(ql_sweep_run *s, const ql_sweep_snapshot *bef
     return n;
 }
 
-ql_status ql_sweep_run_collect(ql_sweep_run *s, const ql_sweep_snapshot *before,
-                               double configs_seconds, ql_error *err)
+ql_status ql_runner_collect(ql_runner *s, const ql_runner_snapshot *before, double configs_seconds,
+                            ql_error *err)
 {
     ql_store_run_state *now = NULL;
     size_t n_now = 0;
@@ -1724,7 +1722,7 @@ ql_status ql_sweep_run_collect(ql_sweep_run *s, const ql_sweep_snapshot *before,
     return QL_OK;
 }
 
-void ql_sweep_run_print(const ql_sweep_run *s)
+void ql_runner_print(const ql_runner *s)
 {
     print_summary(s->rows, s->n_rows, &s->sum, s);
 }

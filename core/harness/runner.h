@@ -26,14 +26,14 @@
  * quantized tensors kept between configs. Results do not depend on it.
  *
  * The steps, for a command that runs them itself (several processes at once, --jobs):
- *   ql_sweep_run_open      inputs, store, which configs are still to do
- *   ql_sweep_run_prepare   what the configs share: the reference, the calibration
+ *   ql_runner_open      inputs, store, which configs are still to do
+ *   ql_runner_prepare   what the configs share: the reference, the calibration
  *                          matrices (kept in the cache directory for other processes)
- *   ql_sweep_run_configs   evaluates this process's configs (ql_sweep_run_configs_texts:
+ *   ql_runner_configs   evaluates this process's configs (ql_runner_configs_texts:
  *                          on several texts, the runs of all but one opened with
- *                          ql_sweep_run_open_text, the weights built once per config)
- *   ql_sweep_run_collect   or: the results other processes stored since a snapshot
- *   ql_sweep_run_print     the summary table and the timing line
+ *                          ql_runner_open_text, the weights built once per config)
+ *   ql_runner_collect   or: the results other processes stored since a snapshot
+ *   ql_runner_print     the summary table and the timing line
  * (qlab sweep, cli/cmd_sweep.c, is the one command that runs them.) */
 #ifndef QL_RUNNER_H
 #define QL_RUNNER_H
@@ -64,7 +64,7 @@ typedef struct {
     /* Every config runs its whole pass, also those that differ from the one before only in
      * the head (which otherwise compute their head alone on its hidden states). */
     bool no_share;
-    /* Texts evaluated together in this process (ql_sweep_run_open_text): the memory each
+    /* Texts evaluated together in this process (ql_runner_open_text): the memory each
      * may hold for its reference and shared blocks is divided among them; 0 or 1 = one. */
     int texts_together;
     /* Called after each run is marked running, with how many this process began (the
@@ -105,60 +105,60 @@ typedef struct {
 
 void ql_run_opts_init(ql_run_opts *o);
 
-typedef struct ql_sweep_run ql_sweep_run;
+typedef struct ql_runner ql_runner;
 
 /* Loads the model and the text (sw->text: one of the sweep's texts; a sweep of several
  * texts is opened once per text), opens the store and finds the configs of this shard
  * that are not done; prints the sweep's header line. */
-ql_status ql_sweep_run_open(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
-                            ql_error *err);
-void ql_sweep_run_close(ql_sweep_run *r);
+ql_status ql_runner_open(ql_runner **out, const ql_sweep *sw, const ql_run_opts *opts,
+                         ql_error *err);
+void ql_runner_close(ql_runner *r);
 
 /* The run of the sweep's selected text that borrows owner's model, tokenizer,
  * calibration, tensor cache and pass buffers (owner: a run of another of the sweep's
  * texts, opened with the same options; closed after this one): the texts are then
- * evaluated together by ql_sweep_run_configs_texts, each config's weights built once. */
-ql_status ql_sweep_run_open_text(ql_sweep_run **out, const ql_sweep *sw, const ql_run_opts *opts,
-                                 ql_sweep_run *owner, ql_error *err);
+ * evaluated together by ql_runner_configs_texts, each config's weights built once. */
+ql_status ql_runner_open_text(ql_runner **out, const ql_sweep *sw, const ql_run_opts *opts,
+                              ql_runner *owner, ql_error *err);
 
 /* Configs of this shard still to do. */
-size_t ql_sweep_run_todo(const ql_sweep_run *r);
+size_t ql_runner_todo(const ql_runner *r);
 
 /* The reference and the calibration matrices of the configs to do (nothing when there
  * are none). */
-ql_status ql_sweep_run_prepare(ql_sweep_run *r, ql_error *err);
+ql_status ql_runner_prepare(ql_runner *r, ql_error *err);
 
 /* Evaluates every config to do, in this process. */
-ql_status ql_sweep_run_configs(ql_sweep_run *r, ql_error *err);
+ql_status ql_runner_configs(ql_runner *r, ql_error *err);
 
 /* The same for the runs of n texts (runs[0] the owner, the others opened with
- * ql_sweep_run_open_text on it), config after config: each config's weights are built
+ * ql_runner_open_text on it), config after config: each config's weights are built
  * once and evaluated on every text that still needs it (each prepared first). */
-ql_status ql_sweep_run_configs_texts(ql_sweep_run **runs, size_t n, ql_error *err);
+ql_status ql_runner_configs_texts(ql_runner **runs, size_t n, ql_error *err);
 
 /* The store's view of the configs to do at a moment (for runs made by other
  * processes: a config counts as finished by them only in an attempt begun after). */
-typedef struct ql_sweep_snapshot ql_sweep_snapshot;
-ql_status ql_sweep_run_snapshot(ql_sweep_run *r, ql_sweep_snapshot **out, ql_error *err);
-void ql_sweep_snapshot_free(ql_sweep_snapshot *s);
+typedef struct ql_runner_snapshot ql_runner_snapshot;
+ql_status ql_runner_snapshot_take(ql_runner *r, ql_runner_snapshot **out, ql_error *err);
+void ql_runner_snapshot_free(ql_runner_snapshot *s);
 
 /* How many configs to do are finished (done or failed) since the snapshot; 0 when the
  * store is busy. */
-size_t ql_sweep_run_finished_since(ql_sweep_run *r, const ql_sweep_snapshot *before);
+size_t ql_runner_finished_since(ql_runner *r, const ql_runner_snapshot *before);
 
 /* Fills the summary from what the store holds for the configs to do since the
  * snapshot (configs_seconds: how long the other processes took). */
-ql_status ql_sweep_run_collect(ql_sweep_run *r, const ql_sweep_snapshot *before,
-                               double configs_seconds, ql_error *err);
+ql_status ql_runner_collect(ql_runner *r, const ql_runner_snapshot *before, double configs_seconds,
+                            ql_error *err);
 
 /* Prints the summary table and the timing lines (not with no_summary). */
-void ql_sweep_run_print(const ql_sweep_run *r);
+void ql_runner_print(const ql_runner *r);
 /* The summary, its warning counts from the rows as they are now. */
-const ql_run_summary *ql_sweep_run_summary(ql_sweep_run *r);
+const ql_run_summary *ql_runner_summary(ql_runner *r);
 
 /* Where this run keeps its results and cache (for processes that share them). */
-const char *ql_sweep_run_db_path(const ql_sweep_run *r);
-const char *ql_sweep_run_cache_dir(const ql_sweep_run *r);
+const char *ql_runner_db_path(const ql_runner *r);
+const char *ql_runner_cache_dir(const ql_runner *r);
 
 /* Adds a text's summary to a sweep's (counts and times; the last interrupted note). */
 void ql_run_summary_add(ql_run_summary *into, const ql_run_summary *part);
