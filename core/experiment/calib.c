@@ -270,8 +270,12 @@ static ql_status calib_pass(const ql_calib *cal, const ql_config *c, const calib
         const bool process_output = false; /* as in the cache file names */
         const int group =
             ql_sched_group_for(&cal->model->hp, f->ctx, 1, d.n_chunks, cal->mem_bytes);
-        ql_imatrix_opts o = {process_output,       c->imatrix, cal->quiet,
-                             ql_act_stats_observe, *act,       group};
+        ql_imatrix_opts o = {.process_output = process_output,
+                             .dataset = c->imatrix,
+                             .quiet = cal->quiet,
+                             .also = ql_act_stats_observe,
+                             .also_ctx = *act,
+                             .group = group};
         if ((st = ql_imatrix_collect(fw, cal->model->weights, &d, &o, im, sum, err)))
             ql_error_prefix(err, "imatrix calib:%s: ", c->imatrix);
     }

@@ -479,7 +479,7 @@ ql_status ql_reference_score(ql_reference *r, ql_sched *sched, ql_weights *w,
     ql_dist_acc_reset(acc);
     if (routing)
         ql_routing_acc_reset(routing);
-    score_ctx sc = {r, acc, progress, progress_ctx};
+    score_ctx sc = {.r = r, .acc = acc, .progress = progress, .progress_ctx = progress_ctx};
     ql_sched_job job = {.data = r->d,
                         .n_chunks = r->n_chunks,
                         .group = group > 0 ? group : 1,

@@ -414,7 +414,8 @@ static ql_status finish_pass(ql_runner *s, const held_body *from, config_result 
     if (!s->div && !s->routing)
         return QL_OK;
     const ql_hparams *hp = &s->model->hp;
-    ql_routing_metrics rm = {(double)NAN, (double)NAN, (double)NAN};
+    ql_routing_metrics rm = {
+        .route_agree = (double)NAN, .route_overlap = (double)NAN, .load_shift = (double)NAN};
     if (from) {
         r->n_layers = from->n_layers;
         r->n_loads = from->n_loads;

@@ -148,7 +148,7 @@ static ql_status measure(const ql_sens_source *src, const ql_store_sens_key *key
                 "reference passes of blocks, one head each\n",
                 (long long)n, ql_grouping_name(g), key->text_name, (long long)d->n_chunks, d->ctx,
                 passes);
-    store_ctx sc = {src, key, g};
+    store_ctx sc = {.src = src, .key = key, .grouping = g};
     ql_sens_job job = {.model = src->model,
                        .ref = p.ref,
                        .fw = p.fw,
@@ -201,7 +201,8 @@ ql_status ql_sens_calib_kld(const ql_sens_source *src, const ql_config *c, ql_we
     if (!(st = calib_pass_open(src, text_sha, &d, &p, err))) {
         if (!(st = ql_dist_acc_alloc(&acc, ql_ppl_n_scored_total(&d), src->model->hp.n_vocab,
                                      err)) &&
-            !(st = ql_reference_score(p.ref, p.sched, w, kv, p.group, acc, NULL, NULL, NULL, err))) {
+            !(st =
+                  ql_reference_score(p.ref, p.sched, w, kv, p.group, acc, NULL, NULL, NULL, err))) {
             ql_dist_metrics m;
             ql_dist_acc_finish(acc, &m);
             *out = m.kld_mean;
@@ -311,8 +312,13 @@ ql_status ql_sens_fill(const ql_sens_source *src, const ql_sens_text *text, cons
                        const char *im_sha, ql_grouping g, ql_fit_table *t, ql_error *err)
 {
     const ql_ppl_data *d = text->d;
-    ql_store_sens_key key = {src->model_sha, text->sha256, text->name,         d->ctx,
-                             d->n_chunks,    im_sha,       QL_METRICS_VERSION, NULL};
+    ql_store_sens_key key = {.model_sha256 = src->model_sha,
+                             .text_sha256 = text->sha256,
+                             .text_name = text->name,
+                             .ctx = d->ctx,
+                             .chunks = d->n_chunks,
+                             .imatrix_sha256 = im_sha,
+                             .metrics_version = QL_METRICS_VERSION};
     unit *units;
     int n_units;
     ql_status st = units_of(src->model, g, t, &units, &n_units, err);
@@ -396,7 +402,7 @@ ql_status ql_sens_fill_table(void *ctx, const ql_config *c, const ql_calib_slot 
     ql_status st = calib_text(src, c, &d, text_sha, err);
     if (st)
         return st;
-    const ql_sens_text text = {&d, text_sha, c->imatrix};
+    const ql_sens_text text = {.d = &d, .sha256 = text_sha, .name = c->imatrix};
     st = ql_sens_fill(src, &text, ql_calib_slot_imatrix(slot),
                       slot ? ql_calib_slot_sha256(slot) : "none", c->grouping, t, err);
     ql_ppl_data_deinit(&d);

@@ -216,7 +216,7 @@ void ql_linear_set_expert_srcs(ql_linear *lin, const ql_weight_src *srcs)
 
 void ql_linear_set_weights(ql_linear *lin, float *data, bool take_ownership)
 {
-    const ql_weight_src src = {QL_TYPE_F32, data, 0, NULL, NULL};
+    const ql_weight_src src = {.type = QL_TYPE_F32, .data = data};
     if (lin->w_owned == data)
         lin->w_owned = NULL; /* replaced by itself: keep it */
     ql_linear_set_src(lin, &src);
@@ -653,7 +653,7 @@ static ql_status load_linear(loader *ld, ql_linear *lin, const char *name, int64
         return ql_error_set(err, QL_EUNSUPPORTED,
                             "%s: tensor '%s' has type %s which qlab cannot read yet", g->path,
                             lin->name, ql_type_name(t->type));
-    const ql_weight_src src = {t->type, t->data, 0, NULL, NULL};
+    const ql_weight_src src = {.type = t->type, .data = t->data};
     ql_linear_set_src(lin, &src);
     lin->src_type = t->type;
     if (bias == BIAS_NONE)

@@ -312,7 +312,12 @@ ql_status ql_sched_perplexity(ql_forward *fw, ql_weights *w, const ql_ppl_data *
                               ql_nll_acc *acc, ql_error *err)
 {
     memset(acc, 0, sizeof *acc);
-    ppl_ctx p = {d, ql_forward_hparams(fw)->n_vocab, cb, progress, cb_ctx, acc};
+    ppl_ctx p = {.d = d,
+                 .n_vocab = ql_forward_hparams(fw)->n_vocab,
+                 .cb = cb,
+                 .progress = progress,
+                 .cb_ctx = cb_ctx,
+                 .acc = acc};
     ql_sched *s;
     ql_status st = ql_sched_alloc(&s, err);
     if (st)
