@@ -50,7 +50,8 @@ uint16_t ql_fp32_to_fp16(float f)
     return (uint16_t)(sign | h);
 }
 
-float ql_fp16_to_fp32(uint16_t h)
+/* The widening by bits, which fills the table. */
+static float half_to_float(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
@@ -82,4 +83,14 @@ uint16_t ql_fp32_to_bf16(float f)
 float ql_bf16_to_fp32(uint16_t h)
 {
     return float_of((uint32_t)h << 16);
+}
+
+float ql_fp16_table[1 << 16];
+
+/* Filled before main (a constructor, so that the inline lookup needs no once-check):
+ * every format's block scales and every F16 weight are decoded through it. */
+__attribute__((constructor)) static void fill_fp16_table(void)
+{
+    for (uint32_t h = 0; h < (1u << 16); h++)
+        ql_fp16_table[h] = half_to_float((uint16_t)h);
 }

@@ -12,7 +12,14 @@
 #include <string.h>
 
 uint16_t ql_fp32_to_fp16(float f);
-float ql_fp16_to_fp32(uint16_t h);
+/* Every half as f32 (exact), filled before main. */
+extern float ql_fp16_table[1 << 16];
+
+static inline float ql_fp16_to_fp32(uint16_t h)
+{
+    return ql_fp16_table[h];
+}
+
 uint16_t ql_fp32_to_bf16(float f);
 float ql_bf16_to_fp32(uint16_t h);
 

@@ -382,7 +382,7 @@ void ql_quantize_row_q8_0_ref(const float *x, ql_block_q8_0 *y, int64_t k)
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = ql_fp32_to_fp16(d);
         for (int j = 0; j < QL_QK8_0; ++j)
-            y[i].qs[j] = (int8_t)roundf(x[j] * id);
+            y[i].qs[j] = (int8_t)ql_roundf(x[j] * id);
     }
 }
 
@@ -395,8 +395,8 @@ void ql_quantize_row_q8_1_ref(const float *x, ql_block_q8_1 *y, int64_t k)
         y[i].d = ql_fp32_to_fp16(d);
         int sum = 0;
         for (int j = 0; j < QL_QK8_1 / 2; ++j) {
-            y[i].qs[j] = (int8_t)roundf(x[j] * id);
-            y[i].qs[QL_QK8_1 / 2 + j] = (int8_t)roundf(x[QL_QK8_1 / 2 + j] * id);
+            y[i].qs[j] = (int8_t)ql_roundf(x[j] * id);
+            y[i].qs[QL_QK8_1 / 2 + j] = (int8_t)ql_roundf(x[QL_QK8_1 / 2 + j] * id);
             sum += y[i].qs[j];
             sum += y[i].qs[QL_QK8_1 / 2 + j];
         }

@@ -99,7 +99,6 @@ const char *ql_split_why_not(int32_t type)
     }
 }
 
-
 static void init_block(ql_split_block *b, int32_t type, int n, int sub, int nlev, int nmax,
                        ql_split_rule rule, int doff)
 {
@@ -278,8 +277,6 @@ static void choose_q2_K(ql_split_block *b, const float *x, const float *qw)
     b->nbytes = (int)sizeof y;
 }
 
-
-
 /* The sub-block rules of a symmetric K-quant (Q3_K, Q6_K): d_s = d * sc_s. */
 static void set_sym_sub(ql_split_block *b, int s, float d)
 {
@@ -346,12 +343,9 @@ static void choose_q3_K(ql_split_block *b, const float *x, const float *qw)
     b->nbytes = (int)sizeof y;
 }
 
-
-
 /* Q4_K (nmax 15) and Q5_K (nmax 31): the header fields d, dmin and scales are the
  * first 16 bytes of both blocks. */
-static void choose_qk45(ql_split_block *b, int32_t type, int nmax, const float *x,
-                        const float *qw)
+static void choose_qk45(ql_split_block *b, int32_t type, int nmax, const float *x, const float *qw)
 {
     init_block(b, type, 256, 32, nmax + 1, 0, QL_SPLIT_DIV_AFFINE, 0);
     uint8_t Laux[32], ls[8], lm[8], packed[QL_K_SCALE_SIZE];
@@ -640,7 +634,7 @@ int ql_split_level(const ql_split_block *b, int j, float x)
             v = -127.f;
         if (v > 127.f)
             v = 127.f;
-        return (int)roundf(v) + 128;
+        return (int)ql_roundf(v) + 128;
     }
     case QL_SPLIT_NEAREST_SYM:
         return imax(-b->nmax, imin(b->nmax - 1, nearest_clamped(ri * x))) + b->nmax;
@@ -682,7 +676,6 @@ static void pack_q5(const uint8_t *L, uint8_t qs[16], uint8_t qh[4])
     }
     ql_put_u32le(qh, h);
 }
-
 
 void ql_split_pack(const ql_split_block *b, const uint8_t *L, void *out)
 {

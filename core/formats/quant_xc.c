@@ -7,6 +7,7 @@
 
 #include "base/fp16.h"
 #include "base/util.h"
+#include "formats/quant_common.h"
 #include "formats/types.h"
 
 /* Weighted error of a block quantized with the decoded scale d, levels round(x/d). */
@@ -14,7 +15,7 @@ static double block_error(const float *x, const uint8_t *is_outlier, float d)
 {
     double e = 0;
     for (int j = 0; j < QL_QK8_0; j++) {
-        const float q = roundf(x[j] / d);
+        const float q = ql_roundf(x[j] / d);
         const double diff = (double)x[j] - (double)(q * d);
         e += (is_outlier[j] ? QL_XC_OUTLIER_WEIGHT : 1.0) * diff * diff;
     }
@@ -104,7 +105,7 @@ void ql_quantize_row_q8_0_xc(const float *x, ql_block_q8_0 *y, int64_t n, const 
             const float d = ql_fp16_to_fp32(h);
             y[b].d = h;
             for (int j = 0; j < QL_QK8_0; j++)
-                y[b].qs[j] = (int8_t)roundf(x[j] / d);
+                y[b].qs[j] = (int8_t)ql_roundf(x[j] / d);
         }
         if (stats) {
             stats->blocks++;

@@ -4,7 +4,6 @@
 #include "model/model.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -237,27 +236,15 @@ static bool decodable(int32_t type, int64_t n_in)
     return tr && tr->dequantize && ql_row_size(type, n_in) > 0;
 }
 
-/* Every half as f32: decoding an F16 weight is then a lookup per value (the layers and
- * heads of F16 models are decoded once per chunk group, the heads once per chunk). */
-static float half_table[1 << 16];
-static pthread_once_t half_table_once = PTHREAD_ONCE_INIT;
-
-static void fill_half_table(void)
-{
-    for (uint32_t h = 0; h < (1u << 16); h++)
-        half_table[h] = ql_fp16_to_fp32((uint16_t)h);
-}
-
 /* n 2-byte values (F16/BF16), little endian; memcpy reads them whatever the alignment of
  * the map. */
 static void decode_halves(int32_t type, const uint8_t *src, float *out, int64_t n)
 {
     if (type == QL_TYPE_F16) {
-        pthread_once(&half_table_once, fill_half_table);
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
-            out[i] = half_table[h];
+            out[i] = ql_fp16_to_fp32(h); /* a lookup (fp16.h) */
         }
         return;
     }
