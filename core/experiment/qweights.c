@@ -32,8 +32,8 @@ typedef struct {
      * and every tensor's type in the plan (whose earlier blocks' types change a block's
      * Hessians); "" for ggml's rounding (identity). */
     char gkey[65];
-    uint64_t outlier_bytes;    /* f32 values and indices of those columns */
-    void *q;                   /* quantized bytes (storage type: Q8_0 for Q8_0_XC) */
+    uint64_t outlier_bytes; /* f32 values and indices of those columns */
+    void *q;                /* quantized bytes (storage type: Q8_0 for Q8_0_XC) */
     size_t q_bytes;
     float *exact; /* (nrows, oc->n) the outlier columns' exact values, or NULL */
     int64_t nrows, n_per_row;
@@ -273,7 +273,7 @@ static ql_status quantize_alone(const ql_linear *lin, const ql_linear *tensor, i
         free(q);
         return ql_error_prefix(err, "tensor '%s' (%s): ", lin->name, ql_type_name(type));
     }
-    *src = (ql_weight_src){ql_type_get(type)->storage, q, 0, NULL, NULL};
+    *src = (ql_weight_src){.type = ql_type_get(type)->storage, .data = q};
     *bytes = q;
     return QL_OK;
 }
@@ -692,11 +692,17 @@ static double zlib_bytes(const ql_model *model, const ql_quant_plan *plan, const
         if (e->role == QL_ROLE_VECTOR || e->role == QL_ROLE_KEEP || !lin) {
             const ql_gguf_tensor *gt = ql_gguf_find_tensor(model->gguf, e->name);
             if (gt && gt->type == QL_TYPE_F32 && e->used == QL_TYPE_F32)
-                zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, gt->data, e->nrows, e->n_per_row};
+                zt[n_zt++] = (ql_zlib_tensor){.type = QL_TYPE_F32,
+                                              .data = gt->data,
+                                              .nrows = e->nrows,
+                                              .n_per_row = e->n_per_row};
             continue;
         }
         if (e->used != QL_TYPE_F32) {
-            zt[n_zt++] = (ql_zlib_tensor){lin->src.type, lin->src.data, e->nrows, e->n_per_row};
+            zt[n_zt++] = (ql_zlib_tensor){.type = lin->src.type,
+                                          .data = lin->src.data,
+                                          .nrows = e->nrows,
+                                          .n_per_row = e->n_per_row};
             continue;
         }
         /* kept exact: its f32 values */
@@ -706,7 +712,8 @@ static double zlib_bytes(const ql_model *model, const ql_quant_plan *plan, const
             goto out;
         }
         owned[i] = f;
-        zt[n_zt++] = (ql_zlib_tensor){QL_TYPE_F32, f, e->nrows, e->n_per_row};
+        zt[n_zt++] = (ql_zlib_tensor){
+            .type = QL_TYPE_F32, .data = f, .nrows = e->nrows, .n_per_row = e->n_per_row};
     }
     uint64_t z = 0;
     if (ql_zlib_size_tensors(zt, n_zt, &z, err) == QL_OK)
@@ -1084,8 +1091,8 @@ static const float *gptq_imatrix(void *ctx, const char *tensor, int64_t n_per_ro
  * of them is cached under it, GPTQ's layer-by-layer pass over the calibration text of the
  * config's calib: imatrix for the plan's types (q->gset). */
 static ql_status gptq_prepare(ql_qweights *q, ql_calib *cal, const ql_config *c,
-                              const ql_calib_slot *slot, const ql_quant_plan *plan,
-                              double *seconds, ql_error *err)
+                              const ql_calib_slot *slot, const ql_quant_plan *plan, double *seconds,
+                              ql_error *err)
 {
     q->gkey[0] = '\0';
     if (!c->quantizer_gptq)

@@ -214,7 +214,8 @@ void ql_routing_acc_finish(const ql_routing_acc *a, ql_routing_metrics *run,
             const double got = (double)a->load[(size_t)m * x + e] / slots;
             shift += fabs(got - ref);
             if (loads)
-                loads[nl++] = (ql_expert_load_record){l, e, ref, got};
+                loads[nl++] = (ql_expert_load_record){
+                    .layer = l, .expert = e, .ref_share = ref, .share = got};
         }
         o->load_shift = 0.5 * shift;
         sum_agree += o->route_agree;

@@ -439,8 +439,13 @@ static ql_status finish_pass(ql_runner *s, const held_body *from, config_result 
     if (!(r->layers = calloc(r->n_layers, sizeof *r->layers)))
         return ql_error_set(err, QL_ENOMEM, "out of memory for the layer metrics");
     for (size_t l = 0; l < r->n_layers; l++)
-        r->layers[l] = (ql_layer_record){(int32_t)l,  (double)NAN, (double)NAN, (double)NAN,
-                                         (double)NAN, (double)NAN, (double)NAN};
+        r->layers[l] = (ql_layer_record){.layer = (int32_t)l,
+                                         .rel_err_mean = (double)NAN,
+                                         .rel_err_p99 = (double)NAN,
+                                         .cos_mean = (double)NAN,
+                                         .route_agree = (double)NAN,
+                                         .route_overlap = (double)NAN,
+                                         .load_shift = (double)NAN};
     if (s->div)
         ql_divergence_finish(s->div, r->layers);
     if (s->routing) {
