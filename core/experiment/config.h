@@ -52,13 +52,13 @@
 /* The axes, one line each, in canonical order (also the expansion order of a sweep
  * grid and the column order of the store's configs table). Everything qlab does
  * per axis derives from this list; what an axis means (its fields below, its parser,
- * printer and value classes) lives in config.c under the axis's name.
+ * printer and value classes) lives in config_axes.c under the axis's name.
  *
  *   X(ID, name, first, last, default, sql, since, label, shown_default, flags, comment)
  *
  *   ID             the enum value QL_AXIS_<ID>
  *   name           key of the canonical form and the sweep file, and the column of
- *                  the store's configs table; config.c defines parse_<name>,
+ *                  the store's configs table; config_axes.c defines parse_<name>,
  *                  print_<name> and class_<name>
  *   first, last    the ql_config fields that hold its value (a contiguous range)
  *   default        its value when not given, as a sweep file would spell it
@@ -129,7 +129,7 @@ typedef enum {
 typedef enum { QL_COLUMN_TEXT, QL_COLUMN_REAL, QL_COLUMN_INTEGER } ql_column_type;
 
 /* Columns of the configs table beyond the axes' own, each derived from one axis's
- * value: X(ID of the axis, column, type, since, schema comment). config.c defines
+ * value: X(ID of the axis, column, type, since, schema comment). config_axes.c defines
  * column_<column> (the value as a number, NAN for NULL). */
 // clang-format off
 #define QL_CONFIG_EXTRA_COLUMNS(X)                                                                 \
@@ -302,7 +302,7 @@ void ql_config_copy_axis(ql_config *dst, const ql_config *src, ql_axis axis);
 ql_status ql_config_validate(const ql_config *c, ql_axis *bad_axis, ql_error *err);
 
 /* Whether the evaluation pipeline implements this axis value today (see the
- * capability table in config.c). QL_EUNSUPPORTED with "act_mode q8_0 is not
+ * capability table in config_checks.c). QL_EUNSUPPORTED with "act_mode q8_0 is not
  * implemented yet" when not. */
 ql_status ql_config_check_axis(const ql_config *c, ql_axis axis, ql_error *err);
 /* All axes. */

@@ -2,7 +2,7 @@
  * the checks that come before anything runs (sweep.h has the syntax).
  *
  * Design. The text is read line by line into sections; every value is parsed the
- * moment its line is read (config.c's parser for an axis), so an error names its
+ * moment its line is read (config_axes.c's parser for an axis), so an error names its
  * line. A [sweep] section holds the scalar keys and one value per axis, a default
  * for every grid; each [grid] holds value lists. Patterns (`exclude`, `only`) are
  * configs with a subset of their axes set; a config matches one when, for every axis
