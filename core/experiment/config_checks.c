@@ -173,11 +173,6 @@ ql_status ql_config_validate(const ql_config *c, ql_axis *bad_axis, ql_error *er
             return broken(bad_axis, QL_AXIS_QUANTIZER, err,
                           "quantizer %s does not apply to %s: %s", v,
                           ql_type_name(c->weight_type), ql_split_why_not(c->weight_type));
-        if (c->outlier_ratio > 0)
-            return broken(bad_axis, QL_AXIS_QUANTIZER, err,
-                          "quantizer %s with an outlier split is not implemented (the split's "
-                          "exact columns would leave GPTQ's Hessian)",
-                          v);
         if (c->budget_kind != QL_BUDGET_NONE)
             return broken(bad_axis, QL_AXIS_QUANTIZER, err,
                           "quantizer %s with a budget is not implemented (the solver's error "

@@ -45,6 +45,7 @@ typedef struct {
     int64_t n_tok; /* tokens summed */
     bool full;     /* the upper triangle mirrored */
     ql_gptq_factor *factor; /* made on first use, shared by the input's products */
+    const ql_outlier_cols *factor_keep; /* the channels left out of it (NULL: none) */
 } hess_input;
 
 struct ql_hessians {
@@ -134,6 +135,7 @@ static void hess_input_free(hess_input *hi)
     ql_gptq_factor_free(hi->factor);
     hi->H = NULL;
     hi->factor = NULL;
+    hi->factor_keep = NULL;
 }
 
 ql_status ql_hessians_alloc_slice(ql_hessians **out, const ql_weights *w, int layer, bool dense,
@@ -310,34 +312,70 @@ const double *ql_hessians_get_expert(ql_hessians *h, ql_site_kind kind, int e, i
     return hi ? hess_full(h, hi, n_in, n_tok) : NULL;
 }
 
+static int64_t n_kept(const ql_outlier_cols *keep)
+{
+    return keep ? keep->n : 0;
+}
+
+static bool same_channels(const ql_outlier_cols *a, const ql_outlier_cols *b)
+{
+    const int64_t n = n_kept(a);
+    return n == n_kept(b) && (n == 0 || memcmp(a->cols, b->cols, (size_t)n * sizeof *a->cols) == 0);
+}
+
+/* H (n x n, full) restricted to the channels an outlier split quantizes: the kept ones'
+ * rows and columns zeroed, their diagonal 1. Their weights are exact, so the split
+ * product's error is e H e^T over the other columns only; GPTQ then neither rounds them
+ * nor spreads error into them (as for an input that is never non-zero). */
+static void restrict_hessian(double *H, int64_t n, const ql_outlier_cols *keep)
+{
+    for (int64_t k = 0; k < keep->n; k++) {
+        const int64_t j = keep->cols[k];
+        for (int64_t i = 0; i < n; i++)
+            H[i * n + j] = H[j * n + i] = 0.0;
+        H[j * n + j] = 1.0;
+    }
+}
+
 static ql_status hess_factor(ql_hessians *h, hess_input *hi, const ql_gptq_opts *o,
-                             const ql_gptq_factor **out, ql_error *err)
+                             const ql_outlier_cols *keep, const ql_gptq_factor **out,
+                             ql_error *err)
 {
     *out = NULL;
     int64_t n_in = 0;
-    const double *H = hess_full(h, hi, &n_in, NULL);
+    double *H = (double *)hess_full(h, hi, &n_in, NULL);
     if (!H)
         return ql_error_set(err, h->oom ? QL_ENOMEM : QL_EINVAL,
                             h->oom ? "out of memory summing its Hessian"
                                    : "no Hessian was observed for its input (no calibration "
                                      "token reached it)");
     if (!hi->factor) {
+        if (n_kept(keep) > 0)
+            restrict_hessian(H, n_in, keep);
         ql_status st = ql_gptq_factor_alloc(&hi->factor, H, n_in, o, err);
         if (st)
             return st;
+        hi->factor_keep = n_kept(keep) > 0 ? keep : NULL;
+    } else if (!same_channels(hi->factor_keep, keep)) {
+        return ql_error_set(err, QL_EINVAL,
+                            "its outlier channels (%lld) are not those of the product it shares "
+                            "its input with (%lld), so the two cannot share one restricted "
+                            "Hessian",
+                            (long long)n_kept(keep), (long long)n_kept(hi->factor_keep));
     }
     *out = hi->factor;
     return QL_OK;
 }
 
 ql_status ql_hessians_factor(ql_hessians *h, ql_site_kind kind, const ql_gptq_opts *o,
-                             const ql_gptq_factor **out, ql_error *err)
+                             const ql_outlier_cols *keep, const ql_gptq_factor **out,
+                             ql_error *err)
 {
     *out = NULL;
     const int in = ql_hess_input_of(kind);
     if (in < 0)
         return ql_error_set(err, QL_EINVAL, "no Hessian is collected for its input");
-    return hess_factor(h, &h->in[in], o, out, err);
+    return hess_factor(h, &h->in[in], o, keep, out, err);
 }
 
 /* ========================================================================= */
@@ -348,6 +386,10 @@ typedef struct {
     int32_t type;
     void *bytes;
     uint64_t nbytes;
+    /* An outlier split's kept channels (NULL: none) and their exact values, (rows, n):
+     * the pass's own quantized block reads them, as the config's product does. */
+    const ql_outlier_cols *keep;
+    float *exact;
 } set_entry;
 
 struct ql_gptq_set {
@@ -359,8 +401,10 @@ void ql_gptq_set_free(ql_gptq_set *s)
 {
     if (!s)
         return;
-    for (int64_t i = 0; i < s->n; i++)
+    for (int64_t i = 0; i < s->n; i++) {
         free(s->e[i].bytes);
+        free(s->e[i].exact);
+    }
     free(s->e);
     free(s);
 }
@@ -444,40 +488,93 @@ static const float *importance(const ql_gptq_pass_opts *o, const ql_quant_plan_e
                       : NULL;
 }
 
+/* The channels site s keeps exact in the pass's options, or NULL: none, or a type that
+ * keeps them inside its own blocks (Q8_0_XC, whose bytes the config's own split makes). */
+static const ql_outlier_cols *kept_channels(const ql_gptq_pass_opts *o, int s,
+                                            const ql_quant_plan_entry *e)
+{
+    if (!o->outliers || s >= o->outliers->n_sites || o->outliers->site[s].n == 0 ||
+        ql_type_get(e->used)->exact_outliers)
+        return NULL;
+    return &o->outliers->site[s];
+}
+
 /* Rows of matrix `mat` of a tensor (all of it with mat = -1) in the plan's type into dst
  * (the whole tensor's bytes), by GPTQ with factor, or by ggml's quantizer with NULL;
- * imatrix: the tensor's importance (importance()) or NULL. */
-static ql_status quantize_rows(const ql_gguf_tensor *gt, const ql_quant_plan_entry *e,
-                               const float *imatrix, int64_t mat, const ql_gptq_factor *factor,
-                               void *dst, ql_error *err)
+ * imatrix: the tensor's importance (importance()) or NULL. With keep (an outlier split's
+ * channels), the rows are quantized with those columns and their importance zeroed, and
+ * their exact values go to exact (the tensor's rows x keep->n, row-major). */
+static ql_status quantize_rows(const ql_linear *lin, const ql_gguf_tensor *gt,
+                               const ql_quant_plan_entry *e, const float *imatrix, int64_t mat,
+                               const ql_gptq_factor *factor, const ql_outlier_cols *keep,
+                               void *dst, float *exact, ql_error *err)
 {
     ql_quant_src qs;
     ql_quant_src_from_gguf(&qs, gt);
-    const int64_t n_mats = e->ne[2] * e->ne[3], rows = e->nrows / n_mats;
+    const int64_t n_mats = e->ne[2] * e->ne[3], rows = e->nrows / n_mats, n_in = e->n_per_row;
     qs.imatrix = imatrix;
     qs.imatrix_per_mat = true;
+    const int64_t row0 = mat < 0 ? 0 : mat * rows, nrows = mat < 0 ? e->nrows : rows;
     const ql_gptq_factor **facs = NULL;
+    float *f32 = NULL, *imat0 = NULL;
+    ql_status st = QL_OK;
     if (factor) {
         /* ql_quant_src takes one factor per matrix; only `mat`'s rows are asked for. */
-        if (!(facs = calloc((size_t)n_mats, sizeof *facs)))
-            return ql_error_set(err, QL_ENOMEM, "gptq: out of memory");
+        if (!(facs = calloc((size_t)n_mats, sizeof *facs))) {
+            st = ql_error_set(err, QL_ENOMEM, "gptq: out of memory");
+            goto out;
+        }
         for (int64_t i = 0; i < n_mats; i++)
             facs[i] = mat < 0 || i == mat ? factor : NULL;
         qs.gptq = facs;
     }
-    const int64_t row0 = mat < 0 ? 0 : mat * rows, nrows = mat < 0 ? e->nrows : rows;
-    const size_t rs = ql_row_size(e->used, e->n_per_row);
+    if (keep) {
+        if (keep->n_in != n_in) {
+            st = ql_error_set(err, QL_EINVAL,
+                              "outlier channels for %lld inputs on a %lld-wide matrix",
+                              (long long)keep->n_in, (long long)n_in);
+            goto out;
+        }
+        /* The split's zeroed copy of the rows, the exact columns aside. */
+        if (!(f32 = malloc((size_t)(nrows * n_in) * sizeof *f32))) {
+            st = ql_error_set(err, QL_ENOMEM, "gptq: out of memory for %lld rows in f32",
+                              (long long)nrows);
+            goto out;
+        }
+        if ((st = ql_linear_decode_rows(lin, row0, nrows, f32, err)))
+            goto out;
+        for (int64_t r = 0; r < nrows; r++)
+            for (int64_t k = 0; k < keep->n; k++)
+                exact[(row0 + r) * keep->n + k] = f32[r * n_in + keep->cols[k]];
+        ql_outliers_zero_cols(f32, nrows, n_in, keep->cols, keep->n);
+        qs.rows = f32;
+        qs.rows_first = row0;
+        qs.rows_n = nrows;
+        if (imatrix) {
+            if (!(imat0 = malloc((size_t)(n_mats * n_in) * sizeof *imat0))) {
+                st = ql_error_set(err, QL_ENOMEM, "gptq: out of memory");
+                goto out;
+            }
+            memcpy(imat0, imatrix, (size_t)(n_mats * n_in) * sizeof *imat0);
+            ql_outliers_zero_cols(imat0, n_mats, n_in, keep->cols, keep->n);
+            qs.imatrix = imat0;
+        }
+    }
+    const size_t rs = ql_row_size(e->used, n_in);
     uint8_t *out = (uint8_t *)dst + (size_t)row0 * rs;
-    ql_status st = ql_quant_tensor_rows(&qs, e->used, row0, nrows, out, (size_t)nrows * rs, err);
+    st = ql_quant_tensor_rows(&qs, e->used, row0, nrows, out, (size_t)nrows * rs, err);
+out:
     free(facs);
+    free(f32);
+    free(imat0);
     return st;
 }
 
 /* The block's products that change type, with their set entries (index into set->e by
  * site, -1 where none). Made in the first slice. */
 static ql_status add_entries(const ql_model *m, const ql_weights *ws, int l,
-                             const ql_quant_plan *plan, ql_gptq_set *set, int64_t *entry,
-                             ql_error *err)
+                             const ql_quant_plan *plan, const ql_gptq_pass_opts *o,
+                             ql_gptq_set *set, int64_t *entry, ql_error *err)
 {
     for (int s = ws->layer_site0[l]; s < ws->layer_site0[l + 1]; s++) {
         const ql_linear *lin = &ws->lin[s];
@@ -490,9 +587,15 @@ static ql_status add_entries(const ql_model *m, const ql_weights *ws, int l,
         ql_strlcpy(se->name, lin->name, sizeof se->name);
         se->type = e->used;
         se->nbytes = e->bytes;
-        if (!(se->bytes = malloc((size_t)e->bytes)))
+        se->keep = kept_channels(o, s, e);
+        if (!(se->bytes = malloc((size_t)e->bytes)) ||
+            (se->keep &&
+             !(se->exact = malloc((size_t)(e->nrows * se->keep->n) * sizeof *se->exact)))) {
+            free(se->bytes);
+            se->bytes = NULL;
             return ql_error_set(err, QL_ENOMEM, "gptq: out of memory for '%s' (%llu bytes)",
                                 lin->name, (unsigned long long)e->bytes);
+        }
         entry[s] = set->n++;
     }
     return QL_OK;
@@ -530,14 +633,16 @@ static ql_status quantize_slice(const ql_model *m, ql_weights *ws, int l, const 
         /* The router and the shared expert's gate have no Hessian here: ggml's rounding,
          * as GPTQ leaves the layers whose outputs are not a linear product's. */
         if (ql_split_applies(e->used) && ql_hess_input_of(lin->kind) >= 0) {
-            if ((st = ql_hessians_factor(h, lin->kind, &o->gptq, &factor, err)))
+            if ((st = ql_hessians_factor(h, lin->kind, &o->gptq, set->e[entry[s]].keep, &factor,
+                                         err)))
                 return ql_error_prefix(err, "gptq: tensor '%s': ", lin->name);
             sum->n_gptq++;
         } else {
             sum->n_ggml++;
         }
-        if ((st = quantize_rows(gt, e, importance(o, e), -1, factor, set->e[entry[s]].bytes,
-                                err)))
+        const set_entry *se = &set->e[entry[s]];
+        if ((st = quantize_rows(lin, gt, e, importance(o, e), -1, factor, se->keep, se->bytes,
+                                se->exact, err)))
             return ql_error_prefix(err, "gptq: tensor '%s' (%s): ", lin->name,
                                    ql_type_name(e->used));
     }
@@ -580,14 +685,16 @@ static ql_status quantize_slice(const ql_model *m, ql_weights *ws, int l, const 
                 goto out;
             }
             if (hi->n_tok > 0) {
-                if ((st = hess_factor(h, hi, &o->gptq, &factor, err))) {
+                if ((st = hess_factor(h, hi, &o->gptq, set->e[entry[s]].keep, &factor, err))) {
                     ql_error_prefix(err, "gptq: tensor '%s' expert %d: ", lin->name, ex);
                     goto out;
                 }
             } else {
                 unrouted = true;
             }
-            if ((st = quantize_rows(gt, e, imat[k], ex, factor, set->e[entry[s]].bytes, err))) {
+            const set_entry *se = &set->e[entry[s]];
+            if ((st = quantize_rows(lin, gt, e, imat[k], ex, factor, se->keep, se->bytes,
+                                    se->exact, err))) {
                 ql_error_prefix(err, "gptq: tensor '%s' (%s) expert %d: ", lin->name,
                                 ql_type_name(e->used), ex);
                 goto out;
@@ -695,7 +802,7 @@ ql_status ql_gptq_pass_run(const ql_model *m, const ql_quant_plan *plan, const q
     ql_progress prog;
     ql_progress_begin(&prog, "gptq", "block", w->n_layer, o->quiet);
     for (int l = 0; l < w->n_layer; l++) {
-        if ((st = add_entries(m, ws, l, plan, set, entry, err)))
+        if ((st = add_entries(m, ws, l, plan, o, set, entry, err)))
             goto out;
         /* Slices of the block's experts (one for a dense block), each a pass over the
          * calibration chunks through the block's unquantized weights: every slice's
@@ -733,7 +840,11 @@ ql_status ql_gptq_pass_run(const ql_model *m, const ql_quant_plan *plan, const q
         for (int s = ws->layer_site0[l]; s < ws->layer_site0[l + 1]; s++)
             if (entry[s] >= 0) {
                 const set_entry *se = &set->e[entry[s]];
-                srcs[s] = (ql_weight_src){.type = se->type, .data = se->bytes};
+                srcs[s] = (ql_weight_src){.type = se->type,
+                                          .data = se->bytes,
+                                          .n_exact = se->keep ? se->keep->n : 0,
+                                          .exact_cols = se->keep ? se->keep->cols : NULL,
+                                          .exact_vals = se->exact};
                 ql_linear_set_src(&ws->lin[s], &srcs[s]);
             }
         double t2 = ql_now();

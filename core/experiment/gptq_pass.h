@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "experiment/outliers.h"
 #include "formats/gptq.h"
 #include "model/model.h"
 #include "model/perplexity.h"
@@ -100,9 +101,13 @@ const double *ql_hessians_get_expert(ql_hessians *h, ql_site_kind kind, int e, i
                                      int64_t *n_tok);
 
 /* GPTQ's factor of a kind's input (formats/gptq.h), made on first use with o and then
- * shared by the products that read the same input; h owns it. */
+ * shared by the products that read the same input; h owns it. keep: the input channels an
+ * outlier split keeps exact (NULL or none: every channel): the Hessian is restricted to
+ * the others in place before the factor is made; a later product of the same input with
+ * other channels is an error. */
 ql_status ql_hessians_factor(ql_hessians *h, ql_site_kind kind, const ql_gptq_opts *o,
-                             const ql_gptq_factor **out, ql_error *err);
+                             const ql_outlier_cols *keep, const ql_gptq_factor **out,
+                             ql_error *err);
 
 /* Bytes of block `layer`'s Hessians, all experts at once; of its dense inputs; of one of
  * its routed experts (gate/up and down inputs; 0 for a dense block). */
@@ -121,6 +126,13 @@ typedef struct {
     ql_imatrix_lookup_fn imatrix;
     void *imatrix_ctx;
     size_t mem; /* budget in bytes for ql_gptq_pass_bytes; 0 = none */
+    /* An outlier split (outliers.h), or NULL: each site's channels keep their exact
+     * values; the rest of the matrix is quantized with them zeroed (and zero importance),
+     * GPTQ compensating only among the other columns: its Hessian restricted to them
+     * (the kept rows and columns zeroed, their diagonal 1, as GPTQ treats a dead input),
+     * which is the error of the split product exactly. The products reading one input
+     * must keep the same channels (they do: their statistics are that input's). */
+    const ql_outlier_set *outliers;
     bool quiet;
 } ql_gptq_pass_opts;
 

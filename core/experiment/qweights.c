@@ -394,15 +394,41 @@ static bool gptq_tensor(const ql_qweights *q, const ql_quant_plan_entry *e, cons
     return q->gkey[0] && lin->layer >= 0 && e->used != lin->src_type && ql_split_applies(e->used);
 }
 
+/* The product site of weight lin of ref, or -1 (the lookup table has none). */
+static int site_of(const ql_weights *ref, const ql_linear *lin)
+{
+    return lin >= ref->lin && lin < ref->lin + ref->n_lin ? (int)(lin - ref->lin) : -1;
+}
+
+/* The outlier columns of the product at site when the config splits them (os), or NULL. */
+static const ql_outlier_cols *site_outliers(const ql_outlier_set *os, int site)
+{
+    return os && site >= 0 ? &os->site[site] : NULL;
+}
+
+/* The columns a cached tensor is keyed by: without columns to keep, a split is a plain
+ * quantization and shares its entry. */
+static const ql_outlier_cols *cache_cols(const ql_outlier_cols *oc, int32_t type)
+{
+    return oc && oc->n == 0 && !ql_type_get(type)->exact_outliers ? NULL : oc;
+}
+
+/* The kept columns' exact values of src (nrows, n_in) into exact (nrows, oc->n). */
+static void gather_exact(float *exact, const float *src, int64_t nrows, int64_t n_in,
+                         const ql_outlier_cols *oc)
+{
+    for (int64_t r = 0; r < nrows; r++)
+        for (int64_t j = 0; j < oc->n; j++)
+            exact[r * oc->n + j] = src[r * n_in + oc->cols[j]];
+}
+
 /* The cached quantized tensor for (name, type, imatrix, outlier columns), quantizing it
  * on a miss from the reference's src (decoded to f32 for the time of the quantization). */
 static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const ql_linear *src_lin,
                              const ql_imatrix *im, const ql_outlier_cols *oc, qtensor **out,
                              double *quantize_seconds, ql_error *err)
 {
-    /* Without columns to keep, a split is a plain quantization: share its entry. */
-    if (oc && oc->n == 0 && !ql_type_get(e->used)->exact_outliers)
-        oc = NULL;
+    oc = cache_cols(oc, e->used);
     const char *gkey = gptq_tensor(q, e, src_lin) ? q->gkey : "";
     qtensor *t = qcache_find(&q->cache, e->name, e->used, im, oc, gkey);
     if (t) {
@@ -447,7 +473,20 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
         (st = ql_calib_column_weights(im, e->name, cols, q->imat_buf, &qw, err)) ||
         (st = ql_calib_column_weights(q->metric_imatrix, e->name, cols, q->metric_buf, &mw, err)))
         goto out;
-    if (pre) {
+    if (pre && keep_cols) {
+        /* GPTQ's bytes of the outlier split, made by the pass with the columns zeroed:
+         * the effective weight is their decoding with the exact columns written back. */
+        memcpy(nt.q, pre, nt.q_bytes);
+        const int64_t rows = ql_linear_matrix_rows(src_lin);
+        if ((st = ql_dequant_tensor(ql_type_get(e->used)->storage, nt.q, nt.q_bytes, e->nrows,
+                                    e->n_per_row, w_eff, err)))
+            goto out;
+        ql_outliers_copy_cols(w_eff, src, e->nrows, e->n_per_row, oc->cols, oc->n);
+        nt.outlier_bytes = (uint64_t)nt.n_mat * ql_outliers_bytes(rows, e->n_per_row, oc->n);
+        if ((st = add_error_rows(src_lin, src, w_eff, 0, e->nrows, mw, per_mat, err)))
+            goto out;
+        gather_exact(nt.exact, src, e->nrows, e->n_per_row, oc);
+    } else if (pre) {
         /* GPTQ's bytes, made by the pass for this config's plan; their error against the
          * reference weights as any quantization's. */
         memcpy(nt.q, pre, nt.q_bytes);
@@ -470,9 +509,8 @@ static ql_status get_qtensor(ql_qweights *q, const ql_quant_plan_entry *e, const
         }
         if (st || (st = add_error_rows(src_lin, src, w_eff, 0, e->nrows, mw, per_mat, err)))
             goto out;
-        for (int64_t r = 0; keep_cols && r < e->nrows; r++)
-            for (int64_t j = 0; j < oc->n; j++)
-                nt.exact[r * oc->n + j] = src[r * e->n_per_row + oc->cols[j]];
+        if (keep_cols)
+            gather_exact(nt.exact, src, e->nrows, e->n_per_row, oc);
     } else if ((st = quantize_pieces(src_lin, e->used, qw, mw, nt.q, nt.q_bytes, per_mat, err))) {
         /* The quantization every command shares (quant_model.h): the same bytes as
          * qlab quantize writes for this tensor. */
@@ -820,9 +858,8 @@ static ql_status build_weights(ql_qweights *q, const ql_quant_plan *plan, const 
         }
         /* The product site of this weight (the lookup table has none), and the
          * outlier columns of that product when the config splits them. */
-        const ql_weights *ref = model->weights;
-        int site = lin >= ref->lin && lin < ref->lin + ref->n_lin ? (int)(lin - ref->lin) : -1;
-        const ql_outlier_cols *oc = os && site >= 0 ? &os->site[site] : NULL;
+        const int site = site_of(model->weights, lin);
+        const ql_outlier_cols *oc = site_outliers(os, site);
         qtensor *qt = NULL;
         st = get_qtensor(q, e, lin, im, oc, &qt, &quantize_seconds, err);
         mb_done += e->nrows * e->n_per_row * 4;
@@ -1091,8 +1128,8 @@ static const float *gptq_imatrix(void *ctx, const char *tensor, int64_t n_per_ro
  * of them is cached under it, GPTQ's layer-by-layer pass over the calibration text of the
  * config's calib: imatrix for the plan's types (q->gset). */
 static ql_status gptq_prepare(ql_qweights *q, ql_calib *cal, const ql_config *c,
-                              const ql_calib_slot *slot, const ql_quant_plan *plan, double *seconds,
-                              ql_error *err)
+                              const ql_calib_slot *slot, const ql_quant_plan *plan,
+                              const ql_outlier_set *os, double *seconds, ql_error *err)
 {
     q->gkey[0] = '\0';
     if (!c->quantizer_gptq)
@@ -1103,7 +1140,8 @@ static ql_status gptq_prepare(ql_qweights *q, ql_calib *cal, const ql_config *c,
     ql_status st = ql_calib_config_text(cal, c, &d, text_sha, err);
     if (st)
         return ql_error_prefix(err, "quantizer gptq: ");
-    /* The key: the quantizer, the text's chunks, the importance, every tensor's type. */
+    /* The key: the quantizer, the text's chunks, the importance, the outlier split (its
+     * channels follow from the text and the ratio), every tensor's type. */
     char qv[QL_CONFIG_VALUE_MAX];
     ql_config_axis_string(c, QL_AXIS_QUANTIZER, qv, sizeof qv);
     size_t cap = 512 + (size_t)plan->n * (QL_QUANT_NAME_MAX + 16), len = 0;
@@ -1115,6 +1153,8 @@ static ql_status gptq_prepare(ql_qweights *q, ql_calib *cal, const ql_config *c,
     const char *im_sha = ql_calib_slot_sha256(slot);
     len += (size_t)snprintf(k + len, cap - len, "%s|%s|%d|%lld|%s", qv, text_sha, d.ctx,
                             (long long)d.n_chunks, im_sha ? im_sha : "");
+    if (os)
+        len += (size_t)snprintf(k + len, cap - len, "|outliers=%.17g", os->ratio);
     for (int64_t i = 0; i < plan->n && len < cap; i++)
         len += (size_t)snprintf(k + len, cap - len, "|%s=%s", plan->entries[i].name,
                                 ql_type_name(plan->entries[i].used));
@@ -1126,7 +1166,10 @@ static ql_status gptq_prepare(ql_qweights *q, ql_calib *cal, const ql_config *c,
         const ql_quant_plan_entry *e = &plan->entries[i];
         const ql_linear *lin = ql_weights_find(q->model->weights, e->name);
         if (lin && e->role != QL_ROLE_VECTOR && e->role != QL_ROLE_KEEP && gptq_tensor(q, e, lin))
-            all_cached = qcache_find(&q->cache, e->name, e->used, im, NULL, q->gkey) != NULL;
+            all_cached = qcache_find(&q->cache, e->name, e->used, im,
+                                     cache_cols(site_outliers(os, site_of(q->model->weights, lin)),
+                                                e->used),
+                                     q->gkey) != NULL;
     }
     if (!all_cached) {
         gptq_importance gi = {q, im};
@@ -1134,6 +1177,7 @@ static ql_status gptq_prepare(ql_qweights *q, ql_calib *cal, const ql_config *c,
                                 .imatrix = im ? gptq_imatrix : NULL,
                                 .imatrix_ctx = &gi,
                                 .mem = q->gptq_bytes,
+                                .outliers = os,
                                 .quiet = q->quiet};
         ql_gptq_pass_summary sum;
         st = ql_gptq_pass_run(q->model, plan, &d, &po, &q->gset, &sum, err);
@@ -1175,7 +1219,7 @@ ql_status ql_qweights_build(ql_qweights *q, ql_calib *cal, const ql_config *c, q
     }
     q->cache.clock++;
     double gptq_seconds = 0;
-    if ((st = gptq_prepare(q, cal, c, slot, plan, &gptq_seconds, err))) {
+    if ((st = gptq_prepare(q, cal, c, slot, plan, os, &gptq_seconds, err))) {
         ql_quant_plan_free(plan);
         return st;
     }

@@ -37,6 +37,24 @@ for t in Q4_0 Q8_0; do
         ok "$t: gptq's KLD below ggml's, same bytes and tokens" || bad "$t: $line"
 done
 
+# An outlier split (ratio 2): the kept channels stay exact, GPTQ rounds and compensates
+# among the other columns only; the same bytes as ggml's split, a lower KLD, and not the
+# plain GPTQ config's result.
+sed 's/^name    = gptq-e2e/name    = gptq-outliers/; s/^weight_type = .*/weight_type = Q4_0\noutlier_ratio = 2/' \
+    g.sweep >o.sweep
+expect 0 "sweep with quantizer ggml and gptq and an outlier split" "$qlab" sweep o.sweep \
+    --db o.db --threads 1 --quiet
+line=$(rows o.db "SELECT g.kld_mean, q.kld_mean, g.bytes = q.bytes, g.bytes
+    FROM results g JOIN results q ON q.weight_type = g.weight_type
+    WHERE g.quantizer = 'ggml' AND q.quantizer = 'gptq' AND g.outlier_ratio = 2
+    AND q.outlier_ratio = 2")
+plain=$(rows g.db "SELECT kld_mean, bytes FROM results WHERE weight_type = 'Q4_0'
+    AND quantizer = 'gptq'")
+echo "Q4_0 outlier_ratio=2: ggml, gptq KLD, same bytes, bytes: $line; gptq without: $plain"
+echo "$line,$plain" | awk -F, '{ exit !($2 < $1 && $3 == 1 && $4 > $6 && $2 != $5) }' &&
+    ok "Q4_0 with outliers: gptq's KLD below ggml's, same bytes (the exact columns' too)" ||
+    bad "Q4_0 with outliers: $line; without: $plain"
+
 # The sweep's memory budget bounds the GPTQ pass (half of --mem, as for the other
 # calibration passes): over it, the config fails naming the plan, and runs within it.
 sed 's/^name    = gptq-e2e/name    = gptq-mem/; s/^weight_type = .*/weight_type = Q4_0/; s/^quantizer   = .*/quantizer   = gptq/' g.sweep >m.sweep

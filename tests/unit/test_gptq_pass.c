@@ -1,7 +1,8 @@
 /* GPTQ over a whole model (experiment/gptq_pass.h) on stories260K: the Hessians'
  * diagonals are the imatrix's sums, a file written from the pass reads back with the
  * pass's bytes, block 0 does not depend on where later blocks' inputs come from, and
- * the memory plan refuses a budget it does not fit. On the mixture-of-experts models of
+ * the memory plan refuses a budget it does not fit; with an outlier split, the kept
+ * channels leave GPTQ's Hessian and its rounding. On the mixture-of-experts models of
  * golden/moe: each expert's Hessians have the imatrix's per-expert sums (and the shared
  * expert's its dense ones), an expert no calibration row reached gets ggml's bytes, the
  * experts in slices (a --mem that needs them) give the same bytes as all at once, and
@@ -13,6 +14,7 @@
 #include "base/util.h"
 #include "experiment/gptq_pass.h"
 #include "experiment/imatrix.h"
+#include "experiment/outliers.h"
 #include "formats/type_ids.h"
 #include "formats/types.h"
 #include "model/forward.h"
@@ -181,6 +183,131 @@ static void test_write_read_back(const ql_model *m, const char *path, const ql_p
     ql_gptq_set_free(set);
     ql_gptq_set_free(ref_set);
     ql_quant_plan_free(plan);
+}
+
+/* ---- GPTQ with an outlier split ---- */
+
+/* sum over rows of e H e^T, e = the row's error (the layer-output error over the
+ * calibration tokens). */
+static double output_error(const float *w, const float *w_eff, int64_t nrows, int64_t n,
+                           const double *H)
+{
+    double total = 0;
+    double *e = malloc((size_t)n * sizeof *e);
+    for (int64_t r = 0; r < nrows; r++) {
+        for (int64_t j = 0; j < n; j++)
+            e[j] = (double)w[r * n + j] - (double)w_eff[r * n + j];
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < n; j++)
+                total += e[i] * H[i * n + j] * e[j];
+    }
+    free(e);
+    return total;
+}
+
+/* Block 0's products (their inputs come from the embeddings, quantized blocks or not):
+ * the pass's bytes with kept channels are GPTQ's on the matrix with those columns zeroed
+ * and the Hessian restricted to the others (rows and columns zeroed, diagonal 1); they
+ * differ from the pass's without a split; and the split product's output error (kept
+ * columns exact) is below that of ggml's rounding with the same split. */
+static void test_outlier_split(const ql_model *m, const ql_ppl_data *d)
+{
+    ql_error err;
+    const ql_weights *w = m->weights;
+    ql_forward *fw = NULL;
+    CHECK_OK(ql_forward_alloc(&fw, &m->hp, d->ctx, &err), &err);
+    ql_hessians *h0 = NULL;
+    CHECK_OK(ql_hessians_alloc(&h0, w, 0, &err), &err);
+    all_layers a = {&h0, 1};
+    ql_imatrix_opts io = {.quiet = true, .also = observe_all, .also_ctx = &a};
+    ql_imatrix *im = NULL;
+    CHECK_OK(ql_imatrix_collect(fw, w, d, &io, &im, NULL, &err), &err);
+    /* The same channels for every site: the products reading one input keep the same. */
+    const int64_t keep[] = {2, 9, 30};
+    const int64_t nk = 3;
+    ql_outlier_set os = {.n_sites = w->n_lin, .ratio = 1};
+    os.site = calloc((size_t)w->n_lin, sizeof *os.site);
+    for (int s = 0; s < w->n_lin; s++) {
+        os.site[s].n_in = w->lin[s].n_in;
+        os.site[s].n = nk;
+        os.site[s].cols = malloc(sizeof keep);
+        memcpy(os.site[s].cols, keep, sizeof keep);
+    }
+    ql_quant_plan *plan = pure_plan(m, QL_TYPE_Q4_0);
+    ql_gptq_pass_opts po = {.quiet = true};
+    ql_gptq_opts_default(&po.gptq);
+    ql_gptq_set *plain = NULL, *split = NULL;
+    CHECK_OK(ql_gptq_pass_run(m, plan, d, &po, &plain, NULL, &err), &err);
+    po.outliers = &os;
+    CHECK_OK(ql_gptq_pass_run(m, plan, d, &po, &split, NULL, &err), &err);
+    int checked = 0;
+    for (int s = w->layer_site0[0]; s < w->layer_site0[1]; s++) {
+        const ql_linear *lin = &w->lin[s];
+        const ql_quant_plan_entry *e = NULL;
+        for (int64_t i = 0; i < plan->n; i++)
+            if (strcmp(plan->entries[i].name, lin->name) == 0)
+                e = &plan->entries[i];
+        const void *got = e ? ql_gptq_set_lookup(split, e->name, e->used, e->bytes) : NULL;
+        const void *without = e ? ql_gptq_set_lookup(plain, e->name, e->used, e->bytes) : NULL;
+        if (!got || !without || e->used != QL_TYPE_Q4_0)
+            continue;
+        const int64_t n = lin->n_in, rows = lin->n_out;
+        int64_t n_in = 0;
+        const double *H = ql_hessians_get(h0, lin->kind, &n_in, NULL);
+        CHECK(H && n_in == n);
+        if (!H)
+            continue;
+        double *Hr = malloc((size_t)(n * n) * sizeof *Hr);
+        memcpy(Hr, H, (size_t)(n * n) * sizeof *Hr);
+        for (int64_t k = 0; k < nk; k++) {
+            for (int64_t i = 0; i < n; i++)
+                Hr[i * n + keep[k]] = Hr[keep[k] * n + i] = 0;
+            Hr[keep[k] * n + keep[k]] = 1;
+        }
+        float *wf = malloc((size_t)(rows * n) * sizeof *wf);
+        float *w0 = malloc((size_t)(rows * n) * sizeof *w0);
+        float *eff = malloc((size_t)(rows * n) * sizeof *eff);
+        void *want = malloc((size_t)e->bytes);
+        CHECK_OK(ql_linear_decode_rows(lin, 0, rows, wf, &err), &err);
+        memcpy(w0, wf, (size_t)(rows * n) * sizeof *w0);
+        ql_outliers_zero_cols(w0, rows, n, keep, nk);
+        ql_gptq_factor *f = NULL;
+        CHECK_OK(ql_gptq_factor_alloc(&f, Hr, n, &po.gptq, &err), &err);
+        CHECK_OK(ql_gptq_quantize_rows(f, QL_TYPE_Q4_0, w0, want, rows, NULL, &err), &err);
+        CHECK_MSG(memcmp(got, want, (size_t)e->bytes) == 0,
+                  "%s: the pass's split bytes are not GPTQ's on the restricted Hessian",
+                  lin->name);
+        CHECK_MSG(memcmp(got, without, (size_t)e->bytes) != 0, "%s: the split changed nothing",
+                  lin->name);
+        CHECK_OK(ql_dequant_tensor(QL_TYPE_Q4_0, got, (size_t)e->bytes, rows, n, eff, &err), &err);
+        ql_outliers_copy_cols(eff, wf, rows, n, keep, nk);
+        const double err_gptq = output_error(wf, eff, rows, n, H);
+        ql_outlier_cols oc = {.n_in = n, .n = nk, .cols = (int64_t *)keep};
+        CHECK_OK(ql_outliers_quant_weight(QL_TYPE_Q4_0, wf, rows, n, NULL, &oc, eff, NULL, 0,
+                                          NULL, NULL, &err),
+                 &err);
+        const double err_rtn = output_error(wf, eff, rows, n, H);
+        printf("%s with 3 kept channels: output error GPTQ %.4g, ggml %.4g\n", lin->name,
+               err_gptq, err_rtn);
+        CHECK(err_gptq < err_rtn);
+        checked++;
+        ql_gptq_factor_free(f);
+        free(Hr);
+        free(wf);
+        free(w0);
+        free(eff);
+        free(want);
+    }
+    CHECK(checked == 6); /* ffn_down's 172-wide rows fall back to F16 */
+    ql_gptq_set_free(plain);
+    ql_gptq_set_free(split);
+    ql_quant_plan_free(plan);
+    for (int s = 0; s < w->n_lin; s++)
+        free(os.site[s].cols);
+    free(os.site);
+    ql_hessians_free(h0);
+    ql_imatrix_free(im);
+    ql_forward_free(fw);
 }
 
 /* ---- mixture of experts ---- */
@@ -444,6 +571,7 @@ int main(void)
     make_data(&d, (int)m->hp.n_vocab, 64 * 8, 64, 8);
     test_diag_is_imatrix(m, &d);
     test_write_read_back(m, path, &d);
+    test_outlier_split(m, &d);
     ql_ppl_data_deinit(&d);
     ql_model_free(m);
     test_moe("golden/moe/moe-llama-f32.gguf", true);
