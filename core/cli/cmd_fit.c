@@ -11,6 +11,8 @@
 #include "cli.h"
 #include "commands.h"
 #include "experiment/fit.h"
+#include "experiment/fit_gptq.h"
+#include "experiment/gptq_pass.h"
 #include "harness/sensitivities.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -23,6 +25,7 @@ static void help(const ql_opt_parser *p)
         "                (--budget B | --envelope SIZE [--ctx N] [--reserve SIZE])\n"
         "                [--objective imatrix | --objective kld[:G] --calib TEXT [--calib-ctx N]\n"
         "                 [--calib-chunks N] [--db PATH]]\n"
+        "                [--quantizer gptq[:OPTS] --calib TEXT [--calib-ctx N] [--calib-chunks N]]\n"
         "                [-o OUT.gguf | --dry-run] [--types LIST] [--exact-errors]\n"
         "                [--sample-rows N] [--cache-dir DIR | --no-cache] [--threads N] [--quiet]\n"
         "\n"
@@ -36,6 +39,9 @@ static void help(const ql_opt_parser *p)
         "--objective kld:module, kld:layer or kld:kind measures and assigns groups instead:\n"
         "a block's attention or feed-forward, a whole block, or one kind in every block,\n"
         "each quantized to one type (the head and the embedding stay units of their own).\n"
+        "With --quantizer gptq each block product's candidates are measured by GPTQ's output\n"
+        "error sum_rows e H e^T / tokens (H = sum x x^T of its input over --calib TEXT, ggml's\n"
+        "rounding for the types GPTQ does not split), and -o writes GPTQ's quantization.\n"
         "\n");
     ql_opt_print_options(stdout, p);
 }
@@ -45,6 +51,8 @@ typedef struct {
     const char *imatrix, *out, *types, *cache_dir;
     const char *objective, *calib, *db; /* --objective kld: its calibration text, store */
     ql_config objective_of;             /* --objective parsed as the sweep axis */
+    const char *quantizer;              /* --quantizer */
+    ql_config quantizer_of;             /* parsed as the sweep axis */
     int calib_ctx, calib_chunks;
     ql_fit_budget budget;
     bool budget_as;      /* --budget names a quantization: its bytes on this model */
@@ -127,8 +135,12 @@ static int parse_args(int argc, char **argv, args *a)
                    "what the solver minimises (default imatrix): the summed imatrix-\n"
                    "weighted error, or the summed measured sensitivities (KLD) of units\n"
                    "G = tensor (default), module, layer or kind"),
+        ql_opt_str("quantizer", 0, &a->quantizer, "ggml|gptq[:OPTS]",
+                   "how the candidates are rounded (default ggml): llama-quantize's rounding,\n"
+                   "or GPTQ into the same blocks (OPTS as the sweep's quantizer axis)"),
         ql_opt_str("calib", 0, &a->calib, "TEXT",
-                   "--objective kld: the calibration text (a path or dataset name)"),
+                   "--objective kld or --quantizer gptq: the calibration text (a path or\n"
+                   "dataset name)"),
         ql_opt_int("calib-ctx", 0, &a->calib_ctx, 8, 1 << 20, "N",
                    "its chunk length (default 256)"),
         ql_opt_int("calib-chunks", 0, &a->calib_chunks, 1, 1 << 30, "N",
@@ -182,12 +194,24 @@ static int parse_args(int argc, char **argv, args *a)
         ql_config_set(&a->objective_of, QL_AXIS_OBJECTIVE, a->objective, &e) != QL_OK)
         return ql_opt_usage(&p, "--%s", e.msg);
     const bool kld = a->objective_of.objective == QL_OBJECTIVE_KLD;
+    ql_config_init(&a->quantizer_of);
+    if (a->quantizer &&
+        ql_config_set(&a->quantizer_of, QL_AXIS_QUANTIZER, a->quantizer, &e) != QL_OK)
+        return ql_opt_usage(&p, "--%s", e.msg);
+    const bool gptq = a->quantizer_of.quantizer_gptq;
+    if (kld && gptq)
+        return ql_opt_usage(&p, "--objective kld with --quantizer gptq is not implemented (the "
+                                "measured sensitivities are those of ggml's rounding)");
     if (kld && !a->calib)
         return ql_opt_usage(&p, "--objective kld measures sensitivities on --calib TEXT");
-    if (!kld &&
-        (a->calib || a->db || ql_opt_given(&p, "calib-ctx") || ql_opt_given(&p, "calib-chunks")))
-        return ql_opt_usage(&p, "--calib, --calib-ctx, --calib-chunks and --db belong to "
-                                "--objective kld");
+    if (gptq && !a->calib)
+        return ql_opt_usage(&p, "--quantizer gptq takes its Hessians from --calib TEXT");
+    if (!kld && !gptq &&
+        (a->calib || ql_opt_given(&p, "calib-ctx") || ql_opt_given(&p, "calib-chunks")))
+        return ql_opt_usage(&p, "--calib, --calib-ctx and --calib-chunks belong to --objective "
+                                "kld and --quantizer gptq");
+    if (!kld && a->db)
+        return ql_opt_usage(&p, "--db belongs to --objective kld");
     if (!a->calib_ctx)
         a->calib_ctx = 256;
     if (!a->calib_chunks)
@@ -254,6 +278,29 @@ static ql_status resolve_budget(const args *a, const ql_gguf *g, const ql_fit_ta
     return QL_OK;
 }
 
+/* The model (*m, to free) and the chunks of --calib in it (*d, to deinit; zeroed on
+ * every path), for --objective kld and --quantizer gptq. */
+static ql_status open_calib(const args *a, const char *path, ql_model **m, ql_ppl_data *d,
+                            char text_sha[65], ql_error *err)
+{
+    memset(d, 0, sizeof *d);
+    *m = NULL;
+    ql_tokenizer *tok = NULL;
+    const ql_data_entry *te = NULL;
+    char text_path[QL_PATH_MAX];
+    ql_status st = ql_model_load(m, path, err);
+    if (!st)
+        ql_cli_warn_ctx(*m, path, a->calib_ctx);
+    if (!st)
+        st = ql_tokenizer_from_gguf(&tok, (*m)->gguf, err);
+    if (!st && !(st = ql_data_resolve(a->calib, text_path, sizeof text_path, &te, err)))
+        st = ql_data_sha256(te, text_path, text_sha, err);
+    if (!st && (st = ql_ppl_data_from_file(d, tok, text_path, a->calib_ctx, a->calib_chunks, err)))
+        ql_error_prefix(err, "--calib %s: ", a->calib);
+    ql_tokenizer_free(tok);
+    return st;
+}
+
 /* --objective kld: the table's errors become the measured sensitivities on --calib
  * (from the store when they are there). */
 static ql_status kld_errors(const args *a, const char *path, const ql_data_entry *entry,
@@ -266,22 +313,11 @@ static ql_status kld_errors(const args *a, const char *path, const ql_data_entry
     snprintf(dir, sizeof dir, "%s/results/cache", ql_data_root());
     const char *ref_dir = !cache_dir ? dir : *cache_dir ? cache_dir : NULL;
     ql_model *m = NULL;
-    ql_tokenizer *tok = NULL;
     ql_imatrix *im = NULL;
     ql_store *store = NULL;
     ql_ppl_data d;
-    memset(&d, 0, sizeof d);
-    char text_path[QL_PATH_MAX], text_sha[65], msha[65];
-    const ql_data_entry *te = NULL;
-    ql_status st = ql_model_load(&m, path, err);
-    if (!st)
-        ql_cli_warn_ctx(m, path, a->calib_ctx);
-    if (!st)
-        st = ql_tokenizer_from_gguf(&tok, m->gguf, err);
-    if (!st && !(st = ql_data_resolve(a->calib, text_path, sizeof text_path, &te, err)))
-        st = ql_data_sha256(te, text_path, text_sha, err);
-    if (!st && (st = ql_ppl_data_from_file(&d, tok, text_path, a->calib_ctx, a->calib_chunks, err)))
-        ql_error_prefix(err, "--calib %s: ", a->calib);
+    char text_sha[65], msha[65];
+    ql_status st = open_calib(a, path, &m, &d, text_sha, err);
     if (!st)
         st = m->gguf->n_files > 1 ? ql_gguf_sha256(m->gguf, msha, err) /* every file */
                                   : ql_data_sha256(entry, path, msha, err);
@@ -308,8 +344,63 @@ static ql_status kld_errors(const args *a, const char *path, const ql_data_entry
     ql_store_close(store);
     ql_ppl_data_deinit(&d);
     ql_imatrix_free(im);
-    ql_tokenizer_free(tok);
     ql_model_free(m);
+    return st;
+}
+
+/* ggml's importance for GPTQ's scale search, as the table measured with it (a
+ * ql_imatrix_lookup_fn over the fit's importance; NULL without an entry). */
+static const float *gptq_importance(void *ctx, const char *tensor, int64_t n_per_row,
+                                    int64_t n_mats)
+{
+    const ql_fit_importance *imp = ctx;
+    int64_t n = 0;
+    const float *v = imp->lookup(imp->user, tensor, &n);
+    return v && n == n_per_row * n_mats ? v : NULL;
+}
+
+/* --quantizer gptq: the block products' candidates measured by GPTQ's output errors on
+ * the chunks d of --calib (fit_gptq.h). */
+static ql_status gptq_errors(const args *a, const ql_model *m, const ql_ppl_data *d,
+                             const ql_fit_importance *imp, ql_fit_table *t, ql_error *err)
+{
+    printf("quantizer   %s: block products' errors e H e^T / tokens of GPTQ's rounding, H over "
+           "%s, %lld chunks of %d\n",
+           a->quantizer, a->calib, (long long)d->n_chunks, d->ctx);
+    fflush(stdout);
+    const ql_fit_gptq g = {.model = m,
+                           .calib = d,
+                           .gptq = &a->quantizer_of.gptq,
+                           .imp = imp,
+                           .mem = ql_mem_total() / 2,
+                           .quiet = a->quiet};
+    ql_status st = ql_fit_gptq_errors((void *)&g, t, err);
+    if (st)
+        return st;
+    ql_fit_table_sort_choices(t);
+    printf("note        %s\n", t->notes[t->n_notes - 1]);
+    return QL_OK;
+}
+
+/* --quantizer gptq -o: GPTQ's pass over --calib for the plan's types (*out: its tensors). */
+static ql_status gptq_quantize(const args *a, const ql_model *m, const ql_ppl_data *d,
+                               const ql_fit_importance *imp, const ql_fit_plan *p,
+                               ql_gptq_set **out, ql_error *err)
+{
+    ql_quant_plan *qp = NULL;
+    ql_status st = ql_fit_quant_plan(m->gguf, p, &qp, err);
+    if (st)
+        return st;
+    const ql_gptq_pass_opts po = {.gptq = a->quantizer_of.gptq,
+                                  .imatrix = imp && imp->lookup ? gptq_importance : NULL,
+                                  .imatrix_ctx = (void *)imp,
+                                  .mem = ql_mem_total() / 2,
+                                  .quiet = a->quiet};
+    ql_gptq_pass_summary sum;
+    if (!(st = ql_gptq_pass_run(m, qp, d, &po, out, &sum, err)))
+        printf("quantizer   %s: %lld tensors by GPTQ, %.1f MiB planned\n", a->quantizer,
+               (long long)sum.n_gptq, (double)sum.bytes_planned / 1048576.0);
+    ql_quant_plan_free(qp);
     return st;
 }
 
@@ -368,6 +459,9 @@ int ql_cmd_fit(int argc, char **argv)
     ql_fit_plan *p = NULL;
     ql_fit_imatrix *im = NULL;
     const ql_fit_importance *imp = NULL;
+    ql_model *cm = NULL; /* --quantizer gptq: the model and the chunks of --calib */
+    ql_ppl_data cd = {0};
+    ql_gptq_set *gset = NULL;
     ql_status st = ql_data_resolve(a.args[0], path, sizeof path, &entry, &err);
     if (st != QL_OK)
         goto out;
@@ -414,6 +508,11 @@ int ql_cmd_fit(int argc, char **argv)
     const bool kld = a.objective_of.objective == QL_OBJECTIVE_KLD;
     if (kld && (st = kld_errors(&a, path, entry, o.cache_dir, imp, t, &err)))
         goto out;
+    const bool gptq = a.quantizer_of.quantizer_gptq;
+    char text_sha[65];
+    if (gptq && ((st = open_calib(&a, path, &cm, &cd, text_sha, &err)) ||
+                 (st = gptq_errors(&a, cm, &cd, imp, t, &err))))
+        goto out;
     uint64_t budget;
     if ((st = resolve_budget(&a, g, t, &budget, &err)) != QL_OK)
         goto out;
@@ -427,11 +526,19 @@ int ql_cmd_fit(int argc, char **argv)
                p->err, ql_grouping_name(a.objective_of.grouping), a.calib);
     fflush(stdout);
     if (a.out) {
-        if ((st = ql_fit_write(g, p, imp, a.out, a.quiet, &err)) != QL_OK)
+        if (gptq && (st = gptq_quantize(&a, cm, &cd, imp, p, &gset, &err)))
+            goto out;
+        const ql_fit_write_extra extra = {.prequant = ql_gptq_set_lookup,
+                                          .prequant_ctx = gset,
+                                          .quantizer = a.quantizer};
+        if ((st = ql_fit_write(g, p, imp, gptq ? &extra : NULL, a.out, a.quiet, &err)) != QL_OK)
             goto out;
         st = verify(a.out, p, &err);
     }
 out:
+    ql_gptq_set_free(gset);
+    ql_ppl_data_deinit(&cd);
+    ql_model_free(cm);
     ql_fit_plan_free(p);
     ql_fit_table_free(t);
     ql_fit_imatrix_free(im);

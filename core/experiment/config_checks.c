@@ -173,10 +173,11 @@ ql_status ql_config_validate(const ql_config *c, ql_axis *bad_axis, ql_error *er
             return broken(bad_axis, QL_AXIS_QUANTIZER, err,
                           "quantizer %s does not apply to %s: %s", v,
                           ql_type_name(c->weight_type), ql_split_why_not(c->weight_type));
-        if (c->budget_kind != QL_BUDGET_NONE)
+        if (c->objective == QL_OBJECTIVE_KLD)
             return broken(bad_axis, QL_AXIS_QUANTIZER, err,
-                          "quantizer %s with a budget is not implemented (the solver's error "
-                          "tables are ggml's)",
+                          "quantizer %s with objective kld is not implemented (the measured "
+                          "sensitivities are those of ggml's rounding); objective imatrix fits "
+                          "on GPTQ's output errors",
                           v);
     }
     if (c->budget_kind == QL_BUDGET_NONE)

@@ -54,6 +54,8 @@
 #include "formats/types.h"
 #include "model/gguf.h"
 #include "model/imatrix_io.h"
+#include "model/quant_model.h"
+#include "model/quant_policy.h"
 
 /* Rows measured per tensor by default (evenly spaced). */
 #define QL_FIT_SAMPLE_ROWS 128
@@ -143,6 +145,8 @@ typedef enum {
     QL_FIT_IMP_TIED,        /* token embedding that is also the head (no output.weight): the
                                lookup weight 1 / rows plus the head's weights (its imatrix
                                entry, else output_norm_j^2 with an imatrix, else 1) */
+    QL_FIT_IMP_HESSIAN,     /* the full form e H e^T / tokens of GPTQ's errors (fit_gptq.h),
+                               set by that objective after the table is made */
 } ql_fit_imp_source;
 
 const char *ql_fit_imp_source_name(ql_fit_imp_source s);
@@ -405,10 +409,28 @@ int64_t ql_fit_imatrix_entries(const ql_fit_imatrix *f);
  * imatrix entry the error table measured it with (per expert for 3-D expert
  * tensors), so with the bytes `qlab quantize` gives it, and streamed one at a time
  * (peak memory: one quantized tensor and 16 MB of f32 rows).
- * A tensor whose chosen type equals its source type is copied byte for byte.
+ * A tensor whose chosen type equals its source type is copied byte for byte; one
+ * extra->prequant has is written as it is.
  * The file appears under out_path only when complete. */
+typedef struct {
+    /* Tensors already quantized in their planned type (GPTQ's pass), used as they are;
+     * NULL: every one quantized here. */
+    ql_prequant_lookup_fn prequant;
+    void *prequant_ctx;
+    /* Written as quantize.quantizer (as `qlab quantize --quantizer` writes it), or NULL. */
+    const char *quantizer;
+} ql_fit_write_extra;
+
 ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan, const ql_fit_importance *imp,
-                       const char *out_path, bool quiet, ql_error *err);
+                       const ql_fit_write_extra *extra, const char *out_path, bool quiet,
+                       ql_error *err);
+
+/* The quantization plan (model/quant_policy.h) of a fit plan: every tensor in its fitted
+ * type, as ql_fit_write writes it, for what takes a plan (GPTQ's pass). */
+ql_status ql_fit_quant_plan(const ql_gguf *model, const ql_fit_plan *fp, ql_quant_plan **out,
+                            ql_error *err);
+
+
 
 /* A comparison point: the bytes of the whole model quantized as weights (a config
  * whose weight_type is a pure type or a llama-quantize file type, config.h, as a

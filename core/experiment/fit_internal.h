@@ -16,6 +16,10 @@
 ql_status ql_fit_table_add_note(ql_fit_table *t, ql_error *err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The k-th of ns evenly spaced rows out of n (the centres of ns equal strata): the rows
+ * a sampled table measures. */
+int64_t ql_fit_sample_row(int64_t k, int64_t ns, int64_t n);
+
 /* The source spelled s (as ql_fit_imp_source_name spells it). */
 bool ql_fit_imp_source_parse(const char *s, ql_fit_imp_source *out);
 

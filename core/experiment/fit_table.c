@@ -79,13 +79,15 @@ const char *ql_fit_imp_source_name(ql_fit_imp_source s)
         return "unit";
     case QL_FIT_IMP_TIED:
         return "lookup+head";
+    case QL_FIT_IMP_HESSIAN:
+        return "hessian";
     }
     return "?";
 }
 
 bool ql_fit_imp_source_parse(const char *s, ql_fit_imp_source *out)
 {
-    for (int k = QL_FIT_IMP_NONE; k <= QL_FIT_IMP_TIED; k++)
+    for (int k = QL_FIT_IMP_NONE; k <= QL_FIT_IMP_HESSIAN; k++)
         if (strcmp(s, ql_fit_imp_source_name((ql_fit_imp_source)k)) == 0) {
             *out = (ql_fit_imp_source)k;
             return true;
@@ -471,8 +473,7 @@ typedef struct {
     int chunk;
 } job;
 
-/* The k-th of ns evenly spaced rows out of n (the centres of ns equal strata). */
-static int64_t sample_row(int64_t k, int64_t ns, int64_t n)
+int64_t ql_fit_sample_row(int64_t k, int64_t ns, int64_t n)
 {
     if (ns >= n)
         return k;
@@ -489,7 +490,7 @@ static double weighted_sse(const tensor_work *w, int64_t r0, int64_t nr, const f
     double s = 0;
     for (int64_t r = 0; r < nr; r++) {
         const int64_t e = w->imp.weights_n > ne0
-                              ? sample_row(r0 + r, w->n_sample, w->n_rows) / rows_per_expert
+                              ? ql_fit_sample_row(r0 + r, w->n_sample, w->n_rows) / rows_per_expert
                               : 0;
         const float *wt = w->imp.weights + e * ne0;
         const float *a = x + r * ne0, *b = y + r * ne0;
@@ -516,9 +517,9 @@ static ql_status quantize_sample(const tensor_work *w, int32_t type, int64_t r0,
     s.imatrix = w->imp.quant;
     s.imatrix_per_mat = w->imp.quant_n > ne0;
     for (int64_t k = 0; k < nr;) {
-        const int64_t first = sample_row(r0 + k, w->n_sample, w->n_rows);
+        const int64_t first = ql_fit_sample_row(r0 + k, w->n_sample, w->n_rows);
         int64_t n = 1;
-        while (k + n < nr && sample_row(r0 + k + n, w->n_sample, w->n_rows) == first + n)
+        while (k + n < nr && ql_fit_sample_row(r0 + k + n, w->n_sample, w->n_rows) == first + n)
             n++;
         s.rows = x + k * ne0;
         s.rows_first = first;
@@ -552,7 +553,7 @@ static ql_status measure_chunk(const tensor_work *w, int32_t type, int chunk, do
         goto out;
     }
     for (int64_t k = 0; k < nr; k++)
-        ql_dequant_row(gt->type, gt->data, sample_row(r0 + k, w->n_sample, w->n_rows), ne0,
+        ql_dequant_row(gt->type, gt->data, ql_fit_sample_row(r0 + k, w->n_sample, w->n_rows), ne0,
                        x + k * ne0);
     if ((rc = quantize_sample(w, type, r0, nr, x, q, err)) != QL_OK)
         goto out;

@@ -14,7 +14,7 @@
  * and quantization version, the imatrix provenance llama-quantize writes, and the
  * fit's own. */
 static ql_status write_keys(ql_gguf_writer *w, const ql_gguf *model, const ql_fit_plan *plan,
-                            const ql_fit_importance *imp, ql_error *err)
+                            const ql_fit_importance *imp, const char *quantizer, ql_error *err)
 {
     ql_status rc;
     if ((rc = ql_gguf_writer_set_alignment(w, model->alignment, err)) != QL_OK ||
@@ -37,6 +37,8 @@ static ql_status write_keys(ql_gguf_writer *w, const ql_gguf *model, const ql_fi
         if ((rc = ql_quant_write_imatrix_keys(w, &m, err)) != QL_OK)
             return rc;
     }
+    if (quantizer && (rc = ql_gguf_writer_set_str(w, "quantize.quantizer", quantizer, err)))
+        return rc;
     ql_gguf_value v = {.type = QL_GGUF_UINT64};
     v.v.u64 = plan->budget;
     return ql_gguf_writer_set_kv(w, "qlab.fit.budget_bytes", &v, err);
@@ -95,8 +97,8 @@ static ql_status quantize_tensor(const ql_gguf_tensor *gt, const ql_fit_assignme
 /* The tensors' bytes in model order, one at a time: a tensor that keeps its type
  * as it is (no second rounding), the others quantized into buf. */
 static ql_status write_tensors(ql_gguf_writer *w, const ql_gguf *model, const ql_fit_plan *plan,
-                               const ql_fit_importance *imp, uint8_t *buf, bool quiet,
-                               ql_error *err)
+                               const ql_fit_importance *imp, const ql_fit_write_extra *extra,
+                               uint8_t *buf, bool quiet, ql_error *err)
 {
     ql_status rc = QL_OK;
     ql_progress prog;
@@ -106,7 +108,12 @@ static ql_status write_tensors(ql_gguf_writer *w, const ql_gguf *model, const ql
         const ql_gguf_tensor *gt = &model->tensors[i];
         const ql_fit_assignment *a = &plan->tensors[i];
         const void *data = gt->data;
-        if (a->type != gt->type) {
+        const void *pre = a->type != gt->type && extra && extra->prequant
+                              ? extra->prequant(extra->prequant_ctx, gt->name, a->type, a->bytes)
+                              : NULL;
+        if (pre) {
+            data = pre;
+        } else if (a->type != gt->type) {
             rc = quantize_tensor(gt, a, imp, buf, err);
             data = buf;
         }
@@ -120,7 +127,8 @@ static ql_status write_tensors(ql_gguf_writer *w, const ql_gguf *model, const ql
 }
 
 ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan, const ql_fit_importance *imp,
-                       const char *out_path, bool quiet, ql_error *err)
+                       const ql_fit_write_extra *extra, const char *out_path, bool quiet,
+                       ql_error *err)
 {
     if (plan->n_tensors != model->n_tensors)
         return ql_error_set(err, QL_EINVAL, "fit: the plan has %d tensors, %s has %lld",
@@ -131,7 +139,7 @@ ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan, const ql_f
     ql_status rc = ql_gguf_writer_alloc(&w, err);
     if (rc != QL_OK)
         return rc;
-    if ((rc = write_keys(w, model, plan, imp, err)) != QL_OK ||
+    if ((rc = write_keys(w, model, plan, imp, extra ? extra->quantizer : NULL, err)) != QL_OK ||
         (rc = add_tensors(w, model, plan, &max_bytes, err)) != QL_OK ||
         (rc = ql_gguf_writer_begin(w, out_path, err)) != QL_OK)
         goto out;
@@ -140,12 +148,37 @@ ql_status ql_fit_write(const ql_gguf *model, const ql_fit_plan *plan, const ql_f
                           (unsigned long long)max_bytes);
         goto out;
     }
-    if ((rc = write_tensors(w, model, plan, imp, buf, quiet, err)) == QL_OK)
+    if ((rc = write_tensors(w, model, plan, imp, extra, buf, quiet, err)) == QL_OK)
         rc = ql_gguf_writer_finish(w, err);
 out:
     free(buf);
     ql_gguf_writer_free(w);
     return rc;
+}
+
+ql_status ql_fit_quant_plan(const ql_gguf *model, const ql_fit_plan *fp, ql_quant_plan **out,
+                            ql_error *err)
+{
+    /* Every tensor kept as the file has it, then each assigned one in its fitted type. */
+    const ql_quant_config cfg = {.weight_type = QL_TYPE_F32,
+                                 .head_type = QL_TYPE_INVALID,
+                                 .embd_type = QL_TYPE_INVALID};
+    ql_status st = ql_quant_plan_build(model, &cfg, out, err);
+    if (st)
+        return st;
+    ql_quant_plan *plan = *out;
+    for (int64_t i = 0; i < plan->n; i++) {
+        ql_quant_plan_entry *e = &plan->entries[i];
+        const int32_t t = ql_fit_plan_type(fp, e->name);
+        if (t == QL_TYPE_INVALID)
+            continue;
+        e->requested = e->used = t;
+        e->fallback = QL_FALLBACK_NONE;
+        e->reason[0] = '\0';
+        e->bytes = ql_row_size(t, e->n_per_row) * (uint64_t)e->nrows;
+    }
+    ql_quant_plan_totals(plan);
+    return QL_OK;
 }
 
 ql_status ql_fit_plan_model(const ql_gguf *model, const char *model_sha256,

@@ -878,3 +878,74 @@ out:
     free(tokens);
     return st;
 }
+
+ql_status ql_hessians_visit(const ql_model *m, const ql_ppl_data *calib, size_t mem, bool quiet,
+                            ql_hessians_visit_fn fn, void *ctx, ql_error *err)
+{
+    const ql_weights *w = m->weights;
+    const int ctxlen = calib->ctx;
+    const int64_t n_embd = m->hp.n_embd, nc = calib->n_chunks;
+    for (int l = 0; l < w->n_layer; l++)
+        if (ql_hessians_n_expert(w, l) > 0)
+            return ql_error_set(err, QL_EUNSUPPORTED,
+                                "block %d is a mixture of experts: its experts' Hessians are per "
+                                "expert, which this measurement does not sum",
+                                l);
+    if (nc < 1)
+        return ql_error_set(err, QL_EINVAL,
+                            "no whole chunk of %d tokens in the calibration text", ctxlen);
+    const size_t need = ql_gptq_pass_bytes(m, calib, 1);
+    if (mem && need > mem)
+        return ql_error_set(err, QL_ENOMEM,
+                            "the Hessians' pass needs %.1f MiB (a block's Hessians and their "
+                            "factors, the residual streams of %lld chunks of %d tokens, one block "
+                            "in f32), over the %.1f MiB it may plan with (--mem)",
+                            (double)need / 1048576.0, (long long)nc, ctxlen,
+                            (double)mem / 1048576.0);
+    ql_status st = QL_OK;
+    ql_forward *fw = NULL;
+    ql_weights *ws = NULL;
+    ql_hessians *h = NULL;
+    const size_t bind_floats = ql_weights_layer_floats(w);
+    float *streams = malloc((size_t)nc * (size_t)ctxlen * (size_t)n_embd * sizeof *streams);
+    float *bind = malloc(bind_floats * sizeof *bind);
+    int32_t *tokens = malloc((size_t)ctxlen * sizeof *tokens);
+    if (!streams || !bind || !tokens) {
+        st = ql_error_set(err, QL_ENOMEM, "out of memory for the Hessians' pass (%.1f MiB)",
+                          (double)need / 1048576.0);
+        goto out;
+    }
+    if ((st = ql_forward_alloc(&fw, &m->hp, ctxlen, err)) || (st = ql_weights_copy(&ws, w, err)))
+        goto out;
+    for (int64_t c = 0; c < nc && !st; c++) {
+        ql_ppl_chunk_input(calib, c, tokens);
+        st = ql_forward_embed(fw, ws, tokens, ctxlen, 0, streams + c * ctxlen * n_embd, err);
+    }
+    ql_progress prog;
+    ql_progress_begin(&prog, "hessians", "block", w->n_layer, quiet);
+    for (int l = 0; l < w->n_layer && !st; l++) {
+        if ((st = ql_hessians_alloc(&h, ws, l, err)) ||
+            (st = ql_weights_bind_layer(ws, l, bind, bind_floats, err)))
+            goto out;
+        ql_forward_set_observer(fw, ql_hessians_observe, h);
+        for (int64_t c = 0; c < nc && !st; c++)
+            st = ql_forward_block(fw, ws, l, streams + c * ctxlen * n_embd, ctxlen, 0, 0, NULL,
+                                  err);
+        ql_forward_set_observer(fw, NULL, NULL);
+        ql_weights_unbind_layer(ws, l);
+        if (!st)
+            st = fn(ctx, l, h, err);
+        ql_hessians_free(h);
+        h = NULL;
+        ql_progress_update(&prog, l + 1, NULL);
+    }
+    ql_progress_end(&prog, w->n_layer, st ? "failed" : NULL);
+out:
+    ql_hessians_free(h);
+    ql_weights_free(ws);
+    ql_forward_free(fw);
+    free(streams);
+    free(bind);
+    free(tokens);
+    return st;
+}

@@ -168,6 +168,17 @@ ql_status ql_gptq_pass_run(const ql_model *m, const ql_quant_plan *plan, const q
                            const ql_gptq_pass_opts *o, ql_gptq_set **out,
                            ql_gptq_pass_summary *summary, ql_error *err);
 
+/* Block l's Hessians, summed over the calibration chunks on the reference's inputs (every
+ * earlier block in f32), handed to fn before they are freed; fn may factor them (each
+ * input's Hessian is restricted in place when it does with kept channels). */
+typedef ql_status (*ql_hessians_visit_fn)(void *ctx, int layer, ql_hessians *h, ql_error *err);
+
+/* Runs fn on every block's Hessians, block after block (the memory of ql_gptq_pass_bytes
+ * with one expert, planned against mem when it is not 0). Dense models only: a mixture of
+ * experts' Hessians are per expert, and the pass is an error naming that. */
+ql_status ql_hessians_visit(const ql_model *m, const ql_ppl_data *calib, size_t mem, bool quiet,
+                            ql_hessians_visit_fn fn, void *ctx, ql_error *err);
+
 /* A ql_prequant_lookup_fn (quant_model.h) over the set: the tensor's bytes when the
  * pass made them in this type and size, else NULL. */
 const void *ql_gptq_set_lookup(void *set, const char *tensor, int32_t type, uint64_t nbytes);

@@ -10,6 +10,7 @@
 #include "base/progress.h"
 #include "base/util.h"
 #include "experiment/fit.h"
+#include "experiment/fit_gptq.h"
 #include "experiment/gptq_pass.h"
 #include "experiment/distribution.h"
 #include "experiment/outliers.h"
@@ -559,8 +560,9 @@ static ql_status measured_errors(void *ctx, ql_fit_table *t, ql_error *err)
 /* Replaces the policy's types by the ones the exact-fit solver chose for a budget,
  * and recomputes the plan's byte totals; *predicted: the solver's summed objective
  * when it is the kld one, else NAN. */
-static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql_calib_slot *slot,
-                              ql_quant_plan *plan, double *predicted, ql_error *err)
+static ql_status apply_budget(const ql_qweights *q, ql_calib *cal, const ql_config *c,
+                              const ql_calib_slot *slot, ql_quant_plan *plan, double *predicted,
+                              ql_error *err)
 {
     *predicted = (double)NAN;
     if (c->head_type != QL_TYPE_SAME || c->embd_type != QL_TYPE_SAME)
@@ -603,6 +605,24 @@ static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql
         fo.errors = measured_errors;
         fo.errors_ctx = &hook;
     }
+    /* Quantizer gptq: the candidates' errors are GPTQ's output errors on the calibration
+     * text of the config's imatrix (fit_gptq.h). */
+    ql_ppl_data calib = {0};
+    char text_sha[65];
+    const ql_fit_gptq gh = {.model = q->model,
+                            .calib = &calib,
+                            .gptq = &c->gptq,
+                            .imp = imp,
+                            .mem = q->gptq_bytes,
+                            .quiet = q->quiet};
+    if (c->quantizer_gptq) {
+        if ((st = ql_calib_config_text(cal, c, &calib, text_sha, err))) {
+            ql_error_prefix(err, "quantizer gptq: ");
+            goto out;
+        }
+        fo.errors = ql_fit_gptq_errors;
+        fo.errors_ctx = (void *)&gh;
+    }
     st = ql_fit_plan_model(q->model->gguf, q->model_sha, imp, &b, &fo, &table, &fp, err);
     if (st)
         goto out;
@@ -618,7 +638,10 @@ static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql
             (e->role == QL_ROLE_WEIGHT || e->role == QL_ROLE_HEAD || e->role == QL_ROLE_EMBD)) {
             e->requested = e->used = t;
             snprintf(e->choice, sizeof e->choice, "budget: the exact-fit solver%s: %s",
-                     c->objective == QL_OBJECTIVE_KLD ? " on measured KLD" : "", ql_type_name(t));
+                     c->objective == QL_OBJECTIVE_KLD ? " on measured KLD"
+                     : c->quantizer_gptq              ? " on GPTQ's output errors"
+                                                      : "",
+                     ql_type_name(t));
             e->fallback = QL_FALLBACK_NONE;
             e->reason[0] = '\0';
             e->bytes = ql_row_size(t, e->n_per_row) * (uint64_t)e->nrows;
@@ -626,6 +649,7 @@ static ql_status apply_budget(const ql_qweights *q, const ql_config *c, const ql
     }
     ql_quant_plan_totals(plan);
 out:
+    ql_ppl_data_deinit(&calib);
     ql_fit_plan_free(fp);
     ql_fit_table_free(table);
     ql_fit_imatrix_free(fim);
@@ -641,7 +665,8 @@ static bool imatrix_covers(const void *ctx, int64_t i, const ql_quant_plan_entry
 
 /* The config's plan: the type policy, the budget's types, and the fallback of
  * tensors without importance data. */
-static ql_status build_plan(const ql_qweights *q, const ql_config *c, const ql_calib_slot *slot,
+static ql_status build_plan(const ql_qweights *q, ql_calib *cal, const ql_config *c,
+                            const ql_calib_slot *slot,
                             ql_quant_plan **out, double *predicted, ql_error *err)
 {
     const ql_imatrix *im = ql_calib_slot_imatrix(slot);
@@ -655,7 +680,7 @@ static ql_status build_plan(const ql_qweights *q, const ql_config *c, const ql_c
     ql_quant_overrides_free(rules);
     if (st)
         return st;
-    if (c->budget_kind != QL_BUDGET_NONE && (st = apply_budget(q, c, slot, plan, predicted, err))) {
+    if (c->budget_kind != QL_BUDGET_NONE && (st = apply_budget(q, cal, c, slot, plan, predicted, err))) {
         ql_quant_plan_free(plan);
         return st;
     }
@@ -1206,7 +1231,7 @@ ql_status ql_qweights_build(ql_qweights *q, ql_calib *cal, const ql_config *c, q
     if (c->weight_file[0])
         return build_file(q, c, r, err);
     ql_quant_plan *plan;
-    ql_status st = build_plan(q, c, slot, &plan, &r->predicted_kld, err);
+    ql_status st = build_plan(q, cal, c, slot, &plan, &r->predicted_kld, err);
     if (st)
         return st;
     /* Trimmed before the config's tensors are made (the previous config's weight set is

@@ -1,6 +1,7 @@
 #!/bin/sh
 # quantizer = gptq end to end on stories260K: a sweep puts gptq beside ggml (same type,
-# same bytes, same tokens) and GPTQ's KLD is below ggml's; qlab quantize --quantizer gptq
+# same bytes, same tokens) and GPTQ's KLD is below ggml's, with an outlier split too; a
+# budget fits on GPTQ's output errors, and qlab fit writes that config's file; qlab quantize --quantizer gptq
 # writes the file whose evaluation is the sweep's figure to the last digit (same
 # calibration imatrix, Hessians from the same chunks); the refusals say why. The same on
 # the mixture-of-experts model of golden/moe (Q4_K: per-expert Hessians), where the file
@@ -55,6 +56,24 @@ echo "$line,$plain" | awk -F, '{ exit !($2 < $1 && $3 == 1 && $4 > $6 && $2 != $
     ok "Q4_0 with outliers: gptq's KLD below ggml's, same bytes (the exact columns' too)" ||
     bad "Q4_0 with outliers: $line; without: $plain"
 
+# A budget: the solver's candidates measured by GPTQ's output errors (e H e^T over the
+# calibration tokens, fit_gptq.h), then quantized by GPTQ; within the budget (this model's
+# bytes in Q4_0), below the ggml fit's KLD at the same budget.
+sed 's/^name    = gptq-e2e/name    = gptq-budget/; s/^weight_type = .*/weight_type = Q8_0\nbudget      = Q4_0/' \
+    g.sweep >b.sweep
+expect 0 "sweep with a budget, quantizer ggml and gptq" "$qlab" sweep b.sweep --db b.db \
+    --threads 1 --quiet
+budget=$(rows g.db "SELECT bytes FROM results WHERE weight_type = 'Q4_0' AND quantizer = 'ggml'")
+line=$(rows b.db "SELECT g.kld_mean, q.kld_mean, g.bytes <= $budget, q.bytes <= $budget
+    FROM results g JOIN results q WHERE g.quantizer = 'ggml' AND q.quantizer = 'gptq'")
+echo "budget Q4_0: ggml fit KLD, gptq fit KLD, within the budget: $line"
+echo "$line" | awk -F, '{ exit !($2 < $1 && $3 == 1 && $4 == 1) }' &&
+    ok "budget Q4_0: the GPTQ fit's KLD below the ggml fit's, within the budget" ||
+    bad "budget Q4_0: $line"
+n=$(rows b.db "SELECT count(*) FROM tensor_results WHERE quantizer = 'gptq'
+    AND choice LIKE '%on GPTQ''s output errors%'")
+[ "$n" -gt 0 ] && ok "the GPTQ fit's tensors say what chose them ($n)" || bad "choices: $n"
+
 # The sweep's memory budget bounds the GPTQ pass (half of --mem, as for the other
 # calibration passes): over it, the config fails naming the plan, and runs within it.
 sed 's/^name    = gptq-e2e/name    = gptq-mem/; s/^weight_type = .*/weight_type = Q4_0/; s/^quantizer   = .*/quantizer   = gptq/' g.sweep >m.sweep
@@ -66,6 +85,24 @@ sed 's/^name    = gptq-e2e/name    = gptq-mem/; s/^weight_type = .*/weight_type 
 # The file: the sweep's cached calibration imatrix, the same calibration chunks.
 im=$(ls cache/imatrix-*-c128-n32-po0.gguf 2>/dev/null | head -n 1)
 [ -n "$im" ] && ok "the sweep's imatrix is cached" || bad "no cached imatrix in cache/"
+# qlab fit with GPTQ's errors: the same plan and bytes as the sweep's budget config (the
+# same imatrix and calibration chunks), so its file evaluates to that config's KLD.
+expect 0 "qlab fit --quantizer gptq" "$qlab" fit stories260K --imatrix "$im" --budget Q4_0 \
+    --quantizer gptq --calib tinystories-calib --calib-ctx 128 --calib-chunks 32 -o fg.gguf \
+    --no-cache --threads 1 --quiet
+has "$tmp/out" "GPTQ's output error e H e^T / tokens" "fit says how its errors were measured"
+has "$tmp/out" "hessian" "the plan names the errors' source per tensor"
+expect 0 "eval of the GPTQ fit" "$qlab" eval fg.gguf --base stories260K --kl-divergence \
+    --text tinystories-valid --ctx 128 --chunks 24 --json --quiet
+got=$(sed -n 's/^ *"kld_mean": *\([-0-9.e]*\),*$/\1/p' "$tmp/out")
+want=$(rows b.db "SELECT printf('%.17g', kld_mean) FROM results WHERE quantizer = 'gptq'")
+awk -v g="$got" -v w="$want" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(g != "" && d <= 1e-15 * w) }' &&
+    ok "the GPTQ fit's file has the sweep's budget config's KLD: $got = $want" ||
+    bad "fit file KLD $got, sweep $want"
+expect 2 "qlab fit --quantizer gptq without --calib" "$qlab" fit stories260K --budget Q4_0 \
+    --quantizer gptq --dry-run
+has "$tmp/err" "takes its Hessians from --calib TEXT" "it says what is missing"
+
 expect 0 "qlab quantize --quantizer gptq" "$qlab" quantize "$QLAB_SHARED/models/stories260K.gguf" \
     q.gguf Q4_0 --pure --imatrix "$im" --quantizer gptq --calib tinystories-calib \
     --calib-ctx 128 --calib-chunks 32 --threads 1 --quiet

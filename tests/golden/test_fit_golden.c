@@ -54,7 +54,7 @@ static void compare(const ql_gguf *model, const char *ref_name, const char *type
     snprintf(path, sizeof path, "%s/fit-%s", qlt_tmpdir(), ref_name);
     if (p) {
         CHECK_EQ_INT(p->bytes, ref_bytes);
-        CHECK_OK(ql_fit_write(model, p, imp, path, true, &err), &err);
+        CHECK_OK(ql_fit_write(model, p, imp, NULL, path, true, &err), &err);
         CHECK_OK(ql_gguf_open(&out, path, &err), &err);
     }
     if (out) {

@@ -570,14 +570,17 @@ static void test_cross_axis_rules(void)
     check_invalid("weight_type=TQ2_0 imatrix=calib:x quantizer=gptq", QL_AXIS_QUANTIZER,
                   "quantizer gptq does not apply to TQ2_0: a ternary type: its levels are fixed "
                   "at {-1, 0, 1} times one block maximum, there is no scale search to split");
-    check_invalid("weight_type=Q4_K imatrix=calib:x quantizer=gptq budget=bpw:4",
+    check_invalid("weight_type=Q4_K imatrix=calib:x quantizer=gptq budget=bpw:4 objective=kld",
                   QL_AXIS_QUANTIZER,
-                  "quantizer gptq with a budget is not implemented (the solver's error tables "
-                  "are ggml's)");
+                  "quantizer gptq with objective kld is not implemented (the measured "
+                  "sensitivities are those of ggml's rounding); objective imatrix fits on GPTQ's "
+                  "output errors");
     /* And what runs. */
     const char *fine[] = {
         "weight_type=Q4_K imatrix=calib:x quantizer=gptq",
         "weight_type=Q3_K_M imatrix=calib:x quantizer=gptq:scales=static",
+        "weight_type=Q4_K imatrix=calib:x quantizer=gptq budget=bpw:4",
+        "weight_type=Q5_0 imatrix=calib:x quantizer=gptq outlier_ratio=3",
         "weight_type=IQ2_XS imatrix=calib:x quantizer=ggml",
         "weight_type=mix:IQ2_S imatrix=calib:x",
         "weight_type=Q4_K tensor_types=ffn_down=IQ2_XS imatrix=y.dat",

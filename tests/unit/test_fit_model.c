@@ -328,7 +328,7 @@ static void test_table(const ql_gguf *g, const ql_fit_importance *imp)
     if (plan) {
         char out[512];
         snprintf(out, sizeof out, "%s/fit-small.gguf", qlt_tmpdir());
-        CHECK_OK(ql_fit_write(g, plan, imp, out, true, &err), &err);
+        CHECK_OK(ql_fit_write(g, plan, imp, NULL, out, true, &err), &err);
         ql_gguf *w = NULL;
         CHECK_OK(ql_gguf_open(&w, out, &err), &err);
         const ql_gguf_tensor *src = ql_gguf_find_tensor(g, "blk.0.ffn_up_exps.weight");
@@ -678,7 +678,7 @@ static void check_iq1_written(const ql_gguf *g, const ql_fit_table *t, const ql_
     ql_gguf *f = NULL;
     CHECK_OK(ql_fit_solve(t, ql_fit_table_min_bytes(t), NULL, &plan, &err), &err);
     if (plan)
-        CHECK_OK(ql_fit_write(g, plan, imp, out, true, &err), &err);
+        CHECK_OK(ql_fit_write(g, plan, imp, NULL, out, true, &err), &err);
     if (plan)
         CHECK_OK(ql_gguf_open(&f, out, &err), &err);
     for (int k = 0; f && k < N_IQ1; k++) {
@@ -969,13 +969,13 @@ static void test_fit_and_write(const llama_shape *shape)
         if (k == 0) {
             char out[512];
             snprintf(out, sizeof out, "%s/fit-out.gguf", qlt_tmpdir());
-            CHECK_OK(ql_fit_write(g, p, &imp, out, true, &err), &err);
+            CHECK_OK(ql_fit_write(g, p, &imp, NULL, out, true, &err), &err);
             check_written(out, g, p, &imp);
             /* The imatrix counts are i32 keys: a larger one is refused, not truncated. */
             ql_fit_importance big = imp;
             big.n_entries = (int64_t)INT32_MAX + 1;
             snprintf(out, sizeof out, "%s/fit-big.gguf", qlt_tmpdir());
-            CHECK(ql_fit_write(g, p, &big, out, true, &err) == QL_EINVAL);
+            CHECK(ql_fit_write(g, p, &big, NULL, out, true, &err) == QL_EINVAL);
             CHECK_MSG(strstr(err.msg, "2147483648 entries"), "%s", err.msg);
         }
         ql_fit_plan_free(p);
