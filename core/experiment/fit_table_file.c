@@ -1,4 +1,5 @@
-/* qlab fit: the error table's cache file (see fit.h and fit_internal.h). */
+/* qlab fit: the error table's file format, and the table's cache of such files keyed by
+ * its identity (see fit.h and fit_internal.h). */
 #include "experiment/fit_internal.h"
 
 #include <errno.h>
@@ -12,12 +13,12 @@
 #include "experiment/fit.h"
 #include "ql_config.h"
 
-/* Version of the error definition and cache layout; bump when either changes.
+/* Version of the error definition and the file's layout; bump when either changes.
  * 4: IQ1_S and IQ1_M measured on the bytes `qlab quantize` writes (its chunks). */
-#define CACHE_FORMAT 4
+#define TABLE_FILE_FORMAT 4
 
 /* ---------------------------------------------------------------------------
- * Cache file
+ * The table file
  *
  * Text, one record per line, tab-separated:
  *   qlab-fit-table <format>
@@ -37,8 +38,8 @@ static ql_status cache_key(const ql_fit_table *t, char out[65])
     char key[2048];
     snprintf(key, sizeof key,
              "qlab-fit-table %d|model=%s|imatrix=%s|types=%s|sampling=%lld|build=%s %s",
-             CACHE_FORMAT, t->model_sha256, t->imatrix_sha256, t->types, (long long)t->sample_rows,
-             QL_VERSION, QL_COMMIT);
+             TABLE_FILE_FORMAT, t->model_sha256, t->imatrix_sha256, t->types,
+             (long long)t->sample_rows, QL_VERSION, QL_COMMIT);
     ql_sha256_hex(key, strlen(key), out);
     return QL_OK;
 }
@@ -79,12 +80,12 @@ static void sb_printf(strbuf *s, const char *fmt, ...)
     }
 }
 
-ql_status ql_fit_table_save(const ql_fit_table *t, const char *path, ql_error *err)
+ql_status ql_fit_table_file_write(const ql_fit_table *t, const char *path, ql_error *err)
 {
     strbuf s = {0};
     char key[65];
     cache_key(t, key);
-    sb_printf(&s, "qlab-fit-table\t%d\n", CACHE_FORMAT);
+    sb_printf(&s, "qlab-fit-table\t%d\n", TABLE_FILE_FORMAT);
     sb_printf(&s, "key\t%s\n", key);
     sb_printf(&s, "model_sha256\t%s\n", t->model_sha256);
     sb_printf(&s, "imatrix_sha256\t%s\n", t->imatrix_sha256);
@@ -242,7 +243,7 @@ static ql_status read_header(reader *r, ql_fit_table *t, char stored_key[65], si
     if (rc != QL_OK)
         return rc;
     int fmt;
-    if (!ql_parse_int(v, &fmt) || fmt != CACHE_FORMAT)
+    if (!ql_parse_int(v, &fmt) || fmt != TABLE_FILE_FORMAT)
         return bad(r, err, "unsupported cache format version");
     if ((rc = expect_kv(r, "key", &v, err)) != QL_OK)
         return rc;
@@ -381,7 +382,7 @@ static ql_status read_notes(reader *r, ql_fit_table *t, size_t len, ql_error *er
     return QL_OK;
 }
 
-ql_status ql_fit_table_load(const char *path, ql_fit_table **out, ql_error *err)
+ql_status ql_fit_table_file_read(const char *path, ql_fit_table **out, ql_error *err)
 {
     *out = NULL;
     char *buf = NULL;
@@ -434,8 +435,8 @@ static bool table_matches_model(const ql_fit_table *t, const ql_gguf *model)
 }
 
 /* The cache file of t (its directory in dir), "" when caching is off. */
-ql_status ql_fit_cache_locate(ql_fit_table *t, const ql_fit_options *opt, char *dir,
-                              size_t dir_size, ql_error *err)
+ql_status ql_fit_table_file_locate(ql_fit_table *t, const ql_fit_options *opt, char *dir,
+                                   size_t dir_size, ql_error *err)
 {
     t->cache_path[0] = '\0';
     if (opt->cache_dir && !*opt->cache_dir)
@@ -454,15 +455,15 @@ ql_status ql_fit_cache_locate(ql_fit_table *t, const ql_fit_options *opt, char *
 
 /* The cached table for t's identity and model, or NULL (with why in problem when
  * a file was there but not usable). */
-ql_fit_table *ql_fit_cache_find(const ql_fit_table *t, const ql_gguf *model, char *problem,
-                                size_t problem_size)
+ql_fit_table *ql_fit_table_file_find(const ql_fit_table *t, const ql_gguf *model, char *problem,
+                                     size_t problem_size)
 {
     if (!t->cache_path[0] || !ql_file_exists(t->cache_path))
         return NULL;
     ql_fit_table *c = NULL;
     ql_error cerr;
     ql_error_clear(&cerr);
-    ql_status cs = ql_fit_table_load(t->cache_path, &c, &cerr);
+    ql_status cs = ql_fit_table_file_read(t->cache_path, &c, &cerr);
     if (cs == QL_OK && strcmp(c->model_sha256, t->model_sha256) == 0 &&
         strcmp(c->imatrix_sha256, t->imatrix_sha256) == 0 && strcmp(c->types, t->types) == 0 &&
         c->sample_rows == t->sample_rows && table_matches_model(c, model)) {
@@ -479,12 +480,12 @@ ql_fit_table *ql_fit_cache_find(const ql_fit_table *t, const ql_gguf *model, cha
 /* Saves a computed table to its cache file; a failure becomes a note (the table
  * stands without its cache). Notes about the cache are added after saving: they
  * describe this run. */
-ql_status ql_fit_cache_store(ql_fit_table *t, const char *problem, ql_error *err)
+ql_status ql_fit_table_file_store(ql_fit_table *t, const char *problem, ql_error *err)
 {
     if (t->cache_path[0]) {
         ql_error werr;
         ql_error_clear(&werr);
-        if (ql_fit_table_save(t, t->cache_path, &werr) != QL_OK) {
+        if (ql_fit_table_file_write(t, t->cache_path, &werr) != QL_OK) {
             ql_status rc = ql_fit_table_add_note(t, err, "cache not written: %s", werr.msg);
             if (rc != QL_OK)
                 return rc;
