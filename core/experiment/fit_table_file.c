@@ -4,11 +4,11 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/data.h"
+#include "base/strbuf.h"
 #include "base/util.h"
 #include "experiment/fit.h"
 #include "ql_config.h"
@@ -44,85 +44,43 @@ static ql_status cache_key(const ql_fit_table *t, char out[65])
     return QL_OK;
 }
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    bool oom;
-} strbuf;
-
-static void sb_printf(strbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void sb_printf(strbuf *s, const char *fmt, ...)
-{
-    if (s->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(s->buf ? s->buf + s->len : NULL, s->buf ? s->cap - s->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            s->oom = true;
-            return;
-        }
-        if (s->buf && s->len + (size_t)n < s->cap) {
-            s->len += (size_t)n;
-            return;
-        }
-        size_t nc = (s->cap ? s->cap * 2 : 4096) + (size_t)n;
-        char *nb = realloc(s->buf, nc);
-        if (!nb) {
-            s->oom = true;
-            return;
-        }
-        s->buf = nb;
-        s->cap = nc;
-    }
-}
-
 ql_status ql_fit_table_file_write(const ql_fit_table *t, const char *path, ql_error *err)
 {
-    strbuf s = {0};
+    ql_strbuf s = {0};
     char key[65];
     cache_key(t, key);
-    sb_printf(&s, "qlab-fit-table\t%d\n", TABLE_FILE_FORMAT);
-    sb_printf(&s, "key\t%s\n", key);
-    sb_printf(&s, "model_sha256\t%s\n", t->model_sha256);
-    sb_printf(&s, "imatrix_sha256\t%s\n", t->imatrix_sha256);
-    sb_printf(&s, "types\t%s\n", t->types);
-    sb_printf(&s, "sampling\t%lld\n", (long long)t->sample_rows);
-    sb_printf(&s, "fixed_bytes\t%llu\n", (unsigned long long)t->fixed_bytes);
-    sb_printf(&s, "assigned_params\t%lld\n", (long long)t->assigned_params);
-    sb_printf(&s, "total_params\t%lld\n", (long long)t->total_params);
-    sb_printf(&s, "tensors\t%d\n", t->n_tensors);
+    ql_strbuf_add(&s, "qlab-fit-table\t%d\n", TABLE_FILE_FORMAT);
+    ql_strbuf_add(&s, "key\t%s\n", key);
+    ql_strbuf_add(&s, "model_sha256\t%s\n", t->model_sha256);
+    ql_strbuf_add(&s, "imatrix_sha256\t%s\n", t->imatrix_sha256);
+    ql_strbuf_add(&s, "types\t%s\n", t->types);
+    ql_strbuf_add(&s, "sampling\t%lld\n", (long long)t->sample_rows);
+    ql_strbuf_add(&s, "fixed_bytes\t%llu\n", (unsigned long long)t->fixed_bytes);
+    ql_strbuf_add(&s, "assigned_params\t%lld\n", (long long)t->assigned_params);
+    ql_strbuf_add(&s, "total_params\t%lld\n", (long long)t->total_params);
+    ql_strbuf_add(&s, "tensors\t%d\n", t->n_tensors);
     for (int i = 0; i < t->n_tensors; i++) {
         const ql_fit_tensor *ft = &t->tensors[i];
-        sb_printf(
+        ql_strbuf_add(
             &s, "tensor\t%s\t%u\t%lld\t%lld\t%lld\t%lld\t%d\t%d\t%d\t%llu\t%s\t%d\t%lld\t%d\n",
             ft->name, ft->n_dims, (long long)ft->ne[0], (long long)ft->ne[1], (long long)ft->ne[2],
             (long long)ft->ne[3], (int)ft->src_type, ft->assigned ? 1 : 0, (int)ft->fixed_type,
             (unsigned long long)ft->fixed_bytes, ql_fit_imp_source_name(ft->imp),
             ft->quant_imatrix ? 1 : 0, (long long)ft->rows_measured, ft->n_choices);
         for (int c = 0; c < ft->n_choices; c++)
-            sb_printf(&s, "choice\t%s\t%llu\t%a\n", ql_type_name(ft->choices[c].type),
-                      (unsigned long long)ft->choices[c].bytes, ft->choices[c].err);
+            ql_strbuf_add(&s, "choice\t%s\t%llu\t%a\n", ql_type_name(ft->choices[c].type),
+                          (unsigned long long)ft->choices[c].bytes, ft->choices[c].err);
     }
-    sb_printf(&s, "notes\t%d\n", t->n_notes);
+    ql_strbuf_add(&s, "notes\t%d\n", t->n_notes);
     for (int i = 0; i < t->n_notes; i++)
-        sb_printf(&s, "note\t%s\n", t->notes[i]);
-    if (s.oom) {
-        free(s.buf);
-        return ql_error_set(err, QL_ENOMEM, "%s: out of memory formatting the cache", path);
-    }
+        ql_strbuf_add(&s, "note\t%s\n", t->notes[i]);
     char sum[65];
-    ql_sha256_hex(s.buf, s.len, sum);
-    sb_printf(&s, "end\t%s\n", sum);
-    if (s.oom) {
-        free(s.buf);
-        return ql_error_set(err, QL_ENOMEM, "%s: out of memory formatting the cache", path);
-    }
-    ql_status rc = ql_file_write_all(path, s.buf, s.len, err);
-    free(s.buf);
+    ql_sha256_hex(ql_strbuf_cstr(&s), s.len, sum); /* of a failed text: never written */
+    ql_strbuf_add(&s, "end\t%s\n", sum);
+    ql_status rc =
+        s.failed ? ql_error_set(err, QL_ENOMEM, "%s: out of memory formatting the cache", path)
+                 : ql_file_write_all(path, s.text, s.len, err);
+    ql_strbuf_free(&s);
     return rc;
 }
 
