@@ -15,7 +15,7 @@
  *    `qlab quantize` writes for it (IQ1_S and IQ1_M depend on the chunking of
  *    rows). The table is
  *    cached in a file keyed by (model sha256, imatrix sha256, type set, sampling,
- *    qlab build), so repeated budgets are instant (fit_cache.c).
+ *    qlab build), so repeated budgets are instant (fit_table_file.c).
  *
  * 2. The solver (fit_solve.c): a multiple-choice knapsack,
  *      minimise sum_i err(i, c_i)  subject to  fixed + sum_i bytes(i, c_i) <= budget.
@@ -269,10 +269,11 @@ void ql_fit_table_free(ql_fit_table *t);
 /* Sorts every tensor's choices by bytes, then error (after their errors changed). */
 void ql_fit_table_sort_choices(ql_fit_table *t);
 
-/* Writes / reads the cache file format (also used by tests). Reading validates
- * everything (header, key, checksum, every number) and fails with the reason. */
-ql_status ql_fit_table_save(const ql_fit_table *t, const char *path, ql_error *err);
-ql_status ql_fit_table_load(const char *path, ql_fit_table **out, ql_error *err);
+/* Writes / reads the table's file format, the cache's (fit_table_file.c; also used by
+ * tests). Reading validates everything (header, key, checksum, every number) and fails
+ * with the reason. */
+ql_status ql_fit_table_file_write(const ql_fit_table *t, const char *path, ql_error *err);
+ql_status ql_fit_table_file_read(const char *path, ql_fit_table **out, ql_error *err);
 
 /* The first tensor of tensors[i]'s group (i itself when it has none). */
 int ql_fit_group_lead(const ql_fit_table *t, int i);

@@ -1,5 +1,5 @@
 /* qlab fit: the per-tensor, per-type error table (see fit.h); its cache file is
- * fit_cache.c. */
+ * fit_table_file.c. */
 #include "experiment/fit.h"
 #include "experiment/fit_internal.h"
 
@@ -995,10 +995,10 @@ ql_status ql_fit_table_compute(const ql_gguf *model, const char *model_sha256,
     char dir[4096], cache_problem[QL_ERROR_MSG_MAX + 4200] = "";
     ql_status rc = table_identity(t, model, model_sha256, imp, opt, err);
     if (rc == QL_OK)
-        rc = ql_fit_cache_locate(t, opt, dir, sizeof dir, err);
+        rc = ql_fit_table_file_locate(t, opt, dir, sizeof dir, err);
     if (rc != QL_OK)
         goto fail;
-    ql_fit_table *cached = ql_fit_cache_find(t, model, cache_problem, sizeof cache_problem);
+    ql_fit_table *cached = ql_fit_table_file_find(t, model, cache_problem, sizeof cache_problem);
     if (cached) {
         cached->seconds = ql_now() - t0;
         ql_fit_table_free(t);
@@ -1010,7 +1010,7 @@ ql_status ql_fit_table_compute(const ql_gguf *model, const char *model_sha256,
         (void)ql_make_dirs(dir, &dir_err);
     }
     if ((rc = compute(model, imp, opt, t, err)) != QL_OK ||
-        (rc = ql_fit_cache_store(t, cache_problem, err)) != QL_OK)
+        (rc = ql_fit_table_file_store(t, cache_problem, err)) != QL_OK)
         goto fail;
     t->seconds = ql_now() - t0;
     *out = t;

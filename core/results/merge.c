@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <sqlite3.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/data.h"
+#include "base/strbuf.h"
 #include "base/util.h"
 #include "results/store.h"
 
@@ -65,34 +65,23 @@ static const table *table_named(const merger *m, const char *name)
 
 /* ================================================================ SQL text */
 
-/* Statements are built from column lists of the store's own schema (at most
- * QL_STORE_COLUMN_MAX short names), so a fixed buffer always suffices; running out
- * is a broken invariant, not an input error. */
-#define SQL_MAX 16384
-
-typedef struct {
-    char text[SQL_MAX];
-    size_t len;
-} sqlbuf;
-
-static void sb_add(sqlbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void sb_add(sqlbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->text + b->len, sizeof b->text - b->len, fmt, ap);
-    va_end(ap);
-    QL_ASSERT(n >= 0 && (size_t)n < sizeof b->text - b->len);
-    b->len += (size_t)n;
-}
-
 static bool is_one_of(const char *name, const char *const *list)
 {
     for (; *list; list++)
         if (strcmp(name, *list) == 0)
             return true;
     return false;
+}
+
+/* "a, b, c": the names of t's columns but `except` (NULL: every one). */
+static void add_column_names(ql_strbuf *q, const table *t, const char *except)
+{
+    const char *sep = "";
+    for (int i = 0; i < t->n; i++)
+        if (!except || strcmp(t->col[i].name, except) != 0) {
+            ql_strbuf_add(q, "%s%s", sep, t->col[i].name);
+            sep = ", ";
+        }
 }
 
 /* ================================================================ SQLite calls */
@@ -162,6 +151,39 @@ static ql_status query_int(merger *m, const char *sql, int64_t src, int64_t *v, 
     return rc;
 }
 
+/* Statements built in a ql_strbuf (from the store's column lists, whose length only
+ * the schema bounds) run through these: a buffer whose building ran out of memory is
+ * an error, and the buffer is freed whatever the outcome (empty again for reuse). */
+
+static ql_status built(merger *m, const ql_strbuf *sql, const char *what, ql_error *err)
+{
+    return sql->failed ? ql_error_set(err, QL_ENOMEM, "%s: %s: out of memory building a statement",
+                                      m->out_path, what)
+                       : QL_OK;
+}
+
+static ql_status run_built(merger *m, ql_strbuf *sql, int64_t src, const char *what, ql_error *err)
+{
+    ql_status rc = built(m, sql, what, err);
+    if (!rc)
+        rc = run_sql(m, ql_strbuf_cstr(sql), src, what, err);
+    ql_strbuf_free(sql);
+    return rc;
+}
+
+/* query_first over a built statement: *out is NULL when it could not be prepared. */
+static ql_status query_built(merger *m, ql_strbuf *sql, int64_t src, const char *text,
+                             sqlite3_stmt **out, bool *row, const char *what, ql_error *err)
+{
+    *out = NULL;
+    *row = false;
+    ql_status rc = built(m, sql, what, err);
+    if (!rc)
+        rc = query_first(m, ql_strbuf_cstr(sql), src, text, out, row, what, err);
+    ql_strbuf_free(sql);
+    return rc;
+}
+
 /* ================================================================ staging */
 
 /* The store's tables and their columns, as the output has them (it was opened,
@@ -189,20 +211,19 @@ static ql_status create_temp_tables(merger *m, ql_error *err)
     read_tables(m);
     for (int t = 0; t < m->n_tab; t++) {
         const table *tb = &m->tab[t];
-        sqlbuf b = {.len = 0};
-        sb_add(&b, "CREATE TEMP TABLE s_%s AS SELECT 0 AS src", tb->t->name);
+        ql_strbuf b = {0};
+        ql_strbuf_add(&b, "CREATE TEMP TABLE s_%s AS SELECT 0 AS src", tb->t->name);
         for (int i = 0; i < tb->n; i++)
-            sb_add(&b, ", %s", tb->col[i].name);
-        sb_add(&b, " FROM main.%s WHERE 0", tb->t->name);
-        if ((rc = run_sql(m, b.text, 0, "creating the staging tables", err)))
+            ql_strbuf_add(&b, ", %s", tb->col[i].name);
+        ql_strbuf_add(&b, " FROM main.%s WHERE 0", tb->t->name);
+        if ((rc = run_built(m, &b, 0, "creating the staging tables", err)))
             return rc;
-        b.len = 0;
         /* Child rows are looked up by run and key when runs are compared (the key
          * columns are NOT NULL, so `=` finds them through this index). */
         bool keyed = tb->t->role == QL_TABLE_RUN_DATA && tb->t->key;
-        sb_add(&b, "CREATE INDEX temp.s_%s_by_src ON s_%s (src, %s%s%s)", tb->t->name, tb->t->name,
-               id_column(tb), keyed ? ", " : "", keyed ? tb->t->key : "");
-        if ((rc = run_sql(m, b.text, 0, "creating the staging tables", err)))
+        ql_strbuf_add(&b, "CREATE INDEX temp.s_%s_by_src ON s_%s (src, %s%s%s)", tb->t->name,
+                      tb->t->name, id_column(tb), keyed ? ", " : "", keyed ? tb->t->key : "");
+        if ((rc = run_built(m, &b, 0, "creating the staging tables", err)))
             return rc;
     }
     static const char *const more[] = {
@@ -271,16 +292,17 @@ static ql_status stage_input(merger *m, int64_t src, ql_error *err)
         const table *tb = &m->tab[t];
         if (tb->t->since > version)
             continue; /* an older input lacks the table */
-        sqlbuf b = {.len = 0};
-        sb_add(&b, "INSERT INTO temp.s_%s (src", tb->t->name);
+        ql_strbuf b = {0};
+        ql_strbuf_add(&b, "INSERT INTO temp.s_%s (src", tb->t->name);
         for (int i = 0; i < tb->n; i++)
-            sb_add(&b, ", %s", tb->col[i].name);
-        sb_add(&b, ") SELECT ?1");
+            ql_strbuf_add(&b, ", %s", tb->col[i].name);
+        ql_strbuf_add(&b, ") SELECT ?1");
         /* A column added after the input's version reads as migration gives it. */
         for (int i = 0; i < tb->n; i++)
-            sb_add(&b, ", %s", tb->col[i].since > version ? tb->col[i].dflt : tb->col[i].name);
-        sb_add(&b, " FROM qin.%s", tb->t->name);
-        if ((rc = run_sql(m, b.text, src, "reading its tables", err)))
+            ql_strbuf_add(&b, ", %s",
+                          tb->col[i].since > version ? tb->col[i].dflt : tb->col[i].name);
+        ql_strbuf_add(&b, " FROM qin.%s", tb->t->name);
+        if ((rc = run_built(m, &b, src, "reading its tables", err)))
             goto out_detach;
     }
     rc = run_sql(m, "COMMIT", 0, "reading its tables", err);
@@ -345,13 +367,13 @@ typedef struct {
 static ql_status first_setup(merger *m, const char *a, const char *b, const char *sweep, setup *out,
                              bool *found, ql_error *err)
 {
-    sqlbuf q = {.len = 0};
-    sb_add(&q, "SELECT " SETUP_COLS " FROM temp.%s WHERE sweep = ?1", a);
+    ql_strbuf q = {0};
+    ql_strbuf_add(&q, "SELECT " SETUP_COLS " FROM temp.%s WHERE sweep = ?1", a);
     if (b)
-        sb_add(&q, " EXCEPT SELECT " SETUP_COLS " FROM temp.%s WHERE sweep = ?1", b);
-    sb_add(&q, " ORDER BY 1, 2, 3, 4, 5 LIMIT 1");
+        ql_strbuf_add(&q, " EXCEPT SELECT " SETUP_COLS " FROM temp.%s WHERE sweep = ?1", b);
+    ql_strbuf_add(&q, " ORDER BY 1, 2, 3, 4, 5 LIMIT 1");
     sqlite3_stmt *st;
-    ql_status rc = query_first(m, q.text, 0, sweep, &st, found, "comparing sweeps", err);
+    ql_status rc = query_built(m, &q, 0, sweep, &st, found, "comparing sweeps", err);
     if (!rc && *found) {
         ql_strlcpy(out->model, (const char *)sqlite3_column_text(st, 0), sizeof out->model);
         ql_strlcpy(out->text, (const char *)sqlite3_column_text(st, 1), sizeof out->text);
@@ -368,17 +390,17 @@ static ql_status first_setup(merger *m, const char *a, const char *b, const char
 static ql_status describe_file(merger *m, bool model, int64_t src, const char *sha, char *out,
                                size_t size, ql_error *err)
 {
-    sqlbuf q = {.len = 0};
+    ql_strbuf q = {0};
     const char *name_expr = model ? "coalesce(name, path)" : "name";
     if (src >= 0)
-        sb_add(&q, "SELECT %s FROM temp.s_%s WHERE src = %lld AND sha256 = ?1 LIMIT 1", name_expr,
-               model ? "models" : "datasets", (long long)src);
+        ql_strbuf_add(&q, "SELECT %s FROM temp.s_%s WHERE src = %lld AND sha256 = ?1 LIMIT 1",
+                      name_expr, model ? "models" : "datasets", (long long)src);
     else
-        sb_add(&q, "SELECT %s FROM main.%s WHERE sha256 = ?1", name_expr,
-               model ? "models" : "datasets");
+        ql_strbuf_add(&q, "SELECT %s FROM main.%s WHERE sha256 = ?1", name_expr,
+                      model ? "models" : "datasets");
     sqlite3_stmt *st;
     bool row;
-    ql_status rc = query_first(m, q.text, 0, sha, &st, &row, "describing a sweep", err);
+    ql_status rc = query_built(m, &q, 0, sha, &st, &row, "describing a sweep", err);
     const char *name = !rc && row ? (const char *)sqlite3_column_text(st, 0) : NULL;
     snprintf(out, size, "%s %s (sha256 %.12s...)", model ? "model" : "text", name ? name : "?",
              sha);
@@ -671,22 +693,22 @@ static ql_status refuse_run(merger *m, int64_t src, int64_t in_id, const char *w
  * column by column. */
 static ql_status check_columns(merger *m, const table *c, int64_t src, ql_error *err)
 {
-    sqlbuf q = {.len = 0};
-    sb_add(&q, "SELECT k.in_id");
+    ql_strbuf q = {0};
+    ql_strbuf_add(&q, "SELECT k.in_id");
     for (int i = 0; i < c->n; i++)
         if (strcmp(c->col[i].name, "run_id") != 0)
-            sb_add(&q, ", s.%s, o.%s", c->col[i].name, c->col[i].name);
-    sb_add(&q,
-           " FROM temp.km k JOIN temp.s_%s s ON s.src = ?1 AND s.run_id = k.in_id"
-           " JOIN main.%s o ON o.run_id = k.out_id WHERE " BOTH_DONE " AND (0",
-           c->t->name, c->t->name);
+            ql_strbuf_add(&q, ", s.%s, o.%s", c->col[i].name, c->col[i].name);
+    ql_strbuf_add(&q,
+                  " FROM temp.km k JOIN temp.s_%s s ON s.src = ?1 AND s.run_id = k.in_id"
+                  " JOIN main.%s o ON o.run_id = k.out_id WHERE " BOTH_DONE " AND (0",
+                  c->t->name, c->t->name);
     for (int i = 0; i < c->n; i++)
         if (strcmp(c->col[i].name, "run_id") != 0)
-            sb_add(&q, " OR s.%s IS NOT o.%s", c->col[i].name, c->col[i].name);
-    sb_add(&q, ") ORDER BY k.in_id LIMIT 1");
+            ql_strbuf_add(&q, " OR s.%s IS NOT o.%s", c->col[i].name, c->col[i].name);
+    ql_strbuf_add(&q, ") ORDER BY k.in_id LIMIT 1");
     sqlite3_stmt *st;
     bool row;
-    ql_status rc = query_first(m, q.text, src, NULL, &st, &row, "comparing metrics", err);
+    ql_status rc = query_built(m, &q, src, NULL, &st, &row, "comparing metrics", err);
     if (rc || !row) {
         sqlite3_finalize(st);
         return rc;
@@ -715,29 +737,30 @@ static ql_status check_columns(merger *m, const table *c, int64_t src, ql_error 
 static ql_status check_children(merger *m, const table *c, int64_t src, ql_error *err)
 {
     const char *name = c->t->name;
-    sqlbuf q = {.len = 0};
+    ql_strbuf q = {0};
     for (int side = 0; side < 2; side++) {
         /* side 0: input rows the output lacks; side 1: the other way round. */
         const char *have = side == 0 ? "temp.s_" : "main.";
         const char *lack = side == 0 ? "main." : "temp.s_";
         const char *h = side == 0 ? "s" : "o", *l = side == 0 ? "o" : "s";
-        sb_add(&q, "%sSELECT k.in_id, %s.%s FROM temp.km k JOIN %s%s %s ON %s.run_id = %s",
-               side ? " UNION ALL " : "", h, c->t->key, have, name, h, h,
-               side == 0 ? "k.in_id AND s.src = ?1" : "k.out_id");
-        sb_add(&q,
-               " WHERE " BOTH_DONE " AND NOT EXISTS (SELECT 1 FROM %s%s %s WHERE %s.run_id = %s"
-               " AND %s.%s = %s.%s",
-               lack, name, l, l, side == 0 ? "k.out_id" : "k.in_id AND s.src = ?1", l, c->t->key, h,
-               c->t->key);
+        ql_strbuf_add(&q, "%sSELECT k.in_id, %s.%s FROM temp.km k JOIN %s%s %s ON %s.run_id = %s",
+                      side ? " UNION ALL " : "", h, c->t->key, have, name, h, h,
+                      side == 0 ? "k.in_id AND s.src = ?1" : "k.out_id");
+        ql_strbuf_add(&q,
+                      " WHERE " BOTH_DONE
+                      " AND NOT EXISTS (SELECT 1 FROM %s%s %s WHERE %s.run_id = %s"
+                      " AND %s.%s = %s.%s",
+                      lack, name, l, l, side == 0 ? "k.out_id" : "k.in_id AND s.src = ?1", l,
+                      c->t->key, h, c->t->key);
         for (int i = 0; i < c->n; i++)
             if (strcmp(c->col[i].name, "run_id") != 0)
-                sb_add(&q, " AND %s.%s IS %s.%s", l, c->col[i].name, h, c->col[i].name);
-        sb_add(&q, ")");
+                ql_strbuf_add(&q, " AND %s.%s IS %s.%s", l, c->col[i].name, h, c->col[i].name);
+        ql_strbuf_add(&q, ")");
     }
-    sb_add(&q, " LIMIT 1");
+    ql_strbuf_add(&q, " LIMIT 1");
     sqlite3_stmt *st;
     bool row;
-    ql_status rc = query_first(m, q.text, src, NULL, &st, &row, "comparing runs", err);
+    ql_status rc = query_built(m, &q, src, NULL, &st, &row, "comparing runs", err);
     if (rc || !row) {
         sqlite3_finalize(st);
         return rc;
@@ -763,46 +786,43 @@ static ql_status merge_identities(merger *m, int64_t src, ql_error *err)
         /* A config is its content hash: nothing of it is ever filled in. */
         bool immutable = strcmp(c->t->name, "configs") == 0;
         const char *conflict = c->t->key;
-        sqlbuf q = {.len = 0};
-        sb_add(&q, "INSERT INTO main.%s (", c->t->name);
+        ql_strbuf q = {0};
+        ql_strbuf_add(&q, "INSERT INTO main.%s (", c->t->name);
+        add_column_names(&q, c, "id");
+        ql_strbuf_add(&q, ") SELECT ");
         int n = 0;
-        for (int i = 0; i < c->n; i++)
-            if (strcmp(c->col[i].name, "id") != 0)
-                sb_add(&q, "%s%s", n++ ? ", " : "", c->col[i].name);
-        sb_add(&q, ") SELECT ");
-        n = 0;
         for (int i = 0; i < c->n; i++) {
             const char *col = c->col[i].name;
             if (strcmp(col, "id") == 0)
                 continue;
             if (strcmp(col, "tokens_model_id") == 0)
-                sb_add(&q,
-                       "%s(SELECT om.id FROM temp.s_models sm JOIN main.models om"
-                       " ON om.sha256 = sm.sha256 WHERE sm.src = s.src AND sm.id = s.%s)",
-                       n++ ? ", " : "", col);
+                ql_strbuf_add(&q,
+                              "%s(SELECT om.id FROM temp.s_models sm JOIN main.models om"
+                              " ON om.sha256 = sm.sha256 WHERE sm.src = s.src AND sm.id = s.%s)",
+                              n++ ? ", " : "", col);
             else
-                sb_add(&q, "%ss.%s", n++ ? ", " : "", col);
+                ql_strbuf_add(&q, "%ss.%s", n++ ? ", " : "", col);
         }
-        sb_add(&q, " FROM temp.s_%s s WHERE s.src = ?1 ORDER BY s.id ON CONFLICT (%s) ", c->t->name,
-               conflict);
+        ql_strbuf_add(&q, " FROM temp.s_%s s WHERE s.src = ?1 ORDER BY s.id ON CONFLICT (%s) ",
+                      c->t->name, conflict);
         if (immutable) {
-            sb_add(&q, "DO NOTHING");
+            ql_strbuf_add(&q, "DO NOTHING");
         } else {
             /* Only when there is something to fill in, so merging twice writes nothing. */
             const char *const fixed[] = {"id", conflict, NULL};
-            sb_add(&q, "DO UPDATE SET ");
+            ql_strbuf_add(&q, "DO UPDATE SET ");
             n = 0;
             for (int i = 0; i < c->n; i++)
                 if (!is_one_of(c->col[i].name, fixed))
-                    sb_add(&q, "%s%s = coalesce(%s, excluded.%s)", n++ ? ", " : "", c->col[i].name,
-                           c->col[i].name, c->col[i].name);
-            sb_add(&q, " WHERE 0");
+                    ql_strbuf_add(&q, "%s%s = coalesce(%s, excluded.%s)", n++ ? ", " : "",
+                                  c->col[i].name, c->col[i].name, c->col[i].name);
+            ql_strbuf_add(&q, " WHERE 0");
             for (int i = 0; i < c->n; i++)
                 if (!is_one_of(c->col[i].name, fixed))
-                    sb_add(&q, " OR (%s IS NULL AND excluded.%s IS NOT NULL)", c->col[i].name,
-                           c->col[i].name);
+                    ql_strbuf_add(&q, " OR (%s IS NULL AND excluded.%s IS NOT NULL)",
+                                  c->col[i].name, c->col[i].name);
         }
-        ql_status rc = run_sql(m, q.text, src, "merging models, texts and configs", err);
+        ql_status rc = run_built(m, &q, src, "merging models, texts and configs", err);
         if (rc)
             return rc;
     }
@@ -817,15 +837,13 @@ static ql_status merge_measured(merger *m, int64_t src, ql_error *err)
         const table *c = &m->tab[t];
         if (c->t->role != QL_TABLE_MEASURED)
             continue;
-        sqlbuf cols = {.len = 0}, q = {.len = 0};
-        for (int i = 0, n = 0; i < c->n; i++)
-            if (strcmp(c->col[i].name, "id") != 0)
-                sb_add(&cols, "%s%s", n++ ? ", " : "", c->col[i].name);
-        sb_add(&q,
-               "INSERT OR IGNORE INTO main.%s (%s) SELECT %s FROM temp.s_%s s"
-               " WHERE s.src = ?1 ORDER BY s.id",
-               c->t->name, cols.text, cols.text, c->t->name);
-        ql_status rc = run_sql(m, q.text, src, "merging measurements", err);
+        ql_strbuf q = {0};
+        ql_strbuf_add(&q, "INSERT OR IGNORE INTO main.%s (", c->t->name);
+        add_column_names(&q, c, "id");
+        ql_strbuf_add(&q, ") SELECT ");
+        add_column_names(&q, c, "id");
+        ql_strbuf_add(&q, " FROM temp.s_%s s WHERE s.src = ?1 ORDER BY s.id", c->t->name);
+        ql_status rc = run_built(m, &q, src, "merging measurements", err);
         if (rc)
             return rc;
     }
@@ -837,21 +855,20 @@ static ql_status merge_measured(merger *m, int64_t src, ql_error *err)
 static ql_status copy_children(merger *m, const table *c, int64_t src, ql_error *err)
 {
     bool membership = c->t->role == QL_TABLE_MEMBERS;
-    sqlbuf q = {.len = 0};
-    sb_add(&q, "INSERT %sINTO main.%s (", membership ? "OR IGNORE " : "", c->t->name);
-    for (int i = 0; i < c->n; i++)
-        sb_add(&q, "%s%s", i ? ", " : "", c->col[i].name);
-    sb_add(&q, ") SELECT ");
+    ql_strbuf q = {0};
+    ql_strbuf_add(&q, "INSERT %sINTO main.%s (", membership ? "OR IGNORE " : "", c->t->name);
+    add_column_names(&q, c, NULL);
+    ql_strbuf_add(&q, ") SELECT ");
     for (int i = 0; i < c->n; i++) {
         if (strcmp(c->col[i].name, "run_id") == 0)
-            sb_add(&q, "%sk.out_id", i ? ", " : "");
+            ql_strbuf_add(&q, "%sk.out_id", i ? ", " : "");
         else
-            sb_add(&q, "%ss.%s", i ? ", " : "", c->col[i].name);
+            ql_strbuf_add(&q, "%ss.%s", i ? ", " : "", c->col[i].name);
     }
-    sb_add(&q, " FROM temp.s_%s s JOIN temp.km k ON k.in_id = s.run_id WHERE s.src = ?1%s",
-           c->t->name, membership ? "" : " AND k.action IN ('insert', 'replace')");
-    sb_add(&q, " ORDER BY s.rowid");
-    return run_sql(m, q.text, src, "merging runs", err);
+    ql_strbuf_add(&q, " FROM temp.s_%s s JOIN temp.km k ON k.in_id = s.run_id WHERE s.src = ?1%s",
+                  c->t->name, membership ? "" : " AND k.action IN ('insert', 'replace')");
+    ql_strbuf_add(&q, " ORDER BY s.rowid");
+    return run_built(m, &q, src, "merging runs", err);
 }
 
 static ql_status write_runs(merger *m, int64_t src, ql_error *err)
@@ -861,24 +878,22 @@ static ql_status write_runs(merger *m, int64_t src, ql_error *err)
     static const char *const identity[] = {"id",  "config_id", "model_id", "dataset_id",
                                            "ctx", "chunks",    "attempts", NULL};
     ql_status rc;
-    sqlbuf q = {.len = 0};
+    ql_strbuf q = {0};
 
     /* New identities: the input's run rows with the output's ids. */
-    sb_add(&q, "INSERT INTO main.runs (");
+    ql_strbuf_add(&q, "INSERT INTO main.runs (");
+    add_column_names(&q, c, "id");
+    ql_strbuf_add(&q, ") SELECT ");
     int n = 0;
-    for (int i = 0; i < c->n; i++)
-        if (strcmp(c->col[i].name, "id") != 0)
-            sb_add(&q, "%s%s", n++ ? ", " : "", c->col[i].name);
-    sb_add(&q, ") SELECT ");
-    n = 0;
     for (int i = 0; i < c->n; i++) {
         const char *col = c->col[i].name;
         if (strcmp(col, "id") != 0)
-            sb_add(&q, "%s%s.%s", n++ ? ", " : "", is_one_of(col, remapped) ? "k" : "s", col);
+            ql_strbuf_add(&q, "%s%s.%s", n++ ? ", " : "", is_one_of(col, remapped) ? "k" : "s",
+                          col);
     }
-    sb_add(&q, " FROM temp.s_runs s JOIN temp.km k ON k.in_id = s.id"
-               " WHERE s.src = ?1 AND k.action = 'insert' ORDER BY s.id");
-    if ((rc = run_sql(m, q.text, src, "merging runs", err)) ||
+    ql_strbuf_add(&q, " FROM temp.s_runs s JOIN temp.km k ON k.in_id = s.id"
+                      " WHERE s.src = ?1 AND k.action = 'insert' ORDER BY s.id");
+    if ((rc = run_built(m, &q, src, "merging runs", err)) ||
         (rc = run_sql(m,
                       "UPDATE temp.km SET out_id = (SELECT o.id FROM main.runs o"
                       " WHERE o.config_id = km.config_id AND o.model_id = km.model_id"
@@ -892,22 +907,20 @@ static ql_status write_runs(merger *m, int64_t src, ql_error *err)
     for (int t = 0; t < m->n_tab; t++) {
         if (m->tab[t].t->role != QL_TABLE_RUN_DATA)
             continue;
-        q.len = 0;
-        sb_add(&q,
-               "DELETE FROM main.%s WHERE run_id IN (SELECT out_id FROM temp.km"
-               " WHERE action = 'replace')",
-               m->tab[t].t->name);
-        if ((rc = run_sql(m, q.text, src, "merging runs", err)))
+        ql_strbuf_add(&q,
+                      "DELETE FROM main.%s WHERE run_id IN (SELECT out_id FROM temp.km"
+                      " WHERE action = 'replace')",
+                      m->tab[t].t->name);
+        if ((rc = run_built(m, &q, src, "merging runs", err)))
             return rc;
     }
-    q.len = 0;
-    sb_add(&q, "UPDATE main.runs SET attempts = max(runs.attempts, s.attempts)");
+    ql_strbuf_add(&q, "UPDATE main.runs SET attempts = max(runs.attempts, s.attempts)");
     for (int i = 0; i < c->n; i++)
         if (!is_one_of(c->col[i].name, identity))
-            sb_add(&q, ", %s = s.%s", c->col[i].name, c->col[i].name);
-    sb_add(&q, " FROM temp.s_runs s JOIN temp.km k ON k.in_id = s.id"
-               " WHERE s.src = ?1 AND k.action = 'replace' AND runs.id = k.out_id");
-    if ((rc = run_sql(m, q.text, src, "merging runs", err)))
+            ql_strbuf_add(&q, ", %s = s.%s", c->col[i].name, c->col[i].name);
+    ql_strbuf_add(&q, " FROM temp.s_runs s JOIN temp.km k ON k.in_id = s.id"
+                      " WHERE s.src = ?1 AND k.action = 'replace' AND runs.id = k.out_id");
+    if ((rc = run_built(m, &q, src, "merging runs", err)))
         return rc;
 
     /* What the runs stored, then their sweep memberships. */

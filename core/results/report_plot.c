@@ -18,10 +18,10 @@
  *
  * Another plot is one more writer in that table. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strbuf.h"
 #include "base/util.h"
 #include "results/analysis.h"
 #include "results/plot.h"
@@ -388,68 +388,30 @@ static void data_ranges(const group *g, const bpw_plot *bp, ql_plot_frame *m)
     m->log_y = bp->log_y;
 }
 
-/* A buffer of gnuplot commands (the body both terminals run). */
-typedef struct {
-    char *text;
-    size_t len, cap;
-    bool failed;
-} body;
-
-static void body_add(body *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void body_add(body *b, const char *fmt, ...)
-{
-    if (b->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n =
-            vsnprintf(b->text ? b->text + b->len : NULL, b->text ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->failed = true;
-            return;
-        }
-        if (b->text && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t want = (b->cap ? 2 * b->cap : 4096) + (size_t)n;
-        char *t = realloc(b->text, want);
-        if (!t) {
-            b->failed = true;
-            return;
-        }
-        b->text = t;
-        b->cap = want;
-    }
-}
-
 /* A gnuplot single-quoted string into the body. */
-static void body_quote(body *b, const char *s)
+static void body_quote(ql_strbuf *b, const char *s)
 {
-    body_add(b, "'");
+    ql_strbuf_add(b, "'");
     for (; *s; s++)
-        body_add(b, *s == '\'' ? "''" : "%c", *s);
-    body_add(b, "'");
+        ql_strbuf_add(b, *s == '\'' ? "''" : "%c", *s);
+    ql_strbuf_add(b, "'");
 }
 
 /* The gnuplot script of a plot: header (comment lines and settings, ending in a
  * newline), then body b once per terminal; saved as BASE.gp, drawn and recorded as
  * the group's plot `title`. Frees b's text in every case. */
-static ql_status write_plot_script(ql_report_writer *c, group *g, body *b, const char *base,
+static ql_status write_plot_script(ql_report_writer *c, group *g, ql_strbuf *b, const char *base,
                                    int height, const char *header, const char *title, ql_error *err)
 {
     ql_doc d;
     ql_status rc = b->failed ? ql_report_oom(err) : ql_doc_open(&d, err);
     if (rc) {
-        free(b->text);
+        ql_strbuf_free(b);
         return rc;
     }
     fputs(header, d.f);
-    both_terminals(d.f, base, height, b->text);
-    free(b->text);
+    both_terminals(d.f, base, height, ql_strbuf_cstr(b));
+    ql_strbuf_free(b);
     char name[1200];
     snprintf(name, sizeof name, "%s.gp", base);
     if ((rc = ql_report_doc_save(c, &d, name, err)))
@@ -462,7 +424,7 @@ static ql_status write_plot_script(ql_report_writer *c, group *g, body *b, const
  * range gets none; these take 1, 2, 5 times a power of ten, or every digit when
  * that gives fewer than three. Writes "set ytics (...)" or nothing when the decades
  * do (more than two). */
-static void log_ticks(body *f, double lo, double hi, const char *axis)
+static void log_ticks(ql_strbuf *f, double lo, double hi, const char *axis)
 {
     if (!(lo > 0.0) || !(hi > lo))
         return;
@@ -481,17 +443,17 @@ static void log_ticks(body *f, double lo, double hi, const char *axis)
             }
         if (count < 3 && !pass)
             continue;
-        body_add(f, "set %stics (", axis);
+        ql_strbuf_add(f, "set %stics (", axis);
         const char *sep = "";
         for (int e = (int)floor(log10(lo)); e <= (int)ceil(log10(hi)); e++)
             for (size_t k = 0; k < nm; k++) {
                 double v = m[k] * pow(10.0, e);
                 if (v >= lo && v <= hi) {
-                    body_add(f, "%s'%.3g' %.17g", sep, v, v);
+                    ql_strbuf_add(f, "%s'%.3g' %.17g", sep, v, v);
                     sep = ", ";
                 }
             }
-        body_add(f, ")\n");
+        ql_strbuf_add(f, ")\n");
         return;
     }
 }
@@ -680,28 +642,28 @@ static void canvas_panel(const canvas *cv, size_t p, double *x0, double *x1, dou
 }
 
 /* The lines that put panel p's plot area in place. */
-static void canvas_margins(body *b, const canvas *cv, size_t p)
+static void canvas_margins(ql_strbuf *b, const canvas *cv, size_t p)
 {
     double x0, x1, y0, y1;
     canvas_panel(cv, p, &x0, &x1, &y0, &y1);
-    body_add(b,
-             "set lmargin at screen %.5f\nset rmargin at screen %.5f\n"
-             "set tmargin at screen %.5f\nset bmargin at screen %.5f\n",
-             screen_x(x0), screen_x(x1), screen_y(cv, y0), screen_y(cv, y1));
+    ql_strbuf_add(b,
+                  "set lmargin at screen %.5f\nset rmargin at screen %.5f\n"
+                  "set tmargin at screen %.5f\nset bmargin at screen %.5f\n",
+                  screen_x(x0), screen_x(x1), screen_y(cv, y0), screen_y(cv, y1));
 }
 
 /* A label at pixel (x, y) in the script: text, alignment, font and colour. */
-static void canvas_label(body *b, const canvas *cv, double x, double y, const char *text,
+static void canvas_label(ql_strbuf *b, const canvas *cv, double x, double y, const char *text,
                          const char *align, const char *font)
 {
-    body_add(b, "set label ");
+    ql_strbuf_add(b, "set label ");
     body_quote(b, text);
-    body_add(b, " at screen %.5f, screen %.5f %s font '%s' front\n", screen_x(x), screen_y(cv, y),
-             align, font);
+    ql_strbuf_add(b, " at screen %.5f, screen %.5f %s font '%s' front\n", screen_x(x),
+                  screen_y(cv, y), align, font);
 }
 
 /* The title, the legend and the notes: drawn with the first panel. */
-static void canvas_furniture(body *b, const canvas *cv)
+static void canvas_furniture(ql_strbuf *b, const canvas *cv)
 {
     for (size_t i = 0; i < cv->n_title; i++)
         canvas_label(b, cv, CANVAS_W / 2.0, 8.0 + TITLE_LINE_H * ((double)i + 0.5) + 4.0,
@@ -713,16 +675,17 @@ static void canvas_furniture(body *b, const canvas *cv)
         const double x = left + cv->legend_col_w * (double)(i % cv->legend_cols);
         const double y = cv->legend_top + LEGEND_ROW_H * ((double)(i / cv->legend_cols) + 0.5);
         if (e->dt)
-            body_add(b,
-                     "set arrow from screen %.5f, screen %.5f to screen %.5f, screen %.5f "
-                     "nohead dt %d lw %g lc rgb '%s' front\n",
-                     screen_x(x), screen_y(cv, y), screen_x(x + LEGEND_SAMPLE - 8.0),
-                     screen_y(cv, y), e->dt, e->lw, e->colour);
+            ql_strbuf_add(b,
+                          "set arrow from screen %.5f, screen %.5f to screen %.5f, screen %.5f "
+                          "nohead dt %d lw %g lc rgb '%s' front\n",
+                          screen_x(x), screen_y(cv, y), screen_x(x + LEGEND_SAMPLE - 8.0),
+                          screen_y(cv, y), e->dt, e->lw, e->colour);
         if (e->pt)
-            body_add(b,
-                     "set label '' at screen %.5f, screen %.5f point pt %d ps 1.2 lc rgb '%s' "
-                     "front\n",
-                     screen_x(x + (LEGEND_SAMPLE - 8.0) / 2.0), screen_y(cv, y), e->pt, e->colour);
+            ql_strbuf_add(b,
+                          "set label '' at screen %.5f, screen %.5f point pt %d ps 1.2 lc rgb '%s' "
+                          "front\n",
+                          screen_x(x + (LEGEND_SAMPLE - 8.0) / 2.0), screen_y(cv, y), e->pt,
+                          e->colour);
         canvas_label(b, cv, x + LEGEND_SAMPLE, y, e->text, "left", ",10");
     }
     for (size_t i = 0; i < cv->n_notes; i++)
@@ -732,7 +695,7 @@ static void canvas_furniture(body *b, const canvas *cv)
 
 /* Panel p's title above its plot area, wrapped into the lines the layout has room
  * for. */
-static void canvas_panel_title(body *b, const canvas *cv, size_t p, const char *title)
+static void canvas_panel_title(ql_strbuf *b, const canvas *cv, size_t p, const char *title)
 {
     if (!*title || !cv->panel_title_lines)
         return;
@@ -808,7 +771,7 @@ static void title_expr(FILE *f, const char *title)
 }
 
 /* title_expr into a body. */
-static void body_title(body *b, const char *title)
+static void body_title(ql_strbuf *b, const char *title)
 {
     char *text = NULL;
     size_t len = 0;
@@ -819,7 +782,7 @@ static void body_title(body *b, const char *title)
     }
     title_expr(m, title);
     fclose(m);
-    body_add(b, "%s", text);
+    ql_strbuf_add(b, "%s", text);
     free(text);
 }
 
@@ -1027,28 +990,28 @@ static ql_status bpw_panel_labels(group *g, const layout *l, const bpw_plot *bp,
 
 /* The gnuplot commands of the plot (the body both terminals run): per panel its frame,
  * axes, labels and the series with their error bars, the front and the reference. */
-static void bpw_body(body *b, const group *g, const layout *l, const bpw_plot *bp, bpw_data *d,
+static void bpw_body(ql_strbuf *b, const group *g, const layout *l, const bpw_plot *bp, bpw_data *d,
                      const canvas *cv, const bpw_labels *lb)
 {
     ql_plot_frame *m = &d->m;
-    body_add(b, "set multiplot\nset grid\nset pointsize 1.2\nset bars small\nunset key\n");
+    ql_strbuf_add(b, "set multiplot\nset grid\nset pointsize 1.2\nset bars small\nunset key\n");
     /* Error bars: ± the standard error (none when it is not stored, NaN != NaN), the
      * lower end kept above zero on a log axis. */
-    body_add(b,
-             "bar_hi(y, e) = e == e ? y + e : y\n"
-             "bar_lo(y, e) = e != e ? y : (y - e > 0 || !%d) ? y - e : y\n",
-             bp->log_y ? 1 : 0);
+    ql_strbuf_add(b,
+                  "bar_hi(y, e) = e == e ? y + e : y\n"
+                  "bar_lo(y, e) = e != e ? y : (y - e > 0 || !%d) ? y - e : y\n",
+                  bp->log_y ? 1 : 0);
     for (size_t p = 0; p < l->n_panels; p++) {
         canvas_panel(cv, p, &m->x0, &m->x1, &m->y0, &m->y1);
         if (p == 0)
             canvas_furniture(b, cv);
         canvas_margins(b, cv, p);
-        body_add(b, "set xrange [%.17g:%.17g]\nset yrange [%.17g:%.17g]\n", m->xlo, m->xhi, m->ylo,
-                 m->yhi);
-        body_add(b, "set xlabel 'bits per weight'\nset ylabel '%s'\n",
-                 m->y1 - m->y0 < SHORT_YLABEL_H ? bp->short_ylabel : bp->ylabel);
-        body_add(b, bp->log_y ? "set logscale y\nset format y '%%.0e'\nset ytics auto\n"
-                              : "unset logscale y\nset format y '%%g'\n");
+        ql_strbuf_add(b, "set xrange [%.17g:%.17g]\nset yrange [%.17g:%.17g]\n", m->xlo, m->xhi,
+                      m->ylo, m->yhi);
+        ql_strbuf_add(b, "set xlabel 'bits per weight'\nset ylabel '%s'\n",
+                      m->y1 - m->y0 < SHORT_YLABEL_H ? bp->short_ylabel : bp->ylabel);
+        ql_strbuf_add(b, bp->log_y ? "set logscale y\nset format y '%%.0e'\nset ytics auto\n"
+                                   : "unset logscale y\nset format y '%%g'\n");
         if (bp->log_y)
             log_ticks(b, m->ylo, m->yhi, "y");
         canvas_panel_title(b, cv, p, l->panel_title[p]);
@@ -1064,34 +1027,35 @@ static void bpw_body(body *b, const group *g, const layout *l, const bpw_plot *b
             if (o->leader) {
                 double ax, ay, bx, by;
                 ql_plot_leader(&lb->labels[k].pl.in.anchor, &o->box, &ax, &ay, &bx, &by);
-                body_add(b,
-                         "set arrow from screen %.5f, screen %.5f to screen %.5f, screen %.5f "
-                         "nohead lw 0.8 lc rgb 'gray50' back\n",
-                         screen_x(ax), screen_y(cv, -ay), screen_x(bx), screen_y(cv, -by));
+                ql_strbuf_add(b,
+                              "set arrow from screen %.5f, screen %.5f to screen %.5f, screen %.5f "
+                              "nohead lw 0.8 lc rgb 'gray50' back\n",
+                              screen_x(ax), screen_y(cv, -ay), screen_x(bx), screen_y(cv, -by));
             }
         }
-        body_add(b, "plot");
+        ql_strbuf_add(b, "plot");
         const char *sep = " ";
         for (size_t s = 0; s < l->n_series; s++) {
             size_t ci = l->colour[l->series_row[s]] % N_COLOURS;
             size_t mi = l->marker[l->series_row[s]] % N_MARKERS;
             int yc = dat_column(bp->value), ec = dat_column(bp->error);
-            body_add(b,
-                     "%s\\\n  'formats%s.dat' index %zu using ($1 + %.17g):%d:(bar_lo($%d, $%d)):"
-                     "(bar_hi($%d, $%d)) with yerrorbars pt %d lc rgb '%s' notitle",
-                     sep, g->suffix, p * l->n_series + s, series_dodge(l, m, s), yc, yc, ec, yc, ec,
-                     markers[mi], colours[ci]);
+            ql_strbuf_add(
+                b,
+                "%s\\\n  'formats%s.dat' index %zu using ($1 + %.17g):%d:(bar_lo($%d, $%d)):"
+                "(bar_hi($%d, $%d)) with yerrorbars pt %d lc rgb '%s' notitle",
+                sep, g->suffix, p * l->n_series + s, series_dodge(l, m, s), yc, yc, ec, yc, ec,
+                markers[mi], colours[ci]);
             sep = ", ";
         }
         if (d->front_drawable)
-            body_add(b,
-                     ", \\\n  '%s%s.dat' using 1:2 with lines dt 2 lw 1.5 lc rgb 'black' notitle",
-                     d->front_stem, g->suffix);
+            ql_strbuf_add(
+                b, ", \\\n  '%s%s.dat' using 1:2 with lines dt 2 lw 1.5 lc rgb 'black' notitle",
+                d->front_stem, g->suffix);
         if (!isnan(d->ref))
-            body_add(b, ", \\\n  %.17g with lines dt 3 lc rgb 'gray40' notitle", d->ref);
-        body_add(b, "\nunset label\nunset arrow\n");
+            ql_strbuf_add(b, ", \\\n  %.17g with lines dt 3 lc rgb 'gray40' notitle", d->ref);
+        ql_strbuf_add(b, "\nunset label\nunset arrow\n");
     }
-    body_add(b, "unset multiplot\n");
+    ql_strbuf_add(b, "unset multiplot\n");
 }
 
 /* A plot against bits per weight: the values, the Pareto file, the ranges, the legend
@@ -1115,7 +1079,7 @@ static ql_status write_bpw_plot(ql_report_writer *c, group *g, const layout *l, 
                      .key_texts = calloc(n1, sizeof *lb.key_texts)};
     char(*notes)[LINE_MAX_CHARS] = calloc(8, sizeof *notes);
     legend_entry *legend = calloc(l->n_series + 2, sizeof *legend);
-    body b = {0};
+    ql_strbuf b = {0};
     ql_status rc = QL_OK;
     if (!d.x || !d.y || !d.front || !t.rows_of || !t.cluster_of || !t.pts || !t.sizes ||
         !t.kind_text || !t.pl || !lb.labels || !lb.key_texts || !notes || !legend) {
@@ -1161,9 +1125,8 @@ static ql_status write_bpw_plot(ql_report_writer *c, group *g, const layout *l, 
              "set encoding utf8\n",
              ql_metric_get(bp->value)->name, g->suffix, d.front_stem, g->suffix, base);
     rc = write_plot_script(c, g, &b, base, cv.height, header, bp->title, err);
-    b.text = NULL;
 out:
-    free(b.text);
+    ql_strbuf_free(&b);
     free(d.x);
     free(d.y);
     free(d.front);
@@ -1350,22 +1313,22 @@ static ql_status plot_kld_cdf(ql_report_writer *c, group *g, const layout *l, ql
     /* Narrow panels: a labelled tick every few decades, in short form. */
     int decades = (int)ceil(log10(hi * 2.0) - log10(lo / 2.0));
     int step = n_panels > 1 && decades > 4 ? (decades + 3) / 4 : 1;
-    body b = {0};
-    body_add(&b,
-             "set multiplot\nset grid\nunset key\nset logscale x\nset format x '1e%%T'\n"
-             "set xtics %g\nset xrange [%.17g:%.17g]\nset yrange [0:1.02]\n"
-             "set xlabel 'KL divergence of a token (nats, log scale)'\n",
-             pow(10.0, step), lo / 2.0, hi * 2.0);
+    ql_strbuf b = {0};
+    ql_strbuf_add(&b,
+                  "set multiplot\nset grid\nunset key\nset logscale x\nset format x '1e%%T'\n"
+                  "set xtics %g\nset xrange [%.17g:%.17g]\nset yrange [0:1.02]\n"
+                  "set xlabel 'KL divergence of a token (nats, log scale)'\n",
+                  pow(10.0, step), lo / 2.0, hi * 2.0);
     for (size_t p = 0; p < n_panels; p++) {
         if (p == 0)
             canvas_furniture(&b, &cv);
         double x0, x1, y0, y1;
         canvas_panel(&cv, p, &x0, &x1, &y0, &y1);
-        body_add(&b, p % 2 ? "unset ylabel\n" : "set ylabel '%s'\n",
-                 y1 - y0 < SHORT_YLABEL_H ? "share of tokens" : "share of tokens at or below");
+        ql_strbuf_add(&b, p % 2 ? "unset ylabel\n" : "set ylabel '%s'\n",
+                      y1 - y0 < SHORT_YLABEL_H ? "share of tokens" : "share of tokens at or below");
         canvas_margins(&b, &cv, p);
         canvas_panel_title(&b, &cv, p, panels[p]);
-        body_add(&b, "plot");
+        ql_strbuf_add(&b, "plot");
         const char *sep = " ";
         block = 0;
         for (size_t i = 0; i < g->nrows; i++) {
@@ -1382,16 +1345,16 @@ static ql_status plot_kld_cdf(ql_report_writer *c, group *g, const layout *l, ql
                 wt++;
             /* One panel with every config: the other axes in the line's dashes. */
             size_t dash = too_many ? 1 + here % 5 : 1;
-            body_add(&b,
-                     "%s\\\n  '%s.dat' index %zu using 1:2 with linespoints pt %d ps 0.6 "
-                     "lw 1.6 dt %zu lc rgb '%s' notitle",
-                     sep, base, here, markers[(wt + wt / N_COLOURS) % N_MARKERS], dash,
-                     colours[wt % N_COLOURS]);
+            ql_strbuf_add(&b,
+                          "%s\\\n  '%s.dat' index %zu using 1:2 with linespoints pt %d ps 0.6 "
+                          "lw 1.6 dt %zu lc rgb '%s' notitle",
+                          sep, base, here, markers[(wt + wt / N_COLOURS) % N_MARKERS], dash,
+                          colours[wt % N_COLOURS]);
             sep = ", ";
         }
-        body_add(&b, "\nunset label\nunset arrow\n");
+        ql_strbuf_add(&b, "\nunset label\nunset arrow\n");
     }
-    body_add(&b, "unset multiplot\n");
+    ql_strbuf_add(&b, "unset multiplot\n");
     free(legend);
     char header[2600];
     snprintf(header, sizeof header,
@@ -1686,27 +1649,27 @@ static ql_status plot_divergence(ql_report_writer *c, group *g, const layout *l,
         free(shown);
         return rc;
     }
-    body b = {0};
+    ql_strbuf b = {0};
     plot_title(c, g, title, sizeof title);
-    body_add(&b, "set title ");
+    ql_strbuf_add(&b, "set title ");
     body_title(&b, title);
     /* A config that leaves every block exact (only the head quantized) is 0 throughout:
      * a log scale has no room for it, so the axis is linear then. */
-    body_add(&b,
-             "\nset grid\n%sset xlabel 'block'\n"
-             "set ylabel 'mean ||h - r|| / ||r|| of the residual stream'\n"
-             "set key outside right top font ',10'\nset xtics 1\nplot",
-             any_positive ? "set logscale y\n" : "");
+    ql_strbuf_add(&b,
+                  "\nset grid\n%sset xlabel 'block'\n"
+                  "set ylabel 'mean ||h - r|| / ||r|| of the residual stream'\n"
+                  "set key outside right top font ',10'\nset xtics 1\nplot",
+                  any_positive ? "set logscale y\n" : "");
     for (size_t k = 0; k < blocks; k++) {
         const row *r = &g->rows[shown[k]];
         ql_report_config_label(g, r->axis, -1, label, sizeof label);
-        body_add(&b,
-                 "%s\\\n  '%s.dat' index %zu using 1:($2 > 0 ? $2 : NaN) with linespoints "
-                 "pt %d ps 0.7 lw 1.6 lc rgb '%s' title ",
-                 k ? "," : "", base, k, markers[k % N_MARKERS], colours[k % N_COLOURS]);
+        ql_strbuf_add(&b,
+                      "%s\\\n  '%s.dat' index %zu using 1:($2 > 0 ? $2 : NaN) with linespoints "
+                      "pt %d ps 0.7 lw 1.6 lc rgb '%s' title ",
+                      k ? "," : "", base, k, markers[k % N_MARKERS], colours[k % N_COLOURS]);
         body_quote(&b, label);
     }
-    body_add(&b, "\n");
+    ql_strbuf_add(&b, "\n");
     free(shown);
     char header[2600];
     snprintf(header, sizeof header,
@@ -1770,30 +1733,31 @@ static ql_status plot_routing(ql_report_writer *c, group *g, const layout *l, ql
         free(shown);
         return rc;
     }
-    body b = {0};
+    ql_strbuf b = {0};
     plot_title(c, g, title, sizeof title);
-    body_add(&b, "set title ");
+    ql_strbuf_add(&b, "set title ");
     body_quote(&b, title);
     /* The y range from the lowest agreement down to a round 5 %, up to 100 %. */
     const double bottom = fmax(0.0, 5.0 * floor((lowest - 1.0) / 5.0));
-    body_add(&b,
-             "\nset grid\nset xlabel 'block'\n"
-             "set ylabel 'tokens routed to the reference''s experts (%%)'\n"
-             "set yrange [%g:100.5]\n"
-             "set key outside right top font ',10'\nset xtics 1\nplot",
-             bottom);
+    ql_strbuf_add(&b,
+                  "\nset grid\nset xlabel 'block'\n"
+                  "set ylabel 'tokens routed to the reference''s experts (%%)'\n"
+                  "set yrange [%g:100.5]\n"
+                  "set key outside right top font ',10'\nset xtics 1\nplot",
+                  bottom);
     for (size_t k = 0; k < blocks; k++) {
         const row *r = &g->rows[shown[k]];
         ql_report_config_label(g, r->axis, -1, label, sizeof label);
-        body_add(&b,
-                 "%s\\\n  '%s.dat' index %zu using 1:2 with linespoints pt %d ps 0.7 lw 1.6 "
-                 "lc rgb '%s' title ",
-                 k ? "," : "", base, k, markers[k % N_MARKERS], colours[k % N_COLOURS]);
+        ql_strbuf_add(&b,
+                      "%s\\\n  '%s.dat' index %zu using 1:2 with linespoints pt %d ps 0.7 lw 1.6 "
+                      "lc rgb '%s' title ",
+                      k ? "," : "", base, k, markers[k % N_MARKERS], colours[k % N_COLOURS]);
         body_quote(&b, label);
-        body_add(&b, ",\\\n  '%s.dat' index %zu using 1:3 with lines dt 2 lw 1 lc rgb '%s' notitle",
-                 base, k, colours[k % N_COLOURS]);
+        ql_strbuf_add(
+            &b, ",\\\n  '%s.dat' index %zu using 1:3 with lines dt 2 lw 1 lc rgb '%s' notitle",
+            base, k, colours[k % N_COLOURS]);
     }
-    body_add(&b, "\n");
+    ql_strbuf_add(&b, "\n");
     free(shown);
     char header[2600];
     snprintf(header, sizeof header,
@@ -1906,28 +1870,43 @@ static ql_status write_sens_dat(ql_report_writer *c, const group *g, const sens_
 /* The layer ticks: every layer (every few of many), the embedding's -1 as "embd" and
  * the head's n_layer as "head"; a numbered tick closer to those than its step is left
  * out, as the labels would touch. */
-static void sens_layer_ticks(body *b, const ql_report_sens_set *ss, int64_t lo, int64_t hi)
+static void sens_layer_ticks(ql_strbuf *b, const ql_report_sens_set *ss, int64_t lo, int64_t hi)
 {
     int64_t head = -2, step = (hi - lo + SENS_LAYER_TICKS) / SENS_LAYER_TICKS;
     bool embd = lo == -1;
     for (size_t i = 0; i < ss->nrows; i++)
         if (strcmp(ss->rows[i].kind, "output") == 0)
             head = ss->rows[i].layer;
-    body_add(b, "set ytics (");
+    ql_strbuf_add(b, "set ytics (");
     const char *sep = "";
     for (int64_t y = lo; y <= hi; y++) {
         bool clear = (!embd || y + 1 >= step) && (head < 0 || head - y >= step);
         if (y == -1)
-            body_add(b, "%s'embd' -1", sep);
+            ql_strbuf_add(b, "%s'embd' -1", sep);
         else if (y == head)
-            body_add(b, "%s'head' %lld", sep, (long long)y);
+            ql_strbuf_add(b, "%s'head' %lld", sep, (long long)y);
         else if (y >= 0 && y % step == 0 && clear)
-            body_add(b, "%s'%lld' %lld", sep, (long long)y, (long long)y);
+            ql_strbuf_add(b, "%s'%lld' %lld", sep, (long long)y, (long long)y);
         else
             continue;
         sep = ", ";
     }
-    body_add(b, ")\n");
+    ql_strbuf_add(b, ")\n");
+}
+
+/* The start of a heatmap script: a grid of `panels` (two across when more than one)
+ * under the title, the palette light to dark as the KLD grows, and the colour scale
+ * over the log10 KLD range [lo, hi] at whole decades (none when lo > hi: no data). */
+static void heatmap_start(ql_strbuf *b, size_t panels, const char *title, double lo, double hi)
+{
+    const size_t ncols = panels <= 1 ? 1 : 2, nrows = (panels + ncols - 1) / ncols;
+    ql_strbuf_add(b, "set multiplot layout %zu,%zu title ", nrows, ncols);
+    body_title(b, title);
+    ql_strbuf_add(b, "\nset palette defined (0 '#fff7bc', 0.4 '#fe9929', 0.75 '#d7301f', 1 "
+                     "'#67000d')\nset cblabel 'log10 mean KLD (nats)'\n");
+    if (hi >= lo)
+        ql_strbuf_add(b, "set cbrange [%g:%g]\n", floor(lo),
+                      ceil(hi) > floor(lo) ? ceil(hi) : floor(lo) + 1.0);
 }
 
 /* sensitivity: the measured sensitivities of the group's model (the set with the most
@@ -1960,30 +1939,23 @@ static ql_status plot_sensitivity(ql_report_writer *c, group *g, const layout *l
     if (rc)
         return rc;
 
-    body b = {0};
-    size_t ncols = panels <= 1 ? 1 : 2, nrows = (panels + ncols - 1) / ncols;
+    ql_strbuf b = {0};
     sens_set_text(ss, set, sizeof set);
     snprintf(title, sizeof title, "%s: %s — sensitivity %s", c->sweep, g->model, set);
-    body_add(&b, "set multiplot layout %zu,%zu title ", nrows, ncols);
-    body_title(&b, title);
-    /* Light to dark as the KLD grows; the scale ends at whole decades. */
-    body_add(&b, "\nset palette defined (0 '#fff7bc', 0.4 '#fe9929', 0.75 '#d7301f', 1 "
-                 "'#67000d')\nset cblabel 'log10 mean KLD (nats)'\n");
-    if (hi >= lo)
-        body_add(&b, "set cbrange [%g:%g]\n", floor(lo),
-                 ceil(hi) > floor(lo) ? ceil(hi) : floor(lo) + 1.0);
-    body_add(&b,
-             "set object 1 rectangle from graph 0, graph 0 to graph 1, graph 1 behind fillcolor "
-             "rgb '#e8e8e8' fillstyle solid noborder\n"
-             "set xrange [-0.5:%g]\nset yrange [%g:%g]\nset ylabel 'layer'\n"
-             "set xtics rotate by 45 right font ',9' (",
-             (double)cols.n - 0.5, (double)min_layer - 0.5, (double)max_layer + 0.5);
+    heatmap_start(&b, panels, title, lo, hi);
+    ql_strbuf_add(
+        &b,
+        "set object 1 rectangle from graph 0, graph 0 to graph 1, graph 1 behind fillcolor "
+        "rgb '#e8e8e8' fillstyle solid noborder\n"
+        "set xrange [-0.5:%g]\nset yrange [%g:%g]\nset ylabel 'layer'\n"
+        "set xtics rotate by 45 right font ',9' (",
+        (double)cols.n - 0.5, (double)min_layer - 0.5, (double)max_layer + 0.5);
     for (size_t k = 0; k < cols.n; k++) {
-        body_add(&b, "%s", k ? ", " : "");
+        ql_strbuf_add(&b, "%s", k ? ", " : "");
         body_quote(&b, cols.name[k]);
-        body_add(&b, " %zu", k);
+        ql_strbuf_add(&b, " %zu", k);
     }
-    body_add(&b, ")\n");
+    ql_strbuf_add(&b, ")\n");
     sens_layer_ticks(&b, ss, min_layer, max_layer);
     for (size_t p = 0; p < panels; p++) {
         char panel[96];
@@ -1991,14 +1963,14 @@ static ql_status plot_sensitivity(ql_report_writer *c, group *g, const layout *l
             snprintf(panel, sizeof panel, "%s", ss->types[p]);
         else
             snprintf(panel, sizeof panel, "%s (%.2f bpw)", ss->types[p], ss->type_bpw[p]);
-        body_add(&b, "set title ");
+        ql_strbuf_add(&b, "set title ");
         body_quote(&b, panel);
-        body_add(&b,
-                 "\nplot '%s.dat' index %zu using 1:2:(0.5):(0.5):3 with boxxyerror fillstyle "
-                 "solid 1.0 noborder lc palette notitle\n",
-                 base, p);
+        ql_strbuf_add(&b,
+                      "\nplot '%s.dat' index %zu using 1:2:(0.5):(0.5):3 with boxxyerror fillstyle "
+                      "solid 1.0 noborder lc palette notitle\n",
+                      base, p);
     }
-    body_add(&b, "unset multiplot\n");
+    ql_strbuf_add(&b, "unset multiplot\n");
     char header[2600];
     snprintf(header, sizeof header,
              "# qlab report: the mean KLD of the model with one tensor quantized alone, a panel\n"
@@ -2059,36 +2031,30 @@ static ql_status plot_sensitivity_experts(ql_report_writer *c, group *g, const l
     snprintf(name, sizeof name, "%s.dat", base);
     if ((rc = ql_report_doc_save(c, &d, name, err)))
         return rc;
-    body b = {0};
-    const size_t ncols = panels <= 1 ? 1 : 2, nrows = (panels + ncols - 1) / ncols;
+    ql_strbuf b = {0};
     snprintf(title, sizeof title, "%s: %s — sensitivity of each expert %s", c->sweep, g->model,
              set);
-    body_add(&b, "set multiplot layout %zu,%zu title ", nrows, ncols);
-    body_title(&b, title);
-    body_add(&b, "\nset palette defined (0 '#fff7bc', 0.4 '#fe9929', 0.75 '#d7301f', 1 "
-                 "'#67000d')\nset cblabel 'log10 mean KLD (nats)'\n");
-    if (hi >= lo)
-        body_add(&b, "set cbrange [%g:%g]\n", floor(lo),
-                 ceil(hi) > floor(lo) ? ceil(hi) : floor(lo) + 1.0);
-    body_add(&b,
-             "set object 1 rectangle from graph 0, graph 0 to graph 1, graph 1 behind fillcolor "
-             "rgb '#e8e8e8' fillstyle solid noborder\n"
-             "set xrange [-0.5:%g]\nset yrange [%g:%g]\nset xlabel 'expert'\n"
-             "set ylabel 'layer'\nset xtics %d\nset ytics %lld\n",
-             (double)experts - 0.5, (double)min_layer - 0.5, (double)max_layer + 0.5,
-             experts > 16 ? experts / 16 : 1,
-             max_layer - min_layer > 16 ? (long long)(max_layer - min_layer) / 16 : 1LL);
+    heatmap_start(&b, panels, title, lo, hi);
+    ql_strbuf_add(
+        &b,
+        "set object 1 rectangle from graph 0, graph 0 to graph 1, graph 1 behind fillcolor "
+        "rgb '#e8e8e8' fillstyle solid noborder\n"
+        "set xrange [-0.5:%g]\nset yrange [%g:%g]\nset xlabel 'expert'\n"
+        "set ylabel 'layer'\nset xtics %d\nset ytics %lld\n",
+        (double)experts - 0.5, (double)min_layer - 0.5, (double)max_layer + 0.5,
+        experts > 16 ? experts / 16 : 1,
+        max_layer - min_layer > 16 ? (long long)(max_layer - min_layer) / 16 : 1LL);
     for (size_t p = 0; p < panels; p++) {
         char panel[96];
         snprintf(panel, sizeof panel, "%s", ss->types[p]);
-        body_add(&b, "set title ");
+        ql_strbuf_add(&b, "set title ");
         body_quote(&b, panel);
-        body_add(&b,
-                 "\nplot '%s.dat' index %zu using 1:2:(0.5):(0.5):3 with boxxyerror fillstyle "
-                 "solid 1.0 noborder lc palette notitle\n",
-                 base, p);
+        ql_strbuf_add(&b,
+                      "\nplot '%s.dat' index %zu using 1:2:(0.5):(0.5):3 with boxxyerror fillstyle "
+                      "solid 1.0 noborder lc palette notitle\n",
+                      base, p);
     }
-    body_add(&b, "unset multiplot\n");
+    ql_strbuf_add(&b, "unset multiplot\n");
     char header[2600];
     snprintf(header, sizeof header,
              "# qlab report: the mean KLD of the model with one expert's matrices of one block\n"
@@ -2139,30 +2105,30 @@ ql_status ql_report_plot_texts(ql_report_writer *c, group *gs, size_t ng, ql_err
             ql_report_texts_free(&m);
             break;
         }
-        body b = {0};
+        ql_strbuf b = {0};
         snprintf(title, sizeof title, "%s: %s, ctx %d, %d chunks — mean KLD on each text", c->sweep,
                  g->model, g->ctx, g->chunks);
-        body_add(&b, "set title ");
+        ql_strbuf_add(&b, "set title ");
         body_quote(&b, title);
-        body_add(&b,
-                 "\nset logscale y\nset ylabel 'mean KLD (nats)'\nset grid ytics\n"
-                 "set key outside right top\nset xrange [-0.3:%g]\nset xtics (",
-                 (double)m.ncols - 0.7);
+        ql_strbuf_add(&b,
+                      "\nset logscale y\nset ylabel 'mean KLD (nats)'\nset grid ytics\n"
+                      "set key outside right top\nset xrange [-0.3:%g]\nset xtics (",
+                      (double)m.ncols - 0.7);
         for (size_t k = 0; k < m.ncols; k++) {
-            body_add(&b, "%s", k ? ", " : "");
+            ql_strbuf_add(&b, "%s", k ? ", " : "");
             body_quote(&b, gs[m.cols[k]].dataset);
-            body_add(&b, " %zu", k);
+            ql_strbuf_add(&b, " %zu", k);
         }
-        body_add(&b, ")\nplot ");
+        ql_strbuf_add(&b, ")\nplot ");
         for (size_t r = 0; r < m.nrows; r++) {
-            body_add(&b,
-                     "%s'%s.dat' index %zu using 1:2 with linespoints lw 1.5 pt %d lc rgb '%s' "
-                     "title ",
-                     r ? ", \\\n     " : "", base, r, markers[r % N_MARKERS],
-                     colours[r % N_COLOURS]);
+            ql_strbuf_add(
+                &b,
+                "%s'%s.dat' index %zu using 1:2 with linespoints lw 1.5 pt %d lc rgb '%s' "
+                "title ",
+                r ? ", \\\n     " : "", base, r, markers[r % N_MARKERS], colours[r % N_COLOURS]);
             body_quote(&b, m.rows[r].label);
         }
-        body_add(&b, "\n");
+        ql_strbuf_add(&b, "\n");
         char header[2600];
         snprintf(header, sizeof header,
                  "# qlab report: the mean KLD of every config on each evaluation text (a line\n"

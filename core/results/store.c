@@ -45,10 +45,10 @@ ql_status ql_store_upsert_model(ql_store *s, const ql_store_model *m, int64_t *i
                             s->path, m->path ? m->path : "?", m->sha256 ? m->sha256 : "(null)");
     if (!m->path)
         return ql_error_set(err, QL_EINVAL, "%s: model %.12s: no path", s->path, m->sha256);
-    sqlbuf q;
+    ql_strbuf q = {0};
     store_insert_sql(store_table("models"), STORE_ROW, &q);
     store_stmt st;
-    ql_status rc = store_stmt_prep(s, q.text, &st, err);
+    ql_status rc = store_stmt_prep(s, &q, &st, err);
     if (rc)
         return rc;
     const void *const src[] = {m};
@@ -66,10 +66,10 @@ ql_status ql_store_upsert_dataset(ql_store *s, const ql_store_dataset *d, int64_
                             s->path, d->name ? d->name : "?", d->sha256 ? d->sha256 : "(null)");
     if (!d->name || !*d->name)
         return ql_error_set(err, QL_EINVAL, "%s: dataset %.12s: no name", s->path, d->sha256);
-    sqlbuf q;
+    ql_strbuf q = {0};
     store_insert_sql(store_table("datasets"), STORE_ROW, &q);
     store_stmt st;
-    ql_status rc = store_stmt_prep(s, q.text, &st, err);
+    ql_status rc = store_stmt_prep(s, &q, &st, err);
     if (rc)
         return rc;
     const void *const src[] = {d};
@@ -87,10 +87,10 @@ ql_status ql_store_upsert_config(ql_store *s, const ql_config *c, int64_t *id, q
     ql_config_hash(c, hash);
 
     /* hash, canonical, then every configs column of config.h. */
-    sqlbuf q;
+    ql_strbuf q = {0};
     store_insert_sql(store_table("configs"), STORE_ROW, &q);
     store_stmt w;
-    ql_status rc = store_stmt_prep(s, q.text, &w, err);
+    ql_status rc = store_stmt_prep(s, &q, &w, err);
     if (rc)
         return rc;
     const ql_config_column *cols;
@@ -197,10 +197,10 @@ ql_status ql_store_sensitivity_get(ql_store *s, const ql_store_sens_key *key, co
 ql_status ql_store_sensitivity_put(ql_store *s, const ql_store_sens_key *key,
                                    const ql_store_sens_row *row, ql_error *err)
 {
-    sqlbuf q;
+    ql_strbuf q = {0};
     store_insert_sql(store_table("sensitivity"), STORE_ROW, &q);
     store_stmt st;
-    ql_status rc = store_stmt_prep(s, q.text, &st, err);
+    ql_status rc = store_stmt_prep(s, &q, &st, err);
     if (rc)
         return rc;
     const void *const src[STORE_SENS_SRCS] = {

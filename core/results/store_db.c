@@ -99,6 +99,34 @@ ql_status store_exec(ql_store *s, const char *sql, const char *what, ql_error *e
     return QL_OK;
 }
 
+/* ---------------------------------------------------------------- built statements */
+
+ql_status store_sql_check(ql_store *s, const ql_strbuf *sql, ql_error *err)
+{
+    return sql->failed ? ql_error_set(err, QL_ENOMEM, "%s: out of memory building a statement",
+                                      s->subject ? s->subject : s->path)
+                       : QL_OK;
+}
+
+ql_status store_prep_sql(ql_store *s, ql_strbuf *sql, sqlite3_stmt **st, ql_error *err)
+{
+    *st = NULL;
+    ql_status rc = store_sql_check(s, sql, err);
+    if (!rc)
+        rc = store_prep(s, ql_strbuf_cstr(sql), st, err);
+    ql_strbuf_free(sql);
+    return rc;
+}
+
+ql_status store_exec_sql(ql_store *s, ql_strbuf *sql, const char *what, ql_error *err)
+{
+    ql_status rc = store_sql_check(s, sql, err);
+    if (!rc)
+        rc = store_exec(s, ql_strbuf_cstr(sql), what, err);
+    ql_strbuf_free(sql);
+    return rc;
+}
+
 /* Bind helpers: NULL for a NULL string, a negative count or a NaN. */
 static ql_status bind_rc(ql_store *s, int rc, int idx, const char *what, ql_error *err)
 {
@@ -195,11 +223,11 @@ double store_col_or_nan(sqlite3_stmt *st, int i)
 
 /* ---------------------------------------------------------------- rows bound by name */
 
-ql_status store_stmt_prep(ql_store *s, const char *sql, store_stmt *q, ql_error *err)
+ql_status store_stmt_prep(ql_store *s, ql_strbuf *sql, store_stmt *q, ql_error *err)
 {
     memset(q, 0, sizeof *q);
     q->s = s;
-    ql_status rc = store_prep(s, sql, &q->st, err);
+    ql_status rc = store_prep_sql(s, sql, &q->st, err);
     QL_ASSERT(rc || sqlite3_bind_parameter_count(q->st) <= STORE_PARAM_MAX);
     return rc;
 }

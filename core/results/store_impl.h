@@ -19,6 +19,7 @@
 
 #include "base/data.h"
 #include "base/error.h"
+#include "base/strbuf.h"
 #include "base/util.h"
 #include "results/store.h"
 
@@ -69,18 +70,16 @@ void store_rollback(ql_store *s);
 /* The one integer a PRAGMA returns. */
 ql_status store_pragma_int(ql_store *s, const char *sql, int64_t *out, ql_error *err);
 
-/* ================================================================ SQL text (store_schema.c) */
+/* ================================================================ built statements (store_db.c)
+ *
+ * Statements built from the declarations are ql_strbufs (their length grows with the
+ * schema). These take one, fail with an out-of-memory error when building it failed,
+ * and free it whatever the outcome (it is empty again, for reuse). */
 
-/* Statements are built from the declarations (a bounded number of short names), so a
- * fixed buffer always suffices; running out is a broken invariant, not an input error. */
-#define SQL_MAX 65536
-
-typedef struct {
-    char text[SQL_MAX];
-    size_t len;
-} sqlbuf;
-
-void store_sql_add(sqlbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* QL_OK when sql was built whole, else "path: out of memory building a statement". */
+ql_status store_sql_check(ql_store *s, const ql_strbuf *sql, ql_error *err);
+ql_status store_prep_sql(ql_store *s, ql_strbuf *sql, sqlite3_stmt **st, ql_error *err);
+ql_status store_exec_sql(ql_store *s, ql_strbuf *sql, const char *what, ql_error *err);
 
 /* ================================================================ schema (store_schema.c) */
 
@@ -193,17 +192,18 @@ typedef struct {
 
 /* The columns of table t, in creation order. */
 size_t store_table_columns(const table_def *t, column *out);
-/* Its CREATE TABLE statement. */
-void store_create_table_sql(const table_def *t, sqlbuf *b);
+/* Its CREATE TABLE statement, into b (replacing what b held, as store_insert_sql,
+ * store_update_sql and store_view_sql do too). */
+void store_create_table_sql(const table_def *t, ql_strbuf *b);
 /* Whether statements for `writes` (STORE_*) write column c. */
 bool store_column_written(const column *c, unsigned writes);
 /* "INSERT INTO t (a, b) VALUES (:a, :b)" over the columns written for `writes`, with
  * the table's conflict clause: every parameter is the column's name. */
-void store_insert_sql(const table_def *t, unsigned writes, sqlbuf *b);
+void store_insert_sql(const table_def *t, unsigned writes, ql_strbuf *b);
 /* "UPDATE t SET a = :a, b = :b" over the columns written for `writes`, then
  * "c = NULL" for those written for `clear` and not for `writes`; the caller adds the
  * rest (more assignments, WHERE). */
-void store_update_sql(const table_def *t, unsigned writes, unsigned clear, sqlbuf *b);
+void store_update_sql(const table_def *t, unsigned writes, unsigned clear, ql_strbuf *b);
 
 /* Constraints a version changed: in a database older than `since`, the table's stored
  * CREATE TABLE holds `before` where this qlab declares `after` (store_migrate.c rewrites
@@ -221,7 +221,7 @@ extern const size_t store_n_constraint_changes;
  * trailing white space). */
 extern const size_t store_n_views;
 const char *store_view_name(size_t i);
-void store_view_sql(size_t i, sqlbuf *b);
+void store_view_sql(size_t i, ql_strbuf *b);
 
 /* ================================================================ rows bound by name (store_db.c)
  *
@@ -237,7 +237,8 @@ typedef struct {
     unsigned char bound[STORE_PARAM_MAX + 1]; /* by parameter index */
 } store_stmt;
 
-ql_status store_stmt_prep(ql_store *s, const char *sql, store_stmt *q, ql_error *err);
+/* Prepares the built statement sql (freeing it, as the built statements' helpers do). */
+ql_status store_stmt_prep(ql_store *s, ql_strbuf *sql, store_stmt *q, ql_error *err);
 /* Forgets the bindings for the next row. */
 void store_stmt_reset(store_stmt *q);
 void store_stmt_finalize(store_stmt *q);

@@ -72,10 +72,12 @@ static ql_status views_current(ql_store *s, bool *current, ql_error *err)
             break;
         int r = store_step(s, st);
         if (r == SQLITE_ROW) {
-            sqlbuf b;
+            ql_strbuf b = {0};
             store_view_sql(i, &b);
             const char *have = (const char *)sqlite3_column_text(st, 0);
-            all = have && strcmp(have, b.text) == 0;
+            if (!(rc = store_sql_check(s, &b, err)))
+                all = have && strcmp(have, ql_strbuf_cstr(&b)) == 0;
+            ql_strbuf_free(&b);
         } else if (r == SQLITE_DONE) {
             all = false;
         } else {
@@ -93,7 +95,7 @@ static ql_status views_current(ql_store *s, bool *current, ql_error *err)
 static ql_status upgrade(ql_store *s, int64_t version, ql_error *err)
 {
     ql_status st;
-    sqlbuf b;
+    ql_strbuf b = {0};
     char what[160];
     for (size_t t = 0; t < store_n_tables; t++) {
         const table_def *td = &store_tables[t];
@@ -101,7 +103,7 @@ static ql_status upgrade(ql_store *s, int64_t version, ql_error *err)
             snprintf(what, sizeof what, "creating table %s (schema version %d)", td->pub.name,
                      td->pub.since);
             store_create_table_sql(td, &b);
-            if ((st = store_exec(s, b.text, what, err)))
+            if ((st = store_exec_sql(s, &b, what, err)))
                 return st;
             for (const char *const *x = td->extra; *x; x++)
                 if ((st = store_exec(s, *x, what, err)))
@@ -115,10 +117,9 @@ static ql_status upgrade(ql_store *s, int64_t version, ql_error *err)
                 continue;
             snprintf(what, sizeof what, "adding column %s.%s (schema version %d)", td->pub.name,
                      cols[i].name, cols[i].since);
-            b.len = 0;
-            store_sql_add(&b, "ALTER TABLE %s ADD COLUMN %s %s", td->pub.name, cols[i].name,
+            ql_strbuf_add(&b, "ALTER TABLE %s ADD COLUMN %s %s", td->pub.name, cols[i].name,
                           cols[i].decl);
-            if ((st = store_exec(s, b.text, what, err)))
+            if ((st = store_exec_sql(s, &b, what, err)))
                 return st;
         }
     }
@@ -203,16 +204,15 @@ static ql_status rewrite_constraints(ql_store *s, int64_t version, ql_error *err
 static ql_status recreate_views(ql_store *s, ql_error *err)
 {
     ql_status st;
-    sqlbuf b;
+    ql_strbuf b = {0};
     for (size_t i = store_n_views; i-- > 0;) {
-        b.len = 0;
-        store_sql_add(&b, "DROP VIEW IF EXISTS %s", store_view_name(i));
-        if ((st = store_exec(s, b.text, "dropping the views", err)))
+        ql_strbuf_add(&b, "DROP VIEW IF EXISTS %s", store_view_name(i));
+        if ((st = store_exec_sql(s, &b, "dropping the views", err)))
             return st;
     }
     for (size_t i = 0; i < store_n_views; i++) {
         store_view_sql(i, &b);
-        if ((st = store_exec(s, b.text, "creating the views", err)))
+        if ((st = store_exec_sql(s, &b, "creating the views", err)))
             return st;
     }
     return QL_OK;

@@ -104,19 +104,19 @@ ql_status ql_store_run_brief_get(ql_store *s, int64_t run_id, ql_store_run_brief
     for (int i = 0; i < QL_N_METRICS; i++)
         out->metric[i] = (double)NAN;
     /* Every metric, derived ones by their SQL (over the metrics row m). */
-    sqlbuf q = {.len = 0};
-    store_sql_add(&q, "SELECT r.status, r.chunks, r.quant_seconds");
+    ql_strbuf q = {0};
+    ql_strbuf_add(&q, "SELECT r.status, r.chunks, r.quant_seconds");
     const ql_metric_info *mi;
     size_t nm = ql_metrics(&mi);
     for (size_t i = 0; i < nm; i++) {
         if (mi[i].kind == QL_METRIC_KIND_DERIVED)
-            store_sql_add(&q, ", %s", mi[i].sql);
+            ql_strbuf_add(&q, ", %s", mi[i].sql);
         else
-            store_sql_add(&q, ", m.%s", mi[i].name);
+            ql_strbuf_add(&q, ", m.%s", mi[i].name);
     }
-    store_sql_add(&q, " FROM runs r LEFT JOIN metrics m ON m.run_id = r.id WHERE r.id = ?1");
+    ql_strbuf_add(&q, " FROM runs r LEFT JOIN metrics m ON m.run_id = r.id WHERE r.id = ?1");
     sqlite3_stmt *st;
-    ql_status rc = store_prep(s, q.text, &st, err);
+    ql_status rc = store_prep_sql(s, &q, &st, err);
     if (rc)
         return rc;
     if ((rc = store_bind_count(s, st, 1, run_id, err)))
@@ -140,10 +140,10 @@ out:
 
 static ql_status add_member(ql_store *s, const char *sweep, int64_t run_id, ql_error *err)
 {
-    sqlbuf q;
+    ql_strbuf q = {0};
     store_insert_sql(store_table("sweep_runs"), STORE_ROW, &q);
     store_stmt st;
-    ql_status rc = store_stmt_prep(s, q.text, &st, err);
+    ql_status rc = store_stmt_prep(s, &q, &st, err);
     if (rc)
         return rc;
     if (!(rc = store_put_text(&st, "sweep", sweep, err)) &&
@@ -271,11 +271,11 @@ ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
     sqlite3_finalize(st);
     st = NULL;
 
-    sqlbuf q;
+    ql_strbuf q = {0};
     if (id == 0) {
         store_insert_sql(store_table("runs"), STORE_RUN_KEY | STORE_RUN_CLAIM, &q);
-        store_sql_add(&q, " RETURNING id");
-        if ((rc = store_stmt_prep(s, q.text, &w, err)) || (rc = bind_claim(&w, key, info, err)) ||
+        ql_strbuf_add(&q, " RETURNING id");
+        if ((rc = store_stmt_prep(s, &q, &w, err)) || (rc = bind_claim(&w, key, info, err)) ||
             (rc = store_stmt_id(&w, "creating the run", &id, err)))
             goto out;
     } else {
@@ -283,9 +283,8 @@ ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
         for (size_t t = 0; t < store_n_tables; t++) {
             if (store_tables[t].pub.role != QL_TABLE_RUN_DATA)
                 continue;
-            q.len = 0;
-            store_sql_add(&q, "DELETE FROM %s WHERE run_id = ?1", store_tables[t].pub.name);
-            if ((rc = store_prep(s, q.text, &st, err)) ||
+            ql_strbuf_add(&q, "DELETE FROM %s WHERE run_id = ?1", store_tables[t].pub.name);
+            if ((rc = store_prep_sql(s, &q, &st, err)) ||
                 (rc = store_bind_count(s, st, 1, id, err)) ||
                 (rc = store_step_done(s, st, "clearing the earlier attempt", err)))
                 goto out;
@@ -294,8 +293,8 @@ ql_status ql_store_claim_run(ql_store *s, const ql_store_run_key *key,
         }
         /* What a claim writes anew, what the earlier attempt's end wrote cleared. */
         store_update_sql(store_table("runs"), STORE_RUN_CLAIM, STORE_RUN_DONE | STORE_RUN_END, &q);
-        store_sql_add(&q, ", attempts = attempts + 1 WHERE id = :id");
-        if ((rc = store_stmt_prep(s, q.text, &w, err)) || (rc = bind_claim(&w, key, info, err)) ||
+        ql_strbuf_add(&q, ", attempts = attempts + 1 WHERE id = :id");
+        if ((rc = store_stmt_prep(s, &q, &w, err)) || (rc = bind_claim(&w, key, info, err)) ||
             (rc = store_put_count(&w, "id", id, err)) ||
             (rc = store_stmt_done(&w, "restarting the run", err)))
             goto out;
@@ -325,10 +324,10 @@ ql_status ql_store_run_status(ql_store *s, int64_t run_id, char out[16], ql_erro
 
 static ql_status insert_metrics(ql_store *s, int64_t run_id, const ql_run_metrics *m, ql_error *err)
 {
-    sqlbuf q;
+    ql_strbuf q = {0};
     store_insert_sql(store_table("metrics"), STORE_ROW, &q);
     store_stmt st;
-    ql_status rc = store_stmt_prep(s, q.text, &st, err);
+    ql_status rc = store_stmt_prep(s, &q, &st, err);
     if (rc)
         return rc;
     if ((rc = store_put_count(&st, "run_id", run_id, err)))
@@ -376,10 +375,10 @@ static ql_status insert_run_rows(ql_store *s, const run_rows *w, int64_t run_id,
     if (n == 0)
         return QL_OK;
     const table_def *t = store_table(w->table);
-    sqlbuf q;
+    ql_strbuf q = {0};
     store_insert_sql(t, STORE_ROW, &q);
     store_stmt st;
-    ql_status rc = store_stmt_prep(s, q.text, &st, err);
+    ql_status rc = store_stmt_prep(s, &q, &st, err);
     if (rc)
         return rc;
     for (size_t i = 0; i < n && !rc; i++) {
@@ -571,12 +570,12 @@ ql_status ql_store_finish_run_result(ql_store *s, int64_t run_id, const ql_run_r
         (rc = insert_run_rows(s, &expert_rows, run_id, res->experts, res->n_experts, err)))
         goto out;
     ql_utc_timestamp(now);
-    sqlbuf q;
+    ql_strbuf q = {0};
     store_update_sql(store_table("runs"), STORE_RUN_DONE, 0, &q);
-    store_sql_add(&q, " WHERE id = :id");
+    ql_strbuf_add(&q, " WHERE id = :id");
     const void *const src[STORE_RUN_SRCS] = {
         [STORE_RUN_SRC_TIMING] = t, [STORE_RUN_SRC_RESULT] = res};
-    if ((rc = store_stmt_prep(s, q.text, &w, err)) ||
+    if ((rc = store_stmt_prep(s, &q, &w, err)) ||
         (rc = store_put_fields(&w, store_table("runs"), src, STORE_RUN_SRCS, err)) ||
         (rc = store_put_text(&w, "status", "done", err)) ||
         (rc = store_put_text(&w, "finished", now, err)) ||
@@ -612,11 +611,11 @@ static ql_status end_run(ql_store *s, int64_t run_id, const char *status, const 
 {
     char now[32];
     ql_utc_timestamp(now);
-    sqlbuf q;
+    ql_strbuf q = {0};
     store_update_sql(store_table("runs"), STORE_RUN_END, 0, &q);
-    store_sql_add(&q, " WHERE id = :id AND status = 'running'");
+    ql_strbuf_add(&q, " WHERE id = :id AND status = 'running'");
     store_stmt st;
-    ql_status rc = store_stmt_prep(s, q.text, &st, err);
+    ql_status rc = store_stmt_prep(s, &q, &st, err);
     if (rc)
         return rc;
     if ((rc = store_put_text(&st, "status", status, err)) ||

@@ -1,6 +1,5 @@
 /* The store's schema: every table and column declared once with its schema version,
  * the CREATE TABLE statements and the views built from the declarations (store_impl.h). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,32 +11,22 @@
 
 /* ================================================================ SQL text */
 
-void store_sql_add(sqlbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->text + b->len, sizeof b->text - b->len, fmt, ap);
-    va_end(ap);
-    QL_ASSERT(n >= 0 && (size_t)n < sizeof b->text - b->len);
-    b->len += (size_t)n;
-}
-
 /* Appends one item of a comma-separated select list, starting a new line (indented
  * under the SELECT) when the line would pass LIST_WIDTH. */
 #define LIST_WIDTH 92
 
-static void list_add(sqlbuf *b, const char *item)
+static void list_add(ql_strbuf *b, const char *item)
 {
     size_t line = b->len;
     while (line > 0 && b->text[line - 1] != '\n')
         line--;
     bool first = b->len > 0 && b->text[b->len - 1] == '\n';
     if (!first && b->len - line + 2 + strlen(item) > LIST_WIDTH)
-        store_sql_add(b, ",\n       %s", item);
+        ql_strbuf_add(b, ",\n       %s", item);
     else if (first)
-        store_sql_add(b, "       %s", item);
+        ql_strbuf_add(b, "       %s", item);
     else
-        store_sql_add(b, ", %s", item);
+        ql_strbuf_add(b, ", %s", item);
 }
 
 /* ================================================================ schema
@@ -847,25 +836,25 @@ static void column_default(const column *c, char *buf, size_t size)
     snprintf(buf, size, "%.*s", (int)n, d);
 }
 
-void store_create_table_sql(const table_def *t, sqlbuf *b)
+void store_create_table_sql(const table_def *t, ql_strbuf *b)
 {
     column cols[MAX_TABLE_COLUMNS];
     size_t n = store_table_columns(t, cols), width = 0;
     for (size_t i = 0; i < n; i++)
         width = strlen(cols[i].name) > width ? strlen(cols[i].name) : width;
-    b->len = 0;
-    store_sql_add(b, "CREATE TABLE %s (%s%s\n", t->pub.name, t->comment ? "            -- " : "",
+    ql_strbuf_truncate(b, 0);
+    ql_strbuf_add(b, "CREATE TABLE %s (%s%s\n", t->pub.name, t->comment ? "            -- " : "",
                   t->comment ? t->comment : "");
     for (size_t i = 0; i < n; i++) {
         bool last = i + 1 == n && !t->constraints;
-        store_sql_add(b, "    %-*s %s%s", (int)width, cols[i].name, cols[i].decl, last ? "" : ",");
+        ql_strbuf_add(b, "    %-*s %s%s", (int)width, cols[i].name, cols[i].decl, last ? "" : ",");
         if (cols[i].comment)
-            store_sql_add(b, " -- %s", cols[i].comment);
-        store_sql_add(b, "\n");
+            ql_strbuf_add(b, " -- %s", cols[i].comment);
+        ql_strbuf_add(b, "\n");
     }
     if (t->constraints)
-        store_sql_add(b, "    %s\n", t->constraints);
-    store_sql_add(b, ")%s", t->options);
+        ql_strbuf_add(b, "    %s\n", t->constraints);
+    ql_strbuf_add(b, ")%s", t->options);
 }
 
 const table_def *store_table(const char *name)
@@ -886,61 +875,61 @@ bool store_column_written(const column *c, unsigned writes)
     return (writes & STORE_ROW) && strcmp(c->decl, "INTEGER PRIMARY KEY") != 0;
 }
 
-void store_insert_sql(const table_def *t, unsigned writes, sqlbuf *b)
+void store_insert_sql(const table_def *t, unsigned writes, ql_strbuf *b)
 {
     column cols[MAX_TABLE_COLUMNS];
     const size_t n = store_table_columns(t, cols);
-    b->len = 0;
-    store_sql_add(b, "INSERT %sINTO %s (", t->conflict == STORE_CONFLICT_IGNORE ? "OR IGNORE " : "",
+    ql_strbuf_truncate(b, 0);
+    ql_strbuf_add(b, "INSERT %sINTO %s (", t->conflict == STORE_CONFLICT_IGNORE ? "OR IGNORE " : "",
                   t->pub.name);
     const char *sep = "";
     for (size_t i = 0; i < n; i++)
         if (store_column_written(&cols[i], writes)) {
-            store_sql_add(b, "%s%s", sep, cols[i].name);
+            ql_strbuf_add(b, "%s%s", sep, cols[i].name);
             sep = ", ";
         }
-    store_sql_add(b, ") VALUES (");
+    ql_strbuf_add(b, ") VALUES (");
     sep = "";
     for (size_t i = 0; i < n; i++)
         if (store_column_written(&cols[i], writes)) {
-            store_sql_add(b, "%s:%s", sep, cols[i].name);
+            ql_strbuf_add(b, "%s:%s", sep, cols[i].name);
             sep = ", ";
         }
-    store_sql_add(b, ")");
+    ql_strbuf_add(b, ")");
     if (t->conflict == STORE_CONFLICT_KEEP) {
-        store_sql_add(b, " ON CONFLICT (%s) DO NOTHING", t->pub.key);
+        ql_strbuf_add(b, " ON CONFLICT (%s) DO NOTHING", t->pub.key);
     } else if (t->conflict == STORE_CONFLICT_MERGE) {
         /* Every column the INSERT writes but the key: its merge, by default the stored
          * value when there is one. */
-        store_sql_add(b, " ON CONFLICT (%s) DO UPDATE SET ", t->pub.key);
+        ql_strbuf_add(b, " ON CONFLICT (%s) DO UPDATE SET ", t->pub.key);
         sep = "";
         for (size_t i = 0; i < n; i++) {
             const column *c = &cols[i];
             if (!store_column_written(c, writes) || strcmp(c->name, t->pub.key) == 0)
                 continue;
             if (c->merge)
-                store_sql_add(b, "%s%s = %s", sep, c->name, c->merge);
+                ql_strbuf_add(b, "%s%s = %s", sep, c->name, c->merge);
             else
-                store_sql_add(b, "%s%s = coalesce(%s, excluded.%s)", sep, c->name, c->name,
+                ql_strbuf_add(b, "%s%s = coalesce(%s, excluded.%s)", sep, c->name, c->name,
                               c->name);
             sep = ", ";
         }
-        store_sql_add(b, " RETURNING id");
+        ql_strbuf_add(b, " RETURNING id");
     }
 }
 
-void store_update_sql(const table_def *t, unsigned writes, unsigned clear, sqlbuf *b)
+void store_update_sql(const table_def *t, unsigned writes, unsigned clear, ql_strbuf *b)
 {
     column cols[MAX_TABLE_COLUMNS];
     const size_t n = store_table_columns(t, cols);
-    b->len = 0;
-    store_sql_add(b, "UPDATE %s SET ", t->pub.name);
+    ql_strbuf_truncate(b, 0);
+    ql_strbuf_add(b, "UPDATE %s SET ", t->pub.name);
     const char *sep = "";
     for (size_t i = 0; i < n; i++) {
         if (store_column_written(&cols[i], writes))
-            store_sql_add(b, "%s%s = :%s", sep, cols[i].name, cols[i].name);
+            ql_strbuf_add(b, "%s%s = :%s", sep, cols[i].name, cols[i].name);
         else if (store_column_written(&cols[i], clear))
-            store_sql_add(b, "%s%s = NULL", sep, cols[i].name);
+            ql_strbuf_add(b, "%s%s = NULL", sep, cols[i].name);
         else
             continue;
         sep = ", ";
@@ -989,7 +978,7 @@ size_t ql_store_metric_columns(const char *const **names)
 /* ---------------------------------------------------------------- views */
 
 /* The axis columns of a config (alias c), in axis order. */
-static void add_axes(sqlbuf *b)
+static void add_axes(ql_strbuf *b)
 {
     for (int a = 0; a < QL_AXIS_COUNT; a++) {
         char item[96];
@@ -1036,7 +1025,7 @@ static void add_axes(sqlbuf *b)
     "(SELECT t.fallback_reason FROM tensor_errors t WHERE t.run_id = r.id AND t.fallback = 1"      \
     " ORDER BY t.params DESC, t.tensor LIMIT 1) AS fallback_note"
 
-static void add_applicability(sqlbuf *b)
+static void add_applicability(ql_strbuf *b)
 {
     list_add(b, APPLIES_SQL);
     list_add(b, TYPES_USED_SQL);
@@ -1046,7 +1035,7 @@ static void add_applicability(sqlbuf *b)
 /* The columns of results and sweep_results after run_id and sweep (aliases r, c,
  * mo, d, m): the config, model and text, every metric, the run's provenance. They
  * share them so that a report can read either. */
-static void add_result_columns(sqlbuf *b)
+static void add_result_columns(ql_strbuf *b)
 {
     static const char *const head[] = {"c.hash AS config_hash", "c.canonical"};
     static const char *const inputs[] = {"mo.name AS model",
@@ -1063,7 +1052,7 @@ static void add_result_columns(sqlbuf *b)
                                              "r.imatrix_sha256", "r.blas_kernel",
                                              "r.mem_budget",     "r.group_chunks",
                                              "r.body_of",        "r.forward_alone_seconds"};
-    store_sql_add(b, "\n");
+    ql_strbuf_add(b, "\n");
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         list_add(b, head[i]);
     add_axes(b);
@@ -1082,7 +1071,7 @@ static void add_result_columns(sqlbuf *b)
     add_applicability(b);
     for (size_t i = 0; i < sizeof provenance / sizeof provenance[0]; i++)
         list_add(b, provenance[i]);
-    store_sql_add(b, "\n");
+    ql_strbuf_add(b, "\n");
 }
 
 #define RESULT_JOINS                                                                               \
@@ -1090,32 +1079,32 @@ static void add_result_columns(sqlbuf *b)
     "JOIN models mo ON mo.id = r.model_id\n"                                                       \
     "JOIN datasets d ON d.id = r.dataset_id\n"
 
-static void view_results(sqlbuf *b)
+static void view_results(ql_strbuf *b)
 {
-    store_sql_add(
+    ql_strbuf_add(
         b, "CREATE VIEW results AS -- one row per finished run: config axes, model/text,\n"
            "                       -- metrics and provenance; sweep: the one that last ran it\n"
            "SELECT r.id AS run_id, r.sweep,");
     add_result_columns(b);
-    store_sql_add(b, "FROM runs r\n" RESULT_JOINS "JOIN metrics m ON m.run_id = r.id\n"
+    ql_strbuf_add(b, "FROM runs r\n" RESULT_JOINS "JOIN metrics m ON m.run_id = r.id\n"
                      "WHERE r.status = 'done'");
 }
 
-static void view_sweep_results(sqlbuf *b)
+static void view_sweep_results(ql_strbuf *b)
 {
-    store_sql_add(b,
+    ql_strbuf_add(b,
                   "CREATE VIEW sweep_results AS -- results once per sweep that includes the run,\n"
                   "                             -- also when an earlier sweep ran it\n"
                   "SELECT r.id AS run_id, s.sweep,");
     add_result_columns(b);
-    store_sql_add(b, "FROM sweep_runs s JOIN runs r ON r.id = s.run_id\n" RESULT_JOINS
+    ql_strbuf_add(b, "FROM sweep_runs s JOIN runs r ON r.id = s.run_id\n" RESULT_JOINS
                      "JOIN metrics m ON m.run_id = r.id\n"
                      "WHERE r.status = 'done'");
 }
 
-static void view_run_log(sqlbuf *b)
+static void view_run_log(ql_strbuf *b)
 {
-    store_sql_add(
+    ql_strbuf_add(
         b, "CREATE VIEW run_log AS -- every run whatever its status, with provenance and error\n"
            "SELECT r.id AS run_id, r.sweep, r.status, r.attempts, c.hash AS config_hash,\n"
            "       c.canonical, mo.name AS model, mo.sha256 AS model_sha256, d.name AS dataset,\n"
@@ -1125,20 +1114,20 @@ static void view_run_log(sqlbuf *b)
            "FROM runs r\n" RESULT_JOINS);
 }
 
-static void view_failed_runs(sqlbuf *b)
+static void view_failed_runs(ql_strbuf *b)
 {
-    store_sql_add(b, "CREATE VIEW failed_runs AS SELECT * FROM run_log WHERE status = 'failed'");
+    ql_strbuf_add(b, "CREATE VIEW failed_runs AS SELECT * FROM run_log WHERE status = 'failed'");
 }
 
-static void view_tensor_results(sqlbuf *b)
+static void view_tensor_results(ql_strbuf *b)
 {
-    store_sql_add(
+    ql_strbuf_add(
         b, "CREATE VIEW tensor_results AS -- per-tensor errors of finished runs, with their\n"
            "                              -- config\n"
            "SELECT r.id AS run_id, r.sweep, c.hash AS config_hash, c.canonical,\n");
     add_axes(b);
-    store_sql_add(b, ",\n");
-    store_sql_add(
+    ql_strbuf_add(b, ",\n");
+    ql_strbuf_add(
         b, "       mo.name AS model, d.name AS dataset, r.ctx, r.chunks, t.tensor, t.layer,\n"
            "       t.requested_type, t.used_type, t.fallback, t.fallback_reason, t.n_rows,\n"
            "       t.n_cols, t.params, t.bytes, 8.0 * t.bytes / t.params AS bpw, t.rmse,\n"
@@ -1147,14 +1136,14 @@ static void view_tensor_results(sqlbuf *b)
            "JOIN runs r ON r.id = t.run_id\n" RESULT_JOINS "WHERE r.status = 'done'");
 }
 
-static void view_chunk_results(sqlbuf *b)
+static void view_chunk_results(ql_strbuf *b)
 {
-    store_sql_add(b, "CREATE VIEW chunk_results AS -- per-chunk means of finished runs with their\n"
+    ql_strbuf_add(b, "CREATE VIEW chunk_results AS -- per-chunk means of finished runs with their\n"
                      "                             -- config (pair two runs by chunk)\n"
                      "SELECT r.id AS run_id, c.hash AS config_hash,\n");
     add_axes(b);
-    store_sql_add(b, ",\n");
-    store_sql_add(
+    ql_strbuf_add(b, ",\n");
+    ql_strbuf_add(
         b, "       mo.name AS model, d.name AS dataset, r.ctx, r.chunks, k.chunk, k.n_tokens,\n"
            "       k.kld_sum, k.nll_sum, k.nll_ref_sum, k.top1_count,\n"
            "       k.kld_sum / k.n_tokens AS kld_mean,\n"
@@ -1164,14 +1153,14 @@ static void view_chunk_results(sqlbuf *b)
            "JOIN runs r ON r.id = k.run_id\n" RESULT_JOINS "WHERE r.status = 'done'");
 }
 
-static void view_layer_results(sqlbuf *b)
+static void view_layer_results(ql_strbuf *b)
 {
-    store_sql_add(b, "CREATE VIEW layer_results AS -- per-layer divergence of finished runs with\n"
+    ql_strbuf_add(b, "CREATE VIEW layer_results AS -- per-layer divergence of finished runs with\n"
                      "                             -- their config\n"
                      "SELECT r.id AS run_id, c.hash AS config_hash,\n");
     add_axes(b);
-    store_sql_add(b, ",\n");
-    store_sql_add(b, "       mo.name AS model, d.name AS dataset, r.ctx, r.chunks, l.layer,\n"
+    ql_strbuf_add(b, ",\n");
+    ql_strbuf_add(b, "       mo.name AS model, d.name AS dataset, r.ctx, r.chunks, l.layer,\n"
                      "       l.rel_err_mean, l.rel_err_p99, l.cos_mean\n"
                      "FROM layer_metrics l\n"
                      "JOIN runs r ON r.id = l.run_id\n" RESULT_JOINS "WHERE r.status = 'done'");
@@ -1180,7 +1169,7 @@ static void view_layer_results(sqlbuf *b)
 /* In creation order (failed_runs reads run_log). */
 static const struct {
     const char *name;
-    void (*sql)(sqlbuf *b);
+    void (*sql)(ql_strbuf *b);
 } views[] = {
     {.name = "results", .sql = view_results},
     {.name = "sweep_results", .sql = view_sweep_results},
@@ -1198,10 +1187,12 @@ const char *store_view_name(size_t i)
     return views[i].name;
 }
 
-void store_view_sql(size_t i, sqlbuf *b)
+void store_view_sql(size_t i, ql_strbuf *b)
 {
-    b->len = 0;
+    ql_strbuf_truncate(b, 0);
     views[i].sql(b);
-    while (b->len > 0 && (b->text[b->len - 1] == '\n' || b->text[b->len - 1] == ' '))
-        b->text[--b->len] = '\0';
+    size_t len = b->len;
+    while (len > 0 && (b->text[len - 1] == '\n' || b->text[len - 1] == ' '))
+        len--;
+    ql_strbuf_truncate(b, len);
 }

@@ -113,7 +113,7 @@ static void expect_load_error(const char *path, const char *fragment)
     ql_fit_table *t = NULL;
     ql_error err;
     ql_error_clear(&err);
-    ql_status s = ql_fit_table_load(path, &t, &err);
+    ql_status s = ql_fit_table_file_read(path, &t, &err);
     CHECK_MSG(s != QL_OK && t == NULL, "damaged cache accepted (want '%s')", fragment);
     CHECK_MSG(strstr(err.msg, fragment) != NULL, "message '%s' lacks '%s'", err.msg, fragment);
     ql_fit_table_free(t);
@@ -149,9 +149,9 @@ static void test_cache_file(void)
     char path[512];
     snprintf(path, sizeof path, "%s/table.tsv", qlt_tmpdir());
     ql_fit_table *t = sample_table();
-    CHECK_OK(ql_fit_table_save(t, path, &err), &err);
+    CHECK_OK(ql_fit_table_file_write(t, path, &err), &err);
     ql_fit_table *u = NULL;
-    CHECK_OK(ql_fit_table_load(path, &u, &err), &err);
+    CHECK_OK(ql_fit_table_file_read(path, &u, &err), &err);
     CHECK(u && tables_equal(t, u));
     ql_fit_table_free(u);
 
@@ -171,7 +171,7 @@ static void test_cache_file(void)
     for (size_t cut = 0; cut < len; cut += len / 17 + 1) {
         ql_file_write_all(bad_path, good, cut, &err);
         ql_fit_table *v = NULL;
-        CHECK(ql_fit_table_load(bad_path, &v, &err) == QL_EFORMAT && v == NULL);
+        CHECK(ql_fit_table_file_read(bad_path, &v, &err) == QL_EFORMAT && v == NULL);
         ql_fit_table_free(v);
     }
     expect_load_error("/nonexistent/dir/cache.tsv", "cannot open");
@@ -207,7 +207,7 @@ static void test_cache_file(void)
         }
         write_with_checksum(bad_path, copy, blen);
         ql_fit_table *v = NULL;
-        ql_status s = ql_fit_table_load(bad_path, &v, &err);
+        ql_status s = ql_fit_table_file_read(bad_path, &v, &err);
         CHECK(s == QL_OK || s == QL_EFORMAT);
         if (s == QL_OK) {
             accepted++;

@@ -1,23 +1,24 @@
-/* qlab fit: the error table's cache file (see fit.h and fit_internal.h). */
+/* qlab fit: the error table's file format, and the table's cache of such files keyed by
+ * its identity (see fit.h and fit_internal.h). */
 #include "experiment/fit_internal.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/data.h"
+#include "base/strbuf.h"
 #include "base/util.h"
 #include "experiment/fit.h"
 #include "ql_config.h"
 
-/* Version of the error definition and cache layout; bump when either changes.
+/* Version of the error definition and the file's layout; bump when either changes.
  * 4: IQ1_S and IQ1_M measured on the bytes `qlab quantize` writes (its chunks). */
-#define CACHE_FORMAT 4
+#define TABLE_FILE_FORMAT 4
 
 /* ---------------------------------------------------------------------------
- * Cache file
+ * The table file
  *
  * Text, one record per line, tab-separated:
  *   qlab-fit-table <format>
@@ -37,91 +38,49 @@ static ql_status cache_key(const ql_fit_table *t, char out[65])
     char key[2048];
     snprintf(key, sizeof key,
              "qlab-fit-table %d|model=%s|imatrix=%s|types=%s|sampling=%lld|build=%s %s",
-             CACHE_FORMAT, t->model_sha256, t->imatrix_sha256, t->types, (long long)t->sample_rows,
-             QL_VERSION, QL_COMMIT);
+             TABLE_FILE_FORMAT, t->model_sha256, t->imatrix_sha256, t->types,
+             (long long)t->sample_rows, QL_VERSION, QL_COMMIT);
     ql_sha256_hex(key, strlen(key), out);
     return QL_OK;
 }
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    bool oom;
-} strbuf;
-
-static void sb_printf(strbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void sb_printf(strbuf *s, const char *fmt, ...)
+ql_status ql_fit_table_file_write(const ql_fit_table *t, const char *path, ql_error *err)
 {
-    if (s->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(s->buf ? s->buf + s->len : NULL, s->buf ? s->cap - s->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            s->oom = true;
-            return;
-        }
-        if (s->buf && s->len + (size_t)n < s->cap) {
-            s->len += (size_t)n;
-            return;
-        }
-        size_t nc = (s->cap ? s->cap * 2 : 4096) + (size_t)n;
-        char *nb = realloc(s->buf, nc);
-        if (!nb) {
-            s->oom = true;
-            return;
-        }
-        s->buf = nb;
-        s->cap = nc;
-    }
-}
-
-ql_status ql_fit_table_save(const ql_fit_table *t, const char *path, ql_error *err)
-{
-    strbuf s = {0};
+    ql_strbuf s = {0};
     char key[65];
     cache_key(t, key);
-    sb_printf(&s, "qlab-fit-table\t%d\n", CACHE_FORMAT);
-    sb_printf(&s, "key\t%s\n", key);
-    sb_printf(&s, "model_sha256\t%s\n", t->model_sha256);
-    sb_printf(&s, "imatrix_sha256\t%s\n", t->imatrix_sha256);
-    sb_printf(&s, "types\t%s\n", t->types);
-    sb_printf(&s, "sampling\t%lld\n", (long long)t->sample_rows);
-    sb_printf(&s, "fixed_bytes\t%llu\n", (unsigned long long)t->fixed_bytes);
-    sb_printf(&s, "assigned_params\t%lld\n", (long long)t->assigned_params);
-    sb_printf(&s, "total_params\t%lld\n", (long long)t->total_params);
-    sb_printf(&s, "tensors\t%d\n", t->n_tensors);
+    ql_strbuf_add(&s, "qlab-fit-table\t%d\n", TABLE_FILE_FORMAT);
+    ql_strbuf_add(&s, "key\t%s\n", key);
+    ql_strbuf_add(&s, "model_sha256\t%s\n", t->model_sha256);
+    ql_strbuf_add(&s, "imatrix_sha256\t%s\n", t->imatrix_sha256);
+    ql_strbuf_add(&s, "types\t%s\n", t->types);
+    ql_strbuf_add(&s, "sampling\t%lld\n", (long long)t->sample_rows);
+    ql_strbuf_add(&s, "fixed_bytes\t%llu\n", (unsigned long long)t->fixed_bytes);
+    ql_strbuf_add(&s, "assigned_params\t%lld\n", (long long)t->assigned_params);
+    ql_strbuf_add(&s, "total_params\t%lld\n", (long long)t->total_params);
+    ql_strbuf_add(&s, "tensors\t%d\n", t->n_tensors);
     for (int i = 0; i < t->n_tensors; i++) {
         const ql_fit_tensor *ft = &t->tensors[i];
-        sb_printf(
+        ql_strbuf_add(
             &s, "tensor\t%s\t%u\t%lld\t%lld\t%lld\t%lld\t%d\t%d\t%d\t%llu\t%s\t%d\t%lld\t%d\n",
             ft->name, ft->n_dims, (long long)ft->ne[0], (long long)ft->ne[1], (long long)ft->ne[2],
             (long long)ft->ne[3], (int)ft->src_type, ft->assigned ? 1 : 0, (int)ft->fixed_type,
             (unsigned long long)ft->fixed_bytes, ql_fit_imp_source_name(ft->imp),
             ft->quant_imatrix ? 1 : 0, (long long)ft->rows_measured, ft->n_choices);
         for (int c = 0; c < ft->n_choices; c++)
-            sb_printf(&s, "choice\t%s\t%llu\t%a\n", ql_type_name(ft->choices[c].type),
-                      (unsigned long long)ft->choices[c].bytes, ft->choices[c].err);
+            ql_strbuf_add(&s, "choice\t%s\t%llu\t%a\n", ql_type_name(ft->choices[c].type),
+                          (unsigned long long)ft->choices[c].bytes, ft->choices[c].err);
     }
-    sb_printf(&s, "notes\t%d\n", t->n_notes);
+    ql_strbuf_add(&s, "notes\t%d\n", t->n_notes);
     for (int i = 0; i < t->n_notes; i++)
-        sb_printf(&s, "note\t%s\n", t->notes[i]);
-    if (s.oom) {
-        free(s.buf);
-        return ql_error_set(err, QL_ENOMEM, "%s: out of memory formatting the cache", path);
-    }
+        ql_strbuf_add(&s, "note\t%s\n", t->notes[i]);
     char sum[65];
-    ql_sha256_hex(s.buf, s.len, sum);
-    sb_printf(&s, "end\t%s\n", sum);
-    if (s.oom) {
-        free(s.buf);
-        return ql_error_set(err, QL_ENOMEM, "%s: out of memory formatting the cache", path);
-    }
-    ql_status rc = ql_file_write_all(path, s.buf, s.len, err);
-    free(s.buf);
+    ql_sha256_hex(ql_strbuf_cstr(&s), s.len, sum); /* of a failed text: never written */
+    ql_strbuf_add(&s, "end\t%s\n", sum);
+    ql_status rc =
+        s.failed ? ql_error_set(err, QL_ENOMEM, "%s: out of memory formatting the cache", path)
+                 : ql_file_write_all(path, s.text, s.len, err);
+    ql_strbuf_free(&s);
     return rc;
 }
 
@@ -242,7 +201,7 @@ static ql_status read_header(reader *r, ql_fit_table *t, char stored_key[65], si
     if (rc != QL_OK)
         return rc;
     int fmt;
-    if (!ql_parse_int(v, &fmt) || fmt != CACHE_FORMAT)
+    if (!ql_parse_int(v, &fmt) || fmt != TABLE_FILE_FORMAT)
         return bad(r, err, "unsupported cache format version");
     if ((rc = expect_kv(r, "key", &v, err)) != QL_OK)
         return rc;
@@ -381,7 +340,7 @@ static ql_status read_notes(reader *r, ql_fit_table *t, size_t len, ql_error *er
     return QL_OK;
 }
 
-ql_status ql_fit_table_load(const char *path, ql_fit_table **out, ql_error *err)
+ql_status ql_fit_table_file_read(const char *path, ql_fit_table **out, ql_error *err)
 {
     *out = NULL;
     char *buf = NULL;
@@ -434,8 +393,8 @@ static bool table_matches_model(const ql_fit_table *t, const ql_gguf *model)
 }
 
 /* The cache file of t (its directory in dir), "" when caching is off. */
-ql_status ql_fit_cache_locate(ql_fit_table *t, const ql_fit_options *opt, char *dir,
-                              size_t dir_size, ql_error *err)
+ql_status ql_fit_table_file_locate(ql_fit_table *t, const ql_fit_options *opt, char *dir,
+                                   size_t dir_size, ql_error *err)
 {
     t->cache_path[0] = '\0';
     if (opt->cache_dir && !*opt->cache_dir)
@@ -454,15 +413,15 @@ ql_status ql_fit_cache_locate(ql_fit_table *t, const ql_fit_options *opt, char *
 
 /* The cached table for t's identity and model, or NULL (with why in problem when
  * a file was there but not usable). */
-ql_fit_table *ql_fit_cache_find(const ql_fit_table *t, const ql_gguf *model, char *problem,
-                                size_t problem_size)
+ql_fit_table *ql_fit_table_file_find(const ql_fit_table *t, const ql_gguf *model, char *problem,
+                                     size_t problem_size)
 {
     if (!t->cache_path[0] || !ql_file_exists(t->cache_path))
         return NULL;
     ql_fit_table *c = NULL;
     ql_error cerr;
     ql_error_clear(&cerr);
-    ql_status cs = ql_fit_table_load(t->cache_path, &c, &cerr);
+    ql_status cs = ql_fit_table_file_read(t->cache_path, &c, &cerr);
     if (cs == QL_OK && strcmp(c->model_sha256, t->model_sha256) == 0 &&
         strcmp(c->imatrix_sha256, t->imatrix_sha256) == 0 && strcmp(c->types, t->types) == 0 &&
         c->sample_rows == t->sample_rows && table_matches_model(c, model)) {
@@ -479,12 +438,12 @@ ql_fit_table *ql_fit_cache_find(const ql_fit_table *t, const ql_gguf *model, cha
 /* Saves a computed table to its cache file; a failure becomes a note (the table
  * stands without its cache). Notes about the cache are added after saving: they
  * describe this run. */
-ql_status ql_fit_cache_store(ql_fit_table *t, const char *problem, ql_error *err)
+ql_status ql_fit_table_file_store(ql_fit_table *t, const char *problem, ql_error *err)
 {
     if (t->cache_path[0]) {
         ql_error werr;
         ql_error_clear(&werr);
-        if (ql_fit_table_save(t, t->cache_path, &werr) != QL_OK) {
+        if (ql_fit_table_file_write(t, t->cache_path, &werr) != QL_OK) {
             ql_status rc = ql_fit_table_add_note(t, err, "cache not written: %s", werr.msg);
             if (rc != QL_OK)
                 return rc;
