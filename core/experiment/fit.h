@@ -238,7 +238,8 @@ typedef struct {
     /* The objective: NULL minimises the imatrix-weighted errors of the table; otherwise
      * called with errors_ctx on the table before it is solved, to replace every
      * assigned tensor's choice errors (the kld objective: the measured sensitivities of
-     * sensitivity.h). The cached table keeps the imatrix errors. */
+     * sensitivity.h; quantizer gptq: GPTQ's output errors, fit_gptq.h). The cached
+     * table keeps the imatrix errors. */
     ql_status (*errors)(void *ctx, ql_fit_table *t, ql_error *err);
     void *errors_ctx;
     /* The routers of a mixture of experts are assigned too (the kld objective: their

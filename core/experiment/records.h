@@ -332,10 +332,14 @@ typedef struct {
     const ql_chunk_record *chunks;
     size_t n_chunks;
     const ql_run_timing *timing; /* NULL = not measured */
-    /* The config (hash) whose pass computed this run's blocks, when the run computed only
-     * its head on that pass's hidden states (configs that differ only in the head);
-     * NULL = its own whole pass. */
+    /* The config (hash) whose pass computed this run's blocks, or its first blocks (see
+     * shared_blocks); NULL = its own whole pass. */
     const char *body_of;
+    /* The blocks of body_of's pass it reused: every block (its head alone on that pass's
+     * hidden states) or blocks 0..shared_blocks-1 (it resumed that pass's residual
+     * streams there: configs that differ only from a later block on); 0 with body_of
+     * NULL. */
+    int shared_blocks;
     /* Activation roundings of the products whose input is rounded (may be none). */
     const ql_act_record *acts;
     size_t n_acts;

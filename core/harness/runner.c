@@ -30,7 +30,9 @@
 #include "model/model.h"
 #include "model/perplexity.h"
 #include "model/scheduler.h"
+#include "model/quant_policy.h"
 #include "model/synth.h"
+#include "model/tensor_name.h"
 #include "model/tokenizer.h"
 #include "results/store.h"
 
@@ -58,6 +60,7 @@ typedef struct {
     size_t keep_logp;   /* reference log-probs held when they fit in this */
     size_t cache;       /* quantized tensors kept between configs */
     size_t keep_hidden; /* the heads' input of a whole pass, held for configs sharing its blocks */
+    size_t keep_prefix; /* the residual streams entering a block, held for the next config */
 } mem_plan;
 
 /* A whole pass's hidden states (the heads' input), held for the configs after it whose
@@ -76,6 +79,19 @@ typedef struct {
     ql_expert_load_record *loads;
     size_t n_loads;
 } held_body;
+
+/* The residual streams entering block `layer` of a pass, held for the next config when its
+ * blocks 0..layer-1 are this pass's (configs that differ only from that block on, as
+ * tensor_types recipes touching late blocks do): it starts its pass there
+ * (ql_sched_job.resume), bit-identical to its own whole pass. Not with per-layer records
+ * (layer_metrics, a mixture of experts' routing), which the skipped blocks would miss. */
+typedef struct {
+    char key[65];         /* prefix_key of the pass held, for `layer`; "" = none */
+    char config_hash[65]; /* the config whose pass it was */
+    int layer;
+    float *streams; /* (n_chunks, ctx - 1, n_embd) */
+    double forward_alone_seconds;
+} held_prefix;
 
 /* The overlap of one calibration source (a calib: value, or an imatrix file) with the
  * evaluated text; NAN figures when the source names no text qlab can read. */
@@ -134,6 +150,11 @@ struct ql_runner {
     char (*headless)[65];   /* (n_rows,) SHA-256 of each row's config without its head type */
     size_t n_head_siblings; /* rows whose config differs from an earlier row's only in the head */
     held_body body;
+    /* ... and, after those, the later ones of the same family (SHA-256 of the config less
+     * its head and tensor_types: they may share their first blocks, held_prefix). */
+    char (*family)[65];
+    size_t n_family_siblings;
+    held_prefix prefix;
 
     char eta_note[64]; /* "sweep ETA 3m05s", shown on each config's progress line */
     int begun;
@@ -168,7 +189,16 @@ static void plan_memory(ql_runner *s)
      * fit beside the groups. */
     const size_t hidden = sizeof(float) * (size_t)ql_ppl_n_scored_total(d) * (size_t)hp->n_embd;
     m->keep_hidden = s->n_head_siblings && !s->opts.no_share ? ql_mem_hold(hidden, own) : 0;
-    left -= texts * (m->keep_logp + m->keep_hidden);
+    own -= m->keep_hidden;
+    /* Configs of one family share their first blocks when a pass's residual streams fit
+     * too, and no per-layer record needs every block run. */
+    const size_t streams =
+        sizeof(float) * (size_t)d->n_chunks * ql_sched_stream_floats(hp, d, false);
+    m->keep_prefix = s->n_family_siblings && !s->opts.no_share && !s->sw->layer_metrics &&
+                             hp->n_expert == 0
+                         ? ql_mem_hold(streams, own)
+                         : 0;
+    left -= texts * (m->keep_logp + m->keep_hidden + m->keep_prefix);
     m->group = 1;
     while (m->group < d->n_chunks && ql_sched_bytes(hp, d->ctx, m->group + 1, n_sets) - one <= left)
         m->group++;
@@ -209,6 +239,25 @@ static void print_header(const ql_runner *s)
                     s->opts.no_share ? "--no-share" : "a pass's hidden states exceed the budget",
                     s->n_head_siblings);
     }
+    if (s->n_family_siblings) {
+        char held[32];
+        ql_format_bytes((double)s->mem.keep_prefix, held, sizeof held);
+        if (s->mem.keep_prefix)
+            fprintf(stderr,
+                    "shared prefixes: %zu of the configs differ from the one before them at most "
+                    "in tensor_types and the head: each starts its pass at the first block whose "
+                    "tensors differ, from that one's residual streams (%s held)\n",
+                    s->n_family_siblings, held);
+        else
+            fprintf(stderr,
+                    "shared prefixes: off (%s): %zu of the configs differ from the one before "
+                    "them at most in tensor_types and the head, each runs its whole pass\n",
+                    s->opts.no_share         ? "--no-share"
+                    : s->sw->layer_metrics   ? "layer_metrics needs every block"
+                    : s->model->hp.n_expert ? "a mixture of experts' routing needs every block"
+                                             : "a pass's residual streams exceed the budget",
+                    s->n_family_siblings);
+    }
 }
 
 /* ------------------------------------------------------------------------- */
@@ -220,6 +269,19 @@ static void headless_hash(const ql_config *c, char out[65])
 {
     ql_config h = *c;
     h.head_type = QL_TYPE_SAME;
+    char text[QL_CONFIG_TEXT_MAX];
+    const int n = ql_config_to_string(&h, text, sizeof text);
+    ql_sha256_hex(text, n > 0 && (size_t)n < sizeof text ? (size_t)n : strlen(text), out);
+}
+
+/* SHA-256 of config c's canonical form less its head type and tensor_types: configs with
+ * the same one differ at most in the recipe and the head, and may share their first
+ * blocks (prefix_key says whether they do). */
+static void family_hash(const ql_config *c, char out[65])
+{
+    ql_config h = *c;
+    h.head_type = QL_TYPE_SAME;
+    h.tensor_types[0] = '\0';
     char text[QL_CONFIG_TEXT_MAX];
     const int n = ql_config_to_string(&h, text, sizeof text);
     ql_sha256_hex(text, n > 0 && (size_t)n < sizeof text ? (size_t)n : strlen(text), out);
@@ -254,37 +316,113 @@ static ql_status body_key(const ql_config *c, const ql_qweights_result *q, char 
     return QL_OK;
 }
 
+/* What decides a config's blocks 0..layer-1: its family (family_hash) and the type and
+ * exact columns of every tensor before that block but the head (the embedding's among
+ * them). "" for a weight set read from a file. Two configs of one key compute the same
+ * residual streams entering block `layer`. */
+static ql_status prefix_key(const ql_config *c, const ql_qweights_result *q, int layer,
+                            char out[65], ql_error *err)
+{
+    out[0] = '\0';
+    if (q->file_model)
+        return QL_OK;
+    enum { PER_TENSOR = QL_QUANT_NAME_MAX + 48 };
+    const size_t cap = 96 + q->n_tensors * PER_TENSOR;
+    char *text = malloc(cap);
+    if (!text)
+        return ql_error_set(err, QL_ENOMEM, "out of memory for a config's prefix key");
+    family_hash(c, text);
+    size_t len = strlen(text);
+    len += (size_t)snprintf(text + len, cap - len, "|blocks<%d", layer);
+    for (size_t i = 0; i < q->n_tensors; i++) {
+        const ql_tensor_record *r = &q->tensors[i];
+        const int block = ql_tensor_block(r->tensor, NULL);
+        if (ql_tensor_axis_of(r->tensor) != QL_TENSOR_HEAD && block < layer)
+            len += (size_t)snprintf(text + len, cap - len, "|%.*s=%d:%lld", QL_QUANT_NAME_MAX,
+                                    r->tensor, (int)r->used_type, (long long)r->outlier_cols);
+    }
+    ql_sha256_hex(text, len, out);
+    free(text);
+    return QL_OK;
+}
+
+/* The first block whose tensors two configs of one family plan differently (the type
+ * policy with each one's tensor_types, quant_policy.h), 0 when the embedding's differs or
+ * a plan cannot be made, n_layer when only the head's or none does. A prediction, made
+ * before the second config is built: prefix_key on its built weights decides. */
+static int common_blocks(const ql_runner *s, const ql_config *a, const ql_config *b)
+{
+    const int n_layer = s->model->hp.n_layer;
+    const ql_config *c[2] = {a, b};
+    ql_quant_plan *plan[2] = {NULL, NULL};
+    int common = 0;
+    ql_error e;
+    for (int i = 0; i < 2; i++) {
+        ql_quant_overrides *rules = NULL;
+        if (ql_config_overrides(c[i], &rules, &e))
+            goto out;
+        const ql_quant_config qc =
+            ql_config_quant_request(c[i], rules, c[i]->imatrix_kind != QL_IMATRIX_NONE);
+        const ql_status st = ql_quant_plan_build(s->model->gguf, &qc, &plan[i], &e);
+        ql_quant_overrides_free(rules);
+        if (st)
+            goto out;
+    }
+    common = n_layer;
+    for (int64_t i = 0; i < plan[0]->n && i < plan[1]->n && common > 0; i++) {
+        const ql_quant_plan_entry *x = &plan[0]->entries[i], *y = &plan[1]->entries[i];
+        if (x->used == y->used || ql_tensor_axis_of(x->name) == QL_TENSOR_HEAD)
+            continue;
+        const int block = ql_tensor_block(x->name, NULL);
+        common = block < 0 ? 0 : block < common ? block : common;
+    }
+out:
+    ql_quant_plan_free(plan[0]);
+    ql_quant_plan_free(plan[1]);
+    return common;
+}
+
 /* The run order of this shard's configs (s->order, positions of s->rows as find_todo
- * makes them: the shard's points in index order), each followed by the later ones that
- * differ from it only in the head; n_head_siblings counts those. */
+ * makes them: the shard's points in index order): each followed by the later ones that
+ * differ from it only in the head (n_head_siblings counts those), then by the later ones
+ * of its family, each with its own head siblings (n_family_siblings counts the family's
+ * members after the first). */
 static ql_status plan_order(ql_runner *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
     const size_t n = sw->n_points ? sw->n_points : 1;
     s->order = calloc(n, sizeof *s->order);
     s->headless = calloc(n, sizeof *s->headless);
+    s->family = calloc(n, sizeof *s->family);
     bool *placed = calloc(n, sizeof *placed);
-    if (!s->order || !s->headless || !placed) {
+    if (!s->order || !s->headless || !s->family || !placed) {
         free(placed);
         return ql_error_set(err, QL_ENOMEM, "out of memory for the config list");
     }
     size_t rows = 0;
     for (size_t i = 0; i < sw->n_points; i++)
-        if (ql_shard_keeps(&s->opts.shard, i))
-            headless_hash(&sw->points[i].config, s->headless[rows++]);
+        if (ql_shard_keeps(&s->opts.shard, i)) {
+            headless_hash(&sw->points[i].config, s->headless[rows]);
+            family_hash(&sw->points[i].config, s->family[rows++]);
+        }
     size_t at = 0;
-    s->n_head_siblings = 0;
+    s->n_head_siblings = s->n_family_siblings = 0;
     for (size_t k = 0; k < rows; k++) {
         if (placed[k])
             continue;
-        s->order[at++] = k;
-        placed[k] = true;
-        for (size_t j = k + 1; j < rows; j++)
-            if (!placed[j] && strcmp(s->headless[j], s->headless[k]) == 0) {
-                s->order[at++] = j;
-                placed[j] = true;
-                s->n_head_siblings++;
-            }
+        for (size_t f = k; f < rows; f++) {
+            if (placed[f] || strcmp(s->family[f], s->family[k]) != 0)
+                continue;
+            s->order[at++] = f;
+            placed[f] = true;
+            s->n_family_siblings += f != k;
+            for (size_t j = f + 1; j < rows; j++)
+                if (!placed[j] && strcmp(s->headless[j], s->headless[f]) == 0) {
+                    s->order[at++] = j;
+                    placed[j] = true;
+                    s->n_head_siblings++;
+                }
+        }
     }
     free(placed);
     return QL_OK;
@@ -313,6 +451,8 @@ typedef struct {
     ql_expert_load_record *loads; /* a mixture of experts: (n_layer * n_expert,) */
     size_t n_loads;
     const char *body_of; /* the config whose held pass computed its blocks; NULL = its own */
+    int shared_blocks;   /* how many of them (ql_run_result.shared_blocks) */
+    char body_of_hash[65]; /* body_of's text when it came from the held prefix */
 } config_result;
 
 static void config_result_deinit(config_result *r)
@@ -467,15 +607,24 @@ static ql_status finish_pass(ql_runner *s, const held_body *from, config_result 
     return QL_OK;
 }
 
-/* The quantized pass over every chunk, scored against the reference; with capture, the
- * heads' input of every chunk copied there. */
+/* How a pass shares with the configs around it: from block resume_layer on only, from
+ * the held prefix's streams (0: every block); the streams entering block capture_layer
+ * copied into the held prefix for the next config (0: not); the heads' input of every
+ * chunk copied into capture_hidden (NULL: not). */
+typedef struct {
+    int resume_layer, capture_layer;
+    float *capture_hidden;
+} pass_sharing;
+
+/* The quantized pass over every chunk, scored against the reference, shared as sh says. */
 static ql_status run_pass(ql_runner *s, ql_weights *w, const ql_attn_rounding *kv,
-                          const char *label, float *capture, config_result *r, ql_error *err)
+                          const char *label, const pass_sharing *sh, config_result *r,
+                          ql_error *err)
 {
     const ql_ppl_data *d = &s->data;
     ql_dist_acc_reset(s->acc);
     const bool lockstep = s->div != NULL;
-    pass_ctx p = {.s = s, .config_set = lockstep ? 1 : 0, .capture = capture};
+    pass_ctx p = {.s = s, .config_set = lockstep ? 1 : 0, .capture = sh->capture_hidden};
     const int64_t tokens = d->n_chunks * (int64_t)(d->ctx - 1);
     ql_progress_begin(&p.progress, label, "tok", tokens, s->opts.quiet);
     ql_sched_job job = {.data = d,
@@ -484,7 +633,12 @@ static ql_status run_pass(ql_runner *s, ql_weights *w, const ql_attn_rounding *k
                         .n_sets = 1,
                         .on_output = score_chunk,
                         .progress = pass_progress,
-                        .ctx = &p};
+                        .ctx = &p,
+                        .capture_layer = sh->capture_layer,
+                        .capture = sh->capture_layer ? s->prefix.streams : NULL,
+                        .resume_layer = sh->resume_layer,
+                        .resume = sh->resume_layer ? s->prefix.streams : NULL};
+    QL_ASSERT(!lockstep || (!sh->capture_layer && !sh->resume_layer));
     if (lockstep) {
         /* The reference's blocks beside the config's, for the divergence after each;
          * its output is the cached reference's, so it needs no head. */
@@ -534,6 +688,7 @@ static ql_status run_heads(ql_runner *s, ql_weights *w, const char *label, confi
     r->timing.forward_seconds = ql_now() - t0;
     r->timing.forward_alone_seconds = s->body.forward_seconds;
     r->body_of = s->body.config_hash;
+    r->shared_blocks = s->model->hp.n_layer;
     ql_progress_end(&p.progress, tokens, NULL);
     return finish_pass(s, &s->body, r, err);
 }
@@ -554,7 +709,7 @@ static ql_status hold_body(ql_runner *s, const ql_sweep_point *pt, const char *k
     b->n_layers = r->n_layers;
     b->n_loads = r->n_loads;
     b->m = r->m;
-    b->forward_seconds = r->timing.forward_seconds;
+    b->forward_seconds = r->timing.forward_alone_seconds; /* its whole pass, even resumed */
     ql_strlcpy(b->config_hash, pt->hash, sizeof b->config_hash);
     ql_strlcpy(b->key, key, sizeof b->key);
     return QL_OK;
@@ -698,13 +853,66 @@ static ql_status build_config(ql_runner *s, const ql_config *c, ql_calib_slot *s
     return st;
 }
 
+/* What the config after this one may share of its pass (next_sharing). */
+typedef struct {
+    bool head;        /* it differs only in the head: hold the heads' input */
+    int prefix_layer; /* it may share blocks 0..prefix_layer-1: hold the streams entering
+                         that block (0: none) */
+} next_sharing;
+
+/* The pass of a config that may start from the held prefix (resume) and hold its own for
+ * the next config (next->prefix_layer), with sh's other sharing. */
+static ql_status run_prefixed_pass(ql_runner *s, const ql_sweep_point *pt,
+                                   const ql_qweights_result *q, const ql_attn_rounding *kv,
+                                   const char *label, const next_sharing *next, pass_sharing *sh,
+                                   config_result *r, ql_error *err)
+{
+    held_prefix *hp = &s->prefix;
+    const ql_config *c = &pt->config;
+    char key[65] = "";
+    ql_status st = QL_OK;
+    if (hp->key[0] && !(st = prefix_key(c, q, hp->layer, key, err)) && key[0] &&
+        strcmp(key, hp->key) == 0)
+        sh->resume_layer = hp->layer;
+    /* The streams the next config may start from, captured in place (a resumed pass reads
+     * a chunk's streams before it writes them), so not before where this pass starts. */
+    const int cap = next->prefix_layer;
+    if (!st && cap > 0 && s->mem.keep_prefix && cap >= sh->resume_layer && !q->file_model) {
+        if (!hp->streams && !(hp->streams = malloc(s->mem.keep_prefix)))
+            return ql_error_set(err, QL_ENOMEM, "out of memory for a pass's residual streams");
+        sh->capture_layer = cap;
+    }
+    if (st)
+        return st;
+    if (sh->resume_layer) {
+        ql_strlcpy(r->body_of_hash, hp->config_hash, sizeof r->body_of_hash);
+        r->body_of = r->body_of_hash;
+        r->shared_blocks = sh->resume_layer;
+    }
+    const double alone = hp->forward_alone_seconds;
+    if (sh->capture_layer)
+        hp->key[0] = '\0'; /* overwritten by this pass: valid again once it is done */
+    if ((st = run_pass(s, q->weights, kv, label, sh, r, err)))
+        return st;
+    if (sh->resume_layer)
+        r->timing.forward_alone_seconds = alone;
+    if (sh->capture_layer) {
+        if ((st = prefix_key(c, q, cap, hp->key, err)))
+            return st;
+        hp->layer = cap;
+        ql_strlcpy(hp->config_hash, pt->hash, sizeof hp->config_hash);
+        hp->forward_alone_seconds = r->timing.forward_alone_seconds;
+    }
+    return QL_OK;
+}
+
 /* Config pt's pass with its weights q (or, when the held pass computed the same blocks,
- * its head alone; share_next: hold this pass for the next config) and the metrics
- * against the reference. */
+ * its head alone; or, when the held prefix is its first blocks', from there on; next:
+ * what to hold for the config after it) and the metrics against the reference. */
 static ql_status evaluate_config(ql_runner *s, const ql_sweep_point *pt,
                                  const ql_qweights_result *q, const ql_attn_rounding *kv,
-                                 const ql_overlap_metrics *om, const char *label, bool share_next,
-                                 config_result *r, ql_error *err)
+                                 const ql_overlap_metrics *om, const char *label,
+                                 const next_sharing *next, config_result *r, ql_error *err)
 {
     const ql_config *c = &pt->config;
     double t0 = ql_now();
@@ -713,17 +921,18 @@ static ql_status evaluate_config(ql_runner *s, const ql_sweep_point *pt,
     r->q = q;
     char key[65] = "";
     ql_status st = QL_OK;
-    if (s->body.key[0] || share_next)
+    if (s->body.key[0] || next->head)
         st = body_key(c, q, key, err);
     if (!st && key[0] && strcmp(key, s->body.key) == 0) {
         st = run_heads(s, q->weights, label, r, err);
     } else if (!st) {
         held_body_drop(&s->body);
-        const bool hold = share_next && key[0] && s->mem.keep_hidden;
+        const bool hold = next->head && key[0] && s->mem.keep_hidden;
         if (hold && !s->body.hidden && !(s->body.hidden = malloc(s->mem.keep_hidden)))
             st = ql_error_set(err, QL_ENOMEM, "out of memory for a pass's hidden states");
+        pass_sharing sh = {.capture_hidden = hold ? s->body.hidden : NULL};
         if (!st)
-            st = run_pass(s, q->weights, kv, label, hold ? s->body.hidden : NULL, r, err);
+            st = run_prefixed_pass(s, pt, q, kv, label, next, &sh, r, err);
         if (!st && hold)
             st = hold_body(s, pt, key, r, err);
     }
@@ -988,11 +1197,12 @@ static void print_summary(const summary_row *rows, size_t n, const ql_run_summar
                why, sum->n_run + sum->n_failed, sum->n_run + sum->n_failed == 1 ? "" : "s", not_run,
                marked);
     }
-    if (sum->n_shared)
+    if (sum->n_shared || sum->n_prefix_shared)
         printf("shared blocks: %zu config%s computed only the head on the pass of a config "
-               "differing only in the head: the quantized passes took %.1f s, %.1f s alone\n",
-               sum->n_shared, sum->n_shared == 1 ? "" : "s", sum->forward_seconds,
-               sum->forward_alone_seconds);
+               "differing only in the head, %zu started at a later block from a config's "
+               "residual streams: the quantized passes took %.1f s, %.1f s alone\n",
+               sum->n_shared, sum->n_shared == 1 ? "" : "s", sum->n_prefix_shared,
+               sum->forward_seconds, sum->forward_alone_seconds);
     double per_pass = sum->n_run ? sum->forward_seconds / (double)sum->n_run : (double)NAN;
     if (s->ref && !ql_reference_from_cache(s->ref) && !sum->n_run)
         printf("timing: reference pass %s; no config ran\n", ref);
@@ -1255,8 +1465,10 @@ void ql_runner_close(ql_runner *s)
     free(s->rows);
     free(s->order);
     free(s->headless);
+    free(s->family);
     held_body_drop(&s->body);
     free(s->body.hidden);
+    free(s->prefix.streams);
     free(s->overlaps);
     free(s);
 }
@@ -1449,7 +1661,8 @@ static ql_status store_config(ql_runner *s, size_t i, summary_row *row, int64_t 
                          .n_loads = r->n_loads,
                          .experts = q->experts,
                          .n_experts = q->n_experts,
-                         .body_of = r->body_of};
+                         .body_of = r->body_of,
+                         .shared_blocks = r->shared_blocks};
     do
         st = ql_store_finish_run_result(s->store, run_id, &res, err);
     while (st && still_locked(s, i, row, "result", err));
@@ -1468,7 +1681,8 @@ static ql_status store_config(ql_runner *s, size_t i, summary_row *row, int64_t 
     s->sum.n_run++;
     s->sum.forward_seconds += r->timing.forward_seconds;
     s->sum.forward_alone_seconds += r->timing.forward_alone_seconds;
-    s->sum.n_shared += r->body_of != NULL;
+    s->sum.n_shared += r->body_of && r->shared_blocks == s->model->hp.n_layer;
+    s->sum.n_prefix_shared += r->body_of && r->shared_blocks < s->model->hp.n_layer;
     row->status = "ok";
     if (!st)
         stored_row(s->store, run_id, row);
@@ -1513,9 +1727,9 @@ static ql_status refuse_on_text(ql_runner *s, const ql_config *c, ql_calib_slot 
 
 /* Config i (row position k) on every text of runs that still needs it: its runs claimed,
  * its weights built once, then per text its pass and its run stored (done, failed or
- * interrupted); share_next[t]: text t's next config can share this pass's blocks. */
+ * interrupted); next[t]: what text t's next config can share of this pass. */
 static ql_status run_config_texts(ql_runner **runs, size_t n, size_t i, size_t k,
-                                  const bool *share_next, ql_error *err)
+                                  const next_sharing *next, ql_error *err)
 {
     ql_runner *s0 = runs[0];
     const ql_sweep_point *pt = &s0->sw->points[i];
@@ -1578,7 +1792,7 @@ static ql_status run_config_texts(ql_runner **runs, size_t n, size_t i, size_t k
             char label[256];
             snprintf(label, sizeof label, "config %zu/%zu %s%s%.48s", k + 1, s->sum.n_configs,
                      s->rows[k].label, n > 1 ? " on " : "", n > 1 ? s->text_name : "");
-            p->cst = evaluate_config(s, pt, &q, &kv, &p->om, label, share_next[t], &r, &p->cerr);
+            p->cst = evaluate_config(s, pt, &q, &kv, &p->om, label, &next[t], &r, &p->cerr);
             /* The weights are built for the first text; the others reuse them. */
             r.timing.quantize_seconds = first ? q.quantize_seconds : 0.0;
             r.timing.seconds += first ? build_seconds : 0.0;
@@ -1596,18 +1810,32 @@ static ql_status run_config_texts(ql_runner **runs, size_t n, size_t i, size_t k
     return st;
 }
 
-/* Whether the config after position `at` of s's run order that s still has to do differs
- * from row k's only in the head (it can share this pass's blocks). */
-static bool next_shares(const ql_runner *s, size_t at, size_t k)
+/* What the configs after position `at` of s's run order that s still has to do can share
+ * of row k's pass: the next one its blocks when it differs only in the head; the next one
+ * that differs in more its first blocks when it is of the same family and plans them
+ * alike (common_blocks). */
+static next_sharing next_shares(const ql_runner *s, size_t at, size_t k)
 {
-    if (!s->mem.keep_hidden)
-        return false;
+    next_sharing n = {false, 0};
+    bool first = true;
     for (size_t nx = at + 1; nx < s->n_rows; nx++) {
         const size_t kn = s->order[nx];
-        if (s->todo[s->rows[kn].index])
-            return strcmp(s->headless[kn], s->headless[k]) == 0;
+        if (!s->todo[s->rows[kn].index])
+            continue;
+        const bool head_sibling = strcmp(s->headless[kn], s->headless[k]) == 0;
+        if (first)
+            n.head = head_sibling && s->mem.keep_hidden;
+        first = false;
+        if (head_sibling)
+            continue;
+        if (s->mem.keep_prefix && strcmp(s->family[kn], s->family[k]) == 0) {
+            const int l = common_blocks(s, &s->sw->points[s->rows[k].index].config,
+                                        &s->sw->points[s->rows[kn].index].config);
+            n.prefix_layer = l > 0 && l < s->model->hp.n_layer ? l : 0;
+        }
+        break;
     }
-    return false;
+    return n;
 }
 
 ql_status ql_runner_configs_texts(ql_runner **runs, size_t n, ql_error *err)
@@ -1615,7 +1843,7 @@ ql_status ql_runner_configs_texts(ql_runner **runs, size_t n, ql_error *err)
     ql_status st = QL_OK;
     for (size_t t = 0; t < n && !st; t++)
         st = ql_runner_prepare(runs[t], err);
-    bool *share = calloc(n ? n : 1, sizeof *share);
+    next_sharing *share = calloc(n ? n : 1, sizeof *share);
     if (!st && !share)
         st = ql_error_set(err, QL_ENOMEM, "out of memory");
     const double t0 = ql_now();
@@ -1749,5 +1977,6 @@ void ql_run_summary_add(ql_run_summary *into, const ql_run_summary *part)
     into->forward_seconds += part->forward_seconds;
     into->forward_alone_seconds += part->forward_alone_seconds;
     into->n_shared += part->n_shared;
+    into->n_prefix_shared += part->n_prefix_shared;
     into->scored_tokens += part->scored_tokens;
 }

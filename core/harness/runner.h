@@ -96,10 +96,11 @@ typedef struct {
     double ref_seconds;     /* reference pass (0 when loaded from the cache) */
     double configs_seconds; /* all configs evaluated now */
     double forward_seconds; /* the quantized passes among them */
-    /* ... what they would have taken without shared blocks, and the configs that computed
-     * only their head on another's pass */
+    /* ... what they would have taken without shared blocks, the configs that computed
+     * only their head on another's pass, and those that started theirs at a later block
+     * from another's residual streams */
     double forward_alone_seconds;
-    size_t n_shared;
+    size_t n_shared, n_prefix_shared;
     int64_t scored_tokens; /* per pass */
 } ql_run_summary;
 

@@ -132,11 +132,17 @@ static ql_status run_group(ql_sched *s, ql_forward *fw, const ql_sched_job *job,
     const int64_t E = hp->n_embd;
     const size_t stride = (size_t)n_tok * (size_t)E;
     ql_status st = QL_OK;
+    const int l0 = job->resume_layer;
     for (int i = 0; i < job->n_sets && !st; i++)
         for (int64_t c = 0; c < n && !st; c++) {
+            float *x = s->x[i] + (size_t)c * stride;
+            if (l0 > 0) {
+                memcpy(x, job->resume + (size_t)(c0 - job->chunk0 + c) * stride,
+                       stride * sizeof *x);
+                continue;
+            }
             ql_ppl_chunk_input(d, c0 + c, s->tokens);
-            st = ql_forward_embed(fw, job->sets[i].w, s->tokens, n_tok, 0,
-                                  s->x[i] + (size_t)c * stride, err);
+            st = ql_forward_embed(fw, job->sets[i].w, s->tokens, n_tok, 0, x, err);
         }
     int n_rows = n_tok;
     /* Progress in tokens, each block and the head weighted by their products' size. */
@@ -146,8 +152,13 @@ static ql_status run_group(ql_sched *s, ql_forward *fw, const ql_sched_job *job,
     const double group_tokens = (double)(n * n_tok);
     const double per_block = group_tokens * layer_w / (hp->n_layer * layer_w + head_w);
     const double per_head = group_tokens - hp->n_layer * per_block;
-    for (int l = 0; l < hp->n_layer && !st; l++) {
+    *done += l0 * per_block;
+    for (int l = l0; l < hp->n_layer && !st; l++) {
         const int first = l == hp->n_layer - 1 ? out_first : 0;
+        if (l > 0 && l == job->capture_layer)
+            for (int64_t c = 0; c < n; c++)
+                memcpy(job->capture + (size_t)(c0 - job->chunk0 + c) * stride,
+                       s->x[0] + (size_t)c * stride, stride * sizeof *job->capture);
         ql_forward_profile *prof = ql_forward_get_profile(fw);
         const double tb = prof ? ql_now() : 0.0;
         for (int i = 0; i < job->n_sets && !st; i++)
@@ -201,6 +212,11 @@ ql_status ql_sched_run(ql_sched *s, ql_forward *fw, const ql_sched_job *job, ql_
 {
     const ql_ppl_data *d = job->data;
     QL_ASSERT(job->n_sets >= 1 && job->n_sets <= QL_SCHED_MAX_SETS && job->group >= 1);
+    const int n_layer = ql_forward_hparams(fw)->n_layer;
+    QL_ASSERT(job->capture_layer >= 0 && job->capture_layer < n_layer && job->resume_layer >= 0 &&
+              job->resume_layer < n_layer);
+    QL_ASSERT((!job->capture_layer || (job->capture && job->n_sets == 1)) &&
+              (!job->resume_layer || (job->resume && job->n_sets == 1)));
     if (d->ctx > ql_forward_max_ctx(fw))
         return ql_error_set(err, QL_EINVAL, "pass: chunks of %d tokens, the forward pass holds %d",
                             d->ctx, ql_forward_max_ctx(fw));
@@ -236,6 +252,11 @@ ql_status ql_sched_run(ql_sched *s, ql_forward *fw, const ql_sched_job *job, ql_
     ql_forward_set_route_observer(fw, route, route_ctx);
     ql_forward_set_attn_rounding(fw, &rounding);
     return st;
+}
+
+size_t ql_sched_stream_floats(const ql_hparams *hp, const ql_ppl_data *d, bool all_rows)
+{
+    return (size_t)(all_rows ? d->ctx : d->ctx - 1) * (size_t)hp->n_embd;
 }
 
 ql_status ql_sched_run_heads(ql_sched *s, ql_forward *fw, const ql_sched_job *job,

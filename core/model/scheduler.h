@@ -77,6 +77,17 @@ struct ql_sched_job {
     ql_sched_output_fn on_output;  /* may be NULL */
     ql_sched_progress_fn progress; /* may be NULL */
     void *ctx;
+    /* A shared prefix (one set only). capture_layer L >= 1: the residual streams entering
+     * block L, every chunk of the job in order (n_chunks blocks of n_tok x n_embd floats,
+     * n_tok = ctx - 1, or ctx with all_rows: ql_sched_stream_floats), are copied into
+     * capture. resume_layer L >= 1: the pass starts at block L from resume, streams a
+     * pass whose blocks 0..L-1 are this set's left there (a capture): every chunk then
+     * goes through the same products on the same rows as in a whole pass, so the results
+     * are bit-identical to it (tests/unit/test_scheduler.c). 0: none. */
+    int capture_layer;
+    float *capture;
+    int resume_layer;
+    const float *resume;
 };
 
 /* Buffers of passes (binding buffers, residual streams, hidden and logits rows), kept
@@ -99,6 +110,9 @@ ql_status ql_sched_run(ql_sched *s, ql_forward *fw, const ql_sched_job *job, ql_
  * body and this head (tests/unit/test_scheduler.c). */
 ql_status ql_sched_run_heads(ql_sched *s, ql_forward *fw, const ql_sched_job *job,
                              const float *hidden, ql_error *err);
+
+/* Floats of one chunk's residual stream in a job's capture or resume buffer. */
+size_t ql_sched_stream_floats(const ql_hparams *hp, const ql_ppl_data *d, bool all_rows);
 
 /* Bytes a pass with these sets and group size holds besides the weights' sources:
  * one bound layer per set, the group's residual streams, one chunk's hidden rows and

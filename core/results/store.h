@@ -69,8 +69,10 @@
  *  12  metrics.calib_overlap_8, calib_overlap_32 (the share of the evaluated text's
  *      token n-grams the calibration text of the run's imatrix holds)
  *  13  runs.body_of, forward_alone_seconds (a config that differs from the one before it
- *      only in the head computes its head on that config's hidden states) */
-#define QL_STORE_SCHEMA_VERSION  13
+ *      only in the head computes its head on that config's hidden states)
+ *  14  runs.shared_blocks (how many of body_of's blocks it reused: a config that differs
+ *      from the one before it only from a later block on resumes that pass there) */
+#define QL_STORE_SCHEMA_VERSION  14
 #define QL_STORE_DEFAULT_PATH    "results/qlab.db"
 #define QL_STORE_BUSY_TIMEOUT_MS 30000
 /* PRAGMA application_id: "qlab" in ASCII, so `file` and qlab itself can tell a

@@ -266,6 +266,12 @@ static const col_def runs_cols[] = {
      .comment = "what quant_seconds would be without the shared body",
      .field = FIELD_OF(STORE_RUN_SRC_TIMING, ql_run_timing, forward_alone_seconds),
      .writes = STORE_RUN_DONE},
+    {.name = "shared_blocks",
+     .decl = "INTEGER",
+     .since = 14,
+     .comment = "blocks of body_of's pass it reused: all (head only) or the first ones; 0 = own",
+     .field = FIELD_OF(STORE_RUN_SRC_RESULT, ql_run_result, shared_blocks),
+     .writes = STORE_RUN_DONE},
     {.name = NULL},
 };
 static const char *const runs_extra[] = {"CREATE INDEX runs_by_status ON runs(status)", NULL};
@@ -1051,7 +1057,8 @@ static void add_result_columns(ql_strbuf *b)
                                              "r.qlab_commit",    "r.metrics_version",
                                              "r.imatrix_sha256", "r.blas_kernel",
                                              "r.mem_budget",     "r.group_chunks",
-                                             "r.body_of",        "r.forward_alone_seconds"};
+                                             "r.body_of",        "r.forward_alone_seconds",
+                                             "r.shared_blocks"};
     ql_strbuf_add(b, "\n");
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         list_add(b, head[i]);

@@ -27,7 +27,7 @@ columns() {
 key="c.hash, mo.sha256, d.sha256, r.ctx, r.chunks"
 join="JOIN configs c ON c.id = r.config_id JOIN models mo ON mo.id = r.model_id"
 join="$join JOIN datasets d ON d.id = r.dataset_id"
-provenance="id|config_id|model_id|dataset_id|ctx|chunks|started|finished|seconds|quantize_seconds|ref_seconds|quant_seconds|threads|host|pid|qlab_commit|attempts|blas_kernel|mem_budget|group_chunks|body_of|forward_alone_seconds"
+provenance="id|config_id|model_id|dataset_id|ctx|chunks|started|finished|seconds|quantize_seconds|ref_seconds|quant_seconds|threads|host|pid|qlab_commit|attempts|blas_kernel|mem_budget|group_chunks|body_of|forward_alone_seconds|shared_blocks"
 
 cat >"$tmp/queries" <<END
 models	SELECT m.sha256$(columns models m 'id|path|sha256') FROM models m ORDER BY m.sha256

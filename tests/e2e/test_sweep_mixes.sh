@@ -37,8 +37,10 @@ expect 0 "sweep of mixes, pure types and recipes" "$qlab" sweep "$tmp/mixes.swee
 has "$tmp/out" "sweep mixes: 10 configs (10 run, 0 already done, 0 failed)" "10 configs run"
 n=$(rows "$tmp/m.db" "SELECT count(*) FROM results WHERE sweep = 'mixes'")
 [ "$n" = 10 ] && ok "10 results stored" || bad "results: $n"
+# In run order: the Q4_K configs of f32 activations, whose recipes differ, one after the
+# other (a family may share its first blocks), then Q8_0, then Q4_K with q8_0 activations.
 mixes=$(rows "$tmp/m.db" "SELECT group_concat(weight_type, ' ') FROM (SELECT weight_type FROM configs ORDER BY id)")
-[ "$mixes" = "Q4_K_M Q4_K_S Q3_K_M mix:IQ4_XS IQ4_XS Q4_K Q8_0 Q4_K Q4_K Q4_K" ] &&
+[ "$mixes" = "Q4_K_M Q4_K_S Q3_K_M mix:IQ4_XS IQ4_XS Q4_K Q4_K Q4_K Q8_0 Q4_K" ] &&
     ok "configs keep the mix names (mix:IQ4_XS apart from the pure IQ4_XS)" || bad "configs: $mixes"
 
 # The rules of llama-quantize b4747 for a 2-layer llama with GQA 2: Q4_K_M's second

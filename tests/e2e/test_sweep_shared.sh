@@ -9,7 +9,10 @@
 #   - with layer_metrics and on a mixture of experts (the per-layer divergence and the
 #     routing come from the blocks: held with the hidden states), the same;
 #   - configs whose head differs but whose blocks do not come one after the other in the
-#     grid still share (the run order groups them).
+#     grid still share (the run order groups them);
+#   - configs that differ only from a later block on (tensor_types recipes touching the last
+#     blocks) start their pass there from the residual streams of the one before, with
+#     the head sharing too: the same figures; runs.shared_blocks says how many blocks.
 # usage: test_sweep_shared.sh QLAB
 set -u
 qlab="$1"
@@ -81,6 +84,48 @@ END
 # Q8_0 head_type=Q8_0 is Q8_0 head_type=same: 6 configs, 4 sharing (the last grid's
 # Q4_0 head Q5_0 with the first grid's Q4_0 configs).
 same_as_alone dense "$tmp/dense.sweep" 4
+
+# Shared prefixes: the recipes change attn_v of block 3, then of block 4; each config
+# after the first starts at block 3 from the one before's streams, each head sibling
+# computes its head alone on its pass (stories260K has 5 blocks).
+cat >"$tmp/prefix.sweep" <<'END'
+[sweep]
+name    = shared-prefix
+model   = stories260K
+text    = ts-eval
+ctx     = 64
+chunks  = 6
+threads = 2
+
+[grid]
+weight_type  = Q4_0
+tensor_types = none blk\.3\.attn_v=Q8_0 blk\.4\.attn_v=Q8_0
+head_type    = same Q8_0
+END
+expect 0 "prefix: sweep" "$qlab" sweep "$tmp/prefix.sweep" --db "$tmp/prefix-shared.db" \
+    --cache-dir "$tmp/c"
+has "$tmp/err" "shared prefixes: 2 of the configs differ from the one before them" \
+    "prefix: the header says which configs may share a prefix"
+has "$tmp/out" "3 configs computed only the head on the pass of a config differing only in the head, 2 started at a later block" \
+    "prefix: the summary counts both"
+expect 0 "prefix: sweep --no-share" "$qlab" sweep "$tmp/prefix.sweep" --no-share \
+    --db "$tmp/prefix-alone.db" --cache-dir "$tmp/c"
+has "$tmp/err" "shared prefixes: off (--no-share)" "prefix: --no-share said"
+figures "$tmp/prefix-shared.db" >"$tmp/prefix-shared.txt"
+figures "$tmp/prefix-alone.db" >"$tmp/prefix-alone.txt"
+[ "$(grep -c 'weight_type=' "$tmp/prefix-shared.txt")" -gt 0 ] &&
+    cmp -s "$tmp/prefix-shared.txt" "$tmp/prefix-alone.txt" &&
+    ok "prefix: every figure identical to each config's own pass" ||
+    { bad "prefix: shared and alone differ"; diff "$tmp/prefix-shared.txt" "$tmp/prefix-alone.txt" | head; }
+got=$(rows "$tmp/prefix-shared.db" "SELECT group_concat(n, ' ') FROM (SELECT count(*) AS n
+    FROM runs GROUP BY shared_blocks ORDER BY shared_blocks)")
+[ "$got" = "1 2 3" ] && ok "prefix: shared_blocks 0 (own pass) once, 3 twice, 5 (head only) three times" ||
+    bad "prefix: runs by shared_blocks: $got"
+n=$(rows "$tmp/prefix-shared.db" "SELECT count(*) FROM runs r JOIN configs c ON c.id = r.config_id
+    JOIN configs b ON b.hash = r.body_of WHERE r.shared_blocks = 3 AND b.head_type = c.head_type")
+[ "$n" = 2 ] && ok "prefix: body_of names the config the prefix came from" || bad "prefix: body_of $n"
+n=$(rows "$tmp/prefix-alone.db" "SELECT count(*) FROM runs WHERE body_of IS NOT NULL OR shared_blocks != 0")
+[ "$n" = 0 ] && ok "prefix: with --no-share none" || bad "prefix: $n runs shared with --no-share"
 
 cat >"$tmp/layers.sweep" <<'END'
 [sweep]

@@ -1,7 +1,8 @@
 /* The layer-major scheduler: a pass over groups of chunks gives every chunk the logits
  * and hidden states it gets alone (ql_ppl_run_chunk), bit for bit, whatever the group
  * size; two sets in lock-step see their own residual streams after every block; the
- * observers see each product once per chunk; decoded (bound) layers and unbound heads
+ * observers see each product once per chunk; a pass resumed at block L from the streams
+ * another captured there gives the whole pass's logits; decoded (bound) layers and unbound heads
  * give the same numbers as an f32 copy of the model. On stories260K (F32: weights used
  * in place) and on llama-quantize's Q4_0 file of it (every layer decoded when bound). */
 #include <stdlib.h>
@@ -167,6 +168,49 @@ static void test_model(const char *path)
         ql_sched_free(hs);
         free(h.logits);
         free(h.hidden);
+    }
+
+    /* A shared prefix: a pass captures the streams entering block L; a pass resumed
+     * there gives the whole pass's logits, bit for bit, with any group size (what a
+     * sweep's configs that differ only from block L on rely on). */
+    for (int L = 1; L < m->hp.n_layer; L += m->hp.n_layer > 2 ? m->hp.n_layer - 2 : 1) {
+        const size_t sf = ql_sched_stream_floats(&m->hp, &d, false);
+        float *streams = malloc((size_t)CHUNKS * sf * sizeof(float));
+        for (int g = 1; g <= 2; g++) {
+            collect a = {&d, m->hp.n_vocab, m->hp.n_embd, NULL, NULL, 0, 0, -1, 0, 0, 0};
+            a.logits = calloc((size_t)CHUNKS * per_chunk, sizeof(float));
+            a.hidden =
+                calloc((size_t)CHUNKS * (size_t)d.n_scored * (size_t)m->hp.n_embd, sizeof(float));
+            ql_sched *ps;
+            CHECK_OK(ql_sched_alloc(&ps, &err), &err);
+            ql_sched_job job = {.data = &d,
+                                .n_chunks = CHUNKS,
+                                .group = g,
+                                .n_sets = 1,
+                                .on_output = on_output,
+                                .ctx = &a};
+            job.sets[0] = (ql_sched_set){.w = m->weights, .head = true, .observer = observe,
+                                         .observer_ctx = &a};
+            if (g == 1) {
+                job.capture_layer = L;
+                job.capture = streams;
+            } else {
+                job.resume_layer = L;
+                job.resume = streams;
+            }
+            CHECK_OK(ql_sched_run(ps, fw, &job, &err), &err);
+            CHECK_EQ_INT(a.outputs, CHUNKS);
+            CHECK_MSG(memcmp(a.logits, alone, (size_t)CHUNKS * per_chunk * sizeof(float)) == 0,
+                      "%s: block %d: the %s pass gives other logits than the whole pass", path,
+                      L, g == 1 ? "capturing" : "resumed");
+            /* The resumed pass computes only blocks L.. and the head. */
+            CHECK_EQ_INT(a.observed,
+                         (int64_t)CHUNKS * (7 * (g == 1 ? m->hp.n_layer : m->hp.n_layer - L) + 1));
+            ql_sched_free(ps);
+            free(a.logits);
+            free(a.hidden);
+        }
+        free(streams);
     }
 
     /* Lock-step with a copy of the same weights: identical streams after every block. */

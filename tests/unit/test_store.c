@@ -782,6 +782,7 @@ static void test_v11_overlap(void)
                        " ALTER TABLE metrics DROP COLUMN calib_overlap_32;"
                        " ALTER TABLE runs DROP COLUMN body_of;"
                        " ALTER TABLE runs DROP COLUMN forward_alone_seconds;"
+                       " ALTER TABLE runs DROP COLUMN shared_blocks;"
                        " PRAGMA user_version = 11",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(raw);
@@ -823,6 +824,7 @@ static void test_v12_shared_body(void)
     CHECK(sqlite3_exec(raw,
                        "ALTER TABLE runs DROP COLUMN body_of;"
                        " ALTER TABLE runs DROP COLUMN forward_alone_seconds;"
+                       " ALTER TABLE runs DROP COLUMN shared_blocks;"
                        " PRAGMA user_version = 12",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(raw);
@@ -886,6 +888,7 @@ static void test_v8_sensitivities(void)
                        " ALTER TABLE metrics DROP COLUMN calib_overlap_32;"
                        " ALTER TABLE runs DROP COLUMN body_of;"
                        " ALTER TABLE runs DROP COLUMN forward_alone_seconds;"
+                       " ALTER TABLE runs DROP COLUMN shared_blocks;"
                        " PRAGMA user_version = 8",
                        NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(raw);
@@ -923,6 +926,7 @@ static void test_v10_quantizer(void)
                        " ALTER TABLE metrics DROP COLUMN calib_overlap_32;"
                        " ALTER TABLE runs DROP COLUMN body_of;"
                        " ALTER TABLE runs DROP COLUMN forward_alone_seconds;"
+                       " ALTER TABLE runs DROP COLUMN shared_blocks;"
                        " PRAGMA user_version = 10",
                        NULL, NULL, NULL) == SQLITE_OK);
     CHECK_EQ_INT(qlt_sql_int(raw, "SELECT count(*) FROM pragma_table_info('configs') WHERE name "

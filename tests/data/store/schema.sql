@@ -70,6 +70,7 @@ CREATE TABLE runs (
     pid                   INTEGER, -- process on host of the last attempt
     body_of               TEXT, -- config hash of the pass whose blocks it reused (its head only); NULL = own
     forward_alone_seconds REAL, -- what quant_seconds would be without the shared body
+    shared_blocks         INTEGER, -- blocks of body_of's pass it reused: all (head only) or the first ones; 0 = own
     UNIQUE (config_id, model_id, dataset_id, ctx, chunks),
     CHECK ((status IN ('failed', 'interrupted')) = (error IS NOT NULL)),
     CHECK ((status = 'running') = (finished IS NULL))
@@ -296,7 +297,8 @@ SELECT r.id AS run_id, r.sweep,
        (SELECT t.fallback_reason FROM tensor_errors t WHERE t.run_id = r.id AND t.fallback = 1 ORDER BY t.params DESC, t.tensor LIMIT 1) AS fallback_note,
        r.seconds, r.quantize_seconds, r.ref_seconds, r.quant_seconds, r.threads, r.host,
        r.finished, r.qlab_version, r.qlab_commit, r.metrics_version, r.imatrix_sha256,
-       r.blas_kernel, r.mem_budget, r.group_chunks, r.body_of, r.forward_alone_seconds
+       r.blas_kernel, r.mem_budget, r.group_chunks, r.body_of, r.forward_alone_seconds,
+       r.shared_blocks
 FROM runs r
 JOIN configs c ON c.id = r.config_id
 JOIN models mo ON mo.id = r.model_id
@@ -331,7 +333,8 @@ SELECT r.id AS run_id, s.sweep,
        (SELECT t.fallback_reason FROM tensor_errors t WHERE t.run_id = r.id AND t.fallback = 1 ORDER BY t.params DESC, t.tensor LIMIT 1) AS fallback_note,
        r.seconds, r.quantize_seconds, r.ref_seconds, r.quant_seconds, r.threads, r.host,
        r.finished, r.qlab_version, r.qlab_commit, r.metrics_version, r.imatrix_sha256,
-       r.blas_kernel, r.mem_budget, r.group_chunks, r.body_of, r.forward_alone_seconds
+       r.blas_kernel, r.mem_budget, r.group_chunks, r.body_of, r.forward_alone_seconds,
+       r.shared_blocks
 FROM sweep_runs s JOIN runs r ON r.id = s.run_id
 JOIN configs c ON c.id = r.config_id
 JOIN models mo ON mo.id = r.model_id
