@@ -1,7 +1,9 @@
 #!/bin/sh
 # What shared blocks save (README, "Speed"): the sweep weight_type = Q4_K Q6_K x
 # head_type = same Q8_0 Q6_K on a model of PRESET's shapes (default qwen3-0.6b: the 0.5B
-# class with 256-divisible rows, which K-quant heads need; qwen2.5-0.5b's are 896), ctx
+# class with 256-divisible rows, which K-quant heads need; qwen2.5-0.5b's are 896), with
+# its own output.weight (tied=0: a tied head is the embedding table, so its type would
+# change the blocks' input and nothing could be shared), ctx
 # 512, CHUNKS chunks of TEXT, once as qlab runs it (configs that differ only in the head
 # compute their head alone on the first one's hidden states) and once with --no-share
 # (every config its own whole pass), each into a store of its own with the reference cache
@@ -19,7 +21,7 @@ mkdir -p "$dir"
 cat >"$dir/shared.sweep" <<END
 [sweep]
 name    = shared-$preset
-model   = synth:$preset
+model   = synth:$preset,tied=0
 text    = $text
 ctx     = 512
 chunks  = $chunks

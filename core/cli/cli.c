@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/util.h"
 #include "model/kvcache.h"
@@ -57,6 +58,23 @@ void ql_cli_warn_ctx(const ql_model *m, const char *path, int ctx)
         ql_fwrite_terminal(stderr, path, strlen(path));
         fprintf(stderr, ": %s\n", msg);
     }
+}
+
+void ql_cli_note_blas_kernel(FILE *out)
+{
+    const char *forced = getenv("OPENBLAS_CORETYPE");
+    static const char *const narrow[] = {"Haswell", "Zen", "SandyBridge", "Nehalem", "Prescott"};
+    bool is_narrow = false;
+    for (size_t i = 0; forced && i < sizeof narrow / sizeof narrow[0]; i++)
+        is_narrow = is_narrow || strcasecmp(forced, narrow[i]) == 0;
+    __builtin_cpu_init();
+    if (!is_narrow || !__builtin_cpu_supports("avx512f"))
+        return;
+    fprintf(out,
+            "note    OPENBLAS_CORETYPE=%s forces a kernel without AVX-512, which this CPU has: "
+            "the products run on half-width vectors; unset it for speed (figures then differ "
+            "in their last digits; every run records its blas_kernel)\n",
+            forced);
 }
 
 ql_status ql_cli_text_run_init(ql_cli_text_run *r, const char *model_arg, const char *text_arg,

@@ -6,6 +6,8 @@
 #ifndef QL_CLI_H
 #define QL_CLI_H
 
+#include <stdio.h>
+
 #include "base/data.h"
 #include "base/error.h"
 #include "experiment/sweep.h"
@@ -59,6 +61,11 @@ typedef struct {
 /* Warns on stderr when ctx is beyond m's training context (ql_ppl_ctx_beyond_training);
  * ql_cli_text_run_init does it for its model. */
 void ql_cli_warn_ctx(const ql_model *m, const char *path, int ctx);
+
+/* Says on out when OPENBLAS_CORETYPE forces a kernel narrower than this CPU's vectors
+ * (Haswell's AVX2 on an AVX-512 CPU, as some machines set it): the products, most of a
+ * pass, then run at about half their speed. The environment is the user's to change. */
+void ql_cli_note_blas_kernel(FILE *out);
 
 /* Fills r in that order; on failure r holds what was loaded (free it with
  * ql_cli_text_run_deinit) and err names the file. max_chunks <= 0 means all. */

@@ -206,6 +206,7 @@ int ql_bench_forward(int argc, char **argv)
            ctx, ql_threads_get(), chunks, (double)(chunks * (ctx - 1)) / t_run,
            1e3 * t_run / chunks, gflops, (long long)(ctx - 1), (long long)wide, m->hp.n_embd, peak,
            peak > 0 ? 100.0 * gflops / peak : 0.0);
+    ql_cli_note_blas_kernel(stdout);
     if (profile)
         print_profile(&prof, t_run);
     rc = QL_EXIT_OK;
