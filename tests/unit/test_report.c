@@ -694,10 +694,8 @@ static void test_plots_without_gnuplot(void)
     CHECK(!ql_file_exists(qlt_tmp("nognu/fixture-formats/kld_bpw.png")));
 
     /* A gnuplot that fails: its message is in the reason. */
-    const char *bin = qlt_tmp("fakebin");
+    const char *bin = qlt_tmp("fakebin"), *fake = qlt_tmp("fakebin/gnuplot");
     mkdir(bin, 0755);
-    char fake[600];
-    snprintf(fake, sizeof fake, "%s/gnuplot", bin);
     write_script(fake, "#!/bin/sh\necho \"line 3: unknown terminal type\" >&2\nexit 1\n");
     setenv("PATH", bin, 1);
     CHECK(ql_plot_find_gnuplot(NULL, 0));
