@@ -8,7 +8,8 @@
 # compute their head alone on the first one's hidden states) and once with --no-share
 # (every config its own whole pass), each into a store of its own with the reference cache
 # shared (computed by the first). Prints each config's quantized-pass time both ways, from
-# the stores, and the wall time of each sweep. Run by hand:
+# the stores, and the wall time of each sweep; then the same for configs that share a
+# prefix (recipes on the last blocks). Run by hand:
 #   scripts/bench-shared.sh [PRESET] [CHUNKS] [TEXT] [QLAB]
 set -eu
 cd "$(dirname "$0")/.."
@@ -52,3 +53,39 @@ echo "shared blocks:"
 echo "--no-share:"
 "$qlab" query --db "$dir/alone.db" --md "$q"
 printf 'wall time of the sweep: %.1f s shared, %.1f s with --no-share\n' "$w_shared" "$w_alone"
+
+# Shared prefixes: Q4_K with recipes that change the last block's feed-forward, then the
+# last two blocks'; each config after the first starts its pass at the first block it
+# changes, from the streams of the one before.
+last=$("$qlab" query --db "$dir/shared.db" --csv "SELECT n_layer FROM models LIMIT 1" | tail -n 1)
+l1=$((last - 1)) l2=$((last - 2))
+cat >"$dir/prefix.sweep" <<END
+[sweep]
+name    = prefix-$preset
+model   = synth:$preset,tied=0
+text    = $text
+ctx     = 512
+chunks  = $chunks
+
+[grid]
+weight_type  = Q4_K
+tensor_types = none blk\.$l1\.ffn_=Q8_0 blk\.($l2|$l1)\.ffn_=Q8_0
+END
+prefix() { # DB [OPTION]
+    t0=$(date +%s.%N)
+    "$qlab" sweep "$dir/prefix.sweep" --db "$1" --cache-dir "$dir/cache" --quiet --no-summary \
+        ${2:+"$2"} >"$dir/out" 2>&1 || { cat "$dir/out" >&2; exit 1; }
+    awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }'
+}
+rm -f "$dir/prefix.db" "$dir/prefix-alone.db"
+p_shared=$(prefix "$dir/prefix.db")
+p_alone=$(prefix "$dir/prefix-alone.db" --no-share)
+q="SELECT c.tensor_types, printf('%.1f', r.quant_seconds) AS pass_s, r.shared_blocks,
+       printf('%.1f', r.forward_alone_seconds) AS alone_s, printf('%.4f', m.kld_mean * 1000) AS kld_e3
+   FROM runs r JOIN configs c ON c.id = r.config_id JOIN metrics m ON m.run_id = r.id
+   ORDER BY r.id"
+echo "shared prefixes ($last blocks):"
+"$qlab" query --db "$dir/prefix.db" --md "$q"
+echo "--no-share:"
+"$qlab" query --db "$dir/prefix-alone.db" --md "$q"
+printf 'wall time of the sweep: %.1f s shared, %.1f s with --no-share\n' "$p_shared" "$p_alone"
