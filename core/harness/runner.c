@@ -4,6 +4,7 @@
 #include "harness/sensitivities.h"
 
 #include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "base/data.h"
 #include "base/gemm.h"
 #include "base/progress.h"
+#include "base/strbuf.h"
 #include "base/table.h"
 #include "base/util.h"
 #include "experiment/calib.h"
@@ -287,63 +289,54 @@ static void family_hash(const ql_config *c, char out[65])
     ql_sha256_hex(text, n > 0 && (size_t)n < sizeof text ? (size_t)n : strlen(text), out);
 }
 
-/* What decides a config's blocks, from what it was built into: the config less its head
- * type (the activation and K/V roundings, the imatrix, the outlier split, the
- * quantizer) and every tensor's type and exact columns but the head's (a budget's
- * solver may move the body's types with the head's). "" for a weight set read from a
- * file (its bytes are the file's). Two configs of one key compute the same blocks. */
+/* SHA-256 of what a config's blocks 0..layer-1 compute from: hash (the config less what
+ * the tensors' types already say, as its caller names it) and the type and exact columns
+ * of every tensor before that block but the head's (the embedding's among them). "" for a
+ * weight set read from a file (its bytes are the file's). */
+static ql_status tensors_key(const char hash[65], const ql_qweights_result *q, int layer,
+                             char out[65], ql_error *err)
+{
+    out[0] = '\0';
+    if (q->file_model)
+        return QL_OK;
+    ql_strbuf text = {0};
+    ql_strbuf_add(&text, "%s|blocks<%d", hash, layer);
+    for (size_t i = 0; i < q->n_tensors; i++) {
+        const ql_tensor_record *r = &q->tensors[i];
+        if (ql_tensor_axis_of(r->tensor) != QL_TENSOR_HEAD &&
+            ql_tensor_block(r->tensor, NULL) < layer)
+            ql_strbuf_add(&text, "|%.*s=%d:%lld", QL_QUANT_NAME_MAX, r->tensor,
+                          (int)r->used_type, (long long)r->outlier_cols);
+    }
+    const bool failed = text.failed;
+    if (!failed)
+        ql_sha256_hex(text.text, text.len, out);
+    ql_strbuf_free(&text);
+    return failed ? ql_error_set(err, QL_ENOMEM, "out of memory for a config's blocks key")
+                  : QL_OK;
+}
+
+/* What decides a config's blocks: the config less its head type (the activation and K/V
+ * roundings, the imatrix, the outlier split, the quantizer) and every tensor but the
+ * head (a budget's solver may move the body's types with the head's). Two configs of one
+ * key compute the same blocks. */
 static ql_status body_key(const ql_config *c, const ql_qweights_result *q, char out[65],
                           ql_error *err)
 {
-    out[0] = '\0';
-    if (q->file_model)
-        return QL_OK;
-    enum { PER_TENSOR = QL_QUANT_NAME_MAX + 48 };
-    const size_t cap = 65 + q->n_tensors * PER_TENSOR;
-    char *text = malloc(cap);
-    if (!text)
-        return ql_error_set(err, QL_ENOMEM, "out of memory for a config's body key");
-    headless_hash(c, text);
-    size_t len = strlen(text);
-    for (size_t i = 0; i < q->n_tensors; i++) {
-        const ql_tensor_record *t = &q->tensors[i];
-        if (ql_tensor_axis_of(t->tensor) != QL_TENSOR_HEAD)
-            len += (size_t)snprintf(text + len, cap - len, "|%.*s=%d:%lld", QL_QUANT_NAME_MAX,
-                                    t->tensor, (int)t->used_type, (long long)t->outlier_cols);
-    }
-    ql_sha256_hex(text, len, out);
-    free(text);
-    return QL_OK;
+    char hash[65];
+    headless_hash(c, hash);
+    return tensors_key(hash, q, INT_MAX, out, err);
 }
 
-/* What decides a config's blocks 0..layer-1: its family (family_hash) and the type and
- * exact columns of every tensor before that block but the head (the embedding's among
- * them). "" for a weight set read from a file. Two configs of one key compute the same
- * residual streams entering block `layer`. */
+/* What decides a config's blocks 0..layer-1: its family (family_hash) and its tensors
+ * before that block. Two configs of one key compute the same residual streams entering
+ * block `layer`. */
 static ql_status prefix_key(const ql_config *c, const ql_qweights_result *q, int layer,
                             char out[65], ql_error *err)
 {
-    out[0] = '\0';
-    if (q->file_model)
-        return QL_OK;
-    enum { PER_TENSOR = QL_QUANT_NAME_MAX + 48 };
-    const size_t cap = 96 + q->n_tensors * PER_TENSOR;
-    char *text = malloc(cap);
-    if (!text)
-        return ql_error_set(err, QL_ENOMEM, "out of memory for a config's prefix key");
-    family_hash(c, text);
-    size_t len = strlen(text);
-    len += (size_t)snprintf(text + len, cap - len, "|blocks<%d", layer);
-    for (size_t i = 0; i < q->n_tensors; i++) {
-        const ql_tensor_record *r = &q->tensors[i];
-        const int block = ql_tensor_block(r->tensor, NULL);
-        if (ql_tensor_axis_of(r->tensor) != QL_TENSOR_HEAD && block < layer)
-            len += (size_t)snprintf(text + len, cap - len, "|%.*s=%d:%lld", QL_QUANT_NAME_MAX,
-                                    r->tensor, (int)r->used_type, (long long)r->outlier_cols);
-    }
-    ql_sha256_hex(text, len, out);
-    free(text);
-    return QL_OK;
+    char hash[65];
+    family_hash(c, hash);
+    return tensors_key(hash, q, layer, out, err);
 }
 
 /* The first block whose tensors two configs of one family plan differently (the type
