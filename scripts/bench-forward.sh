@@ -10,21 +10,10 @@ set -eu
 cd "$(dirname "$0")/.."
 presets=${1:-30M qwen2.5-0.5b llama3.1-8b}
 qlab=${2:-build/core/qlab}
-dir=results/bench
-mkdir -p "$dir"
+. scripts/bench-model.sh
 for preset in $presets; do
-    model=$dir/$preset-F16.gguf
-    if [ ! -f "$model" ]; then
-        echo "writing $model"
-        "$qlab" synth --preset "$preset" --type F16 -o "$model.tmp" >/dev/null
-        mv "$model.tmp" "$model"
-    fi
-    # Fewer timed chunks where a chunk is long: the figure is per token either way.
-    case $preset in
-    *8b*) chunks=1 ;;
-    *0.5b* | *0.6b*) chunks=2 ;;
-    *) chunks=8 ;;
-    esac
+    model=$(bench_model "$preset" "$qlab")
+    chunks=$(bench_chunks "$preset")
     "$qlab" bench forward "$model" --ctx 512 --chunks "$chunks" --profile
     echo
 done

@@ -142,8 +142,11 @@ static void fault_hook(void *ctx, int begun)
     (void)ctx;
     if (kill_after > 0 && begun > kill_after)
         raise(SIGKILL);
+    /* Until told to stop, polled: pause() would miss a signal that came just before it,
+     * or one another thread handled. */
     if (pause_after > 0 && begun > pause_after)
-        pause();
+        while (!ql_interrupted())
+            usleep(20 * 1000);
     if (delay_ms > 0) /* every run takes this long more: a window for the store tests */
         usleep((useconds_t)delay_ms * 1000);
 }

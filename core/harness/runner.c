@@ -375,11 +375,42 @@ out:
     return common;
 }
 
+/* The members of the family of row k still to place, in run order (members[0..*n)): k
+ * first, then the others by the first block they plan differently from k's, earliest
+ * first, so that each can start where the one before it started or later (a config that
+ * resumes at block L holds the streams from L on only); one per headless group (its head
+ * siblings follow it). pt maps rows to sweep points. */
+static void family_order(const ql_runner *s, const size_t *pt, size_t rows, size_t k,
+                         const bool *placed, size_t *members, int *depth, size_t *n)
+{
+    const ql_config *base = &s->sw->points[pt[k]].config;
+    *n = 0;
+    for (size_t f = k; f < rows; f++) {
+        if (placed[f] || strcmp(s->family[f], s->family[k]) != 0)
+            continue;
+        bool sibling = false;
+        for (size_t m = 0; m < *n && !sibling; m++)
+            sibling = strcmp(s->headless[members[m]], s->headless[f]) == 0;
+        if (sibling)
+            continue;
+        const int d = f == k ? INT_MAX : common_blocks(s, base, &s->sw->points[pt[f]].config);
+        size_t at = *n; /* insertion: stable, members[0] (INT_MAX) stays first */
+        while (at > 1 && depth[at - 1] > d) {
+            members[at] = members[at - 1];
+            depth[at] = depth[at - 1];
+            at--;
+        }
+        members[at] = f;
+        depth[at] = d;
+        (*n)++;
+    }
+}
+
 /* The run order of this shard's configs (s->order, positions of s->rows as find_todo
  * makes them: the shard's points in index order): each followed by the later ones that
  * differ from it only in the head (n_head_siblings counts those), then by the later ones
- * of its family, each with its own head siblings (n_family_siblings counts the family's
- * members after the first). */
+ * of its family in family_order, each with its own head siblings (n_family_siblings counts
+ * the family's members after the first). */
 static ql_status plan_order(ql_runner *s, ql_error *err)
 {
     const ql_sweep *sw = s->sw;
@@ -388,13 +419,17 @@ static ql_status plan_order(ql_runner *s, ql_error *err)
     s->headless = calloc(n, sizeof *s->headless);
     s->family = calloc(n, sizeof *s->family);
     bool *placed = calloc(n, sizeof *placed);
-    if (!s->order || !s->headless || !s->family || !placed) {
-        free(placed);
-        return ql_error_set(err, QL_ENOMEM, "out of memory for the config list");
+    size_t *pt = calloc(n, sizeof *pt), *members = calloc(n, sizeof *members);
+    int *depth = calloc(n, sizeof *depth);
+    ql_status st = QL_OK;
+    if (!s->order || !s->headless || !s->family || !placed || !pt || !members || !depth) {
+        st = ql_error_set(err, QL_ENOMEM, "out of memory for the config list");
+        goto out;
     }
     size_t rows = 0;
     for (size_t i = 0; i < sw->n_points; i++)
         if (ql_shard_keeps(&s->opts.shard, i)) {
+            pt[rows] = i;
             headless_hash(&sw->points[i].config, s->headless[rows]);
             family_hash(&sw->points[i].config, s->family[rows++]);
         }
@@ -403,9 +438,10 @@ static ql_status plan_order(ql_runner *s, ql_error *err)
     for (size_t k = 0; k < rows; k++) {
         if (placed[k])
             continue;
-        for (size_t f = k; f < rows; f++) {
-            if (placed[f] || strcmp(s->family[f], s->family[k]) != 0)
-                continue;
+        size_t n_members;
+        family_order(s, pt, rows, k, placed, members, depth, &n_members);
+        for (size_t m = 0; m < n_members; m++) {
+            const size_t f = members[m];
             s->order[at++] = f;
             placed[f] = true;
             s->n_family_siblings += f != k;
@@ -417,8 +453,12 @@ static ql_status plan_order(ql_runner *s, ql_error *err)
                 }
         }
     }
+out:
     free(placed);
-    return QL_OK;
+    free(pt);
+    free(members);
+    free(depth);
+    return st;
 }
 
 static void held_body_drop(held_body *b)

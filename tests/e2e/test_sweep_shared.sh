@@ -85,9 +85,11 @@ END
 # Q4_0 head Q5_0 with the first grid's Q4_0 configs).
 same_as_alone dense "$tmp/dense.sweep" 4
 
-# Shared prefixes: the recipes change attn_v of block 3, then of block 4; each config
-# after the first starts at block 3 from the one before's streams, each head sibling
-# computes its head alone on its pass (stories260K has 5 blocks).
+# Shared prefixes: the recipes change attn_v of block 4, then of blocks 3 and 4. The run
+# order takes the second first (it differs from the first config already at block 3), so
+# each config after the first starts at block 3 from the one before's streams (in the
+# sweep's order the last would have to run whole: the one before it starts at block 4);
+# each head sibling computes its head alone on its pass (stories260K has 5 blocks).
 cat >"$tmp/prefix.sweep" <<'END'
 [sweep]
 name    = shared-prefix
@@ -99,7 +101,7 @@ threads = 2
 
 [grid]
 weight_type  = Q4_0
-tensor_types = none blk\.3\.attn_v=Q8_0 blk\.4\.attn_v=Q8_0
+tensor_types = none blk\.4\.attn_v=Q8_0 blk\.(3|4)\.attn_v=Q8_0
 head_type    = same Q8_0
 END
 expect 0 "prefix: sweep" "$qlab" sweep "$tmp/prefix.sweep" --db "$tmp/prefix-shared.db" \
