@@ -32,17 +32,17 @@ weight_type = Q4_K Q6_K
 head_type   = same Q8_0 Q6_K
 END
 rm -f "$dir/shared.db" "$dir/alone.db"
-wall() { # DB [OPTION]
+wall() { # SWEEP DB [OPTION]: runs SWEEP into DB, prints its wall seconds
     t0=$(date +%s.%N)
-    "$qlab" sweep "$dir/shared.sweep" --db "$1" --cache-dir "$dir/cache" --quiet --no-summary \
-        ${2:+"$2"} >"$dir/out" 2>&1 || { cat "$dir/out" >&2; exit 1; }
+    "$qlab" sweep "$1" --db "$2" --cache-dir "$dir/cache" --quiet --no-summary \
+        ${3:+"$3"} >"$dir/out" 2>&1 || { cat "$dir/out" >&2; exit 1; }
     awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }'
 }
 # A first sweep makes the synthetic model and the reference; its time is not reported.
-wall "$dir/ref.db" >/dev/null
+wall "$dir/shared.sweep" "$dir/ref.db" >/dev/null
 rm -f "$dir/ref.db"
-w_shared=$(wall "$dir/shared.db")
-w_alone=$(wall "$dir/alone.db" --no-share)
+w_shared=$(wall "$dir/shared.sweep" "$dir/shared.db")
+w_alone=$(wall "$dir/shared.sweep" "$dir/alone.db" --no-share)
 q="SELECT c.weight_type, c.head_type, printf('%.1f', r.quant_seconds) AS pass_s,
        CASE WHEN r.body_of IS NULL THEN 'own' ELSE 'shared' END AS blocks,
        printf('%.1f', r.quantize_seconds) AS quantize_s, printf('%.4f', m.kld_mean * 1000) AS kld_e3
@@ -55,8 +55,9 @@ echo "--no-share:"
 printf 'wall time of the sweep: %.1f s shared, %.1f s with --no-share\n' "$w_shared" "$w_alone"
 
 # Shared prefixes: Q4_K with recipes that change the last block's feed-forward, then the
-# last two blocks'; each config after the first starts its pass at the first block it
-# changes, from the streams of the one before.
+# last two blocks'; the run order takes the second recipe first (it changes an earlier
+# block), and each config after the first starts its pass at the first block where it
+# differs from the one before, from that one's streams.
 last=$("$qlab" query --db "$dir/shared.db" --csv "SELECT n_layer FROM models LIMIT 1" | tail -n 1)
 l1=$((last - 1)) l2=$((last - 2))
 cat >"$dir/prefix.sweep" <<END
@@ -71,15 +72,9 @@ chunks  = $chunks
 weight_type  = Q4_K
 tensor_types = none blk\.$l1\.ffn_=Q8_0 blk\.($l2|$l1)\.ffn_=Q8_0
 END
-prefix() { # DB [OPTION]
-    t0=$(date +%s.%N)
-    "$qlab" sweep "$dir/prefix.sweep" --db "$1" --cache-dir "$dir/cache" --quiet --no-summary \
-        ${2:+"$2"} >"$dir/out" 2>&1 || { cat "$dir/out" >&2; exit 1; }
-    awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }'
-}
 rm -f "$dir/prefix.db" "$dir/prefix-alone.db"
-p_shared=$(prefix "$dir/prefix.db")
-p_alone=$(prefix "$dir/prefix-alone.db" --no-share)
+p_shared=$(wall "$dir/prefix.sweep" "$dir/prefix.db")
+p_alone=$(wall "$dir/prefix.sweep" "$dir/prefix-alone.db" --no-share)
 q="SELECT c.tensor_types, printf('%.1f', r.quant_seconds) AS pass_s, r.shared_blocks,
        printf('%.1f', r.forward_alone_seconds) AS alone_s, printf('%.4f', m.kld_mean * 1000) AS kld_e3
    FROM runs r JOIN configs c ON c.id = r.config_id JOIN metrics m ON m.run_id = r.id

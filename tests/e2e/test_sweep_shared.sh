@@ -37,19 +37,27 @@ figures() { # DB
     done
 }
 
-same_as_alone() { # NAME SWEEP N_SHARED
+# shared_vs_alone NAME SWEEP SAID OFF: SWEEP into $tmp/NAME-shared.db (its header saying
+# SAID; its output kept in $tmp/NAME-shared.out) and with --no-share into NAME-alone.db
+# (saying OFF), the same figures in both.
+shared_vs_alone() {
     expect 0 "$1: sweep" "$qlab" sweep "$2" --db "$tmp/$1-shared.db" --cache-dir "$tmp/c"
-    has "$tmp/err" "shared blocks: $3 of the configs differ from an earlier one only in the head" \
-        "$1: the header says which configs share"
+    cp "$tmp/out" "$tmp/$1-shared.out"
+    has "$tmp/err" "$3" "$1: the header says which configs share"
     expect 0 "$1: sweep --no-share" "$qlab" sweep "$2" --no-share --db "$tmp/$1-alone.db" \
         --cache-dir "$tmp/c"
-    has "$tmp/err" "shared blocks: off (--no-share)" "$1: --no-share said"
+    has "$tmp/err" "$4" "$1: --no-share said"
     figures "$tmp/$1-shared.db" >"$tmp/$1-shared.txt"
     figures "$tmp/$1-alone.db" >"$tmp/$1-alone.txt"
     n=$(grep -c 'weight_type=' "$tmp/$1-shared.txt")
     [ "$n" -gt 0 ] && cmp -s "$tmp/$1-shared.txt" "$tmp/$1-alone.txt" &&
         ok "$1: every figure identical to each config's own pass" ||
         { bad "$1: shared and alone differ"; diff "$tmp/$1-shared.txt" "$tmp/$1-alone.txt" | head; }
+}
+
+same_as_alone() { # NAME SWEEP N_SHARED
+    shared_vs_alone "$1" "$2" "shared blocks: $3 of the configs differ from an earlier one only in the head" \
+        "shared blocks: off (--no-share)"
     n=$(rows "$tmp/$1-shared.db" "SELECT count(*) FROM runs WHERE body_of IS NOT NULL")
     [ "$n" = "$3" ] && ok "$1: $3 runs record the pass they shared" || bad "$1: $n runs shared"
     n=$(rows "$tmp/$1-alone.db" "SELECT count(*) FROM runs WHERE body_of IS NOT NULL")
@@ -104,21 +112,10 @@ weight_type  = Q4_0
 tensor_types = none blk\.4\.attn_v=Q8_0 blk\.(3|4)\.attn_v=Q8_0
 head_type    = same Q8_0
 END
-expect 0 "prefix: sweep" "$qlab" sweep "$tmp/prefix.sweep" --db "$tmp/prefix-shared.db" \
-    --cache-dir "$tmp/c"
-has "$tmp/err" "shared prefixes: 2 of the configs differ from the one before them" \
-    "prefix: the header says which configs may share a prefix"
-has "$tmp/out" "3 configs computed only the head on the pass of a config differing only in the head, 2 started at a later block" \
+shared_vs_alone prefix "$tmp/prefix.sweep" "shared prefixes: 2 of the configs differ from the one before them" \
+    "shared prefixes: off (--no-share)"
+has "$tmp/prefix-shared.out" "3 configs computed only the head on the pass of a config differing only in the head, 2 started at a later block" \
     "prefix: the summary counts both"
-expect 0 "prefix: sweep --no-share" "$qlab" sweep "$tmp/prefix.sweep" --no-share \
-    --db "$tmp/prefix-alone.db" --cache-dir "$tmp/c"
-has "$tmp/err" "shared prefixes: off (--no-share)" "prefix: --no-share said"
-figures "$tmp/prefix-shared.db" >"$tmp/prefix-shared.txt"
-figures "$tmp/prefix-alone.db" >"$tmp/prefix-alone.txt"
-[ "$(grep -c 'weight_type=' "$tmp/prefix-shared.txt")" -gt 0 ] &&
-    cmp -s "$tmp/prefix-shared.txt" "$tmp/prefix-alone.txt" &&
-    ok "prefix: every figure identical to each config's own pass" ||
-    { bad "prefix: shared and alone differ"; diff "$tmp/prefix-shared.txt" "$tmp/prefix-alone.txt" | head; }
 got=$(rows "$tmp/prefix-shared.db" "SELECT group_concat(n, ' ') FROM (SELECT count(*) AS n
     FROM runs GROUP BY shared_blocks ORDER BY shared_blocks)")
 [ "$got" = "1 2 3" ] && ok "prefix: shared_blocks 0 (own pass) once, 3 twice, 5 (head only) three times" ||

@@ -22,35 +22,11 @@
 #include "model/perplexity.h"
 #include "model/quant.h"
 #include "model/quant_model.h"
+#include "hessian_fixture.h"
 #include "qltest.h"
 
 /* The imatrix sums x^2 in f32, the Hessian in double (as in test_gptq_pass.c). */
 #define F32_SUM_REL_TOL 2e-5
-
-static void make_data(ql_ppl_data *d, int n_vocab, int64_t n, int ctx, int64_t chunks)
-{
-    int32_t *t = malloc((size_t)n * sizeof *t);
-    uint32_t s = 777;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        t[i] = (int32_t)((s >> 8) % (uint32_t)n_vocab);
-    }
-    ql_error err;
-    CHECK_OK(ql_ppl_data_from_tokens(d, t, n, 1, ctx, chunks, &err), &err);
-    free(t);
-}
-
-typedef struct {
-    ql_hessians **h;
-    int n_layer;
-} all_layers;
-
-static void observe_all(void *ctx, int site, const ql_linear *lin, const float *x, int64_t n_tok)
-{
-    all_layers *a = ctx;
-    if (lin->layer >= 0 && lin->layer < a->n_layer)
-        ql_hessians_observe(a->h[lin->layer], site, lin, x, n_tok);
-}
 
 /* sum over rows of e H e^T / n_tok and its diagonal part. */
 static void errors_of(const float *x, const float *y, int64_t nr, int64_t n, const double *H,
@@ -97,7 +73,7 @@ int main(void)
     if (ql_model_load(&m, path, &err) != QL_OK)
         qlt_skip(err.msg);
     ql_ppl_data d;
-    make_data(&d, (int)m->hp.n_vocab, 64 * 6, 64, 6);
+    qlt_random_ppl_data(&d, (int)m->hp.n_vocab, 64 * 6, 64, 6, 777);
     /* The imatrix and every block's Hessians from one f32 pass over the chunks: the
      * reference's inputs, as ql_hessians_visit sees them. */
     const int nl = m->weights->n_layer;
@@ -106,8 +82,8 @@ int main(void)
     ql_hessians **h = calloc((size_t)nl, sizeof *h);
     for (int l = 0; l < nl; l++)
         CHECK_OK(ql_hessians_alloc(&h[l], m->weights, l, &err), &err);
-    all_layers a = {h, nl};
-    ql_imatrix_opts io = {.quiet = true, .also = observe_all, .also_ctx = &a};
+    qlt_all_layers a = {h, nl};
+    ql_imatrix_opts io = {.quiet = true, .also = qlt_observe_all, .also_ctx = &a};
     ql_imatrix *im = NULL;
     CHECK_OK(ql_imatrix_collect(fw, m->weights, &d, &io, &im, NULL, &err), &err);
     ql_fit_imatrix *fim = NULL;
@@ -232,7 +208,7 @@ int main(void)
     ql_model *moe = NULL;
     if (ql_model_load(&moe, qlt_shared("golden/moe/moe-llama-f32.gguf"), &err) == QL_OK) {
         ql_ppl_data dm;
-        make_data(&dm, (int)moe->hp.n_vocab, 64 * 2, 64, 2);
+        qlt_random_ppl_data(&dm, (int)moe->hp.n_vocab, 64 * 2, 64, 2, 777);
         ql_fit_table *tm = NULL;
         CHECK_OK(ql_fit_table_compute(moe->gguf, NULL, NULL, &fo, &tm, &err), &err);
         const ql_fit_gptq g = {.model = moe, .calib = &dm, .gptq = &go, .quiet = true};

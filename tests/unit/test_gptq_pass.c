@@ -22,37 +22,13 @@
 #include "model/model.h"
 #include "model/perplexity.h"
 #include "model/quant_model.h"
+#include "hessian_fixture.h"
 #include "qltest.h"
 
 /* The imatrix sums x^2 in f32 token after token, the Hessian in double: over a few
  * hundred positive terms the f32 sum's relative rounding error stays below
  * n * 2^-24 ~ 1e-5 (as in test_imatrix.c). */
 #define F32_SUM_REL_TOL 2e-5
-
-static void make_data(ql_ppl_data *d, int n_vocab, int64_t n, int ctx, int64_t chunks)
-{
-    int32_t *t = malloc((size_t)n * sizeof *t);
-    uint32_t s = 4242;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        t[i] = (int32_t)((s >> 8) % (uint32_t)n_vocab);
-    }
-    ql_error err;
-    CHECK_OK(ql_ppl_data_from_tokens(d, t, n, 1, ctx, chunks, &err), &err);
-    free(t);
-}
-
-typedef struct {
-    ql_hessians **h;
-    int n_layer;
-} all_layers;
-
-static void observe_all(void *ctx, int site, const ql_linear *lin, const float *x, int64_t n_tok)
-{
-    all_layers *a = ctx;
-    if (lin->layer >= 0 && lin->layer < a->n_layer)
-        ql_hessians_observe(a->h[lin->layer], site, lin, x, n_tok);
-}
 
 static void test_diag_is_imatrix(const ql_model *m, const ql_ppl_data *d)
 {
@@ -63,8 +39,8 @@ static void test_diag_is_imatrix(const ql_model *m, const ql_ppl_data *d)
     ql_hessians **h = calloc((size_t)nl, sizeof *h);
     for (int l = 0; l < nl; l++)
         CHECK_OK(ql_hessians_alloc(&h[l], m->weights, l, &err), &err);
-    all_layers a = {h, nl};
-    ql_imatrix_opts o = {.quiet = true, .also = observe_all, .also_ctx = &a};
+    qlt_all_layers a = {h, nl};
+    ql_imatrix_opts o = {.quiet = true, .also = qlt_observe_all, .also_ctx = &a};
     ql_imatrix *im = NULL;
     CHECK_OK(ql_imatrix_collect(fw, m->weights, d, &o, &im, NULL, &err), &err);
     int checked = 0;
@@ -218,8 +194,8 @@ static void test_outlier_split(const ql_model *m, const ql_ppl_data *d)
     CHECK_OK(ql_forward_alloc(&fw, &m->hp, d->ctx, &err), &err);
     ql_hessians *h0 = NULL;
     CHECK_OK(ql_hessians_alloc(&h0, w, 0, &err), &err);
-    all_layers a = {&h0, 1};
-    ql_imatrix_opts io = {.quiet = true, .also = observe_all, .also_ctx = &a};
+    qlt_all_layers a = {&h0, 1};
+    ql_imatrix_opts io = {.quiet = true, .also = qlt_observe_all, .also_ctx = &a};
     ql_imatrix *im = NULL;
     CHECK_OK(ql_imatrix_collect(fw, w, d, &io, &im, NULL, &err), &err);
     /* The same channels for every site: the products reading one input keep the same. */
@@ -325,8 +301,8 @@ static int moe_diag_is_imatrix(const ql_model *m, const ql_ppl_data *d)
     ql_hessians **h = calloc((size_t)nl, sizeof *h);
     for (int l = 0; l < nl; l++)
         CHECK_OK(ql_hessians_alloc(&h[l], w, l, &err), &err);
-    all_layers a = {h, nl};
-    ql_imatrix_opts o = {.quiet = true, .also = observe_all, .also_ctx = &a};
+    qlt_all_layers a = {h, nl};
+    ql_imatrix_opts o = {.quiet = true, .also = qlt_observe_all, .also_ctx = &a};
     ql_imatrix *im = NULL;
     CHECK_OK(ql_imatrix_collect(fw, w, d, &o, &im, NULL, &err), &err);
     int checked = 0, no_hessian = 0;
@@ -404,7 +380,7 @@ static void moe_unrouted(const ql_model *m)
 {
     ql_error err;
     ql_ppl_data d;
-    make_data(&d, (int)m->hp.n_vocab, 4, 4, 1);
+    qlt_random_ppl_data(&d, (int)m->hp.n_vocab, 4, 4, 1, 4242);
     /* Which experts the rows reach (reference inputs: the f32 model's routing). */
     ql_forward *fw = NULL;
     CHECK_OK(ql_forward_alloc(&fw, &m->hp, d.ctx, &err), &err);
@@ -413,8 +389,8 @@ static void moe_unrouted(const ql_model *m)
     ql_hessians **h = calloc((size_t)nl, sizeof *h);
     for (int l = 0; l < nl; l++)
         CHECK_OK(ql_hessians_alloc(&h[l], w, l, &err), &err);
-    all_layers a = {h, nl};
-    ql_imatrix_opts io = {.quiet = true, .also = observe_all, .also_ctx = &a};
+    qlt_all_layers a = {h, nl};
+    ql_imatrix_opts io = {.quiet = true, .also = qlt_observe_all, .also_ctx = &a};
     ql_imatrix *im = NULL;
     CHECK_OK(ql_imatrix_collect(fw, w, &d, &io, &im, NULL, &err), &err);
     bool *routed = calloc((size_t)(nl * X), sizeof *routed);
@@ -548,7 +524,7 @@ static void test_moe(const char *file, bool slices)
     if (!m)
         return;
     ql_ppl_data d;
-    make_data(&d, (int)m->hp.n_vocab, 64 * 4, 64, 4);
+    qlt_random_ppl_data(&d, (int)m->hp.n_vocab, 64 * 4, 64, 4, 4242);
     const int checked = moe_diag_is_imatrix(m, &d);
     /* attention's 4 and the experts' 3 each, and the shared expert's 3 */
     CHECK_EQ_INT(checked,
@@ -568,7 +544,7 @@ int main(void)
     if (ql_model_load(&m, path, &err) != QL_OK)
         qlt_skip(err.msg);
     ql_ppl_data d;
-    make_data(&d, (int)m->hp.n_vocab, 64 * 8, 64, 8);
+    qlt_random_ppl_data(&d, (int)m->hp.n_vocab, 64 * 8, 64, 8, 4242);
     test_diag_is_imatrix(m, &d);
     test_write_read_back(m, path, &d);
     test_outlier_split(m, &d);
