@@ -3,11 +3,16 @@
 # each has the cores to itself:
 #   forward   `qlab bench forward` and `llama-perplexity` on the same F16 model (the 30M,
 #             Qwen2.5-0.5B and Llama-3.1-8B shapes of bench-forward.sh), ctx 512, the same
-#             chunks and threads; llama.cpp's tok/s is its own "prompt eval" figure (the
-#             decode alone, its warm-up excluded), qlab's the whole pass with its scoring.
-#   quantize  `qlab quantize --pure` and `llama-quantize --pure` of the Qwen2.5-0.5B F16
+#             chunks and threads, each after its own warm-up, each pass with its scoring;
+#             llama.cpp's tok/s from its log's time stamps (from "calculating perplexity"
+#             to "Final estimate": chunks x 512 tokens), with its defaults otherwise
+#             (flash attention where it picks it, F16 K/V cache).
+#   quantize  `qlab quantize --pure` and `llama-quantize --pure` of the Qwen3-0.6B F16
 #             model to each type, the same threads: wall seconds, MB/s of the F16 input file,
-#             and whether the two files' tensors are the same bytes.
+#             and whether the two files' tensors are the same bytes. Qwen3-0.6B, not
+#             Qwen2.5-0.5B: its rows are multiples of 256, so no tensor falls back to
+#             another type (Qwen2.5's 896-wide rows do, and llama.cpp's fallback for Q2_K
+#             and Q3_K is Q4_0 since b4747's IQ4_NL, which qlab keeps).
 # llama.cpp: LLAMA_CPP_BIN, a directory holding llama-perplexity and llama-quantize; when
 # unset, they are built once under results/llamacpp/ from the llama.cpp source the npm
 # package node-llama-cpp ships (its git bundle of llama.cpp's tree; `npm pack` reaches the
@@ -35,7 +40,7 @@ llamacpp() {
     if [ ! -d "$dir/src" ]; then
         (cd "$dir" && rm -rf package ./*.tgz && npm pack --silent "$NODE_LLAMA_CPP" >/dev/null &&
             tar xzf ./*.tgz package/llama/gitRelease.bundle package/llama/llama.cpp.info.json)
-        git clone --quiet "$dir/package/llama/gitRelease.bundle" "$dir/src"
+        git -c advice.detachedHead=false clone --quiet "$dir/package/llama/gitRelease.bundle" "$dir/src"
         cp "$dir/package/llama/llama.cpp.info.json" "$dir/src/"
     fi
     echo "building llama-perplexity and llama-quantize in $dir/build" >&2
@@ -65,7 +70,11 @@ forward() {
         ours=$(sed -n 's/.* chunks: \([0-9.]*\) tok\/s.*/\1/p' "$log")
         "$bin/llama-perplexity" -m "$model" -f "$text" -c 512 -b 512 --chunks "$chunks" \
             -t "$threads" >"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
-        theirs=$(sed -n 's/.*prompt eval time.*, *\([0-9.]*\) tokens per second.*/\1/p' "$log")
+        theirs=$(awk -v tokens=$((chunks * 512)) '
+            function t(stamp, p) { split(stamp, p, "."); return p[1] * 60 + p[2] + p[3] / 1e3 + p[4] / 1e6 }
+            / I perplexity: calculating perplexity over / { a = t($1) }
+            / I Final estimate: / { b = t($1) }
+            END { if (a && b > a) print tokens / (b - a) }' "$log")
         [ -n "$ours" ] && [ -n "$theirs" ] || { echo "no tok/s for $preset in $log" >&2; exit 1; }
         printf '| %-12s | %6s | %10.1f | %16.1f | %5.2f |\n' "$preset" "$chunks" "$ours" "$theirs" \
             "$(awk -v a="$ours" -v b="$theirs" 'BEGIN { print a / b }')"
@@ -73,19 +82,28 @@ forward() {
 }
 
 # same_tensors A B: "same" when the two GGUF files hold the same tensors (names, types,
-# shapes, offsets) with the same bytes, whatever their metadata; else what differs.
+# shapes) with the same bytes, whatever their metadata and tensor order; else what differs.
 same_tensors() {
-    "$qlab" inspect "$1" >"$dir/a.txt" && "$qlab" inspect "$2" >"$dir/b.txt" || { echo unreadable; return; }
-    table() { sed -n '/^tensors (/,/^$/p' "$1" | sed 1d >"$1.table"; }
-    offset() { sed -n 's/^  data offset *\([0-9]*\).*/\1/p' "$1"; }
-    table "$dir/a.txt" && table "$dir/b.txt"
-    cmp -s "$dir/a.txt.table" "$dir/b.txt.table" || { echo "tensor table differs"; return; }
-    a=$(offset "$dir/a.txt") b=$(offset "$dir/b.txt")
-    if cmp -s -i "$a:$b" "$1" "$2"; then echo same; else echo "data differs"; fi
+    for f in "$1" "$2"; do # name type shape bytes absolute-offset, by name
+        "$qlab" inspect --max-array 0 "$f" | awk '
+            /^  data offset/ { base = $3 }
+            /^tensors \(/ { on = 1; getline; next }
+            on && NF == 0 { on = 0 }
+            on { shape = $4; for (i = 5; i <= NF - 3; i++) shape = shape $i
+                 print $2, $3, shape, $(NF - 1), base + $NF }' | sort >"$f.tensors" ||
+            { echo unreadable; return; }
+    done
+    cut -d' ' -f1-4 "$1.tensors" >"$1.table"
+    cut -d' ' -f1-4 "$2.tensors" >"$2.table"
+    cmp -s "$1.table" "$2.table" || { echo "types differ"; return; }
+    differ=$(paste -d' ' "$1.tensors" "$2.tensors" | while read -r name _ _ bytes a _ _ _ _ b; do
+        cmp -s -n "$bytes" -i "$a:$b" "$1" "$2" || echo "$name"
+    done | wc -l)
+    [ "$differ" = 0 ] && echo same || echo "$differ tensors differ"
 }
 
 quantize() {
-    preset=${QUANT_PRESET:-qwen2.5-0.5b}
+    preset=${QUANT_PRESET:-qwen3-0.6b}
     model=$(bench_model "$preset" "$qlab")
     dir=results/bench/quantize-$preset
     mkdir -p "$dir"
@@ -93,7 +111,7 @@ quantize() {
     echo "quantize --pure $model ($mb MB), $threads threads: seconds, MB/s of the input file"
     printf '| %-7s | %6s | %7s | %11s | %9s | %5s | %-9s |\n' type qlab_s llama_s qlab_MB/s llama_MB/s ratio tensors
     printf '|%s|%s|%s|%s|%s|%s|%s|\n' --------- -------: --------: ------------: -----------: ------: -----------
-    for ftype in ${TYPES:-Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS IQ3_S IQ3_XXS TQ2_0}; do
+    for ftype in ${TYPES:-Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS IQ3_S TQ1_0 TQ2_0}; do
         ours=$(seconds "$qlab" quantize --pure "$model" "$dir/qlab.gguf" "$ftype" "$threads")
         theirs=$(seconds "$bin/llama-quantize" --pure "$model" "$dir/llama.gguf" "$ftype" "$threads")
         printf '| %-7s | %6s | %7s | %11.1f | %10.1f | %5.2f | %-9s |\n' "$ftype" "$ours" "$theirs" \
@@ -108,7 +126,7 @@ quantize() {
 llamacpp
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-echo "llama.cpp: $bin ($(cat "$bin/../../src/llama.cpp.info.json" 2>/dev/null | tr -d '\n ' || echo "LLAMA_CPP_BIN"))"
+echo "llama.cpp: $bin: $("$bin/llama-perplexity" --version 2>&1 | grep -m1 '^version')"
 echo "qlab: $("$qlab" version | head -1); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 case $what in
 forward) forward ;;

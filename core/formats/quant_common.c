@@ -20,24 +20,6 @@ static inline int imin(int a, int b)
     return a < b ? a : b;
 }
 
-int ql_best_index_int8(int n, const int8_t *val, float x)
-{
-    if (x <= val[0])
-        return 0;
-    if (x >= val[n - 1])
-        return n - 1;
-    int lo = 0, hi = n - 1;
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (x < val[mid])
-            hi = mid;
-        else
-            lo = mid;
-    }
-    /* Both differences in float, as ggml computes them; a tie picks the upper level. */
-    return x - val[hi - 1] < val[hi] - x ? hi - 1 : hi;
-}
-
 /* ggml make_qx_quants with rmse_type 1 (the only mode the formats qlab writes use). */
 float ql_make_qx_quants(int n, int nmax, const float *x, int8_t *L, const float *qw)
 {

@@ -93,8 +93,25 @@ static inline float ql_signed_absmax(const float *x, int n, float *amax)
 /* The 16 IQ4_NL / IQ4_XS code values (a non-uniform 4-bit grid), ascending. */
 extern const int8_t ql_iq4nl_values[16];
 
-/* Index of the entry of the ascending table val[0..n) nearest to x (ties go up). */
-int ql_best_index_int8(int n, const int8_t *val, float x);
+/* Index of the entry of the ascending table val[0..n) nearest to x (ties go up). Inline:
+ * the IQ4 searches call it for every value of every trial scale. */
+static inline int ql_best_index_int8(int n, const int8_t *val, float x)
+{
+    if (x <= val[0])
+        return 0;
+    if (x >= val[n - 1])
+        return n - 1;
+    int lo = 0, hi = n - 1;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (x < val[mid])
+            hi = mid;
+        else
+            lo = mid;
+    }
+    /* Both differences in float, as ggml computes them; a tie picks the upper level. */
+    return x - val[hi - 1] < val[hi] - x ? hi - 1 : hi;
+}
 
 /* Symmetric search over n values (ggml make_qx_quants, rmse_type 1): levels
  * L[i] in [0, 2*nmax), value = scale * (L[i] - nmax). Weights qw, or x^2 when NULL.
