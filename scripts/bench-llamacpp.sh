@@ -51,11 +51,18 @@ llamacpp() {
         >"$dir/build.log" 2>&1 || { tail -30 "$dir/build.log" >&2; exit 1; }
 }
 
-# seconds CMD...: runs CMD (output to $log) and prints its wall seconds.
+# seconds CMD...: runs CMD (output to $log) and prints its wall seconds; the best of three
+# runs when one takes under 10 s (those are mostly file input and output, which vary).
 seconds() {
-    t0=$(date +%s.%N)
-    "$@" >"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
-    awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f\n", b - a }'
+    best=
+    for _ in 1 2 3; do
+        t0=$(date +%s.%N)
+        "$@" >"$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
+        best=$(awk -v a="$t0" -v b="$(date +%s.%N)" -v best="$best" \
+            'BEGIN { t = b - a; if (best != "" && best < t) t = best; printf "%.2f\n", t }')
+        awk -v t="$best" 'BEGIN { exit !(t >= 10) }' && break
+    done
+    echo "$best"
 }
 
 forward() {
