@@ -39,9 +39,8 @@ llamacpp() {
     mkdir -p "$dir"
     if [ ! -d "$dir/src" ]; then
         (cd "$dir" && rm -rf package ./*.tgz && npm pack --silent "$NODE_LLAMA_CPP" >/dev/null &&
-            tar xzf ./*.tgz package/llama/gitRelease.bundle package/llama/llama.cpp.info.json)
+            tar xzf ./*.tgz package/llama/gitRelease.bundle)
         git -c advice.detachedHead=false clone --quiet "$dir/package/llama/gitRelease.bundle" "$dir/src"
-        cp "$dir/package/llama/llama.cpp.info.json" "$dir/src/"
     fi
     echo "building llama-perplexity and llama-quantize in $dir/build" >&2
     cmake -S "$dir/src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
@@ -127,7 +126,7 @@ quantize() {
             "$(awk -v a="$theirs" -v b="$ours" 'BEGIN { print a / b }')" \
             "$(same_tensors "$dir/qlab.gguf" "$dir/llama.gguf")"
     done
-    rm -f "$dir/qlab.gguf" "$dir/llama.gguf"
+    rm -f "$dir"/qlab.gguf* "$dir"/llama.gguf*
 }
 
 llamacpp

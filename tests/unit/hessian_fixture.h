@@ -1,5 +1,6 @@
-/* What the GPTQ tests share: pseudo-random evaluation tokens, and an imatrix-pass
- * observer that feeds every block's inputs to that block's Hessians. */
+/* What the imatrix and GPTQ tests share: pseudo-random evaluation tokens (BOS is put
+ * first by the chunking), and an imatrix-pass observer that feeds every block's inputs
+ * to that block's Hessians. */
 #ifndef QL_HESSIAN_FIXTURE_H
 #define QL_HESSIAN_FIXTURE_H
 

@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "model/perplexity.h"
 #include "model/synth.h"
+#include "hessian_fixture.h"
 #include "qltest.h"
 
 /* The collector sums x^2 in f32 token after token (as llama-imatrix does); the check
@@ -56,20 +57,6 @@ static void ref_free(ref_stats *r)
         free(r->sum[s]);
 }
 
-/* A pseudo-random text of n token ids (BOS is put first by the chunking). */
-static void make_data(ql_ppl_data *d, int n_vocab, int64_t n, int ctx, int64_t chunks)
-{
-    int32_t *t = malloc((size_t)n * sizeof *t);
-    uint32_t s = 777;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        t[i] = (int32_t)((s >> 8) % (uint32_t)n_vocab);
-    }
-    ql_error err;
-    CHECK_OK(ql_ppl_data_from_tokens(d, t, n, 1, ctx, chunks, &err), &err);
-    free(t);
-}
-
 static void test_rules(void)
 {
     CHECK(ql_imatrix_collects("blk.0.attn_q.weight", false));
@@ -88,7 +75,7 @@ static void test_collect(const ql_model *m)
     ql_forward *fw;
     CHECK_OK(ql_forward_alloc(&fw, &m->hp, CTX, &err), &err);
     ql_ppl_data d;
-    make_data(&d, m->hp.n_vocab, CTX * CHUNKS + 10, CTX, 0);
+    qlt_random_ppl_data(&d, m->hp.n_vocab, CTX * CHUNKS + 10, CTX, 0, 777);
     CHECK_EQ_INT(d.n_chunks, CHUNKS);
 
     ref_stats ref;
@@ -270,7 +257,7 @@ static void test_threads(void)
     ql_forward *fw;
     CHECK_OK(ql_forward_alloc(&fw, &m->hp, CTX, &err), &err);
     ql_ppl_data d;
-    make_data(&d, m->hp.n_vocab, 2 * CTX, CTX, 0);
+    qlt_random_ppl_data(&d, m->hp.n_vocab, 2 * CTX, CTX, 0, 777);
     ql_imatrix_opts o = {true, NULL, true, NULL, NULL, 1};
     ql_imatrix *a = NULL, *b = NULL;
     int saved = ql_threads_get();
