@@ -5,8 +5,10 @@
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/dotgemm.h"
 #include "base/error.h"
 
 /* Columns per tile: wide enough that packing A once per tile costs little next to the
@@ -20,6 +22,33 @@
 #define TILE_M_ALIGN 16
 
 static pthread_once_t serial_once = PTHREAD_ONCE_INIT;
+
+static ql_gemm_products selected = QL_GEMM_BLAS;
+
+ql_status ql_gemm_select_from_env(ql_error *err)
+{
+    const char *v = getenv("QLAB_GEMM");
+    if (!v || !*v || strcmp(v, "blas") == 0)
+        selected = QL_GEMM_BLAS;
+    else if (strcmp(v, "dot") == 0)
+        selected = QL_GEMM_DOT;
+    else
+        return ql_error_set(err, QL_EINVAL,
+                            "QLAB_GEMM=%s: expected blas (OpenBLAS for every product) or dot "
+                            "(qlab's own kernel for the weight products)",
+                            v);
+    return QL_OK;
+}
+
+void ql_gemm_select(ql_gemm_products products)
+{
+    selected = products;
+}
+
+ql_gemm_products ql_gemm_selected(void)
+{
+    return selected;
+}
 
 /* OpenBLAS's own threads stay idle: qlab's threads call it one tile each. */
 static void make_serial(void)
@@ -76,6 +105,10 @@ void ql_gemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const f
     pthread_once(&serial_once, make_serial);
     if (m <= 0 || n <= 0)
         return;
+    if (trans_b && selected == QL_GEMM_DOT) { /* its own split, as good for any thread count */
+        ql_dotgemm(m, n, k, alpha, a, lda, b, QL_DOT_F32, ldb, c, ldc);
+        return;
+    }
     int64_t tm, tn;
     ql_gemm_tiles(m, n, k, &tm, &tn);
     const int64_t tiles_m = ceil_div(m, tm), tiles_n = ceil_div(n, tn);
@@ -124,12 +157,16 @@ void ql_gemm_decoded(int64_t m, int64_t n, int64_t k, float alpha, const float *
                 rows(ctx, j0, nn, bt);
                 have = tj;
             }
-            sgemm(true, mm, nn, k, alpha, a + i0 * lda, lda, bt, k, c + i0 * ldc + j0, ldc);
+            if (selected == QL_GEMM_DOT)
+                ql_dotgemm_serial(mm, nn, k, alpha, a + i0 * lda, lda, bt, QL_DOT_F32, k,
+                                  c + i0 * ldc + j0, ldc);
+            else
+                sgemm(true, mm, nn, k, alpha, a + i0 * lda, lda, bt, k, c + i0 * ldc + j0, ldc);
         }
     }
 }
 
-static char kernel_name[128];
+static char kernel_name[128], kernel_name_dot[160];
 
 static void describe_kernel(void)
 {
@@ -148,11 +185,12 @@ static void describe_kernel(void)
         lib[len] = '\0';
     }
     snprintf(kernel_name, sizeof kernel_name, "%s %s", lib, core ? core : "unknown-kernel");
+    snprintf(kernel_name_dot, sizeof kernel_name_dot, "%s + weights qlab-dot", kernel_name);
 }
 
 const char *ql_gemm_kernel(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, describe_kernel);
-    return kernel_name;
+    return selected == QL_GEMM_DOT ? kernel_name_dot : kernel_name;
 }

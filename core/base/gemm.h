@@ -17,6 +17,13 @@
  * Products below QL_GEMM_SERIAL_MACS multiply-adds run their tiles on the calling
  * thread: for them the hand-over to other threads costs more than it saves.
  *
+ * Weight products through qlab's own kernel: with QLAB_GEMM=dot in the environment (or
+ * ql_gemm_select), ql_gemm with trans_b (the layout of a weight matrix) and
+ * ql_gemm_decoded are ql_dotgemm's (dotgemm.h): one fixed summation order on every CPU,
+ * so those products no longer depend on the BLAS kernel either. ql_gemm_serial (the
+ * attention's products, per head) stays OpenBLAS's: with a head's 64-128 values per dot
+ * product sgemm is faster there. The default is OpenBLAS for all (QLAB_GEMM=blas).
+ *
  * Thread count: OpenMP's (ql_threads_set in util.h). May be called from any thread,
  * but not from inside an OpenMP parallel region (the tiles would run on one thread:
  * correct, only slower). */
@@ -27,7 +34,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define QL_GEMM_SERIAL_MACS (4 * 1024 * 1024)
+#include "base/dotgemm.h" /* QL_GEMM_SERIAL_MACS */
+#include "base/error.h"
+
+typedef enum { QL_GEMM_BLAS, QL_GEMM_DOT } ql_gemm_products;
+
+/* Reads QLAB_GEMM (unset, "blas" or "dot"); anything else is an error naming it. Called
+ * once at start-up, before any product. */
+ql_status ql_gemm_select_from_env(ql_error *err);
+void ql_gemm_select(ql_gemm_products products);
+ql_gemm_products ql_gemm_selected(void);
 
 void ql_gemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
              int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
@@ -57,7 +73,8 @@ size_t ql_gemm_scratch_floats(int64_t n, int64_t k);
 /* The tile grid of a product: tiles of at most *tile_m rows and *tile_n columns. */
 void ql_gemm_tiles(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n);
 
-/* The BLAS library and kernel in use, e.g. "OpenBLAS 0.3.21 Haswell" (static storage). */
+/* The BLAS library and kernel in use, e.g. "OpenBLAS 0.3.21 Haswell", followed by
+ * " + weights qlab-dot" when ql_dotgemm computes the row products (static storage). */
 const char *ql_gemm_kernel(void);
 
 #endif

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/gemm.h"
 #include "base/suggest.h"
 #include "cli.h"
 #include "commands.h"
@@ -47,7 +48,10 @@ static void help(const ql_opt_parser *p)
            "or after its arguments, and '--' to end the options. A long name may be\n"
            "shortened to any unique prefix (--thr 2); a mistyped one gets a suggestion.\n"
            "--threads, where a command has it, defaults to OMP_NUM_THREADS (its first\n"
-           "number), else all cores. A model may be a split set: give its first file,\n"
+           "number), else all cores. QLAB_GEMM=dot computes the weight products with\n"
+           "qlab's own kernel (the same bits on every CPU; F16 and BF16 weights read\n"
+           "directly), QLAB_GEMM=blas (the default) with OpenBLAS; runs record which.\n"
+           "A model may be a split set: give its first file,\n"
            "NAME-00001-of-0000N.gguf.\n"
            "Exit codes: 0 success, 1 runtime error, 2 usage error.\n");
 }
@@ -56,6 +60,9 @@ int main(int argc, char **argv)
 {
     /* GSL's default handler aborts; qlab reports errors through statuses instead. */
     gsl_set_error_handler_off();
+    ql_error err = {0};
+    if (ql_gemm_select_from_env(&err))
+        return ql_cli_fail(&err);
     bool version = false;
     const char *args[1];
     const ql_opt opts[] = {

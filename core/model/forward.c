@@ -309,7 +309,11 @@ void ql_forward_matmul(ql_forward *fw, int site, const ql_linear *lin, const flo
         /* y (n_tok, n_out) = in (n_tok, n_in) @ W^T, W (n_out, n_in), on gemm.h's fixed
          * tile grid: the result does not depend on the thread count
          * (tests/unit/test_synth.c). */
-        if (lin->w) {
+        ql_dot_wtype wt;
+        if (ql_linear_direct(lin, &wt)) {
+            /* F16/BF16 rows widened in the kernel: the bits of the decoded product */
+            ql_dotgemm(n_tok, n_out, n_in, 1.0f, in, n_in, lin->src.data, wt, n_in, y, n_out);
+        } else if (lin->w) {
             ql_gemm(true, n_tok, n_out, n_in, 1.0f, in, n_in, lin->w, n_in, y, n_out);
         } else {
             /* Not bound (the head, mostly): decoded tile by tile, the same tile grid. */
@@ -626,8 +630,12 @@ static void expert_product(ql_forward *fw, int site, const ql_linear *lin, const
             lin->act(lin->act_ctx, lin, x, xq, n_tok);
             in = xq;
         }
-        ql_gemm_serial(true, n_tok, lin->n_out, lin->n_in, 1.0f, in, lin->n_in, lin->w, lin->n_in,
-                       y, lin->n_out);
+        if (ql_gemm_selected() == QL_GEMM_DOT) /* a weight product: gemm.h */
+            ql_dotgemm_serial(n_tok, lin->n_out, lin->n_in, 1.0f, in, lin->n_in, lin->w,
+                              QL_DOT_F32, lin->n_in, y, lin->n_out);
+        else
+            ql_gemm_serial(true, n_tok, lin->n_out, lin->n_in, 1.0f, in, lin->n_in, lin->w,
+                           lin->n_in, y, lin->n_out);
     }
     if (lin->act_post)
         lin->act_post(lin->act_ctx, lin, x, y, n_tok);

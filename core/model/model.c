@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/fp16.h"
+#include "base/gemm.h"
 #include "base/util.h"
 #include "formats/types.h"
 
@@ -413,12 +414,49 @@ static ql_status check_finite(const ql_linear *lin, const float *w, ql_error *er
                         (long long)(bad % lin->n_in), isnan(w[bad]) ? "NaN" : "infinite");
 }
 
+bool ql_linear_direct(const ql_linear *lin, ql_dot_wtype *wt)
+{
+    const ql_weight_src *s = &lin->src;
+    if (ql_gemm_selected() != QL_GEMM_DOT || s->n_exact != 0 || !s->data || lin->n_expert != 1 ||
+        lin->expert >= 0 || lin->expert_src || (s->type != QL_TYPE_F16 && s->type != QL_TYPE_BF16))
+        return false;
+    if (wt)
+        *wt = s->type == QL_TYPE_F16 ? QL_DOT_F16 : QL_DOT_BF16;
+    return true;
+}
+
+/* check_finite on the half-precision rows of a directly read linear: an exponent of all
+ * ones is an infinity or a NaN. */
+static ql_status check_finite_half(const ql_linear *lin, ql_error *err)
+{
+    const uint16_t *h = lin->src.data;
+    const uint16_t exp = lin->src.type == QL_TYPE_F16 ? 0x7c00u : 0x7f80u;
+    const int64_t n = lin->n_in * lin->n_out;
+    int64_t bad = n;
+#pragma omp parallel for schedule(static) reduction(min : bad) if (n >= DECODE_VALUES_PER_TASK)
+    for (int64_t i = 0; i < n; i++)
+        if ((h[i] & exp) == exp && i < bad)
+            bad = i;
+    if (bad == n)
+        return QL_OK;
+    return ql_error_set(err, QL_EFORMAT,
+                        "tensor '%s' (%s): the value at row %lld, column %lld is %s; a model "
+                        "with non-finite weights cannot be evaluated",
+                        lin->name, ql_type_name(lin->src.type), (long long)(bad / lin->n_in),
+                        (long long)(bad % lin->n_in), (h[bad] & ~exp & 0x7fffu) ? "NaN" : "infinite");
+}
+
 /* Binds one linear into buf at *used floats (nothing when it has values already). */
 static ql_status bind_linear(ql_linear *lin, float *buf, size_t buf_floats, size_t *used,
                              ql_error *err)
 {
     if (lin->w) {
         ql_status st = lin->finite ? QL_OK : check_finite(lin, lin->w, err);
+        lin->finite = st == QL_OK;
+        return st;
+    }
+    if (ql_linear_direct(lin, NULL)) { /* the product reads the rows themselves */
+        ql_status st = lin->finite ? QL_OK : check_finite_half(lin, err);
         lin->finite = st == QL_OK;
         return st;
     }
@@ -479,9 +517,11 @@ void ql_weights_unbind_layer(ql_weights *w, int layer)
 
 bool ql_weights_layer_bound(const ql_weights *w, int layer)
 {
-    for (int s = w->layer_site0[layer]; s < w->layer_site0[layer + 1]; s++)
-        if (!w->lin[s].w)
+    for (int s = w->layer_site0[layer]; s < w->layer_site0[layer + 1]; s++) {
+        const ql_linear *lin = &w->lin[s];
+        if (!lin->w && !(lin->finite && ql_linear_direct(lin, NULL)))
             return false;
+    }
     return true;
 }
 

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/dotgemm.h"
 #include "base/error.h"
 #include "model/gguf.h"
 #include "model/hparams.h"
@@ -120,6 +121,11 @@ struct ql_linear {
     float *w_owned; /* f32 values this linear owns (ql_weights_bind_all), or NULL */
     float *b_owned;
 };
+
+/* Whether lin's product reads its source rows as they are stored, without decoding:
+ * with qlab's own kernel selected (QLAB_GEMM=dot, gemm.h), a 2-D F16 or BF16 weight
+ * without exact columns; *wt (may be NULL) is then the rows' type. */
+bool ql_linear_direct(const ql_linear *lin, ql_dot_wtype *wt);
 
 /* Rows of one matrix of a linear (of one expert of a stacked one). */
 static inline int64_t ql_linear_matrix_rows(const ql_linear *lin)
@@ -240,7 +246,8 @@ void ql_linear_decode_prepared(const ql_linear *lin, int64_t row0, int64_t n_row
 size_t ql_weights_layer_floats(const ql_weights *w);
 
 /* Binds the products of layer l: a linear already bound (or owning its values, or an
- * F32 source without exact columns, which is used in place) stays as it is; the others
+ * F32 source without exact columns, which is used in place, or read directly by the
+ * product kernel: ql_linear_direct) stays as it is; the others
  * are decoded into buf (buf_floats floats, at least ql_weights_layer_floats). The first
  * time a linear is bound its values are checked to be finite: a NaN or an infinity is an
  * error naming the tensor, row and column. */
@@ -254,8 +261,9 @@ void ql_weights_unbind_layer(ql_weights *w, int layer);
  * run without binding: a whole f32 copy of the model, for small models and tests. */
 ql_status ql_weights_bind_all(ql_weights *w, ql_error *err);
 
-/* Whether every product of layer l has f32 values to multiply with. (The head need not
- * be bound: an unbound product decodes its weight tile by tile, forward.h.) */
+/* Whether every product of layer l has f32 values to multiply with, or reads its rows
+ * directly (ql_linear_direct) and has had them checked. (The head need not be bound: an
+ * unbound product decodes its weight tile by tile, forward.h.) */
 bool ql_weights_layer_bound(const ql_weights *w, int layer);
 
 /* Number of parameters of a weight set (2-D weights, biases and norms; a tied head

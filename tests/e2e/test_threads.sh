@@ -35,4 +35,23 @@ for n in 2 3; do
         bad "1 and $n threads differ"; cat "$tmp/cmp"
     fi
 done
+
+# QLAB_GEMM=dot (qlab's own kernel for the weight products) on the F16 copy of the model
+# (its rows read directly): 1 and 3 threads bit-identical, the kernel recorded; a value
+# that is neither blas nor dot is an error naming it.
+sed -e 's/^name    = threads/name    = threads-dot/' \
+    -e 's/^model   = synth:\(.*\)/model   = synth:\1,type=F16/' "$tmp/t.sweep" >"$tmp/d.sweep"
+for n in 1 3; do
+    expect 0 "QLAB_GEMM=dot sweep with $n threads" env QLAB_GEMM=dot \
+        "$qlab" sweep "$tmp/d.sweep" --threads "$n" --db "$tmp/d$n.db" --cache-dir "$tmp/e$n"
+done
+if "$(dirname "$0")/compare_results.sh" "$qlab" "$tmp/d1.db" "$tmp/d3.db" >"$tmp/cmp" 2>&1; then
+    ok "QLAB_GEMM=dot: 1 and 3 threads bit-identical"
+else
+    bad "QLAB_GEMM=dot: 1 and 3 threads differ"; cat "$tmp/cmp"
+fi
+sqlite3 "$tmp/d1.db" "SELECT DISTINCT blas_kernel FROM runs" >"$tmp/kernel"
+has "$tmp/kernel" " + weights qlab-dot" "the runs record qlab's kernel"
+expect 1 "QLAB_GEMM=bogus fails" env QLAB_GEMM=bogus "$qlab" version
+has "$tmp/err" "QLAB_GEMM=bogus: expected blas" "names the variable and its values"
 exit "$fail"

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/dotgemm.h"
+#include "base/gemm.h"
 #include "base/util.h"
 #include "formats/types.h"
 #include "model/forward.h"
@@ -348,6 +350,73 @@ static void test_presets(void)
     ql_model_free(m);
 }
 
+/* QLAB_GEMM=dot (gemm.h) on an F16 model whose products span several tasks: the F16
+ * rows are read directly (nothing decoded), the logits are bit-identical across thread
+ * counts and across the kernels of every CPU (the portable one stands for a machine
+ * without AVX2), close to OpenBLAS's, and the runs record the kernel. */
+static void test_dot_products(void)
+{
+    ql_synth_opts o;
+    ql_synth_defaults(&o);
+    o.dim = 256;
+    o.ff = 688; /* 43 steps of 16: the kernels' tails */
+    o.layers = 2;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.seed = 9;
+    o.type = QL_TYPE_F16;
+    ql_error err;
+    CHECK_OK(ql_synth_write(&o, qlt_tmp("dot.gguf"), &err), &err);
+    ql_model *m;
+    ql_status st = ql_model_load(&m, qlt_tmp("dot.gguf"), &err);
+    CHECK_OK(st, &err);
+    if (st)
+        return;
+    enum { N = 96 };
+    ql_forward *fw;
+    CHECK_OK(ql_forward_alloc(&fw, &m->hp, N, &err), &err);
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 29 + 3) % 512);
+    const size_t sz = (size_t)N * 512;
+    float *blas = malloc(sz * sizeof *blas), *a = malloc(sz * sizeof *a);
+    float *b = malloc(sz * sizeof *b), *c = malloc(sz * sizeof *c);
+    CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, blas, &err), &err);
+    ql_gemm_select(QL_GEMM_DOT);
+    const ql_linear *up = &m->weights->lin[ql_weights_site(m->weights, 0, QL_SITE_UP)];
+    CHECK(up->src.type == QL_TYPE_F16 && ql_linear_direct(up, NULL));
+    CHECK(strstr(ql_gemm_kernel(), "qlab-dot") != NULL);
+    const int saved = ql_threads_get();
+    ql_threads_set(1);
+    CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, a, &err), &err);
+    CHECK(up->w == NULL); /* read in the kernel, never decoded */
+    ql_threads_set(2);
+    CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, b, &err), &err);
+    ql_threads_set(saved);
+    CHECK(ql_dotgemm_force_isa(QL_DOT_PORTABLE));
+    CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, c, &err), &err);
+    ql_dotgemm_unforce();
+    ql_gemm_select(QL_GEMM_BLAS);
+    CHECK_MSG(memcmp(a, b, sz * sizeof *a) == 0, "dot: 1 and 2 threads differ");
+    CHECK_MSG(memcmp(a, c, sz * sizeof *a) == 0, "dot: %s and portable kernels differ",
+              ql_dotgemm_isa_name(ql_dotgemm_isa()));
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < sz; i++) {
+        worst = fmax(worst, fabs((double)a[i] - (double)blas[i]));
+        scale = fmax(scale, fabs((double)blas[i]));
+    }
+    CHECK_MSG(worst <= 1e-4 * scale, "dot vs OpenBLAS: %g of %g", worst, scale);
+    printf("dot products: threads and kernels bit-identical; |dot - OpenBLAS| <= %.2g of max "
+           "|logit|\n",
+           worst / scale);
+    free(blas);
+    free(a);
+    free(b);
+    free(c);
+    ql_forward_free(fw);
+    ql_model_free(m);
+}
+
 int main(int argc, char **argv)
 {
     if (!ql_file_exists(qlt_shared("models/stories260K.gguf")))
@@ -358,6 +427,7 @@ int main(int argc, char **argv)
         test_small();
         test_specs();
         test_presets();
+        test_dot_products();
     }
     return qlt_done();
 }
