@@ -396,6 +396,16 @@ size_t ql_weights_layer_floats(const ql_weights *w)
     return most;
 }
 
+/* Value bad (row-major) of lin is a NaN or an infinity: the error naming it. */
+static ql_status nonfinite(const ql_linear *lin, int64_t bad, bool nan, ql_error *err)
+{
+    return ql_error_set(err, QL_EFORMAT,
+                        "tensor '%s' (%s): the value at row %lld, column %lld is %s; a model "
+                        "with non-finite weights cannot be evaluated",
+                        lin->name, ql_type_name(lin->src.type), (long long)(bad / lin->n_in),
+                        (long long)(bad % lin->n_in), nan ? "NaN" : "infinite");
+}
+
 /* The first value of w (n_out, n_in) that is not finite, as an error. */
 static ql_status check_finite(const ql_linear *lin, const float *w, ql_error *err)
 {
@@ -405,13 +415,7 @@ static ql_status check_finite(const ql_linear *lin, const float *w, ql_error *er
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(w[i]) && i < bad)
             bad = i;
-    if (bad == n)
-        return QL_OK;
-    return ql_error_set(err, QL_EFORMAT,
-                        "tensor '%s' (%s): the value at row %lld, column %lld is %s; a model "
-                        "with non-finite weights cannot be evaluated",
-                        lin->name, ql_type_name(lin->src.type), (long long)(bad / lin->n_in),
-                        (long long)(bad % lin->n_in), isnan(w[bad]) ? "NaN" : "infinite");
+    return bad == n ? QL_OK : nonfinite(lin, bad, isnan(w[bad]), err);
 }
 
 bool ql_linear_direct(const ql_linear *lin, ql_dot_wtype *wt)
@@ -437,13 +441,7 @@ static ql_status check_finite_half(const ql_linear *lin, ql_error *err)
     for (int64_t i = 0; i < n; i++)
         if ((h[i] & exp) == exp && i < bad)
             bad = i;
-    if (bad == n)
-        return QL_OK;
-    return ql_error_set(err, QL_EFORMAT,
-                        "tensor '%s' (%s): the value at row %lld, column %lld is %s; a model "
-                        "with non-finite weights cannot be evaluated",
-                        lin->name, ql_type_name(lin->src.type), (long long)(bad / lin->n_in),
-                        (long long)(bad % lin->n_in), (h[bad] & ~exp & 0x7fffu) ? "NaN" : "infinite");
+    return bad == n ? QL_OK : nonfinite(lin, bad, (h[bad] & ~exp & 0x7fffu) != 0, err);
 }
 
 /* Binds one linear into buf at *used floats (nothing when it has values already). */
