@@ -38,6 +38,15 @@ size_t ql_quantize_iq4_nl(const float *src, void *dst, int64_t nrows, int64_t n_
 size_t ql_quantize_iq4_xs(const float *src, void *dst, int64_t nrows, int64_t n_per_row,
                           const float *imatrix);
 
+/* The scales of the sbs / 32 blocks of one super-block of sbs values x (importance
+ * weights qw or NULL) in scales[]: per block ggml's 16 candidates, each refitted by
+ * weighted least squares, the best kept (IQ4_NL stores it; IQ4_XS rounds it against its
+ * super-block d). Returns the scale of largest magnitude (the first of equal ones). */
+float ql_iq4_scales(int sbs, const float *x, const float *qw, float *scales);
+
+/* L[j] = the table index nearest to id * x[j] (ties up), j < n, n a multiple of 16. */
+void ql_iq4_indices(const float *x, int n, float id, uint8_t *L);
+
 void ql_dequantize_iq4_nl(const void *src, float *dst, int64_t nrows, int64_t n_per_row);
 void ql_dequantize_iq4_xs(const void *src, float *dst, int64_t nrows, int64_t n_per_row);
 

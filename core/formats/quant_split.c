@@ -467,67 +467,9 @@ static void choose_iq4(ql_split_block *b, int32_t type, int sbs, const float *x,
 {
     init_block(b, type, sbs, 32, 16, 0, QL_SPLIT_TABLE, 0);
     b->table = true;
-    const int8_t *values = ql_iq4nl_values;
-    float scales[8], weight[32];
+    float scales[8];
 
-    float sigma2 = 0;
-    for (int j = 0; j < sbs; ++j)
-        sigma2 += x[j] * x[j];
-    sigma2 *= 2.f / (float)sbs;
-
-    float max_scale = 0, amax_scale = 0;
-    for (int ib = 0; ib < sbs / 32; ++ib) {
-        const float *xb = x + ib * 32;
-        if (qw) {
-            const float *w = qw + ib * 32;
-            for (int j = 0; j < 32; ++j)
-                weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
-        } else {
-            for (int j = 0; j < 32; ++j)
-                weight[j] = xb[j] * xb[j];
-        }
-        float amax;
-        const float max = ql_signed_absmax(xb, 32, &amax);
-        if (amax < QL_GROUP_MAX_EPS) {
-            scales[ib] = 0;
-            continue;
-        }
-        float d = -max / values[0];
-        float id = 1 / d;
-        float sumqx = 0, sumq2 = 0;
-        for (int j = 0; j < 32; ++j) {
-            float al = id * xb[j];
-            int l = ql_best_index_int8(16, values, al);
-            float q = values[l];
-            float w = weight[j];
-            sumqx += w * q * xb[j];
-            sumq2 += w * q * q;
-        }
-        d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
-        float best = d * sumqx;
-        for (int itry = -7; itry <= 7; ++itry) {
-            id = (float)(itry + values[0]) / max;
-            sumqx = sumq2 = 0;
-            for (int j = 0; j < 32; ++j) {
-                float al = id * xb[j];
-                int l = ql_best_index_int8(16, values, al);
-                float q = values[l];
-                float w = weight[j];
-                sumqx += w * q * xb[j];
-                sumq2 += w * q * q;
-            }
-            if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
-                d = sumqx / sumq2;
-                best = d * sumqx;
-            }
-        }
-        scales[ib] = d;
-        float abs_d = fabsf(d);
-        if (abs_d > amax_scale) {
-            amax_scale = abs_d;
-            max_scale = d;
-        }
-    }
+    const float max_scale = ql_iq4_scales(sbs, x, qw, scales);
 
     if (sbs > 32) {
         ql_block_iq4_xs y;
