@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "base/commit.h"
 #include "ql_config.h"
 
 static void help(const ql_opt_parser *p)
@@ -18,6 +19,6 @@ int ql_cmd_version(int argc, char **argv)
     const int rc = ql_opt_parse(&p, argc, argv);
     if (rc != QL_OPT_GO_ON)
         return rc;
-    printf("qlab %s (commit %s)\n", QL_VERSION, QL_COMMIT);
+    printf("qlab %s (commit %s)\n", QL_VERSION, ql_commit);
     return QL_EXIT_OK;
 }

@@ -11,6 +11,7 @@
 #include "base/strbuf.h"
 #include "base/util.h"
 #include "experiment/fit.h"
+#include "base/commit.h"
 #include "ql_config.h"
 
 /* Version of the error definition and the file's layout; bump when either changes.
@@ -39,7 +40,7 @@ static ql_status cache_key(const ql_fit_table *t, char out[65])
     snprintf(key, sizeof key,
              "qlab-fit-table %d|model=%s|imatrix=%s|types=%s|sampling=%lld|build=%s %s",
              TABLE_FILE_FORMAT, t->model_sha256, t->imatrix_sha256, t->types,
-             (long long)t->sample_rows, QL_VERSION, QL_COMMIT);
+             (long long)t->sample_rows, QL_VERSION, ql_commit);
     ql_sha256_hex(key, strlen(key), out);
     return QL_OK;
 }

@@ -11,6 +11,7 @@
 #include "experiment/records.h"
 #include "formats/types.h"
 #include "model/tensor_name.h"
+#include "base/commit.h"
 #include "ql_config.h"
 #include "results/store.h"
 #include "results/store_impl.h"
@@ -183,7 +184,7 @@ static ql_status bind_claim(store_stmt *q, const ql_store_run_key *key,
         (rc = store_put_count(q, "threads", info->threads > 0 ? info->threads : -1, err)) ||
         (rc = store_put_text(q, "host", host, err)) ||
         (rc = store_put_text(q, "qlab_version", QL_VERSION, err)) ||
-        (rc = store_put_text(q, "qlab_commit", QL_COMMIT, err)) ||
+        (rc = store_put_text(q, "qlab_commit", ql_commit, err)) ||
         (rc =
              store_put_count(q, "mem_budget", info->mem_budget > 0 ? info->mem_budget : -1, err)) ||
         (rc = store_put_count(q, "group_chunks", info->group_chunks > 0 ? info->group_chunks : -1,
