@@ -47,6 +47,13 @@ expect 0 "qlab version" "$qlab" version
 "$qlab" version >"$tmp/v1"
 expect 0 "qlab --version" "$qlab" --version
 same "--version prints what 'qlab version' prints" "$tmp/v1" "$tmp/out"
+# The commit is the source tree's HEAD, not the one the build directory was configured at
+# (a rebuild after a commit refreshes it).
+src=$(cd "$(dirname "$0")/../.." && pwd)
+if head=$(git -C "$src" rev-parse --short=12 HEAD 2>/dev/null); then
+    if grep -qF "(commit $head)" "$tmp/v1"; then ok "version names HEAD ($head)"
+    else bad "version: '$(cat "$tmp/v1")', HEAD is $head"; fi
+fi
 usage_error "no command" "qlab" "missing the command" "$qlab"
 usage_error "unknown command" "qlab" "unknown command 'frobnicate'" "$qlab" frobnicate
 "$qlab" --help >"$tmp/help"
