@@ -133,7 +133,7 @@ llamacpp
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 echo "llama.cpp: $bin: $("$bin/llama-perplexity" --version 2>&1 | grep -m1 '^version')"
-echo "qlab: $("$qlab" version | head -1); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; QLAB_GEMM=${QLAB_GEMM:-blas}"
+echo "qlab: $("$qlab" version | head -1); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; QLAB_GEMM=${QLAB_GEMM:-auto}"
 case $what in
 forward) forward ;;
 quantize) quantize ;;

@@ -23,19 +23,22 @@
 
 static pthread_once_t serial_once = PTHREAD_ONCE_INIT;
 
-static ql_gemm_products selected = QL_GEMM_BLAS;
+static ql_gemm_products selected = QL_GEMM_AUTO;
 
 ql_status ql_gemm_select_from_env(ql_error *err)
 {
     const char *v = getenv("QLAB_GEMM");
-    if (!v || !*v || strcmp(v, "blas") == 0)
-        selected = QL_GEMM_BLAS;
+    if (!v || !*v || strcmp(v, "auto") == 0)
+        selected = QL_GEMM_AUTO;
     else if (strcmp(v, "dot") == 0)
         selected = QL_GEMM_DOT;
+    else if (strcmp(v, "blas") == 0)
+        selected = QL_GEMM_BLAS;
     else
         return ql_error_set(err, QL_EINVAL,
-                            "QLAB_GEMM=%s: expected blas (OpenBLAS for every product) or dot "
-                            "(qlab's own kernel for the weight products)",
+                            "QLAB_GEMM=%s: expected auto (the default: F16/BF16 weights on qlab's "
+                            "kernel, f32 ones on OpenBLAS), dot (every weight product on "
+                            "qlab's kernel) or blas (every product on OpenBLAS)",
                             v);
     return QL_OK;
 }
@@ -166,7 +169,7 @@ void ql_gemm_decoded(int64_t m, int64_t n, int64_t k, float alpha, const float *
     }
 }
 
-static char kernel_name[128], kernel_name_dot[160];
+static char kernel_name[128], kernel_name_dot[160], kernel_name_auto[160];
 
 static void describe_kernel(void)
 {
@@ -186,11 +189,15 @@ static void describe_kernel(void)
     }
     snprintf(kernel_name, sizeof kernel_name, "%s %s", lib, core ? core : "unknown-kernel");
     snprintf(kernel_name_dot, sizeof kernel_name_dot, "%s + weights qlab-dot", kernel_name);
+    snprintf(kernel_name_auto, sizeof kernel_name_auto, "%s + F16/BF16 weights qlab-dot",
+             kernel_name);
 }
 
 const char *ql_gemm_kernel(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, describe_kernel);
-    return selected == QL_GEMM_DOT ? kernel_name_dot : kernel_name;
+    return selected == QL_GEMM_DOT    ? kernel_name_dot
+           : selected == QL_GEMM_AUTO ? kernel_name_auto
+                                      : kernel_name;
 }

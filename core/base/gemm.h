@@ -17,12 +17,20 @@
  * Products below QL_GEMM_SERIAL_MACS multiply-adds run their tiles on the calling
  * thread: for them the hand-over to other threads costs more than it saves.
  *
- * Weight products through qlab's own kernel: with QLAB_GEMM=dot in the environment (or
- * ql_gemm_select), ql_gemm with trans_b (the layout of a weight matrix) and
- * ql_gemm_decoded are ql_dotgemm's (dotgemm.h): one fixed summation order on every CPU,
- * so those products no longer depend on the BLAS kernel either. ql_gemm_serial (the
- * attention's products, per head) stays OpenBLAS's: with a head's 64-128 values per dot
- * product sgemm is faster there. The default is OpenBLAS for all (QLAB_GEMM=blas).
+ * Which kernel multiplies the weights (QLAB_GEMM, or ql_gemm_select):
+ *   auto (the default)  F16 and BF16 weight rows go to qlab's own kernel, ql_dotgemm
+ *                       (dotgemm.h), which reads them without decoding them to f32 (the
+ *                       caller asks ql_gemm_selected); f32 rows (f32 weights and decoded
+ *                       quantized ones) to OpenBLAS's tiles, whose products agree more
+ *                       closely with llama.cpp's on f32 models (its summation order is
+ *                       nearer ggml's: tests/e2e/test_imatrix_golden.c) at the same speed.
+ *   dot                 every weight product on ql_dotgemm: ql_gemm with trans_b (the
+ *                       layout of a weight matrix) and ql_gemm_decoded too. One fixed
+ *                       summation order on every CPU: no product of a weight depends on
+ *                       the BLAS kernel.
+ *   blas                every product on OpenBLAS's tiles, F16/BF16 rows decoded to f32.
+ * ql_gemm_serial (the attention's products, per head) is OpenBLAS's under all three: with
+ * a head's 64-128 values per dot product sgemm is faster there.
  *
  * Thread count: OpenMP's (ql_threads_set in util.h). May be called from any thread,
  * but not from inside an OpenMP parallel region (the tiles would run on one thread:
@@ -37,10 +45,10 @@
 #include "base/dotgemm.h" /* QL_GEMM_SERIAL_MACS */
 #include "base/error.h"
 
-typedef enum { QL_GEMM_BLAS, QL_GEMM_DOT } ql_gemm_products;
+typedef enum { QL_GEMM_AUTO, QL_GEMM_DOT, QL_GEMM_BLAS } ql_gemm_products;
 
-/* Reads QLAB_GEMM (unset, "blas" or "dot"); anything else is an error naming it. Called
- * once at start-up, before any product. */
+/* Reads QLAB_GEMM (unset or "auto", "dot", "blas"); anything else is an error naming
+ * it. Called once at start-up, before any product. */
 ql_status ql_gemm_select_from_env(ql_error *err);
 void ql_gemm_select(ql_gemm_products products);
 ql_gemm_products ql_gemm_selected(void);

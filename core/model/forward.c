@@ -630,7 +630,7 @@ static void expert_product(ql_forward *fw, int site, const ql_linear *lin, const
             lin->act(lin->act_ctx, lin, x, xq, n_tok);
             in = xq;
         }
-        if (ql_gemm_selected() == QL_GEMM_DOT) /* a weight product: gemm.h */
+        if (ql_gemm_selected() == QL_GEMM_DOT) /* f32 rows of a weight: gemm.h */
             ql_dotgemm_serial(n_tok, lin->n_out, lin->n_in, 1.0f, in, lin->n_in, lin->w,
                               QL_DOT_F32, lin->n_in, y, lin->n_out);
         else

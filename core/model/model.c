@@ -421,7 +421,7 @@ static ql_status check_finite(const ql_linear *lin, const float *w, ql_error *er
 bool ql_linear_direct(const ql_linear *lin, ql_dot_wtype *wt)
 {
     const ql_weight_src *s = &lin->src;
-    if (ql_gemm_selected() != QL_GEMM_DOT || s->n_exact != 0 || !s->data || lin->n_expert != 1 ||
+    if (ql_gemm_selected() == QL_GEMM_BLAS || s->n_exact != 0 || !s->data || lin->n_expert != 1 ||
         lin->expert >= 0 || lin->expert_src || (s->type != QL_TYPE_F16 && s->type != QL_TYPE_BF16))
         return false;
     if (wt)

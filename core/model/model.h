@@ -123,8 +123,8 @@ struct ql_linear {
 };
 
 /* Whether lin's product reads its source rows as they are stored, without decoding:
- * with qlab's own kernel selected (QLAB_GEMM=dot, gemm.h), a 2-D F16 or BF16 weight
- * without exact columns; *wt (may be NULL) is then the rows' type. */
+ * unless QLAB_GEMM=blas (gemm.h), a 2-D F16 or BF16 weight without exact columns, on
+ * qlab's own kernel; *wt (may be NULL) is then the rows' type. */
 bool ql_linear_direct(const ql_linear *lin, ql_dot_wtype *wt);
 
 /* Rows of one matrix of a linear (of one expert of a stacked one). */

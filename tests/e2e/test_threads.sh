@@ -36,22 +36,43 @@ for n in 2 3; do
     fi
 done
 
-# QLAB_GEMM=dot (qlab's own kernel for the weight products) on the F16 copy of the model
-# (its rows read directly): 1 and 3 threads bit-identical, the kernel recorded; a value
-# that is neither blas nor dot is an error naming it.
-sed -e 's/^name    = threads/name    = threads-dot/' \
+# The F16 copy of the model under each choice of product kernel, 1 and 3 threads
+# bit-identical under each: auto (the default, QLAB_GEMM unset: the F16 rows read by
+# qlab's own kernel), dot (every weight product on it) and blas (OpenBLAS's tiles, the
+# rows decoded to f32); each recorded in the runs' blas_kernel. On the f32 model auto's
+# products are OpenBLAS's: its results are blas's, bit for bit. A value that is none of
+# the three is an error naming it.
+sed -e 's/^name    = threads/name    = threads-f16/' \
     -e 's/^model   = synth:\(.*\)/model   = synth:\1,type=F16/' "$tmp/t.sweep" >"$tmp/d.sweep"
-for n in 1 3; do
-    expect 0 "QLAB_GEMM=dot sweep with $n threads" env QLAB_GEMM=dot \
-        "$qlab" sweep "$tmp/d.sweep" --threads "$n" --db "$tmp/d$n.db" --cache-dir "$tmp/e$n"
+for products in auto dot blas; do
+    for n in 1 3; do
+        if [ $products = auto ]; then set -- env -u QLAB_GEMM; else set -- env QLAB_GEMM=$products; fi
+        expect 0 "$products products: sweep with $n threads" "$@" \
+            "$qlab" sweep "$tmp/d.sweep" --threads "$n" --db "$tmp/$products$n.db" \
+            --cache-dir "$tmp/$products-c$n"
+    done
+    if "$(dirname "$0")/compare_results.sh" "$qlab" "$tmp/${products}1.db" "$tmp/${products}3.db" \
+        >"$tmp/cmp" 2>&1; then
+        ok "$products products: 1 and 3 threads bit-identical"
+    else
+        bad "$products products: 1 and 3 threads differ"; cat "$tmp/cmp"
+    fi
+    sqlite3 "$tmp/${products}1.db" "SELECT DISTINCT blas_kernel FROM runs" >"$tmp/kernel-$products"
 done
-if "$(dirname "$0")/compare_results.sh" "$qlab" "$tmp/d1.db" "$tmp/d3.db" >"$tmp/cmp" 2>&1; then
-    ok "QLAB_GEMM=dot: 1 and 3 threads bit-identical"
+has "$tmp/kernel-auto" " + F16/BF16 weights qlab-dot" "the default records its kernels"
+has "$tmp/kernel-dot" " + weights qlab-dot" "QLAB_GEMM=dot records qlab's kernel"
+if grep -q "qlab-dot" "$tmp/kernel-blas"; then bad "QLAB_GEMM=blas recorded qlab's kernel"
+else ok "QLAB_GEMM=blas records OpenBLAS alone ($(cat "$tmp/kernel-blas"))"; fi
+expect 0 "f32 model, auto" env -u QLAB_GEMM \
+    "$qlab" sweep "$tmp/t.sweep" --threads 2 --db "$tmp/ta.db" --cache-dir "$tmp/ca"
+expect 0 "f32 model, QLAB_GEMM=blas" env QLAB_GEMM=blas \
+    "$qlab" sweep "$tmp/t.sweep" --threads 2 --db "$tmp/tb.db" --cache-dir "$tmp/cb"
+if "$(dirname "$0")/compare_results.sh" "$qlab" "$tmp/ta.db" "$tmp/tb.db" \
+    >"$tmp/cmp" 2>&1; then
+    ok "f32 model: auto and blas bit-identical"
 else
-    bad "QLAB_GEMM=dot: 1 and 3 threads differ"; cat "$tmp/cmp"
+    bad "f32 model: auto and blas differ"; cat "$tmp/cmp"
 fi
-sqlite3 "$tmp/d1.db" "SELECT DISTINCT blas_kernel FROM runs" >"$tmp/kernel"
-has "$tmp/kernel" " + weights qlab-dot" "the runs record qlab's kernel"
 expect 1 "QLAB_GEMM=bogus fails" env QLAB_GEMM=bogus "$qlab" version
-has "$tmp/err" "QLAB_GEMM=bogus: expected blas" "names the variable and its values"
+has "$tmp/err" "QLAB_GEMM=bogus: expected auto" "names the variable and its values"
 exit "$fail"

@@ -4,11 +4,22 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/gemm.h"
 #include "formats/types.h"
 #include "ql_config.h"
 
 int qlt_failures = 0;
 int qlt_checks = 0;
+
+/* Every test program honours QLAB_GEMM as qlab does (CI runs the unit suite under both). */
+__attribute__((constructor)) static void select_products(void)
+{
+    ql_error err;
+    if (ql_gemm_select_from_env(&err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+}
 
 static const char *join(const char *base, const char *rel)
 {

@@ -350,7 +350,7 @@ static void test_presets(void)
     ql_model_free(m);
 }
 
-/* QLAB_GEMM=dot (gemm.h) on an F16 model whose products span several tasks: the F16
+/* qlab's own kernel (gemm.h) against OpenBLAS's on an F16 model whose products span several tasks: the F16
  * rows are read directly (nothing decoded), the logits are bit-identical across thread
  * counts and across the kernels of every CPU (the portable one stands for a machine
  * without AVX2), close to OpenBLAS's, and the runs record the kernel. */
@@ -381,6 +381,8 @@ static void test_dot_products(void)
     const size_t sz = (size_t)N * 512;
     float *blas = malloc(sz * sizeof *blas), *a = malloc(sz * sizeof *a);
     float *b = malloc(sz * sizeof *b), *c = malloc(sz * sizeof *c);
+    const ql_gemm_products selected = ql_gemm_selected();
+    ql_gemm_select(QL_GEMM_BLAS);
     CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, blas, &err), &err);
     ql_gemm_select(QL_GEMM_DOT);
     const ql_linear *up = &m->weights->lin[ql_weights_site(m->weights, 0, QL_SITE_UP)];
@@ -396,10 +398,16 @@ static void test_dot_products(void)
     CHECK(ql_dotgemm_force_isa(QL_DOT_PORTABLE));
     CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, c, &err), &err);
     ql_dotgemm_unforce();
-    ql_gemm_select(QL_GEMM_BLAS);
+    ql_gemm_select(selected);
     CHECK_MSG(memcmp(a, b, sz * sizeof *a) == 0, "dot: 1 and 2 threads differ");
     CHECK_MSG(memcmp(a, c, sz * sizeof *a) == 0, "dot: %s and portable kernels differ",
               ql_dotgemm_isa_name(ql_dotgemm_isa()));
+    /* auto, the default, puts every product of this all-F16 model on qlab's kernel. */
+    ql_gemm_select(QL_GEMM_AUTO);
+    CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, c, &err), &err);
+    CHECK(ql_linear_direct(up, NULL) && strstr(ql_gemm_kernel(), "F16/BF16 weights qlab-dot"));
+    ql_gemm_select(selected);
+    CHECK_MSG(memcmp(a, c, sz * sizeof *a) == 0, "auto and dot differ on an F16 model");
     double worst = 0, scale = 0;
     for (size_t i = 0; i < sz; i++) {
         worst = fmax(worst, fabs((double)a[i] - (double)blas[i]));
@@ -417,6 +425,47 @@ static void test_dot_products(void)
     ql_model_free(m);
 }
 
+/* auto on an f32 model: every weight product on OpenBLAS's tiles, as under blas, bit for
+ * bit (its f32 products agree more closely with llama.cpp's: gemm.h). */
+static void test_auto_f32_is_blas(void)
+{
+    ql_synth_opts o;
+    ql_synth_defaults(&o);
+    o.dim = 256;
+    o.ff = 688;
+    o.layers = 2;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.seed = 10;
+    ql_error err;
+    CHECK_OK(ql_synth_write(&o, qlt_tmp("auto.gguf"), &err), &err);
+    ql_model *m;
+    ql_status st = ql_model_load(&m, qlt_tmp("auto.gguf"), &err);
+    CHECK_OK(st, &err);
+    if (st)
+        return;
+    enum { N = 64 };
+    ql_forward *fw;
+    CHECK_OK(ql_forward_alloc(&fw, &m->hp, N, &err), &err);
+    int32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = (int32_t)((i * 31 + 5) % 512);
+    const size_t sz = (size_t)N * 512;
+    float *blas = malloc(sz * sizeof *blas), *automatic = malloc(sz * sizeof *automatic);
+    const ql_gemm_products selected = ql_gemm_selected();
+    ql_gemm_select(QL_GEMM_BLAS);
+    CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, blas, &err), &err);
+    ql_gemm_select(QL_GEMM_AUTO);
+    CHECK(m->weights->lin[ql_weights_site(m->weights, 0, QL_SITE_UP)].src.type == QL_TYPE_F32);
+    CHECK_OK(ql_forward_run(fw, m->weights, ids, N, 0, 0, automatic, &err), &err);
+    ql_gemm_select(selected);
+    CHECK_MSG(memcmp(blas, automatic, sz * sizeof *blas) == 0, "auto and blas differ on an f32 model");
+    free(blas);
+    free(automatic);
+    ql_forward_free(fw);
+    ql_model_free(m);
+}
+
 int main(int argc, char **argv)
 {
     if (!ql_file_exists(qlt_shared("models/stories260K.gguf")))
@@ -428,6 +477,7 @@ int main(int argc, char **argv)
         test_specs();
         test_presets();
         test_dot_products();
+        test_auto_f32_is_blas();
     }
     return qlt_done();
 }
