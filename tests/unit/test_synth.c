@@ -350,28 +350,39 @@ static void test_presets(void)
     ql_model_free(m);
 }
 
+/* A two-block synthetic model of weight type `type` whose products span several of the
+ * kernels' tasks (rows of 256 and 688: 43 steps of 16, the kernels' tails), written to
+ * qlt_tmp(name) and loaded; NULL (a failed check) when that fails. */
+static ql_model *small_synth(int32_t type, uint64_t seed, const char *name)
+{
+    ql_synth_opts o;
+    ql_synth_defaults(&o);
+    o.dim = 256;
+    o.ff = 688;
+    o.layers = 2;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.seed = seed;
+    o.type = type;
+    ql_error err;
+    ql_model *m = NULL;
+    ql_status st = ql_synth_write(&o, qlt_tmp(name), &err);
+    if (!st)
+        st = ql_model_load(&m, qlt_tmp(name), &err);
+    CHECK_OK(st, &err);
+    return st ? NULL : m;
+}
+
 /* qlab's own kernel (gemm.h) against OpenBLAS's on an F16 model whose products span several tasks: the F16
  * rows are read directly (nothing decoded), the logits are bit-identical across thread
  * counts and across the kernels of every CPU (the portable one stands for a machine
  * without AVX2), close to OpenBLAS's, and the runs record the kernel. */
 static void test_dot_products(void)
 {
-    ql_synth_opts o;
-    ql_synth_defaults(&o);
-    o.dim = 256;
-    o.ff = 688; /* 43 steps of 16: the kernels' tails */
-    o.layers = 2;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.seed = 9;
-    o.type = QL_TYPE_F16;
-    ql_error err;
-    CHECK_OK(ql_synth_write(&o, qlt_tmp("dot.gguf"), &err), &err);
-    ql_model *m;
-    ql_status st = ql_model_load(&m, qlt_tmp("dot.gguf"), &err);
-    CHECK_OK(st, &err);
-    if (st)
+    ql_model *m = small_synth(QL_TYPE_F16, 9, "dot.gguf");
+    if (!m)
         return;
+    ql_error err;
     enum { N = 96 };
     ql_forward *fw;
     CHECK_OK(ql_forward_alloc(&fw, &m->hp, N, &err), &err);
@@ -429,21 +440,10 @@ static void test_dot_products(void)
  * bit (its f32 products agree more closely with llama.cpp's: gemm.h). */
 static void test_auto_f32_is_blas(void)
 {
-    ql_synth_opts o;
-    ql_synth_defaults(&o);
-    o.dim = 256;
-    o.ff = 688;
-    o.layers = 2;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.seed = 10;
-    ql_error err;
-    CHECK_OK(ql_synth_write(&o, qlt_tmp("auto.gguf"), &err), &err);
-    ql_model *m;
-    ql_status st = ql_model_load(&m, qlt_tmp("auto.gguf"), &err);
-    CHECK_OK(st, &err);
-    if (st)
+    ql_model *m = small_synth(QL_TYPE_F32, 10, "auto.gguf");
+    if (!m)
         return;
+    ql_error err;
     enum { N = 64 };
     ql_forward *fw;
     CHECK_OK(ql_forward_alloc(&fw, &m->hp, N, &err), &err);
